@@ -1,0 +1,1 @@
+//! Helpers shared by the compatibility tests: finding peers, building C programs.

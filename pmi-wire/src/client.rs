@@ -1,0 +1,689 @@
+//! A blocking PMI client for rank programs, in either protocol.
+//!
+//! [`Client::from_env`] finds the server the way MPICH's clients do: an inherited socket in
+//! `PMI_FD` wins, else a TCP `PMI_PORT` (`host:port`, with `PMI_ID` naming the process slot).
+//! It then runs the version's handshake, so a constructed client knows its rank, size, appnum
+//! and kvsname. Every call is one request and one reply (PMI-1 is strictly request/response);
+//! a nonzero `rc` comes back as [`ClientError::Refused`], a missing key as `Ok(None)`.
+//!
+//! ```no_run
+//! use pmi_wire::{client::Client, Version};
+//! let mut pmi = Client::from_env(Version::V2)?;
+//! pmi.put(&format!("addr-{}", pmi.rank()), "tcp://10.0.0.1:4000")?;
+//! pmi.fence()?;
+//! let peer = (pmi.rank() + 1) % pmi.size();
+//! let addr = pmi.get(&format!("addr-{peer}"))?;
+//! pmi.finalize()?;
+//! # Ok::<(), pmi_wire::client::ClientError>(())
+//! ```
+
+use crate::limits::{KEY_MAX, VALUE_MAX};
+use crate::v2::{Frame, Lookup};
+use crate::{v1, v2, Spawn, Status, Version, WireError};
+use bytes::BytesMut;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::{FromRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use thiserror::Error;
+
+/// What can go wrong talking to a PMI server.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// Neither `PMI_FD` nor `PMI_PORT` is set: the program was not started by a PMI server.
+    #[error("no PMI server: neither PMI_FD nor PMI_PORT is set")]
+    NoServer,
+    /// An environment variable holds something unusable.
+    #[error("environment variable {var}={value:?} is not usable")]
+    BadEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// The socket failed.
+    #[error("PMI socket: {0}")]
+    Io(#[from] io::Error),
+    /// The server sent something that does not parse.
+    #[error("PMI server sent a malformed message: {0}")]
+    Wire(#[from] WireError),
+    /// The server closed the connection.
+    #[error("PMI server closed the connection")]
+    Closed,
+    /// The server answered with a message other than the reply to the request.
+    #[error("expected {expected}, server sent {got}")]
+    Unexpected {
+        /// The reply that was expected.
+        expected: &'static str,
+        /// What came instead.
+        got: String,
+    },
+    /// The server answered with a nonzero `rc`.
+    #[error("{cmd} refused by the PMI server: rc={rc}{}", msg.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
+    Refused {
+        /// The request.
+        cmd: &'static str,
+        /// `rc`.
+        rc: i32,
+        /// `msg` / `errmsg`.
+        msg: Option<String>,
+    },
+    /// A key or value is longer than the server accepts.
+    #[error("{what} of {len} bytes exceeds the server's limit of {max}")]
+    TooLong {
+        /// `key` or `value`.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The call does not exist in this protocol version.
+    #[error("{0} is not part of PMI-1")]
+    Unsupported(&'static str),
+}
+
+/// Shorthand for results of client calls.
+pub type Result<T> = std::result::Result<T, ClientError>;
+
+enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.read(buf),
+            Conn::Tcp(s) => s.read(buf),
+        }
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.write_all(buf),
+            Conn::Tcp(s) => s.write_all(buf),
+        }
+    }
+}
+
+/// The limits the server advertised (PMI-1 `maxes`; PMI-2 uses the protocol's constants).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Maxes {
+    /// `kvsname_max`.
+    pub kvsname: usize,
+    /// `keylen_max`.
+    pub key: usize,
+    /// `vallen_max`.
+    pub value: usize,
+}
+
+/// The outcome of a successful spawn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spawned {
+    /// The new job's id, when the server names it (PMI-2).
+    pub jobid: Option<String>,
+    /// One error code per spawned process (empty: all succeeded).
+    pub errcodes: Vec<i32>,
+}
+
+/// A connected, initialised PMI client.
+pub struct Client {
+    conn: Conn,
+    buf: BytesMut,
+    version: Version,
+    rank: i64,
+    size: i64,
+    appnum: i64,
+    spawned: bool,
+    kvsname: String,
+    maxes: Maxes,
+}
+
+fn env(var: &'static str) -> Option<String> {
+    std::env::var(var).ok().filter(|v| !v.is_empty())
+}
+
+fn env_num(var: &'static str) -> Result<Option<i64>> {
+    match env(var) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| ClientError::BadEnv { var, value: v }),
+    }
+}
+
+fn refused(cmd: &'static str, s: Status) -> ClientError {
+    ClientError::Refused {
+        cmd,
+        rc: s.rc,
+        msg: s.msg,
+    }
+}
+
+fn check(cmd: &'static str, s: Status) -> Result<()> {
+    if s.is_ok() {
+        Ok(())
+    } else {
+        Err(refused(cmd, s))
+    }
+}
+
+fn unexpected(expected: &'static str, got: impl std::fmt::Debug) -> ClientError {
+    let mut got = format!("{got:?}");
+    got.truncate(200);
+    ClientError::Unexpected { expected, got }
+}
+
+impl Client {
+    /// Connects to the server named by the environment and runs the handshake of `version`.
+    pub fn from_env(version: Version) -> Result<Client> {
+        if let Some(fd) = env_num("PMI_FD")? {
+            let fd = RawFd::try_from(fd).map_err(|_| ClientError::BadEnv {
+                var: "PMI_FD",
+                value: fd.to_string(),
+            })?;
+            if fd < 0 || !fd_is_open(fd) {
+                return Err(ClientError::BadEnv {
+                    var: "PMI_FD",
+                    value: fd.to_string(),
+                });
+            }
+            // SAFETY: the process manager handed this descriptor to us for this purpose, it is
+            // open (checked above), and nothing else in the process claims it.
+            let sock = unsafe { UnixStream::from_raw_fd(fd) };
+            return Client::handshake(Conn::Unix(sock), version, None);
+        }
+        if let Some(port) = env("PMI_PORT") {
+            let sock = TcpStream::connect(port.as_str())?;
+            sock.set_nodelay(true)?;
+            return Client::handshake(Conn::Tcp(sock), version, env("PMI_ID"));
+        }
+        Err(ClientError::NoServer)
+    }
+
+    /// Runs the handshake over an already connected socket (`PMI_FD` mode: rank and size come
+    /// from `PMI_RANK`/`PMI_SIZE` in PMI-1).
+    pub fn over_socket(sock: UnixStream, version: Version) -> Result<Client> {
+        Client::handshake(Conn::Unix(sock), version, None)
+    }
+
+    fn handshake(conn: Conn, version: Version, pmiid: Option<String>) -> Result<Client> {
+        let mut c = Client {
+            conn,
+            buf: BytesMut::with_capacity(4096),
+            version,
+            rank: env_num("PMI_RANK")?.unwrap_or(0),
+            size: env_num("PMI_SIZE")?.unwrap_or(1),
+            appnum: 0,
+            spawned: env_num("PMI_SPAWNED")?.unwrap_or(0) != 0,
+            kvsname: String::new(),
+            maxes: Maxes {
+                kvsname: crate::limits::KVSNAME_MAX,
+                key: KEY_MAX,
+                value: VALUE_MAX,
+            },
+        };
+        if version == Version::V1 {
+            if let Some(id) = &pmiid {
+                c.send_v1(&v1::Request::InitAck { pmiid: id.clone() })?;
+                match c.recv_v1()? {
+                    v1::Response::InitAck => {}
+                    other => return Err(unexpected("initack", other)),
+                }
+                for _ in 0..3 {
+                    match c.recv_v1()? {
+                        v1::Response::Set { key, value } => {
+                            let n = value.parse().unwrap_or(0);
+                            match key.as_str() {
+                                "size" => c.size = n,
+                                "rank" => c.rank = n,
+                                _ => {}
+                            }
+                        }
+                        other => return Err(unexpected("set", other)),
+                    }
+                }
+            }
+        }
+        let (v, s) = version.offered();
+        c.send_v1(&v1::Request::Init {
+            version: v,
+            subversion: s,
+        })?;
+        match c.recv_v1()? {
+            v1::Response::Init {
+                status, version, ..
+            } => {
+                check("init", status)?;
+                if version != v {
+                    return Err(ClientError::Refused {
+                        cmd: "init",
+                        rc: -1,
+                        msg: Some(format!("server answered pmi_version={version}")),
+                    });
+                }
+            }
+            other => return Err(unexpected("response_to_init", other)),
+        }
+        match version {
+            Version::V1 => c.init_v1()?,
+            Version::V2 => c.init_v2(pmiid)?,
+        }
+        Ok(c)
+    }
+
+    fn init_v1(&mut self) -> Result<()> {
+        match self.call_v1(v1::Request::GetMaxes)? {
+            v1::Response::Maxes {
+                kvsname_max,
+                keylen_max,
+                vallen_max,
+            } => {
+                self.maxes = Maxes {
+                    kvsname: kvsname_max,
+                    key: keylen_max,
+                    value: vallen_max,
+                }
+            }
+            other => return Err(unexpected("maxes", other)),
+        }
+        match self.call_v1(v1::Request::GetMyKvsname)? {
+            v1::Response::MyKvsname { kvsname } => self.kvsname = kvsname,
+            other => return Err(unexpected("my_kvsname", other)),
+        }
+        match self.call_v1(v1::Request::GetAppnum)? {
+            v1::Response::Appnum { appnum } => self.appnum = appnum.into(),
+            other => return Err(unexpected("appnum", other)),
+        }
+        Ok(())
+    }
+
+    fn init_v2(&mut self, pmiid: Option<String>) -> Result<()> {
+        let pmirank = match pmiid {
+            Some(id) => Some(id.trim().parse().map_err(|_| ClientError::BadEnv {
+                var: "PMI_ID",
+                value: id.clone(),
+            })?),
+            None => env_num("PMI_RANK")?,
+        };
+        let req = v2::Request::FullInit {
+            pmijobid: env("PMI_JOBID"),
+            pmirank,
+            threaded: Some(false),
+        };
+        match self.call_v2(req)? {
+            v2::Response::FullInit {
+                status,
+                rank,
+                size,
+                appnum,
+                spawner_jobid,
+                ..
+            } => {
+                check("fullinit", status)?;
+                self.rank = rank;
+                self.size = size;
+                self.appnum = appnum;
+                self.spawned = spawner_jobid.is_some();
+            }
+            other => return Err(unexpected("fullinit-response", other)),
+        }
+        match self.call_v2(v2::Request::JobGetId)? {
+            v2::Response::JobGetId { status, jobid } => {
+                check("job-getid", status)?;
+                self.kvsname = jobid;
+            }
+            other => return Err(unexpected("job-getid-response", other)),
+        }
+        Ok(())
+    }
+
+    /// The protocol this client speaks.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+    /// This process's rank in its job.
+    pub fn rank(&self) -> i64 {
+        self.rank
+    }
+    /// The number of processes in the job.
+    pub fn size(&self) -> i64 {
+        self.size
+    }
+    /// The index of this process's MPMD command.
+    pub fn appnum(&self) -> i64 {
+        self.appnum
+    }
+    /// True when this process was started by a spawn.
+    pub fn spawned(&self) -> bool {
+        self.spawned
+    }
+    /// The job's KVS name (PMI-2: its job id).
+    pub fn kvsname(&self) -> &str {
+        &self.kvsname
+    }
+    /// The server's limits.
+    pub fn maxes(&self) -> Maxes {
+        self.maxes
+    }
+
+    /// Stores a pair; others see it after the next [`Client::fence`].
+    pub fn put(&mut self, key: &str, value: &str) -> Result<()> {
+        self.check_len(key, value)?;
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::Put {
+                kvsname: self.kvsname.clone(),
+                key: key.into(),
+                value: value.into(),
+            })? {
+                v1::Response::PutResult(s) => check("put", s),
+                other => Err(unexpected("put_result", other)),
+            },
+            Version::V2 => match self.call_v2(v2::Request::KvsPut {
+                key: key.into(),
+                value: value.into(),
+            })? {
+                v2::Response::KvsPut(s) => check("kvs-put", s),
+                other => Err(unexpected("kvs-put-response", other)),
+            },
+        }
+    }
+
+    /// Reads a key of this job's KVS: `Ok(None)` when it is not there.
+    pub fn get(&mut self, key: &str) -> Result<Option<String>> {
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::Get {
+                kvsname: self.kvsname.clone(),
+                key: key.into(),
+            })? {
+                v1::Response::GetResult { status, value } => {
+                    Ok(if status.is_ok() { value } else { None })
+                }
+                other => Err(unexpected("get_result", other)),
+            },
+            Version::V2 => match self.call_v2(v2::Request::KvsGet {
+                jobid: None,
+                srcid: None,
+                key: key.into(),
+            })? {
+                v2::Response::KvsGet(l) => Ok(found(l)),
+                other => Err(unexpected("kvs-get-response", other)),
+            },
+        }
+    }
+
+    /// The collective commit: returns when every process has entered it, after which every
+    /// put before it is visible. PMI-1 `barrier_in`, PMI-2 `kvs-fence`.
+    pub fn fence(&mut self) -> Result<()> {
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::BarrierIn { group: None })? {
+                v1::Response::BarrierOut { status, .. } => check("barrier_in", status),
+                other => Err(unexpected("barrier_out", other)),
+            },
+            Version::V2 => match self.call_v2(v2::Request::KvsFence)? {
+                v2::Response::KvsFence(s) => check("kvs-fence", s),
+                other => Err(unexpected("kvs-fence-response", other)),
+            },
+        }
+    }
+
+    /// Reads a job attribute (`PMI_process_mapping`, `universeSize`, …). PMI-1 reads it from
+    /// the KVS, where servers keep it; PMI-2 asks with `info-getjobattr`.
+    pub fn job_attr(&mut self, key: &str) -> Result<Option<String>> {
+        match self.version {
+            Version::V1 => self.get(key),
+            Version::V2 => match self.call_v2(v2::Request::InfoGetJobAttr { key: key.into() })? {
+                v2::Response::InfoGetJobAttr(l) => Ok(found(l)),
+                other => Err(unexpected("info-getjobattr-response", other)),
+            },
+        }
+    }
+
+    /// The universe size: how many processes the job may grow to (-1 when unknown).
+    pub fn universe_size(&mut self) -> Result<i64> {
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::GetUniverseSize)? {
+                v1::Response::UniverseSize { size } => Ok(size.into()),
+                other => Err(unexpected("universe_size", other)),
+            },
+            Version::V2 => Ok(self
+                .job_attr("universeSize")?
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(-1)),
+        }
+    }
+
+    /// Stores a node-local pair (PMI-2 only).
+    pub fn put_node_attr(&mut self, key: &str, value: &str) -> Result<()> {
+        self.require_v2("info-putnodeattr")?;
+        self.check_len(key, value)?;
+        match self.call_v2(v2::Request::InfoPutNodeAttr {
+            key: key.into(),
+            value: value.into(),
+        })? {
+            v2::Response::InfoPutNodeAttr(s) => check("info-putnodeattr", s),
+            other => Err(unexpected("info-putnodeattr-response", other)),
+        }
+    }
+
+    /// Reads a node-local key (PMI-2 only); with `wait`, the server holds the reply until a
+    /// process on this node puts it.
+    pub fn get_node_attr(&mut self, key: &str, wait: bool) -> Result<Option<String>> {
+        self.require_v2("info-getnodeattr")?;
+        match self.call_v2(v2::Request::InfoGetNodeAttr {
+            key: key.into(),
+            wait,
+        })? {
+            v2::Response::InfoGetNodeAttr(l) => Ok(found(l)),
+            other => Err(unexpected("info-getnodeattr-response", other)),
+        }
+    }
+
+    /// Publishes `name` with `port` in the name service.
+    pub fn publish(&mut self, name: &str, port: &str) -> Result<()> {
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::PublishName {
+                service: name.into(),
+                port: port.into(),
+            })? {
+                v1::Response::PublishResult(s) => check("publish_name", s),
+                other => Err(unexpected("publish_result", other)),
+            },
+            Version::V2 => match self.call_v2(v2::Request::NamePublish {
+                name: name.into(),
+                port: port.into(),
+                info: Vec::new(),
+            })? {
+                v2::Response::NamePublish(s) => check("name-publish", s),
+                other => Err(unexpected("name-publish-response", other)),
+            },
+        }
+    }
+
+    /// Withdraws a published name.
+    pub fn unpublish(&mut self, name: &str) -> Result<()> {
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::UnpublishName {
+                service: name.into(),
+            })? {
+                v1::Response::UnpublishResult(s) => check("unpublish_name", s),
+                other => Err(unexpected("unpublish_result", other)),
+            },
+            Version::V2 => match self.call_v2(v2::Request::NameUnpublish { name: name.into() })? {
+                v2::Response::NameUnpublish(s) => check("name-unpublish", s),
+                other => Err(unexpected("name-unpublish-response", other)),
+            },
+        }
+    }
+
+    /// Looks a published name up: `Ok(None)` when nobody published it.
+    pub fn lookup(&mut self, name: &str) -> Result<Option<String>> {
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::LookupName {
+                service: name.into(),
+            })? {
+                v1::Response::LookupResult { status, port } => {
+                    Ok(if status.is_ok() { port } else { None })
+                }
+                other => Err(unexpected("lookup_result", other)),
+            },
+            Version::V2 => match self.call_v2(v2::Request::NameLookup { name: name.into() })? {
+                v2::Response::NameLookup(l) => Ok(found(l)),
+                other => Err(unexpected("name-lookup-response", other)),
+            },
+        }
+    }
+
+    /// Starts a new job; returns once the server has launched it.
+    pub fn spawn(&mut self, spawn: &Spawn) -> Result<Spawned> {
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::Spawn(spawn.clone()))? {
+                v1::Response::SpawnResult { status, errcodes } => {
+                    check("spawn", status)?;
+                    Ok(Spawned {
+                        jobid: None,
+                        errcodes,
+                    })
+                }
+                other => Err(unexpected("spawn_result", other)),
+            },
+            Version::V2 => match self.call_v2(v2::Request::Spawn(spawn.clone()))? {
+                v2::Response::Spawn {
+                    status,
+                    jobid,
+                    errcodes,
+                } => {
+                    check("spawn", status)?;
+                    Ok(Spawned { jobid, errcodes })
+                }
+                other => Err(unexpected("spawn-response", other)),
+            },
+        }
+    }
+
+    /// Asks the server to end the job with `code`; there is no reply. The caller should exit
+    /// right after.
+    pub fn abort(mut self, code: i32, message: &str) -> Result<()> {
+        match self.version {
+            Version::V1 => self.send_v1(&v1::Request::Abort {
+                exitcode: Some(code),
+                message: Some(message.into()),
+            }),
+            Version::V2 => self.send_v2(v2::Request::Abort {
+                isworld: Some(true),
+                message: Some(message.into()),
+                exitcode: Some(code),
+            }),
+        }
+    }
+
+    /// Ends the session cleanly; the socket is closed afterwards.
+    pub fn finalize(mut self) -> Result<()> {
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::Finalize)? {
+                v1::Response::FinalizeAck => Ok(()),
+                other => Err(unexpected("finalize_ack", other)),
+            },
+            Version::V2 => match self.call_v2(v2::Request::Finalize)? {
+                v2::Response::Finalize(s) => check("finalize", s),
+                other => Err(unexpected("finalize-response", other)),
+            },
+        }
+    }
+
+    fn require_v2(&self, what: &'static str) -> Result<()> {
+        match self.version {
+            Version::V1 => Err(ClientError::Unsupported(what)),
+            Version::V2 => Ok(()),
+        }
+    }
+
+    fn check_len(&self, key: &str, value: &str) -> Result<()> {
+        if key.len() > self.maxes.key {
+            return Err(ClientError::TooLong {
+                what: "key",
+                len: key.len(),
+                max: self.maxes.key,
+            });
+        }
+        if value.len() > self.maxes.value {
+            return Err(ClientError::TooLong {
+                what: "value",
+                len: value.len(),
+                max: self.maxes.value,
+            });
+        }
+        Ok(())
+    }
+
+    fn send_v1(&mut self, req: &v1::Request) -> Result<()> {
+        let mut out = BytesMut::new();
+        req.encode(&mut out);
+        self.conn.write_all(&out)?;
+        Ok(())
+    }
+
+    fn recv_v1(&mut self) -> Result<v1::Response> {
+        loop {
+            if let Some(r) = v1::Response::decode(&mut self.buf)? {
+                return Ok(r);
+            }
+            self.fill()?;
+        }
+    }
+
+    fn call_v1(&mut self, req: v1::Request) -> Result<v1::Response> {
+        self.send_v1(&req)?;
+        self.recv_v1()
+    }
+
+    fn send_v2(&mut self, req: v2::Request) -> Result<()> {
+        let mut out = BytesMut::new();
+        Frame::new(req).encode(&mut out);
+        self.conn.write_all(&out)?;
+        Ok(())
+    }
+
+    fn call_v2(&mut self, req: v2::Request) -> Result<v2::Response> {
+        self.send_v2(req)?;
+        loop {
+            if let Some(r) = Frame::<v2::Response>::decode(&mut self.buf)? {
+                return Ok(r.msg);
+            }
+            self.fill()?;
+        }
+    }
+
+    fn fill(&mut self) -> Result<()> {
+        let mut chunk = [0u8; 4096];
+        let n = loop {
+            match self.conn.read(&mut chunk) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if n == 0 {
+            return Err(ClientError::Closed);
+        }
+        self.buf.extend_from_slice(&chunk[..n]);
+        Ok(())
+    }
+}
+
+fn found(l: Lookup) -> Option<String> {
+    if l.status.is_ok() && l.found {
+        l.value
+    } else {
+        None
+    }
+}
+
+/// True when `fd` is an open descriptor of this process.
+fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD only reads the descriptor's flags; any integer is a valid argument.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
