@@ -1,0 +1,478 @@
+//! The command line: Hydra's `mpiexec` syntax, parsed into a [`JobSpec`].
+//!
+//! Hydra options are single-dash words (`-genv`, `-ppn`); the GNU spellings `--genv` and
+//! `--np=4` are accepted too. Options before a segment's program apply to that segment
+//! (`-n`, `-env*`) or to the whole job (`-genv*`, `-hosts`, `-f`, `-ppn`, `-l`, …); `:` starts
+//! the next MPMD segment; `-configfile` reads segments one per line. Everything after a
+//! segment's program, up to `:`, is the program's own arguments.
+
+use crate::job::{AppSpec, EnvPolicy, HostSpec, JobSpec};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Run a job.
+    Run(JobSpec),
+    /// Print the usage text.
+    Help,
+    /// Print the version.
+    Version,
+}
+
+/// A command line Kauri cannot act on; the message is one line for the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(msg.into()))
+}
+
+/// The usage text of `kauri -h`.
+pub const HELP: &str = "\
+Usage: kauri [global options] [local options] PROGRAM [ARGS...] [: [local options] PROGRAM [ARGS...]]...
+
+Kauri launches parallel programs and serves them PMI-1 and PMI-2, like mpiexec.hydra.
+
+Local options (per MPMD segment):
+  -n, -np N               number of processes (default: the hosts' slots, 1 on this host)
+  -env NAME VALUE         set NAME for this segment's processes
+  -envall                 pass all of kauri's environment to this segment (default)
+  -envnone                pass none of it
+  -envlist A,B,...        pass only these variables
+  -wdir DIR               working directory (in the first segment: for every segment)
+
+Global options:
+  -genv NAME VALUE        set NAME for every process
+  -genvall | -genvnone | -genvlist A,B,...
+                          which of kauri's variables every process inherits
+  -hosts H1[:N],H2[:N]    hosts to run on, with slot counts
+  -f, -hostfile FILE      hosts from a file: 'host', 'host:N' or 'host slots=N' per line
+  -ppn N                  processes per host
+  -launcher NAME          how to reach hosts: fork (this host only in this version)
+  -configfile FILE        read segments from FILE, one per line
+  -l, -prepend-rank       prefix every output line with [RANK]
+  -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
+  -usize N                universe size reported to processes (default: the job size)
+  -disable-auto-cleanup   keep the job running when one process fails
+  -v, -verbose            log what kauri does (repeat for more)
+  -h, --help              this text
+  --version               kauri's version
+
+Environment:
+  MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds (exit status 255)
+  KAURI_KILL_GRACE=SECS   grace between SIGTERM and SIGKILL at teardown (default 3)
+";
+
+struct Segment {
+    app: AppSpec,
+}
+
+struct Parser {
+    spec: JobSpec,
+    segments: Vec<AppSpec>,
+    configfile: Option<PathBuf>,
+    n_given: Vec<bool>,
+}
+
+/// Parses `args` (without the program name).
+pub fn parse(args: &[String]) -> Result<Command, UsageError> {
+    let mut p = Parser {
+        spec: JobSpec {
+            apps: Vec::new(),
+            hosts: Vec::new(),
+            ppn: None,
+            genv: Vec::new(),
+            env_policy: EnvPolicy::All,
+            wdir: None,
+            label: false,
+            pmi_port: false,
+            launcher: None,
+            auto_cleanup: true,
+            universe_size: None,
+            timeout: None,
+            verbose: 0,
+        },
+        segments: Vec::new(),
+        configfile: None,
+        n_given: Vec::new(),
+    };
+    if args.is_empty() {
+        return err("no program given (try kauri -h)");
+    }
+    for part in args.split(|a| a == ":") {
+        if let Some(cmd) = p.segment(part, true)? {
+            return Ok(cmd);
+        }
+    }
+    if let Some(file) = p.configfile.take() {
+        if !p.segments.is_empty() {
+            return err("-configfile cannot be combined with programs on the command line");
+        }
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| UsageError(format!("cannot read configfile {}: {e}", file.display())))?;
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+            for part in words.split(|a| a == ":") {
+                p.segment(part, false)?;
+            }
+        }
+    }
+    if p.segments.is_empty() {
+        return err("no program given (try kauri -h)");
+    }
+    p.spec.timeout = timeout_from_env()?;
+    let default_n = match (p.spec.ppn, p.spec.hosts.len()) {
+        (Some(ppn), 0) => ppn,
+        (Some(ppn), h) => ppn * h,
+        (None, _) => p.spec.hosts.iter().map(|h| h.slots).sum::<usize>().max(1),
+    };
+    for (app, given) in p.segments.iter_mut().zip(&p.n_given) {
+        if !given {
+            app.nprocs = default_n;
+        }
+    }
+    p.spec.apps = p.segments;
+    Ok(Command::Run(p.spec))
+}
+
+fn timeout_from_env() -> Result<Option<Duration>, UsageError> {
+    match std::env::var("MPIEXEC_TIMEOUT") {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
+            Ok(0) => Ok(None),
+            Ok(s) => Ok(Some(Duration::from_secs(s))),
+            Err(_) => err(format!("MPIEXEC_TIMEOUT={v:?} is not a number of seconds")),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// Splits `--name=value` and `-name=value`; turns `--name` into `-name`.
+fn normalize(arg: &str) -> (String, Option<String>) {
+    let a = arg.strip_prefix('-').unwrap_or(arg);
+    let a = if a.starts_with('-') {
+        a.to_string()
+    } else {
+        format!("-{a}")
+    };
+    match a.split_once('=') {
+        Some((n, v)) => (n.to_string(), Some(v.to_string())),
+        None => (a, None),
+    }
+}
+
+impl Parser {
+    /// Parses one segment. Returns `Some` for `-h`/`--version`, which end parsing.
+    fn segment(
+        &mut self,
+        words: &[String],
+        allow_config: bool,
+    ) -> Result<Option<Command>, UsageError> {
+        let mut seg = Segment {
+            app: AppSpec {
+                nprocs: 0,
+                program: String::new(),
+                args: Vec::new(),
+                env: Vec::new(),
+                env_policy: None,
+                wdir: None,
+            },
+        };
+        let mut n_given = false;
+        let first = self.segments.is_empty();
+        let mut it = words.iter();
+        while let Some(word) = it.next() {
+            if !word.starts_with('-') || word == "-" {
+                seg.app.program = word.clone();
+                seg.app.args = it.by_ref().cloned().collect();
+                break;
+            }
+            let (name, inline) = normalize(word);
+            let mut inline = inline;
+            let mut value = |what: &str| -> Result<String, UsageError> {
+                match inline.take() {
+                    Some(v) => Ok(v),
+                    None => it
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| UsageError(format!("{what} needs a value"))),
+                }
+            };
+            match name.as_str() {
+                "-h" | "-help" => return Ok(Some(Command::Help)),
+                "-version" | "-V" => return Ok(Some(Command::Version)),
+                "-n" | "-np" => {
+                    let v = value(&name)?;
+                    match v.parse::<usize>() {
+                        Ok(0) => return err(format!("{name} 0: a job needs at least one process")),
+                        Ok(n) => seg.app.nprocs = n,
+                        Err(_) => return err(format!("{name} {v:?}: not a number of processes")),
+                    }
+                    n_given = true;
+                }
+                "-env" => {
+                    let k = value("-env")?;
+                    let v = it
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| UsageError("-env needs NAME VALUE".into()))?;
+                    seg.app.env.push((k, v));
+                }
+                "-envall" => seg.app.env_policy = Some(EnvPolicy::All),
+                "-envnone" => seg.app.env_policy = Some(EnvPolicy::None),
+                "-envlist" => seg.app.env_policy = Some(EnvPolicy::List(list(&value(&name)?))),
+                "-wdir" => {
+                    let d = PathBuf::from(value(&name)?);
+                    if first {
+                        self.spec.wdir = Some(d);
+                    } else {
+                        seg.app.wdir = Some(d);
+                    }
+                }
+                "-genv" => {
+                    let k = value("-genv")?;
+                    let v = it
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| UsageError("-genv needs NAME VALUE".into()))?;
+                    self.spec.genv.push((k, v));
+                }
+                "-genvall" => self.spec.env_policy = EnvPolicy::All,
+                "-genvnone" => self.spec.env_policy = EnvPolicy::None,
+                "-genvlist" => self.spec.env_policy = EnvPolicy::List(list(&value(&name)?)),
+                "-hosts" | "-host" => self.spec.hosts.extend(parse_hosts(&value(&name)?)?),
+                "-f" | "-hostfile" | "-machinefile" => {
+                    let f = value(&name)?;
+                    self.spec.hosts.extend(read_hostfile(Path::new(&f))?);
+                }
+                "-ppn" => {
+                    let v = value(&name)?;
+                    match v.parse::<usize>() {
+                        Ok(n) if n > 0 => self.spec.ppn = Some(n),
+                        _ => return err(format!("-ppn {v:?}: not a positive number")),
+                    }
+                }
+                "-launcher" | "-bootstrap" => self.spec.launcher = Some(value(&name)?),
+                "-configfile" => {
+                    if !allow_config {
+                        return err("-configfile inside a configfile");
+                    }
+                    self.configfile = Some(PathBuf::from(value(&name)?));
+                }
+                "-l" | "-prepend-rank" => self.spec.label = true,
+                "-pmi-port" => self.spec.pmi_port = true,
+                "-usize" => {
+                    let v = value(&name)?;
+                    self.spec.universe_size = Some(
+                        v.parse()
+                            .map_err(|_| UsageError(format!("-usize {v:?}: not a number")))?,
+                    );
+                }
+                "-disable-auto-cleanup" => self.spec.auto_cleanup = false,
+                "-auto-cleanup" => self.spec.auto_cleanup = true,
+                "-v" | "-verbose" => self.spec.verbose += 1,
+                _ => return err(format!("unknown option {word} (try kauri -h)")),
+            }
+        }
+        if seg.app.program.is_empty() {
+            if self.configfile.is_some() && allow_config {
+                return Ok(None);
+            }
+            return err(match words.last() {
+                Some(w) => format!("no program after {w}"),
+                None => "empty segment between ':'".into(),
+            });
+        }
+        self.segments.push(seg.app);
+        self.n_given.push(n_given);
+        Ok(None)
+    }
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Parses `-hosts a,b:2`.
+pub fn parse_hosts(v: &str) -> Result<Vec<HostSpec>, UsageError> {
+    v.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|h| host_entry(h.trim(), None))
+        .collect()
+}
+
+fn host_entry(entry: &str, slots: Option<&str>) -> Result<HostSpec, UsageError> {
+    let (name, n) = match (entry.rsplit_once(':'), slots) {
+        (Some((name, n)), None) => (name, Some(n)),
+        (_, s) => (entry, s),
+    };
+    if name.is_empty() || name.contains(char::is_whitespace) {
+        return err(format!("bad host {entry:?}"));
+    }
+    let slots = match n {
+        None => 1,
+        Some(n) => match n.trim().parse::<usize>() {
+            Ok(k) if k > 0 => k,
+            _ => return err(format!("bad slot count {n:?} for host {name}")),
+        },
+    };
+    Ok(HostSpec {
+        name: name.to_string(),
+        slots,
+    })
+}
+
+/// Reads a hostfile: `host`, `host:N` (Hydra) or `host slots=N` (Open MPI) per line; `#`
+/// starts a comment.
+pub fn read_hostfile(path: &Path) -> Result<Vec<HostSpec>, UsageError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("cannot read hostfile {}: {e}", path.display())))?;
+    let mut hosts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap_or_default();
+        let mut slots = None;
+        for w in words {
+            match w.split_once('=') {
+                Some(("slots", n)) | Some(("max_slots", n)) if slots.is_none() => slots = Some(n),
+                Some(("slots", _)) | Some(("max_slots", _)) => {}
+                _ => {
+                    return err(format!(
+                        "{}:{}: cannot read {w:?} (expected 'host', 'host:N' or 'host slots=N')",
+                        path.display(),
+                        i + 1
+                    ))
+                }
+            }
+        }
+        let h = host_entry(name, slots)
+            .map_err(|e| UsageError(format!("{}:{}: {}", path.display(), i + 1, e.0)))?;
+        hosts.push(h);
+    }
+    if hosts.is_empty() {
+        return err(format!("hostfile {} lists no host", path.display()));
+    }
+    Ok(hosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &str) -> JobSpec {
+        let a: Vec<String> = args.split_whitespace().map(str::to_string).collect();
+        match parse(&a).unwrap() {
+            Command::Run(s) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn fails(args: &str) -> String {
+        let a: Vec<String> = args.split_whitespace().map(str::to_string).collect();
+        parse(&a).unwrap_err().0
+    }
+
+    #[test]
+    fn basic_job() {
+        let s = run("-n 4 ./a.out x -y");
+        assert_eq!(s.apps.len(), 1);
+        assert_eq!(s.apps[0].nprocs, 4);
+        assert_eq!(s.apps[0].program, "./a.out");
+        assert_eq!(s.apps[0].args, vec!["x", "-y"]);
+        assert_eq!(s.size(), 4);
+    }
+
+    #[test]
+    fn gnu_forms_and_mpmd() {
+        let s = run("--np=2 -l -genv A 1 --env B 2 ./a : -np 3 -envnone ./b q");
+        assert_eq!(s.apps[0].nprocs, 2);
+        assert_eq!(s.apps[1].nprocs, 3);
+        assert_eq!(s.apps[0].env, vec![("B".to_string(), "2".to_string())]);
+        assert_eq!(s.apps[1].env_policy, Some(EnvPolicy::None));
+        assert_eq!(s.apps[1].args, vec!["q"]);
+        assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
+        assert!(s.label);
+    }
+
+    #[test]
+    fn env_policies() {
+        assert_eq!(run("-genvnone -n 1 a").env_policy, EnvPolicy::None);
+        assert_eq!(
+            run("-genvlist A,B -n 1 a").env_policy,
+            EnvPolicy::List(vec!["A".into(), "B".into()])
+        );
+    }
+
+    #[test]
+    fn hosts_and_ppn() {
+        let s = run("-hosts a,b:2 -ppn 3 ./x");
+        assert_eq!(s.hosts.len(), 2);
+        assert_eq!(s.hosts[1].slots, 2);
+        assert_eq!(s.apps[0].nprocs, 6);
+        let s = run("-hosts a,b:2 ./x");
+        assert_eq!(s.apps[0].nprocs, 3);
+    }
+
+    #[test]
+    fn errors_are_one_line() {
+        assert!(fails("-n 0 ./a").contains("at least one"));
+        assert!(fails("-bogus ./a").contains("unknown option -bogus"));
+        assert!(fails("-n 2").contains("no program"));
+        assert!(fails("-n x ./a").contains("not a number"));
+        assert!(fails("-n 1 a : -n 1").contains("no program"));
+        assert!(fails("-hosts a:0 ./x").contains("bad slot count"));
+    }
+
+    #[test]
+    fn help_and_version() {
+        assert_eq!(parse(&["-h".into()]).unwrap(), Command::Help);
+        assert_eq!(parse(&["--help".into()]).unwrap(), Command::Help);
+        assert_eq!(parse(&["--version".into()]).unwrap(), Command::Version);
+    }
+
+    #[test]
+    fn hostfile_forms() {
+        let dir = std::env::temp_dir().join(format!("kauri-hf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("hosts");
+        std::fs::write(&f, "# c\nn1\nn2:4\nn3 slots=2 # x\n\n").unwrap();
+        let h = read_hostfile(&f).unwrap();
+        assert_eq!(
+            h.iter()
+                .map(|h| (h.name.as_str(), h.slots))
+                .collect::<Vec<_>>(),
+            vec![("n1", 1), ("n2", 4), ("n3", 2)]
+        );
+        std::fs::write(&f, "n1\nn2 slots=x\n").unwrap();
+        assert!(read_hostfile(&f).unwrap_err().0.contains(":2:"));
+        std::fs::write(&f, "n1 foo\n").unwrap();
+        assert!(read_hostfile(&f).unwrap_err().0.contains(":1:"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn configfile_segments() {
+        let dir = std::env::temp_dir().join(format!("kauri-cf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("cfg");
+        std::fs::write(&f, "-n 1 ./a # first\n-n 2 ./b x\n").unwrap();
+        let s = run(&format!("-l -configfile {}", f.display()));
+        assert_eq!(s.apps.len(), 2);
+        assert_eq!(s.apps[1].args, vec!["x"]);
+        assert!(s.label);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

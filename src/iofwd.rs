@@ -1,0 +1,124 @@
+//! Output forwarding: rank stdout/stderr to kauri's, whole lines at a time, optionally labelled
+//! `[rank] ` as Hydra's `-prepend-rank` does; and kauri's stdin to rank 0.
+//!
+//! Each rank stream is read by its own task, cut at newlines, and each complete line goes as
+//! one message to a single writer task per destination, so lines of two ranks never interleave.
+//! A line longer than [`LINE_MAX`] is passed on in pieces rather than held without bound.
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+/// The longest line held back waiting for its newline.
+pub const LINE_MAX: usize = 64 * 1024;
+
+/// Reads `r` to its end, sending each line (with `prefix` before it) to `out`. A last line
+/// without a newline is sent as it is.
+pub async fn forward_lines<R: AsyncRead + Unpin>(
+    mut r: R,
+    prefix: Option<Bytes>,
+    out: mpsc::Sender<Bytes>,
+) {
+    let mut buf = BytesMut::with_capacity(8192);
+    loop {
+        while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+            let line = buf.split_to(nl + 1);
+            if send(&out, &prefix, &line).await.is_err() {
+                return;
+            }
+        }
+        if buf.len() >= LINE_MAX {
+            let piece = buf.split();
+            if send(&out, &prefix, &piece).await.is_err() {
+                return;
+            }
+        }
+        buf.reserve(8192);
+        match r.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    if !buf.is_empty() {
+        let _ = send(&out, &prefix, &buf).await;
+    }
+}
+
+async fn send(
+    out: &mpsc::Sender<Bytes>,
+    prefix: &Option<Bytes>,
+    line: &[u8],
+) -> Result<(), mpsc::error::SendError<Bytes>> {
+    let msg = match prefix {
+        None => Bytes::copy_from_slice(line),
+        Some(p) => {
+            let mut m = BytesMut::with_capacity(p.len() + line.len());
+            m.extend_from_slice(p);
+            m.extend_from_slice(line);
+            m.freeze()
+        }
+    };
+    out.send(msg).await
+}
+
+/// Writes every message from `rx` to `w` until all senders are gone; an error (a closed pipe)
+/// ends it and is returned so the job can be ended.
+pub async fn write_all<W: AsyncWrite + Unpin>(
+    mut rx: mpsc::Receiver<Bytes>,
+    mut w: W,
+) -> std::io::Result<()> {
+    while let Some(first) = rx.recv().await {
+        w.write_all(&first).await?;
+        while let Ok(more) = rx.try_recv() {
+            w.write_all(&more).await?;
+        }
+        w.flush().await?;
+    }
+    Ok(())
+}
+
+/// Copies `r` into `w` until either ends; used for stdin to rank 0.
+pub async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(mut r: R, mut w: W) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if w.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn lines_are_whole_and_labelled() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let input: &[u8] = b"one\ntwo\nthree";
+        forward_lines(input, Some(Bytes::from_static(b"[3] ")), tx).await;
+        let mut got = Vec::new();
+        while let Some(b) = rx.recv().await {
+            got.push(String::from_utf8(b.to_vec()).unwrap());
+        }
+        assert_eq!(got, vec!["[3] one\n", "[3] two\n", "[3] three"]);
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_cut_not_buffered_forever() {
+        let (tx, mut rx) = mpsc::channel(1024);
+        let input = vec![b'x'; LINE_MAX * 2 + 10];
+        forward_lines(&input[..], None, tx).await;
+        let mut total = 0;
+        while let Some(b) = rx.recv().await {
+            assert!(b.len() <= LINE_MAX + 8192);
+            total += b.len();
+        }
+        assert_eq!(total, input.len());
+    }
+}

@@ -1,0 +1,264 @@
+//! What a job is: its MPMD segments, hosts and environment policy ([`JobSpec`]), where each
+//! rank runs ([`Placement`]), and the `PMI_process_mapping` that tells ranks who shares a node.
+//!
+//! This module is pure data and arithmetic: no processes, no sockets.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which of the launcher's own environment variables a rank inherits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvPolicy {
+    /// Every variable (`-genvall`, the default).
+    All,
+    /// None (`-genvnone`), only those set explicitly with `-genv`/`-env`.
+    None,
+    /// Only the listed ones (`-genvlist a,b`).
+    List(Vec<String>),
+}
+
+/// One MPMD segment: the part of a command line between `:` separators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppSpec {
+    /// How many ranks run this program (`-n`).
+    pub nprocs: usize,
+    /// The program, as typed.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set for this segment only (`-env NAME VALUE`).
+    pub env: Vec<(String, String)>,
+    /// This segment's inheritance policy (`-envall`, `-envnone`, `-envlist`), overriding the
+    /// global one.
+    pub env_policy: Option<EnvPolicy>,
+    /// Working directory for this segment (`-wdir` after the global options).
+    pub wdir: Option<PathBuf>,
+}
+
+/// A host and how many rank slots it offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSpec {
+    /// The name as given (a host name or an address).
+    pub name: String,
+    /// Slots (`host:n`, `slots=n`); 1 when not given.
+    pub slots: usize,
+}
+
+/// Everything the command line says about a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    /// The MPMD segments, in order; a rank's `appnum` is its segment's index.
+    pub apps: Vec<AppSpec>,
+    /// Hosts to place ranks on; empty means this host only.
+    pub hosts: Vec<HostSpec>,
+    /// Ranks per host (`-ppn`), overriding slots.
+    pub ppn: Option<usize>,
+    /// Variables set for every rank (`-genv`).
+    pub genv: Vec<(String, String)>,
+    /// The global inheritance policy.
+    pub env_policy: EnvPolicy,
+    /// Working directory for every rank (`-wdir`), unless a segment sets its own.
+    pub wdir: Option<PathBuf>,
+    /// Prefix every output line with `[rank] ` (`-l`).
+    pub label: bool,
+    /// Serve PMI over loopback TCP (`PMI_PORT`/`PMI_ID`) instead of an inherited socket.
+    pub pmi_port: bool,
+    /// The launcher asked for (`-launcher`); `None` chooses by itself.
+    pub launcher: Option<String>,
+    /// End the whole job when one rank fails (`-disable-auto-cleanup` turns it off).
+    pub auto_cleanup: bool,
+    /// The universe size reported to ranks (`-usize`); `None`: the job's size.
+    pub universe_size: Option<i64>,
+    /// Kill the job after this long (`MPIEXEC_TIMEOUT`).
+    pub timeout: Option<Duration>,
+    /// Log verbosity (`-v`, repeatable).
+    pub verbose: u8,
+}
+
+impl JobSpec {
+    /// The total number of ranks.
+    pub fn size(&self) -> usize {
+        self.apps.iter().map(|a| a.nprocs).sum()
+    }
+}
+
+/// Where each rank runs, as node indices into the job's host list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// `node[r]` is the index of rank `r`'s host.
+    pub node: Vec<usize>,
+    /// The number of hosts.
+    pub nodes: usize,
+}
+
+impl Placement {
+    /// Every rank on one host.
+    pub fn single(size: usize) -> Placement {
+        Placement {
+            node: vec![0; size],
+            nodes: 1,
+        }
+    }
+
+    /// Fills hosts in order, `slots[i]` ranks on host `i`, wrapping around (oversubscribing)
+    /// when the job is bigger than the slots: Hydra's default block placement.
+    pub fn block(size: usize, slots: &[usize]) -> Placement {
+        let total: usize = slots.iter().sum();
+        let mut node = Vec::with_capacity(size);
+        if total == 0 {
+            return Placement::single(size);
+        }
+        'outer: loop {
+            for (h, &n) in slots.iter().enumerate() {
+                for _ in 0..n {
+                    if node.len() == size {
+                        break 'outer;
+                    }
+                    node.push(h);
+                }
+            }
+            if node.len() == size {
+                break;
+            }
+        }
+        Placement {
+            node,
+            nodes: slots.len(),
+        }
+    }
+
+    /// The ranks on host `n`, in rank order.
+    pub fn ranks_on(&self, n: usize) -> Vec<usize> {
+        (0..self.node.len())
+            .filter(|&r| self.node[r] == n)
+            .collect()
+    }
+
+    /// `PMI_process_mapping` for this placement: `(vector,(start,count,ppn),…)`, the shortest
+    /// list of blocks which, applied cyclically as MPICH's parser does, gives every rank's
+    /// node; the empty string ("unknown") when that list is longer than a value may be.
+    pub fn process_mapping(&self) -> String {
+        // Runs of consecutive ranks on one node, merged into blocks of consecutive nodes with
+        // equal run lengths.
+        let mut blocks: Vec<(usize, usize, usize)> = Vec::new();
+        let mut r = 0;
+        while r < self.node.len() {
+            let n = self.node[r];
+            let run = self.node[r..].iter().take_while(|&&x| x == n).count();
+            match blocks.last_mut() {
+                Some((start, count, ppn)) if *ppn == run && *start + *count == n => *count += 1,
+                _ => blocks.push((n, 1, run)),
+            }
+            r += run;
+        }
+        // The shortest prefix of blocks that reproduces the whole mapping when repeated.
+        let shortest = (1..=blocks.len())
+            .find(|&k| expand(&blocks[..k], self.node.len()) == self.node)
+            .unwrap_or(blocks.len());
+        let mut s = String::from("(vector");
+        for (start, count, ppn) in &blocks[..shortest] {
+            s.push_str(&format!(",({start},{count},{ppn})"));
+        }
+        s.push(')');
+        if s.len() > pmi_wire::limits::VALUE_MAX {
+            String::new()
+        } else {
+            s
+        }
+    }
+}
+
+/// Applies blocks cyclically to `size` ranks, as MPICH's rank-map parser does.
+fn expand(blocks: &[(usize, usize, usize)], size: usize) -> Vec<usize> {
+    let mut out = Vec::with_capacity(size);
+    if blocks.iter().all(|&(_, c, p)| c == 0 || p == 0) {
+        return out;
+    }
+    while out.len() < size {
+        for &(start, count, ppn) in blocks {
+            for node in start..start + count {
+                for _ in 0..ppn {
+                    if out.len() == size {
+                        return out;
+                    }
+                    out.push(node);
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cyclic(size: usize, nodes: usize) -> Placement {
+        Placement {
+            node: (0..size).map(|r| r % nodes).collect(),
+            nodes,
+        }
+    }
+
+    #[test]
+    fn single_host_mapping() {
+        assert_eq!(Placement::single(4).process_mapping(), "(vector,(0,1,4))");
+        assert_eq!(Placement::single(1).process_mapping(), "(vector,(0,1,1))");
+    }
+
+    #[test]
+    fn block_mapping_uniform_and_mixed() {
+        assert_eq!(
+            Placement::block(8, &[4, 4]).process_mapping(),
+            "(vector,(0,2,4))"
+        );
+        assert_eq!(
+            Placement::block(6, &[2, 4]).process_mapping(),
+            "(vector,(0,1,2),(1,1,4))"
+        );
+    }
+
+    #[test]
+    fn block_oversubscribes_by_wrapping() {
+        let p = Placement::block(5, &[2, 1]);
+        assert_eq!(p.node, vec![0, 0, 1, 0, 0]);
+        assert_eq!(expand(&[(0, 1, 2), (1, 1, 1)], 5), p.node);
+        assert_eq!(p.process_mapping(), "(vector,(0,1,2),(1,1,1))");
+    }
+
+    #[test]
+    fn cyclic_mapping_uses_wraparound() {
+        assert_eq!(cyclic(8, 2).process_mapping(), "(vector,(0,2,1))");
+        assert_eq!(cyclic(7, 3).process_mapping(), "(vector,(0,3,1))");
+    }
+
+    #[test]
+    fn every_mapping_expands_back() {
+        for size in 1..40 {
+            for nodes in 1..6 {
+                for p in [cyclic(size, nodes), Placement::block(size, &vec![3; nodes])] {
+                    let m = p.process_mapping();
+                    let blocks: Vec<(usize, usize, usize)> = m
+                        .trim_start_matches("(vector,")
+                        .trim_end_matches(')')
+                        .split("),(")
+                        .map(|b| {
+                            let v: Vec<usize> = b
+                                .trim_matches(|c| c == '(' || c == ')')
+                                .split(',')
+                                .map(|x| x.parse().unwrap())
+                                .collect();
+                            (v[0], v[1], v[2])
+                        })
+                        .collect();
+                    assert_eq!(expand(&blocks, size), p.node, "{m}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ranks_on_node() {
+        assert_eq!(cyclic(6, 2).ranks_on(1), vec![1, 3, 5]);
+    }
+}

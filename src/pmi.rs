@@ -1,0 +1,1100 @@
+//! The PMI session engine: requests in, effects out, no I/O (the "sans-IO" style).
+//!
+//! One [`Engine`] serves one job on one agent: the connections of the job's local ranks, the
+//! job's KVS as this agent sees it, its node-local attributes and its fence. The I/O layer
+//! feeds it decoded requests ([`Engine::handle`]) and process events ([`Engine::rank_exited`]),
+//! and acts on what it hands back ([`Engine::drain`]): bytes to send on a connection, a fence
+//! contribution to pass up the tree, an abort, a rank that initialised or finalised.
+//!
+//! A fence (PMI-1 `barrier_in`, PMI-2 `kvs-fence`) is blocking: it completes when every local
+//! rank has entered it and the tree has merged every agent's puts ([`Engine::fence_done`]).
+//! So when any rank leaves a fence, every put made before it by anybody is readable, and a read
+//! of a missing key can be answered "not found" at once; this is what MPICH's PMI-2 barrier
+//! (a fence, then a read of a key nobody put) relies on.
+//!
+//! [`Framing`] tells the two protocols apart on one socket: PMI-1 lines until an `init` asks
+//! for version 2, then PMI-2 frames.
+
+use crate::kvs::{Delta, Kvs};
+use bytes::{Bytes, BytesMut};
+use pmi_wire::limits::{KEY_MAX, KVSNAME_MAX, VALUE_MAX};
+use pmi_wire::v2::{Frame, Lookup};
+use pmi_wire::{v1, v2, Status, WireError};
+use std::collections::{HashMap, HashSet};
+
+/// Identifies one PMI connection on an agent.
+pub type ConnId = u64;
+
+/// A decoded request in either protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    /// A PMI-1 message.
+    V1(v1::Request),
+    /// A PMI-2 frame.
+    V2(Frame<v2::Request>),
+}
+
+/// Per-connection framing: PMI-1 lines until `init` asks for version 2, then PMI-2 frames.
+#[derive(Debug, Default)]
+pub struct Framing {
+    v2: bool,
+}
+
+impl Framing {
+    /// Takes the next complete request off `buf` (see [`v1::Request::decode`] for how errors
+    /// consume input).
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Incoming>, WireError> {
+        if self.v2 {
+            return Ok(Frame::<v2::Request>::decode(buf)?.map(Incoming::V2));
+        }
+        let req = v1::Request::decode(buf)?;
+        if let Some(v1::Request::Init { version: 2, .. }) = req {
+            self.v2 = true;
+        }
+        Ok(req.map(Incoming::V1))
+    }
+
+    /// True once the connection speaks PMI-2.
+    pub fn is_v2(&self) -> bool {
+        self.v2
+    }
+}
+
+/// What a job looks like to its ranks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    /// The KVS name, which is also the PMI-2 job id.
+    pub kvsname: String,
+    /// The number of ranks.
+    pub size: usize,
+    /// The universe size reported to ranks.
+    pub universe_size: i64,
+    /// `appnum[r]`: rank `r`'s MPMD segment.
+    pub appnum: Vec<u32>,
+    /// `PMI_process_mapping`.
+    pub process_mapping: String,
+    /// The ranks this agent serves.
+    pub local_ranks: Vec<usize>,
+    /// The job id of the job that spawned this one, if any.
+    pub spawner_jobid: Option<String>,
+}
+
+/// Something the I/O layer must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Write these bytes to the connection.
+    Send {
+        /// The connection.
+        conn: ConnId,
+        /// One or more encoded replies.
+        bytes: Bytes,
+    },
+    /// Close the connection: its stream can no longer be trusted.
+    Close {
+        /// The connection.
+        conn: ConnId,
+    },
+    /// A rank finished the PMI handshake.
+    Initialized {
+        /// The rank.
+        rank: usize,
+    },
+    /// A rank called finalize.
+    Finalized {
+        /// The rank.
+        rank: usize,
+    },
+    /// A rank asked to end the job.
+    Abort {
+        /// The rank, when known.
+        rank: Option<usize>,
+        /// The exit code it asked for.
+        code: i32,
+        /// Its message.
+        message: String,
+    },
+    /// Every local rank entered fence `epoch`: pass `delta` (this agent's puts) up the tree,
+    /// then call [`Engine::fence_done`] with the merged delta.
+    FenceReady {
+        /// The fence's number, from 0.
+        epoch: u64,
+        /// The puts of this agent's ranks since the last fence.
+        delta: Delta,
+    },
+    /// A client sent something wrong; the job goes on, the message names the rank.
+    ProtocolError {
+        /// The rank, when known.
+        rank: Option<usize>,
+        /// What was wrong.
+        error: String,
+    },
+    /// The job cannot go on (a fence that can never complete).
+    Failed {
+        /// One line saying why.
+        reason: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Waiter {
+    conn: ConnId,
+    thrid: Option<String>,
+    v2: bool,
+}
+
+#[derive(Debug, Default, Clone)]
+struct RankState {
+    initialized: bool,
+    finalized: bool,
+    exited: bool,
+}
+
+#[derive(Debug, Default)]
+struct Conn {
+    rank: Option<usize>,
+}
+
+/// The engine. See the module documentation.
+#[derive(Debug)]
+pub struct Engine {
+    job: JobInfo,
+    conns: HashMap<ConnId, Conn>,
+    ranks: HashMap<usize, RankState>,
+    kvs: Kvs,
+    epoch: u64,
+    in_fence: HashSet<usize>,
+    fence_waiters: Vec<Waiter>,
+    node_attrs: HashMap<String, String>,
+    node_waiters: HashMap<String, Vec<Waiter>>,
+    names: HashMap<String, String>,
+    failed: bool,
+    out: Vec<Output>,
+}
+
+/// Keys that are job attributes, served read-only from [`JobInfo`].
+const MAPPING_KEY: &str = "PMI_process_mapping";
+
+impl Engine {
+    /// An engine for `job`, serving its `local_ranks`.
+    pub fn new(job: JobInfo) -> Engine {
+        let ranks = job
+            .local_ranks
+            .iter()
+            .map(|&r| (r, RankState::default()))
+            .collect();
+        Engine {
+            job,
+            conns: HashMap::new(),
+            ranks,
+            kvs: Kvs::default(),
+            epoch: 0,
+            in_fence: HashSet::new(),
+            fence_waiters: Vec::new(),
+            node_attrs: HashMap::new(),
+            node_waiters: HashMap::new(),
+            names: HashMap::new(),
+            failed: false,
+            out: Vec::new(),
+        }
+    }
+
+    /// The job this engine serves.
+    pub fn job(&self) -> &JobInfo {
+        &self.job
+    }
+
+    /// Registers a connection; `rank` is known in `PMI_FD` mode, learnt from the handshake
+    /// (`initack`, `fullinit`) in `PMI_PORT` mode.
+    pub fn connect(&mut self, conn: ConnId, rank: Option<usize>) {
+        self.conns.insert(conn, Conn { rank });
+    }
+
+    /// Forgets a connection whose socket closed.
+    pub fn disconnect(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+        self.fence_waiters.retain(|w| w.conn != conn);
+        for ws in self.node_waiters.values_mut() {
+            ws.retain(|w| w.conn != conn);
+        }
+    }
+
+    /// Takes everything the engine wants done, in order.
+    pub fn drain(&mut self) -> Vec<Output> {
+        std::mem::take(&mut self.out)
+    }
+
+    /// True when `rank` called finalize.
+    pub fn finalized(&self, rank: usize) -> bool {
+        self.ranks.get(&rank).is_some_and(|s| s.finalized)
+    }
+
+    /// True when `rank` finished the PMI handshake.
+    pub fn initialized(&self, rank: usize) -> bool {
+        self.ranks.get(&rank).is_some_and(|s| s.initialized)
+    }
+
+    /// Records that a local rank's process ended. A rank that ends without finalize can never
+    /// enter a fence: if one is under way, or starts later, the job has failed.
+    pub fn rank_exited(&mut self, rank: usize) {
+        if let Some(s) = self.ranks.get_mut(&rank) {
+            s.exited = true;
+        }
+        self.check_fence_possible();
+    }
+
+    fn check_fence_possible(&mut self) {
+        if self.in_fence.is_empty() || self.failed {
+            return;
+        }
+        let mut gone: Vec<usize> = self
+            .ranks
+            .iter()
+            .filter(|(r, s)| s.exited && !s.finalized && !self.in_fence.contains(r))
+            .map(|(&r, _)| r)
+            .collect();
+        gone.sort_unstable();
+        if let Some(&r) = gone.first() {
+            let how = if self.ranks[&r].initialized {
+                "exited without finalizing PMI"
+            } else {
+                "exited before PMI init"
+            };
+            self.failed = true;
+            self.out.push(Output::Failed {
+                reason: format!(
+                    "rank {r} {how} while {} rank(s) wait in a fence",
+                    self.in_fence.len()
+                ),
+            });
+        }
+    }
+
+    /// Applies the merged delta of fence `epoch` and releases every rank waiting in it.
+    pub fn fence_done(&mut self, epoch: u64, delta: Delta) {
+        if epoch != self.epoch {
+            return;
+        }
+        self.kvs.commit(delta);
+        self.epoch += 1;
+        self.in_fence.clear();
+        for w in std::mem::take(&mut self.fence_waiters) {
+            if w.v2 {
+                self.send_v2(w.conn, w.thrid, v2::Response::KvsFence(Status::ok()));
+            } else {
+                self.send_v1(
+                    w.conn,
+                    v1::Response::BarrierOut {
+                        status: Status::ok(),
+                        tag: None,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Puts a pair into the committed store directly (spawn preputs).
+    pub fn preput(&mut self, key: String, value: String) {
+        self.kvs.preput(key, value);
+    }
+
+    /// Reports a message that did not parse. Framing errors close the connection.
+    pub fn bad_input(&mut self, conn: ConnId, v2: bool, error: &WireError) {
+        let rank = self.rank_of(conn);
+        self.out.push(Output::ProtocolError {
+            rank,
+            error: error.to_string(),
+        });
+        if error.is_fatal() {
+            self.out.push(Output::Close { conn });
+            return;
+        }
+        let status = Status::error(-1, error.to_string());
+        let name = match error {
+            WireError::UnknownCommand(c) => c.clone(),
+            _ => "error".to_string(),
+        };
+        let mut b = BytesMut::new();
+        if v2 {
+            // No typed reply exists for a command we do not know: answer `NAME-response`.
+            let body = format!(
+                "cmd={name}-response;rc=-1;errmsg={};",
+                status.msg.unwrap_or_default().replace(';', ",")
+            );
+            b.extend_from_slice(format!("{:<6}{body}", body.len()).as_bytes());
+        } else {
+            b.extend_from_slice(
+                format!(
+                    "cmd={} rc=-1 msg={}\n",
+                    v1::sanitize(&format!("{name}_result")),
+                    v1::sanitize(&status.msg.unwrap_or_default())
+                )
+                .as_bytes(),
+            );
+        }
+        self.out.push(Output::Send {
+            conn,
+            bytes: b.freeze(),
+        });
+    }
+
+    /// Handles one request from `conn`.
+    pub fn handle(&mut self, conn: ConnId, req: Incoming) {
+        match req {
+            Incoming::V1(r) => self.handle_v1(conn, r),
+            Incoming::V2(f) => self.handle_v2(conn, f),
+        }
+    }
+
+    fn rank_of(&self, conn: ConnId) -> Option<usize> {
+        self.conns.get(&conn).and_then(|c| c.rank)
+    }
+
+    fn appnum(&self, conn: ConnId) -> u32 {
+        self.rank_of(conn)
+            .and_then(|r| self.job.appnum.get(r).copied())
+            .unwrap_or(0)
+    }
+
+    fn bind(&mut self, conn: ConnId, id: i64) -> Result<usize, String> {
+        let r = usize::try_from(id)
+            .ok()
+            .filter(|r| self.ranks.contains_key(r))
+            .ok_or_else(|| format!("PMI id {id} is not a rank served here"))?;
+        if self.conns.values().any(|c| c.rank == Some(r)) {
+            match self.conns.get(&conn) {
+                Some(c) if c.rank == Some(r) => {}
+                _ => return Err(format!("rank {r} is already connected")),
+            }
+        }
+        self.conns.entry(conn).or_default().rank = Some(r);
+        Ok(r)
+    }
+
+    fn mark_initialized(&mut self, conn: ConnId) {
+        if let Some(r) = self.rank_of(conn) {
+            if let Some(s) = self.ranks.get_mut(&r) {
+                if !s.initialized {
+                    s.initialized = true;
+                    self.out.push(Output::Initialized { rank: r });
+                }
+            }
+        }
+    }
+
+    fn finalize(&mut self, conn: ConnId) {
+        if let Some(r) = self.rank_of(conn) {
+            if let Some(s) = self.ranks.get_mut(&r) {
+                s.finalized = true;
+            }
+            self.out.push(Output::Finalized { rank: r });
+        }
+    }
+
+    fn check_put(key: &str, value: &str) -> Result<(), String> {
+        if key.is_empty() {
+            Err("empty key".into())
+        } else if key.len() > KEY_MAX {
+            Err(format!("key of {} bytes exceeds {KEY_MAX}", key.len()))
+        } else if value.len() > VALUE_MAX {
+            Err(format!(
+                "value of {} bytes exceeds {VALUE_MAX}",
+                value.len()
+            ))
+        } else if key.starts_with("PMI_") {
+            Err(format!("key {key} is reserved (PMI_ prefix)"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Enters the fence; `Err` when the connection has no rank.
+    fn enter_fence(&mut self, conn: ConnId, waiter: Waiter) -> Result<(), String> {
+        let rank = self
+            .rank_of(conn)
+            .ok_or("a connection with no rank cannot enter a fence (send initack first)")?;
+        if !self.in_fence.insert(rank) {
+            return Err(format!("rank {rank} is already in fence {}", self.epoch));
+        }
+        self.fence_waiters.push(waiter);
+        if self.in_fence.len() == self.ranks.len() {
+            let delta = self.kvs.take_pending();
+            self.out.push(Output::FenceReady {
+                epoch: self.epoch,
+                delta,
+            });
+        } else {
+            self.check_fence_possible();
+        }
+        Ok(())
+    }
+
+    fn job_attr(&self, key: &str) -> Option<String> {
+        match key {
+            MAPPING_KEY => Some(self.job.process_mapping.clone()),
+            "universeSize" => Some(self.job.universe_size.to_string()),
+            _ => None,
+        }
+    }
+
+    fn publish(&mut self, name: &str, port: &str) -> Status {
+        if self.names.contains_key(name) {
+            Status::error(1, format!("name {name} is already published"))
+        } else {
+            self.names.insert(name.to_string(), port.to_string());
+            Status::ok()
+        }
+    }
+
+    fn unpublish(&mut self, name: &str) -> Status {
+        match self.names.remove(name) {
+            Some(_) => Status::ok(),
+            None => Status::error(1, format!("name {name} is not published")),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // PMI-1
+
+    fn send_v1(&mut self, conn: ConnId, r: v1::Response) {
+        let mut b = BytesMut::with_capacity(64);
+        r.encode(&mut b);
+        self.out.push(Output::Send {
+            conn,
+            bytes: b.freeze(),
+        });
+    }
+
+    fn handle_v1(&mut self, conn: ConnId, req: v1::Request) {
+        use v1::Request as Q;
+        use v1::Response as A;
+        let reply = match req {
+            Q::InitAck { pmiid } => {
+                let id = pmiid
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| format!("bad pmiid {pmiid:?}"));
+                match id.and_then(|id| self.bind(conn, id)) {
+                    Ok(rank) => {
+                        self.send_v1(conn, A::InitAck);
+                        let size = self.job.size.to_string();
+                        for (k, v) in [
+                            ("size", size),
+                            ("rank", rank.to_string()),
+                            ("debug", "0".into()),
+                        ] {
+                            self.send_v1(
+                                conn,
+                                A::Set {
+                                    key: k.into(),
+                                    value: v,
+                                },
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        self.out.push(Output::ProtocolError {
+                            rank: None,
+                            error: e,
+                        });
+                        self.out.push(Output::Close { conn });
+                    }
+                }
+                return;
+            }
+            Q::Init {
+                version,
+                subversion,
+            } => {
+                let (v, s, status) = match version {
+                    1 => (1, 1, Status::ok()),
+                    2 => (2, 0, Status::ok()),
+                    _ => (
+                        version,
+                        subversion,
+                        Status::error(
+                            -1,
+                            format!("PMI version {version}.{subversion} not supported: kauri speaks 1.1 and 2.0"),
+                        ),
+                    ),
+                };
+                if status.is_ok() && version == 1 {
+                    self.mark_initialized(conn);
+                }
+                A::Init {
+                    status,
+                    version: v,
+                    subversion: s,
+                }
+            }
+            Q::GetMaxes => A::Maxes {
+                kvsname_max: KVSNAME_MAX,
+                keylen_max: KEY_MAX,
+                vallen_max: VALUE_MAX,
+            },
+            Q::GetAppnum => A::Appnum {
+                appnum: self.appnum(conn) as i32,
+            },
+            Q::GetMyKvsname => A::MyKvsname {
+                kvsname: self.job.kvsname.clone(),
+            },
+            Q::GetUniverseSize => A::UniverseSize {
+                size: self.job.universe_size as i32,
+            },
+            Q::BarrierIn { group: Some(g) } => A::BarrierOut {
+                status: Status::error(
+                    -1,
+                    format!("group barriers ({g}) need PMI 1.2; kauri speaks 1.1"),
+                ),
+                tag: None,
+            },
+            Q::BarrierIn { group: None } => {
+                let w = Waiter {
+                    conn,
+                    thrid: None,
+                    v2: false,
+                };
+                match self.enter_fence(conn, w) {
+                    Ok(()) => return,
+                    Err(e) => A::BarrierOut {
+                        status: Status::error(-1, e),
+                        tag: None,
+                    },
+                }
+            }
+            Q::Put { key, value, .. } => match Self::check_put(&key, &value) {
+                Ok(()) => {
+                    self.kvs.put(key, value);
+                    A::PutResult(Status::ok())
+                }
+                Err(e) => A::PutResult(Status::error(-1, e)),
+            },
+            Q::Get { key, .. } => match self
+                .job_attr(&key)
+                .or_else(|| self.kvs.get(&key).map(str::to_string))
+            {
+                Some(v) => A::GetResult {
+                    status: Status::ok(),
+                    value: Some(v),
+                },
+                None => A::GetResult {
+                    status: Status::error(1, format!("key {key} not found")),
+                    value: None,
+                },
+            },
+            Q::GetByIdx { idx, .. } => {
+                match usize::try_from(idx)
+                    .ok()
+                    .and_then(|i| self.kvs.get_by_idx(i))
+                {
+                    Some((k, v)) => A::GetByIdxResult {
+                        status: Status::ok(),
+                        nextidx: Some(idx + 1),
+                        key: Some(k.to_string()),
+                        val: Some(v.to_string()),
+                    },
+                    None => A::GetByIdxResult {
+                        status: Status::error(-2, "no more keys"),
+                        nextidx: None,
+                        key: None,
+                        val: None,
+                    },
+                }
+            }
+            Q::PublishName { service, port } => A::PublishResult(self.publish(&service, &port)),
+            Q::UnpublishName { service } => A::UnpublishResult(self.unpublish(&service)),
+            Q::LookupName { service } => match self.names.get(&service) {
+                Some(p) => A::LookupResult {
+                    status: Status::ok(),
+                    port: Some(p.clone()),
+                },
+                None => A::LookupResult {
+                    status: Status::error(1, format!("name {service} not found")),
+                    port: None,
+                },
+            },
+            Q::Abort { exitcode, message } => {
+                self.out.push(Output::Abort {
+                    rank: self.rank_of(conn),
+                    code: exitcode.unwrap_or(1),
+                    message: message.unwrap_or_default(),
+                });
+                return;
+            }
+            Q::Finalize => {
+                self.finalize(conn);
+                A::FinalizeAck
+            }
+            Q::Singinit { .. } => A::SinginitInfo {
+                versionok: "no".into(),
+                stdio: "no".into(),
+                kvsname: self.job.kvsname.clone(),
+            },
+            Q::Spawn(_) => A::SpawnResult {
+                status: Status::error(-1, "spawn is not supported by this kauri"),
+                errcodes: Vec::new(),
+            },
+        };
+        self.send_v1(conn, reply);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // PMI-2
+
+    fn send_v2(&mut self, conn: ConnId, thrid: Option<String>, msg: v2::Response) {
+        let mut b = BytesMut::with_capacity(96);
+        Frame { thrid, msg }.encode(&mut b);
+        self.out.push(Output::Send {
+            conn,
+            bytes: b.freeze(),
+        });
+    }
+
+    fn handle_v2(&mut self, conn: ConnId, frame: Frame<v2::Request>) {
+        use v2::Request as Q;
+        use v2::Response as A;
+        let thrid = frame.thrid;
+        let reply = match frame.msg {
+            Q::FullInit { pmirank, .. } => {
+                let bound = match (self.rank_of(conn), pmirank) {
+                    (Some(r), _) => Ok(r),
+                    (None, Some(id)) => self.bind(conn, id),
+                    (None, None) => Err("fullinit without pmirank on an unbound connection".into()),
+                };
+                match bound {
+                    Ok(rank) => {
+                        self.mark_initialized(conn);
+                        A::FullInit {
+                            status: Status::ok(),
+                            rank: rank as i64,
+                            size: self.job.size as i64,
+                            appnum: self.appnum(conn).into(),
+                            spawner_jobid: self.job.spawner_jobid.clone(),
+                            debugged: false,
+                            pmiverbose: false,
+                        }
+                    }
+                    Err(e) => A::FullInit {
+                        status: Status::error(-1, e),
+                        rank: -1,
+                        size: self.job.size as i64,
+                        appnum: 0,
+                        spawner_jobid: None,
+                        debugged: false,
+                        pmiverbose: false,
+                    },
+                }
+            }
+            Q::JobGetId => A::JobGetId {
+                status: Status::ok(),
+                jobid: self.job.kvsname.clone(),
+            },
+            Q::JobConnect { jobid } => A::JobConnect {
+                status: Status::error(-1, format!("job-connect to {jobid} is not supported")),
+                kvscopy: false,
+            },
+            Q::JobDisconnect { jobid } => A::JobDisconnect(Status::error(
+                -1,
+                format!("job-disconnect from {jobid} is not supported"),
+            )),
+            Q::KvsPut { key, value } => match Self::check_put(&key, &value) {
+                Ok(()) => {
+                    self.kvs.put(key, value);
+                    A::KvsPut(Status::ok())
+                }
+                Err(e) => A::KvsPut(Status::error(-1, e)),
+            },
+            Q::KvsGet { jobid, key, .. } => {
+                let ours = jobid.as_deref().is_none_or(|j| j == self.job.kvsname);
+                let v = if ours {
+                    self.kvs.get(&key).map(str::to_string)
+                } else {
+                    None
+                };
+                A::KvsGet(match v {
+                    Some(v) => Lookup::found(v),
+                    None => Lookup::not_found(format!("key {key} not found")),
+                })
+            }
+            Q::KvsFence => {
+                let w = Waiter {
+                    conn,
+                    thrid: thrid.clone(),
+                    v2: true,
+                };
+                match self.enter_fence(conn, w) {
+                    Ok(()) => return,
+                    Err(e) => A::KvsFence(Status::error(-1, e)),
+                }
+            }
+            Q::InfoPutNodeAttr { key, value } => match Self::check_put(&key, &value) {
+                Ok(()) => {
+                    for w in self.node_waiters.remove(&key).unwrap_or_default() {
+                        self.send_v2(
+                            w.conn,
+                            w.thrid,
+                            A::InfoGetNodeAttr(Lookup::found(value.clone())),
+                        );
+                    }
+                    self.node_attrs.insert(key, value);
+                    A::InfoPutNodeAttr(Status::ok())
+                }
+                Err(e) => A::InfoPutNodeAttr(Status::error(-1, e)),
+            },
+            Q::InfoGetNodeAttr { key, wait } => match self.node_attrs.get(&key) {
+                Some(v) => A::InfoGetNodeAttr(Lookup::found(v.clone())),
+                None if wait => {
+                    self.node_waiters.entry(key).or_default().push(Waiter {
+                        conn,
+                        thrid,
+                        v2: true,
+                    });
+                    return;
+                }
+                None => {
+                    A::InfoGetNodeAttr(Lookup::not_found(format!("node attribute {key} not found")))
+                }
+            },
+            Q::InfoGetJobAttr { key } => A::InfoGetJobAttr(match self.job_attr(&key) {
+                Some(v) => Lookup::found(v),
+                None => Lookup::not_found(format!("job attribute {key} not found")),
+            }),
+            Q::NamePublish { name, port, .. } => A::NamePublish(self.publish(&name, &port)),
+            Q::NameUnpublish { name } => A::NameUnpublish(self.unpublish(&name)),
+            Q::NameLookup { name } => A::NameLookup(match self.names.get(&name) {
+                Some(p) => Lookup::found(p.clone()),
+                None => Lookup::not_found(format!("name {name} not found")),
+            }),
+            Q::Spawn(_) => A::Spawn {
+                status: Status::error(-1, "spawn is not supported by this kauri"),
+                jobid: None,
+                errcodes: Vec::new(),
+            },
+            Q::Abort {
+                message, exitcode, ..
+            } => {
+                self.out.push(Output::Abort {
+                    rank: self.rank_of(conn),
+                    // Old MPICH clients send no code; Hydra then exits with 255.
+                    code: exitcode.unwrap_or(255),
+                    message: message.unwrap_or_default(),
+                });
+                return;
+            }
+            Q::Finalize => {
+                self.finalize(conn);
+                A::Finalize(Status::ok())
+            }
+        };
+        self.send_v2(conn, thrid, reply);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(size: usize) -> Engine {
+        let mut e = Engine::new(JobInfo {
+            kvsname: "kvs_test".into(),
+            size,
+            universe_size: size as i64,
+            appnum: vec![0; size],
+            process_mapping: "(vector,(0,1,4))".into(),
+            local_ranks: (0..size).collect(),
+            spawner_jobid: None,
+        });
+        for r in 0..size {
+            e.connect(r as ConnId, Some(r));
+        }
+        e
+    }
+
+    /// Feeds raw client bytes through the framing, as the I/O layer does.
+    fn feed(e: &mut Engine, f: &mut Framing, conn: ConnId, bytes: &[u8]) {
+        let mut buf = BytesMut::from(bytes);
+        while let Some(req) = f.decode(&mut buf).unwrap() {
+            e.handle(conn, req);
+        }
+    }
+
+    /// Runs outputs the way a one-host front end does; returns the bytes sent per connection.
+    fn settle(e: &mut Engine) -> (HashMap<ConnId, String>, Vec<Output>) {
+        let mut sent: HashMap<ConnId, String> = HashMap::new();
+        let mut other = Vec::new();
+        loop {
+            let out = e.drain();
+            if out.is_empty() {
+                return (sent, other);
+            }
+            for o in out {
+                match o {
+                    Output::Send { conn, bytes } => sent
+                        .entry(conn)
+                        .or_default()
+                        .push_str(std::str::from_utf8(&bytes).unwrap()),
+                    Output::FenceReady { epoch, delta } => e.fence_done(epoch, delta),
+                    o => other.push(o),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pmi1_session_put_barrier_get() {
+        let mut e = engine(2);
+        let mut f = [Framing::default(), Framing::default()];
+        for r in 0..2u64 {
+            feed(
+                &mut e,
+                &mut f[r as usize],
+                r,
+                b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=get_maxes\ncmd=get_my_kvsname\n",
+            );
+        }
+        let (sent, other) = settle(&mut e);
+        assert!(sent[&0].contains("cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1"));
+        assert!(sent[&0].contains("cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024"));
+        assert!(sent[&1].contains("cmd=my_kvsname rc=0 kvsname=kvs_test"));
+        assert_eq!(other.len(), 2, "{other:?}");
+        feed(
+            &mut e,
+            &mut f[0],
+            0,
+            b"cmd=put kvsname=kvs_test key=a value=x y z\ncmd=barrier_in\n",
+        );
+        let (sent, _) = settle(&mut e);
+        assert_eq!(
+            sent[&0], "cmd=put_result rc=0\n",
+            "no barrier_out before everyone"
+        );
+        feed(
+            &mut e,
+            &mut f[1],
+            1,
+            b"cmd=get kvsname=kvs_test key=a\ncmd=barrier_in\n",
+        );
+        let (sent, _) = settle(&mut e);
+        assert!(
+            sent[&1].starts_with("cmd=get_result rc=1"),
+            "not visible before the barrier"
+        );
+        assert!(sent[&0].contains("cmd=barrier_out rc=0"));
+        assert!(sent[&1].contains("cmd=barrier_out rc=0"));
+        feed(
+            &mut e,
+            &mut f[1],
+            1,
+            b"cmd=get kvsname=kvs_test key=a\ncmd=get kvsname=kvs_test key=PMI_process_mapping\n",
+        );
+        let (sent, _) = settle(&mut e);
+        assert!(sent[&1].contains("cmd=get_result rc=0 value=x y z\n"));
+        assert!(sent[&1].contains("value=(vector,(0,1,4))\n"));
+    }
+
+    #[test]
+    fn pmi2_session_fence_and_node_attr_wait() {
+        let mut e = engine(2);
+        let mut f = [Framing::default(), Framing::default()];
+        let frame = |msg: v2::Request| {
+            let mut b = BytesMut::new();
+            Frame {
+                thrid: Some("t1".into()),
+                msg,
+            }
+            .encode(&mut b);
+            b
+        };
+        for r in 0..2u64 {
+            let mut bytes = BytesMut::from(&b"cmd=init pmi_version=2 pmi_subversion=0\n"[..]);
+            bytes.extend_from_slice(&frame(v2::Request::FullInit {
+                pmijobid: None,
+                pmirank: Some(r as i64),
+                threaded: Some(false),
+            }));
+            feed(&mut e, &mut f[r as usize], r, &bytes);
+        }
+        let (sent, _) = settle(&mut e);
+        assert!(sent[&1].contains("cmd=fullinit-response;thrid=t1;rc=0;pmi-version=2;pmi-subversion=0;rank=1;size=2;appnum=0;"));
+        // A waiting node-attribute read is answered by a later put on the node.
+        feed(
+            &mut e,
+            &mut f[1],
+            1,
+            &frame(v2::Request::InfoGetNodeAttr {
+                key: "shm".into(),
+                wait: true,
+            }),
+        );
+        assert!(settle(&mut e).0.is_empty());
+        feed(
+            &mut e,
+            &mut f[0],
+            0,
+            &frame(v2::Request::InfoPutNodeAttr {
+                key: "shm".into(),
+                value: "seg1".into(),
+            }),
+        );
+        let (sent, _) = settle(&mut e);
+        assert!(
+            sent[&1].contains("cmd=info-getnodeattr-response;thrid=t1;rc=0;found=TRUE;value=seg1;")
+        );
+        // Fence, then MPICH's read of a key nobody put: answered not-found at once.
+        feed(
+            &mut e,
+            &mut f[0],
+            0,
+            &frame(v2::Request::KvsPut {
+                key: "bc-0".into(),
+                value: "addr0".into(),
+            }),
+        );
+        feed(&mut e, &mut f[0], 0, &frame(v2::Request::KvsFence));
+        feed(&mut e, &mut f[1], 1, &frame(v2::Request::KvsFence));
+        let (sent, _) = settle(&mut e);
+        assert!(sent[&1].contains("cmd=kvs-fence-response;thrid=t1;rc=0;"));
+        feed(
+            &mut e,
+            &mut f[1],
+            1,
+            &frame(v2::Request::KvsGet {
+                jobid: None,
+                srcid: Some(0),
+                key: "bc-0".into(),
+            }),
+        );
+        feed(
+            &mut e,
+            &mut f[1],
+            1,
+            &frame(v2::Request::KvsGet {
+                jobid: None,
+                srcid: None,
+                key: "-NONEXIST-KEY".into(),
+            }),
+        );
+        let (sent, _) = settle(&mut e);
+        assert!(sent[&1].contains("found=TRUE;value=addr0;"));
+        assert!(sent[&1].contains("rc=1;errmsg=key -NONEXIST-KEY not found;found=FALSE;"));
+    }
+
+    #[test]
+    fn bad_input_gets_an_error_reply_and_names_the_rank() {
+        let mut e = engine(1);
+        let mut f = Framing::default();
+        let mut buf = BytesMut::from(&b"cmd=frobnicate x=1\ncmd=put key=k\n"[..]);
+        for _ in 0..2 {
+            let err = f.decode(&mut buf).unwrap_err();
+            e.bad_input(0, false, &err);
+        }
+        let (sent, other) = settle(&mut e);
+        assert!(sent[&0].contains("cmd=frobnicate_result rc=-1 msg=unknown_command_`frobnicate`"));
+        assert!(sent[&0].contains("cmd=error_result rc=-1 msg=`put`_lacks_the_field_`value`"));
+        assert!(matches!(
+            &other[0],
+            Output::ProtocolError { rank: Some(0), .. }
+        ));
+    }
+
+    #[test]
+    fn over_long_and_reserved_keys_are_refused() {
+        let mut e = engine(1);
+        let mut f = Framing::default();
+        let long_key = "k".repeat(KEY_MAX + 1);
+        let long_val = "v".repeat(VALUE_MAX + 1);
+        feed(&mut e, &mut f, 0, format!("cmd=put kvsname=x key={long_key} value=1\ncmd=put kvsname=x key=a value={long_val}\ncmd=put kvsname=x key=PMI_x value=1\n").as_bytes());
+        let (sent, _) = settle(&mut e);
+        let lines: Vec<&str> = sent[&0].lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[0].contains("rc=-1") && lines[0].contains("key_of_65_bytes"));
+        assert!(lines[1].contains("rc=-1") && lines[1].contains("value_of_1025_bytes"));
+        assert!(lines[2].contains("rc=-1") && lines[2].contains("reserved"));
+    }
+
+    #[test]
+    fn a_rank_gone_before_init_fails_a_waiting_fence_once() {
+        let mut e = engine(3);
+        let mut f = Framing::default();
+        feed(
+            &mut e,
+            &mut f,
+            0,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=barrier_in\n",
+        );
+        e.rank_exited(1);
+        let mut f2 = Framing::default();
+        feed(
+            &mut e,
+            &mut f2,
+            2,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=barrier_in\n",
+        );
+        let (_, other) = settle(&mut e);
+        let failures: Vec<_> = other
+            .iter()
+            .filter(|o| matches!(o, Output::Failed { .. }))
+            .collect();
+        assert_eq!(failures.len(), 1, "{other:?}");
+        assert!(
+            matches!(failures[0], Output::Failed { reason } if reason.contains("rank 1 exited before PMI init"))
+        );
+    }
+
+    #[test]
+    fn port_mode_binds_ranks_by_pmi_id() {
+        let mut e = engine(2);
+        e.conns.clear();
+        e.connect(10, None);
+        let mut f = Framing::default();
+        feed(
+            &mut e,
+            &mut f,
+            10,
+            b"cmd=initack pmiid=1\ncmd=init pmi_version=1 pmi_subversion=1\ncmd=get_appnum\n",
+        );
+        let (sent, _) = settle(&mut e);
+        assert!(
+            sent[&10].starts_with("cmd=initack\ncmd=set size=2\ncmd=set rank=1\ncmd=set debug=0\n")
+        );
+        e.connect(11, None);
+        feed(&mut e, &mut f, 11, b"cmd=initack pmiid=1\n");
+        let (_, other) = settle(&mut e);
+        assert!(
+            other
+                .iter()
+                .any(|o| matches!(o, Output::Close { conn: 11 })),
+            "{other:?}"
+        );
+    }
+
+    #[test]
+    fn unsupported_versions_are_refused_loudly() {
+        let mut e = engine(1);
+        let mut f = Framing::default();
+        feed(
+            &mut e,
+            &mut f,
+            0,
+            b"cmd=init pmi_version=3 pmi_subversion=0\n",
+        );
+        let (sent, _) = settle(&mut e);
+        assert!(sent[&0].contains("rc=-1"));
+        assert!(!f.is_v2());
+    }
+
+    #[test]
+    fn abort_is_reported_with_its_code() {
+        let mut e = engine(2);
+        let mut f = Framing::default();
+        feed(&mut e, &mut f, 1, b"cmd=abort exitcode=7\n");
+        let (_, other) = settle(&mut e);
+        assert_eq!(
+            other,
+            vec![Output::Abort {
+                rank: Some(1),
+                code: 7,
+                message: String::new()
+            }]
+        );
+    }
+}
