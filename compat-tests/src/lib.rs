@@ -1,1 +1,864 @@
-//! Helpers shared by the compatibility tests: finding peers, building C programs.
+//! Helpers shared by the compatibility tests: finding peers, building the C programs once,
+//! running a job under a launcher (kauri or `mpiexec.hydra`) with a timeout, and checking
+//! that a job left no process behind.
+//!
+//! Missing peers are test failures, never silent skips: every such panic names the Debian
+//! package to install.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::fmt;
+use std::io::{Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// The C sources and scripts of `programs/`.
+pub const PROGRAMS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/programs");
+
+/// Programs compiled with `mpicc.mpich`.
+const MPI_PROGRAMS: &[&str] = &[
+    "hello",
+    "ring",
+    "collectives",
+    "abort",
+    "segv",
+    "early_exit",
+    "stdin",
+    "sleeper",
+];
+/// Programs compiled with `cc … -lpmi2` (Slurm's PMI-2 client).
+const PMI2_PROGRAMS: &[&str] = &["libpmi2_check"];
+/// Scripts copied as they are.
+const SCRIPTS: &[&str] = &["env_only.sh"];
+
+/// Default wall-clock limit of one job: generous, the machines have 2 cores and are
+/// oversubscribed. Reaching it is a test failure (the job hung), never a measurement.
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The environment variable carrying a test's unique marker into every process of its job
+/// (both launchers forward the whole environment), so leftovers can be attributed.
+pub const MARKER_VAR: &str = "KAURI_COMPAT_MARKER";
+
+/// Jobs run one at a time: with 2 cores, several busy-polling MPI jobs at once only make
+/// everything slower and timeouts less meaningful.
+static JOB_LOCK: Mutex<()> = Mutex::new(());
+
+/// Which process manager launches the job. Both get the same (Hydra) command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Launcher {
+    Kauri,
+    Hydra,
+}
+
+impl Launcher {
+    pub const BOTH: [Launcher; 2] = [Launcher::Hydra, Launcher::Kauri];
+
+    /// The launcher's executable; panics (test failure) with instructions if it is missing.
+    pub fn executable(self) -> PathBuf {
+        match self {
+            Launcher::Hydra => hydra(),
+            Launcher::Kauri => kauri(),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Launcher::Kauri => "kauri",
+            Launcher::Hydra => "mpiexec.hydra",
+        }
+    }
+}
+
+impl fmt::Display for Launcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Finding peers and binaries
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// `mpiexec.hydra` from PATH (Debian package `mpich`).
+pub fn hydra() -> PathBuf {
+    which("mpiexec.hydra").unwrap_or_else(|| {
+        panic!("mpiexec.hydra not found in PATH: install the Debian package `mpich`")
+    })
+}
+
+/// The cargo target dir of this build: `CARGO_TARGET_DIR` if set, otherwise derived from the
+/// test executable (`<target>/debug/deps/<test>`).
+pub fn target_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("CARGO_TARGET_DIR") {
+        let d = PathBuf::from(d);
+        return if d.is_absolute() {
+            d
+        } else {
+            workspace_root().join(d)
+        };
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // <target>/<profile>/deps/<exe>
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("compat-tests has a parent")
+        .to_path_buf()
+}
+
+/// Runs `$CARGO build -q -p <package> --bin <bin>` and returns `<target>/debug/<bin>`.
+fn cargo_bin(package: &str, bin: &str) -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target = target_dir();
+    let out = Command::new(&cargo)
+        .args(["build", "-q", "-p", package, "--bin", bin])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(workspace_root())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {cargo:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`cargo build -p {package} --bin {bin}` failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let path = target.join("debug").join(bin);
+    if !path.is_file() {
+        return Err(format!("{} was not produced", path.display()));
+    }
+    Ok(path)
+}
+
+/// The kauri binary, built once per test run; `KAURI_BIN=/path` tests that binary instead.
+pub fn kauri() -> PathBuf {
+    static KAURI: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match KAURI.get_or_init(|| match std::env::var_os("KAURI_BIN") {
+        Some(p) if Path::new(&p).is_file() => Ok(PathBuf::from(p)),
+        Some(p) => Err(format!("KAURI_BIN={p:?} is not a file")),
+        None => cargo_bin("kauri", "kauri"),
+    }) {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("kauri binary unavailable: {e}"),
+    }
+}
+
+/// pmi-wire's `pmi-load` rank program, built once per test run.
+pub fn pmi_load() -> PathBuf {
+    static PMI_LOAD: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match PMI_LOAD.get_or_init(|| cargo_bin("pmi-wire", "pmi-load")) {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("pmi-load binary unavailable: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Building the C programs
+
+fn run_root() -> &'static PathBuf {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let base = std::env::temp_dir();
+        remove_stale_run_dirs(&base);
+        let root = base.join(format!("kauri-compat-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("create the run directory");
+        root
+    })
+}
+
+/// Removes `kauri-compat-<pid>` directories of earlier runs whose process is gone.
+fn remove_stale_run_dirs(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix("kauri-compat-") {
+            if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+}
+
+fn compile(cc: &Path, src: &Path, out: &Path, libs: &[&str]) -> Result<(), String> {
+    let res = Command::new(cc)
+        .arg("-O1")
+        .arg("-Wall")
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .args(libs)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", cc.display()))?;
+    if res.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} {} failed ({}):\n{}",
+            cc.display(),
+            src.display(),
+            res.status,
+            String::from_utf8_lossy(&res.stderr)
+        ))
+    }
+}
+
+fn build_programs() -> Result<PathBuf, String> {
+    let bin = run_root().join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
+    let src = Path::new(PROGRAMS_DIR);
+
+    let mpicc = which("mpicc.mpich").ok_or(
+        "mpicc.mpich not found in PATH: install the Debian packages `mpich` and `libmpich-dev`",
+    )?;
+    for p in MPI_PROGRAMS {
+        compile(&mpicc, &src.join(format!("{p}.c")), &bin.join(p), &[])?;
+    }
+
+    if !Path::new("/usr/include/slurm/pmi2.h").is_file() {
+        return Err(
+            "/usr/include/slurm/pmi2.h not found: install the Debian package \
+                    `libpmi2-0-dev` (Slurm's PMI-2 client library)"
+                .into(),
+        );
+    }
+    let cc = which("cc")
+        .or_else(|| which("gcc"))
+        .ok_or("no C compiler (cc): install the Debian package `gcc`")?;
+    for p in PMI2_PROGRAMS {
+        compile(&cc, &src.join(format!("{p}.c")), &bin.join(p), &["-lpmi2"])
+            .map_err(|e| format!("{e}\n(libpmi2 comes with the Debian package `libpmi2-0-dev`)"))?;
+    }
+
+    for s in SCRIPTS {
+        std::fs::copy(src.join(s), bin.join(s)).map_err(|e| format!("copy {s}: {e}"))?;
+    }
+    Ok(bin)
+}
+
+/// The directory holding every compiled program, built once per test run.
+pub fn programs_bin() -> PathBuf {
+    static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match BIN.get_or_init(build_programs) {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("building the test programs failed: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Per-test context
+
+/// One test's private directory and marker. Programs are linked into the directory, so every
+/// rank's executable path names it; the marker also travels in the environment.
+pub struct Ctx {
+    pub name: String,
+    pub dir: PathBuf,
+    pub marker: String,
+}
+
+impl Ctx {
+    pub fn new(name: &str) -> Ctx {
+        static SEQ: AtomicUsize = AtomicUsize::new(0);
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let dir = run_root().join(format!("{name}-{n}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the test directory");
+        let marker = format!("kauri-compat-{}-{name}-{n}", std::process::id());
+        Ctx {
+            name: name.to_string(),
+            dir,
+            marker,
+        }
+    }
+
+    /// Path of program `name` inside this test's directory (linked from the build dir).
+    pub fn prog(&self, name: &str) -> String {
+        let dst = self.dir.join(name);
+        if !dst.exists() {
+            let src = programs_bin().join(name);
+            assert!(src.is_file(), "no program {name} in {}", src.display());
+            if std::fs::hard_link(&src, &dst).is_err() {
+                std::fs::copy(&src, &dst).expect("copy program");
+            }
+        }
+        dst.to_string_lossy().into_owned()
+    }
+
+    /// pmi-wire's `pmi-load`, linked into this test's directory.
+    pub fn pmi_load(&self) -> String {
+        let dst = self.dir.join("pmi-load");
+        if !dst.exists() {
+            let src = pmi_load();
+            if std::fs::hard_link(&src, &dst).is_err() {
+                std::fs::copy(&src, &dst).expect("copy pmi-load");
+            }
+        }
+        dst.to_string_lossy().into_owned()
+    }
+
+    /// A job of `launcher` with the given Hydra-style arguments.
+    pub fn job<S: AsRef<str>>(&self, launcher: Launcher, args: &[S]) -> Job {
+        Job {
+            launcher,
+            args: args.iter().map(|a| a.as_ref().into()).collect(),
+            env: vec![(MARKER_VAR.into(), self.marker.clone())],
+            stdin: None,
+            timeout: JOB_TIMEOUT,
+            dir: self.dir.clone(),
+            marker: self.marker.clone(),
+        }
+    }
+
+    /// Fails the test if any process of this test is still around (see [`assert_no_leftovers`]).
+    pub fn assert_no_leftovers(&self) {
+        assert_no_leftovers(&self.marker, &self.dir);
+    }
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        if !thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Running a job
+
+pub struct Job {
+    pub launcher: Launcher,
+    pub args: Vec<OsString>,
+    pub env: Vec<(String, String)>,
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Duration,
+    pub dir: PathBuf,
+    pub marker: String,
+}
+
+/// What a job did.
+#[derive(Debug)]
+pub struct Outcome {
+    pub launcher: Launcher,
+    pub command: String,
+    pub stdout: String,
+    pub stderr: String,
+    /// Exit code of the launcher, if it exited.
+    pub code: Option<i32>,
+    /// Signal that killed the launcher, if one did.
+    pub signal: Option<i32>,
+}
+
+/// Variables of an outer launcher or of the developer's shell that must not leak into a job.
+const SCRUBBED: &[&str] = &[
+    "PMI_FD",
+    "PMI_PORT",
+    "PMI_ID",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "PMI_SPAWNED",
+    "PMI_JOBID",
+    "MPI_LOCALNRANKS",
+    "MPI_LOCALRANKID",
+    "MPIEXEC_TIMEOUT",
+    "PMIX_RANK",
+    "PMIX_VERSION",
+    "PRTE_LAUNCHED",
+];
+
+impl Job {
+    pub fn env(mut self, name: &str, value: &str) -> Job {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
+    pub fn stdin(mut self, data: Vec<u8>) -> Job {
+        self.stdin = Some(data);
+        self
+    }
+
+    pub fn timeout(mut self, t: Duration) -> Job {
+        self.timeout = t;
+        self
+    }
+
+    /// Runs the job in its own process group. If it outlives its timeout, the whole group
+    /// (and anything carrying the test's marker) is killed and the test fails.
+    pub fn run(self) -> Outcome {
+        let exe = self.launcher.executable();
+        let command = format!(
+            "{}{} {}",
+            self.env
+                .iter()
+                .filter(|(k, _)| k != MARKER_VAR)
+                .map(|(k, v)| format!("{k}={v} "))
+                .collect::<String>(),
+            exe.display(),
+            self.args
+                .iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        let _serial = JOB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+
+        let mut cmd = Command::new(&exe);
+        cmd.args(&self.args)
+            .current_dir(&self.dir)
+            .process_group(0)
+            .stdin(if self.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for v in SCRUBBED {
+            cmd.env_remove(v);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command}: {e}"));
+        let pgid = child.id();
+
+        let feeder = self.stdin.map(|data| {
+            let mut w = child.stdin.take().expect("stdin pipe");
+            // A launcher may legitimately stop reading (EPIPE): ignore write errors.
+            thread::spawn(move || {
+                let _ = w.write_all(&data);
+            })
+        });
+        let mut out_pipe = child.stdout.take().expect("stdout pipe");
+        let mut err_pipe = child.stderr.take().expect("stderr pipe");
+        let out_reader = thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = out_pipe.read_to_end(&mut v);
+            v
+        });
+        let err_reader = thread::spawn(move || {
+            let mut v = Vec::new();
+            let _ = err_pipe.read_to_end(&mut v);
+            v
+        });
+
+        let start = Instant::now();
+        let status = loop {
+            match child.try_wait().expect("wait for the launcher") {
+                Some(s) => break Some(s),
+                None if start.elapsed() > self.timeout => break None,
+                None => thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let Some(status) = status else {
+            kill_group(pgid);
+            let _ = child.kill();
+            let _ = child.wait();
+            let killed = kill_marked(&self.marker, &self.dir);
+            // Pipes may still be held by escaped processes; do not wait for the readers forever.
+            panic!(
+                "{command}: still running after {:?} (the job hangs); killed its process group \
+                 {pgid} and {} other marked process(es)",
+                self.timeout,
+                killed.len()
+            );
+        };
+        if let Some(f) = feeder {
+            // The feeder ends once the launcher's stdin is closed (EPIPE) or fully written.
+            let _ = f.join();
+        }
+        // A rank that escaped the launcher may hold the pipes open: bounded wait for EOF.
+        let stdout = join_reader(out_reader, &self.marker, &self.dir, &command);
+        let stderr = join_reader(err_reader, &self.marker, &self.dir, &command);
+        Outcome {
+            launcher: self.launcher,
+            command,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            code: status.code(),
+            signal: status.signal(),
+        }
+    }
+}
+
+fn join_reader(h: thread::JoinHandle<Vec<u8>>, marker: &str, dir: &Path, command: &str) -> Vec<u8> {
+    let start = Instant::now();
+    while !h.is_finished() {
+        if start.elapsed() > Duration::from_secs(30) {
+            let killed = kill_marked(marker, dir);
+            panic!(
+                "{command}: the launcher exited but its output pipes stayed open for 30 s \
+                 (processes left behind: {killed:?})"
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    h.join().expect("pipe reader")
+}
+
+fn kill_group(pgid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn kill_pid(pid: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl Outcome {
+    /// The exit code, failing the test if the launcher was killed by a signal.
+    pub fn code(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => panic!("{} was killed by signal {s}\n{self}", self.launcher),
+            _ => unreachable!(),
+        }
+    }
+
+    /// The status as a shell would show it: the code, or 128 + signal.
+    pub fn shell_status(&self) -> i32 {
+        self.code.unwrap_or_else(|| 128 + self.signal.unwrap_or(0))
+    }
+
+    pub fn assert_code(&self, want: i32) {
+        assert_eq!(
+            self.code,
+            Some(want),
+            "{}: wrong exit status (want {want})\n{self}",
+            self.launcher
+        );
+    }
+
+    pub fn assert_success(&self) {
+        self.assert_code(0);
+    }
+
+    pub fn stdout_lines(&self) -> Vec<&str> {
+        self.stdout.lines().collect()
+    }
+
+    /// Stdout lines sorted (rank output interleaves arbitrarily), normalised with
+    /// [`normalise_line`].
+    pub fn normalised_stdout(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.stdout.lines().map(normalise_line).collect();
+        v.sort();
+        v
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "--- command: {}", self.command)?;
+        match (self.code, self.signal) {
+            (Some(c), _) => writeln!(f, "--- exit code: {c}")?,
+            (None, Some(s)) => writeln!(f, "--- killed by signal: {s}")?,
+            _ => {}
+        }
+        writeln!(f, "--- stdout:\n{}", clip(&self.stdout))?;
+        write!(f, "--- stderr:\n{}", clip(&self.stderr))
+    }
+}
+
+fn clip(s: &str) -> &str {
+    if s.len() <= 8000 {
+        s
+    } else {
+        let mut end = 8000;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        &s[..end]
+    }
+}
+
+/// Makes a line launcher-independent: `kvsname=…` (job names differ by design) becomes
+/// `kvsname=*`, `universe=…` becomes `universe=*`, and `mapping=<PMI_process_mapping>` becomes
+/// `nodes=<node id of each rank>` (Hydra writes 4 local ranks as `(vector,(0,1,1))`, relying on
+/// wrap-around, which means the same as `(vector,(0,1,4))`). Needs `size=N` on the line to
+/// expand the mapping.
+pub fn normalise_line(line: &str) -> String {
+    let size = line
+        .split_whitespace()
+        .find_map(|t| t.strip_prefix("size="))
+        .and_then(|s| s.parse::<usize>().ok());
+    line.split(' ')
+        .map(|tok| {
+            if tok.starts_with("kvsname=") {
+                "kvsname=*".to_string()
+            } else if tok.starts_with("universe=") {
+                "universe=*".to_string()
+            } else if let Some(m) = tok.strip_prefix("mapping=") {
+                match size.and_then(|n| expand_mapping(m, n)) {
+                    Some(nodes) => format!(
+                        "nodes={}",
+                        nodes
+                            .iter()
+                            .map(|n| n.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                    None => tok.to_string(),
+                }
+            } else {
+                tok.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Expands a `PMI_process_mapping` value `(vector,(start,count,ppn),…)` into the node id of
+/// each of `size` ranks, wrapping around to the first block as MPICH's parser does.
+/// `None` if it cannot be parsed (repeat groups are not supported).
+pub fn expand_mapping(m: &str, size: usize) -> Option<Vec<usize>> {
+    let s: String = m.chars().filter(|c| !c.is_whitespace()).collect();
+    let inner = s.strip_prefix("(vector,")?.strip_suffix(')')?;
+    let mut blocks = Vec::new();
+    for part in inner.split("),") {
+        let t = part.trim_start_matches('(').trim_end_matches(')');
+        let nums: Vec<usize> = t
+            .split(',')
+            .map(|x| x.parse().ok())
+            .collect::<Option<_>>()?;
+        if nums.len() != 3 {
+            return None;
+        }
+        blocks.push((nums[0], nums[1], nums[2]));
+    }
+    if blocks.is_empty() || blocks.iter().all(|b| b.1 == 0 || b.2 == 0) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(size);
+    'outer: loop {
+        for &(start, count, ppn) in &blocks {
+            for node in start..start + count {
+                for _ in 0..ppn {
+                    if out.len() == size {
+                        break 'outer;
+                    }
+                    out.push(node);
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Asserts the real output of both launchers is the same once normalised (sorted lines).
+pub fn assert_same_stdout(hydra: &Outcome, kauri: &Outcome) {
+    assert_eq!(
+        kauri.normalised_stdout(),
+        hydra.normalised_stdout(),
+        "kauri's stdout differs from mpiexec.hydra's (sorted, normalised)\n=== hydra\n{hydra}\n=== kauri\n{kauri}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Leftovers
+
+/// A process found in /proc.
+#[derive(Debug, Clone)]
+pub struct ProcInfo {
+    pub pid: u32,
+    pub ppid: u32,
+    pub state: char,
+    pub comm: String,
+    pub cmdline: String,
+}
+
+fn read_stat(pid: u32) -> Option<(char, u32, String)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat[open + 1..close].to_string();
+    let mut rest = stat[close + 1..].split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    Some((state, ppid, comm))
+}
+
+fn all_pids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Processes that belong to a test: exe or cmdline naming `dir` or `marker`, or the marker in
+/// the environment; plus zombies whose parent is one of those, and orphaned zombies (parent 1)
+/// named like one of the test's programs.
+pub fn find_marked(marker: &str, dir: &Path) -> Vec<ProcInfo> {
+    let me = std::process::id();
+    let dir_s = dir.to_string_lossy().into_owned();
+    let env_entry = format!("{MARKER_VAR}={marker}");
+    let mut marked = Vec::new();
+    let mut zombies = Vec::new();
+    for pid in all_pids() {
+        if pid == me {
+            continue;
+        }
+        let Some((state, ppid, comm)) = read_stat(pid) else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        let info = ProcInfo {
+            pid,
+            ppid,
+            state,
+            comm,
+            cmdline: cmdline.trim_end().to_string(),
+        };
+        if state == 'Z' {
+            zombies.push(info);
+            continue;
+        }
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let in_env = std::fs::read(format!("/proc/{pid}/environ"))
+            .map(|b| b.split(|&c| c == 0).any(|e| e == env_entry.as_bytes()))
+            .unwrap_or(false);
+        let named = |s: &str| s.contains(&format!("{dir_s}/")) || s.contains(marker);
+        if in_env || named(&exe) || named(&cmdline) {
+            marked.push(info);
+        }
+    }
+    // A zombie has no exe, cmdline or environ left: attribute it by its parent, or by its
+    // name (comm, 15 bytes) if it is one of this test's programs and was orphaned.
+    let parents: BTreeSet<u32> = marked.iter().map(|p| p.pid).collect();
+    let names: BTreeSet<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().chars().take(15).collect())
+                .collect()
+        })
+        .unwrap_or_default();
+    marked.extend(
+        zombies
+            .into_iter()
+            .filter(|z| parents.contains(&z.ppid) || (z.ppid == 1 && names.contains(&z.comm))),
+    );
+    marked
+}
+
+fn kill_marked(marker: &str, dir: &Path) -> Vec<ProcInfo> {
+    let found = find_marked(marker, dir);
+    for p in &found {
+        if p.state != 'Z' {
+            kill_pid(p.pid);
+        }
+    }
+    found
+}
+
+/// Fails the test if any process of the test identified by `marker` (and its directory `dir`)
+/// is still alive, or a zombie. Processes already killed get a few seconds to disappear (the
+/// kernel tears a SIGKILLed process down asynchronously); whatever remains is listed, killed
+/// (so one failure does not poison later tests) and reported.
+pub fn assert_no_leftovers(marker: &str, dir: &Path) {
+    let start = Instant::now();
+    let mut found = find_marked(marker, dir);
+    while !found.is_empty() && start.elapsed() < Duration::from_secs(5) {
+        thread::sleep(Duration::from_millis(100));
+        found = find_marked(marker, dir);
+    }
+    if found.is_empty() {
+        return;
+    }
+    let list = found
+        .iter()
+        .map(|p| {
+            format!(
+                "  pid {} ppid {} state {} comm {} cmdline {:?}",
+                p.pid, p.ppid, p.state, p.comm, p.cmdline
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    kill_marked(marker, dir);
+    panic!(
+        "{} process(es) of this test left behind (orphans or zombies):\n{list}",
+        found.len()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mapping_expansion() {
+        assert_eq!(
+            expand_mapping("(vector,(0,1,1))", 4),
+            Some(vec![0, 0, 0, 0])
+        );
+        assert_eq!(
+            expand_mapping("(vector,(0,1,4))", 4),
+            Some(vec![0, 0, 0, 0])
+        );
+        assert_eq!(
+            expand_mapping("(vector,(0,2,2))", 4),
+            Some(vec![0, 0, 1, 1])
+        );
+        assert_eq!(
+            expand_mapping("(vector,(0,2,1))", 4),
+            Some(vec![0, 1, 0, 1])
+        );
+        assert_eq!(
+            expand_mapping("(vector, (0,2,2), (2,1,1))", 5),
+            Some(vec![0, 0, 1, 1, 2])
+        );
+        assert_eq!(expand_mapping("", 4), None);
+        assert_eq!(expand_mapping("(vector,[(0,1,1)]x2)", 4), None);
+    }
+
+    #[test]
+    fn line_normalisation() {
+        assert_eq!(
+            normalise_line(
+                "pmi-load: ok rank=1 size=4 kvsname=kvs_9355_0_x_vm universe=-1 \
+                 mapping=(vector,(0,1,1)) checked=3"
+            ),
+            "pmi-load: ok rank=1 size=4 kvsname=* universe=* nodes=0,0,0,0 checked=3"
+        );
+        assert_eq!(
+            normalise_line("hello rank 0 of 2 on vm"),
+            "hello rank 0 of 2 on vm"
+        );
+    }
+}
