@@ -335,7 +335,7 @@ fn parse_line(line: &str) -> Result<Fields<'_>, WireError> {
         let trimmed = rest.trim_start_matches(is_space);
         if eol_value {
             if let Some(v) = trimmed.strip_prefix("value=") {
-                let v = v.strip_suffix('\r').unwrap_or(v);
+                let v = v.trim_end_matches('\r');
                 fields.pairs.push(("value", Cow::Borrowed(v)));
                 break;
             }
@@ -825,10 +825,12 @@ impl<'a> Line<'a> {
     }
 }
 
-/// Writes free text as one token: white space becomes `_`.
+/// Writes free text as one token: the characters that end a token or a line (space, tab,
+/// carriage return, newline) become `_`. Other characters, other white space included, pass
+/// unchanged, so that what a parser reads from a token re-encodes to the same token.
 pub fn sanitize(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_whitespace() { '_' } else { c })
+        .map(|c| if is_space(c) || c == '\n' { '_' } else { c })
         .collect()
 }
 
@@ -886,7 +888,7 @@ fn parse_spawn(text: &str) -> Result<Spawn, WireError> {
             .split_once('=')
             .ok_or_else(|| WireError::Malformed(format!("spawn line {line:?} has no '='")))?;
         let (k, v) = (k.trim(), raw.split_once('=').map_or(v, |(_, v)| v));
-        let v = v.strip_suffix('\r').unwrap_or(v);
+        let v = v.trim_end_matches('\r');
         if k == "mcmd" {
             if current.is_some() {
                 return Err(WireError::Malformed("mcmd=spawn inside a segment".into()));
