@@ -357,13 +357,16 @@ pub async fn run(spec: JobSpec) -> i32 {
     };
 
     // Start the ranks.
+    let on_node: Vec<Vec<usize>> = (0..placement.nodes)
+        .map(|n| placement.ranks_on(n))
+        .collect();
     let mut ranks: Vec<Rank> = Vec::with_capacity(size);
     let mut forwarders = Vec::new();
     let mut start_error = None;
     for (r, &app) in appnum.iter().enumerate() {
         let app = app as usize;
         let a = &spec.apps[app];
-        let local = placement.ranks_on(placement.node[r]);
+        let local = &on_node[placement.node[r]];
         let mut env = envs[app].clone();
         let mut set = |k: &str, v: String| env.push((k.into(), v.into()));
         set("PMI_RANK", r.to_string());
@@ -400,14 +403,14 @@ pub async fn run(spec: JobSpec) -> i32 {
             pmi_fd: theirs,
             stdin: r == 0,
         };
-        let mut child = match proc::spawn(launch) {
+        let child = match proc::spawn(launch) {
             Ok(c) => c,
             Err(e) => {
                 start_error = Some(format!("cannot start rank {r} ({}): {e}", a.program));
                 break;
             }
         };
-        let pid = child.id().unwrap_or(0);
+        let pid = child.pid;
         debug!(rank = r, pid, "started");
         if let Some(sock) = ours {
             let _ = sock.set_nonblocking(true);
@@ -421,29 +424,23 @@ pub async fn run(spec: JobSpec) -> i32 {
             }
         }
         let label = |r: usize| spec.label.then(|| Bytes::from(format!("[{r}] ")));
-        if let Some(o) = child.stdout.take() {
-            forwarders.push(tokio::task::spawn_local(iofwd::forward_lines(
-                o,
-                label(r),
-                out_tx.clone(),
-            )));
-        }
-        if let Some(e) = child.stderr.take() {
-            forwarders.push(tokio::task::spawn_local(iofwd::forward_lines(
-                e,
-                label(r),
-                err_tx.clone(),
-            )));
-        }
-        if let Some(i) = child.stdin.take() {
+        forwarders.push(tokio::task::spawn_local(iofwd::forward_lines(
+            child.stdout,
+            label(r),
+            out_tx.clone(),
+        )));
+        forwarders.push(tokio::task::spawn_local(iofwd::forward_lines(
+            child.stderr,
+            label(r),
+            err_tx.clone(),
+        )));
+        if let Some(i) = child.stdin {
             tokio::task::spawn_local(iofwd::pump(tokio::io::stdin(), i));
         }
         let ev = ev_tx.clone();
+        let exit = child.exit;
         tokio::task::spawn_local(async move {
-            let status = child
-                .wait()
-                .await
-                .unwrap_or_else(|_| ExitStatus::from_raw(255 << 8));
+            let status = exit.wait().await;
             let _ = ev.send(Event::Exited { rank: r, status });
         });
         ranks.push(Rank {

@@ -5,13 +5,16 @@
 //! started, and it dies with `SIGKILL` if the agent that started it disappears
 //! (`PR_SET_PDEATHSIG`). Nothing here knows about PMI messages or jobs.
 
-use std::ffi::OsString;
+use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::ExitStatus;
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
 
 /// Variables a surrounding launcher may have set that must not reach our ranks: another
 /// launcher's PMI wiring, and PMIx variables (new MPICH clients refuse to start beside them).
@@ -86,48 +89,180 @@ pub struct Launch {
     pub stdin: bool,
 }
 
-/// Starts a rank; its stdout and stderr are pipes.
-pub fn spawn(l: Launch) -> io::Result<tokio::process::Child> {
-    let mut cmd = std::process::Command::new(&l.program);
-    cmd.arg0(&l.argv0)
-        .args(&l.args)
-        .env_clear()
-        .envs(l.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(&l.wdir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(if l.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-    let pmi: Option<RawFd> = l.pmi_fd.as_ref().map(|f| f.as_raw_fd());
+/// A started rank: its pid, the parent's ends of its stdio pipes, and a way to await its end.
+#[derive(Debug)]
+pub struct Child {
+    /// The process id, which is also its process group id.
+    pub pid: u32,
+    /// Its stdout.
+    pub stdout: pipe::Receiver,
+    /// Its stderr.
+    pub stderr: pipe::Receiver,
+    /// Its stdin, for rank 0.
+    pub stdin: Option<pipe::Sender>,
+    /// Resolves when the process ends.
+    pub exit: ExitWatch,
+}
+
+/// Awaits one child's end through a pidfd, so no global `SIGCHLD` reaper is needed and no
+/// other child of kauri is reaped by mistake.
+#[derive(Debug)]
+pub struct ExitWatch {
+    pid: libc::pid_t,
+    pidfd: AsyncFd<OwnedFd>,
+}
+
+impl ExitWatch {
+    /// Waits for the process to end and reaps it.
+    pub async fn wait(self) -> ExitStatus {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status into a local integer.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+            if r == self.pid {
+                return ExitStatus::from_raw(status);
+            }
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return ExitStatus::from_raw(255 << 8);
+                }
+                continue;
+            }
+            match self.pidfd.readable().await {
+                Ok(mut guard) => guard.clear_ready(),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
+        }
+    }
+}
+
+fn cstring(b: &[u8]) -> io::Result<CString> {
+    CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in a string"))
+}
+
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Starts a rank with `fork` and `execve`, without waiting for the exec: everything the child
+/// needs is prepared before the fork, and between fork and exec the child calls only
+/// async-signal-safe functions. A launch of many ranks therefore overlaps their execs instead
+/// of serialising them, as `std::process::Command` does by waiting for each exec to succeed.
+///
+/// Must be called from a thread that lives as long as the rank should (`PR_SET_PDEATHSIG`).
+pub fn spawn(l: Launch) -> io::Result<Child> {
+    // Everything the child touches, prepared now.
+    let prog = cstring(l.program.as_os_str().as_bytes())?;
+    let mut argv: Vec<CString> = vec![cstring(l.argv0.as_bytes())?];
+    for a in &l.args {
+        argv.push(cstring(a.as_bytes())?);
+    }
+    let envp: Vec<CString> = l
+        .env
+        .iter()
+        .filter_map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
+    let wdir = cstring(l.wdir.as_os_str().as_bytes())?;
+    let sh = cstring(b"/bin/sh")?;
+    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    // For a script without `#!`, exec it with /bin/sh as execvp does.
+    let mut sh_argv_p: Vec<*const libc::c_char> = vec![sh.as_ptr(), prog.as_ptr()];
+    sh_argv_p.extend(argv.iter().skip(1).map(|c| c.as_ptr()));
+    sh_argv_p.push(std::ptr::null());
+    let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
+    envp_p.push(std::ptr::null());
+    let fail_msg = format!("kauri: cannot execute {}\n", l.program.display()).into_bytes();
+
+    let (out_r, out_w) = cloexec_pipe()?;
+    let (err_r, err_w) = cloexec_pipe()?;
+    let (in_r, in_w) = if l.stdin {
+        let (r, w) = cloexec_pipe()?;
+        (r, Some(w))
+    } else {
+        let null = std::fs::File::open("/dev/null")?;
+        (OwnedFd::from(null), None)
+    };
+    let pmi = l.pmi_fd.as_ref().map(|f| f.as_raw_fd());
+    let (fd_out, fd_err, fd_in) = (out_w.as_raw_fd(), err_w.as_raw_fd(), in_r.as_raw_fd());
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
-    // SAFETY: the closure runs in the forked child before exec and calls only async-signal-safe
-    // functions (setpgid, prctl, getppid, fcntl, _exit) on values captured by copy.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setpgid(0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
+
+    // SAFETY: fork duplicates the process; the child branch below only calls async-signal-safe
+    // functions on memory prepared before the fork, and always ends in execve or _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: the child side; see above. Every pointer refers to memory that the fork
+        // copied and nothing frees before exec.
+        unsafe {
+            libc::setpgid(0, 0);
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
             if libc::getppid() != parent {
                 libc::_exit(1);
             }
-            if let Some(fd) = pmi {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+            // Rust ignores SIGPIPE, and an ignored signal stays ignored across exec.
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            if libc::dup2(fd_in, 0) < 0 || libc::dup2(fd_out, 1) < 0 || libc::dup2(fd_err, 2) < 0 {
+                libc::_exit(126);
             }
-            Ok(())
-        });
+            if let Some(fd) = pmi {
+                libc::fcntl(fd, libc::F_SETFD, 0);
+            }
+            if libc::chdir(wdir.as_ptr()) != 0 {
+                libc::write(2, fail_msg.as_ptr().cast(), fail_msg.len());
+                libc::_exit(126);
+            }
+            libc::execve(prog.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr());
+            if *libc::__errno_location() == libc::ENOEXEC {
+                libc::execve(sh.as_ptr(), sh_argv_p.as_ptr(), envp_p.as_ptr());
+            }
+            libc::write(2, fail_msg.as_ptr().cast(), fail_msg.len());
+            libc::_exit(127);
+        }
     }
-    let child = tokio::process::Command::from(cmd)
-        .kill_on_drop(false)
-        .spawn();
-    drop(l.pmi_fd);
-    child
+    drop((out_w, err_w, in_r, l.pmi_fd));
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: the child is ours; kill and reap it so it does not linger.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        return Err(e);
+    }
+    // SAFETY: pidfd_open returned a new descriptor that nobody else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    // SAFETY: `register` needs the descriptor to stay open for as long as the AsyncFd lives;
+    // the AsyncFd owns the OwnedFd, which closes it only when the AsyncFd is dropped.
+    let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)?;
+    Ok(Child {
+        pid: pid as u32,
+        stdout: pipe::Receiver::from_owned_fd(out_r)?,
+        stderr: pipe::Receiver::from_owned_fd(err_r)?,
+        stdin: in_w.map(pipe::Sender::from_owned_fd).transpose()?,
+        exit: ExitWatch { pid, pidfd },
+    })
 }
 
 /// Sends `sig` to the process group `pgid`; a group that is gone is not an error.
