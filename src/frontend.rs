@@ -362,6 +362,7 @@ pub async fn run(spec: JobSpec) -> i32 {
         .collect();
     let mut ranks: Vec<Rank> = Vec::with_capacity(size);
     let mut forwarders = Vec::new();
+    let (ended_tx, ended_rx) = tokio::sync::watch::channel(false);
     let mut start_error = None;
     for (r, &app) in appnum.iter().enumerate() {
         let app = app as usize;
@@ -428,11 +429,13 @@ pub async fn run(spec: JobSpec) -> i32 {
             child.stdout,
             label(r),
             out_tx.clone(),
+            ended_rx.clone(),
         )));
         forwarders.push(tokio::task::spawn_local(iofwd::forward_lines(
             child.stderr,
             label(r),
             err_tx.clone(),
+            ended_rx.clone(),
         )));
         if let Some(i) = child.stdin {
             tokio::task::spawn_local(iofwd::pump(tokio::io::stdin(), i));
@@ -553,12 +556,13 @@ pub async fn run(spec: JobSpec) -> i32 {
     if left > 0 {
         debug!(left, "killed processes the ranks left behind");
     }
-    // Let the forwarders drain what the ranks wrote before they ended.
+    // Forward everything the ranks wrote; then the writers end with their last sender.
+    let _ = ended_tx.send(true);
     for f in forwarders {
-        let _ = tokio::time::timeout(Duration::from_secs(5), f).await;
+        let _ = f.await;
     }
-    let _ = tokio::time::timeout(Duration::from_secs(5), out_writer).await;
-    let _ = tokio::time::timeout(Duration::from_secs(5), err_writer).await;
+    let _ = out_writer.await;
+    let _ = err_writer.await;
 
     // Report failed ranks, then the status.
     let mut worst = 0;

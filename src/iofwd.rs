@@ -6,18 +6,26 @@
 //! A line longer than [`LINE_MAX`] is passed on in pieces rather than held without bound.
 
 use bytes::{Bytes, BytesMut};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// The longest line held back waiting for its newline.
 pub const LINE_MAX: usize = 64 * 1024;
 
+/// How long a forwarder keeps reading, once the job has ended, while nothing arrives: a pipe
+/// can be held open by a process that escaped the rank's process group.
+pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
+
 /// Reads `r` to its end, sending each line (with `prefix` before it) to `out`. A last line
-/// without a newline is sent as it is.
+/// without a newline is sent as it is. Once `ended` turns true, a read that brings nothing for
+/// [`DRAIN_IDLE`] ends it; sends are never cut short, so a slow reader of kauri's output loses
+/// nothing.
 pub async fn forward_lines<R: AsyncRead + Unpin>(
     mut r: R,
     prefix: Option<Bytes>,
     out: mpsc::Sender<Bytes>,
+    mut ended: watch::Receiver<bool>,
 ) {
     let mut buf = BytesMut::with_capacity(8192);
     loop {
@@ -34,7 +42,23 @@ pub async fn forward_lines<R: AsyncRead + Unpin>(
             }
         }
         buf.reserve(8192);
-        match r.read_buf(&mut buf).await {
+        let read = if *ended.borrow() {
+            match tokio::time::timeout(DRAIN_IDLE, r.read_buf(&mut buf)).await {
+                Ok(read) => read,
+                Err(_) => break,
+            }
+        } else {
+            tokio::select! {
+                read = r.read_buf(&mut buf) => read,
+                changed = ended.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+            }
+        };
+        match read {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
@@ -100,8 +124,9 @@ mod tests {
     #[tokio::test]
     async fn lines_are_whole_and_labelled() {
         let (tx, mut rx) = mpsc::channel(16);
+        let (_end_tx, end_rx) = watch::channel(false);
         let input: &[u8] = b"one\ntwo\nthree";
-        forward_lines(input, Some(Bytes::from_static(b"[3] ")), tx).await;
+        forward_lines(input, Some(Bytes::from_static(b"[3] ")), tx, end_rx).await;
         let mut got = Vec::new();
         while let Some(b) = rx.recv().await {
             got.push(String::from_utf8(b.to_vec()).unwrap());
@@ -112,8 +137,9 @@ mod tests {
     #[tokio::test]
     async fn long_lines_are_cut_not_buffered_forever() {
         let (tx, mut rx) = mpsc::channel(1024);
+        let (_end_tx, end_rx) = watch::channel(false);
         let input = vec![b'x'; LINE_MAX * 2 + 10];
-        forward_lines(&input[..], None, tx).await;
+        forward_lines(&input[..], None, tx, end_rx).await;
         let mut total = 0;
         while let Some(b) = rx.recv().await {
             assert!(b.len() <= LINE_MAX + 8192);

@@ -1,0 +1,508 @@
+//! The `kauri` binary driven as a user would, with shell programs as ranks: no MPI needed.
+//! What these check: the command line, the environment ranks get, output forwarding, exit
+//! statuses, teardown, and that bad PMI input over a real socket gets an error, not a hang.
+//! (Real MPICH, Slurm libpmi2 and Hydra comparisons are in `compat-tests/`.)
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const KAURI: &str = env!("CARGO_BIN_EXE_kauri");
+
+/// Runs kauri with `args`, killing it after a generous timeout (machines are small).
+fn kauri(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(KAURI);
+    cmd.args(args)
+        .envs(env.iter().copied())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start kauri");
+    if let Some(data) = stdin {
+        let mut i = child.stdin.take().unwrap();
+        let data = data.to_vec();
+        std::thread::spawn(move || {
+            let _ = i.write_all(&data);
+        });
+    }
+    // A watchdog kills a job that hangs; output is read while the job runs.
+    let pid = child.id() as i32;
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if done_rx.recv_timeout(Duration::from_secs(120)).is_err() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return true;
+        }
+        false
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = done_tx.send(());
+    assert!(
+        !watchdog.join().unwrap(),
+        "kauri {args:?} did not end in 120 s; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn stdout_lines(o: &Output) -> Vec<String> {
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Fails if any process whose command line holds `marker` is still alive.
+fn assert_no_leftovers(marker: &str) {
+    std::thread::sleep(Duration::from_millis(200));
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) {
+                found.push(format!("{pid}: {cmd}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "left behind: {found:?}");
+}
+
+#[test]
+fn ranks_get_rank_size_and_local_ids() {
+    let o = kauri(
+        &[
+            "-n",
+            "3",
+            "sh",
+            "-c",
+            "echo $PMI_RANK/$PMI_SIZE/$MPI_LOCALRANKID/$MPI_LOCALNRANKS fd=${PMI_FD:+yes}",
+        ],
+        None,
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout_lines(&o),
+        vec!["0/3/0/3 fd=yes", "1/3/1/3 fd=yes", "2/3/2/3 fd=yes"]
+    );
+}
+
+#[test]
+fn mpmd_segments_and_labels() {
+    let o = kauri(
+        &[
+            "-l", "-n", "1", "echo", "first", ":", "-n", "2", "echo", "second",
+        ],
+        None,
+        &[],
+    );
+    assert!(o.status.success());
+    assert_eq!(
+        stdout_lines(&o),
+        vec!["[0] first", "[1] second", "[2] second"]
+    );
+}
+
+#[test]
+fn environment_policies() {
+    let env = [("KAURI_T_A", "a"), ("KAURI_T_B", "b")];
+    let show = "echo A=$KAURI_T_A B=$KAURI_T_B C=$KAURI_T_C";
+    let o = kauri(&["-n", "1", "sh", "-c", show], None, &env);
+    assert_eq!(stdout_lines(&o), vec!["A=a B=b C="]);
+    let o = kauri(
+        &[
+            "-genvlist",
+            "KAURI_T_B,PATH",
+            "-genv",
+            "KAURI_T_C",
+            "c",
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            show,
+        ],
+        None,
+        &env,
+    );
+    assert_eq!(stdout_lines(&o), vec!["A= B=b C=c"]);
+    let o = kauri(
+        &[
+            "-n",
+            "1",
+            "-envnone",
+            "-env",
+            "PATH",
+            "/usr/bin:/bin",
+            "sh",
+            "-c",
+            show,
+            ":",
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            show,
+        ],
+        None,
+        &env,
+    );
+    assert_eq!(stdout_lines(&o), vec!["A= B= C=", "A=a B=b C="]);
+}
+
+#[test]
+fn foreign_pmi_and_pmix_variables_do_not_leak() {
+    let env = [
+        ("PMIX_RANK", "9"),
+        ("PMI_RANK", "9"),
+        ("PMI_PORT", "x:1"),
+        ("PMI_DEBUG", "0"),
+    ];
+    let o = kauri(
+        &[
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            "echo r=$PMI_RANK pmix=${PMIX_RANK:-none} port=${PMI_PORT:-none} dbg=$PMI_DEBUG",
+        ],
+        None,
+        &env,
+    );
+    assert_eq!(stdout_lines(&o), vec!["r=0 pmix=none port=none dbg=0"]);
+}
+
+#[test]
+fn wdir_and_configfile() {
+    let dir = std::env::temp_dir().join(format!("kauri-wdir-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("segments");
+    std::fs::write(&cfg, "-n 2 pwd\n# a comment\n-n 1 echo last\n").unwrap();
+    let o = kauri(
+        &[
+            "-wdir",
+            dir.to_str().unwrap(),
+            "-configfile",
+            cfg.to_str().unwrap(),
+        ],
+        None,
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let d = dir.display().to_string();
+    assert_eq!(stdout_lines(&o), vec![d.clone(), d, "last".to_string()]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn stdin_goes_to_rank_zero_only() {
+    let data = vec![b'z'; 300_000];
+    let o = kauri(
+        &["-n", "3", "sh", "-c", "echo $PMI_RANK:$(wc -c)"],
+        Some(&data),
+        &[],
+    );
+    assert_eq!(stdout_lines(&o), vec!["0:300000", "1:0", "2:0"]);
+}
+
+#[test]
+fn lines_of_different_ranks_never_interleave() {
+    let o = kauri(&["-n", "4", "sh", "-c", "i=0; while [ $i -lt 300 ]; do echo rank$PMI_RANK-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-$i; i=$((i+1)); done"], None, &[]);
+    let lines = stdout_lines(&o);
+    assert_eq!(lines.len(), 1200);
+    for l in &lines {
+        assert!(
+            l.starts_with("rank") && l.contains("-aaaaaaaa") && l.matches("rank").count() == 1,
+            "{l:?}"
+        );
+    }
+}
+
+#[test]
+fn usage_errors_are_one_line_and_start_nothing() {
+    for (args, want) in [
+        (vec!["-n", "0", "true"], "at least one process"),
+        (vec!["-bogus", "true"], "unknown option -bogus"),
+        (vec!["-n", "2"], "no program"),
+        (
+            vec!["-n", "2", "kauri-no-such-program-x"],
+            "not found in PATH",
+        ),
+        (vec!["-hosts", "a:x", "true"], "bad slot count"),
+    ] {
+        let o = kauri(&args, None, &[]);
+        assert_eq!(o.status.code(), Some(255), "{args:?}");
+        let e = stderr(&o);
+        assert_eq!(e.lines().count(), 1, "{args:?}: {e}");
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+    let o = kauri(&["--help"], None, &[]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("-genvlist"));
+}
+
+#[test]
+fn failing_rank_ends_the_job_with_its_status_and_one_line() {
+    let marker = "kauri-marker-failing-rank";
+    let script = format!("if [ $PMI_RANK = 1 ]; then exit 3; fi; sleep 60 # {marker}");
+    let o = kauri(
+        &["-n", "3", "sh", "-c", &script],
+        None,
+        &[("KAURI_KILL_GRACE", "1")],
+    );
+    assert_eq!(o.status.code(), Some(3));
+    let e = stderr(&o);
+    assert!(
+        e.contains("rank 1 (pid ") && e.contains("exited with code 3"),
+        "{e}"
+    );
+    assert_eq!(
+        e.matches("exited with code").count(),
+        1,
+        "only the cause is reported: {e}"
+    );
+    assert_no_leftovers(marker);
+}
+
+#[test]
+fn signalled_rank_reports_the_signal() {
+    let o = kauri(
+        &[
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            "if [ $PMI_RANK = 0 ]; then kill -SEGV $$; fi; sleep 60",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(11));
+    assert!(stderr(&o).contains("rank 0 (pid "), "{}", stderr(&o));
+    assert!(stderr(&o).contains("killed by signal 11 (SIGSEGV)"));
+}
+
+#[test]
+fn disable_auto_cleanup_keeps_the_others_running() {
+    let o = kauri(
+        &[
+            "-disable-auto-cleanup",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            "if [ $PMI_RANK = 1 ]; then exit 2; fi; sleep 1; echo survived",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(stdout_lines(&o), vec!["survived"]);
+}
+
+#[test]
+fn timeout_kills_everything() {
+    let marker = "kauri-marker-timeout";
+    let o = kauri(
+        &["-n", "2", "sh", "-c", &format!("sleep 300 # {marker}")],
+        None,
+        &[("MPIEXEC_TIMEOUT", "2")],
+    );
+    assert_eq!(o.status.code(), Some(255));
+    assert!(stderr(&o).contains("timed out"));
+    assert_no_leftovers(marker);
+}
+
+#[test]
+fn background_children_of_ranks_are_cleaned_up() {
+    let marker = "kauri-marker-bg";
+    let o = kauri(
+        &[
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            &format!("(sleep 300 # {marker}\n) >/dev/null 2>&1 & echo started"),
+        ],
+        None,
+        &[],
+    );
+    assert!(o.status.success());
+    assert_no_leftovers(marker);
+}
+
+#[test]
+fn sigint_is_forwarded_and_ends_the_job() {
+    let marker = "kauri-marker-sigint";
+    let mut child = Command::new(KAURI)
+        .args(["-n", "2", "sh", "-c", &format!("sleep 300 # {marker}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(130));
+    assert_no_leftovers(marker);
+}
+
+#[test]
+fn closed_stdout_ends_the_job() {
+    let mut child = Command::new(KAURI)
+        .args(["-n", "2", "yes"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut buf = [0u8; 4096];
+    use std::io::Read;
+    let _ = out.read(&mut buf).unwrap();
+    drop(out);
+    let start = Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert_eq!(st.code(), Some(141));
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "kauri kept running after its stdout closed"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A rank that speaks raw PMI through its inherited socket with the shell.
+fn raw_pmi(script: &str) -> Output {
+    kauri(&["-n", "1", "bash", "-c", script], None, &[])
+}
+
+#[test]
+fn unknown_command_gets_an_error_reply_naming_the_rank() {
+    let o = raw_pmi("printf 'cmd=init pmi_version=1 pmi_subversion=1\\ncmd=frobnicate\\n' >&$PMI_FD; read -r a <&$PMI_FD; read -r b <&$PMI_FD; echo \"$b\"");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("cmd=frobnicate_result rc=-1"),
+        "{:?}",
+        o
+    );
+    assert!(
+        stderr(&o).contains("rank 0 sent a bad PMI message: unknown command"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn over_long_values_are_refused_not_truncated() {
+    let v = "x".repeat(1100);
+    let o = raw_pmi(&format!(
+        "printf 'cmd=put kvsname=k key=a value={v}\\n' >&$PMI_FD; read -r a <&$PMI_FD; echo \"$a\""
+    ));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("cmd=put_result rc=-1") && out.contains("value_of_1100_bytes_exceeds_1024"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_endless_line_closes_the_connection_and_the_job_goes_on() {
+    let o = raw_pmi("head -c 20000 /dev/zero | tr '\\0' x >&$PMI_FD; if read -r a <&$PMI_FD; then echo got-reply; else echo eof; fi");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "eof");
+    assert!(
+        stderr(&o).contains("rank 0 sent a bad PMI message: message longer than"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn a_bad_pmi2_length_prefix_is_reported() {
+    let o = raw_pmi("printf 'cmd=init pmi_version=2 pmi_subversion=0\\nabcdefcmd=x;' >&$PMI_FD; read -r a <&$PMI_FD; echo \"$a\"; if read -r b <&$PMI_FD; then echo more; else echo eof; fi");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("cmd=response_to_init rc=0 pmi_version=2 pmi_subversion=0"),
+        "{out}"
+    );
+    assert!(out.contains("eof"), "{out}");
+    assert!(
+        stderr(&o).contains("bad PMI-2 length prefix"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn exit_before_pmi_init_while_others_wait_fails_the_job() {
+    let script = "if [ $PMI_RANK = 1 ]; then exit 0; fi; printf 'cmd=init pmi_version=1 pmi_subversion=1\\ncmd=barrier_in\\n' >&$PMI_FD; read -r a <&$PMI_FD; read -r b <&$PMI_FD; echo \"released: $b\"";
+    let o = kauri(
+        &["-n", "2", "bash", "-c", script],
+        None,
+        &[("KAURI_KILL_GRACE", "1")],
+    );
+    assert_eq!(o.status.code(), Some(255));
+    assert!(
+        stderr(&o).contains("rank 1 exited before PMI init while 1 rank(s) wait in a fence"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("released"));
+}
+
+#[test]
+fn pmi_port_mode_serves_initack() {
+    let script = "exec 3<>/dev/tcp/${PMI_PORT%:*}/${PMI_PORT##*:}; printf \"cmd=initack pmiid=$PMI_ID\\n\" >&3; for i in 1 2 3 4; do read -r l <&3; echo \"$l\"; done";
+    let o = kauri(&["-pmi-port", "-n", "2", "bash", "-c", script], None, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = stdout_lines(&o);
+    assert!(lines.contains(&"cmd=set rank=1".to_string()), "{lines:?}");
+    assert_eq!(
+        lines.iter().filter(|l| *l == "cmd=set size=2").count(),
+        2,
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_slow_reader_of_kauri_output_loses_nothing() {
+    // 400 KB of output, far more than a pipe holds, read only after the ranks are done.
+    let child = Command::new(KAURI)
+        .args([
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            "head -c 200000 /dev/zero | tr '\\0' x | fold -w 99; echo",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(7));
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.bytes().filter(|&b| b == b'x').count(), 400_000);
+    assert!(text.lines().all(|l| l.len() <= 99));
+}
