@@ -327,7 +327,35 @@ impl Ctx {
             timeout: JOB_TIMEOUT,
             dir: self.dir.clone(),
             marker: self.marker.clone(),
+            program: None,
+            wrapper: Vec::new(),
         }
+    }
+
+    /// The kauri binary linked (or copied) into this test's directory as `kauri`, so that
+    /// the front end and every agent it starts (`KAURI_AGENT_PATH` defaults to the front
+    /// end's own path) have an executable path naming the directory: the leftover check
+    /// then finds agents even where the marker variable does not travel (ssh, srun).
+    /// Use it with [`Job::program`].
+    pub fn kauri(&self) -> PathBuf {
+        let dst = self.dir.join("kauri");
+        if !dst.exists() {
+            let src = kauri();
+            if std::fs::hard_link(&src, &dst).is_err() {
+                std::fs::copy(&src, &dst).expect("copy kauri");
+            }
+        }
+        dst
+    }
+
+    /// Writes an executable script `name` into this test's directory and returns its path.
+    pub fn script(&self, name: &str, text: &str) -> String {
+        use std::os::unix::fs::PermissionsExt;
+        let dst = self.dir.join(name);
+        std::fs::write(&dst, text).expect("write script");
+        std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod script");
+        dst.to_string_lossy().into_owned()
     }
 
     /// Fails the test if any process of this test is still around (see [`assert_no_leftovers`]).
@@ -355,6 +383,10 @@ pub struct Job {
     pub timeout: Duration,
     pub dir: PathBuf,
     pub marker: String,
+    /// The executable to run instead of the launcher's usual one (see [`Job::program`]).
+    pub program: Option<PathBuf>,
+    /// A command the launcher runs under, e.g. `salloc -N1` (see [`Job::wrapped`]).
+    pub wrapper: Vec<OsString>,
 }
 
 /// What a job did.
@@ -403,16 +435,37 @@ impl Job {
         self
     }
 
+    /// Runs `exe` (e.g. [`Ctx::kauri`]) instead of the launcher's usual executable.
+    pub fn program(mut self, exe: impl Into<PathBuf>) -> Job {
+        self.program = Some(exe.into());
+        self
+    }
+
+    /// Runs the launcher under `argv`: the command becomes `argv… EXE ARGS…` (e.g.
+    /// `salloc -Q -N1 -n4`, which runs it inside a Slurm allocation). The exit status is the
+    /// wrapper's.
+    pub fn wrapped<S: AsRef<str>>(mut self, argv: &[S]) -> Job {
+        self.wrapper = argv.iter().map(|a| a.as_ref().into()).collect();
+        self
+    }
+
     /// Runs the job in its own process group. If it outlives its timeout, the whole group
     /// (and anything carrying the test's marker) is killed and the test fails.
     pub fn run(self) -> Outcome {
-        let exe = self.launcher.executable();
+        let exe = self
+            .program
+            .clone()
+            .unwrap_or_else(|| self.launcher.executable());
         let command = format!(
-            "{}{} {}",
+            "{}{}{} {}",
             self.env
                 .iter()
                 .filter(|(k, _)| k != MARKER_VAR)
                 .map(|(k, v)| format!("{k}={v} "))
+                .collect::<String>(),
+            self.wrapper
+                .iter()
+                .map(|a| format!("{} ", a.to_string_lossy()))
                 .collect::<String>(),
             exe.display(),
             self.args
@@ -423,7 +476,14 @@ impl Job {
         );
         let _serial = JOB_LOCK.lock().unwrap_or_else(|e| e.into_inner());
 
-        let mut cmd = Command::new(&exe);
+        let mut cmd = match self.wrapper.split_first() {
+            None => Command::new(&exe),
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(&exe);
+                c
+            }
+        };
         cmd.args(&self.args)
             .current_dir(&self.dir)
             .process_group(0)
@@ -815,6 +875,324 @@ pub fn assert_no_leftovers(marker: &str, dir: &Path) {
         "{} process(es) of this test left behind (orphans or zombies):\n{list}",
         found.len()
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Processes (for tests that act on a job while it runs)
+
+/// Every process in /proc (this test process included), with state, parent and cmdline.
+pub fn processes() -> Vec<ProcInfo> {
+    all_pids()
+        .into_iter()
+        .filter_map(|pid| {
+            let (state, ppid, comm) = read_stat(pid)?;
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            Some(ProcInfo {
+                pid,
+                ppid,
+                state,
+                comm,
+                cmdline: cmdline.trim_end().to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The executable of `pid` (`/proc/PID/exe`), if readable.
+pub fn proc_exe(pid: u32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// The argument vector of `pid`.
+pub fn proc_argv(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The environment of `pid` as `NAME=VALUE` strings.
+pub fn proc_environ(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Sends `signal` to `pid` (with `kill(1)`); true if it was delivered.
+pub fn signal_pid(pid: u32, signal: &str) -> bool {
+    Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Waits up to `limit` for no process of the test to be left (see [`find_marked`]); the
+/// leftover check itself then only waits 5 s. For jobs whose teardown is asynchronous (a
+/// killed front end's agents notice on their own).
+pub fn wait_for_no_marked(marker: &str, dir: &Path, limit: Duration) {
+    let start = Instant::now();
+    while !find_marked(marker, dir).is_empty() && start.elapsed() < limit {
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Fixtures set up once per test binary and torn down when it exits
+
+/// Teardown actions run when the test binary exits (libtest ends with `exit()`, also when
+/// tests failed). A binary killed outright leaves its fixtures behind: every set-up
+/// therefore starts with the matching teardown.
+static AT_EXIT: Mutex<Vec<Box<dyn FnOnce() + Send>>> = Mutex::new(Vec::new());
+
+extern "C" {
+    fn atexit(cb: extern "C" fn()) -> std::os::raw::c_int;
+}
+
+extern "C" fn run_at_exit() {
+    let actions: Vec<_> = match AT_EXIT.lock() {
+        Ok(mut v) => v.drain(..).collect(),
+        Err(e) => e.into_inner().drain(..).collect(),
+    };
+    for a in actions.into_iter().rev() {
+        // Never unwind out of an atexit handler.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(a));
+    }
+}
+
+fn at_exit(action: Box<dyn FnOnce() + Send>) {
+    static REGISTERED: OnceLock<()> = OnceLock::new();
+    REGISTERED.get_or_init(|| {
+        // SAFETY: registers a plain extern "C" function with the C library.
+        let rc = unsafe { atexit(run_at_exit) };
+        assert_eq!(rc, 0, "atexit failed");
+    });
+    AT_EXIT
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(action);
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|u| u.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Fails (with the Debian package to install) unless every `(path or PATH name, package)`
+/// is there.
+fn require_tools(tools: &[(&str, &str)]) -> Result<(), String> {
+    let missing: Vec<String> = tools
+        .iter()
+        .filter(|(t, _)| {
+            if t.starts_with('/') {
+                !Path::new(t).is_file()
+            } else {
+                which(t).is_none()
+            }
+        })
+        .map(|(t, p)| format!("{t} (install the Debian package `{p}`)"))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("missing: {}", missing.join(", ")))
+    }
+}
+
+/// Takes an exclusive lock on `path` for the rest of the process (waits for another test
+/// binary using the same fixture names to finish).
+fn hold_lock(path: &Path) -> Result<(), String> {
+    static HELD: Mutex<Vec<std::fs::File>> = Mutex::new(Vec::new());
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
+    f.lock()
+        .map_err(|e| format!("lock {}: {e}", path.display()))?;
+    HELD.lock().unwrap_or_else(|e| e.into_inner()).push(f);
+    Ok(())
+}
+
+fn run_script(script: &Path, arg: &str, env: &[(String, String)]) -> Result<String, String> {
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(arg)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "`{} {arg}` failed ({}):\n{}{}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// Test hosts made by `netns/hosts.sh`: network namespaces with an sshd each.
+#[derive(Debug, Clone)]
+pub struct NetnsHosts {
+    /// The ssh wrapper (`-F /dev/null -i KEY -o StrictHostKeyChecking=no -o BatchMode=yes …`).
+    pub ssh: PathBuf,
+    /// The hosts' addresses (`10.77.0.11`, …).
+    pub addrs: Vec<String>,
+    /// The hosts' names: namespace names, also their hostnames (own UTS namespace).
+    pub names: Vec<String>,
+    /// The root namespace's address on the bridge.
+    pub bridge_ip: String,
+    /// The bridge's interface name (Hydra needs `-iface BRIDGE`).
+    pub bridge: String,
+    /// The `/24` prefix (`10.77.0`).
+    pub net: String,
+}
+
+/// `netns/hosts.sh`.
+pub const NETNS_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/netns/hosts.sh");
+/// `slurm/slurm-local.sh`.
+pub const SLURM_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/slurm/slurm-local.sh");
+
+/// The 3 namespace hosts, set up by the first caller in this test binary (`hosts.sh down`,
+/// then `up`) and torn down (`hosts.sh down`) when the binary exits. Needs root; a missing
+/// tool fails the test naming its Debian package. `KAURI_NETNS_PREFIX` (default `kauri`)
+/// and `KAURI_NETNS_NET` (default `10.77.0`) are passed on, so concurrent runs can differ;
+/// runs with the same prefix wait for each other (a lock file).
+pub fn netns_hosts() -> NetnsHosts {
+    static HOSTS: OnceLock<Result<NetnsHosts, String>> = OnceLock::new();
+    match HOSTS.get_or_init(set_up_netns) {
+        Ok(h) => h.clone(),
+        Err(e) => panic!("test hosts (network namespaces) unavailable: {e}"),
+    }
+}
+
+fn set_up_netns() -> Result<NetnsHosts, String> {
+    if !is_root() {
+        return Err("these tests need root (network namespaces, sshd)".into());
+    }
+    require_tools(&[
+        ("ip", "iproute2"),
+        ("ss", "iproute2"),
+        ("/usr/sbin/sshd", "openssh-server"),
+        ("ssh", "openssh-client"),
+        ("ssh-keygen", "openssh-client"),
+        ("unshare", "util-linux"),
+        ("setsid", "util-linux"),
+    ])?;
+    let prefix = std::env::var("KAURI_NETNS_PREFIX").unwrap_or_else(|_| "kauri".into());
+    let net = std::env::var("KAURI_NETNS_NET").unwrap_or_else(|_| "10.77.0".into());
+    let env = vec![
+        ("KAURI_NETNS_PREFIX".to_string(), prefix.clone()),
+        ("KAURI_NETNS_NET".to_string(), net.clone()),
+        ("KAURI_NETNS_COUNT".to_string(), "3".to_string()),
+    ];
+    hold_lock(Path::new(&format!("/tmp/{prefix}-netns.lock")))?;
+    let script = Path::new(NETNS_SCRIPT);
+    // A run killed outright leaves its hosts behind: start clean (`up` runs `down` too).
+    let _ = run_script(script, "down", &env);
+    let out = run_script(script, "up", &env)?;
+    {
+        let env = env.clone();
+        at_exit(Box::new(move || {
+            let _ = run_script(Path::new(NETNS_SCRIPT), "down", &env);
+        }));
+    }
+    let get = |name: &str| -> Result<String, String> {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+            .map(str::to_string)
+            .ok_or_else(|| format!("hosts.sh up printed no {name}:\n{out}"))
+    };
+    let list = |v: String| v.split(',').map(str::to_string).collect::<Vec<_>>();
+    Ok(NetnsHosts {
+        ssh: PathBuf::from(get("KAURI_NETNS_SSH")?),
+        addrs: list(get("KAURI_NETNS_ADDRS")?),
+        names: list(get("KAURI_NETNS_NAMES")?),
+        bridge_ip: get("KAURI_NETNS_BRIDGE_IP")?,
+        bridge: get("KAURI_NETNS_BRIDGE")?,
+        net,
+    })
+}
+
+/// A one-node Slurm made by `slurm/slurm-local.sh`.
+#[derive(Debug, Clone)]
+pub struct SlurmLocal {
+    /// `SLURM_CONF` for every client (`salloc`, `srun`, `sinfo`).
+    pub conf: PathBuf,
+    /// The node's name (`SLURM_JOB_NODELIST` inside an allocation): by default `kslurm1`,
+    /// not this machine's name, so a launcher cannot take it for the local host.
+    pub node: String,
+}
+
+/// The local Slurm, started by the first caller in this test binary (`stop`, then `start`)
+/// and stopped when the binary exits. State under `SLURM_LOCAL_DIR` (default
+/// `/tmp/kauri-compat-slurm`); node name `SLURM_LOCAL_NODE` (default `kslurm1`); the ports
+/// `SLURM_LOCAL_CTLD_PORT`/`SLURM_LOCAL_SLURMD_PORT` pass through. Needs root.
+pub fn slurm_local() -> SlurmLocal {
+    static SLURM: OnceLock<Result<SlurmLocal, String>> = OnceLock::new();
+    match SLURM.get_or_init(set_up_slurm) {
+        Ok(s) => s.clone(),
+        Err(e) => panic!("local Slurm unavailable: {e}"),
+    }
+}
+
+fn set_up_slurm() -> Result<SlurmLocal, String> {
+    if !is_root() {
+        return Err("these tests need root (slurmctld, slurmd, munged)".into());
+    }
+    require_tools(&[
+        ("/usr/sbin/slurmctld", "slurmctld"),
+        ("/usr/sbin/slurmd", "slurmd"),
+        ("/usr/sbin/munged", "munge"),
+        ("munge", "munge"),
+        ("salloc", "slurm-client"),
+        ("srun", "slurm-client"),
+        ("sinfo", "slurm-client"),
+    ])?;
+    let dir = std::env::var("SLURM_LOCAL_DIR").unwrap_or_else(|_| "/tmp/kauri-compat-slurm".into());
+    let node = std::env::var("SLURM_LOCAL_NODE").unwrap_or_else(|_| "kslurm1".into());
+    let env = vec![
+        ("SLURM_LOCAL_DIR".to_string(), dir.clone()),
+        ("SLURM_LOCAL_NODE".to_string(), node.clone()),
+    ];
+    hold_lock(Path::new(&format!("{dir}.lock")))?;
+    let script = Path::new(SLURM_SCRIPT);
+    let _ = run_script(script, "stop", &env);
+    {
+        let env = env.clone();
+        at_exit(Box::new(move || {
+            let _ = run_script(Path::new(SLURM_SCRIPT), "stop", &env);
+        }));
+    }
+    run_script(script, "start", &env)?;
+    Ok(SlurmLocal {
+        conf: PathBuf::from(format!("{dir}/etc/slurm.conf")),
+        node,
+    })
 }
 
 #[cfg(test)]
