@@ -596,7 +596,7 @@ fn fork_pmi_load(name: &str, version: &str, map_by_node: bool) {
         ),
     ));
     o.assert_success();
-    check_pmi_lines(&o, "pmi-load", &fork_place(map_by_node), &["checked=3"]);
+    check_pmi_lines(&o, "pmi-load", &fork_place(map_by_node), &["checked=15"]);
     ctx.assert_no_leftovers();
 }
 
@@ -633,7 +633,7 @@ fn fork_block_uneven_wraps() {
         &fork_args(hosts, false, &[], 8, &[&ctx.pmi_load(), "--pmi", "1"]),
     ));
     o.assert_success();
-    check_pmi_lines(&o, "pmi-load", &place, &["checked=3"]);
+    check_pmi_lines(&o, "pmi-load", &place, &["checked=7"]);
     let w = ctx.script("where.sh", WHERE_SH);
     let o = run(kauri_job(&ctx, &fork_args(hosts, false, &[], 8, &[&w])));
     o.assert_success();
@@ -655,7 +655,7 @@ fn fork_ppn2() {
     );
     let o = run(kauri_job(&ctx, &args));
     o.assert_success();
-    check_pmi_lines(&o, "pmi-load", &place, &["checked=3"]);
+    check_pmi_lines(&o, "pmi-load", &place, &["checked=15"]);
     let w = ctx.script("where.sh", WHERE_SH);
     let o = run(kauri_job(
         &ctx,
@@ -814,7 +814,7 @@ fn fork_tree(name: &str, width: Width) {
         &fork_args(&hosts, true, &extra, 16, &[&ctx.pmi_load(), "--pmi", "2"]),
     )));
     o.assert_success();
-    check_pmi_lines(&o, "pmi-load", &cyclic(8, 16), &["checked=3"]);
+    check_pmi_lines(&o, "pmi-load", &cyclic(8, 16), &["checked=15"]);
     ctx.assert_no_leftovers();
 }
 
@@ -1232,7 +1232,7 @@ fn netns_hostfile_map_by_node_kauri_addr() {
     let o = run(kauri_job(&ctx, &args(&[&ctx.pmi_load(), "--pmi", "2"]))
         .env("KAURI_ADDR", &hosts.bridge_ip));
     o.assert_success();
-    check_pmi_lines(&o, "pmi-load", &place, &["checked=3"]);
+    check_pmi_lines(&o, "pmi-load", &place, &["checked=4"]);
     let o =
         run(kauri_job(&ctx, &args(&[&ctx.prog("libpmi2_check")]))
             .env("KAURI_ADDR", &hosts.bridge_ip));
