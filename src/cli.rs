@@ -14,7 +14,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     /// Run a job.
-    Run(JobSpec),
+    Run(Box<JobSpec>),
     /// Print the usage text.
     Help,
     /// Print the version.
@@ -51,7 +51,12 @@ Global options:
   -hosts H1[:N],H2[:N]    hosts to run on, with slot counts
   -f, -hostfile FILE      hosts from a file: 'host', 'host:N' or 'host slots=N' per line
   -ppn N                  processes per host
-  -launcher NAME          how to reach hosts: fork (this host only in this version)
+  -launcher NAME          how to reach hosts: ssh (default), rsh, slurm (inside an
+                          allocation), fork (every host simulated by a local agent)
+  -launcher-exec PATH     the launcher program (e.g. a wrapper around ssh)
+  -map-by node|slot       deal ranks round-robin over hosts (node) or fill each host (slot,
+                          the default)
+  -tree-width K|flat      agents start their own children in a K-ary tree (default 8)
   -configfile FILE        read segments from FILE, one per line
   -l, -prepend-rank       prefix every output line with [RANK]
   -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
@@ -64,6 +69,12 @@ Global options:
 Environment:
   MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds (exit status 255)
   KAURI_KILL_GRACE=SECS   grace between SIGTERM and SIGKILL at teardown (default 3)
+  KAURI_TREE_WIDTH=K      the tree width, like -tree-width
+  KAURI_LAUNCHER_ARGS=..  extra arguments for the launcher (e.g. ssh options)
+  KAURI_AGENT_PATH=PATH   kauri's path on the other hosts (default: this kauri's path)
+  KAURI_ADDR=IP           the address agents connect back to (default: the local address
+                          of the route to the first remote host)
+  KAURI_CONNECT_TIMEOUT=S how long an agent has to connect back (default 60)
 ";
 
 struct Segment {
@@ -94,6 +105,9 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             universe_size: None,
             timeout: None,
             verbose: 0,
+            map_by_node: false,
+            tree_width: None,
+            launcher_exec: None,
         },
         segments: Vec::new(),
         configfile: None,
@@ -139,7 +153,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         }
     }
     p.spec.apps = p.segments;
-    Ok(Command::Run(p.spec))
+    Ok(Command::Run(Box::new(p.spec)))
 }
 
 fn timeout_from_env() -> Result<Option<Duration>, UsageError> {
@@ -259,6 +273,27 @@ impl Parser {
                     }
                 }
                 "-launcher" | "-bootstrap" => self.spec.launcher = Some(value(&name)?),
+                "-launcher-exec" | "-bootstrap-exec" => {
+                    self.spec.launcher_exec = Some(value(&name)?)
+                }
+                "-map-by" => {
+                    let v = value(&name)?;
+                    self.spec.map_by_node = match v.as_str() {
+                        "node" | "host" => true,
+                        "slot" | "core" => false,
+                        _ => return err(format!("-map-by {v:?}: use node or slot")),
+                    };
+                }
+                "-tree-width" => {
+                    let v = value(&name)?;
+                    self.spec.tree_width = Some(if v == "flat" {
+                        0
+                    } else {
+                        v.parse().map_err(|_| {
+                            UsageError(format!("-tree-width {v:?}: a number or flat"))
+                        })?
+                    });
+                }
                 "-configfile" => {
                     if !allow_config {
                         return err("-configfile inside a configfile");
@@ -375,7 +410,7 @@ mod tests {
     fn run(args: &str) -> JobSpec {
         let a: Vec<String> = args.split_whitespace().map(str::to_string).collect();
         match parse(&a).unwrap() {
-            Command::Run(s) => s,
+            Command::Run(s) => *s,
             other => panic!("{other:?}"),
         }
     }

@@ -1,173 +1,52 @@
-//! The front end of a job on this host: it places the ranks, starts them with their PMI
-//! sockets, serves PMI through the [`Engine`], forwards stdio and signals, watches for
-//! failure, tears the job down, and computes the exit status.
+//! The front end: the root of the tree, one per job, where the user typed the command.
 //!
-//! It runs on a single-threaded tokio runtime: one thread owns the engine (no locks), and every
-//! rank is forked from that thread, so `PR_SET_PDEATHSIG` ties the ranks' lives to kauri's.
-//! Each PMI connection has a reader task (decode, [`Engine::handle`], dispatch) and a writer
-//! task with a queue, so a rank that does not read its replies never blocks anybody else.
+//! It turns the [`JobSpec`] into a plan (hosts, placement, process mapping, each segment's
+//! environment), runs the ranks of its own host through a [`Node`], starts the agents of the
+//! other hosts through a launcher ([`Children`]), completes fences (its own ranks' puts and
+//! one merged contribution per child), prints the output the tree forwards, forwards stdin and
+//! signals, watches for failure, tears the job down, and computes the exit status.
+//!
+//! On one host it is the whole tree: no agent process, no TCP.
+//!
+//! It runs on a single-threaded tokio runtime: one thread owns every engine (no locks), and
+//! every rank is forked from that thread, so `PR_SET_PDEATHSIG` ties the ranks' lives to
+//! kauri's.
 
-use crate::iofwd;
-use crate::job::{EnvPolicy, JobSpec, Placement};
-use crate::pmi::{ConnId, Engine, Framing, JobInfo, Output};
-use crate::proc::{self, Launch};
-use bytes::{Bytes, BytesMut};
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use crate::hub::{Children, Gather, HubEvent};
+use crate::job::{EnvPolicy, HostSpec, JobSpec, Placement};
+use crate::node::{is_local, local_host, Node, NodeEvent};
+use crate::pmi::Output;
+use crate::proc;
+use crate::tree::{
+    self, AppPlan, Down, HostPlan, JobPlan, LaunchPlan, RankPlan, Report, Stream, Up,
+};
+use bytes::Bytes;
+use std::net::IpAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::ExitStatus;
-use std::rc::Rc;
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 /// Exit status when kauri itself ends the job (timeout, a failed launch, a fence that can
 /// never complete), as Hydra does.
 pub const STATUS_LAUNCHER: i32 = 255;
 
-/// Events that reach the main loop.
-enum Event {
-    Exited { rank: usize, status: ExitStatus },
-    Engine(Output),
-    OutputClosed,
-}
+/// The default width of the agent tree.
+pub const DEFAULT_TREE_WIDTH: usize = 8;
 
-/// State shared by the tasks of one job (all on one thread).
-struct Ctx {
-    engine: RefCell<Engine>,
-    writers: RefCell<HashMap<ConnId, mpsc::UnboundedSender<Bytes>>>,
-    events: mpsc::UnboundedSender<Event>,
-    next_conn: Cell<ConnId>,
-}
-
-impl Ctx {
-    /// Acts on the engine's outputs. On one host the front end is the whole tree, so a fence
-    /// that is ready locally is complete.
-    fn dispatch(&self) {
-        loop {
-            let outputs = self.engine.borrow_mut().drain();
-            if outputs.is_empty() {
-                return;
-            }
-            for o in outputs {
-                match o {
-                    Output::Send { conn, bytes } => {
-                        if let Some(w) = self.writers.borrow().get(&conn) {
-                            let _ = w.send(bytes);
-                        }
-                    }
-                    Output::Close { conn } => {
-                        self.writers.borrow_mut().remove(&conn);
-                        self.engine.borrow_mut().disconnect(conn);
-                    }
-                    Output::FenceReady { epoch, delta } => {
-                        self.engine.borrow_mut().fence_done(epoch, delta);
-                    }
-                    other => {
-                        let _ = self.events.send(Event::Engine(other));
-                    }
-                }
-            }
-        }
-    }
-
-    fn new_conn(&self) -> ConnId {
-        let c = self.next_conn.get();
-        self.next_conn.set(c + 1);
-        c
-    }
-}
-
-/// Serves one PMI connection until it closes.
-async fn serve_conn<S>(ctx: Rc<Ctx>, conn: ConnId, stream: S)
-where
-    S: AsyncRead + AsyncWrite + 'static,
-{
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-    ctx.writers.borrow_mut().insert(conn, tx);
-    tokio::task::spawn_local(async move {
-        let mut out = BytesMut::new();
-        while let Some(b) = rx.recv().await {
-            out.extend_from_slice(&b);
-            while let Ok(more) = rx.try_recv() {
-                out.extend_from_slice(&more);
-            }
-            if wr.write_all(&out).await.is_err() {
-                break;
-            }
-            out.clear();
-        }
-        let _ = wr.shutdown().await;
-    });
-    let mut framing = Framing::default();
-    let mut buf = BytesMut::with_capacity(4096);
-    'read: loop {
-        match rd.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        loop {
-            let decoded = framing.decode(&mut buf);
-            match decoded {
-                Ok(Some(req)) => ctx.engine.borrow_mut().handle(conn, req),
-                Ok(None) => break,
-                Err(e) => {
-                    let fatal = e.is_fatal();
-                    ctx.engine.borrow_mut().bad_input(conn, framing.is_v2(), &e);
-                    if fatal {
-                        ctx.dispatch();
-                        break 'read;
-                    }
-                }
-            }
-        }
-        ctx.dispatch();
-        if !ctx.writers.borrow().contains_key(&conn) {
-            break; // closed by the engine
-        }
-    }
-    ctx.writers.borrow_mut().remove(&conn);
-    ctx.engine.borrow_mut().disconnect(conn);
-    ctx.dispatch();
-}
-
-/// One started rank.
-struct Rank {
+/// What the front end knows of a rank.
+#[derive(Debug, Clone, Default)]
+struct RankState {
+    host: String,
     pid: u32,
-    status: Option<ExitStatus>,
-    /// Ended after kauri began tearing the job down: not the cause of the failure.
+    ended: Option<(Option<i32>, Option<i32>)>,
     during_teardown: bool,
-}
-
-/// Sends `sig` to every rank still running.
-fn signal_all(ranks: &[Rank], sig: i32) {
-    for rk in ranks.iter().filter(|rk| rk.status.is_none()) {
-        proc::signal_group(rk.pid, sig);
-    }
-}
-
-/// Starts ending the job, once: `SIGTERM` now, `SIGKILL` after the grace period.
-fn teardown(
-    ranks: &[Rank],
-    why: Ending,
-    ending: &mut Option<Ending>,
-    kill_at: &mut Option<Instant>,
-    grace: Duration,
-) {
-    if ending.is_none() {
-        *ending = Some(why);
-    }
-    if kill_at.is_none() {
-        signal_all(ranks, libc::SIGTERM);
-        *kill_at = Some(Instant::now() + grace);
-    }
+    initialized: bool,
+    finalized: bool,
 }
 
 /// Why the job ended early.
@@ -179,26 +58,6 @@ enum Ending {
     OutputClosed,
 }
 
-fn local_host() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into buf.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// True when `name` means this machine.
-pub fn is_local(name: &str, me: &str) -> bool {
-    name == "localhost"
-        || name == me
-        || name.starts_with("127.")
-        || name == "::1"
-        || me.split('.').next() == Some(name)
-}
-
 /// A job name unique across concurrent launches on this host.
 fn kvsname(host: &str) -> String {
     let nanos = std::time::SystemTime::now()
@@ -208,24 +67,25 @@ fn kvsname(host: &str) -> String {
     format!("kauri_{}_{nanos:x}_{host}", std::process::id())
 }
 
-/// The environment of one rank's segment, before the PMI variables.
-fn base_env(spec: &JobSpec, app: usize) -> Vec<(OsString, OsString)> {
+/// The environment of one segment's ranks, before the PMI variables.
+fn segment_env(spec: &JobSpec, app: usize) -> Vec<(String, String)> {
     let a = &spec.apps[app];
     let policy = a.env_policy.as_ref().unwrap_or(&spec.env_policy);
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+    let mut env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, _)| {
-            let k = k.to_string_lossy();
-            !proc::is_foreign_wiring(&k)
+            !proc::is_foreign_wiring(k)
+                && !k.starts_with("KAURI_JOB_KEY")
                 && match policy {
                     EnvPolicy::All => true,
                     EnvPolicy::None => false,
-                    EnvPolicy::List(l) => l.iter().any(|n| *n == k),
+                    EnvPolicy::List(l) => l.iter().any(|n| n == k),
                 }
         })
         .collect();
     for (k, v) in spec.genv.iter().chain(&a.env) {
-        env.retain(|(ek, _)| ek.to_string_lossy() != *k);
-        env.push((k.into(), v.into()));
+        env.retain(|(ek, _)| ek != k);
+        env.push((k.clone(), v.clone()));
     }
     env
 }
@@ -244,222 +104,331 @@ fn raise_fd_limit() {
     }
 }
 
-fn kill_grace() -> Duration {
-    std::env::var("KAURI_KILL_GRACE")
+fn env_secs(var: &str, default: f64) -> Duration {
+    std::env::var(var)
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64)
-        .unwrap_or(Duration::from_secs(3))
+        .unwrap_or(Duration::from_secs_f64(default))
 }
 
-/// Runs a job on this host and returns kauri's exit status.
-pub async fn run(spec: JobSpec) -> i32 {
-    let me = local_host();
-    if let Some(h) = spec.hosts.iter().find(|h| !is_local(&h.name, &me)) {
-        eprintln!(
-            "kauri: host {} is not this host ({me}); this kauri launches on one host only",
-            h.name
-        );
-        return STATUS_LAUNCHER;
+/// The address agents connect back to: `KAURI_ADDR`, else the local end of the route to the
+/// first remote host (a UDP `connect` sends nothing), else loopback.
+fn advertise(first_remote: Option<&str>, fork: bool) -> IpAddr {
+    if let Some(ip) = std::env::var("KAURI_ADDR")
+        .ok()
+        .and_then(|a| a.trim().parse().ok())
+    {
+        return ip;
     }
-    if let Some(l) = spec.launcher.as_deref().filter(|l| *l != "fork") {
-        eprintln!("kauri: launcher {l:?} is not available: this kauri has the fork launcher only");
-        return STATUS_LAUNCHER;
-    }
-    raise_fd_limit();
-    let size = spec.size();
-    let placement = Placement::single(size);
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    let (Some(host), false) = (first_remote, fork) else {
+        return loopback;
+    };
+    let probe = || -> std::io::Result<IpAddr> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        s.connect((host, 9))?;
+        Ok(s.local_addr()?.ip())
+    };
+    probe().unwrap_or(loopback)
+}
 
-    // Resolve every program before starting anything: a typo starts nothing.
-    let mut programs = Vec::new();
-    let mut envs = Vec::new();
-    for (i, a) in spec.apps.iter().enumerate() {
-        let env = base_env(&spec, i);
-        let wdir = a.wdir.clone().or(spec.wdir.clone()).unwrap_or(cwd.clone());
-        let wdir = cwd.join(wdir);
-        if !wdir.is_dir() {
-            eprintln!("kauri: working directory {} does not exist", wdir.display());
-            return STATUS_LAUNCHER;
-        }
-        let path = env
-            .iter()
-            .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.to_string_lossy().into_owned());
-        match proc::resolve(&a.program, path.as_deref(), &wdir) {
-            Ok(p) => programs.push((p, wdir)),
-            Err(e) => {
-                eprintln!("kauri: {e}");
-                return STATUS_LAUNCHER;
+/// Everything decided before anything starts.
+struct Plan {
+    job: JobPlan,
+    local: Option<HostPlan>,
+    remote: Vec<HostPlan>,
+    launch: LaunchPlan,
+    width: usize,
+    rank_host: Vec<String>,
+}
+
+fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
+    let size = spec.size();
+    let mut launcher = spec.launcher.clone();
+    let mut hosts: Vec<HostSpec> = spec.hosts.clone();
+    if hosts.is_empty() {
+        if let Some(a) = crate::allocation::detect()? {
+            if launcher.is_none()
+                && a.manager == "slurm"
+                && a.hosts.iter().any(|h| !is_local(&h.name, me))
+            {
+                launcher = Some("slurm".into());
             }
+            hosts = a.hosts;
         }
-        envs.push(env);
     }
+    if hosts.is_empty() {
+        hosts.push(HostSpec {
+            name: me.to_string(),
+            slots: size,
+        });
+    }
+    let kind = launcher.unwrap_or_else(|| "ssh".into());
+    if !["ssh", "rsh", "fork", "slurm"].contains(&kind.as_str()) {
+        return Err(format!("unknown launcher {kind:?} (ssh, rsh, slurm, fork)"));
+    }
+    let slots: Vec<usize> = hosts.iter().map(|h| spec.ppn.unwrap_or(h.slots)).collect();
+    let placement = if spec.map_by_node {
+        Placement::cyclic(size, hosts.len())
+    } else {
+        Placement::block(size, &slots)
+    };
     let appnum: Vec<u32> = spec
         .apps
         .iter()
         .enumerate()
         .flat_map(|(i, a)| std::iter::repeat_n(i as u32, a.nprocs))
         .collect();
-    let job = JobInfo {
-        kvsname: kvsname(&me),
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let apps = spec
+        .apps
+        .iter()
+        .enumerate()
+        .map(|(i, a)| AppPlan {
+            program: a.program.clone(),
+            args: a.args.clone(),
+            env: segment_env(spec, i),
+            wdir: cwd
+                .join(a.wdir.clone().or(spec.wdir.clone()).unwrap_or(cwd.clone()))
+                .display()
+                .to_string(),
+        })
+        .collect();
+    let job = JobPlan {
+        kvsname: kvsname(me),
         size,
         universe_size: spec.universe_size.unwrap_or(size as i64),
         appnum: appnum.clone(),
         process_mapping: placement.process_mapping(),
-        local_ranks: (0..size).collect(),
-        spawner_jobid: None,
+        apps,
+        label: spec.label,
+        pmi_port: spec.pmi_port,
+        kill_grace_ms: env_secs("KAURI_KILL_GRACE", 3.0).as_millis() as u64,
     };
-    info!(kvsname = %job.kvsname, size, "starting job");
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel();
-    let ctx = Rc::new(Ctx {
-        engine: RefCell::new(Engine::new(job)),
-        writers: RefCell::new(HashMap::new()),
-        events: ev_tx.clone(),
-        next_conn: Cell::new(size as ConnId),
-    });
-
-    // Output: one writer per destination, so lines never interleave.
-    let (out_tx, out_rx) = mpsc::channel::<Bytes>(1024);
-    let (err_tx, err_rx) = mpsc::channel::<Bytes>(1024);
-    let ev = ev_tx.clone();
-    let out_writer = tokio::task::spawn_local(async move {
-        if iofwd::write_all(out_rx, tokio::io::stdout()).await.is_err() {
-            let _ = ev.send(Event::OutputClosed);
+    // The front end serves the first host entry that is this machine (unless Slurm must
+    // start every agent); every other host with ranks gets an agent.
+    let served_here = (kind != "slurm")
+        .then(|| hosts.iter().position(|h| is_local(&h.name, me)))
+        .flatten();
+    let (mut local, mut remote) = (None, Vec::new());
+    for (n, h) in hosts.iter().enumerate() {
+        let ranks: Vec<RankPlan> = placement
+            .ranks_on(n)
+            .into_iter()
+            .enumerate()
+            .map(|(local_id, rank)| RankPlan {
+                rank,
+                app: appnum[rank] as usize,
+                local_id,
+            })
+            .collect();
+        if ranks.is_empty() {
+            continue;
         }
-    });
-    let err_writer = tokio::task::spawn_local(iofwd::write_all(err_rx, tokio::io::stderr()));
-
-    // PMI over loopback TCP, when asked for.
-    let port = if spec.pmi_port {
-        match tokio::net::TcpListener::bind("127.0.0.1:0").await {
-            Ok(l) => {
-                let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
-                let c = ctx.clone();
-                tokio::task::spawn_local(async move {
-                    while let Ok((s, _)) = l.accept().await {
-                        let _ = s.set_nodelay(true);
-                        let conn = c.new_conn();
-                        c.engine.borrow_mut().connect(conn, None);
-                        tokio::task::spawn_local(serve_conn(c.clone(), conn, s));
+        let hp = HostPlan {
+            host: h.name.clone(),
+            node: n,
+            ranks,
+        };
+        if Some(n) == served_here {
+            local = Some(hp);
+        } else {
+            remote.push(hp);
+        }
+    }
+    let self_path = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "kauri".into());
+    let exec = spec
+        .launcher_exec
+        .clone()
+        .unwrap_or_else(|| match kind.as_str() {
+            "slurm" => "srun".into(),
+            "fork" => self_path.clone(),
+            k => k.to_string(),
+        });
+    let launch = LaunchPlan {
+        kind: kind.clone(),
+        exec,
+        extra_args: std::env::var("KAURI_LAUNCHER_ARGS")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+        agent_path: std::env::var("KAURI_AGENT_PATH").unwrap_or(self_path),
+        connect_timeout_s: env_secs("KAURI_CONNECT_TIMEOUT", 60.0).as_secs().max(1),
+        max_concurrent: std::env::var("KAURI_LAUNCH_CONCURRENCY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(32),
+    };
+    let width = if kind == "slurm" {
+        0
+    } else {
+        spec.tree_width
+            .or_else(|| {
+                std::env::var("KAURI_TREE_WIDTH").ok().and_then(|v| {
+                    if v == "flat" {
+                        Some(0)
+                    } else {
+                        v.parse().ok()
                     }
-                });
-                Some(addr)
+                })
+            })
+            .unwrap_or(DEFAULT_TREE_WIDTH)
+    };
+    let rank_host = placement
+        .node
+        .iter()
+        .map(|&n| hosts[n].name.clone())
+        .collect();
+    Ok(Plan {
+        job,
+        local,
+        remote,
+        launch,
+        width,
+        rank_host,
+    })
+}
+
+/// Runs a job and returns kauri's exit status.
+pub async fn run(spec: JobSpec) -> i32 {
+    let me = local_host();
+    raise_fd_limit();
+    let p = match plan(&spec, &me) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("kauri: {e}");
+            return STATUS_LAUNCHER;
+        }
+    };
+    info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
+    let mut ranks: Vec<RankState> = p
+        .rank_host
+        .iter()
+        .map(|h| RankState {
+            host: h.clone(),
+            ..Default::default()
+        })
+        .collect();
+
+    // Output: everything the ranks and agents write, printed whole line by whole line.
+    let (out_tx, mut out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
+    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<()>();
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let printer = {
+        let ev = ev_tx.clone();
+        tokio::task::spawn_local(async move {
+            let (mut so, mut se) = (tokio::io::stdout(), tokio::io::stderr());
+            let mut stdout_ok = true;
+            let mut stopping = false;
+            loop {
+                let next = if stopping {
+                    out_rx.try_recv().ok()
+                } else {
+                    tokio::select! {
+                        biased;
+                        m = out_rx.recv() => m,
+                        _ = &mut stop_rx => {
+                            stopping = true;
+                            continue;
+                        }
+                    }
+                };
+                let Some((stream, data)) = next else { break };
+                match stream {
+                    Stream::Stdout if stdout_ok => {
+                        if so.write_all(&data).await.is_err() || so.flush().await.is_err() {
+                            stdout_ok = false;
+                            let _ = ev.send(());
+                        }
+                    }
+                    Stream::Stdout => {}
+                    Stream::Stderr => {
+                        let _ = se.write_all(&data).await;
+                        let _ = se.flush().await;
+                    }
+                }
+            }
+        })
+    };
+
+    let key = match tree::new_key() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("kauri: cannot make a job key: {e}");
+            return STATUS_LAUNCHER;
+        }
+    };
+    let (hub_tx, mut hub_rx) = mpsc::unbounded_channel();
+    let subtrees = tree::build(p.remote.clone(), p.width);
+    let ip = advertise(
+        p.remote.first().map(|h| h.host.as_str()),
+        p.launch.kind == "fork",
+    );
+    let kids = match Children::start(
+        subtrees,
+        p.job.clone(),
+        p.launch.clone(),
+        key,
+        ip,
+        hub_tx,
+        out_tx.clone(),
+    )
+    .await
+    {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("kauri: {e}");
+            return STATUS_LAUNCHER;
+        }
+    };
+    let (node_tx, mut node_rx) = mpsc::unbounded_channel();
+    let mut start_error = None;
+    let mut node = match &p.local {
+        None => None,
+        Some(hp) => match Node::start(&p.job, hp, node_tx, out_tx.clone()).await {
+            Ok(n) => {
+                for r in &hp.ranks {
+                    ranks[r.rank].pid = 0;
+                }
+                Some(n)
             }
             Err(e) => {
-                eprintln!("kauri: cannot listen for PMI on loopback: {e}");
-                return STATUS_LAUNCHER;
+                start_error = Some(e);
+                None
             }
-        }
-    } else {
-        None
+        },
     };
-
-    // Start the ranks.
-    let on_node: Vec<Vec<usize>> = (0..placement.nodes)
-        .map(|n| placement.ranks_on(n))
-        .collect();
-    let mut ranks: Vec<Rank> = Vec::with_capacity(size);
-    let mut forwarders = Vec::new();
-    let (ended_tx, ended_rx) = tokio::sync::watch::channel(false);
-    let mut start_error = None;
-    for (r, &app) in appnum.iter().enumerate() {
-        let app = app as usize;
-        let a = &spec.apps[app];
-        let local = &on_node[placement.node[r]];
-        let mut env = envs[app].clone();
-        let mut set = |k: &str, v: String| env.push((k.into(), v.into()));
-        set("PMI_RANK", r.to_string());
-        set("PMI_SIZE", size.to_string());
-        set("MPI_LOCALNRANKS", local.len().to_string());
-        let local_id = local.iter().position(|&x| x == r).unwrap_or(0);
-        set("MPI_LOCALRANKID", local_id.to_string());
-        let mut ours = None;
-        let mut theirs: Option<OwnedFd> = None;
-        match &port {
-            Some(addr) => {
-                set("PMI_PORT", addr.clone());
-                set("PMI_ID", r.to_string());
-            }
-            None => match std::os::unix::net::UnixStream::pair() {
-                Ok((a, b)) => {
-                    use std::os::fd::AsRawFd;
-                    set("PMI_FD", b.as_raw_fd().to_string());
-                    ours = Some(a);
-                    theirs = Some(b.into());
-                }
-                Err(e) => {
-                    start_error = Some(format!("cannot create a PMI socket: {e}"));
+    // stdin goes to rank 0, here or down the tree.
+    let (stdin_tx, mut stdin_rx) = mpsc::channel::<Down>(16);
+    let stdin_child = kids.child_with_rank(0);
+    if let Some(pipe) = node.as_mut().and_then(|n| n.stdin.take()) {
+        tokio::task::spawn_local(crate::iofwd::pump(tokio::io::stdin(), pipe));
+    } else if stdin_child.is_some() {
+        tokio::task::spawn_local(async move {
+            let mut input = tokio::io::stdin();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let msg = match input.read(&mut buf).await {
+                    Ok(0) | Err(_) => Down::StdinEof,
+                    Ok(n) => Down::Stdin(buf[..n].to_vec()),
+                };
+                let eof = msg == Down::StdinEof;
+                if stdin_tx.send(msg).await.is_err() || eof {
                     break;
                 }
-            },
-        }
-        let launch = Launch {
-            program: programs[app].0.clone(),
-            argv0: a.program.clone(),
-            args: a.args.clone(),
-            env,
-            wdir: programs[app].1.clone(),
-            pmi_fd: theirs,
-            stdin: r == 0,
-        };
-        let child = match proc::spawn(launch) {
-            Ok(c) => c,
-            Err(e) => {
-                start_error = Some(format!("cannot start rank {r} ({}): {e}", a.program));
-                break;
             }
-        };
-        let pid = child.pid;
-        debug!(rank = r, pid, "started");
-        if let Some(sock) = ours {
-            let _ = sock.set_nonblocking(true);
-            match tokio::net::UnixStream::from_std(sock) {
-                Ok(s) => {
-                    let conn = r as ConnId;
-                    ctx.engine.borrow_mut().connect(conn, Some(r));
-                    tokio::task::spawn_local(serve_conn(ctx.clone(), conn, s));
-                }
-                Err(e) => warn!("rank {r}: cannot serve PMI: {e}"),
-            }
-        }
-        let label = |r: usize| spec.label.then(|| Bytes::from(format!("[{r}] ")));
-        forwarders.push(tokio::task::spawn_local(iofwd::forward_lines(
-            child.stdout,
-            label(r),
-            out_tx.clone(),
-            ended_rx.clone(),
-        )));
-        forwarders.push(tokio::task::spawn_local(iofwd::forward_lines(
-            child.stderr,
-            label(r),
-            err_tx.clone(),
-            ended_rx.clone(),
-        )));
-        if let Some(i) = child.stdin {
-            tokio::task::spawn_local(iofwd::pump(tokio::io::stdin(), i));
-        }
-        let ev = ev_tx.clone();
-        let exit = child.exit;
-        tokio::task::spawn_local(async move {
-            let status = exit.wait().await;
-            let _ = ev.send(Event::Exited { rank: r, status });
-        });
-        ranks.push(Rank {
-            pid,
-            status: None,
-            during_teardown: false,
         });
     }
-    drop(out_tx);
-    drop(err_tx);
 
-    // Watch the job.
-    let grace = kill_grace();
+    let mut gather = Gather::new(node.is_some(), kids.ids());
+    let grace = Duration::from_millis(p.job.kill_grace_ms);
     let mut ending: Option<Ending> = None;
     let mut kill_at: Option<Instant> = None;
-    let mut running = ranks.len();
     let mut sigint = signal(SignalKind::interrupt()).ok();
     let mut sigterm = signal(SignalKind::terminate()).ok();
     let mut sighup = signal(SignalKind::hangup()).ok();
@@ -467,11 +436,6 @@ pub async fn run(spec: JobSpec) -> i32 {
     let mut sigusr2 = signal(SignalKind::user_defined2()).ok();
     let deadline = spec.timeout.map(|t| Instant::now() + t);
     let far = Instant::now() + Duration::from_secs(100 * 365 * 86400);
-
-    if let Some(e) = start_error {
-        eprintln!("kauri: {e}");
-        teardown(&ranks, Ending::Failed, &mut ending, &mut kill_at, grace);
-    }
 
     async fn recv_sig(s: &mut Option<tokio::signal::unix::Signal>) {
         match s {
@@ -482,115 +446,236 @@ pub async fn run(spec: JobSpec) -> i32 {
         }
     }
 
-    while running > 0 {
+    let teardown = |why: Ending,
+                    ending: &mut Option<Ending>,
+                    kill_at: &mut Option<Instant>,
+                    node: &Option<Node>,
+                    kids: &Children| {
+        if ending.is_none() {
+            *ending = Some(why);
+        }
+        if kill_at.is_none() {
+            if let Some(n) = node {
+                n.signal(libc::SIGTERM);
+            }
+            kids.broadcast(&Down::Teardown);
+            *kill_at = Some(Instant::now() + grace);
+        }
+    };
+    if let Some(e) = start_error {
+        eprintln!("kauri: {e}");
+        teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+    }
+
+    loop {
+        let local_done = node.as_ref().is_none_or(|n| n.running() == 0);
+        if local_done && kids.all_done() {
+            break;
+        }
+        let mut reports: Vec<Report> = Vec::new();
         tokio::select! {
-            ev = ev_rx.recv() => {
-                let Some(ev) = ev else { break };
+            ev = node_rx.recv(), if node.is_some() => {
+                let Some(ev) = ev else { continue };
                 match ev {
-                    Event::Exited { rank, status } => {
-                        running -= 1;
-                        let rk = &mut ranks[rank];
-                        rk.status = Some(status);
-                        rk.during_teardown = ending.is_some();
-                        debug!(rank, ?status, "exited");
-                        ctx.engine.borrow_mut().rank_exited(rank);
-                        ctx.dispatch();
-                        let failed = !status.success();
-                        if failed && !rk.during_teardown && spec.auto_cleanup {
-                            teardown(&ranks, Ending::Failed, &mut ending, &mut kill_at, grace);
-                            // A rank that failed is the cause, not a casualty.
-                            ranks[rank].during_teardown = false;
+                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => reports.push(Report::Exited {
+                        rank, pid, host: ranks[rank].host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
+                    }),
+                    NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
+                        if let Some((e, d)) = gather.local(epoch, delta) {
+                            complete_fence(e, d, &node, &kids);
                         }
                     }
-                    Event::Engine(Output::Abort { rank, code, message }) => {
-                        let who = rank.map_or("a process".to_string(), |r| format!("rank {r}"));
-                        let msg = if message.is_empty() { String::new() } else { format!(": {message}") };
-                        eprintln!("kauri: {who} aborted the job with code {code}{msg}");
-                        teardown(&ranks, Ending::Abort(code), &mut ending, &mut kill_at, grace);
-                    }
-                    Event::Engine(Output::Failed { reason }) => {
-                        eprintln!("kauri: {reason}; ending the job");
-                        teardown(&ranks, Ending::Failed, &mut ending, &mut kill_at, grace);
-                    }
-                    Event::Engine(Output::ProtocolError { rank, error }) => {
-                        let who = rank.map_or("a PMI client".to_string(), |r| format!("rank {r}"));
-                        eprintln!("kauri: {who} sent a bad PMI message: {error}");
-                    }
-                    Event::Engine(other) => debug!(?other, "engine"),
-                    Event::OutputClosed => {
-                        teardown(&ranks, Ending::OutputClosed, &mut ending, &mut kill_at, grace);
-                    }
+                    NodeEvent::Engine(Output::Initialized { rank }) => reports.push(Report::Initialized { rank }),
+                    NodeEvent::Engine(Output::Abort { rank, code, message }) => reports.push(Report::Abort { rank, code, message }),
+                    NodeEvent::Engine(Output::Failed { reason }) => reports.push(Report::Failed { reason }),
+                    NodeEvent::Engine(Output::ProtocolError { rank, error }) => reports.push(Report::ProtocolError { rank, error }),
+                    NodeEvent::Engine(_) => {}
                 }
             }
+            ev = hub_rx.recv() => {
+                let Some(ev) = ev else { continue };
+                match ev {
+                    HubEvent::Up { id, msg: Up::Fence { epoch, delta } } => {
+                        if let Some((e, d)) = gather.child(id, epoch, delta) {
+                            complete_fence(e, d, &node, &kids);
+                        }
+                    }
+                    HubEvent::Up { msg: Up::Reports(r), .. } => reports.extend(r),
+                    HubEvent::Up { id, msg: Up::Done } => kids.mark_done(id),
+                    HubEvent::Up { .. } => {}
+                    HubEvent::Lost { id, reason } => {
+                        kids.mark_done(id);
+                        if ending.is_none() {
+                            eprintln!("kauri: {reason}");
+                        }
+                        teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+                    }
+                    HubEvent::Refused { addr, reason } => eprintln!("kauri: refused a connection from {addr}: {reason}"),
+                }
+            }
+            Some(m) = stdin_rx.recv() => {
+                if let Some(id) = stdin_child {
+                    kids.send(id, m);
+                }
+            }
+            _ = ev_rx.recv() => teardown(Ending::OutputClosed, &mut ending, &mut kill_at, &node, &kids),
             _ = recv_sig(&mut sigint) => {
                 if kill_at.is_some() {
-                    signal_all(&ranks, libc::SIGKILL);
+                    if let Some(n) = &node { n.signal(libc::SIGKILL); }
+                    kids.broadcast(&Down::Kill);
                 } else {
-                    signal_all(&ranks, libc::SIGINT);
-                    teardown(&ranks, Ending::Signal(libc::SIGINT), &mut ending, &mut kill_at, grace);
+                    if let Some(n) = &node { n.signal(libc::SIGINT); }
+                    kids.broadcast(&Down::Signal(libc::SIGINT));
+                    teardown(Ending::Signal(libc::SIGINT), &mut ending, &mut kill_at, &node, &kids);
                 }
             }
-            _ = recv_sig(&mut sigterm) => {
-                teardown(&ranks, Ending::Signal(libc::SIGTERM), &mut ending, &mut kill_at, grace);
-            }
+            _ = recv_sig(&mut sigterm) => teardown(Ending::Signal(libc::SIGTERM), &mut ending, &mut kill_at, &node, &kids),
             _ = recv_sig(&mut sighup) => {
-                signal_all(&ranks, libc::SIGHUP);
-                teardown(&ranks, Ending::Signal(libc::SIGHUP), &mut ending, &mut kill_at, grace);
+                if let Some(n) = &node { n.signal(libc::SIGHUP); }
+                kids.broadcast(&Down::Signal(libc::SIGHUP));
+                teardown(Ending::Signal(libc::SIGHUP), &mut ending, &mut kill_at, &node, &kids);
             }
-            _ = recv_sig(&mut sigusr1) => signal_all(&ranks, libc::SIGUSR1),
-            _ = recv_sig(&mut sigusr2) => signal_all(&ranks, libc::SIGUSR2),
+            _ = recv_sig(&mut sigusr1) => {
+                if let Some(n) = &node { n.signal(libc::SIGUSR1); }
+                kids.broadcast(&Down::Signal(libc::SIGUSR1));
+            }
+            _ = recv_sig(&mut sigusr2) => {
+                if let Some(n) = &node { n.signal(libc::SIGUSR2); }
+                kids.broadcast(&Down::Signal(libc::SIGUSR2));
+            }
             _ = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() && ending.is_none() => {
                 eprintln!("kauri: job timed out after {} s (MPIEXEC_TIMEOUT)", spec.timeout.unwrap_or_default().as_secs());
-                teardown(&ranks, Ending::Timeout, &mut ending, &mut kill_at, grace);
+                teardown(Ending::Timeout, &mut ending, &mut kill_at, &node, &kids);
             }
             _ = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
-                signal_all(&ranks, libc::SIGKILL);
+                if let Some(n) = &node { n.signal(libc::SIGKILL); }
+                kids.broadcast(&Down::Kill);
                 kill_at = Some(far);
             }
         }
+        for r in reports {
+            match r {
+                Report::Exited {
+                    rank,
+                    pid,
+                    host,
+                    code,
+                    signal,
+                    finalized,
+                    initialized,
+                } => {
+                    let Some(st) = ranks.get_mut(rank) else {
+                        continue;
+                    };
+                    *st = RankState {
+                        host,
+                        pid,
+                        ended: Some((code, signal)),
+                        during_teardown: ending.is_some(),
+                        initialized,
+                        finalized,
+                    };
+                    let failed = code != Some(0);
+                    if failed && ending.is_none() && spec.auto_cleanup {
+                        teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+                    } else if !failed && !finalized && ending.is_none() {
+                        // A rank that ends without finalize can never join a fence again.
+                        let waiting = ranks.iter().enumerate().any(|(r, s)| {
+                            r != rank && s.initialized && !s.finalized && s.ended.is_none()
+                        });
+                        if waiting {
+                            let what = if initialized {
+                                "exited without finalizing PMI"
+                            } else {
+                                "exited before PMI init"
+                            };
+                            eprintln!("kauri: rank {rank} on {} {what} while other ranks use PMI; ending the job", ranks[rank].host);
+                            teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+                        }
+                    }
+                }
+                Report::Initialized { rank } => {
+                    if let Some(s) = ranks.get_mut(rank) {
+                        s.initialized = true;
+                    }
+                    let gone = ranks
+                        .iter()
+                        .enumerate()
+                        .find(|(_, s)| s.ended == Some((Some(0), None)) && !s.finalized);
+                    if let (Some((g, s)), None) = (gone, &ending) {
+                        let what = if s.initialized {
+                            "exited without finalizing PMI"
+                        } else {
+                            "exited before PMI init"
+                        };
+                        eprintln!("kauri: rank {g} on {} {what} while other ranks use PMI; ending the job", s.host);
+                        teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+                    }
+                }
+                Report::Abort {
+                    rank,
+                    code,
+                    message,
+                } => {
+                    let who = rank.map_or("a process".to_string(), |r| format!("rank {r}"));
+                    let msg = if message.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {message}")
+                    };
+                    eprintln!("kauri: {who} aborted the job with code {code}{msg}");
+                    teardown(Ending::Abort(code), &mut ending, &mut kill_at, &node, &kids);
+                }
+                Report::Failed { reason } => {
+                    if ending.is_none() {
+                        eprintln!("kauri: {reason}; ending the job");
+                    }
+                    teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+                }
+                Report::ProtocolError { rank, error } => {
+                    let who = rank.map_or("a PMI client".to_string(), |r| format!("rank {r}"));
+                    eprintln!("kauri: {who} sent a bad PMI message: {error}");
+                }
+            }
+        }
     }
 
-    // What the ranks left behind dies with the job.
-    let pgids: Vec<u32> = ranks.iter().map(|r| r.pid).collect();
-    let left = proc::kill_leftovers(&pgids);
-    if left > 0 {
-        debug!(left, "killed processes the ranks left behind");
+    // Forward the last output, then report failed ranks and compute the status.
+    if let Some(n) = node {
+        n.drain().await;
     }
-    // Forward everything the ranks wrote; then the writers end with their last sender.
-    let _ = ended_tx.send(true);
-    for f in forwarders {
-        let _ = f.await;
-    }
-    let _ = out_writer.await;
-    let _ = err_writer.await;
-
-    // Report failed ranks, then the status.
+    drop(out_tx);
+    drop(kids);
+    let _ = stop_tx.send(());
+    let _ = printer.await;
     let mut worst = 0;
-    for (r, rk) in ranks.iter().enumerate() {
-        let Some(st) = rk.status else { continue };
-        if rk.during_teardown || st.success() {
+    for (r, s) in ranks.iter().enumerate() {
+        let Some((code, sig)) = s.ended else { continue };
+        if s.during_teardown || code == Some(0) {
             continue;
         }
-        let code = match (st.code(), st.signal()) {
+        let c = match (code, sig) {
             (Some(c), _) => {
                 eprintln!(
-                    "kauri: rank {r} (pid {}) on {me} exited with code {c}",
-                    rk.pid
+                    "kauri: rank {r} (pid {}) on {} exited with code {c}",
+                    s.pid, s.host
                 );
                 c
             }
-            (None, Some(s)) => {
+            (None, Some(sig)) => {
                 eprintln!(
-                    "kauri: rank {r} (pid {}) on {me} killed by signal {s} ({})",
-                    rk.pid,
-                    proc::signal_name(s)
+                    "kauri: rank {r} (pid {}) on {} killed by signal {sig} ({})",
+                    s.pid,
+                    s.host,
+                    proc::signal_name(sig)
                 );
-                s
+                sig
             }
             _ => 1,
         };
-        worst = worst.max(code);
+        worst = worst.max(c);
     }
+    debug!(worst, "job ended");
     match ending {
         Some(Ending::Abort(code)) => code & 0xff,
         Some(Ending::Timeout) => STATUS_LAUNCHER,
@@ -598,5 +683,16 @@ pub async fn run(spec: JobSpec) -> i32 {
         Some(Ending::OutputClosed) => 128 + libc::SIGPIPE,
         Some(Ending::Failed) if worst == 0 => STATUS_LAUNCHER,
         _ => worst,
+    }
+}
+
+/// The whole tree has contributed to fence `epoch`: release the local ranks, tell the children.
+fn complete_fence(epoch: u64, delta: crate::kvs::Delta, node: &Option<Node>, kids: &Children) {
+    kids.broadcast(&Down::FenceDone {
+        epoch,
+        delta: delta.clone(),
+    });
+    if let Some(n) = node {
+        n.fence_done(epoch, delta);
     }
 }

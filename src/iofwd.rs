@@ -10,6 +10,15 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
+/// Which output stream a run of lines came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Stream {
+    /// The ranks' stdout.
+    Stdout,
+    /// The ranks' stderr.
+    Stderr,
+}
+
 /// The longest line held back waiting for its newline.
 pub const LINE_MAX: usize = 64 * 1024;
 
@@ -23,21 +32,22 @@ pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
 /// nothing.
 pub async fn forward_lines<R: AsyncRead + Unpin>(
     mut r: R,
+    stream: Stream,
     prefix: Option<Bytes>,
-    out: mpsc::Sender<Bytes>,
+    out: mpsc::Sender<(Stream, Bytes)>,
     mut ended: watch::Receiver<bool>,
 ) {
     let mut buf = BytesMut::with_capacity(8192);
     loop {
         while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
             let line = buf.split_to(nl + 1);
-            if send(&out, &prefix, &line).await.is_err() {
+            if send(&out, stream, &prefix, &line).await.is_err() {
                 return;
             }
         }
         if buf.len() >= LINE_MAX {
             let piece = buf.split();
-            if send(&out, &prefix, &piece).await.is_err() {
+            if send(&out, stream, &prefix, &piece).await.is_err() {
                 return;
             }
         }
@@ -64,15 +74,16 @@ pub async fn forward_lines<R: AsyncRead + Unpin>(
         }
     }
     if !buf.is_empty() {
-        let _ = send(&out, &prefix, &buf).await;
+        let _ = send(&out, stream, &prefix, &buf).await;
     }
 }
 
 async fn send(
-    out: &mpsc::Sender<Bytes>,
+    out: &mpsc::Sender<(Stream, Bytes)>,
+    stream: Stream,
     prefix: &Option<Bytes>,
     line: &[u8],
-) -> Result<(), mpsc::error::SendError<Bytes>> {
+) -> Result<(), mpsc::error::SendError<(Stream, Bytes)>> {
     let msg = match prefix {
         None => Bytes::copy_from_slice(line),
         Some(p) => {
@@ -82,7 +93,7 @@ async fn send(
             m.freeze()
         }
     };
-    out.send(msg).await
+    out.send((stream, msg)).await
 }
 
 /// Writes every message from `rx` to `w` until all senders are gone; an error (a closed pipe)
@@ -126,9 +137,17 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(16);
         let (_end_tx, end_rx) = watch::channel(false);
         let input: &[u8] = b"one\ntwo\nthree";
-        forward_lines(input, Some(Bytes::from_static(b"[3] ")), tx, end_rx).await;
+        forward_lines(
+            input,
+            Stream::Stdout,
+            Some(Bytes::from_static(b"[3] ")),
+            tx,
+            end_rx,
+        )
+        .await;
         let mut got = Vec::new();
-        while let Some(b) = rx.recv().await {
+        while let Some((s, b)) = rx.recv().await {
+            assert_eq!(s, Stream::Stdout);
             got.push(String::from_utf8(b.to_vec()).unwrap());
         }
         assert_eq!(got, vec!["[3] one\n", "[3] two\n", "[3] three"]);
@@ -139,9 +158,9 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(1024);
         let (_end_tx, end_rx) = watch::channel(false);
         let input = vec![b'x'; LINE_MAX * 2 + 10];
-        forward_lines(&input[..], None, tx, end_rx).await;
+        forward_lines(&input[..], Stream::Stderr, None, tx, end_rx).await;
         let mut total = 0;
-        while let Some(b) = rx.recv().await {
+        while let Some((_, b)) = rx.recv().await {
             assert!(b.len() <= LINE_MAX + 8192);
             total += b.len();
         }

@@ -73,6 +73,12 @@ pub struct JobSpec {
     pub timeout: Option<Duration>,
     /// Log verbosity (`-v`, repeatable).
     pub verbose: u8,
+    /// Place ranks round-robin over hosts (`-map-by node`) instead of filling each host.
+    pub map_by_node: bool,
+    /// Width of the agent tree (`-tree-width`); `Some(0)` is flat.
+    pub tree_width: Option<usize>,
+    /// The launcher program (`-launcher-exec`), e.g. a wrapper around ssh.
+    pub launcher_exec: Option<String>,
 }
 
 impl JobSpec {
@@ -124,6 +130,15 @@ impl Placement {
         Placement {
             node,
             nodes: slots.len(),
+        }
+    }
+
+    /// Deals ranks to hosts in turn, one at a time (`-map-by node`).
+    pub fn cyclic(size: usize, nodes: usize) -> Placement {
+        let nodes = nodes.max(1);
+        Placement {
+            node: (0..size).map(|r| r % nodes).collect(),
+            nodes,
         }
     }
 

@@ -3,25 +3,38 @@
 //! A request flows through these layers (arrows point down only):
 //!
 //! ```text
-//!  cli        the Hydra command line -> JobSpec
-//!  job        JobSpec, placement, PMI_process_mapping
-//!  frontend   the job on this host: starts ranks, serves PMI, forwards stdio and signals,
-//!             tears down, computes the exit status
-//!   ├── proc    rank processes: program lookup, environment, PMI socket, process groups
-//!   ├── iofwd   whole-line stdout/stderr forwarding, stdin to rank 0
-//!   ├── pmi     the sans-IO PMI engine: requests in, effects out
-//!   └── kvs     one job's key-value store: pending puts, committed pairs
-//!  pmi-wire   (crate) the PMI-1 and PMI-2 codecs
+//!  cli          the Hydra command line -> JobSpec; allocation: hosts from Slurm/PBS
+//!  job          JobSpec, placement, PMI_process_mapping
+//!  frontend     the root of the tree: plans the job, prints output, decides teardown and
+//!               the exit status
+//!  agent        `kauri agent`, one per other host: relays between its parent, its children
+//!               and its host's ranks
+//!   ├── hub       a parent's links to its child agents; the fence gather
+//!   ├── launch    Launcher plugins: fork, ssh/rsh, slurm
+//!   ├── tree      link messages, framing, the job-key handshake, the tree's shape
+//!   ├── node      one host's ranks: start, serve PMI, forward output, report ends
+//!   ├── proc      rank processes: program lookup, environment, PMI socket, process groups
+//!   ├── iofwd     whole-line stdout/stderr forwarding, stdin to rank 0
+//!   ├── pmi       the sans-IO PMI engine: requests in, effects out
+//!   └── kvs       one job's key-value store: pending puts, committed pairs
+//!  pmi-wire     (crate) the PMI-1 and PMI-2 codecs
 //! ```
 //!
-//! A rank's PMI request arrives on its socket, is decoded by [`pmi::Framing`], handled by the
-//! [`pmi::Engine`], and the engine's outputs are replies to write or events (fence ready,
-//! abort, finalize) that the front end acts on.
+//! A rank's PMI request arrives on its socket, is decoded by [`pmi::Framing`] and handled by
+//! its host's [`pmi::Engine`]; most requests are answered on the spot from the host's copy of
+//! the KVS. A fence is gathered up the tree (each agent sends one merged contribution) and the
+//! merged delta comes back down to every host's engine, which releases its ranks.
 
+pub mod agent;
+pub mod allocation;
 pub mod cli;
 pub mod frontend;
+pub mod hub;
 pub mod iofwd;
 pub mod job;
 pub mod kvs;
+pub mod launch;
+pub mod node;
 pub mod pmi;
 pub mod proc;
+pub mod tree;

@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("agent") {
+        return run_agent(&args[1..]);
+    }
     let spec = match cli::parse(&args) {
         Ok(Command::Help) => {
             print!("{}", cli::HELP);
@@ -20,7 +23,16 @@ fn main() -> ExitCode {
             return ExitCode::from(255);
         }
     };
-    let level = match spec.verbose {
+    logging(spec.verbose);
+    if spec.verbose > 0 {
+        // Agents log at the same level.
+        std::env::set_var("KAURI_LOG", if spec.verbose > 1 { "debug" } else { "info" });
+    }
+    run_local(kauri::frontend::run(*spec))
+}
+
+fn logging(verbose: u8) {
+    let level = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
@@ -32,6 +44,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_target(false)
         .init();
+}
+
+/// Runs a role on a single-threaded runtime and exits with its status.
+fn run_local(role: impl std::future::Future<Output = i32>) -> ExitCode {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -43,7 +59,20 @@ fn main() -> ExitCode {
         }
     };
     let local = tokio::task::LocalSet::new();
-    let status = local.block_on(&rt, kauri::frontend::run(spec));
+    let status = local.block_on(&rt, role);
     // stdin may be held by a blocking reader thread: leave without waiting for it.
     std::process::exit(status);
+}
+
+/// `kauri agent …`: the internal per-host role.
+fn run_agent(args: &[String]) -> ExitCode {
+    let a = match kauri::agent::AgentArgs::parse(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("kauri agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    logging(0);
+    run_local(kauri::agent::run(a))
 }

@@ -1,0 +1,390 @@
+//! `kauri agent`: the per-host process of a multi-host job (an internal role, started by its
+//! parent through a launcher).
+//!
+//! It connects back to its parent, proves it holds the job key, receives its part of the job,
+//! starts its own child agents and its host's ranks, and then relays: fence contributions up
+//! (its subtree's puts merged into one message), merged deltas down, output and reports up,
+//! stdin, signals and teardown down. It exits when its ranks and its children are done, or at
+//! once, killing its ranks, when its parent disappears.
+
+use crate::hub::{Children, Gather, HubEvent};
+use crate::node::{Node, NodeEvent};
+use crate::pmi::Output;
+use crate::tree::{self, Down, Report, Stream, Up};
+use bytes::{Bytes, BytesMut};
+use std::io::BufRead;
+use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::debug;
+
+/// The command line of `kauri agent`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentArgs {
+    /// `ip:port` of the parent.
+    pub parent: String,
+    /// The agent's id; `None` under Slurm, where the host name identifies the agent.
+    pub id: Option<u32>,
+    /// The host name it stands for.
+    pub host: String,
+}
+
+impl AgentArgs {
+    /// Parses `--parent ADDR (--id N --host NAME | --slurm)`.
+    pub fn parse(args: &[String]) -> Result<AgentArgs, String> {
+        let (mut parent, mut id, mut host, mut slurm) = (None, None, None, false);
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut val = || it.next().cloned().ok_or(format!("{a} needs a value"));
+            match a.as_str() {
+                "--parent" => parent = Some(val()?),
+                "--id" => id = Some(val()?.parse::<u32>().map_err(|_| "bad --id".to_string())?),
+                "--host" => host = Some(val()?),
+                "--slurm" => slurm = true,
+                other => return Err(format!("unknown agent argument {other}")),
+            }
+        }
+        let parent = parent.ok_or("--parent is required")?;
+        if slurm {
+            let host =
+                std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::node::local_host());
+            return Ok(AgentArgs {
+                parent,
+                id: None,
+                host,
+            });
+        }
+        Ok(AgentArgs {
+            parent,
+            id: Some(id.ok_or("--id is required")?),
+            host: host.ok_or("--host is required")?,
+        })
+    }
+}
+
+/// The job key: from the environment (removed at once, so ranks never see it) or from the
+/// first line of stdin.
+fn take_key() -> Result<String, String> {
+    if let Ok(k) = std::env::var(crate::launch::KEY_VAR) {
+        std::env::remove_var(crate::launch::KEY_VAR);
+        return Ok(k);
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| format!("cannot read the job key: {e}"))?;
+    let k = line.trim().to_string();
+    if k.is_empty() {
+        return Err("no job key on stdin or in the environment".into());
+    }
+    Ok(k)
+}
+
+/// Runs the agent; returns its exit status.
+pub async fn run(args: AgentArgs) -> i32 {
+    let key = match take_key() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("kauri agent on {}: {e}", args.host);
+            return 1;
+        }
+    };
+    match serve(args.clone(), key).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("kauri agent on {}: {e}", args.host);
+            1
+        }
+    }
+}
+
+async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
+    let host = args.host.clone();
+    let sock = TcpStream::connect(&args.parent)
+        .await
+        .map_err(|e| format!("cannot connect to its parent {}: {e}", args.parent))?;
+    let _ = sock.set_nodelay(true);
+    let my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
+    let (mut rd, mut wr) = sock.into_split();
+    let id = args.id.unwrap_or(u32::MAX);
+    let nonce = match tree::recv::<_, Down>(&mut rd).await {
+        Ok(Some(Down::Challenge { nonce })) => nonce,
+        _ => return Err("its parent did not send the handshake".into()),
+    };
+    tree::send(
+        &mut wr,
+        &Up::Hello {
+            id,
+            host: host.clone(),
+            mac: tree::mac(&key, &nonce, id),
+        },
+    )
+    .await
+    .map_err(|e| format!("handshake: {e}"))?;
+    let (job, me, children, launch) = match tree::recv::<_, Down>(&mut rd).await {
+        Ok(Some(Down::Spec {
+            job,
+            me,
+            children,
+            launch,
+        })) => (job, me, children, launch),
+        Ok(None) => return Err("its parent refused it".into()),
+        _ => return Err("its parent did not send the job".into()),
+    };
+    let host = me.host.clone();
+    debug!(%host, ranks = me.ranks.len(), children = children.len(), "agent starting");
+
+    // The uplink: control messages first, output in batches.
+    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Up>();
+    let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
+    let writer = tokio::task::spawn_local(uplink(wr, ctl_rx, out_rx));
+    let report = |r: Report| {
+        let _ = ctl_tx.send(Up::Reports(vec![r]));
+    };
+
+    let (hub_tx, mut hub_rx) = mpsc::unbounded_channel();
+    let kids = Children::start(
+        children,
+        (*job).clone(),
+        launch,
+        key,
+        my_ip,
+        hub_tx,
+        out_tx.clone(),
+    )
+    .await;
+    let kids = match kids {
+        Ok(k) => k,
+        Err(e) => {
+            report(Report::Failed {
+                reason: format!("agent on {host}: {e}"),
+            });
+            Children::none()
+        }
+    };
+    let (node_tx, mut node_rx) = mpsc::unbounded_channel();
+    let node = match Node::start(&job, &me, node_tx, out_tx.clone()).await {
+        Ok(n) => Some(n),
+        Err(e) => {
+            report(Report::Failed { reason: e });
+            None
+        }
+    };
+    let mut gather = Gather::new(node.is_some(), kids.ids());
+    let mut stdin_tx: Option<mpsc::UnboundedSender<Option<Vec<u8>>>> = None;
+    let mut node = node;
+    if let Some(mut pipe) = node.as_mut().and_then(|n| n.stdin.take()) {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
+        stdin_tx = Some(tx);
+        tokio::task::spawn_local(async move {
+            while let Some(Some(chunk)) = rx.recv().await {
+                if pipe.write_all(&chunk).await.is_err() {
+                    break;
+                }
+            }
+            let _ = pipe.shutdown().await;
+        });
+    }
+    let grace = Duration::from_millis(job.kill_grace_ms);
+    let far = Instant::now() + Duration::from_secs(100 * 365 * 86400);
+    let mut kill_at: Option<Instant> = None;
+    let mut told_initialized = false;
+    let (down_tx, mut down_rx) = mpsc::unbounded_channel::<Option<Down>>();
+    tokio::task::spawn_local(async move {
+        loop {
+            match tree::recv::<_, Down>(&mut rd).await {
+                Ok(Some(m)) => {
+                    if down_tx.send(Some(m)).is_err() {
+                        break;
+                    }
+                }
+                _ => {
+                    let _ = down_tx.send(None);
+                    break;
+                }
+            }
+        }
+    });
+
+    loop {
+        let local_done = node.as_ref().is_none_or(|n| n.running() == 0);
+        if local_done && kids.all_done() {
+            debug!(%host, "agent done");
+            break;
+        }
+        tokio::select! {
+            ev = node_rx.recv(), if node.is_some() => {
+                let Some(ev) = ev else { continue };
+                match ev {
+                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => report(Report::Exited {
+                        rank, pid, host: host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
+                    }),
+                    NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
+                        if let Some((e, d)) = gather.local(epoch, delta) {
+                            let _ = ctl_tx.send(Up::Fence { epoch: e, delta: d });
+                        }
+                    }
+                    NodeEvent::Engine(Output::Initialized { rank }) => {
+                        if !told_initialized {
+                            told_initialized = true;
+                            report(Report::Initialized { rank });
+                        }
+                    }
+                    NodeEvent::Engine(Output::Abort { rank, code, message }) => report(Report::Abort { rank, code, message }),
+                    NodeEvent::Engine(Output::Failed { reason }) => report(Report::Failed { reason }),
+                    NodeEvent::Engine(Output::ProtocolError { rank, error }) => report(Report::ProtocolError { rank, error }),
+                    NodeEvent::Engine(_) => {}
+                }
+            }
+            ev = hub_rx.recv() => {
+                let Some(ev) = ev else { continue };
+                match ev {
+                    HubEvent::Up { id, msg: Up::Fence { epoch, delta } } => {
+                        if let Some((e, d)) = gather.child(id, epoch, delta) {
+                            let _ = ctl_tx.send(Up::Fence { epoch: e, delta: d });
+                        }
+                    }
+                    HubEvent::Up { msg: Up::Reports(r), .. } => { let _ = ctl_tx.send(Up::Reports(r)); }
+                    HubEvent::Up { id, msg: Up::Done } => kids.mark_done(id),
+                    HubEvent::Up { .. } => {}
+                    HubEvent::Lost { id, reason } => {
+                        kids.mark_done(id);
+                        report(Report::Failed { reason });
+                    }
+                    HubEvent::Refused { addr, reason } => {
+                        let _ = out_tx.send((Stream::Stderr, Bytes::from(format!("kauri: refused a connection from {addr}: {reason}\n")))).await;
+                    }
+                }
+            }
+            down = down_rx.recv() => {
+                match down.flatten() {
+                    None => {
+                        // The parent is gone: nobody can use this part of the job any more.
+                        if let Some(n) = &node { n.signal(libc::SIGKILL); }
+                        return Err("its parent disappeared; killed its ranks".into());
+                    }
+                    Some(Down::FenceDone { epoch, delta }) => {
+                        kids.broadcast(&Down::FenceDone { epoch, delta: delta.clone() });
+                        if let Some(n) = &node { n.fence_done(epoch, delta); }
+                    }
+                    Some(Down::Stdin(data)) => match &stdin_tx {
+                        Some(tx) => { let _ = tx.send(Some(data)); }
+                        None => if let Some(id) = kids.child_with_rank(0) { kids.send(id, Down::Stdin(data)); },
+                    },
+                    Some(Down::StdinEof) => match stdin_tx.take() {
+                        Some(tx) => { let _ = tx.send(None); }
+                        None => if let Some(id) = kids.child_with_rank(0) { kids.send(id, Down::StdinEof); },
+                    },
+                    Some(Down::Signal(sig)) => {
+                        kids.broadcast(&Down::Signal(sig));
+                        if let Some(n) = &node { n.signal(sig); }
+                    }
+                    Some(Down::Teardown) => {
+                        kids.broadcast(&Down::Teardown);
+                        if kill_at.is_none() {
+                            if let Some(n) = &node { n.signal(libc::SIGTERM); }
+                            kill_at = Some(Instant::now() + grace);
+                        }
+                    }
+                    Some(Down::Kill) => {
+                        kids.broadcast(&Down::Kill);
+                        if let Some(n) = &node { n.signal(libc::SIGKILL); }
+                    }
+                    Some(Down::Challenge { .. }) | Some(Down::Spec { .. }) => {}
+                }
+            }
+            _ = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
+                if let Some(n) = &node { n.signal(libc::SIGKILL); }
+                kill_at = Some(far);
+            }
+        }
+    }
+    if let Some(n) = node {
+        n.drain().await;
+    }
+    debug!(%host, "agent drained");
+    drop(out_tx);
+    let _ = ctl_tx.send(Up::Done);
+    let _ = writer.await;
+    debug!(%host, "agent leaving");
+    Ok(())
+}
+
+/// Writes the uplink: control messages before output, output in runs of up to 64 KiB per
+/// stream. `Done` goes last, after every line of output still queued.
+async fn uplink(
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut ctl: mpsc::UnboundedReceiver<Up>,
+    mut out: mpsc::Receiver<(Stream, Bytes)>,
+) {
+    let mut held: Option<(Stream, Bytes)> = None;
+    let mut out_open = true;
+    loop {
+        let msg = if let Some(first) = held.take() {
+            batch(first, &mut out, &mut held)
+        } else {
+            tokio::select! {
+                biased;
+                m = ctl.recv() => match m {
+                    Some(Up::Done) | None => {
+                        // Flush what is queued, then leave.
+                        while let Ok(first) = out.try_recv() {
+                            let m = batch(first, &mut out, &mut held);
+                            if tree::send(&mut wr, &m).await.is_err() {
+                                return;
+                            }
+                            if let Some(h) = held.take() {
+                                let m = batch(h, &mut out, &mut held);
+                                if tree::send(&mut wr, &m).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                        let _ = tree::send(&mut wr, &Up::Done).await;
+                        let _ = wr.shutdown().await;
+                        return;
+                    }
+                    Some(m) => m,
+                },
+                o = out.recv(), if out_open => match o {
+                    Some(first) => batch(first, &mut out, &mut held),
+                    None => {
+                        out_open = false;
+                        continue;
+                    }
+                },
+            }
+        };
+        if tree::send(&mut wr, &msg).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// One `Output` message: `first` and whatever lines of the same stream are already queued.
+fn batch(
+    first: (Stream, Bytes),
+    out: &mut mpsc::Receiver<(Stream, Bytes)>,
+    held: &mut Option<(Stream, Bytes)>,
+) -> Up {
+    let (stream, bytes) = first;
+    let mut data = BytesMut::from(&bytes[..]);
+    while data.len() < 64 * 1024 {
+        match out.try_recv() {
+            Ok((s, more)) if s == stream => data.extend_from_slice(&more),
+            Ok(other) => {
+                *held = Some(other);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    Up::Output {
+        stream,
+        data: data.to_vec(),
+    }
+}

@@ -1,0 +1,538 @@
+//! A parent's side of the tree: it launches its child agents, accepts and authenticates their
+//! connections, sends each its part of the job, reads what they report, and gathers fence
+//! contributions. The front end and every agent with children run one.
+//!
+//! Launches are bounded ([`LaunchPlan::max_concurrent`] in flight, a slot freed when the agent
+//! connects or fails) and retried with back-off when sshd turns connections away under
+//! `MaxStartups`. An agent that cannot be started, does not connect back in time, or whose
+//! link ends before it said `Done` is reported as [`HubEvent::Lost`], with one line saying
+//! what and where.
+
+use crate::kvs::{merge, Delta};
+use crate::launch::{self, Target};
+use crate::tree::{self, Down, JobPlan, LaunchPlan, Stream, Subtree, Up};
+use bytes::Bytes;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tracing::{debug, info};
+
+/// What the children did.
+#[derive(Debug)]
+pub enum HubEvent {
+    /// A message from child `id` (output goes straight to the output channel instead).
+    Up {
+        /// The child.
+        id: u32,
+        /// The message.
+        msg: Up,
+    },
+    /// Child `id` is gone or never came; `reason` is one line for the user.
+    Lost {
+        /// The child.
+        id: u32,
+        /// Why.
+        reason: String,
+    },
+    /// A connection that did not hold the job key was refused.
+    Refused {
+        /// Who connected.
+        addr: SocketAddr,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+/// How long a new connection has to prove it holds the key.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// Launch attempts per agent when sshd turns connections away.
+const ATTEMPTS: u32 = 4;
+
+struct Shared {
+    pending: RefCell<HashMap<u32, Subtree>>,
+    links: RefCell<HashMap<u32, mpsc::UnboundedSender<Down>>>,
+    connected: RefCell<HashSet<u32>>,
+    done: RefCell<HashSet<u32>>,
+    connect_wait: RefCell<HashMap<u32, tokio::sync::oneshot::Sender<()>>>,
+}
+
+/// The links to this node's child agents.
+pub struct Children {
+    /// The direct children's subtrees.
+    pub subtrees: Vec<Subtree>,
+    shared: Rc<Shared>,
+    accept: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        if let Some(a) = self.accept.take() {
+            a.abort();
+        }
+    }
+}
+
+impl Children {
+    /// No children.
+    pub fn none() -> Children {
+        Children {
+            subtrees: Vec::new(),
+            shared: Rc::new(Shared {
+                pending: RefCell::new(HashMap::new()),
+                links: RefCell::new(HashMap::new()),
+                connected: RefCell::new(HashSet::new()),
+                done: RefCell::new(HashSet::new()),
+                connect_wait: RefCell::new(HashMap::new()),
+            }),
+            accept: None,
+        }
+    }
+
+    /// Listens on `ip`, launches every child, and serves their links.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
+        subtrees: Vec<Subtree>,
+        job: JobPlan,
+        plan: LaunchPlan,
+        key: String,
+        ip: IpAddr,
+        events: mpsc::UnboundedSender<HubEvent>,
+        out: mpsc::Sender<(Stream, Bytes)>,
+    ) -> Result<Children, String> {
+        let mut c = Children::none();
+        if subtrees.is_empty() {
+            return Ok(c);
+        }
+        c.subtrees = subtrees.clone();
+        for t in &subtrees {
+            c.shared.pending.borrow_mut().insert(t.id, t.clone());
+        }
+        let listener = TcpListener::bind((IpAddr::from([0u8, 0, 0, 0]), 0))
+            .await
+            .map_err(|e| format!("cannot listen for agents: {e}"))?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let parent = SocketAddr::new(ip, port).to_string();
+        info!(%parent, children = subtrees.len(), "listening for agents");
+
+        // Accept, authenticate, serve.
+        let job = Rc::new(job);
+        {
+            let (shared, events, out, key, plan) = (
+                c.shared.clone(),
+                events.clone(),
+                out.clone(),
+                key.clone(),
+                plan.clone(),
+            );
+            c.accept = Some(tokio::task::spawn_local(async move {
+                loop {
+                    let Ok((sock, addr)) = listener.accept().await else {
+                        continue;
+                    };
+                    let (shared, events, out, key, plan, job) = (
+                        shared.clone(),
+                        events.clone(),
+                        out.clone(),
+                        key.clone(),
+                        plan.clone(),
+                        job.clone(),
+                    );
+                    tokio::task::spawn_local(async move {
+                        serve_child(sock, addr, shared, events, out, key, plan, job).await;
+                    });
+                }
+            }));
+        }
+
+        // Launch.
+        let launcher: Rc<dyn launch::Launcher> = Rc::from(launch::for_plan(&plan)?);
+        let slots = Rc::new(Semaphore::new(plan.max_concurrent.max(1)));
+        let targets: Vec<Target> = subtrees
+            .iter()
+            .map(|t| Target {
+                id: t.id,
+                host: t.plan.host.clone(),
+            })
+            .collect();
+        let batches: Vec<Vec<Target>> = if plan.kind == "slurm" {
+            vec![targets]
+        } else {
+            targets.into_iter().map(|t| vec![t]).collect()
+        };
+        for batch in batches {
+            let (shared, events, out, key, plan, parent, launcher, slots) = (
+                c.shared.clone(),
+                events.clone(),
+                out.clone(),
+                key.clone(),
+                plan.clone(),
+                parent.clone(),
+                launcher.clone(),
+                slots.clone(),
+            );
+            tokio::task::spawn_local(async move {
+                let _permit = slots.acquire().await;
+                launch_batch(batch, shared, events, out, key, plan, parent, launcher).await;
+            });
+        }
+        Ok(c)
+    }
+
+    /// Sends a message to child `id`.
+    pub fn send(&self, id: u32, msg: Down) {
+        if let Some(l) = self.shared.links.borrow().get(&id) {
+            let _ = l.send(msg);
+        }
+    }
+
+    /// Sends a message to every child.
+    pub fn broadcast(&self, msg: &Down) {
+        for l in self.shared.links.borrow().values() {
+            let _ = l.send(msg.clone());
+        }
+    }
+
+    /// The child whose subtree runs `rank`.
+    pub fn child_with_rank(&self, rank: usize) -> Option<u32> {
+        self.subtrees
+            .iter()
+            .find(|t| t.contains_rank(rank))
+            .map(|t| t.id)
+    }
+
+    /// Records that child `id` is finished (it said `Done`, or it is lost).
+    pub fn mark_done(&self, id: u32) {
+        self.shared.done.borrow_mut().insert(id);
+        self.shared.links.borrow_mut().remove(&id);
+    }
+
+    /// True when every child is finished.
+    pub fn all_done(&self) -> bool {
+        let done = self.shared.done.borrow();
+        self.subtrees.iter().all(|t| done.contains(&t.id))
+    }
+
+    /// The host of child `id`.
+    pub fn host(&self, id: u32) -> String {
+        self.subtrees
+            .iter()
+            .find(|t| t.id == id)
+            .map_or_else(|| format!("agent {id}"), |t| t.plan.host.clone())
+    }
+
+    /// The ids of the direct children.
+    pub fn ids(&self) -> Vec<u32> {
+        self.subtrees.iter().map(|t| t.id).collect()
+    }
+}
+
+/// The handshake and then the life of one child link.
+#[allow(clippy::too_many_arguments)]
+async fn serve_child(
+    sock: TcpStream,
+    addr: SocketAddr,
+    shared: Rc<Shared>,
+    events: mpsc::UnboundedSender<HubEvent>,
+    out: mpsc::Sender<(Stream, Bytes)>,
+    key: String,
+    plan: LaunchPlan,
+    job: Rc<JobPlan>,
+) {
+    let _ = sock.set_nodelay(true);
+    let (mut rd, mut wr) = sock.into_split();
+    let refuse = |reason: String| {
+        let _ = events.send(HubEvent::Refused { addr, reason });
+    };
+    let Ok(nonce) = tree::nonce() else { return };
+    if tree::send(&mut wr, &Down::Challenge { nonce })
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let hello = tokio::time::timeout(HANDSHAKE, tree::recv::<_, Up>(&mut rd)).await;
+    let (id, host, mac) = match hello {
+        Ok(Ok(Some(Up::Hello { id, host, mac }))) => (id, host, mac),
+        Ok(Ok(Some(_))) => return refuse("it did not start with the handshake".into()),
+        Ok(Ok(None)) => return refuse("it closed the connection during the handshake".into()),
+        Ok(Err(e)) => return refuse(format!("unreadable handshake ({e})")),
+        Err(_) => return refuse("no handshake within 10 s".into()),
+    };
+    if !tree::verify(&key, &nonce, id, &mac) {
+        return refuse("wrong job key".into());
+    }
+    // A Slurm agent knows its host, not its id.
+    let id = if id == u32::MAX {
+        let p = shared.pending.borrow();
+        match p
+            .values()
+            .find(|t| t.plan.host == host || host.split('.').next() == Some(&t.plan.host))
+        {
+            Some(t) => t.id,
+            None => return refuse(format!("no agent is expected on host {host}")),
+        }
+    } else {
+        id
+    };
+    let Some(subtree) = shared.pending.borrow_mut().remove(&id) else {
+        return refuse(format!("agent {id} is not expected (or already connected)"));
+    };
+    debug!(id, host = %subtree.plan.host, "agent connected");
+    shared.connected.borrow_mut().insert(id);
+    if let Some(w) = shared.connect_wait.borrow_mut().remove(&id) {
+        let _ = w.send(());
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel::<Down>();
+    let _ = tx.send(Down::Spec {
+        job: Box::new((*job).clone()),
+        me: subtree.plan.clone(),
+        children: subtree.children.clone(),
+        launch: plan,
+    });
+    shared.links.borrow_mut().insert(id, tx);
+    tokio::task::spawn_local(async move {
+        while let Some(m) = rx.recv().await {
+            if tree::send(&mut wr, &m).await.is_err() {
+                break;
+            }
+        }
+    });
+    let host = subtree.plan.host;
+    loop {
+        match tree::recv::<_, Up>(&mut rd).await {
+            Ok(Some(Up::Output { stream, data })) => {
+                if out.send((stream, Bytes::from(data))).await.is_err() {
+                    break;
+                }
+            }
+            Ok(Some(Up::Done)) => {
+                let _ = events.send(HubEvent::Up { id, msg: Up::Done });
+                return;
+            }
+            Ok(Some(msg)) => {
+                let _ = events.send(HubEvent::Up { id, msg });
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    if !shared.done.borrow().contains(&id) {
+        let _ = events.send(HubEvent::Lost {
+            id,
+            reason: format!("agent on {host} died"),
+        });
+    }
+}
+
+/// Starts one launcher process (one agent, or all of Slurm's), retrying when sshd refuses,
+/// and reports agents that never connect.
+#[allow(clippy::too_many_arguments)]
+async fn launch_batch(
+    batch: Vec<Target>,
+    shared: Rc<Shared>,
+    events: mpsc::UnboundedSender<HubEvent>,
+    out: mpsc::Sender<(Stream, Bytes)>,
+    key: String,
+    plan: LaunchPlan,
+    parent: String,
+    launcher: Rc<dyn launch::Launcher>,
+) {
+    let names: Vec<String> = batch.iter().map(|t| t.host.clone()).collect();
+    let what = names.join(",");
+    let mut waits = Vec::new();
+    for t in &batch {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        shared.connect_wait.borrow_mut().insert(t.id, tx);
+        waits.push(rx);
+    }
+    let all_connected = async {
+        for w in waits {
+            let _ = w.await;
+        }
+    };
+    tokio::pin!(all_connected);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(plan.connect_timeout_s);
+    let lose = |reason: String| {
+        for t in &batch {
+            if !shared.connected.borrow().contains(&t.id) {
+                let _ = events.send(HubEvent::Lost {
+                    id: t.id,
+                    reason: reason.clone(),
+                });
+            }
+        }
+    };
+    for attempt in 1..=ATTEMPTS {
+        let started = match launcher.start(&batch, &parent, &key) {
+            Ok(s) => s,
+            Err(e) => {
+                return lose(format!(
+                    "cannot start an agent on {what}: {}: {e}",
+                    plan.exec
+                ))
+            }
+        };
+        let Some(mut child) = started.into_iter().next().map(|s| s.child) else {
+            return;
+        };
+        // The launcher's stderr (ssh's complaints, the agent's own messages) goes to ours; its
+        // last line explains a failure.
+        let last = Rc::new(RefCell::new(Vec::<String>::new()));
+        if let Some(err) = child.stderr.take() {
+            let (last, out) = (last.clone(), out.clone());
+            tokio::task::spawn_local(async move {
+                let mut lines = tokio::io::BufReader::new(err).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    {
+                        let mut v = last.borrow_mut();
+                        v.push(l.clone());
+                        if v.len() > 3 {
+                            v.remove(0);
+                        }
+                    }
+                    let _ = out
+                        .send((Stream::Stderr, Bytes::from(format!("{l}\n"))))
+                        .await;
+                }
+            });
+        }
+        tokio::select! {
+            _ = &mut all_connected => {
+                // Running: the links report from now on. Reap the launcher when it ends.
+                let _ = child.wait().await;
+                return;
+            }
+            status = child.wait() => {
+                // Give the stderr reader a moment to take the last words.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let tail = last.borrow().join(" / ");
+                let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+                let refused = tail.contains("exchange_identification")
+                    || tail.contains("Connection closed by")
+                    || tail.contains("Connection reset by");
+                if refused && attempt < ATTEMPTS {
+                    let wait = Duration::from_millis(500 << attempt);
+                    info!(%what, attempt, "sshd refused the launch; retrying in {wait:?}");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                if shared.connected.borrow().len() >= batch.len()
+                    && batch.iter().all(|t| shared.connected.borrow().contains(&t.id))
+                {
+                    return;
+                }
+                let why = if tail.is_empty() { format!("{} {status}", plan.exec) } else { tail };
+                return lose(format!("cannot start an agent on {what}: {why}"));
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                // The launcher leads its own process group: take all of it.
+                if let Some(pid) = child.id() {
+                    crate::proc::signal_group(pid, libc::SIGKILL);
+                }
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                return lose(format!(
+                    "agent on {what} did not connect back within {} s",
+                    plan.connect_timeout_s
+                ));
+            }
+        }
+    }
+}
+
+/// Gathers one node's fence contributions: its own ranks' puts and one merged delta from each
+/// child, for one epoch at a time.
+#[derive(Debug)]
+pub struct Gather {
+    epoch: u64,
+    need_local: bool,
+    local: Option<Delta>,
+    children: BTreeMap<u32, Delta>,
+    child_ids: Vec<u32>,
+}
+
+impl Gather {
+    /// A gather over the node's own ranks (if it has any) and `child_ids`.
+    pub fn new(need_local: bool, child_ids: Vec<u32>) -> Gather {
+        Gather {
+            epoch: 0,
+            need_local,
+            local: None,
+            children: BTreeMap::new(),
+            child_ids,
+        }
+    }
+
+    /// The node's own contribution; returns the merged delta when the epoch is complete.
+    pub fn local(&mut self, epoch: u64, delta: Delta) -> Option<(u64, Delta)> {
+        if epoch != self.epoch {
+            return None;
+        }
+        self.local = Some(delta);
+        self.complete()
+    }
+
+    /// A child's contribution.
+    pub fn child(&mut self, id: u32, epoch: u64, delta: Delta) -> Option<(u64, Delta)> {
+        if epoch != self.epoch {
+            return None;
+        }
+        self.children.insert(id, delta);
+        self.complete()
+    }
+
+    fn complete(&mut self) -> Option<(u64, Delta)> {
+        if self.need_local && self.local.is_none() {
+            return None;
+        }
+        if !self
+            .child_ids
+            .iter()
+            .all(|id| self.children.contains_key(id))
+        {
+            return None;
+        }
+        let parts = self
+            .local
+            .take()
+            .into_iter()
+            .chain(std::mem::take(&mut self.children).into_values());
+        let merged = merge(parts);
+        let e = self.epoch;
+        self.epoch += 1;
+        Some((e, merged))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gather_waits_for_everyone_then_merges_in_order() {
+        let mut g = Gather::new(true, vec![2, 5]);
+        assert!(g.child(5, 0, vec![("c".into(), "5".into())]).is_none());
+        assert!(g.local(0, vec![("a".into(), "0".into())]).is_none());
+        assert!(
+            g.child(5, 1, vec![]).is_none(),
+            "a later epoch is not mixed in"
+        );
+        let (e, d) = g.child(2, 0, vec![("b".into(), "2".into())]).unwrap();
+        assert_eq!(e, 0);
+        let keys: Vec<&str> = d.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, vec!["a", "b", "c"]);
+        // The next epoch starts empty.
+        assert!(g.local(1, vec![]).is_none());
+    }
+
+    #[test]
+    fn a_root_without_ranks_needs_only_its_children() {
+        let mut g = Gather::new(false, vec![1]);
+        assert_eq!(g.child(1, 0, vec![]), Some((0, vec![])));
+    }
+}

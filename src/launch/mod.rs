@@ -1,0 +1,114 @@
+//! Launchers: how an agent is started on a host. Each is a small plugin behind [`Launcher`];
+//! adding one (`pbs`, say) is one new file and one line in [`for_plan`].
+//!
+//! A launcher starts a process that is, or leads to, `kauri agent …` on the host, and hands
+//! the job key to it without putting it on a command line: in the environment where the
+//! launcher carries the environment (fork, Slurm), on the first line of stdin where it does
+//! not (ssh, rsh). The caller watches the started process: if it ends before the agent
+//! connects back, its last line on stderr says why.
+
+mod fork;
+mod slurm;
+mod ssh;
+
+use crate::tree::LaunchPlan;
+use std::io;
+
+pub use fork::Fork;
+pub use slurm::Slurm;
+pub use ssh::Ssh;
+
+/// The environment variable that carries the job key to an agent.
+pub const KEY_VAR: &str = "KAURI_JOB_KEY";
+
+/// One agent to start.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The agent's id in the tree.
+    pub id: u32,
+    /// Its host.
+    pub host: String,
+}
+
+/// A started launcher process and the agents it stands for.
+#[derive(Debug)]
+pub struct Started {
+    /// The agents this process starts (one, or all for Slurm).
+    pub ids: Vec<u32>,
+    /// The process.
+    pub child: tokio::process::Child,
+}
+
+/// Starts agents on hosts.
+pub trait Launcher {
+    /// Starts the agents for `targets`, to connect back to `parent` (`ip:port`).
+    fn start(&self, targets: &[Target], parent: &str, key: &str) -> io::Result<Vec<Started>>;
+}
+
+/// The launcher a plan names.
+pub fn for_plan(plan: &LaunchPlan) -> Result<Box<dyn Launcher>, String> {
+    match plan.kind.as_str() {
+        "fork" => Ok(Box::new(Fork { plan: plan.clone() })),
+        "ssh" | "rsh" => Ok(Box::new(Ssh { plan: plan.clone() })),
+        "slurm" => Ok(Box::new(Slurm { plan: plan.clone() })),
+        other => Err(format!(
+            "unknown launcher {other:?} (fork, ssh, rsh, slurm)"
+        )),
+    }
+}
+
+/// The arguments of `kauri agent` for one target.
+pub fn agent_args(t: &Target, parent: &str) -> Vec<String> {
+    vec![
+        "agent".into(),
+        "--parent".into(),
+        parent.into(),
+        "--id".into(),
+        t.id.to_string(),
+        "--host".into(),
+        t.host.clone(),
+    ]
+}
+
+/// A command whose process leads its own process group (a Ctrl-C at the terminal reaches
+/// kauri, which decides, not the launcher) and dies with the thread that started it.
+pub fn command(program: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// Quotes a word for a remote POSIX shell.
+pub fn shell_quote(w: &str) -> String {
+    if !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@,+".contains(c))
+    {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("/usr/bin/kauri"), "/usr/bin/kauri");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}

@@ -1,0 +1,394 @@
+//! The ranks of one host: started with their PMI sockets, served by a PMI [`Engine`], their
+//! output forwarded as whole lines, their ends reported. The front end runs one for the ranks
+//! on its own host; every agent runs one for its host.
+//!
+//! A `Node` decides nothing about the job: fence completion, failures and teardown are the
+//! caller's ([`NodeEvent`] tells it what happened; [`Node::fence_done`], [`Node::signal`] act).
+
+use crate::iofwd;
+use crate::pmi::{ConnId, Engine, Framing, JobInfo, Output};
+use crate::proc::{self, Launch};
+use crate::tree::{HostPlan, JobPlan, Stream};
+use bytes::{Bytes, BytesMut};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::rc::Rc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+/// What happened on this host.
+#[derive(Debug)]
+pub enum NodeEvent {
+    /// A rank ended.
+    Exited {
+        /// The rank.
+        rank: usize,
+        /// Its pid.
+        pid: u32,
+        /// How it ended.
+        status: ExitStatus,
+        /// It had finished the PMI handshake.
+        initialized: bool,
+        /// It had called finalize.
+        finalized: bool,
+    },
+    /// Something from the PMI engine: `FenceReady`, `Abort`, `Failed`, `ProtocolError`,
+    /// `Initialized`, `Finalized`.
+    Engine(Output),
+}
+
+/// State shared by the tasks of one host's ranks (all on one thread).
+struct Ctx {
+    engine: RefCell<Engine>,
+    writers: RefCell<HashMap<ConnId, mpsc::UnboundedSender<Bytes>>>,
+    events: mpsc::UnboundedSender<NodeEvent>,
+    next_conn: Cell<ConnId>,
+}
+
+impl Ctx {
+    /// Writes replies; hands everything else to the node's owner.
+    fn dispatch(&self) {
+        loop {
+            let outputs = self.engine.borrow_mut().drain();
+            if outputs.is_empty() {
+                return;
+            }
+            for o in outputs {
+                match o {
+                    Output::Send { conn, bytes } => {
+                        if let Some(w) = self.writers.borrow().get(&conn) {
+                            let _ = w.send(bytes);
+                        }
+                    }
+                    Output::Close { conn } => {
+                        self.writers.borrow_mut().remove(&conn);
+                        self.engine.borrow_mut().disconnect(conn);
+                    }
+                    other => {
+                        let _ = self.events.send(NodeEvent::Engine(other));
+                    }
+                }
+            }
+        }
+    }
+
+    fn new_conn(&self) -> ConnId {
+        let c = self.next_conn.get();
+        self.next_conn.set(c + 1);
+        c
+    }
+}
+
+/// Serves one PMI connection until it closes. Each connection has a reader (this task) and a
+/// writer task with a queue, so a rank that does not read its replies blocks nobody.
+async fn serve_conn<S>(ctx: Rc<Ctx>, conn: ConnId, stream: S)
+where
+    S: AsyncRead + AsyncWrite + 'static,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    ctx.writers.borrow_mut().insert(conn, tx);
+    tokio::task::spawn_local(async move {
+        let mut out = BytesMut::new();
+        while let Some(b) = rx.recv().await {
+            out.extend_from_slice(&b);
+            while let Ok(more) = rx.try_recv() {
+                out.extend_from_slice(&more);
+            }
+            if wr.write_all(&out).await.is_err() {
+                break;
+            }
+            out.clear();
+        }
+        let _ = wr.shutdown().await;
+    });
+    let mut framing = Framing::default();
+    let mut buf = BytesMut::with_capacity(4096);
+    'read: loop {
+        match rd.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        loop {
+            let decoded = framing.decode(&mut buf);
+            match decoded {
+                Ok(Some(req)) => ctx.engine.borrow_mut().handle(conn, req),
+                Ok(None) => break,
+                Err(e) => {
+                    let fatal = e.is_fatal();
+                    ctx.engine.borrow_mut().bad_input(conn, framing.is_v2(), &e);
+                    if fatal {
+                        ctx.dispatch();
+                        break 'read;
+                    }
+                }
+            }
+        }
+        ctx.dispatch();
+        if !ctx.writers.borrow().contains_key(&conn) {
+            break; // closed by the engine
+        }
+    }
+    ctx.writers.borrow_mut().remove(&conn);
+    ctx.engine.borrow_mut().disconnect(conn);
+    ctx.dispatch();
+}
+
+/// The ranks of one host.
+pub struct Node {
+    ctx: Rc<Ctx>,
+    /// The host's name.
+    pub host: String,
+    /// Running ranks: rank -> pid (process group).
+    running: Rc<RefCell<HashMap<usize, u32>>>,
+    /// Every pid this node started (for the leftover sweep).
+    pids: Vec<u32>,
+    forwarders: Vec<JoinHandle<()>>,
+    ended: watch::Sender<bool>,
+    /// Rank 0's stdin, when rank 0 runs here.
+    pub stdin: Option<pipe::Sender>,
+}
+
+/// True when `name` means this machine.
+pub fn is_local(name: &str, me: &str) -> bool {
+    name == "localhost"
+        || name == me
+        || name.starts_with("127.")
+        || name == "::1"
+        || me.split('.').next() == Some(name)
+}
+
+/// This machine's host name.
+pub fn local_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+impl Node {
+    /// Starts the ranks `me` lists. Programs are resolved first, so a typo starts nothing;
+    /// the error is one line naming the host.
+    pub async fn start(
+        job: &JobPlan,
+        me: &HostPlan,
+        events: mpsc::UnboundedSender<NodeEvent>,
+        out: mpsc::Sender<(Stream, Bytes)>,
+    ) -> Result<Node, String> {
+        let host = me.host.clone();
+        // Resolve the programs of the segments that run here.
+        let mut programs: HashMap<usize, PathBuf> = HashMap::new();
+        for r in &me.ranks {
+            if programs.contains_key(&r.app) {
+                continue;
+            }
+            let a = job
+                .apps
+                .get(r.app)
+                .ok_or_else(|| format!("rank {} names a segment that does not exist", r.rank))?;
+            let wdir = PathBuf::from(&a.wdir);
+            if !wdir.is_dir() {
+                return Err(format!(
+                    "working directory {} does not exist on {host}",
+                    a.wdir
+                ));
+            }
+            let path = a
+                .env
+                .iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.as_str());
+            let p =
+                proc::resolve(&a.program, path, &wdir).map_err(|e| format!("{e} (on {host})"))?;
+            programs.insert(r.app, p);
+        }
+        let info = JobInfo {
+            kvsname: job.kvsname.clone(),
+            size: job.size,
+            universe_size: job.universe_size,
+            appnum: job.appnum.clone(),
+            process_mapping: job.process_mapping.clone(),
+            local_ranks: me.ranks.iter().map(|r| r.rank).collect(),
+            spawner_jobid: None,
+        };
+        let ctx = Rc::new(Ctx {
+            engine: RefCell::new(Engine::new(info)),
+            writers: RefCell::new(HashMap::new()),
+            events: events.clone(),
+            next_conn: Cell::new(job.size as ConnId),
+        });
+        let port = if job.pmi_port {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| format!("cannot listen for PMI on loopback on {host}: {e}"))?;
+            let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            let c = ctx.clone();
+            tokio::task::spawn_local(async move {
+                while let Ok((s, _)) = l.accept().await {
+                    let _ = s.set_nodelay(true);
+                    let conn = c.new_conn();
+                    c.engine.borrow_mut().connect(conn, None);
+                    tokio::task::spawn_local(serve_conn(c.clone(), conn, s));
+                }
+            });
+            Some(addr)
+        } else {
+            None
+        };
+
+        let (ended, ended_rx) = watch::channel(false);
+        let mut node = Node {
+            ctx: ctx.clone(),
+            host: host.clone(),
+            running: Rc::new(RefCell::new(HashMap::new())),
+            pids: Vec::new(),
+            forwarders: Vec::new(),
+            ended,
+            stdin: None,
+        };
+        let nlocal = me.ranks.len();
+        for rp in &me.ranks {
+            let r = rp.rank;
+            let a = &job.apps[rp.app];
+            let mut env: Vec<(OsString, OsString)> =
+                a.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+            let mut set = |k: &str, v: String| env.push((k.into(), v.into()));
+            set("PMI_RANK", r.to_string());
+            set("PMI_SIZE", job.size.to_string());
+            set("MPI_LOCALNRANKS", nlocal.to_string());
+            set("MPI_LOCALRANKID", rp.local_id.to_string());
+            let mut ours = None;
+            let mut theirs: Option<OwnedFd> = None;
+            match &port {
+                Some(addr) => {
+                    set("PMI_PORT", addr.clone());
+                    set("PMI_ID", r.to_string());
+                }
+                None => {
+                    let (a, b) = std::os::unix::net::UnixStream::pair()
+                        .map_err(|e| format!("cannot create a PMI socket on {host}: {e}"))?;
+                    set("PMI_FD", b.as_raw_fd().to_string());
+                    ours = Some(a);
+                    theirs = Some(b.into());
+                }
+            }
+            let launch = Launch {
+                program: programs[&rp.app].clone(),
+                argv0: a.program.clone(),
+                args: a.args.clone(),
+                env,
+                wdir: PathBuf::from(&a.wdir),
+                pmi_fd: theirs,
+                stdin: r == 0,
+            };
+            let child = match proc::spawn(launch) {
+                Ok(c) => c,
+                Err(e) => {
+                    node.signal(libc::SIGKILL);
+                    return Err(format!(
+                        "cannot start rank {r} ({}) on {host}: {e}",
+                        a.program
+                    ));
+                }
+            };
+            let pid = child.pid;
+            debug!(rank = r, pid, "started");
+            node.pids.push(pid);
+            node.running.borrow_mut().insert(r, pid);
+            if let Some(sock) = ours {
+                let conn = r as ConnId;
+                let served = sock
+                    .set_nonblocking(true)
+                    .and_then(|()| tokio::net::UnixStream::from_std(sock));
+                match served {
+                    Ok(s) => {
+                        ctx.engine.borrow_mut().connect(conn, Some(r));
+                        tokio::task::spawn_local(serve_conn(ctx.clone(), conn, s));
+                    }
+                    Err(e) => warn!("rank {r}: cannot serve PMI: {e}"),
+                }
+            }
+            let label = job.label.then(|| Bytes::from(format!("[{r}] ")));
+            for (stream, reader) in [
+                (Stream::Stdout, child.stdout),
+                (Stream::Stderr, child.stderr),
+            ] {
+                node.forwarders
+                    .push(tokio::task::spawn_local(iofwd::forward_lines(
+                        reader,
+                        stream,
+                        label.clone(),
+                        out.clone(),
+                        ended_rx.clone(),
+                    )));
+            }
+            node.stdin = node.stdin.take().or(child.stdin);
+            let ev = events.clone();
+            let c = ctx.clone();
+            let running = node.running.clone();
+            let exit = child.exit;
+            tokio::task::spawn_local(async move {
+                let status = exit.wait().await;
+                debug!(rank = r, ?status, "exited");
+                running.borrow_mut().remove(&r);
+                let (initialized, finalized) = {
+                    let mut e = c.engine.borrow_mut();
+                    e.rank_exited(r);
+                    (e.initialized(r), e.finalized(r))
+                };
+                // The engine's view first: it knows who waits in a fence here.
+                c.dispatch();
+                let _ = ev.send(NodeEvent::Exited {
+                    rank: r,
+                    pid,
+                    status,
+                    initialized,
+                    finalized,
+                });
+            });
+        }
+        Ok(node)
+    }
+
+    /// Applies the merged delta of a fence the whole tree completed, releasing local ranks.
+    pub fn fence_done(&self, epoch: u64, delta: crate::kvs::Delta) {
+        self.ctx.engine.borrow_mut().fence_done(epoch, delta);
+        self.ctx.dispatch();
+    }
+
+    /// Sends `sig` to every running rank's process group.
+    pub fn signal(&self, sig: i32) {
+        for &pid in self.running.borrow().values() {
+            proc::signal_group(pid, sig);
+        }
+    }
+
+    /// How many ranks are still running.
+    pub fn running(&self) -> usize {
+        self.running.borrow().len()
+    }
+
+    /// After every rank ended: kills what they left in their process groups, then forwards
+    /// the rest of their output (see [`iofwd::forward_lines`]).
+    pub async fn drain(self) {
+        let left = proc::kill_leftovers(&self.pids);
+        if left > 0 {
+            debug!(left, "killed processes the ranks left behind");
+        }
+        let _ = self.ended.send(true);
+        for f in self.forwarders {
+            let _ = f.await;
+        }
+    }
+}

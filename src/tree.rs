@@ -1,0 +1,419 @@
+//! The overlay tree between the front end and the agents: the messages on its links, their
+//! framing, the job-key handshake, and the tree's shape.
+//!
+//! A link is one TCP connection from a child (an agent) to its parent (an agent or the front
+//! end). The parent speaks first: [`Down::Challenge`] with a random nonce; the child answers
+//! [`Up::Hello`] with an HMAC-SHA256 of the nonce under the per-job key, which never appears on a
+//! command line (it reaches agents in their environment or on their stdin). A connection that
+//! does not answer correctly is refused and the job goes on.
+//!
+//! Frames are a 4-byte big-endian length and a bincode body. Messages are batched by kind:
+//! one fence contribution per agent per fence (all puts of its subtree), output as runs of
+//! whole lines, never one message per key.
+
+use crate::kvs::Delta;
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use std::io;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// The largest frame a link accepts (a fence delta of a very large job fits easily).
+pub const FRAME_MAX: usize = 256 * 1024 * 1024;
+
+pub use crate::iofwd::Stream;
+
+/// One MPMD segment as an agent needs it: what to run and in which environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppPlan {
+    /// The program as the user typed it (resolved on the host that runs it).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The whole environment of its ranks, before the PMI variables.
+    pub env: Vec<(String, String)>,
+    /// The working directory.
+    pub wdir: String,
+}
+
+/// One rank as its host's agent needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPlan {
+    /// Global rank.
+    pub rank: usize,
+    /// Index of its MPMD segment.
+    pub app: usize,
+    /// Its index among the ranks of its host.
+    pub local_id: usize,
+}
+
+/// What every host needs to know about the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPlan {
+    /// The KVS name (PMI-2 job id).
+    pub kvsname: String,
+    /// The job's size.
+    pub size: usize,
+    /// The universe size.
+    pub universe_size: i64,
+    /// `appnum[r]` for every rank.
+    pub appnum: Vec<u32>,
+    /// `PMI_process_mapping`.
+    pub process_mapping: String,
+    /// The segments.
+    pub apps: Vec<AppPlan>,
+    /// Prefix output lines with `[rank] `.
+    pub label: bool,
+    /// Serve PMI over loopback TCP instead of `PMI_FD`.
+    pub pmi_port: bool,
+    /// Grace between SIGTERM and SIGKILL at teardown, in milliseconds.
+    pub kill_grace_ms: u64,
+}
+
+/// One host's part of the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPlan {
+    /// The host's name as given by the user.
+    pub host: String,
+    /// Its index in the job's list of hosts (its node id in the process mapping).
+    pub node: usize,
+    /// The ranks it runs, in rank order.
+    pub ranks: Vec<RankPlan>,
+}
+
+/// A host and the hosts below it in the tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subtree {
+    /// The agent's id (unique in the job; the front end is 0).
+    pub id: u32,
+    /// Its host.
+    pub plan: HostPlan,
+    /// Its children.
+    pub children: Vec<Subtree>,
+}
+
+impl Subtree {
+    /// Every rank in this subtree.
+    pub fn contains_rank(&self, rank: usize) -> bool {
+        self.plan.ranks.iter().any(|r| r.rank == rank)
+            || self.children.iter().any(|c| c.contains_rank(rank))
+    }
+
+    /// How many agents this subtree holds, itself included.
+    pub fn agents(&self) -> usize {
+        1 + self.children.iter().map(Subtree::agents).sum::<usize>()
+    }
+}
+
+/// How agents reach hosts; sent down so every agent launches its children the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchPlan {
+    /// `fork`, `ssh`, `rsh` or `slurm`.
+    pub kind: String,
+    /// The launcher program (`ssh`, a wrapper, …).
+    pub exec: String,
+    /// Extra arguments before the host name.
+    pub extra_args: Vec<String>,
+    /// The path of kauri on the remote hosts.
+    pub agent_path: String,
+    /// Seconds an agent has to connect back after its launch.
+    pub connect_timeout_s: u64,
+    /// Maximum launches in flight per agent.
+    pub max_concurrent: usize,
+}
+
+/// Parent to child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Down {
+    /// The first message on a link: prove you hold the job key.
+    Challenge {
+        /// A random nonce.
+        nonce: [u8; 32],
+    },
+    /// The child's part of the job, and the subtrees it must start.
+    Spec {
+        /// The job.
+        job: Box<JobPlan>,
+        /// The child's own host.
+        me: HostPlan,
+        /// The subtrees below it.
+        children: Vec<Subtree>,
+        /// How to start them.
+        launch: LaunchPlan,
+    },
+    /// Fence `epoch` is complete everywhere: apply the merged delta and release the ranks.
+    FenceDone {
+        /// The fence.
+        epoch: u64,
+        /// Every put of the job since the previous fence.
+        delta: Delta,
+    },
+    /// Bytes for rank 0's stdin (routed to the agent that hosts rank 0).
+    Stdin(Vec<u8>),
+    /// End of rank 0's stdin.
+    StdinEof,
+    /// Forward a signal to every rank.
+    Signal(i32),
+    /// End the job: SIGTERM, the grace period, SIGKILL.
+    Teardown,
+    /// Kill every rank now.
+    Kill,
+}
+
+/// Something that happened below, reported up to the front end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Report {
+    /// A rank finished the PMI handshake (sent for an agent's first one only).
+    Initialized {
+        /// The rank.
+        rank: usize,
+    },
+    /// A rank ended.
+    Exited {
+        /// The rank.
+        rank: usize,
+        /// Its pid on its host.
+        pid: u32,
+        /// Its host.
+        host: String,
+        /// Exit code, when it exited.
+        code: Option<i32>,
+        /// Signal, when a signal killed it.
+        signal: Option<i32>,
+        /// It had called PMI finalize.
+        finalized: bool,
+        /// It had finished the PMI handshake.
+        initialized: bool,
+    },
+    /// A rank asked to end the job.
+    Abort {
+        /// The rank, when known.
+        rank: Option<usize>,
+        /// The exit code it asked for.
+        code: i32,
+        /// Its message.
+        message: String,
+    },
+    /// A rank sent a malformed PMI message.
+    ProtocolError {
+        /// The rank, when known.
+        rank: Option<usize>,
+        /// What was wrong.
+        error: String,
+    },
+    /// The job cannot go on.
+    Failed {
+        /// One line saying why.
+        reason: String,
+    },
+}
+
+/// Child to parent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Up {
+    /// The answer to the challenge.
+    Hello {
+        /// The agent's id.
+        id: u32,
+        /// Its host as it was told.
+        host: String,
+        /// HMAC-SHA256(key, nonce || id).
+        mac: Vec<u8>,
+    },
+    /// The subtree's contribution to fence `epoch`.
+    Fence {
+        /// The fence.
+        epoch: u64,
+        /// Every put of the subtree's ranks since the previous fence.
+        delta: Delta,
+    },
+    /// A run of whole output lines.
+    Output {
+        /// Which stream.
+        stream: Stream,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// Events for the front end.
+    Reports(Vec<Report>),
+    /// The subtree's agents are all running.
+    Started,
+    /// Every rank of the subtree has ended and its output is sent; the agent is leaving.
+    Done,
+}
+
+/// Writes one frame.
+pub async fn send<W: AsyncWrite + Unpin, M: Serialize>(w: &mut W, msg: &M) -> io::Result<()> {
+    let body =
+        bincode::serialize(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame).await
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream.
+pub async fn recv<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
+    r: &mut R,
+) -> io::Result<Option<M>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > FRAME_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    bincode::deserialize(&body)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// The job key: 32 random bytes, hex-encoded so it can travel in an environment variable or
+/// on a line of stdin.
+pub fn new_key() -> io::Result<String> {
+    let mut b = [0u8; 32];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut b)?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// A random nonce.
+pub fn nonce() -> io::Result<[u8; 32]> {
+    let mut b = [0u8; 32];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut b)?;
+    Ok(b)
+}
+
+/// The proof that a child holds `key`.
+pub fn mac(key: &str, nonce: &[u8; 32], id: u32) -> Vec<u8> {
+    let mut m = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes any key length");
+    m.update(nonce);
+    m.update(&id.to_be_bytes());
+    m.finalize().into_bytes().to_vec()
+}
+
+/// Checks a child's proof in constant time.
+pub fn verify(key: &str, nonce: &[u8; 32], id: u32, proof: &[u8]) -> bool {
+    let mut m = Hmac::<Sha256>::new_from_slice(key.as_bytes()).expect("HMAC takes any key length");
+    m.update(nonce);
+    m.update(&id.to_be_bytes());
+    m.verify_slice(proof).is_ok()
+}
+
+/// Arranges `hosts` (in order, ids from 1) under a root as a `width`-ary tree in breadth-first
+/// order: the root's children are the first `width` hosts, and so on. `width` 0 means flat:
+/// every host is a child of the root.
+pub fn build(hosts: Vec<HostPlan>, width: usize) -> Vec<Subtree> {
+    let n = hosts.len();
+    let mut nodes: Vec<Option<Subtree>> = hosts
+        .into_iter()
+        .enumerate()
+        .map(|(i, plan)| {
+            Some(Subtree {
+                id: i as u32 + 1,
+                plan,
+                children: Vec::new(),
+            })
+        })
+        .collect();
+    if width == 0 {
+        return nodes.into_iter().flatten().collect();
+    }
+    // Node i (1-based, root 0) has parent (i - 1) / width. Attach from the last node up, so
+    // every child is complete before it moves into its parent.
+    for i in (1..=n).rev() {
+        let parent = (i - 1) / width;
+        if parent == 0 {
+            continue;
+        }
+        let child = nodes[i - 1].take().expect("each node moves once");
+        nodes[parent - 1]
+            .as_mut()
+            .expect("a parent moves after its children")
+            .children
+            .insert(0, child);
+    }
+    nodes.into_iter().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hosts(n: usize) -> Vec<HostPlan> {
+        (0..n)
+            .map(|i| HostPlan {
+                host: format!("h{i}"),
+                node: i,
+                ranks: vec![RankPlan {
+                    rank: i,
+                    app: 0,
+                    local_id: 0,
+                }],
+            })
+            .collect()
+    }
+
+    fn shape(t: &Subtree) -> String {
+        if t.children.is_empty() {
+            t.id.to_string()
+        } else {
+            let c: Vec<String> = t.children.iter().map(shape).collect();
+            format!("{}({})", t.id, c.join(","))
+        }
+    }
+
+    #[test]
+    fn kary_trees() {
+        let s: Vec<String> = build(hosts(7), 2).iter().map(shape).collect();
+        assert_eq!(s, vec!["1(3(7),4)", "2(5,6)"]);
+        let s: Vec<String> = build(hosts(4), 1).iter().map(shape).collect();
+        assert_eq!(s, vec!["1(2(3(4)))"]);
+        let flat = build(hosts(5), 0);
+        assert_eq!(flat.len(), 5);
+        assert!(flat.iter().all(|t| t.children.is_empty()));
+        let t = build(hosts(10), 3);
+        assert_eq!(t.iter().map(Subtree::agents).sum::<usize>(), 10);
+        assert!(t[0].contains_rank(3) && !t[0].contains_rank(1));
+    }
+
+    #[test]
+    fn frames_round_trip_and_bad_frames_are_refused() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let msg = Up::Fence {
+                epoch: 3,
+                delta: vec![("k".into(), "v".into())],
+            };
+            let mut buf = Vec::new();
+            send(&mut buf, &msg).await.unwrap();
+            let got: Up = recv(&mut &buf[..]).await.unwrap().unwrap();
+            assert_eq!(got, msg);
+            let none: Option<Up> = recv(&mut &b""[..]).await.unwrap();
+            assert!(none.is_none());
+            let huge = [0xffu8, 0xff, 0xff, 0xff];
+            assert!(recv::<_, Up>(&mut &huge[..]).await.is_err());
+            let garbage = [0u8, 0, 0, 3, 200, 201, 202];
+            assert!(recv::<_, Up>(&mut &garbage[..]).await.is_err());
+        });
+    }
+
+    #[test]
+    fn only_the_key_holder_passes() {
+        let n = nonce().unwrap();
+        let k = new_key().unwrap();
+        assert_eq!(k.len(), 64);
+        assert!(verify(&k, &n, 4, &mac(&k, &n, 4)));
+        assert!(!verify(&k, &n, 5, &mac(&k, &n, 4)));
+        assert!(!verify("other", &n, 4, &mac(&k, &n, 4)));
+    }
+}
