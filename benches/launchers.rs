@@ -13,9 +13,11 @@
 //! A launcher that does not finish a run within `--timeout` seconds (Hydra's PMI-2 path hangs
 //! at 256 ranks on one host) is recorded as `timeout` and not run again for that cell.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use common::{build, opt, run_timed, summary};
+use std::path::Path;
+use std::time::Duration;
 
 struct Workload {
     name: &'static str,
@@ -42,65 +44,7 @@ const WORKLOADS: &[Workload] = &[
     },
 ];
 
-struct Opts {
-    runs: usize,
-    sizes: Vec<usize>,
-    pmi: Vec<u8>,
-    timeout: Duration,
-}
-
-fn opts() -> Opts {
-    let mut o = Opts {
-        runs: 5,
-        sizes: vec![16, 64, 256],
-        pmi: vec![1, 2],
-        timeout: Duration::from_secs(60),
-    };
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < args.len() {
-        let v = args.get(i + 1).cloned().unwrap_or_default();
-        let list = |v: &str| {
-            v.split(',')
-                .filter_map(|x| x.parse().ok())
-                .collect::<Vec<_>>()
-        };
-        match args[i].as_str() {
-            "--runs" => o.runs = v.parse().unwrap_or(o.runs),
-            "--sizes" => o.sizes = list(&v),
-            "--pmi" => o.pmi = list(&v).into_iter().map(|x: usize| x as u8).collect(),
-            "--timeout" => o.timeout = Duration::from_secs(v.parse().unwrap_or(60)),
-            _ => {
-                i += 1; // cargo's own flags (--bench)
-                continue;
-            }
-        }
-        i += 2;
-    }
-    o
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
-}
-
-/// Builds the release binaries this benchmark runs.
-fn build() -> (PathBuf, PathBuf) {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let ok = Command::new(cargo)
-        .args(["build", "--release", "--workspace", "--bins", "-q"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(ok, "cargo build --release failed");
-    let dir = target_dir().join("release");
-    (dir.join("kauri"), dir.join("pmi-load"))
-}
-
-/// Runs one job; `None` when it timed out or failed.
+/// Runs pmi-load under `launcher` once.
 fn run_once(
     launcher: &[String],
     load: &Path,
@@ -109,82 +53,55 @@ fn run_once(
     w: &Workload,
     timeout: Duration,
 ) -> Result<f64, String> {
-    let mut cmd = Command::new(&launcher[0]);
-    cmd.args(&launcher[1..])
-        .args(["-n", &n.to_string()])
-        .arg(load)
-        .args(["--pmi", &pmi.to_string(), "--keys", &w.keys.to_string()])
-        .args([
+    let mut argv: Vec<String> = launcher.to_vec();
+    argv.extend(["-n".into(), n.to_string(), load.display().to_string()]);
+    argv.extend(["--pmi", &pmi.to_string(), "--keys", &w.keys.to_string()].map(String::from));
+    argv.extend(
+        [
             "--vsize",
             &w.vsize.to_string(),
             "--rounds",
             &w.rounds.to_string(),
-        ])
-        .args([
-            "--gets",
-            &w.gets.map_or("all".into(), |g| g.to_string()),
-            "--quiet",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .process_group(0);
-    let start = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", launcher[0]))?;
-    loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            let secs = start.elapsed().as_secs_f64();
-            let mut out = String::new();
-            use std::io::Read;
-            if let Some(mut o) = child.stdout.take() {
-                let _ = o.read_to_string(&mut out);
-            }
-            return if st.success() && out.contains("pmi-load: ok rank=0") {
-                Ok(secs)
-            } else {
-                Err(format!("failed ({st})"))
-            };
-        }
-        if start.elapsed() > timeout {
-            // SAFETY: kill has no memory-safety preconditions; the group is the one we made.
-            unsafe {
-                libc::kill(-(child.id() as i32), libc::SIGKILL);
-            }
-            let _ = child.wait();
-            return Err("timeout".into());
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+        ]
+        .map(String::from),
+    );
+    argv.extend([
+        "--gets".to_string(),
+        w.gets.map_or("all".into(), |g| g.to_string()),
+        "--quiet".into(),
+    ]);
+    run_timed(&argv, &[], "pmi-load: ok rank=0", timeout).map(|(t, _)| t)
 }
 
-use std::os::unix::process::CommandExt;
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+fn list(name: &str, default: &[usize]) -> Vec<usize> {
+    opt(name).map_or(default.to_vec(), |v| {
+        v.split(',').filter_map(|x| x.parse().ok()).collect()
+    })
 }
 
 fn main() {
-    let o = opts();
-    let (kauri, load) = build();
-    let launchers: Vec<(&str, Vec<String>)> = vec![
-        ("kauri", vec![kauri.display().to_string()]),
-        ("hydra", vec!["mpiexec.hydra".to_string()]),
+    let runs: usize = opt("--runs").and_then(|v| v.parse().ok()).unwrap_or(5);
+    let sizes = list("--sizes", &[16, 64, 256]);
+    let pmis = list("--pmi", &[1, 2]);
+    let timeout = Duration::from_secs(opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(60));
+    let bins = build();
+    let launchers: Vec<Vec<String>> = vec![
+        vec![bins.kauri.display().to_string()],
+        vec!["mpiexec.hydra".to_string()],
     ];
     println!("| workload | PMI | N | kauri median (min-max) s | hydra median (min-max) s | kauri/hydra |");
     println!("|---|---|---:|---|---|---:|");
     for w in WORKLOADS {
-        for &pmi in &o.pmi {
-            for &n in &o.sizes {
+        for &pmi in &pmis {
+            for &n in &sizes {
                 let mut cells = Vec::new();
                 let mut medians = Vec::new();
-                for (_, l) in &launchers {
-                    let _ = run_once(l, &load, pmi, n, w, o.timeout); // warm-up
+                for l in &launchers {
+                    let _ = run_once(l, &bins.load, pmi as u8, n, w, timeout); // warm-up
                     let mut times = Vec::new();
                     let mut failure = None;
-                    for _ in 0..o.runs {
-                        match run_once(l, &load, pmi, n, w, o.timeout) {
+                    for _ in 0..runs {
+                        match run_once(l, &bins.load, pmi as u8, n, w, timeout) {
                             Ok(t) => times.push(t),
                             Err(e) => {
                                 failure = Some(e);
@@ -198,13 +115,8 @@ fn main() {
                             medians.push(None);
                         }
                         None => {
-                            let (lo, hi) = (
-                                times.iter().cloned().fold(f64::MAX, f64::min),
-                                times.iter().cloned().fold(0.0, f64::max),
-                            );
-                            let m = median(&mut times);
-                            cells.push(format!("{m:.3} ({lo:.3}-{hi:.3})"));
-                            medians.push(Some(m));
+                            cells.push(summary(&mut times.clone(), 3));
+                            medians.push(Some(common::median(&mut times)));
                         }
                     }
                 }

@@ -193,6 +193,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
     let far = Instant::now() + Duration::from_secs(100 * 365 * 86400);
     let mut kill_at: Option<Instant> = None;
     let mut told_initialized = false;
+    let (mut hub_open, mut node_open) = (true, true);
     let (down_tx, mut down_rx) = mpsc::unbounded_channel::<Option<Down>>();
     tokio::task::spawn_local(async move {
         loop {
@@ -217,13 +218,17 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
             break;
         }
         tokio::select! {
-            ev = node_rx.recv(), if node.is_some() => {
-                let Some(ev) = ev else { continue };
+            ev = node_rx.recv(), if node.is_some() && node_open => {
+                let Some(ev) = ev else {
+                    node_open = false;
+                    continue;
+                };
                 match ev {
                     NodeEvent::Exited { rank, pid, status, initialized, finalized } => report(Report::Exited {
                         rank, pid, host: host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
                     }),
                     NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
+                        debug!(%host, epoch, "local fence ready");
                         if let Some((e, d)) = gather.local(epoch, delta) {
                             let _ = ctl_tx.send(Up::Fence { epoch: e, delta: d });
                         }
@@ -240,8 +245,12 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                     NodeEvent::Engine(_) => {}
                 }
             }
-            ev = hub_rx.recv() => {
-                let Some(ev) = ev else { continue };
+            ev = hub_rx.recv(), if hub_open => {
+                let Some(ev) = ev else {
+                    // No children (or all gone): this branch has nothing more to say.
+                    hub_open = false;
+                    continue;
+                };
                 match ev {
                     HubEvent::Up { id, msg: Up::Fence { epoch, delta } } => {
                         if let Some((e, d)) = gather.child(id, epoch, delta) {
@@ -268,6 +277,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                         return Err("its parent disappeared; killed its ranks".into());
                     }
                     Some(Down::FenceDone { epoch, delta }) => {
+                        debug!(%host, epoch, "fence done");
                         kids.broadcast(&Down::FenceDone { epoch, delta: delta.clone() });
                         if let Some(n) = &node { n.fence_done(epoch, delta); }
                     }

@@ -426,6 +426,7 @@ pub async fn run(spec: JobSpec) -> i32 {
     }
 
     let mut gather = Gather::new(node.is_some(), kids.ids());
+    let (mut hub_open, mut node_open) = (true, true);
     let grace = Duration::from_millis(p.job.kill_grace_ms);
     let mut ending: Option<Ending> = None;
     let mut kill_at: Option<Instant> = None;
@@ -474,8 +475,11 @@ pub async fn run(spec: JobSpec) -> i32 {
         }
         let mut reports: Vec<Report> = Vec::new();
         tokio::select! {
-            ev = node_rx.recv(), if node.is_some() => {
-                let Some(ev) = ev else { continue };
+            ev = node_rx.recv(), if node.is_some() && node_open => {
+                let Some(ev) = ev else {
+                    node_open = false;
+                    continue;
+                };
                 match ev {
                     NodeEvent::Exited { rank, pid, status, initialized, finalized } => reports.push(Report::Exited {
                         rank, pid, host: ranks[rank].host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
@@ -492,10 +496,15 @@ pub async fn run(spec: JobSpec) -> i32 {
                     NodeEvent::Engine(_) => {}
                 }
             }
-            ev = hub_rx.recv() => {
-                let Some(ev) = ev else { continue };
+            ev = hub_rx.recv(), if hub_open => {
+                let Some(ev) = ev else {
+                    // No children (or all gone): this branch has nothing more to say.
+                    hub_open = false;
+                    continue;
+                };
                 match ev {
                     HubEvent::Up { id, msg: Up::Fence { epoch, delta } } => {
+                        debug!(id, epoch, "fence contribution");
                         if let Some((e, d)) = gather.child(id, epoch, delta) {
                             complete_fence(e, d, &node, &kids);
                         }
@@ -688,6 +697,7 @@ pub async fn run(spec: JobSpec) -> i32 {
 
 /// The whole tree has contributed to fence `epoch`: release the local ranks, tell the children.
 fn complete_fence(epoch: u64, delta: crate::kvs::Delta, node: &Option<Node>, kids: &Children) {
+    debug!(epoch, keys = delta.len(), "fence complete");
     kids.broadcast(&Down::FenceDone {
         epoch,
         delta: delta.clone(),

@@ -662,7 +662,8 @@ fn clip(s: &str) -> &str {
 }
 
 /// Makes a line launcher-independent: `kvsname=…` (job names differ by design) becomes
-/// `kvsname=*`, `universe=…` becomes `universe=*`, and `mapping=<PMI_process_mapping>` becomes
+/// `kvsname=*`, `universe=…` becomes `universe=*`, `fence_us=…` (a time) becomes `fence_us=*`,
+/// and `mapping=<PMI_process_mapping>` becomes
 /// `nodes=<node id of each rank>` (Hydra writes 4 local ranks as `(vector,(0,1,1))`, relying on
 /// wrap-around, which means the same as `(vector,(0,1,4))`). Needs `size=N` on the line to
 /// expand the mapping.
@@ -677,6 +678,8 @@ pub fn normalise_line(line: &str) -> String {
                 "kvsname=*".to_string()
             } else if tok.starts_with("universe=") {
                 "universe=*".to_string()
+            } else if tok.starts_with("fence_us=") {
+                "fence_us=*".to_string()
             } else if let Some(m) = tok.strip_prefix("mapping=") {
                 match size.and_then(|n| expand_mapping(m, n)) {
                     Some(nodes) => format!(

@@ -3,7 +3,8 @@
 //! Each round every rank puts `--keys` keys of `--vsize` bytes, fences, and reads `--gets`
 //! keys of its peers (the next ranks, cyclically; `all` for every other rank), checking each
 //! value. It also reads `PMI_process_mapping` and the universe size once. Rank 0 prints one
-//! summary line; any mismatch makes the rank print what it saw and exit 1.
+//! summary line (with `fence_us`, the median time of its fences after the first); any mismatch
+//! makes the rank print what it saw and exit 1.
 //!
 //! ```text
 //! pmi-load [--pmi 1|2] [--keys K] [--vsize V] [--gets G|all] [--rounds R] [--quiet]
@@ -80,12 +81,15 @@ fn run(o: &Opts) -> Result<String, String> {
     let universe = pmi.universe_size().map_err(|e| format!("universe: {e}"))?;
     let peers = o.gets.unwrap_or(size.max(1) as usize - 1);
     let mut checked = 0usize;
+    let mut fences = Vec::with_capacity(o.rounds);
     for r in 0..o.rounds {
         for i in 0..o.keys {
             pmi.put(&format!("k{r}-{rank}-{i}"), &value_of(r, rank, i, o.vsize))
                 .map_err(|e| format!("put: {e}"))?;
         }
+        let t = std::time::Instant::now();
         pmi.fence().map_err(|e| format!("fence: {e}"))?;
+        fences.push(t.elapsed().as_micros());
         for p in 1..=peers {
             let peer = (rank + p as i64) % size;
             for i in 0..o.keys {
@@ -101,9 +105,18 @@ fn run(o: &Opts) -> Result<String, String> {
     }
     let kvsname = pmi.kvsname().to_string();
     pmi.finalize().map_err(|e| format!("finalize: {e}"))?;
+    fences.sort_unstable();
+    // The first fence includes waiting for the slowest rank to start; later ones are the
+    // fence's own cost.
+    let later = if fences.len() > 1 {
+        &fences[1..]
+    } else {
+        &fences[..]
+    };
+    let median = later.get(later.len() / 2).copied().unwrap_or(0);
     Ok(format!(
         "pmi-load: ok rank={rank} size={size} kvsname={kvsname} universe={universe} \
-         mapping={mapping} checked={checked}"
+         mapping={mapping} checked={checked} fence_us={median}"
     ))
 }
 
