@@ -37,6 +37,14 @@ sleep "${FAKESSH_DELAY:-0}"
 exec sh -c "$*"
 "#;
 
+/// One launch configuration of a row.
+struct Cell {
+    name: String,
+    width: String,
+    argv: Vec<String>,
+    env: Vec<(&'static str, &'static str)>,
+}
+
 fn main() {
     let runs: usize = opt("--runs").and_then(|v| v.parse().ok()).unwrap_or(3);
     let hosts: Vec<usize> = opt("--hosts")
@@ -76,7 +84,7 @@ fn main() {
         let loop_ips: Vec<String> = (2..h + 2)
             .map(|i| format!("127.0.{}.{}", i / 250, i % 250 + 2))
             .collect();
-        let mut cells: Vec<(String, String, Vec<String>, Vec<(&str, &str)>)> = Vec::new();
+        let mut cells: Vec<Cell> = Vec::new();
         for w in ["2", "8", "32", "flat"] {
             let mut argv = vec![
                 bins.kauri.display().to_string(),
@@ -89,7 +97,12 @@ fn main() {
                 "-hosts".into(),
                 fake.join(","),
             ]);
-            cells.push(("kauri fork".into(), w.into(), argv, vec![]));
+            cells.push(Cell {
+                name: "kauri fork".into(),
+                width: w.into(),
+                argv,
+                env: vec![],
+            });
         }
         for delay in ["0", "0.02"] {
             for w in ["2", "8", "32", "flat"] {
@@ -136,7 +149,13 @@ fn main() {
                 vec![("FAKESSH_DELAY", delay)],
             ));
         }
-        for (name, width, mut argv, env) in cells {
+        for Cell {
+            name,
+            width,
+            mut argv,
+            env,
+        } in cells
+        {
             argv.extend(["-ppn".into(), "4".into(), "-n".into(), n.to_string()]);
             argv.extend(load.iter().cloned());
             let _ = run_timed(&argv, &env, "pmi-load: ok rank=0", timeout); // warm-up
