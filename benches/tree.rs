@@ -37,6 +37,11 @@ sleep "${FAKESSH_DELAY:-0}"
 exec sh -c "$*"
 "#;
 
+/// Seconds (as the stand-in's `sleep` takes them) to whole milliseconds.
+fn ms(secs: &str) -> u32 {
+    (secs.parse::<f64>().unwrap_or(0.0) * 1000.0).round() as u32
+}
+
 /// One launch configuration of a row.
 struct Cell {
     name: String,
@@ -118,15 +123,12 @@ fn main() {
                     w.into(),
                 ]);
                 argv.extend(["-hosts".into(), fake.join(",")]);
-                cells.push((
-                    format!(
-                        "kauri ssh+{}ms",
-                        (delay.parse::<f64>().unwrap() * 1000.0) as u32
-                    ),
-                    w.into(),
+                cells.push(Cell {
+                    name: format!("kauri ssh+{}ms", ms(delay)),
+                    width: w.into(),
                     argv,
-                    vec![("FAKESSH_DELAY", delay), ("KAURI_ADDR", "127.0.0.1")],
-                ));
+                    env: vec![("FAKESSH_DELAY", delay), ("KAURI_ADDR", "127.0.0.1")],
+                });
             }
             let mut argv = vec![
                 "mpiexec.hydra".to_string(),
@@ -139,15 +141,12 @@ fn main() {
                 "-hosts".into(),
                 loop_ips.join(","),
             ]);
-            cells.push((
-                format!(
-                    "hydra ssh+{}ms",
-                    (delay.parse::<f64>().unwrap() * 1000.0) as u32
-                ),
-                "star".into(),
+            cells.push(Cell {
+                name: format!("hydra ssh+{}ms", ms(delay)),
+                width: "star".into(),
                 argv,
-                vec![("FAKESSH_DELAY", delay)],
-            ));
+                env: vec![("FAKESSH_DELAY", delay)],
+            });
         }
         for Cell {
             name,
