@@ -341,28 +341,45 @@ fn kauri_tree(ctx: &Ctx) -> Tree {
     Tree { front_end, agents }
 }
 
-/// Processes of the test whose command line contains `needle` (e.g. the wait script).
-fn count_running(ctx: &Ctx, needle: &str) -> usize {
+/// Processes of the test running the script `name` (`sh …/name …` or `…/name …`; not the
+/// launcher, whose arguments name it too).
+fn count_running(ctx: &Ctx, name: &str) -> usize {
     find_marked(&ctx.marker, &ctx.dir)
         .iter()
-        .filter(|p| p.state != 'Z' && p.cmdline.contains(needle))
+        .filter(|p| {
+            p.state != 'Z'
+                && proc_argv(p.pid)
+                    .iter()
+                    .take(2)
+                    .any(|a| a.ends_with(&format!("/{name}")))
+        })
         .count()
 }
 
 /// Waits until the job has `agents` agents and `ranks` processes running `wait_go.sh`;
-/// returns the tree. Fails the test (releasing the job) if that does not happen.
+/// returns the tree. Fails the test (releasing the job) if that does not happen within
+/// [`SETTLE`] of the front end's start (jobs run one at a time: the front end itself may
+/// wait for another test's job).
 fn settle(ctx: &Ctx, agents: usize, ranks: usize) -> Tree {
-    let start = Instant::now();
+    let mut started: Option<Instant> = None;
+    let begin = Instant::now();
     loop {
         let t = kauri_tree(ctx);
         let r = count_running(ctx, "wait_go.sh");
         if t.front_end.is_some() && t.agents.len() == agents && r == ranks {
             return t;
         }
-        if start.elapsed() > SETTLE {
+        if t.front_end.is_some() && started.is_none() {
+            started = Some(Instant::now());
+        }
+        let late = match started {
+            Some(s) => s.elapsed() > SETTLE,
+            None => begin.elapsed() > Duration::from_secs(400),
+        };
+        if late {
             panic!(
                 "the job did not reach {agents} agents and {ranks} waiting ranks within \
-                 {SETTLE:?}: {} agents, {r} ranks; tree {t:?}",
+                 {SETTLE:?} of its start: {} agents, {r} ranks; tree {t:?}",
                 t.agents.len()
             );
         }
