@@ -167,7 +167,20 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
         }
     };
     let (node_tx, mut node_rx) = mpsc::unbounded_channel();
-    let node = match Node::start(&job, &me, node_tx, out_tx.clone()).await {
+    // MASTER_PORT was free where the front end runs; check it where rank 0 runs.
+    let port_taken = match &job.master {
+        Some((_, port)) if me.ranks.iter().any(|r| r.rank == 0) => {
+            std::net::TcpListener::bind(("0.0.0.0", *port))
+                .err()
+                .map(|e| format!("MASTER_PORT {port} is not free on {host}: {e}"))
+        }
+        _ => None,
+    };
+    let node = match port_taken {
+        Some(e) => Err(e),
+        None => Node::start(&job, &me, node_tx, out_tx.clone()).await,
+    };
+    let node = match node {
         Ok(n) => Some(n),
         Err(e) => {
             report(Report::Failed { reason: e });
@@ -233,6 +246,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                             let _ = ctl_tx.send(Up::Fence { epoch: e, delta: d });
                         }
                     }
+                    NodeEvent::Engine(Output::Publish { delta }) => { let _ = ctl_tx.send(Up::Publish(delta)); }
                     NodeEvent::Engine(Output::Initialized { rank }) => {
                         if !told_initialized {
                             told_initialized = true;
@@ -258,6 +272,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                         }
                     }
                     HubEvent::Up { msg: Up::Reports(r), .. } => { let _ = ctl_tx.send(Up::Reports(r)); }
+                    HubEvent::Up { msg: Up::Publish(d), .. } => { let _ = ctl_tx.send(Up::Publish(d)); }
                     HubEvent::Up { id, msg: Up::Done } => kids.mark_done(id),
                     HubEvent::Up { .. } => {}
                     HubEvent::Lost { id, reason } => {
@@ -280,6 +295,10 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                         debug!(%host, epoch, "fence done");
                         kids.broadcast(&Down::FenceDone { epoch, delta: delta.clone() });
                         if let Some(n) = &node { n.fence_done(epoch, delta); }
+                    }
+                    Some(Down::Publish(delta)) => {
+                        kids.broadcast(&Down::Publish(delta.clone()));
+                        if let Some(n) = &node { n.publish(delta); }
                     }
                     Some(Down::Stdin(data)) => match &stdin_tx {
                         Some(tx) => { let _ = tx.send(Some(data)); }

@@ -17,6 +17,8 @@ pub enum Command {
     Run(Box<JobSpec>),
     /// Print the usage text.
     Help,
+    /// Print the variables ranks get.
+    HelpEnv,
     /// Print the version.
     Version,
 }
@@ -29,6 +31,47 @@ pub struct UsageError(pub String);
 fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
 }
+
+/// The text of `kauri --help-env`.
+pub const HELP_ENV: &str = "\
+Every process kauri starts gets these variables:
+
+  PMI_RANK, PMI_SIZE      its rank and the job's size (also for PMI clients)
+  PMI_FD                  its PMI socket (or PMI_PORT and PMI_ID with -pmi-port)
+  MPI_LOCALNRANKS         how many ranks run on its host (as Hydra sets it)
+  MPI_LOCALRANKID         its index among them
+  KAURI_RANK              its rank, 0 to KAURI_SIZE-1
+  KAURI_SIZE              the number of ranks
+  KAURI_LOCAL_RANK        its index among the ranks on its host
+  KAURI_LOCAL_SIZE        the number of ranks on its host
+  KAURI_NODE              the index of its host among the job's hosts, 0 to KAURI_NODES-1
+  KAURI_NODES             the number of hosts that run ranks
+  KAURI_HOST              its host's name, as given to kauri
+  KAURI_HOSTS             every host's name, comma-separated, in KAURI_NODE order
+  KAURI_JOBID             the job's id (also its PMI kvsname)
+
+With -ml-env, also the names ML launchers (torchrun and the like) use:
+
+  RANK, WORLD_SIZE        = KAURI_RANK, KAURI_SIZE
+  LOCAL_RANK              = KAURI_LOCAL_RANK
+  LOCAL_WORLD_SIZE        = KAURI_LOCAL_SIZE
+  MASTER_ADDR             rank 0's host: 127.0.0.1 when it is this machine (or a simulated
+                          host), else its name as given
+  MASTER_PORT             a TCP port that was free when the job started; the agent of rank 0's
+                          host checks it there and fails the job if it is taken
+
+From a shell script running as a rank, `kauri kvs` reaches the job's key-value store over the
+rank's own PMI connection:
+
+  kauri kvs put KEY VALUE     publish a pair to every rank at once (no fence needed)
+  kauri kvs get KEY [--wait]  print a value; --wait waits until some rank has put it
+  kauri kvs fence             wait until every rank has called fence (a job-wide barrier)
+  kauri kvs barrier           the same
+
+Calls from one rank share its PMI socket: run them one after another, not in parallel. A
+program that starts `kauri kvs` must pass PMI_FD on (Python: subprocess's close_fds=False, or
+pass_fds=[int(os.environ[\"PMI_FD\"])]).
+";
 
 /// The usage text of `kauri -h`.
 pub const HELP: &str = "\
@@ -59,11 +102,14 @@ Global options:
   -tree-width K|flat      agents start their own children in a K-ary tree (default 8)
   -configfile FILE        read segments from FILE, one per line
   -l, -prepend-rank       prefix every output line with [RANK]
+  -ml-env                 also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+                          MASTER_ADDR and MASTER_PORT (see --help-env)
   -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
   -usize N                universe size reported to processes (default: the job size)
   -disable-auto-cleanup   keep the job running when one process fails
   -v, -verbose            log what kauri does (repeat for more)
   -h, --help              this text
+  --help-env              the variables every process gets
   --version               kauri's version
 
 Environment:
@@ -108,6 +154,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             map_by_node: false,
             tree_width: None,
             launcher_exec: None,
+            ml_env: false,
         },
         segments: Vec::new(),
         configfile: None,
@@ -301,6 +348,8 @@ impl Parser {
                     self.configfile = Some(PathBuf::from(value(&name)?));
                 }
                 "-l" | "-prepend-rank" => self.spec.label = true,
+                "-ml-env" => self.spec.ml_env = true,
+                "-help-env" => return Ok(Some(Command::HelpEnv)),
                 "-pmi-port" => self.spec.pmi_port = true,
                 "-usize" => {
                     let v = value(&name)?;

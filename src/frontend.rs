@@ -196,6 +196,30 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
                 .to_string(),
         })
         .collect();
+    // The front end serves the first host entry that is this machine (unless Slurm must
+    // start every agent); every other host with ranks gets an agent.
+    let served_here = (kind != "slurm")
+        .then(|| hosts.iter().position(|h| is_local(&h.name, me)))
+        .flatten();
+    let used: Vec<usize> = (0..hosts.len())
+        .filter(|&n| !placement.ranks_on(n).is_empty())
+        .collect();
+    let master = if spec.ml_env {
+        let n0 = placement.node.first().copied().unwrap_or(0);
+        let here = Some(n0) == served_here || kind == "fork";
+        let addr = if here {
+            "127.0.0.1".to_string()
+        } else {
+            hosts[n0].name.clone()
+        };
+        let port = std::net::TcpListener::bind("0.0.0.0:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("cannot find a free port for MASTER_PORT: {e}"))?
+            .port();
+        Some((addr, port))
+    } else {
+        None
+    };
     let job = JobPlan {
         kvsname: kvsname(me),
         size,
@@ -206,12 +230,9 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         label: spec.label,
         pmi_port: spec.pmi_port,
         kill_grace_ms: env_secs("KAURI_KILL_GRACE", 3.0).as_millis() as u64,
+        hosts: used.iter().map(|&n| hosts[n].name.clone()).collect(),
+        master,
     };
-    // The front end serves the first host entry that is this machine (unless Slurm must
-    // start every agent); every other host with ranks gets an agent.
-    let served_here = (kind != "slurm")
-        .then(|| hosts.iter().position(|h| is_local(&h.name, me)))
-        .flatten();
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
         let ranks: Vec<RankPlan> = placement
@@ -230,6 +251,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         let hp = HostPlan {
             host: h.name.clone(),
             node: n,
+            index: used.iter().position(|&u| u == n).unwrap_or(0),
             ranks,
         };
         if Some(n) == served_here {
@@ -490,6 +512,7 @@ pub async fn run(spec: JobSpec) -> i32 {
                         }
                     }
                     NodeEvent::Engine(Output::Initialized { rank }) => reports.push(Report::Initialized { rank }),
+                    NodeEvent::Engine(Output::Publish { delta }) => publish(delta, &node, &kids),
                     NodeEvent::Engine(Output::Abort { rank, code, message }) => reports.push(Report::Abort { rank, code, message }),
                     NodeEvent::Engine(Output::Failed { reason }) => reports.push(Report::Failed { reason }),
                     NodeEvent::Engine(Output::ProtocolError { rank, error }) => reports.push(Report::ProtocolError { rank, error }),
@@ -510,6 +533,7 @@ pub async fn run(spec: JobSpec) -> i32 {
                         }
                     }
                     HubEvent::Up { msg: Up::Reports(r), .. } => reports.extend(r),
+                    HubEvent::Up { msg: Up::Publish(d), .. } => publish(d, &node, &kids),
                     HubEvent::Up { id, msg: Up::Done } => kids.mark_done(id),
                     HubEvent::Up { .. } => {}
                     HubEvent::Lost { id, reason } => {
@@ -692,6 +716,14 @@ pub async fn run(spec: JobSpec) -> i32 {
         Some(Ending::OutputClosed) => 128 + libc::SIGPIPE,
         Some(Ending::Failed) if worst == 0 => STATUS_LAUNCHER,
         _ => worst,
+    }
+}
+
+/// Pairs published without a fence reach the root: commit them on every host.
+fn publish(delta: crate::kvs::Delta, node: &Option<Node>, kids: &Children) {
+    kids.broadcast(&Down::Publish(delta.clone()));
+    if let Some(n) = node {
+        n.publish(delta);
     }
 }
 

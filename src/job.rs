@@ -79,6 +79,8 @@ pub struct JobSpec {
     pub tree_width: Option<usize>,
     /// The launcher program (`-launcher-exec`), e.g. a wrapper around ssh.
     pub launcher_exec: Option<String>,
+    /// Also set the variables ML launchers use (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, …).
+    pub ml_env: bool,
 }
 
 impl JobSpec {

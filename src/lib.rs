@@ -33,6 +33,7 @@ pub mod hub;
 pub mod iofwd;
 pub mod job;
 pub mod kvs;
+pub mod kvs_cli;
 pub mod launch;
 pub mod node;
 pub mod pmi;

@@ -8,9 +8,16 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("agent") {
         return run_agent(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("kvs") {
+        return ExitCode::from(kauri::kvs_cli::run(&args[1..]));
+    }
     let spec = match cli::parse(&args) {
         Ok(Command::Help) => {
             print!("{}", cli::HELP);
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::HelpEnv) => {
+            print!("{}", cli::HELP_ENV);
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {

@@ -268,6 +268,23 @@ impl Node {
             set("PMI_SIZE", job.size.to_string());
             set("MPI_LOCALNRANKS", nlocal.to_string());
             set("MPI_LOCALRANKID", rp.local_id.to_string());
+            set("KAURI_RANK", r.to_string());
+            set("KAURI_SIZE", job.size.to_string());
+            set("KAURI_LOCAL_RANK", rp.local_id.to_string());
+            set("KAURI_LOCAL_SIZE", nlocal.to_string());
+            set("KAURI_NODE", me.index.to_string());
+            set("KAURI_NODES", job.hosts.len().to_string());
+            set("KAURI_HOST", host.clone());
+            set("KAURI_HOSTS", job.hosts.join(","));
+            set("KAURI_JOBID", job.kvsname.clone());
+            if let Some((addr, port)) = &job.master {
+                set("RANK", r.to_string());
+                set("WORLD_SIZE", job.size.to_string());
+                set("LOCAL_RANK", rp.local_id.to_string());
+                set("LOCAL_WORLD_SIZE", nlocal.to_string());
+                set("MASTER_ADDR", addr.clone());
+                set("MASTER_PORT", port.to_string());
+            }
             let mut ours = None;
             let mut theirs: Option<OwnedFd> = None;
             match &port {
@@ -365,6 +382,14 @@ impl Node {
     pub fn fence_done(&self, epoch: u64, delta: crate::kvs::Delta) {
         self.ctx.engine.borrow_mut().fence_done(epoch, delta);
         self.ctx.dispatch();
+    }
+
+    /// Commits pairs published without a fence.
+    pub fn publish(&self, delta: crate::kvs::Delta) {
+        let mut e = self.ctx.engine.borrow_mut();
+        for (k, v) in delta {
+            e.preput(k, v);
+        }
     }
 
     /// Sends `sig` to every running rank's process group.

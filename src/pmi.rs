@@ -128,6 +128,12 @@ pub enum Output {
         /// What was wrong.
         error: String,
     },
+    /// Pairs to publish to the whole job at once, without a fence (`kauri kvs put`): pass
+    /// them up the tree; they come back through [`Engine::preput`] on every host.
+    Publish {
+        /// The pairs.
+        delta: Delta,
+    },
     /// The job cannot go on (a fence that can never complete).
     Failed {
         /// One line saying why.
@@ -170,6 +176,9 @@ pub struct Engine {
     failed: bool,
     out: Vec<Output>,
 }
+
+/// The kvsname under which a PMI-1 `put` is published at once instead of at the next fence.
+pub const PUBLISH_KVS: &str = "kauri.publish";
 
 /// Keys that are job attributes, served read-only from [`JobInfo`].
 const MAPPING_KEY: &str = "PMI_process_mapping";
@@ -561,7 +570,17 @@ impl Engine {
                     },
                 }
             }
-            Q::Put { key, value, .. } => match Self::check_put(&key, &value) {
+            Q::Put {
+                key,
+                value,
+                kvsname,
+            } => match Self::check_put(&key, &value) {
+                Ok(()) if kvsname == PUBLISH_KVS => {
+                    self.out.push(Output::Publish {
+                        delta: vec![(key, value)],
+                    });
+                    A::PutResult(Status::ok())
+                }
                 Ok(()) => {
                     self.kvs.put(key, value);
                     A::PutResult(Status::ok())

@@ -68,6 +68,10 @@ pub struct JobPlan {
     pub pmi_port: bool,
     /// Grace between SIGTERM and SIGKILL at teardown, in milliseconds.
     pub kill_grace_ms: u64,
+    /// The hosts that run ranks, in node order (`KAURI_HOSTS`).
+    pub hosts: Vec<String>,
+    /// `MASTER_ADDR` and `MASTER_PORT` when the ML-style variables were asked for.
+    pub master: Option<(String, u16)>,
 }
 
 /// One host's part of the job.
@@ -77,6 +81,8 @@ pub struct HostPlan {
     pub host: String,
     /// Its index in the job's list of hosts (its node id in the process mapping).
     pub node: usize,
+    /// Its index among the hosts that run ranks (`KAURI_NODE`).
+    pub index: usize,
     /// The ranks it runs, in rank order.
     pub ranks: Vec<RankPlan>,
 }
@@ -148,6 +154,8 @@ pub enum Down {
         /// Every put of the job since the previous fence.
         delta: Delta,
     },
+    /// Pairs published without a fence (`kauri kvs put`): commit them at once.
+    Publish(Delta),
     /// Bytes for rank 0's stdin (routed to the agent that hosts rank 0).
     Stdin(Vec<u8>),
     /// End of rank 0's stdin.
@@ -227,6 +235,8 @@ pub enum Up {
         /// Every put of the subtree's ranks since the previous fence.
         delta: Delta,
     },
+    /// Pairs to publish to the whole job at once (relayed to the front end).
+    Publish(Delta),
     /// A run of whole output lines.
     Output {
         /// Which stream.
@@ -352,6 +362,7 @@ mod tests {
             .map(|i| HostPlan {
                 host: format!("h{i}"),
                 node: i,
+                index: i,
                 ranks: vec![RankPlan {
                     rank: i,
                     app: 0,

@@ -392,6 +392,24 @@ impl Client {
         }
     }
 
+    /// Stores a pair naming the KVS explicitly (PMI-1 `put` carries a kvsname; servers
+    /// usually ignore it, Kauri reads the name `kauri.publish` as "visible at once, no fence").
+    /// In PMI-2, which has no kvsname in `kvs-put`, this is [`Client::put`].
+    pub fn put_in(&mut self, kvsname: &str, key: &str, value: &str) -> Result<()> {
+        self.check_len(key, value)?;
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::Put {
+                kvsname: kvsname.into(),
+                key: key.into(),
+                value: value.into(),
+            })? {
+                v1::Response::PutResult(s) => check("put", s),
+                other => Err(unexpected("put_result", other)),
+            },
+            Version::V2 => self.put(key, value),
+        }
+    }
+
     /// Reads a key of this job's KVS: `Ok(None)` when it is not there.
     pub fn get(&mut self, key: &str) -> Result<Option<String>> {
         match self.version {

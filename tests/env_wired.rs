@@ -1,0 +1,263 @@
+//! Programs that take their place from the environment and exchange addresses with
+//! `kauri kvs`: shell scripts, a Python program, ML-style variables. Hosts are simulated with
+//! the fork launcher (one `kauri agent` per host name on this machine).
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const KAURI: &str = env!("CARGO_BIN_EXE_kauri");
+
+fn kauri(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let child = Command::new(KAURI)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kauri");
+    let pid = child.id() as i32;
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        if done_rx.recv_timeout(Duration::from_secs(180)).is_err() {
+            // SAFETY: kill has no memory-safety preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return true;
+        }
+        false
+    });
+    let out = child.wait_with_output().unwrap();
+    let _ = done_tx.send(());
+    assert!(
+        !watchdog.join().unwrap(),
+        "kauri {args:?} hung; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn lines(o: &Output) -> Vec<String> {
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn python() -> &'static str {
+    for p in ["/usr/bin/python3", "/usr/local/bin/python3"] {
+        if std::path::Path::new(p).exists() {
+            return p;
+        }
+    }
+    panic!("python3 is needed (Debian package python3)");
+}
+
+fn program(name: &str) -> String {
+    format!("{}/tests/programs/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn every_rank_gets_its_place() {
+    let o = kauri(
+        &["-launcher", "fork", "-hosts", "a,b,c", "-ppn", "2", "-n", "5", "sh", "-c",
+          "echo $KAURI_RANK $KAURI_SIZE $KAURI_LOCAL_RANK $KAURI_LOCAL_SIZE $KAURI_NODE $KAURI_NODES $KAURI_HOST $KAURI_HOSTS $PMI_RANK ${KAURI_JOBID:+job}"],
+        &[],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        lines(&o),
+        vec![
+            "0 5 0 2 0 3 a a,b,c 0 job",
+            "1 5 1 2 0 3 a a,b,c 1 job",
+            "2 5 0 2 1 3 b a,b,c 2 job",
+            "3 5 1 2 1 3 b a,b,c 3 job",
+            "4 5 0 1 2 3 c a,b,c 4 job",
+        ]
+    );
+}
+
+#[test]
+fn a_bash_job_exchanges_addresses_across_four_hosts() {
+    let script = format!(
+        "K={KAURI}; $K kvs put addr-$KAURI_RANK $KAURI_HOST:$((7000 + KAURI_RANK)) || exit 1; \
+         $K kvs fence || exit 1; \
+         all=''; for i in $(seq 0 $((KAURI_SIZE - 1))); do all=\"$all $($K kvs get addr-$i)\" || exit 1; done; \
+         echo \"rank $KAURI_RANK:$all\""
+    );
+    let o = kauri(
+        &[
+            "-launcher",
+            "fork",
+            "-hosts",
+            "h1,h2,h3,h4",
+            "-n",
+            "4",
+            "bash",
+            "-c",
+            &script,
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let want = " h1:7000 h2:7001 h3:7002 h4:7003";
+    assert_eq!(
+        lines(&o),
+        (0..4)
+            .map(|r| format!("rank {r}:{want}"))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn a_python_program_connects_to_its_peers() {
+    let py = python();
+    let prog = program("peers.py");
+    let o = kauri(
+        &[
+            "-launcher",
+            "fork",
+            "-hosts",
+            "h1,h2",
+            "-ppn",
+            "2",
+            "-n",
+            "4",
+            py,
+            &prog,
+            KAURI,
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(
+        lines(&o),
+        vec![
+            "peers rank=0 size=4 node=0/2 heard=3",
+            "peers rank=1 size=4 node=0/2 heard=3",
+            "peers rank=2 size=4 node=1/2 heard=3",
+            "peers rank=3 size=4 node=1/2 heard=3",
+        ]
+    );
+}
+
+#[test]
+fn ml_variables_on_two_hosts() {
+    let py = python();
+    let prog = program("master.py");
+    let o = kauri(
+        &[
+            "-ml-env",
+            "-launcher",
+            "fork",
+            "-hosts",
+            "h1,h2",
+            "-ppn",
+            "2",
+            "-n",
+            "4",
+            py,
+            &prog,
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(lines(&o), vec!["master 0:0/2 1:1/2 2:0/2 3:1/2"]);
+    // Without -ml-env the conventional names are not set.
+    let o = kauri(
+        &[
+            "-n",
+            "1",
+            "sh",
+            "-c",
+            "echo ${RANK:-unset} ${MASTER_PORT:-unset}",
+        ],
+        &[],
+    );
+    assert_eq!(lines(&o), vec!["unset unset"]);
+}
+
+#[test]
+fn get_wait_waits_for_a_later_put_across_hosts() {
+    // Rank 0 publishes a second after rank 1 starts waiting; no fence is involved.
+    let script = format!(
+        "K={KAURI}; if [ $KAURI_RANK = 0 ]; then sleep 1; $K kvs put late v42 || exit 1; \
+         else echo \"got $($K kvs get late --wait)\"; fi"
+    );
+    let o = kauri(
+        &[
+            "-launcher",
+            "fork",
+            "-hosts",
+            "h1,h2",
+            "-n",
+            "2",
+            "bash",
+            "-c",
+            &script,
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(lines(&o), vec!["got v42"]);
+}
+
+#[test]
+fn kvs_errors_are_one_line() {
+    // Outside a job.
+    let o = Command::new(KAURI)
+        .args(["kvs", "get", "x"])
+        .env_remove("PMI_FD")
+        .env_remove("PMI_PORT")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err(&o).contains("not running as a rank of a kauri job"),
+        "{}",
+        err(&o)
+    );
+    assert_eq!(err(&o).lines().count(), 1);
+    // Bad usage.
+    let o = Command::new(KAURI)
+        .args(["kvs", "frobnicate"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    // A missing key, and a value too long, inside a job.
+    let long = "v".repeat(2000);
+    let script = format!(
+        "{KAURI} kvs get nothing-here; echo missing=$?; {KAURI} kvs put k {long}; echo long=$?"
+    );
+    let o = kauri(&["-n", "1", "bash", "-c", &script], &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(lines(&o), vec!["long=1", "missing=1"]);
+    assert!(err(&o).contains("nothing-here not found"), "{}", err(&o));
+    assert!(
+        err(&o).contains("value of 2000 bytes exceeds"),
+        "{}",
+        err(&o)
+    );
+}
+
+#[test]
+fn help_env_lists_the_variables() {
+    let o = Command::new(KAURI).arg("--help-env").output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    for v in [
+        "KAURI_RANK",
+        "KAURI_LOCAL_SIZE",
+        "KAURI_NODES",
+        "KAURI_HOSTS",
+        "KAURI_JOBID",
+        "MASTER_PORT",
+        "kauri kvs put",
+    ] {
+        assert!(text.contains(v), "{v} missing from --help-env");
+    }
+}
