@@ -16,6 +16,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncBufReadExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -152,7 +153,7 @@ impl Children {
 
         // Launch.
         let launcher: Rc<dyn launch::Launcher> = Rc::from(launch::for_plan(&plan)?);
-        let slots = Rc::new(Semaphore::new(plan.max_concurrent.max(1)));
+        let slots = Arc::new(Semaphore::new(plan.max_concurrent.max(1)));
         let targets: Vec<Target> = subtrees
             .iter()
             .map(|t| Target {
@@ -177,8 +178,12 @@ impl Children {
                 slots.clone(),
             );
             tokio::task::spawn_local(async move {
-                let _permit = slots.acquire().await;
-                launch_batch(batch, shared, events, out, key, plan, parent, launcher).await;
+                // The slot is held until the agent connects or fails, not for its whole life.
+                let permit = slots.acquire_owned().await.ok();
+                launch_batch(
+                    batch, shared, events, out, key, plan, parent, launcher, permit,
+                )
+                .await;
             });
         }
         Ok(c)
@@ -341,7 +346,9 @@ async fn launch_batch(
     plan: LaunchPlan,
     parent: String,
     launcher: Rc<dyn launch::Launcher>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
+    let mut permit = permit;
     let names: Vec<String> = batch.iter().map(|t| t.host.clone()).collect();
     let what = names.join(",");
     let mut waits = Vec::new();
@@ -403,7 +410,9 @@ async fn launch_batch(
         }
         tokio::select! {
             _ = &mut all_connected => {
-                // Running: the links report from now on. Reap the launcher when it ends.
+                // Running: the links report from now on. Free the launch slot; reap the
+                // launcher when it ends.
+                drop(permit.take());
                 let _ = child.wait().await;
                 return;
             }
