@@ -61,6 +61,8 @@ struct Shared {
     connected: RefCell<HashSet<u32>>,
     done: RefCell<HashSet<u32>>,
     connect_wait: RefCell<HashMap<u32, tokio::sync::oneshot::Sender<()>>>,
+    /// Every pair published without a fence so far, replayed to children that connect later.
+    published: RefCell<Delta>,
 }
 
 /// The links to this node's child agents.
@@ -90,6 +92,7 @@ impl Children {
                 connected: RefCell::new(HashSet::new()),
                 done: RefCell::new(HashSet::new()),
                 connect_wait: RefCell::new(HashMap::new()),
+                published: RefCell::new(Vec::new()),
             }),
             accept: None,
         }
@@ -196,8 +199,12 @@ impl Children {
         }
     }
 
-    /// Sends a message to every child.
+    /// Sends a message to every child. Published pairs are also kept for the children that
+    /// have not connected yet.
     pub fn broadcast(&self, msg: &Down) {
+        if let Down::Publish(d) = msg {
+            self.shared.published.borrow_mut().extend(d.iter().cloned());
+        }
         for l in self.shared.links.borrow().values() {
             let _ = l.send(msg.clone());
         }
@@ -300,6 +307,12 @@ async fn serve_child(
         children: subtree.children.clone(),
         launch: plan,
     });
+    // What was published before this child connected, right after its Spec and before
+    // anything else (the link is registered in the same step, so nothing can overtake it).
+    let published = shared.published.borrow().clone();
+    if !published.is_empty() {
+        let _ = tx.send(Down::Publish(published));
+    }
     shared.links.borrow_mut().insert(id, tx);
     tokio::task::spawn_local(async move {
         while let Some(m) = rx.recv().await {

@@ -3,64 +3,15 @@
 //! statuses, teardown, and that bad PMI input over a real socket gets an error, not a hang.
 //! (Real MPICH, Slurm libpmi2 and Hydra comparisons are in `compat-tests/`.)
 
-use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const KAURI: &str = env!("CARGO_BIN_EXE_kauri");
+mod common;
 
-/// Runs kauri with `args`, killing it after a generous timeout (machines are small).
-fn kauri(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Output {
-    let mut cmd = Command::new(KAURI);
-    cmd.args(args)
-        .envs(env.iter().copied())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("start kauri");
-    if let Some(data) = stdin {
-        let mut i = child.stdin.take().unwrap();
-        let data = data.to_vec();
-        std::thread::spawn(move || {
-            let _ = i.write_all(&data);
-        });
-    }
-    // A watchdog kills a job that hangs; output is read while the job runs.
-    let pid = child.id() as i32;
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        if done_rx.recv_timeout(Duration::from_secs(120)).is_err() {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            return true;
-        }
-        false
-    });
-    let out = child.wait_with_output().unwrap();
-    let _ = done_tx.send(());
-    assert!(
-        !watchdog.join().unwrap(),
-        "kauri {args:?} did not end in 120 s; stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use common::{kauri, stderr, KAURI};
 
 fn stdout_lines(o: &Output) -> Vec<String> {
-    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    v.sort();
-    v
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    common::lines(o)
 }
 
 /// Fails if any process whose command line holds `marker` is still alive.

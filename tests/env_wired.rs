@@ -2,51 +2,14 @@
 //! `kauri kvs`: shell scripts, a Python program, ML-style variables. Hosts are simulated with
 //! the fork launcher (one `kauri agent` per host name on this machine).
 
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::process::{Command, Output};
 
-const KAURI: &str = env!("CARGO_BIN_EXE_kauri");
+mod common;
+
+use common::{lines, stderr as err, KAURI};
 
 fn kauri(args: &[&str], env: &[(&str, &str)]) -> Output {
-    let child = Command::new(KAURI)
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kauri");
-    let pid = child.id() as i32;
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        if done_rx.recv_timeout(Duration::from_secs(180)).is_err() {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            return true;
-        }
-        false
-    });
-    let out = child.wait_with_output().unwrap();
-    let _ = done_tx.send(());
-    assert!(
-        !watchdog.join().unwrap(),
-        "kauri {args:?} hung; stderr: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn lines(o: &Output) -> Vec<String> {
-    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    v.sort();
-    v
-}
-
-fn err(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    common::kauri(args, None, env)
 }
 
 fn python() -> &'static str {
