@@ -239,6 +239,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                 match ev {
                     NodeEvent::Exited { rank, pid, status, initialized, finalized } => report(Report::Exited {
                         rank, pid, host: host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
+                        in_teardown: kill_at.is_some(),
                     }),
                     NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
                         debug!(%host, epoch, "local fence ready");

@@ -189,9 +189,12 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         return err("no program given (try kauri -h)");
     }
     p.spec.timeout = timeout_from_env()?;
+    // A segment without -n gets the hosts' slots; with no host named, that is decided later,
+    // once an allocation's hosts are known (0 stands for "not given").
     let default_n = match (p.spec.ppn, p.spec.hosts.len()) {
         (Some(ppn), 0) => ppn,
         (Some(ppn), h) => ppn * h,
+        (None, 0) => 0,
         (None, _) => p.spec.hosts.iter().map(|h| h.slots).sum::<usize>().max(1),
     };
     for (app, given) in p.segments.iter_mut().zip(&p.n_given) {
@@ -508,6 +511,8 @@ mod tests {
         assert_eq!(s.apps[0].nprocs, 6);
         let s = run("-hosts a,b:2 ./x");
         assert_eq!(s.apps[0].nprocs, 3);
+        // No host named: decided once the allocation (if any) is known.
+        assert_eq!(run("./x").apps[0].nprocs, 0);
     }
 
     #[test]

@@ -145,7 +145,6 @@ struct Plan {
 }
 
 fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
-    let size = spec.size();
     let mut launcher = spec.launcher.clone();
     let mut hosts: Vec<HostSpec> = spec.hosts.clone();
     if hosts.is_empty() {
@@ -159,6 +158,17 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             hosts = a.hosts;
         }
     }
+    // Segments without -n: the hosts' slots (Hydra's rule), or 1 on this host alone.
+    let mut spec = spec.clone();
+    let slots_total: usize = match spec.ppn {
+        Some(ppn) => ppn * hosts.len().max(1),
+        None => hosts.iter().map(|h| h.slots).sum::<usize>().max(1),
+    };
+    for a in spec.apps.iter_mut().filter(|a| a.nprocs == 0) {
+        a.nprocs = slots_total;
+    }
+    let spec = &spec;
+    let size = spec.size();
     if hosts.is_empty() {
         hosts.push(HostSpec {
             name: me.to_string(),
@@ -505,6 +515,7 @@ pub async fn run(spec: JobSpec) -> i32 {
                 match ev {
                     NodeEvent::Exited { rank, pid, status, initialized, finalized } => reports.push(Report::Exited {
                         rank, pid, host: ranks[rank].host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
+                        in_teardown: ending.is_some(),
                     }),
                     NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
                         if let Some((e, d)) = gather.local(epoch, delta) {
@@ -596,6 +607,7 @@ pub async fn run(spec: JobSpec) -> i32 {
                     signal,
                     finalized,
                     initialized,
+                    in_teardown,
                 } => {
                     let Some(st) = ranks.get_mut(rank) else {
                         continue;
@@ -604,7 +616,7 @@ pub async fn run(spec: JobSpec) -> i32 {
                         host,
                         pid,
                         ended: Some((code, signal)),
-                        during_teardown: ending.is_some(),
+                        during_teardown: in_teardown,
                         initialized,
                         finalized,
                     };

@@ -192,6 +192,9 @@ pub enum Report {
         finalized: bool,
         /// It had finished the PMI handshake.
         initialized: bool,
+        /// Its host had already begun tearing the job down when it ended (so it is a
+        /// casualty of the teardown, not a cause).
+        in_teardown: bool,
     },
     /// A rank asked to end the job.
     Abort {

@@ -16,12 +16,17 @@ fn leftover_check_catches_an_orphan() {
         .status()
         .expect("run sh");
     assert!(status.success());
-    assert!(
-        find_marked(&ctx.marker, &ctx.dir)
+    // sh returns at once; its background child may not have exec'd sleep yet.
+    let found = (0..100).any(|_| {
+        let seen = find_marked(&ctx.marker, &ctx.dir)
             .iter()
-            .any(|p| p.cmdline.starts_with("sleep 300")),
-        "the orphaned sleep was not found"
-    );
+            .any(|p| p.cmdline.starts_with("sleep 300"));
+        if !seen {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        seen
+    });
+    assert!(found, "the orphaned sleep was not found");
     let caught =
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ctx.assert_no_leftovers()));
     let msg = caught.expect_err("assert_no_leftovers did not fail");
