@@ -25,6 +25,8 @@
 //! the KVS. A fence is gathered up the tree (each agent sends one merged contribution) and the
 //! merged delta comes back down to every host's engine, which releases its ranks.
 
+#![warn(missing_docs)]
+
 pub mod agent;
 pub mod allocation;
 pub mod cli;
