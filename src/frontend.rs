@@ -211,8 +211,13 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     let served_here = (kind != "slurm")
         .then(|| hosts.iter().position(|h| is_local(&h.name, me)))
         .flatten();
+    // Each host's ranks, in one pass over the placement.
+    let mut on_host: Vec<Vec<usize>> = vec![Vec::new(); hosts.len()];
+    for (rank, &n) in placement.node.iter().enumerate() {
+        on_host[n].push(rank);
+    }
     let used: Vec<usize> = (0..hosts.len())
-        .filter(|&n| !placement.ranks_on(n).is_empty())
+        .filter(|&n| !on_host[n].is_empty())
         .collect();
     let master = if spec.ml_env {
         let n0 = placement.node.first().copied().unwrap_or(0);
@@ -245,8 +250,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
-        let ranks: Vec<RankPlan> = placement
-            .ranks_on(n)
+        let ranks: Vec<RankPlan> = std::mem::take(&mut on_host[n])
             .into_iter()
             .enumerate()
             .map(|(local_id, rank)| RankPlan {

@@ -319,26 +319,14 @@ impl Engine {
         }
         let status = Status::error(-1, error.to_string());
         let name = match error {
-            WireError::UnknownCommand(c) => c.clone(),
-            _ => "error".to_string(),
+            WireError::UnknownCommand(c) => c.as_str(),
+            _ => "error",
         };
         let mut b = BytesMut::new();
         if v2 {
-            // No typed reply exists for a command we do not know: answer `NAME-response`.
-            let body = format!(
-                "cmd={name}-response;rc=-1;errmsg={};",
-                status.msg.unwrap_or_default().replace(';', ",")
-            );
-            b.extend_from_slice(format!("{:<6}{body}", body.len()).as_bytes());
+            pmi_wire::v2::encode_error(name, None, &status, &mut b);
         } else {
-            b.extend_from_slice(
-                format!(
-                    "cmd={} rc=-1 msg={}\n",
-                    v1::sanitize(&format!("{name}_result")),
-                    v1::sanitize(&status.msg.unwrap_or_default())
-                )
-                .as_bytes(),
-            );
+            v1::encode_error(name, &status, &mut b);
         }
         self.out.push(Output::Send {
             conn,

@@ -825,6 +825,17 @@ impl<'a> Line<'a> {
     }
 }
 
+/// Appends a failure reply to a request the server could not read or does not know:
+/// `cmd=CMD_result rc=RC msg=…` (PMI-1 has no generic error reply; a client waiting for
+/// another reply reports this one as unexpected, with its message). `cmd` is the request's
+/// name as sent, or `error` when even that was unreadable.
+pub fn encode_error(cmd: &str, status: &Status, dst: &mut BytesMut) {
+    let name = sanitize(&format!("{cmd}_result"));
+    let mut w = Line::new(dst, &name);
+    w.status(status);
+    w.finish();
+}
+
 /// Writes free text as one token: the characters that end a token or a line (space, tab,
 /// carriage return, newline) become `_`. Other characters, other white space included, pass
 /// unchanged, so that what a parser reads from a token re-encodes to the same token.

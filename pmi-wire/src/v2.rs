@@ -795,6 +795,16 @@ impl Response {
     }
 }
 
+/// Appends a failure reply to a request the server could not read or does not know, as the
+/// frame `cmd=CMD-response;[thrid=…;]rc=RC;errmsg=…;`. `cmd` is the request's name as sent, or
+/// `error` when even that was unreadable.
+pub fn encode_error(cmd: &str, thrid: Option<&str>, status: &Status, dst: &mut BytesMut) {
+    let name = format!("{cmd}-response");
+    let mut w = Body::new(dst, &name, thrid);
+    w.status(status);
+    w.finish();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writing
 

@@ -871,3 +871,10 @@ fn trailing_carriage_returns_belong_to_the_line_ending() {
     );
     assert_eq!(req(&enc_req(&spawn)), spawn);
 }
+
+#[test]
+fn error_replies_name_the_request() {
+    let mut b = BytesMut::new();
+    pmi_wire::v1::encode_error("frob", &Status::error(-1, "unknown command frob"), &mut b);
+    assert_eq!(&b[..], b"cmd=frob_result rc=-1 msg=unknown_command_frob\n");
+}

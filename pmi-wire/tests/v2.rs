@@ -773,3 +773,11 @@ fn decode_consumes_a_bad_frame_and_reads_on() {
         Ok(Some(Frame::new(Request::Finalize)))
     );
 }
+
+#[test]
+fn error_replies_name_the_request_and_echo_thrid() {
+    let mut b = BytesMut::new();
+    pmi_wire::v2::encode_error("frob", Some("7"), &Status::error(-1, "no; such"), &mut b);
+    let body = "cmd=frob-response;thrid=7;rc=-1;errmsg=no;; such;";
+    assert_eq!(&b[..], format!("{:<6}{body}", body.len()).as_bytes());
+}
