@@ -125,13 +125,14 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
     )
     .await
     .map_err(|e| format!("handshake: {e}"))?;
-    let (job, me, children, launch) = match tree::recv::<_, Down>(&mut rd).await {
+    let (my_id, job, me, children, launch) = match tree::recv::<_, Down>(&mut rd).await {
         Ok(Some(Down::Spec {
+            id,
             job,
             me,
             children,
             launch,
-        })) => (job, me, children, launch),
+        })) => (id, job, me, children, launch),
         Ok(None) => return Err("its parent refused it".into()),
         _ => return Err("its parent did not send the job".into()),
     };
@@ -181,9 +182,18 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
         None => Node::start(&job, &me, node_tx, out_tx.clone()).await,
     };
     let node = match node {
-        Ok(n) => Some(n),
+        Ok(n) => {
+            report(Report::NodeStarted {
+                host: host.clone(),
+                error: None,
+            });
+            Some(n)
+        }
         Err(e) => {
-            report(Report::Failed { reason: e });
+            report(Report::NodeStarted {
+                host: host.clone(),
+                error: Some(e),
+            });
             None
         }
     };
@@ -248,6 +258,9 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                         }
                     }
                     NodeEvent::Engine(Output::Publish { delta }) => { let _ = ctl_tx.send(Up::Publish(delta)); }
+                    NodeEvent::Engine(Output::Request { id, service }) => {
+                        let _ = ctl_tx.send(Up::Request { from: my_id, req: id, service });
+                    }
                     NodeEvent::Engine(Output::Initialized { rank }) => {
                         if !told_initialized {
                             told_initialized = true;
@@ -274,6 +287,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                     }
                     HubEvent::Up { msg: Up::Reports(r), .. } => { let _ = ctl_tx.send(Up::Reports(r)); }
                     HubEvent::Up { msg: Up::Publish(d), .. } => { let _ = ctl_tx.send(Up::Publish(d)); }
+                    HubEvent::Up { msg: m @ Up::Request { .. }, .. } => { let _ = ctl_tx.send(m); }
                     HubEvent::Up { id, msg: Up::Done } => kids.mark_done(id),
                     HubEvent::Up { .. } => {}
                     HubEvent::Lost { id, reason } => {
@@ -323,6 +337,13 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                     Some(Down::Kill) => {
                         kids.broadcast(&Down::Kill);
                         if let Some(n) = &node { n.signal(libc::SIGKILL); }
+                    }
+                    Some(Down::Reply { to, req, reply }) => {
+                        if to == my_id {
+                            if let Some(n) = &node { n.service_reply(req, reply); }
+                        } else {
+                            kids.route(to, Down::Reply { to, req, reply });
+                        }
                     }
                     Some(Down::Challenge { .. }) | Some(Down::Spec { .. }) => {}
                 }

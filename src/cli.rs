@@ -105,7 +105,10 @@ Global options:
   -ml-env                 also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
                           MASTER_ADDR and MASTER_PORT (see --help-env)
   -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
-  -usize N                universe size reported to processes (default: the job size)
+  -usize N|SYSTEM|INFINITE universe size reported to processes (default: the slots of the
+                          hosts named, or unknown (-1) when none is named)
+  -nameserver HOST[:PORT] publish/lookup names through a 'kauri nameserver' (default port
+                          6392; also KAURI_NAMESERVER), shared with other kauri runs
   -disable-auto-cleanup   keep the job running when one process fails
   -v, -verbose            log what kauri does (repeat for more)
   -h, --help              this text
@@ -149,6 +152,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             launcher: None,
             auto_cleanup: true,
             universe_size: None,
+            nameserver: None,
             timeout: None,
             verbose: 0,
             map_by_node: false,
@@ -356,11 +360,23 @@ impl Parser {
                 "-pmi-port" => self.spec.pmi_port = true,
                 "-usize" => {
                     let v = value(&name)?;
-                    self.spec.universe_size = Some(
-                        v.parse()
-                            .map_err(|_| UsageError(format!("-usize {v:?}: not a number")))?,
-                    );
+                    self.spec.universe_size = Some(match v.as_str() {
+                        "INFINITE" | "infinite" => -1,
+                        "SYSTEM" | "system" => {
+                            std::thread::available_parallelism().map_or(1, |n| n.get() as i64)
+                        }
+                        _ => v
+                            .parse()
+                            .ok()
+                            .filter(|n: &i64| *n >= 1 || *n == -1)
+                            .ok_or_else(|| {
+                                UsageError(format!(
+                                    "-usize {v:?}: a positive number, SYSTEM or INFINITE"
+                                ))
+                            })?,
+                    });
                 }
+                "-nameserver" => self.spec.nameserver = Some(value(&name)?),
                 "-disable-auto-cleanup" => self.spec.auto_cleanup = false,
                 "-auto-cleanup" => self.spec.auto_cleanup = true,
                 "-v" | "-verbose" => self.spec.verbose += 1,

@@ -14,11 +14,13 @@
 
 use crate::hub::{Children, Gather, HubEvent};
 use crate::job::{EnvPolicy, HostSpec, JobSpec, Placement};
+use crate::kvs::Delta;
 use crate::node::{is_local, local_host, Node, NodeEvent};
 use crate::pmi::Output;
 use crate::proc;
 use crate::tree::{
-    self, AppPlan, Down, HostPlan, JobPlan, LaunchPlan, RankPlan, Report, Stream, Up,
+    self, AppPlan, Down, HostPlan, JobPlan, LaunchPlan, RankPlan, Report, Service, ServiceReply,
+    SpawnCommand, Stream, Up,
 };
 use bytes::Bytes;
 use std::net::IpAddr;
@@ -141,7 +143,11 @@ struct Plan {
     remote: Vec<HostPlan>,
     launch: LaunchPlan,
     width: usize,
-    rank_host: Vec<String>,
+    /// Every host the user named (or the allocation gave), with its slots: where spawned
+    /// jobs may go.
+    hosts: Vec<HostSpec>,
+    /// The index in `hosts` of the host the front end serves itself.
+    served_here: Option<usize>,
 }
 
 fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
@@ -169,6 +175,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     }
     let spec = &spec;
     let size = spec.size();
+    let hosts_named = !hosts.is_empty();
     if hosts.is_empty() {
         hosts.push(HostSpec {
             name: me.to_string(),
@@ -235,10 +242,15 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     } else {
         None
     };
+    let named_slots: usize = slots.iter().sum();
     let job = JobPlan {
         kvsname: kvsname(me),
         size,
-        universe_size: spec.universe_size.unwrap_or(size as i64),
+        universe_size: spec.universe_size.unwrap_or(if hosts_named {
+            named_slots as i64
+        } else {
+            -1
+        }),
         appnum: appnum.clone(),
         process_mapping: placement.process_mapping(),
         apps,
@@ -247,6 +259,8 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         kill_grace_ms: env_secs("KAURI_KILL_GRACE", 3.0).as_millis() as u64,
         hosts: used.iter().map(|&n| hosts[n].name.clone()).collect(),
         master,
+        spawner: None,
+        preput: Vec::new(),
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
@@ -315,19 +329,334 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             })
             .unwrap_or(DEFAULT_TREE_WIDTH)
     };
-    let rank_host = placement
-        .node
-        .iter()
-        .map(|&n| hosts[n].name.clone())
-        .collect();
     Ok(Plan {
         job,
         local,
         remote,
         launch,
         width,
-        rank_host,
+        hosts: hosts
+            .into_iter()
+            .zip(slots)
+            .map(|(h, slots)| HostSpec { slots, ..h })
+            .collect(),
+        served_here,
     })
+}
+
+/// One job of this run: the one the user started (index 0) or one a rank spawned.
+struct JobRun {
+    plan: JobPlan,
+    node: Option<Node>,
+    kids: Children,
+    gather: Gather,
+    ranks: Vec<RankState>,
+    /// The index in the job list of the job that spawned this one.
+    spawner: Option<usize>,
+    /// Agents that have not yet said whether their ranks started.
+    starting: usize,
+    /// For a spawned job: whom to answer once every host has started its ranks.
+    answer: Option<Asker>,
+    /// Why the start failed, when it did.
+    start_error: Option<String>,
+    /// A spawned job that failed to start and was killed: its ranks' ends count for nothing.
+    discarded: bool,
+}
+
+impl JobRun {
+    fn done(&self) -> bool {
+        self.node.as_ref().is_none_or(|n| n.running() == 0) && self.kids.all_done()
+    }
+
+    /// "rank 3" for the first job, "rank 3 of spawned job 2" for the others.
+    fn who(&self, idx: usize, rank: usize) -> String {
+        if idx == 0 {
+            format!("rank {rank}")
+        } else {
+            format!("rank {rank} of spawned job {idx}")
+        }
+    }
+}
+
+/// Who asked for a service: a job, the agent of that job's tree (0: the front end's host),
+/// the request's id there.
+#[derive(Debug, Clone, Copy)]
+struct Asker {
+    job: usize,
+    agent: u32,
+    req: u64,
+}
+
+/// What every job of the run shares: the hosts, how to reach them, and the slots in use.
+struct Cluster {
+    me: String,
+    hosts: Vec<HostSpec>,
+    served_here: Option<usize>,
+    /// Ranks of running jobs on each host.
+    in_use: Vec<usize>,
+    /// Where the next spawned rank's search for a free slot starts.
+    cursor: usize,
+    launch: LaunchPlan,
+    width: usize,
+    ip: IpAddr,
+    /// The environment of spawned ranks (the launcher's, by the global policy, and `-genv`).
+    env: Vec<(String, String)>,
+    cwd: PathBuf,
+    universe_size: i64,
+    label: bool,
+    pmi_port: bool,
+    kill_grace_ms: u64,
+    jobs_started: usize,
+}
+
+/// Sends what a per-job channel receives into a shared channel, tagged with the job.
+fn tagged<T: 'static>(
+    job: usize,
+    to: mpsc::UnboundedSender<(usize, T)>,
+) -> mpsc::UnboundedSender<T> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<T>();
+    tokio::task::spawn_local(async move {
+        while let Some(m) = rx.recv().await {
+            if to.send((job, m)).is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+/// The channels every job's events flow into.
+struct Wires {
+    node: mpsc::UnboundedSender<(usize, NodeEvent)>,
+    hub: mpsc::UnboundedSender<(usize, HubEvent)>,
+    out: mpsc::Sender<(Stream, Bytes)>,
+}
+
+/// Starts a job's agents and, if it has ranks here, its local ranks. The error is a start
+/// failure on this host (the agents report theirs later, one `NodeStarted` each).
+async fn start_job(
+    idx: usize,
+    cluster: &Cluster,
+    plan: JobPlan,
+    local: Option<HostPlan>,
+    remote: Vec<HostPlan>,
+    wires: &Wires,
+) -> Result<JobRun, (String, Option<JobRun>)> {
+    let mut ranks = vec![RankState::default(); plan.size];
+    for hp in local.iter().chain(&remote) {
+        for r in &hp.ranks {
+            ranks[r.rank].host = hp.host.clone();
+        }
+    }
+    let key = tree::new_key().map_err(|e| (format!("cannot make a job key: {e}"), None))?;
+    let starting = remote.len();
+    let subtrees = tree::build(remote, cluster.width);
+    let kids = Children::start(
+        subtrees,
+        plan.clone(),
+        cluster.launch.clone(),
+        key,
+        cluster.ip,
+        tagged(idx, wires.hub.clone()),
+        wires.out.clone(),
+    )
+    .await
+    .map_err(|e| (e, None))?;
+    let (node, error) = match &local {
+        None => (None, None),
+        Some(hp) => match Node::start(
+            &plan,
+            hp,
+            tagged(idx, wires.node.clone()),
+            wires.out.clone(),
+        )
+        .await
+        {
+            Ok(n) => (Some(n), None),
+            Err(e) => (None, Some(e)),
+        },
+    };
+    let run = JobRun {
+        gather: Gather::new(node.is_some(), kids.ids()),
+        plan,
+        node,
+        kids,
+        ranks,
+        spawner: None,
+        starting,
+        answer: None,
+        start_error: None,
+        discarded: false,
+    };
+    match error {
+        None => Ok(run),
+        Some(e) => Err((e, Some(run))),
+    }
+}
+
+/// The hosts an info key names, as indices into the cluster's hosts.
+fn named_hosts(cluster: &Cluster, names: &[String]) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        // host:slots is accepted; the slots part is ignored (the job's slots hold).
+        let name = name.split(':').next().unwrap_or(name);
+        let found = cluster
+            .hosts
+            .iter()
+            .position(|h| h.name == name)
+            .or_else(|| {
+                is_local(name, &cluster.me)
+                    .then(|| {
+                        cluster
+                            .hosts
+                            .iter()
+                            .position(|h| is_local(&h.name, &cluster.me))
+                    })
+                    .flatten()
+            });
+        match found {
+            Some(n) => out.push(n),
+            None => {
+                let known: Vec<&str> = cluster.hosts.iter().map(|h| h.name.as_str()).collect();
+                return Err(format!(
+                    "spawn: host {name} is not one of this run's hosts ({})",
+                    known.join(", ")
+                ));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("spawn: the host info key names no host".into());
+    }
+    Ok(out)
+}
+
+/// Plans a spawned job: its ranks go round-robin over the free slots of the run's hosts (or
+/// of the hosts its info keys name), oversubscribing in turn when every slot is taken.
+fn plan_spawn(
+    cluster: &mut Cluster,
+    spawner: &JobPlan,
+    commands: &[SpawnCommand],
+    preput: Delta,
+) -> Result<(JobPlan, Option<HostPlan>, Vec<HostPlan>), String> {
+    let size: usize = commands.iter().map(|c| c.nprocs as usize).sum();
+    if size == 0 {
+        return Err("spawn of 0 processes".into());
+    }
+    let mut node_of: Vec<usize> = Vec::with_capacity(size);
+    let mut appnum = Vec::with_capacity(size);
+    let mut apps = Vec::with_capacity(commands.len());
+    let nhosts = cluster.hosts.len();
+    for (i, c) in commands.iter().enumerate() {
+        let mut candidates: Vec<usize> = (0..nhosts).collect();
+        let mut env = cluster.env.clone();
+        let mut wdir = cluster.cwd.clone();
+        for (k, v) in &c.info {
+            match k.as_str() {
+                "host" | "hosts" => {
+                    let names: Vec<String> = v.split(',').map(str::to_string).collect();
+                    candidates = named_hosts(cluster, &names)?;
+                }
+                "hostfile" => {
+                    let path = cluster.cwd.join(v);
+                    let listed =
+                        crate::cli::read_hostfile(&path).map_err(|e| format!("spawn: {}", e.0))?;
+                    let names: Vec<String> = listed.into_iter().map(|h| h.name).collect();
+                    candidates = named_hosts(cluster, &names)?;
+                }
+                "wdir" => wdir = cluster.cwd.join(v),
+                "path" => {
+                    let old = env
+                        .iter()
+                        .find(|(k, _)| k == "PATH")
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or_default();
+                    env.retain(|(k, _)| k != "PATH");
+                    let new = if old.is_empty() {
+                        v.clone()
+                    } else {
+                        format!("{v}:{old}")
+                    };
+                    env.push(("PATH".into(), new));
+                }
+                other => debug!(key = other, value = %v, "spawn: info key ignored"),
+            }
+        }
+        for _ in 0..c.nprocs {
+            let free = (0..candidates.len())
+                .map(|k| candidates[(cluster.cursor + k) % candidates.len()])
+                .find(|&n| cluster.in_use[n] < cluster.hosts[n].slots);
+            let n = free.unwrap_or(candidates[cluster.cursor % candidates.len()]);
+            cluster.in_use[n] += 1;
+            cluster.cursor = candidates.iter().position(|&h| h == n).map_or(0, |p| p + 1);
+            node_of.push(n);
+            appnum.push(i as u32);
+        }
+        apps.push(AppPlan {
+            program: c.execname.clone(),
+            args: c.args.clone(),
+            env,
+            wdir: wdir.display().to_string(),
+        });
+    }
+    let mut used: Vec<usize> = node_of.clone();
+    used.sort_unstable();
+    used.dedup();
+    let placement = crate::job::Placement {
+        node: node_of.clone(),
+        nodes: nhosts,
+    };
+    cluster.jobs_started += 1;
+    let plan = JobPlan {
+        kvsname: format!("{}_s{}", kvsname(&cluster.me), cluster.jobs_started),
+        size,
+        universe_size: cluster.universe_size,
+        appnum: appnum.clone(),
+        process_mapping: placement.process_mapping(),
+        apps,
+        label: cluster.label,
+        pmi_port: cluster.pmi_port,
+        kill_grace_ms: cluster.kill_grace_ms,
+        hosts: used
+            .iter()
+            .map(|&n| cluster.hosts[n].name.clone())
+            .collect(),
+        master: None,
+        spawner: Some(spawner.kvsname.clone()),
+        preput,
+    };
+    let (mut local, mut remote) = (None, Vec::new());
+    for (index, &n) in used.iter().enumerate() {
+        let ranks: Vec<RankPlan> = node_of
+            .iter()
+            .enumerate()
+            .filter(|&(_, &m)| m == n)
+            .enumerate()
+            .map(|(local_id, (rank, _))| RankPlan {
+                rank,
+                app: appnum[rank] as usize,
+                local_id,
+            })
+            .collect();
+        let hp = HostPlan {
+            host: cluster.hosts[n].name.clone(),
+            node: n,
+            index,
+            ranks,
+        };
+        if Some(n) == cluster.served_here {
+            local = Some(hp);
+        } else {
+            remote.push(hp);
+        }
+    }
+    Ok((plan, local, remote))
+}
+
+/// The run's name service: a table of its own, or a shared `kauri nameserver`.
+enum Names {
+    Own(crate::nameserver::Table),
+    Server(crate::nameserver::Client),
 }
 
 /// Runs a job and returns kauri's exit status.
@@ -342,14 +671,6 @@ pub async fn run(spec: JobSpec) -> i32 {
         }
     };
     info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
-    let mut ranks: Vec<RankState> = p
-        .rank_host
-        .iter()
-        .map(|h| RankState {
-            host: h.clone(),
-            ..Default::default()
-        })
-        .collect();
 
     // Output: everything the ranks and agents write, printed whole line by whole line.
     let (out_tx, mut out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
@@ -392,57 +713,89 @@ pub async fn run(spec: JobSpec) -> i32 {
         })
     };
 
-    let key = match tree::new_key() {
-        Ok(k) => k,
-        Err(e) => {
-            eprintln!("kauri: cannot make a job key: {e}");
-            return STATUS_LAUNCHER;
-        }
-    };
-    let (hub_tx, mut hub_rx) = mpsc::unbounded_channel();
-    let subtrees = tree::build(p.remote.clone(), p.width);
     let ip = advertise(
         p.remote.first().map(|h| h.host.as_str()),
         p.launch.kind == "fork",
     );
-    let kids = match Children::start(
-        subtrees,
-        p.job.clone(),
-        p.launch.clone(),
-        key,
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let mut in_use = vec![0; p.hosts.len()];
+    for hp in p.local.iter().chain(&p.remote) {
+        in_use[hp.node] += hp.ranks.len();
+    }
+    let global = JobSpec {
+        apps: vec![crate::job::AppSpec {
+            nprocs: 0,
+            program: String::new(),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_policy: None,
+            wdir: None,
+        }],
+        ..spec.clone()
+    };
+    let mut cluster = Cluster {
+        me: me.clone(),
+        hosts: p.hosts.clone(),
+        served_here: p.served_here,
+        in_use,
+        cursor: 0,
+        launch: p.launch.clone(),
+        width: p.width,
         ip,
-        hub_tx,
-        out_tx.clone(),
+        env: segment_env(&global, 0),
+        cwd,
+        universe_size: p.job.universe_size,
+        label: p.job.label,
+        pmi_port: p.job.pmi_port,
+        kill_grace_ms: p.job.kill_grace_ms,
+        jobs_started: 0,
+    };
+    let mut names = match spec
+        .nameserver
+        .clone()
+        .or_else(|| std::env::var("KAURI_NAMESERVER").ok())
+        .or_else(|| std::env::var("HYDRA_NAMESERVER").ok())
+        .filter(|s| !s.trim().is_empty())
+    {
+        Some(a) => Names::Server(crate::nameserver::Client::new(crate::nameserver::address(
+            &a,
+        ))),
+        None => Names::Own(crate::nameserver::Table::default()),
+    };
+    let (node_tx, mut node_rx) = mpsc::unbounded_channel::<(usize, NodeEvent)>();
+    let (hub_tx, mut hub_rx) = mpsc::unbounded_channel::<(usize, HubEvent)>();
+    let (svc_tx, mut svc_rx) = mpsc::unbounded_channel::<(Asker, ServiceReply)>();
+    let wires = Wires {
+        node: node_tx.clone(),
+        hub: hub_tx.clone(),
+        out: out_tx.clone(),
+    };
+    let mut jobs: Vec<JobRun> = Vec::new();
+    let mut start_error = None;
+    match start_job(
+        0,
+        &cluster,
+        p.job.clone(),
+        p.local.clone(),
+        p.remote.clone(),
+        &wires,
     )
     .await
     {
-        Ok(k) => k,
-        Err(e) => {
+        Ok(j) => jobs.push(j),
+        Err((e, Some(j))) => {
+            start_error = Some(e);
+            jobs.push(j);
+        }
+        Err((e, None)) => {
             eprintln!("kauri: {e}");
             return STATUS_LAUNCHER;
         }
-    };
-    let (node_tx, mut node_rx) = mpsc::unbounded_channel();
-    let mut start_error = None;
-    let mut node = match &p.local {
-        None => None,
-        Some(hp) => match Node::start(&p.job, hp, node_tx, out_tx.clone()).await {
-            Ok(n) => {
-                for r in &hp.ranks {
-                    ranks[r.rank].pid = 0;
-                }
-                Some(n)
-            }
-            Err(e) => {
-                start_error = Some(e);
-                None
-            }
-        },
-    };
-    // stdin goes to rank 0, here or down the tree.
+    }
+    // stdin goes to the first job's rank 0, here or down the tree.
     let (stdin_tx, mut stdin_rx) = mpsc::channel::<Down>(16);
-    let stdin_child = kids.child_with_rank(0);
-    if let Some(pipe) = node.as_mut().and_then(|n| n.stdin.take()) {
+    let stdin_child = jobs[0].kids.child_with_rank(0);
+    if let Some(pipe) = jobs[0].node.as_mut().and_then(|n| n.stdin.take()) {
         tokio::task::spawn_local(crate::iofwd::pump(tokio::io::stdin(), pipe));
     } else if stdin_child.is_some() {
         tokio::task::spawn_local(async move {
@@ -461,8 +814,6 @@ pub async fn run(spec: JobSpec) -> i32 {
         });
     }
 
-    let mut gather = Gather::new(node.is_some(), kids.ids());
-    let (mut hub_open, mut node_open) = (true, true);
     let grace = Duration::from_millis(p.job.kill_grace_ms);
     let mut ending: Option<Ending> = None;
     let mut kill_at: Option<Instant> = None;
@@ -483,125 +834,257 @@ pub async fn run(spec: JobSpec) -> i32 {
         }
     }
 
-    let teardown = |why: Ending,
-                    ending: &mut Option<Ending>,
-                    kill_at: &mut Option<Instant>,
-                    node: &Option<Node>,
-                    kids: &Children| {
+    fn signal_all(jobs: &[JobRun], sig: i32) {
+        for j in jobs {
+            if let Some(n) = &j.node {
+                n.signal(sig);
+            }
+            j.kids.broadcast(&Down::Signal(sig));
+        }
+    }
+
+    fn teardown(
+        why: Ending,
+        ending: &mut Option<Ending>,
+        kill_at: &mut Option<Instant>,
+        jobs: &[JobRun],
+        grace: Duration,
+    ) {
         if ending.is_none() {
             *ending = Some(why);
         }
         if kill_at.is_none() {
-            if let Some(n) = node {
-                n.signal(libc::SIGTERM);
+            for j in jobs {
+                if let Some(n) = &j.node {
+                    n.signal(libc::SIGTERM);
+                }
+                j.kids.broadcast(&Down::Teardown);
             }
-            kids.broadcast(&Down::Teardown);
             *kill_at = Some(Instant::now() + grace);
         }
-    };
+    }
+
+    fn kill_all(jobs: &[JobRun]) {
+        for j in jobs {
+            if let Some(n) = &j.node {
+                n.signal(libc::SIGKILL);
+            }
+            j.kids.broadcast(&Down::Kill);
+        }
+    }
+
+    /// Sends an answer to whoever asked.
+    fn answer(jobs: &[JobRun], a: Asker, reply: ServiceReply) {
+        let Some(j) = jobs.get(a.job) else { return };
+        if a.agent == 0 {
+            if let Some(n) = &j.node {
+                n.service_reply(a.req, reply);
+            }
+        } else {
+            j.kids.route(
+                a.agent,
+                Down::Reply {
+                    to: a.agent,
+                    req: a.req,
+                    reply,
+                },
+            );
+        }
+    }
+
+    /// A spawned job whose start failed: answer the spawner, kill what did start.
+    fn fail_spawn(jobs: &mut [JobRun], idx: usize, why: String) {
+        let j = &mut jobs[idx];
+        j.discarded = true;
+        if let Some(n) = &j.node {
+            n.signal(libc::SIGKILL);
+        }
+        j.kids.broadcast(&Down::Kill);
+        if let Some(a) = j.answer.take() {
+            debug!(idx, %why, "spawn failed");
+            answer(jobs, a, ServiceReply::Spawn(Err(why)));
+        }
+    }
+
+    /// Answers the spawner once every host of spawned job `idx` has said how its start went.
+    fn check_spawn(jobs: &mut [JobRun], idx: usize) {
+        let j = &mut jobs[idx];
+        if j.starting > 0 || j.answer.is_none() || j.discarded {
+            return;
+        }
+        if let Some(e) = j.start_error.clone() {
+            fail_spawn(jobs, idx, e);
+        } else if let Some(a) = j.answer.take() {
+            let done = crate::tree::SpawnDone {
+                jobid: j.plan.kvsname.clone(),
+                size: j.plan.size,
+            };
+            answer(jobs, a, ServiceReply::Spawn(Ok(done)));
+        }
+    }
+
+    /// One more host of job `idx` has started its ranks (or failed to).
+    fn node_started(jobs: &mut [JobRun], idx: usize, error: Option<String>) -> Option<String> {
+        let j = &mut jobs[idx];
+        j.starting = j.starting.saturating_sub(1);
+        if j.discarded {
+            // Late agents of a failed spawn: make sure they end too.
+            j.kids.broadcast(&Down::Kill);
+            return None;
+        }
+        if let Some(e) = error {
+            if j.spawner.is_none() {
+                return Some(e);
+            }
+            j.start_error.get_or_insert(e);
+        }
+        check_spawn(jobs, idx);
+        None
+    }
+
     if let Some(e) = start_error {
         eprintln!("kauri: {e}");
-        teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+        teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
     }
 
     loop {
-        let local_done = node.as_ref().is_none_or(|n| n.running() == 0);
-        if local_done && kids.all_done() {
+        if jobs.iter().all(JobRun::done) {
             break;
         }
-        let mut reports: Vec<Report> = Vec::new();
+        let mut reports: Vec<(usize, Report)> = Vec::new();
+        let mut requests: Vec<(Asker, Service)> = Vec::new();
         tokio::select! {
-            ev = node_rx.recv(), if node.is_some() && node_open => {
-                let Some(ev) = ev else {
-                    node_open = false;
-                    continue;
-                };
+            Some((j, ev)) = node_rx.recv() => {
                 match ev {
-                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => reports.push(Report::Exited {
-                        rank, pid, host: ranks[rank].host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
+                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => reports.push((j, Report::Exited {
+                        rank, pid, host: jobs[j].ranks[rank].host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
                         in_teardown: ending.is_some(),
-                    }),
+                    })),
                     NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
-                        if let Some((e, d)) = gather.local(epoch, delta) {
-                            complete_fence(e, d, &node, &kids);
+                        if let Some((e, d)) = jobs[j].gather.local(epoch, delta) {
+                            complete_fence(e, d, &jobs[j].node, &jobs[j].kids);
                         }
                     }
-                    NodeEvent::Engine(Output::Initialized { rank }) => reports.push(Report::Initialized { rank }),
-                    NodeEvent::Engine(Output::Publish { delta }) => publish(delta, &node, &kids),
-                    NodeEvent::Engine(Output::Abort { rank, code, message }) => reports.push(Report::Abort { rank, code, message }),
-                    NodeEvent::Engine(Output::Failed { reason }) => reports.push(Report::Failed { reason }),
-                    NodeEvent::Engine(Output::ProtocolError { rank, error }) => reports.push(Report::ProtocolError { rank, error }),
+                    NodeEvent::Engine(Output::Initialized { rank }) => reports.push((j, Report::Initialized { rank })),
+                    NodeEvent::Engine(Output::Publish { delta }) => publish(delta, &jobs[j].node, &jobs[j].kids),
+                    NodeEvent::Engine(Output::Abort { rank, code, message }) => reports.push((j, Report::Abort { rank, code, message })),
+                    NodeEvent::Engine(Output::Failed { reason }) => reports.push((j, Report::Failed { reason })),
+                    NodeEvent::Engine(Output::ProtocolError { rank, error }) => reports.push((j, Report::ProtocolError { rank, error })),
+                    NodeEvent::Engine(Output::Request { id, service }) => requests.push((Asker { job: j, agent: 0, req: id }, service)),
                     NodeEvent::Engine(_) => {}
                 }
             }
-            ev = hub_rx.recv(), if hub_open => {
-                let Some(ev) = ev else {
-                    // No children (or all gone): this branch has nothing more to say.
-                    hub_open = false;
-                    continue;
-                };
+            Some((j, ev)) = hub_rx.recv() => {
                 match ev {
                     HubEvent::Up { id, msg: Up::Fence { epoch, delta } } => {
-                        debug!(id, epoch, "fence contribution");
-                        if let Some((e, d)) = gather.child(id, epoch, delta) {
-                            complete_fence(e, d, &node, &kids);
+                        debug!(job = j, id, epoch, "fence contribution");
+                        if let Some((e, d)) = jobs[j].gather.child(id, epoch, delta) {
+                            complete_fence(e, d, &jobs[j].node, &jobs[j].kids);
                         }
                     }
-                    HubEvent::Up { msg: Up::Reports(r), .. } => reports.extend(r),
-                    HubEvent::Up { msg: Up::Publish(d), .. } => publish(d, &node, &kids),
-                    HubEvent::Up { id, msg: Up::Done } => kids.mark_done(id),
+                    HubEvent::Up { msg: Up::Reports(r), .. } => reports.extend(r.into_iter().map(|r| (j, r))),
+                    HubEvent::Up { msg: Up::Publish(d), .. } => publish(d, &jobs[j].node, &jobs[j].kids),
+                    HubEvent::Up { msg: Up::Request { from, req, service }, .. } => requests.push((Asker { job: j, agent: from, req }, service)),
+                    HubEvent::Up { id, msg: Up::Done } => jobs[j].kids.mark_done(id),
                     HubEvent::Up { .. } => {}
                     HubEvent::Lost { id, reason } => {
-                        kids.mark_done(id);
-                        if ending.is_none() {
-                            eprintln!("kauri: {reason}");
+                        jobs[j].kids.mark_done(id);
+                        if jobs[j].answer.is_some() {
+                            // A host of a job being spawned cannot be reached: the spawn fails.
+                            fail_spawn(&mut jobs, j, reason);
+                        } else if !jobs[j].discarded {
+                            if ending.is_none() {
+                                eprintln!("kauri: {reason}");
+                            }
+                            teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
                         }
-                        teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
                     }
                     HubEvent::Refused { addr, reason } => eprintln!("kauri: refused a connection from {addr}: {reason}"),
                 }
             }
+            Some((a, reply)) = svc_rx.recv() => answer(&jobs, a, reply),
             Some(m) = stdin_rx.recv() => {
                 if let Some(id) = stdin_child {
-                    kids.send(id, m);
+                    jobs[0].kids.send(id, m);
                 }
             }
-            _ = ev_rx.recv() => teardown(Ending::OutputClosed, &mut ending, &mut kill_at, &node, &kids),
+            _ = ev_rx.recv() => teardown(Ending::OutputClosed, &mut ending, &mut kill_at, &jobs, grace),
             _ = recv_sig(&mut sigint) => {
                 if kill_at.is_some() {
-                    if let Some(n) = &node { n.signal(libc::SIGKILL); }
-                    kids.broadcast(&Down::Kill);
+                    kill_all(&jobs);
                 } else {
-                    if let Some(n) = &node { n.signal(libc::SIGINT); }
-                    kids.broadcast(&Down::Signal(libc::SIGINT));
-                    teardown(Ending::Signal(libc::SIGINT), &mut ending, &mut kill_at, &node, &kids);
+                    signal_all(&jobs, libc::SIGINT);
+                    teardown(Ending::Signal(libc::SIGINT), &mut ending, &mut kill_at, &jobs, grace);
                 }
             }
-            _ = recv_sig(&mut sigterm) => teardown(Ending::Signal(libc::SIGTERM), &mut ending, &mut kill_at, &node, &kids),
+            _ = recv_sig(&mut sigterm) => teardown(Ending::Signal(libc::SIGTERM), &mut ending, &mut kill_at, &jobs, grace),
             _ = recv_sig(&mut sighup) => {
-                if let Some(n) = &node { n.signal(libc::SIGHUP); }
-                kids.broadcast(&Down::Signal(libc::SIGHUP));
-                teardown(Ending::Signal(libc::SIGHUP), &mut ending, &mut kill_at, &node, &kids);
+                signal_all(&jobs, libc::SIGHUP);
+                teardown(Ending::Signal(libc::SIGHUP), &mut ending, &mut kill_at, &jobs, grace);
             }
-            _ = recv_sig(&mut sigusr1) => {
-                if let Some(n) = &node { n.signal(libc::SIGUSR1); }
-                kids.broadcast(&Down::Signal(libc::SIGUSR1));
-            }
-            _ = recv_sig(&mut sigusr2) => {
-                if let Some(n) = &node { n.signal(libc::SIGUSR2); }
-                kids.broadcast(&Down::Signal(libc::SIGUSR2));
-            }
+            _ = recv_sig(&mut sigusr1) => signal_all(&jobs, libc::SIGUSR1),
+            _ = recv_sig(&mut sigusr2) => signal_all(&jobs, libc::SIGUSR2),
             _ = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() && ending.is_none() => {
                 eprintln!("kauri: job timed out after {} s (MPIEXEC_TIMEOUT)", spec.timeout.unwrap_or_default().as_secs());
-                teardown(Ending::Timeout, &mut ending, &mut kill_at, &node, &kids);
+                teardown(Ending::Timeout, &mut ending, &mut kill_at, &jobs, grace);
             }
             _ = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
-                if let Some(n) = &node { n.signal(libc::SIGKILL); }
-                kids.broadcast(&Down::Kill);
+                kill_all(&jobs);
                 kill_at = Some(far);
             }
         }
-        for r in reports {
+        for (asker, service) in requests {
+            match service {
+                Service::Spawn { commands, preput } => {
+                    if ending.is_some() {
+                        answer(
+                            &jobs,
+                            asker,
+                            ServiceReply::Spawn(Err("the run is ending".into())),
+                        );
+                        continue;
+                    }
+                    let planned =
+                        plan_spawn(&mut cluster, &jobs[asker.job].plan, &commands, preput);
+                    let (plan, local, remote) = match planned {
+                        Ok(x) => x,
+                        Err(e) => {
+                            answer(&jobs, asker, ServiceReply::Spawn(Err(e)));
+                            continue;
+                        }
+                    };
+                    let idx = jobs.len();
+                    info!(idx, kvsname = %plan.kvsname, size = plan.size, "spawning a job");
+                    match start_job(idx, &cluster, plan, local, remote, &wires).await {
+                        Ok(mut j) => {
+                            j.spawner = Some(asker.job);
+                            j.answer = Some(asker);
+                            jobs.push(j);
+                            check_spawn(&mut jobs, idx);
+                        }
+                        Err((e, Some(mut j))) => {
+                            j.spawner = Some(asker.job);
+                            j.answer = Some(asker);
+                            jobs.push(j);
+                            fail_spawn(&mut jobs, idx, e);
+                        }
+                        Err((e, None)) => answer(&jobs, asker, ServiceReply::Spawn(Err(e))),
+                    }
+                }
+                s => match &mut names {
+                    Names::Own(t) => answer(&jobs, asker, t.apply(0, &s)),
+                    Names::Server(c) => {
+                        let (c, tx) = (c.clone(), svc_tx.clone());
+                        tokio::task::spawn_local(async move {
+                            let r = c.ask(s).await;
+                            let _ = tx.send((asker, r));
+                        });
+                    }
+                },
+            }
+        }
+        for (j, r) in reports {
+            let discarded = jobs[j].discarded;
             match r {
                 Report::Exited {
                     rank,
@@ -613,23 +1096,29 @@ pub async fn run(spec: JobSpec) -> i32 {
                     initialized,
                     in_teardown,
                 } => {
-                    let Some(st) = ranks.get_mut(rank) else {
+                    if let Some(n) = cluster.hosts.iter().position(|h| h.name == host) {
+                        cluster.in_use[n] = cluster.in_use[n].saturating_sub(1);
+                    }
+                    let Some(st) = jobs[j].ranks.get_mut(rank) else {
                         continue;
                     };
                     *st = RankState {
                         host,
                         pid,
                         ended: Some((code, signal)),
-                        during_teardown: in_teardown,
+                        during_teardown: in_teardown || discarded,
                         initialized,
                         finalized,
                     };
+                    if discarded {
+                        continue;
+                    }
                     let failed = code != Some(0);
                     if failed && ending.is_none() && spec.auto_cleanup {
-                        teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+                        teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
                     } else if !failed && !finalized && ending.is_none() {
                         // A rank that ends without finalize can never join a fence again.
-                        let waiting = ranks.iter().enumerate().any(|(r, s)| {
+                        let waiting = jobs[j].ranks.iter().enumerate().any(|(r, s)| {
                             r != rank && s.initialized && !s.finalized && s.ended.is_none()
                         });
                         if waiting {
@@ -638,27 +1127,36 @@ pub async fn run(spec: JobSpec) -> i32 {
                             } else {
                                 "exited before PMI init"
                             };
-                            eprintln!("kauri: rank {rank} on {} {what} while other ranks use PMI; ending the job", ranks[rank].host);
-                            teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+                            eprintln!(
+                                "kauri: {} on {} {what} while other ranks use PMI; ending the job",
+                                jobs[j].who(j, rank),
+                                jobs[j].ranks[rank].host
+                            );
+                            teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
                         }
                     }
                 }
                 Report::Initialized { rank } => {
-                    if let Some(s) = ranks.get_mut(rank) {
+                    if let Some(s) = jobs[j].ranks.get_mut(rank) {
                         s.initialized = true;
                     }
-                    let gone = ranks
+                    let gone = jobs[j]
+                        .ranks
                         .iter()
                         .enumerate()
                         .find(|(_, s)| s.ended == Some((Some(0), None)) && !s.finalized);
-                    if let (Some((g, s)), None) = (gone, &ending) {
+                    if let (Some((g, s)), None, false) = (gone, &ending, discarded) {
                         let what = if s.initialized {
                             "exited without finalizing PMI"
                         } else {
                             "exited before PMI init"
                         };
-                        eprintln!("kauri: rank {g} on {} {what} while other ranks use PMI; ending the job", s.host);
-                        teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+                        eprintln!(
+                            "kauri: {} on {} {what} while other ranks use PMI; ending the job",
+                            jobs[j].who(j, g),
+                            s.host
+                        );
+                        teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
                     }
                 }
                 Report::Abort {
@@ -666,23 +1164,35 @@ pub async fn run(spec: JobSpec) -> i32 {
                     code,
                     message,
                 } => {
-                    let who = rank.map_or("a process".to_string(), |r| format!("rank {r}"));
+                    let who = rank.map_or("a process".to_string(), |r| jobs[j].who(j, r));
                     let msg = if message.is_empty() {
                         String::new()
                     } else {
                         format!(": {message}")
                     };
                     eprintln!("kauri: {who} aborted the job with code {code}{msg}");
-                    teardown(Ending::Abort(code), &mut ending, &mut kill_at, &node, &kids);
+                    teardown(Ending::Abort(code), &mut ending, &mut kill_at, &jobs, grace);
                 }
                 Report::Failed { reason } => {
+                    if discarded {
+                        continue;
+                    }
                     if ending.is_none() {
                         eprintln!("kauri: {reason}; ending the job");
                     }
-                    teardown(Ending::Failed, &mut ending, &mut kill_at, &node, &kids);
+                    teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
+                }
+                Report::NodeStarted { host, error } => {
+                    if let Some(e) = node_started(&mut jobs, j, error) {
+                        if ending.is_none() {
+                            eprintln!("kauri: {e}; ending the job");
+                        }
+                        debug!(%host, "a host could not start its ranks");
+                        teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
+                    }
                 }
                 Report::ProtocolError { rank, error } => {
-                    let who = rank.map_or("a PMI client".to_string(), |r| format!("rank {r}"));
+                    let who = rank.map_or("a PMI client".to_string(), |r| jobs[j].who(j, r));
                     eprintln!("kauri: {who} sent a bad PMI message: {error}");
                 }
             }
@@ -690,39 +1200,53 @@ pub async fn run(spec: JobSpec) -> i32 {
     }
 
     // Forward the last output, then report failed ranks and compute the status.
-    if let Some(n) = node {
-        n.drain().await;
+    let mut summary = Vec::new();
+    for j in jobs.iter_mut() {
+        if let Some(n) = j.node.take() {
+            n.drain().await;
+        }
     }
     drop(out_tx);
-    drop(kids);
+    drop(wires);
+    for (idx, j) in jobs.iter().enumerate() {
+        summary.push((idx, j.ranks.clone()));
+    }
+    drop(jobs);
     let _ = stop_tx.send(());
     let _ = printer.await;
     let mut worst = 0;
-    for (r, s) in ranks.iter().enumerate() {
-        let Some((code, sig)) = s.ended else { continue };
-        if s.during_teardown || code == Some(0) {
-            continue;
+    for (idx, ranks) in &summary {
+        for (r, s) in ranks.iter().enumerate() {
+            let Some((code, sig)) = s.ended else { continue };
+            if s.during_teardown || code == Some(0) {
+                continue;
+            }
+            let who = if *idx == 0 {
+                format!("rank {r}")
+            } else {
+                format!("rank {r} of spawned job {idx}")
+            };
+            let c = match (code, sig) {
+                (Some(c), _) => {
+                    eprintln!(
+                        "kauri: {who} (pid {}) on {} exited with code {c}",
+                        s.pid, s.host
+                    );
+                    c
+                }
+                (None, Some(sig)) => {
+                    eprintln!(
+                        "kauri: {who} (pid {}) on {} killed by signal {sig} ({})",
+                        s.pid,
+                        s.host,
+                        proc::signal_name(sig)
+                    );
+                    sig
+                }
+                _ => 1,
+            };
+            worst = worst.max(c);
         }
-        let c = match (code, sig) {
-            (Some(c), _) => {
-                eprintln!(
-                    "kauri: rank {r} (pid {}) on {} exited with code {c}",
-                    s.pid, s.host
-                );
-                c
-            }
-            (None, Some(sig)) => {
-                eprintln!(
-                    "kauri: rank {r} (pid {}) on {} killed by signal {sig} ({})",
-                    s.pid,
-                    s.host,
-                    proc::signal_name(sig)
-                );
-                sig
-            }
-            _ => 1,
-        };
-        worst = worst.max(c);
     }
     debug!(worst, "job ended");
     match ending {

@@ -210,6 +210,18 @@ impl Children {
         }
     }
 
+    /// Sends a message towards agent `to`: to the direct child whose subtree holds it.
+    /// Returns false when no child does.
+    pub fn route(&self, to: u32, msg: Down) -> bool {
+        match self.subtrees.iter().find(|t| t.contains_agent(to)) {
+            Some(t) => {
+                self.send(t.id, msg);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The child whose subtree runs `rank`.
     pub fn child_with_rank(&self, rank: usize) -> Option<u32> {
         self.subtrees
@@ -302,6 +314,7 @@ async fn serve_child(
     }
     let (tx, mut rx) = mpsc::unbounded_channel::<Down>();
     let _ = tx.send(Down::Spec {
+        id,
         job: Box::new((*job).clone()),
         me: subtree.plan.clone(),
         children: subtree.children.clone(),

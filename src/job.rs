@@ -68,8 +68,12 @@ pub struct JobSpec {
     pub launcher: Option<String>,
     /// End the whole job when one rank fails (`-disable-auto-cleanup` turns it off).
     pub auto_cleanup: bool,
-    /// The universe size reported to ranks (`-usize`); `None`: the job's size.
+    /// The universe size reported to ranks (`-usize`); `None`: the slots of the hosts named
+    /// (`-hosts`, `-f`, an allocation), or -1 ("unknown", as Hydra) when none was named.
     pub universe_size: Option<i64>,
+    /// The name server shared with other kauri runs (`-nameserver host[:port]`); `None`: the
+    /// environment's `KAURI_NAMESERVER`/`HYDRA_NAMESERVER`, else a table private to this run.
+    pub nameserver: Option<String>,
     /// Kill the job after this long (`MPIEXEC_TIMEOUT`).
     pub timeout: Option<Duration>,
     /// Log verbosity (`-v`, repeatable).

@@ -15,6 +15,7 @@
 //!   ├── node      one host's ranks: start, serve PMI, forward output, report ends
 //!   ├── proc      rank processes: program lookup, environment, PMI socket, process groups
 //!   ├── iofwd     whole-line stdout/stderr forwarding, stdin to rank 0
+//!   ├── nameserver  publish/lookup: the run's table, `kauri nameserver`, its client
 //!   ├── pmi       the sans-IO PMI engine: requests in, effects out
 //!   └── kvs       one job's key-value store: pending puts, committed pairs
 //!  pmi-wire     (crate) the PMI-1 and PMI-2 codecs
@@ -37,6 +38,7 @@ pub mod job;
 pub mod kvs;
 pub mod kvs_cli;
 pub mod launch;
+pub mod nameserver;
 pub mod node;
 pub mod pmi;
 pub mod proc;

@@ -8,6 +8,11 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("agent") {
         return run_agent(&args[1..]);
     }
+    if args.first().map(String::as_str) == Some("nameserver") {
+        logging(0);
+        let rest = args[1..].to_vec();
+        return run_local(async move { kauri::nameserver::run(&rest).await });
+    }
     if args.first().map(String::as_str) == Some("kvs") {
         return ExitCode::from(kauri::kvs_cli::run(&args[1..]));
     }

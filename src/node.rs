@@ -220,10 +220,14 @@ impl Node {
             appnum: job.appnum.clone(),
             process_mapping: job.process_mapping.clone(),
             local_ranks: me.ranks.iter().map(|r| r.rank).collect(),
-            spawner_jobid: None,
+            spawner_jobid: job.spawner.clone(),
         };
+        let mut engine = Engine::new(info);
+        for (k, v) in &job.preput {
+            engine.preput(k.clone(), v.clone());
+        }
         let ctx = Rc::new(Ctx {
-            engine: RefCell::new(Engine::new(info)),
+            engine: RefCell::new(engine),
             writers: RefCell::new(HashMap::new()),
             events: events.clone(),
             next_conn: Cell::new(job.size as ConnId),
@@ -277,6 +281,9 @@ impl Node {
             set("KAURI_HOST", host.clone());
             set("KAURI_HOSTS", job.hosts.join(","));
             set("KAURI_JOBID", job.kvsname.clone());
+            if job.spawner.is_some() {
+                set("PMI_SPAWNED", "1".into());
+            }
             if let Some((addr, port)) = &job.master {
                 set("RANK", r.to_string());
                 set("WORLD_SIZE", job.size.to_string());
@@ -381,6 +388,12 @@ impl Node {
     /// Applies the merged delta of a fence the whole tree completed, releasing local ranks.
     pub fn fence_done(&self, epoch: u64, delta: crate::kvs::Delta) {
         self.ctx.engine.borrow_mut().fence_done(epoch, delta);
+        self.ctx.dispatch();
+    }
+
+    /// Hands the front end's answer to a request back to the engine that asked.
+    pub fn service_reply(&self, id: u64, reply: crate::tree::ServiceReply) {
+        self.ctx.engine.borrow_mut().service_reply(id, reply);
         self.ctx.dispatch();
     }
 

@@ -16,6 +16,7 @@
 //! for version 2, then PMI-2 frames.
 
 use crate::kvs::{Delta, Kvs};
+use crate::tree::{Service, ServiceReply, SpawnCommand};
 use bytes::{Bytes, BytesMut};
 use pmi_wire::limits::{KEY_MAX, KVSNAME_MAX, VALUE_MAX};
 use pmi_wire::v2::{Frame, Lookup};
@@ -139,6 +140,23 @@ pub enum Output {
         /// One line saying why.
         reason: String,
     },
+    /// A request only the front end can answer (spawn, the name service): pass it up, then
+    /// hand the answer to [`Engine::service_reply`] with the same `id`.
+    Request {
+        /// The request's id on this engine.
+        id: u64,
+        /// The request.
+        service: Service,
+    },
+}
+
+/// Which reply a pending [`Output::Request`] is waiting for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    Spawn,
+    Publish,
+    Unpublish,
+    Lookup,
 }
 
 #[derive(Debug, Clone)]
@@ -172,7 +190,8 @@ pub struct Engine {
     fence_waiters: Vec<Waiter>,
     node_attrs: HashMap<String, String>,
     node_waiters: HashMap<String, Vec<Waiter>>,
-    names: HashMap<String, String>,
+    pending: HashMap<u64, (Waiter, Asked)>,
+    next_request: u64,
     failed: bool,
     out: Vec<Output>,
 }
@@ -201,7 +220,8 @@ impl Engine {
             fence_waiters: Vec::new(),
             node_attrs: HashMap::new(),
             node_waiters: HashMap::new(),
-            names: HashMap::new(),
+            pending: HashMap::new(),
+            next_request: 0,
             failed: false,
             out: Vec::new(),
         }
@@ -225,6 +245,7 @@ impl Engine {
         for ws in self.node_waiters.values_mut() {
             ws.retain(|w| w.conn != conn);
         }
+        self.pending.retain(|_, (w, _)| w.conn != conn);
     }
 
     /// Takes everything the engine wants done, in order.
@@ -433,20 +454,117 @@ impl Engine {
         }
     }
 
-    fn publish(&mut self, name: &str, port: &str) -> Status {
-        if self.names.contains_key(name) {
-            Status::error(1, format!("name {name} is already published"))
+    /// Sends `service` up the tree; the reply goes to `waiter` when it comes back.
+    fn ask(&mut self, waiter: Waiter, asked: Asked, service: Service) {
+        let id = self.next_request;
+        self.next_request += 1;
+        self.pending.insert(id, (waiter, asked));
+        self.out.push(Output::Request { id, service });
+    }
+
+    /// Answers request `id` (see [`Output::Request`]); a reply for a connection that has gone
+    /// is dropped.
+    pub fn service_reply(&mut self, id: u64, reply: ServiceReply) {
+        let Some((w, asked)) = self.pending.remove(&id) else {
+            return;
+        };
+        let fail = |e: String| Status::error(1, e);
+        if w.v2 {
+            use v2::Response as A;
+            let msg = match (asked, reply) {
+                (Asked::Spawn, ServiceReply::Spawn(Ok(d))) => A::Spawn {
+                    status: Status::ok(),
+                    jobid: Some(d.jobid),
+                    errcodes: Vec::new(),
+                },
+                (Asked::Spawn, ServiceReply::Spawn(Err(e))) => A::Spawn {
+                    status: fail(e),
+                    jobid: None,
+                    errcodes: Vec::new(),
+                },
+                (Asked::Publish, ServiceReply::Done(r)) => {
+                    A::NamePublish(r.map_or_else(fail, |()| Status::ok()))
+                }
+                (Asked::Unpublish, ServiceReply::Done(r)) => {
+                    A::NameUnpublish(r.map_or_else(fail, |()| Status::ok()))
+                }
+                (Asked::Lookup, ServiceReply::Found(r)) => A::NameLookup(match r {
+                    Ok(port) => Lookup::found(port),
+                    Err(e) => Lookup::not_found(e),
+                }),
+                (asked, reply) => {
+                    self.out.push(Output::ProtocolError {
+                        rank: self.rank_of(w.conn),
+                        error: format!("internal: {asked:?} answered with {reply:?}"),
+                    });
+                    return;
+                }
+            };
+            self.send_v2(w.conn, w.thrid, msg);
         } else {
-            self.names.insert(name.to_string(), port.to_string());
-            Status::ok()
+            use v1::Response as A;
+            let msg = match (asked, reply) {
+                // No `errcodes`: clients read their absence as all 0, and a long list would
+                // not fit the classic clients' line buffer.
+                (Asked::Spawn, ServiceReply::Spawn(Ok(_))) => A::SpawnResult {
+                    status: Status::ok(),
+                    errcodes: Vec::new(),
+                },
+                (Asked::Spawn, ServiceReply::Spawn(Err(e))) => A::SpawnResult {
+                    status: fail(e),
+                    errcodes: Vec::new(),
+                },
+                (Asked::Publish, ServiceReply::Done(r)) => {
+                    A::PublishResult(r.map_or_else(fail, |()| Status::ok()))
+                }
+                (Asked::Unpublish, ServiceReply::Done(r)) => {
+                    A::UnpublishResult(r.map_or_else(fail, |()| Status::ok()))
+                }
+                (Asked::Lookup, ServiceReply::Found(r)) => match r {
+                    Ok(port) => A::LookupResult {
+                        status: Status::ok(),
+                        port: Some(port),
+                    },
+                    Err(e) => A::LookupResult {
+                        status: fail(e),
+                        port: None,
+                    },
+                },
+                (asked, reply) => {
+                    self.out.push(Output::ProtocolError {
+                        rank: self.rank_of(w.conn),
+                        error: format!("internal: {asked:?} answered with {reply:?}"),
+                    });
+                    return;
+                }
+            };
+            self.send_v1(w.conn, msg);
         }
     }
 
-    fn unpublish(&mut self, name: &str) -> Status {
-        match self.names.remove(name) {
-            Some(_) => Status::ok(),
-            None => Status::error(1, format!("name {name} is not published")),
+    fn spawn_request(spawn: pmi_wire::Spawn) -> Result<Service, String> {
+        if spawn.commands.is_empty() {
+            return Err("spawn with no command".into());
         }
+        if let Some(c) = spawn.commands.iter().find(|c| c.execname.is_empty()) {
+            return Err(format!(
+                "spawn of an empty program name ({} processes)",
+                c.nprocs
+            ));
+        }
+        Ok(Service::Spawn {
+            commands: spawn
+                .commands
+                .into_iter()
+                .map(|c| SpawnCommand {
+                    execname: c.execname,
+                    nprocs: c.nprocs,
+                    args: c.args,
+                    info: c.info,
+                })
+                .collect(),
+            preput: spawn.preput,
+        })
     }
 
     // -----------------------------------------------------------------------------------------
@@ -607,18 +725,34 @@ impl Engine {
                     },
                 }
             }
-            Q::PublishName { service, port } => A::PublishResult(self.publish(&service, &port)),
-            Q::UnpublishName { service } => A::UnpublishResult(self.unpublish(&service)),
-            Q::LookupName { service } => match self.names.get(&service) {
-                Some(p) => A::LookupResult {
-                    status: Status::ok(),
-                    port: Some(p.clone()),
-                },
-                None => A::LookupResult {
-                    status: Status::error(1, format!("name {service} not found")),
-                    port: None,
-                },
-            },
+            Q::PublishName { service, port } => {
+                let w = Waiter {
+                    conn,
+                    thrid: None,
+                    v2: false,
+                };
+                let s = Service::Publish {
+                    name: service,
+                    port,
+                };
+                return self.ask(w, Asked::Publish, s);
+            }
+            Q::UnpublishName { service } => {
+                let w = Waiter {
+                    conn,
+                    thrid: None,
+                    v2: false,
+                };
+                return self.ask(w, Asked::Unpublish, Service::Unpublish { name: service });
+            }
+            Q::LookupName { service } => {
+                let w = Waiter {
+                    conn,
+                    thrid: None,
+                    v2: false,
+                };
+                return self.ask(w, Asked::Lookup, Service::Lookup { name: service });
+            }
             Q::Abort { exitcode, message } => {
                 self.out.push(Output::Abort {
                     rank: self.rank_of(conn),
@@ -636,9 +770,19 @@ impl Engine {
                 stdio: "no".into(),
                 kvsname: self.job.kvsname.clone(),
             },
-            Q::Spawn(_) => A::SpawnResult {
-                status: Status::error(-1, "spawn is not supported by this kauri"),
-                errcodes: Vec::new(),
+            Q::Spawn(spawn) => match Self::spawn_request(spawn) {
+                Ok(s) => {
+                    let w = Waiter {
+                        conn,
+                        thrid: None,
+                        v2: false,
+                    };
+                    return self.ask(w, Asked::Spawn, s);
+                }
+                Err(e) => A::SpawnResult {
+                    status: Status::error(-1, e),
+                    errcodes: Vec::new(),
+                },
             },
         };
         self.send_v1(conn, reply);
@@ -695,14 +839,13 @@ impl Engine {
                 status: Status::ok(),
                 jobid: self.job.kvsname.clone(),
             },
-            Q::JobConnect { jobid } => A::JobConnect {
-                status: Status::error(-1, format!("job-connect to {jobid} is not supported")),
+            // The MPI library connects jobs itself (over the port it looked up); the process
+            // manager has nothing to copy, as under Hydra and Slurm: `kvscopy=FALSE`.
+            Q::JobConnect { .. } => A::JobConnect {
+                status: Status::ok(),
                 kvscopy: false,
             },
-            Q::JobDisconnect { jobid } => A::JobDisconnect(Status::error(
-                -1,
-                format!("job-disconnect from {jobid} is not supported"),
-            )),
+            Q::JobDisconnect { .. } => A::JobDisconnect(Status::ok()),
             Q::KvsPut { key, value } => match Self::check_put(&key, &value) {
                 Ok(()) => {
                     self.kvs.put(key, value);
@@ -765,16 +908,44 @@ impl Engine {
                 Some(v) => Lookup::found(v),
                 None => Lookup::not_found(format!("job attribute {key} not found")),
             }),
-            Q::NamePublish { name, port, .. } => A::NamePublish(self.publish(&name, &port)),
-            Q::NameUnpublish { name } => A::NameUnpublish(self.unpublish(&name)),
-            Q::NameLookup { name } => A::NameLookup(match self.names.get(&name) {
-                Some(p) => Lookup::found(p.clone()),
-                None => Lookup::not_found(format!("name {name} not found")),
-            }),
-            Q::Spawn(_) => A::Spawn {
-                status: Status::error(-1, "spawn is not supported by this kauri"),
-                jobid: None,
-                errcodes: Vec::new(),
+            Q::NamePublish { name, port, .. } => {
+                let w = Waiter {
+                    conn,
+                    thrid,
+                    v2: true,
+                };
+                return self.ask(w, Asked::Publish, Service::Publish { name, port });
+            }
+            Q::NameUnpublish { name } => {
+                let w = Waiter {
+                    conn,
+                    thrid,
+                    v2: true,
+                };
+                return self.ask(w, Asked::Unpublish, Service::Unpublish { name });
+            }
+            Q::NameLookup { name } => {
+                let w = Waiter {
+                    conn,
+                    thrid,
+                    v2: true,
+                };
+                return self.ask(w, Asked::Lookup, Service::Lookup { name });
+            }
+            Q::Spawn(spawn) => match Self::spawn_request(spawn) {
+                Ok(s) => {
+                    let w = Waiter {
+                        conn,
+                        thrid,
+                        v2: true,
+                    };
+                    return self.ask(w, Asked::Spawn, s);
+                }
+                Err(e) => A::Spawn {
+                    status: Status::error(-1, e),
+                    jobid: None,
+                    errcodes: Vec::new(),
+                },
             },
             Q::Abort {
                 message, exitcode, ..

@@ -72,6 +72,72 @@ pub struct JobPlan {
     pub hosts: Vec<String>,
     /// `MASTER_ADDR` and `MASTER_PORT` when the ML-style variables were asked for.
     pub master: Option<(String, u16)>,
+    /// The kvsname of the job that spawned this one (`None` for the job the user started).
+    pub spawner: Option<String>,
+    /// Pairs in the job's KVS before any rank starts (a spawn's preput keys).
+    pub preput: Delta,
+}
+
+/// One command of a spawn request, as the front end needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnCommand {
+    /// The program.
+    pub execname: String,
+    /// How many processes.
+    pub nprocs: u32,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Info keys (`host`, `hosts`, `hostfile`, `wdir`, `path`, …).
+    pub info: Vec<(String, String)>,
+}
+
+/// A request that only the front end can answer, sent up the tree by the host that got it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Service {
+    /// Start a new job (`MPI_Comm_spawn`, `MPI_Comm_spawn_multiple`).
+    Spawn {
+        /// Its commands; all form one job.
+        commands: Vec<SpawnCommand>,
+        /// Pairs for the new job's KVS.
+        preput: Delta,
+    },
+    /// Publish a service name.
+    Publish {
+        /// The name.
+        name: String,
+        /// Its port.
+        port: String,
+    },
+    /// Withdraw a service name.
+    Unpublish {
+        /// The name.
+        name: String,
+    },
+    /// Look a service name up.
+    Lookup {
+        /// The name.
+        name: String,
+    },
+}
+
+/// The front end's answer to a [`Service`] request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServiceReply {
+    /// A spawn's outcome: the new job's kvsname, or why it failed.
+    Spawn(Result<SpawnDone, String>),
+    /// A publish's or unpublish's outcome.
+    Done(Result<(), String>),
+    /// A lookup's outcome: the port.
+    Found(Result<String, String>),
+}
+
+/// A spawn that started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnDone {
+    /// The new job's kvsname (its PMI-2 job id).
+    pub jobid: String,
+    /// How many processes it has.
+    pub size: usize,
 }
 
 /// One host's part of the job.
@@ -103,6 +169,11 @@ impl Subtree {
     pub fn contains_rank(&self, rank: usize) -> bool {
         self.plan.ranks.iter().any(|r| r.rank == rank)
             || self.children.iter().any(|c| c.contains_rank(rank))
+    }
+
+    /// True when agent `id` is this subtree's root or below it.
+    pub fn contains_agent(&self, id: u32) -> bool {
+        self.id == id || self.children.iter().any(|c| c.contains_agent(id))
     }
 
     /// How many agents this subtree holds, itself included.
@@ -138,6 +209,8 @@ pub enum Down {
     },
     /// The child's part of the job, and the subtrees it must start.
     Spec {
+        /// The child's agent id.
+        id: u32,
         /// The job.
         job: Box<JobPlan>,
         /// The child's own host.
@@ -166,6 +239,15 @@ pub enum Down {
     Teardown,
     /// Kill every rank now.
     Kill,
+    /// The answer to a [`Up::Request`], routed down to agent `to`.
+    Reply {
+        /// The agent that asked (0: the front end's own host).
+        to: u32,
+        /// Its request id.
+        req: u64,
+        /// The answer.
+        reply: ServiceReply,
+    },
 }
 
 /// Something that happened below, reported up to the front end.
@@ -217,6 +299,13 @@ pub enum Report {
         /// One line saying why.
         reason: String,
     },
+    /// An agent started its host's ranks, or could not (`error`).
+    NodeStarted {
+        /// Its host.
+        host: String,
+        /// Why its ranks could not start.
+        error: Option<String>,
+    },
 }
 
 /// Child to parent.
@@ -240,6 +329,15 @@ pub enum Up {
     },
     /// Pairs to publish to the whole job at once (relayed to the front end).
     Publish(Delta),
+    /// A request for the front end, relayed up unchanged.
+    Request {
+        /// The agent that asked.
+        from: u32,
+        /// Its request id.
+        req: u64,
+        /// The request.
+        service: Service,
+    },
     /// A run of whole output lines.
     Output {
         /// Which stream.

@@ -1,0 +1,465 @@
+//! The name service behind `MPI_Publish_name` / `MPI_Lookup_name`: a table in the front end
+//! for one kauri run (all of its jobs, spawned ones included), or `kauri nameserver`, a small
+//! server shared by separate kauri runs (like `hydra_nameserver`), found with
+//! `-nameserver host[:port]` or `KAURI_NAMESERVER` (`HYDRA_NAMESERVER` is read too).
+//!
+//! The server's protocol is one line per request and one per reply, fields separated by one
+//! space, each field percent-encoded (`%`, space, CR and LF, so any name or port fits):
+//!
+//! ```text
+//! publish NAME PORT   ->  ok            | error REASON
+//! unpublish NAME      ->  ok            | error REASON
+//! lookup NAME         ->  ok PORT       | error REASON
+//! ```
+//!
+//! A name belongs to the connection that published it and is withdrawn when that connection
+//! closes: a kauri run holds one connection for its whole life, so the names of a run that
+//! ended (or crashed) never point at ports nobody listens on.
+
+use crate::tree::{Service, ServiceReply};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tracing::debug;
+
+/// The port `kauri nameserver` listens on by default (Hydra's nameserver's).
+pub const DEFAULT_PORT: u16 = 6392;
+
+/// The longest request line the server reads.
+const LINE_MAX: usize = 64 * 1024;
+
+/// Percent-encodes `%`, white space and control characters.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c == '%' || c.is_whitespace() || c.is_control() {
+            let mut b = [0u8; 4];
+            for byte in c.encode_utf8(&mut b).bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Reverses [`encode`].
+pub fn decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad escape in {s:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8 once decoded"))
+}
+
+/// A table of published names. `owner` tells who published each (a connection).
+#[derive(Debug, Default)]
+pub struct Table {
+    names: HashMap<String, (String, u64)>,
+}
+
+impl Table {
+    /// Answers one request on behalf of `owner`.
+    pub fn apply(&mut self, owner: u64, s: &Service) -> ServiceReply {
+        match s {
+            Service::Publish { name, port } => {
+                ServiceReply::Done(if self.names.contains_key(name) {
+                    Err(format!("the name {name} is already published"))
+                } else {
+                    self.names.insert(name.clone(), (port.clone(), owner));
+                    Ok(())
+                })
+            }
+            Service::Unpublish { name } => ServiceReply::Done(match self.names.remove(name) {
+                Some(_) => Ok(()),
+                None => Err(format!("the name {name} is not published")),
+            }),
+            Service::Lookup { name } => ServiceReply::Found(match self.names.get(name) {
+                Some((port, _)) => Ok(port.clone()),
+                None => Err(format!("the name {name} is not published")),
+            }),
+            Service::Spawn { .. } => ServiceReply::Spawn(Err("not a name request".into())),
+        }
+    }
+
+    /// Withdraws every name `owner` published.
+    pub fn forget(&mut self, owner: u64) {
+        self.names.retain(|_, (_, o)| *o != owner);
+    }
+}
+
+/// Parses one request line of the server protocol.
+pub fn parse_request(line: &str) -> Result<Service, String> {
+    let mut f = line.split(' ');
+    let verb = f.next().unwrap_or("");
+    let mut field = |what: &str| -> Result<String, String> {
+        decode(f.next().ok_or_else(|| format!("{verb}: missing {what}"))?)
+    };
+    let s = match verb {
+        "publish" => Service::Publish {
+            name: field("name")?,
+            port: field("port")?,
+        },
+        "unpublish" => Service::Unpublish {
+            name: field("name")?,
+        },
+        "lookup" => Service::Lookup {
+            name: field("name")?,
+        },
+        "" => return Err("empty request".into()),
+        v => {
+            return Err(format!(
+                "unknown request {:?}",
+                v.chars().take(40).collect::<String>()
+            ))
+        }
+    };
+    if f.next().is_some() {
+        return Err(format!("{verb}: too many fields"));
+    }
+    Ok(s)
+}
+
+fn reply_line(r: &ServiceReply) -> String {
+    match r {
+        ServiceReply::Done(Ok(())) => "ok\n".into(),
+        ServiceReply::Found(Ok(p)) => format!("ok {}\n", encode(p)),
+        ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) | ServiceReply::Spawn(Err(e)) => {
+            format!("error {}\n", encode(e))
+        }
+        ServiceReply::Spawn(Ok(_)) => "error not%20a%20name%20request\n".into(),
+    }
+}
+
+/// Serves the name-server protocol on `listener` until the task is dropped.
+pub async fn serve(listener: TcpListener) {
+    let table = Rc::new(RefCell::new(Table::default()));
+    let mut next = 0u64;
+    loop {
+        let (sock, addr) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                debug!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        next += 1;
+        let (owner, table) = (next, table.clone());
+        tokio::task::spawn_local(async move {
+            debug!(%addr, owner, "client connected");
+            let (rd, mut wr) = sock.into_split();
+            let mut rd = BufReader::new(rd);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = match (&mut rd)
+                    .take(LINE_MAX as u64 + 1)
+                    .read_until(b'\n', &mut line)
+                    .await
+                {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let reply = if n > LINE_MAX {
+                    // Too long: answer once, then drop the client (the rest of its line
+                    // cannot be told from a next request).
+                    let _ = wr.write_all(b"error request%20line%20too%20long\n").await;
+                    break;
+                } else {
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end_matches(['\n', '\r']);
+                    match parse_request(text) {
+                        Ok(s) => reply_line(&table.borrow_mut().apply(owner, &s)),
+                        Err(e) => format!("error {}\n", encode(&e)),
+                    }
+                };
+                if wr.write_all(reply.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+            table.borrow_mut().forget(owner);
+            debug!(%addr, owner, "client left; its names are withdrawn");
+        });
+    }
+}
+
+/// `kauri nameserver [-port P] [-bind ADDR]`: runs the server in the foreground. Prints one
+/// line, `kauri nameserver listening on ADDR:PORT`, once it listens.
+pub async fn run(args: &[String]) -> i32 {
+    let (mut port, mut bind) = (DEFAULT_PORT, "0.0.0.0".to_string());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let a = a.trim_start_matches('-');
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (a, None),
+        };
+        let mut value = || inline.clone().or_else(|| it.next().cloned());
+        match name {
+            "port" | "p" => match value().and_then(|v| v.parse().ok()) {
+                Some(p) => port = p,
+                None => {
+                    eprintln!("kauri nameserver: -port needs a port number");
+                    return 2;
+                }
+            },
+            "bind" => match value() {
+                Some(b) => bind = b,
+                None => {
+                    eprintln!("kauri nameserver: -bind needs an address");
+                    return 2;
+                }
+            },
+            "h" | "help" => {
+                println!("usage: kauri nameserver [-port P (default {DEFAULT_PORT})] [-bind ADDR (default 0.0.0.0)]");
+                return 0;
+            }
+            _ => {
+                eprintln!("kauri nameserver: unknown argument {a} (try -help)");
+                return 2;
+            }
+        }
+    }
+    let listener = match TcpListener::bind((bind.as_str(), port)).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("kauri nameserver: cannot listen on {bind}:{port}: {e}");
+            return 1;
+        }
+    };
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    println!("kauri nameserver listening on {addr}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = serve(listener) => 0,
+        _ = tokio::signal::ctrl_c() => 0,
+        _ = async { match &mut term { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => 0,
+    }
+}
+
+/// `host[:port]` with the default port filled in.
+pub fn address(spec: &str) -> String {
+    let s = spec.trim();
+    if s.starts_with('[')
+        || s.rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        s.to_string()
+    } else {
+        format!("{s}:{DEFAULT_PORT}")
+    }
+}
+
+type Pending = (Service, oneshot::Sender<ServiceReply>);
+
+/// The client side: one connection to a `kauri nameserver`, opened at the first request,
+/// reopened once if it broke; requests are answered in order.
+#[derive(Clone)]
+pub struct Client {
+    tx: mpsc::UnboundedSender<Pending>,
+}
+
+impl Client {
+    /// A client for the server at `addr` (`host:port`). Nothing is sent until a request.
+    pub fn new(addr: String) -> Client {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
+        tokio::task::spawn_local(async move {
+            let mut conn: Option<(
+                BufReader<tokio::net::tcp::OwnedReadHalf>,
+                tokio::net::tcp::OwnedWriteHalf,
+            )> = None;
+            while let Some((req, reply)) = rx.recv().await {
+                let line = match &req {
+                    Service::Publish { name, port } => {
+                        format!("publish {} {}\n", encode(name), encode(port))
+                    }
+                    Service::Unpublish { name } => format!("unpublish {}\n", encode(name)),
+                    Service::Lookup { name } => format!("lookup {}\n", encode(name)),
+                    Service::Spawn { .. } => {
+                        let _ = reply.send(ServiceReply::Spawn(Err("not a name request".into())));
+                        continue;
+                    }
+                };
+                let mut answer = None;
+                let mut last_err = String::new();
+                for _ in 0..2 {
+                    if conn.is_none() {
+                        match tokio::time::timeout(
+                            Duration::from_secs(10),
+                            TcpStream::connect(&addr),
+                        )
+                        .await
+                        {
+                            Ok(Ok(s)) => {
+                                let _ = s.set_nodelay(true);
+                                let (r, w) = s.into_split();
+                                conn = Some((BufReader::new(r), w));
+                            }
+                            Ok(Err(e)) => {
+                                last_err = e.to_string();
+                                break;
+                            }
+                            Err(_) => {
+                                last_err = "no answer within 10 s".into();
+                                break;
+                            }
+                        }
+                    }
+                    let Some((r, w)) = conn.as_mut() else { break };
+                    let mut got = String::new();
+                    let ok = w.write_all(line.as_bytes()).await.is_ok()
+                        && matches!(r.read_line(&mut got).await, Ok(n) if n > 0);
+                    if ok {
+                        answer = Some(got);
+                        break;
+                    }
+                    last_err = "the connection closed".into();
+                    conn = None;
+                }
+                let result: Result<Option<String>, String> = match answer {
+                    None => {
+                        let e = format!("the name server at {addr} is unreachable: {last_err}");
+                        eprintln!("kauri: {e}");
+                        Err(e)
+                    }
+                    Some(a) => {
+                        let a = a.trim_end();
+                        match a.split_once(' ').unwrap_or((a, "")) {
+                            ("ok", "") => Ok(None),
+                            ("ok", p) => decode(p).map(Some),
+                            ("error", e) => Err(decode(e).unwrap_or_else(|_| e.to_string())),
+                            _ => Err(format!("the name server at {addr} answered {a:?}")),
+                        }
+                    }
+                };
+                let r = match req {
+                    Service::Lookup { .. } => ServiceReply::Found(result.and_then(|p| {
+                        p.ok_or_else(|| format!("the name server at {addr} sent no port"))
+                    })),
+                    _ => ServiceReply::Done(result.map(|_| ())),
+                };
+                let _ = reply.send(r);
+            }
+        });
+        Client { tx }
+    }
+
+    /// Sends one request and waits for its answer.
+    pub async fn ask(&self, s: Service) -> ServiceReply {
+        let (tx, rx) = oneshot::channel();
+        let lookup = matches!(s, Service::Lookup { .. });
+        if self.tx.send((s, tx)).is_ok() {
+            if let Ok(r) = rx.await {
+                return r;
+            }
+        }
+        let e = "the name-server client has stopped".to_string();
+        if lookup {
+            ServiceReply::Found(Err(e))
+        } else {
+            ServiceReply::Done(Err(e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoding_round_trips_anything() {
+        for s in ["", "plain", "a b", "100%", "tag#0$port#1$\n\r\t", "ü ü"] {
+            let e = encode(s);
+            assert!(!e.contains([' ', '\n', '\r']));
+            assert_eq!(decode(&e).unwrap(), s);
+        }
+        assert!(decode("%4").is_err());
+        assert!(decode("%zz").is_err());
+        assert!(decode("%FF").is_err());
+    }
+
+    #[test]
+    fn requests_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            parse_request("publish a%20b p").unwrap(),
+            Service::Publish {
+                name: "a b".into(),
+                port: "p".into()
+            }
+        );
+        assert_eq!(
+            parse_request("lookup x").unwrap(),
+            Service::Lookup { name: "x".into() }
+        );
+        assert!(parse_request("publish onlyname")
+            .unwrap_err()
+            .contains("missing port"));
+        assert!(parse_request("lookup a b")
+            .unwrap_err()
+            .contains("too many"));
+        assert!(parse_request("frobnicate x")
+            .unwrap_err()
+            .contains("unknown request"));
+        assert!(parse_request("").is_err());
+    }
+
+    #[test]
+    fn table_refuses_duplicates_and_forgets_an_owner() {
+        let mut t = Table::default();
+        let p = |n: &str| Service::Publish {
+            name: n.into(),
+            port: format!("port-{n}"),
+        };
+        assert_eq!(t.apply(1, &p("a")), ServiceReply::Done(Ok(())));
+        assert!(matches!(t.apply(2, &p("a")), ServiceReply::Done(Err(e)) if e.contains("already")));
+        assert_eq!(t.apply(2, &p("b")), ServiceReply::Done(Ok(())));
+        assert_eq!(
+            t.apply(3, &Service::Lookup { name: "a".into() }),
+            ServiceReply::Found(Ok("port-a".into()))
+        );
+        t.forget(1);
+        assert!(matches!(
+            t.apply(3, &Service::Lookup { name: "a".into() }),
+            ServiceReply::Found(Err(_))
+        ));
+        assert!(matches!(
+            t.apply(3, &Service::Unpublish { name: "zz".into() }),
+            ServiceReply::Done(Err(_))
+        ));
+        assert_eq!(
+            t.apply(3, &Service::Unpublish { name: "b".into() }),
+            ServiceReply::Done(Ok(()))
+        );
+    }
+
+    #[test]
+    fn addresses_get_the_default_port() {
+        assert_eq!(address("h"), "h:6392");
+        assert_eq!(address("h:7000"), "h:7000");
+        assert_eq!(address("10.0.0.1"), "10.0.0.1:6392");
+        assert_eq!(address("[::1]:5"), "[::1]:5");
+    }
+}
