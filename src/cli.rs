@@ -76,6 +76,8 @@ pass_fds=[int(os.environ[\"PMI_FD\"])]).
 /// The usage text of `kauri -h`.
 pub const HELP: &str = "\
 Usage: kauri [global options] [local options] PROGRAM [ARGS...] [: [local options] PROGRAM [ARGS...]]...
+       kauri nameserver [-port P] [-bind ADDR]   serve MPI names to several kauri runs
+       kauri kvs put|get|fence|barrier ...       a rank's key-value store from a shell
 
 Kauri launches parallel programs and serves them PMI-1 and PMI-2, like mpiexec.hydra.
 

@@ -602,9 +602,13 @@ fn plan_spawn(
     let mut used: Vec<usize> = node_of.clone();
     used.sort_unstable();
     used.dedup();
+    // Node ids are the job's own, dense from 0 (MPICH sizes its node tables by them).
     let placement = crate::job::Placement {
-        node: node_of.clone(),
-        nodes: nhosts,
+        node: node_of
+            .iter()
+            .map(|n| used.binary_search(n).unwrap_or(0))
+            .collect(),
+        nodes: used.len(),
     };
     cluster.jobs_started += 1;
     let plan = JobPlan {
@@ -640,7 +644,7 @@ fn plan_spawn(
             .collect();
         let hp = HostPlan {
             host: cluster.hosts[n].name.clone(),
-            node: n,
+            node: index,
             index,
             ranks,
         };

@@ -267,6 +267,87 @@ pub fn programs_bin() -> PathBuf {
 }
 
 // ---------------------------------------------------------------------------------------
+// MPICH's ch3 builds and pmi-dyn (dynamic processes)
+
+/// pmi-wire's `pmi-dyn` rank program (spawn and the name service), built once per test run.
+pub fn pmi_dyn() -> PathBuf {
+    static PMI_DYN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match PMI_DYN.get_or_init(|| cargo_bin("pmi-wire", "pmi-dyn")) {
+        Ok(p) => p.clone(),
+        Err(e) => panic!("pmi-dyn binary unavailable: {e}"),
+    }
+}
+
+/// One of the two MPICH 4.0.2 builds with the ch3 device (Debian's ch4:ucx build cannot do
+/// dynamic processes), made by `compat-tests/mpich-testsuite/build-mpich.sh` under
+/// `${KAURI_CACHE:-$HOME/.cache/kauri}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ch3 {
+    /// `--with-pmi=simple`: the PMI-1 wire.
+    Pmi1,
+    /// `--with-pmi=pmi2/simple`: the PMI-2 wire.
+    Pmi2,
+}
+
+impl Ch3 {
+    pub const BOTH: [Ch3; 2] = [Ch3::Pmi1, Ch3::Pmi2];
+
+    /// The installation prefix.
+    pub fn prefix(self) -> PathBuf {
+        let cache = std::env::var_os("KAURI_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kauri")))
+            .unwrap_or_else(|| PathBuf::from("/root/.cache/kauri"));
+        cache.join(match self {
+            Ch3::Pmi1 => "mpich-4.0.2-ch3-pmi1",
+            Ch3::Pmi2 => "mpich-4.0.2-ch3-pmi2",
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Ch3::Pmi1 => "ch3-pmi1",
+            Ch3::Pmi2 => "ch3-pmi2",
+        }
+    }
+}
+
+/// `programs/<name>.c` compiled with the `build`'s mpicc, once per test run. A missing build
+/// is a failure that says how to make it.
+pub fn ch3_program(build: Ch3, name: &str) -> PathBuf {
+    type Built = (Ch3, String, Result<PathBuf, String>);
+    static BUILT: Mutex<Vec<Built>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, _, r)) = built.iter().find(|(b, n, _)| *b == build && n == name) {
+        return r.clone().unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mpicc = build.prefix().join("bin/mpicc");
+    let r = if !mpicc.is_file() {
+        Err(format!(
+            "{} not found: build MPICH's ch3 libraries with \
+             compat-tests/mpich-testsuite/build-mpich.sh (about 3 minutes each)",
+            mpicc.display()
+        ))
+    } else {
+        let dir = run_root().join(build.name());
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                let out = dir.join(name);
+                compile(
+                    &mpicc,
+                    &Path::new(PROGRAMS_DIR).join(format!("{name}.c")),
+                    &out,
+                    &[],
+                )
+                .map(|()| out)
+            })
+    };
+    built.push((build, name.to_string(), r.clone()));
+    r.unwrap_or_else(|e| panic!("{e}"))
+}
+
+// ---------------------------------------------------------------------------------------
 // Per-test context
 
 /// One test's private directory and marker. Programs are linked into the directory, so every
@@ -313,6 +394,28 @@ impl Ctx {
             if std::fs::hard_link(&src, &dst).is_err() {
                 std::fs::copy(&src, &dst).expect("copy pmi-load");
             }
+        }
+        dst.to_string_lossy().into_owned()
+    }
+
+    /// pmi-wire's `pmi-dyn`, linked into this test's directory.
+    pub fn pmi_dyn(&self) -> String {
+        self.link("pmi-dyn", &pmi_dyn())
+    }
+
+    /// `programs/<name>.c` built against MPICH's ch3 `build`, linked into this test's
+    /// directory as `<name>-<build>`.
+    pub fn ch3_prog(&self, build: Ch3, name: &str) -> String {
+        self.link(
+            &format!("{name}-{}", build.name()),
+            &ch3_program(build, name),
+        )
+    }
+
+    fn link(&self, name: &str, src: &Path) -> String {
+        let dst = self.dir.join(name);
+        if !dst.exists() && std::fs::hard_link(src, &dst).is_err() {
+            std::fs::copy(src, &dst).expect("copy a program");
         }
         dst.to_string_lossy().into_owned()
     }

@@ -5,8 +5,8 @@
 //! ASCII bytes holding the decimal length of the body (padded with spaces on the left by new
 //! MPICH clients, on the right by old ones and Slurm), then the body
 //! `cmd=NAME;key=value;…;`. Every pair ends with `;`; a `;` inside a value is doubled. Bytes
-//! after the last complete pair are ignored (an old MPICH client writes a few stale bytes
-//! there). A multi-threaded client tags requests with `thrid`, which the reply echoes; replies
+//! after the last complete pair, or after a NUL, are ignored (an old MPICH client writes a few
+//! stale bytes there). A multi-threaded client tags requests with `thrid`, which the reply echoes; replies
 //! are named `NAME-response` and carry `rc` and, on failure, `errmsg`.
 //!
 //! [`Frame`] wraps a message with its `thrid`. [`Request`] is what a client sends, [`Response`]
@@ -253,6 +253,9 @@ pub fn frame_len(buf: &[u8]) -> Result<Option<usize>, WireError> {
 
 /// Splits a body into its pairs, undoing `;;`. The first pair must be `cmd`.
 fn parse_body(body: &[u8]) -> Result<Fields<'_>, WireError> {
+    // C clients write a string: whatever follows its NUL is stale buffer contents (MPICH
+    // 4.0's pmi2/simple client pads its frames with them, `;` included).
+    let body = &body[..body.iter().position(|&b| b == 0).unwrap_or(body.len())];
     let mut pairs: Vec<(&str, Cow<str>)> = Vec::new();
     let mut i = 0;
     'pairs: while i < body.len() {

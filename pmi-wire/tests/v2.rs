@@ -517,7 +517,17 @@ fn left_and_right_justified_prefixes() {
 #[test]
 fn trailing_garbage_after_last_pair_is_ignored() {
     // The old MPICH client writes stale bytes (often NULs) after the final `;`.
-    for tail in ["\0\0\0\0\0\0", "xyzzy", "k=unterminated", "  \0 "] {
+    // MPICH 4.0.2's pmi2/simple client pads to the frame length with whatever its buffer
+    // held, pairs and `;` included, after the string's NUL.
+    for tail in [
+        "\0\0\0\0\0\0",
+        "xyzzy",
+        "k=unterminated",
+        "  \0 ",
+        "\0;",
+        "\0pmirank=0;threaded=FALSE;",
+        "\0\0=;;x;",
+    ] {
         let body = format!("cmd=kvs-get;key=k;{tail}");
         assert_eq!(
             req(&framed(&body)).msg,
