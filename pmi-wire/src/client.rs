@@ -433,18 +433,19 @@ impl Client {
         }
     }
 
-    /// Reads a key naming the KVS explicitly: PMI-1 `get` with `kvsname`, PMI-2 `kvs-get` with
-    /// `jobid` (another job's KVS, e.g. after a spawn) and the `srcid` hint (the rank that put
-    /// the key, if known). `Ok(None)` when it is not there.
+    /// Reads a key naming the KVS explicitly: PMI-1 `get` with `kvsname` (default: this job's),
+    /// PMI-2 `kvs-get` with `jobid` (another job's KVS, e.g. after a spawn; default: none, the
+    /// caller's) and the `srcid` hint (the rank that put the key, if known; PMI-2 only).
+    /// `Ok(None)` when it is not there.
     pub fn get_from(
         &mut self,
-        kvsname: &str,
+        kvsname: Option<&str>,
         srcid: Option<i64>,
         key: &str,
     ) -> Result<Option<String>> {
         match self.version {
             Version::V1 => match self.call_v1(v1::Request::Get {
-                kvsname: kvsname.into(),
+                kvsname: kvsname.unwrap_or(&self.kvsname).into(),
                 key: key.into(),
             })? {
                 v1::Response::GetResult { status, value } => {
@@ -453,7 +454,7 @@ impl Client {
                 other => Err(unexpected("get_result", other)),
             },
             Version::V2 => match self.call_v2(v2::Request::KvsGet {
-                jobid: Some(kvsname.into()),
+                jobid: kvsname.map(str::to_string),
                 srcid,
                 key: key.into(),
             })? {
@@ -882,7 +883,7 @@ mod tests {
         });
         let mut c = Client::over_socket(a, Version::V1).unwrap();
         assert_eq!(
-            c.get_from("other", Some(3), "k").unwrap().as_deref(),
+            c.get_from(Some("other"), Some(3), "k").unwrap().as_deref(),
             Some("other/k with space")
         );
         drop(c);
@@ -916,10 +917,11 @@ mod tests {
         let mut c = Client::over_socket(a, Version::V2).unwrap();
         assert_eq!(c.kvsname(), "job-1");
         assert_eq!(
-            c.get_from("other", Some(2), "k").unwrap().as_deref(),
+            c.get_from(Some("other"), Some(2), "k").unwrap().as_deref(),
             Some("v-k")
         );
-        assert_eq!(c.get_from("other", None, "k").unwrap(), None);
+        assert_eq!(c.get_from(Some("other"), None, "k").unwrap(), None);
+        assert_eq!(c.get_from(None, Some(2), "k").unwrap(), None);
         assert!(c.job_connect("other").unwrap());
         c.job_disconnect("other").unwrap();
         assert!(matches!(
@@ -928,7 +930,7 @@ mod tests {
         ));
         drop(c);
         let seen = server.join().unwrap();
-        assert_eq!(seen.len(), 7, "{seen:?}");
+        assert_eq!(seen.len(), 8, "{seen:?}");
     }
 
     #[test]

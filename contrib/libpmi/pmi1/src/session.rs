@@ -228,7 +228,7 @@ impl Session {
         let debug = self.debug;
         match &mut self.backend {
             Backend::Local(job) => job.kvs.get(key).cloned().ok_or(PMI_FAIL),
-            Backend::Server(c) => match c.get_from(kvsname, None, key) {
+            Backend::Server(c) => match c.get_from(Some(kvsname), None, key) {
                 Ok(Some(v)) => Ok(escape::decode(&v).into_owned()),
                 Ok(None) => Err(PMI_FAIL),
                 Err(e) => {
