@@ -641,14 +641,20 @@ impl Client {
 
     /// Asks the server to end the job with `code`; there is no reply. The caller should exit
     /// right after.
-    pub fn abort(mut self, code: i32, message: &str) -> Result<()> {
+    pub fn abort(self, code: i32, message: &str) -> Result<()> {
+        self.abort_with(true, code, message)
+    }
+
+    /// Like [`Client::abort`], saying whether the whole job ends (`isworld`) or only this
+    /// process (PMI-2 `isworld=FALSE`); PMI-1 has no such choice and always asks for the job.
+    pub fn abort_with(mut self, isworld: bool, code: i32, message: &str) -> Result<()> {
         match self.version {
             Version::V1 => self.send_v1(&v1::Request::Abort {
                 exitcode: Some(code),
                 message: Some(message.into()),
             }),
             Version::V2 => self.send_v2(v2::Request::Abort {
-                isworld: Some(true),
+                isworld: Some(isworld),
                 message: Some(message.into()),
                 exitcode: Some(code),
             }),
@@ -859,10 +865,11 @@ mod tests {
                     seen.push(f.msg);
                     let mut out = BytesMut::new();
                     Frame::new(resp).encode(&mut out);
-                    sock.write_all(&out).unwrap();
+                    // The client may be gone already (after an abort, which has no reply).
+                    let _ = sock.write_all(&out);
                     continue;
                 }
-                let n = sock.read(&mut chunk).unwrap();
+                let n = sock.read(&mut chunk).unwrap_or(0);
                 if n == 0 {
                     return seen;
                 }
@@ -931,6 +938,25 @@ mod tests {
         drop(c);
         let seen = server.join().unwrap();
         assert_eq!(seen.len(), 8, "{seen:?}");
+    }
+
+    #[test]
+    fn abort_says_whether_the_job_ends() {
+        for isworld in [true, false] {
+            let (a, b) = UnixStream::pair().unwrap();
+            let server = serve_v2(b, |_| v2::Response::Finalize(Status::ok()));
+            let c = Client::over_socket(a, Version::V2).unwrap();
+            c.abort_with(isworld, 3, "bye").unwrap();
+            let seen = server.join().unwrap();
+            assert_eq!(
+                seen.last(),
+                Some(&v2::Request::Abort {
+                    isworld: Some(isworld),
+                    message: Some("bye".into()),
+                    exitcode: Some(3),
+                })
+            );
+        }
     }
 
     #[test]
