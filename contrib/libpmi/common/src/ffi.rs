@@ -150,7 +150,7 @@ pub unsafe fn slice_mut<'a, T>(p: *mut T, n: c_int) -> Result<&'a mut [T], ArgEr
 /// The strings of a C array of `n` string pointers.
 ///
 /// # Safety
-/// As for [`slice`] (with `n` pointers), and each pointer as for [`str_arg`].
+/// As for [`slice()`] (with `n` pointers), and each pointer as for [`str_arg`].
 pub unsafe fn str_array<'a>(p: *const *const c_char, n: c_int) -> Result<Vec<&'a str>, ArgError> {
     // SAFETY: the caller's promise for the array.
     let ptrs = unsafe { slice(p, n) }?;
