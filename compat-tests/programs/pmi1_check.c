@@ -5,10 +5,7 @@
  * allows), commit, barrier, every peer's two values read back and compared, the name service
  * (rank 0 publishes a port with spaces, the others look it up, rank 0 unpublishes and the
  * lookup then fails), finalize. Prints
- *   "pmi1_check: ok rank=R size=N appnum=A universe=U clique=a,b,.. peers=P lookup=L"
- * with L = ok. With the argument `names-per-node` (for a server whose name service is per
- * host, like kauri's across hosts), ranks not on rank 0's node instead check that the lookup
- * fails and print L = off-node.
+ *   "pmi1_check: ok rank=R size=N appnum=A universe=U clique=a,b,.. peers=P lookup=ok"
  * or "pmi1_check: FAIL rank=R what detail" and exits 1. */
 #include <pmi.h>
 #include <stdio.h>
@@ -47,9 +44,8 @@ static void long_value(char *buf, int vallen, int r)
     buf[vallen - 1] = 0;
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
-    int per_node = argc > 1 && strcmp(argv[1], "names-per-node") == 0;
     int initialized = -1, spawned = -1, size = -1, appnum = -1, universe = -1;
     int namelen = 0, keylen = 0, vallen = 0, csize = 0;
 
@@ -139,20 +135,10 @@ int main(int argc, char **argv)
     if (PMI_KVS_Get(kvsname, "p1-nobody-put-this", val, vallen) == PMI_SUCCESS)
         fail("PMI_KVS_Get", "found a key nobody put");
 
-    int with_rank0 = 0;
-    for (int i = 0; i < csize; i++)
-        with_rank0 |= cranks[i] == 0;
-    const char *lookup = "ok";
     memset(port, 0, sizeof port);
-    if (per_node && !with_rank0) {
-        lookup = "off-node";
-        if (PMI_Lookup_name(service, port) == PMI_SUCCESS)
-            fail("PMI_Lookup_name", "found off rank 0's node");
-    } else {
-        CHECK(PMI_Lookup_name(service, port));
-        if (strcmp(port, "port of  rank 0") != 0)
-            fail("PMI_Lookup_name", port);
-    }
+    CHECK(PMI_Lookup_name(service, port));
+    if (strcmp(port, "port of  rank 0") != 0)
+        fail("PMI_Lookup_name", port);
     CHECK(PMI_Barrier());
     if (rank == 0)
         CHECK(PMI_Unpublish_name(service));
@@ -169,7 +155,7 @@ int main(int argc, char **argv)
            universe);
     for (int i = 0; i < csize; i++)
         printf("%s%d", i ? "," : "", cranks[i]);
-    printf(" peers=%d lookup=%s\n", peers, lookup);
+    printf(" peers=%d lookup=ok\n", peers);
     fflush(stdout);
     return 0;
 }

@@ -6,10 +6,7 @@
  * the name service (rank 0 publishes, the others look up, rank 0 unpublishes, the lookup
  * then fails; each step announced by a KVS key, because Hydra's PMI-2 fence does not wait
  * for the other ranks while its gets of absent keys do), finalize. Prints
- *   "pmi2_check: ok rank=R size=N appnum=A peers=P mapping=M nodeattr=ok ints=1,2,3,N lookup=L"
- * with L = ok. With the argument `names-per-node` (for a server whose name service is per
- * host), ranks not on rank 0's node (told by a node attribute rank 0 puts) instead check that
- * the lookup fails and print L = off-node.
+ *   "pmi2_check: ok rank=R size=N appnum=A peers=P mapping=M nodeattr=ok ints=1,2,3,N lookup=ok"
  * or "pmi2_check: FAIL rank=R what detail" and exits 1. */
 #include <pmi2.h>
 #include <stdio.h>
@@ -35,9 +32,8 @@ static void fail(const char *what, const char *detail)
     exit(1);
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
-    int per_node = argc > 1 && strcmp(argv[1], "names-per-node") == 0;
     int spawned = -1, size = -1, appnum = -1, found = 0, vallen = 0, r = -1, s = -1;
     char jobid[256], key[PMI2_MAX_KEYLEN], val[PMI2_MAX_VALLEN], want[PMI2_MAX_VALLEN];
     char mapping[PMI2_MAX_ATTRVALUE], attr[PMI2_MAX_ATTRVALUE];
@@ -68,7 +64,6 @@ int main(int argc, char **argv)
     snprintf(service, sizeof service, "p2-service-%s", jobid);
     if (rank == 0) {
         CHECK(PMI2_Nameserv_publish(service, NULL, "port of rank 0"));
-        CHECK(PMI2_Info_PutNodeAttr("p2-rank0-here", "yes"));
         CHECK(PMI2_KVS_Put("p2-published", "yes"));
     }
 
@@ -117,19 +112,10 @@ int main(int argc, char **argv)
         fail("getnodeattrintarray", "wrong");
 
     CHECK(PMI2_KVS_Get(NULL, 0, "p2-published", val, sizeof val, &vallen));
-    found = 0;
-    CHECK(PMI2_Info_GetNodeAttr("p2-rank0-here", attr, sizeof attr, &found, 0));
-    const char *lookup = "ok";
     memset(port, 0, sizeof port);
-    if (per_node && !found) {
-        lookup = "off-node";
-        if (PMI2_Nameserv_lookup(service, NULL, port, sizeof port) == PMI2_SUCCESS)
-            fail("PMI2_Nameserv_lookup", "found off rank 0's node");
-    } else {
-        CHECK(PMI2_Nameserv_lookup(service, NULL, port, sizeof port));
-        if (strcmp(port, "port of rank 0") != 0)
-            fail("PMI2_Nameserv_lookup", port);
-    }
+    CHECK(PMI2_Nameserv_lookup(service, NULL, port, sizeof port));
+    if (strcmp(port, "port of rank 0") != 0)
+        fail("PMI2_Nameserv_lookup", port);
     snprintf(key, sizeof key, "p2-looked-up-%d", rank);
     CHECK(PMI2_KVS_Put(key, "yes"));
     CHECK(PMI2_KVS_Fence());
@@ -150,8 +136,8 @@ int main(int argc, char **argv)
     if (PMI2_Initialized())
         fail("PMI2_Initialized", "true after PMI2_Finalize");
     printf("pmi2_check: ok rank=%d size=%d appnum=%d peers=%d mapping=%s nodeattr=ok ints=%s "
-           "lookup=%s\n",
-           rank, size, appnum, peers, mapping, ints, lookup);
+           "lookup=ok\n",
+           rank, size, appnum, peers, mapping, ints);
     fflush(stdout);
     return 0;
 }
