@@ -4,7 +4,7 @@
 //!   kauri-pmi1 -p kauri-pmi2`) and installs them, under their sonames plus the link-time
 //!   names, into the run directory, so a rebuild during the run cannot change them under a
 //!   job.
-//! * [`libpmi_bin`]: `pmi1_check` and `pmi2_check`, compiled with `cc` against those
+//! * [`libpmi_bin`]: `pmi1_check`, `pmi2_check`, `pmi1_spawn`, `pmi2_spawn`, compiled with `cc` against those
 //!   libraries and the headers of `contrib/libpmi/include` (rpath to the run directory).
 //! * [`ompi_bin`]: the Open MPI programs (`ompi_*.c`), compiled with `mpicc.openmpi`.
 //! * [`flux_job_id`], [`remove_vader_segments`]: what Open MPI's `flux` component needs per
@@ -27,7 +27,12 @@ const OMPI_PROGRAMS: &[&str] = &[
 ];
 /// Programs compiled with `cc` against Kauri's `libpmi.so` (`-lpmi`) or `libpmi2.so`
 /// (`-lpmi2`).
-const LIBPMI_PROGRAMS: &[(&str, &str)] = &[("pmi1_check", "-lpmi"), ("pmi2_check", "-lpmi2")];
+const LIBPMI_PROGRAMS: &[(&str, &str)] = &[
+    ("pmi1_check", "-lpmi"),
+    ("pmi2_check", "-lpmi2"),
+    ("pmi1_spawn", "-lpmi"),
+    ("pmi2_spawn", "-lpmi2"),
+];
 
 /// The installed libraries of one test run.
 #[derive(Debug, Clone)]
@@ -128,7 +133,7 @@ fn build_libpmi_programs() -> Result<PathBuf, String> {
     Ok(bin)
 }
 
-/// The directory holding `pmi1_check` and `pmi2_check`, built once per test run.
+/// The directory holding the libpmi test programs, built once per test run.
 pub fn libpmi_bin() -> PathBuf {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     match BIN.get_or_init(build_libpmi_programs) {
@@ -178,7 +183,7 @@ impl Ctx {
         self.link_from(&ompi_bin(), name)
     }
 
-    /// Path of libpmi program `name` (`pmi1_check`, `pmi2_check`) inside this test's
+    /// Path of libpmi program `name` (`pmi1_check`, `pmi2_spawn`, …) inside this test's
     /// directory.
     pub fn libpmi_prog(&self, name: &str) -> String {
         self.link_from(&libpmi_bin(), name)

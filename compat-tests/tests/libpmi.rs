@@ -5,7 +5,8 @@
 //!   from this workspace) under mpiexec.hydra and kauri with the same command line, each
 //!   launcher's output checked on its own and then compared; under kauri also on two
 //!   simulated hosts (`-launcher fork`), so a rank's clique is not the whole job; and as a
-//!   singleton, with no launcher at all.
+//!   singleton, with no launcher at all. `pmi{1,2}_spawn`: a rank spawns two children through
+//!   the library, under both launchers.
 //! * `ompi_*`: Open MPI programs built with `mpicc.openmpi`, run by `mpirun.openmpi
 //!   --allow-run-as-root --oversubscribe` (the reference), by mpiexec.hydra and by kauri (both
 //!   with `-genv FLUX_JOB_ID <unique id> -genv FLUX_PMI_LIBRARY_PATH <libpmi.so.0>`), output
@@ -282,6 +283,32 @@ fn pmi1_singleton() {
 #[test]
 fn pmi2_singleton() {
     singleton("pmi2_check", &pmi2_line(0, 1, &[0]));
+}
+
+/// `PMI_Spawn_multiple` / `PMI2_Job_Spawn`: one rank spawns two copies of itself with a
+/// preput pair; the children find it in their KVS (and, in PMI-1, each other's keys).
+fn spawn(prog: &str, child_line: &str) {
+    let ctx = Ctx::new(&format!("{prog}_spawn"));
+    let p = ctx.libpmi_prog(prog);
+    let mut want: Vec<String> = vec![format!("{prog}: parent rank 0 spawned 2")];
+    want.extend((0..2).map(|r| format!("{prog}: child rank {r} of 2 {child_line}")));
+    let hydra = run(ctx.job(Launcher::Hydra, &["-n", "1", &p]));
+    hydra.assert_success();
+    assert_lines(&hydra, want.clone());
+    let kauri = run(ctx.job(Launcher::Kauri, &["-n", "1", &p]));
+    kauri.assert_success();
+    assert_lines(&kauri, want);
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn pmi1_spawn() {
+    spawn("pmi1_spawn", "preput=ok sibling=ok");
+}
+
+#[test]
+fn pmi2_spawn() {
+    spawn("pmi2_spawn", "preput=ok");
 }
 
 // ---------------------------------------------------------------------------------------

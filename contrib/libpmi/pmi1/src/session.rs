@@ -298,13 +298,19 @@ impl Session {
     }
 
     /// `PMI_Spawn_multiple`: one error code per spawned process (all 0 when the server sends
-    /// none). A singleton cannot spawn (no process manager): `PMI_FAIL`.
+    /// none). Preput values are encoded like puts (the children read them with
+    /// `PMI_KVS_Get`, which decodes). A singleton cannot spawn (no process manager):
+    /// `PMI_FAIL`.
     pub fn spawn(&mut self, spawn: &Spawn) -> Result<Vec<i32>, Code> {
         let debug = self.debug;
         let Some(c) = self.server() else {
             return Err(PMI_FAIL);
         };
-        c.spawn(spawn).map(|s| s.errcodes).map_err(|e| {
+        let mut spawn = spawn.clone();
+        for (_, v) in &mut spawn.preput {
+            *v = escape::encode(v).into_owned();
+        }
+        c.spawn(&spawn).map(|s| s.errcodes).map_err(|e| {
             trace(debug, "PMI_Spawn_multiple", &e);
             code(&e)
         })
