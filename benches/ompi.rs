@@ -2,9 +2,10 @@
 //! launcher, PMIx inside), kauri and mpiexec.hydra, both through Open MPI's `flux` component
 //! and Kauri's `libpmi.so` (PMI-1 over `PMI_FD`).
 //!
-//! The whole job is timed, `--runs` times per cell after one warm-up; each cell waits first
-//! until the machine has been at least 90 % idle for a second (other jobs on a 2-core machine
-//! inflate times several-fold). Prints medians, ranges and the ratio kauri/mpirun as a
+//! The whole job is timed, `--runs` times per cell after one warm-up per launcher, the three
+//! launchers taking turns run by run; each cell waits first (at most a minute) until the
+//! machine has been at least 90 % idle for a second (other jobs on a 2-core machine inflate
+//! times several-fold; the load average is printed with each row). Prints medians, ranges and the ratio kauri/mpirun as a
 //! Markdown table. Needs `openmpi-bin` and `libopenmpi-dev` (`mpicc.openmpi`).
 //!
 //! ```text
@@ -128,37 +129,43 @@ fn main() {
     };
     let who = ["mpirun", "kauri", "hydra"];
     println!(
-        "| N | mpirun.openmpi median (min-max) s | kauri + libpmi | mpiexec.hydra + libpmi | kauri/mpirun |"
+        "| N | mpirun.openmpi median (min-max) s | kauri + libpmi | mpiexec.hydra + libpmi | kauri/mpirun | load |"
     );
-    println!("|---:|---|---|---|---:|");
+    println!("|---:|---|---|---|---:|---:|");
     for &n in &sizes {
         if !wait_quiet(Duration::from_secs(60)) {
             eprintln!("ompi bench: the machine stayed busy; N={n} is measured anyway");
         }
         let expect = format!("ompi_hello: rank 0 of {n} allreduce={n}");
-        let mut cells = Vec::new();
-        let mut medians = Vec::new();
+        // One warm-up each, then the launchers in turn, run by run: a machine whose load
+        // drifts during the cell affects all three alike.
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); who.len()];
+        let mut failures: Vec<Option<String>> = vec![None; who.len()];
         for w in who {
-            let _ = run_timed(&argv(w, n), &[], &expect, timeout); // warm-up
-            let mut times = Vec::new();
-            let mut failure = None;
-            for _ in 0..runs {
+            let _ = run_timed(&argv(w, n), &[], &expect, timeout);
+        }
+        for _ in 0..runs {
+            for (i, w) in who.iter().enumerate() {
+                if failures[i].is_some() {
+                    continue;
+                }
                 match run_timed(&argv(w, n), &[], &expect, timeout) {
-                    Ok((t, _)) => times.push(t),
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
+                    Ok((t, _)) => times[i].push(t),
+                    Err(e) => failures[i] = Some(e),
                 }
             }
-            match failure {
+        }
+        let mut cells = Vec::new();
+        let mut medians = Vec::new();
+        for i in 0..who.len() {
+            match &failures[i] {
                 Some(e) => {
-                    cells.push(e);
+                    cells.push(e.clone());
                     medians.push(None);
                 }
                 None => {
-                    cells.push(summary(&mut times.clone(), 3));
-                    medians.push(Some(median(&mut times)));
+                    cells.push(summary(&mut times[i].clone(), 3));
+                    medians.push(Some(median(&mut times[i])));
                 }
             }
         }
@@ -166,8 +173,10 @@ fn main() {
             (Some(m), Some(k)) => format!("{:.2}", k / m),
             _ => "-".into(),
         };
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let load = load.split_whitespace().next().unwrap_or("?").to_string();
         println!(
-            "| {n} | {} | {} | {} | {ratio} |",
+            "| {n} | {} | {} | {} | {ratio} | {load} |",
             cells[0], cells[1], cells[2]
         );
     }
