@@ -17,6 +17,8 @@ use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod libpmi;
+
 /// The C sources and scripts of `programs/`.
 pub const PROGRAMS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/programs");
 
@@ -83,7 +85,7 @@ impl fmt::Display for Launcher {
 // ---------------------------------------------------------------------------------------
 // Finding peers and binaries
 
-fn which(name: &str) -> Option<PathBuf> {
+pub(crate) fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     std::env::split_paths(&path)
         .map(|d| d.join(name))
@@ -116,7 +118,7 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target"))
 }
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("compat-tests has a parent")
@@ -173,7 +175,7 @@ pub fn pmi_load() -> PathBuf {
 // ---------------------------------------------------------------------------------------
 // Building the C programs
 
-fn run_root() -> &'static PathBuf {
+pub(crate) fn run_root() -> &'static PathBuf {
     static ROOT: OnceLock<PathBuf> = OnceLock::new();
     ROOT.get_or_init(|| {
         let base = std::env::temp_dir();
@@ -200,7 +202,7 @@ fn remove_stale_run_dirs(base: &Path) {
     }
 }
 
-fn compile(cc: &Path, src: &Path, out: &Path, libs: &[&str]) -> Result<(), String> {
+pub(crate) fn compile(cc: &Path, src: &Path, out: &Path, libs: &[&str]) -> Result<(), String> {
     let res = Command::new(cc)
         .arg("-O1")
         .arg("-Wall")
@@ -519,7 +521,10 @@ const SCRUBBED: &[&str] = &[
     "MPIEXEC_TIMEOUT",
     "PMIX_RANK",
     "PMIX_VERSION",
+    "PMIX_NAMESPACE",
     "PRTE_LAUNCHED",
+    "FLUX_JOB_ID",
+    "FLUX_PMI_LIBRARY_PATH",
 ];
 
 impl Job {

@@ -433,6 +433,37 @@ impl Client {
         }
     }
 
+    /// Reads a key naming the KVS explicitly: PMI-1 `get` with `kvsname` (default: this job's),
+    /// PMI-2 `kvs-get` with `jobid` (another job's KVS, e.g. after a spawn; default: none, the
+    /// caller's) and the `srcid` hint (the rank that put the key, if known; PMI-2 only).
+    /// `Ok(None)` when it is not there.
+    pub fn get_from(
+        &mut self,
+        kvsname: Option<&str>,
+        srcid: Option<i64>,
+        key: &str,
+    ) -> Result<Option<String>> {
+        match self.version {
+            Version::V1 => match self.call_v1(v1::Request::Get {
+                kvsname: kvsname.unwrap_or(&self.kvsname).into(),
+                key: key.into(),
+            })? {
+                v1::Response::GetResult { status, value } => {
+                    Ok(if status.is_ok() { value } else { None })
+                }
+                other => Err(unexpected("get_result", other)),
+            },
+            Version::V2 => match self.call_v2(v2::Request::KvsGet {
+                jobid: kvsname.map(str::to_string),
+                srcid,
+                key: key.into(),
+            })? {
+                v2::Response::KvsGet(l) => Ok(found(l)),
+                other => Err(unexpected("kvs-get-response", other)),
+            },
+        }
+    }
+
     /// The collective commit: returns when every process has entered it, after which every
     /// put before it is visible. PMI-1 `barrier_in`, PMI-2 `kvs-fence`.
     pub fn fence(&mut self) -> Result<()> {
@@ -497,6 +528,32 @@ impl Client {
         })? {
             v2::Response::InfoGetNodeAttr(l) => Ok(found(l)),
             other => Err(unexpected("info-getnodeattr-response", other)),
+        }
+    }
+
+    /// Asks to connect to another job's KVS (PMI-2 only): `Ok(true)` when the server says the
+    /// job's KVS must be copied through the connection (`kvscopy`).
+    pub fn job_connect(&mut self, jobid: &str) -> Result<bool> {
+        self.require_v2("job-connect")?;
+        match self.call_v2(v2::Request::JobConnect {
+            jobid: jobid.into(),
+        })? {
+            v2::Response::JobConnect { status, kvscopy } => {
+                check("job-connect", status)?;
+                Ok(kvscopy)
+            }
+            other => Err(unexpected("job-connect-response", other)),
+        }
+    }
+
+    /// Ends a connection made by [`Client::job_connect`] (PMI-2 only).
+    pub fn job_disconnect(&mut self, jobid: &str) -> Result<()> {
+        self.require_v2("job-disconnect")?;
+        match self.call_v2(v2::Request::JobDisconnect {
+            jobid: jobid.into(),
+        })? {
+            v2::Response::JobDisconnect(s) => check("job-disconnect", s),
+            other => Err(unexpected("job-disconnect-response", other)),
         }
     }
 
@@ -584,14 +641,20 @@ impl Client {
 
     /// Asks the server to end the job with `code`; there is no reply. The caller should exit
     /// right after.
-    pub fn abort(mut self, code: i32, message: &str) -> Result<()> {
+    pub fn abort(self, code: i32, message: &str) -> Result<()> {
+        self.abort_with(true, code, message)
+    }
+
+    /// Like [`Client::abort`], saying whether the whole job ends (`isworld`) or only this
+    /// process (PMI-2 `isworld=FALSE`); PMI-1 has no such choice and always asks for the job.
+    pub fn abort_with(mut self, isworld: bool, code: i32, message: &str) -> Result<()> {
         match self.version {
             Version::V1 => self.send_v1(&v1::Request::Abort {
                 exitcode: Some(code),
                 message: Some(message.into()),
             }),
             Version::V2 => self.send_v2(v2::Request::Abort {
-                isworld: Some(true),
+                isworld: Some(isworld),
                 message: Some(message.into()),
                 exitcode: Some(code),
             }),
@@ -704,4 +767,212 @@ fn found(l: Lookup) -> Option<String> {
 fn fd_is_open(fd: RawFd) -> bool {
     // SAFETY: F_GETFD only reads the descriptor's flags; any integer is a valid argument.
     unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::thread;
+
+    /// A one-connection server: answers the handshake of `version`, then hands every further
+    /// request to `reply` and sends what it returns. Returns the requests it saw.
+    fn serve_v1(
+        mut sock: UnixStream,
+        reply: impl Fn(&v1::Request) -> Option<v1::Response> + Send + 'static,
+    ) -> thread::JoinHandle<Vec<v1::Request>> {
+        thread::spawn(move || {
+            let mut buf = BytesMut::new();
+            let mut seen = Vec::new();
+            loop {
+                let req = loop {
+                    if let Some(r) = v1::Request::decode(&mut buf).unwrap() {
+                        break r;
+                    }
+                    let mut chunk = [0u8; 4096];
+                    let n = sock.read(&mut chunk).unwrap();
+                    if n == 0 {
+                        return seen;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                };
+                let resp = match &req {
+                    v1::Request::Init { .. } => Some(v1::Response::Init {
+                        status: Status::ok(),
+                        version: 1,
+                        subversion: 1,
+                    }),
+                    v1::Request::GetMaxes => Some(v1::Response::Maxes {
+                        kvsname_max: 256,
+                        keylen_max: 64,
+                        vallen_max: 1024,
+                    }),
+                    v1::Request::GetMyKvsname => Some(v1::Response::MyKvsname {
+                        kvsname: "kvs_0".into(),
+                    }),
+                    v1::Request::GetAppnum => Some(v1::Response::Appnum { appnum: 0 }),
+                    other => reply(other),
+                };
+                seen.push(req);
+                if let Some(r) = resp {
+                    let mut out = BytesMut::new();
+                    r.encode(&mut out);
+                    sock.write_all(&out).unwrap();
+                }
+            }
+        })
+    }
+
+    fn serve_v2(
+        mut sock: UnixStream,
+        reply: impl Fn(&v2::Request) -> v2::Response + Send + 'static,
+    ) -> thread::JoinHandle<Vec<v2::Request>> {
+        thread::spawn(move || {
+            let mut buf = BytesMut::new();
+            let mut seen = Vec::new();
+            let mut framed = false;
+            loop {
+                let mut chunk = [0u8; 4096];
+                if !framed {
+                    if let Some(v1::Request::Init { .. }) = v1::Request::decode(&mut buf).unwrap() {
+                        let mut out = BytesMut::new();
+                        v1::Response::Init {
+                            status: Status::ok(),
+                            version: 2,
+                            subversion: 0,
+                        }
+                        .encode(&mut out);
+                        sock.write_all(&out).unwrap();
+                        framed = true;
+                        continue;
+                    }
+                } else if let Some(f) = Frame::<v2::Request>::decode(&mut buf).unwrap() {
+                    let resp = match &f.msg {
+                        v2::Request::FullInit { .. } => v2::Response::FullInit {
+                            status: Status::ok(),
+                            rank: 0,
+                            size: 1,
+                            appnum: 0,
+                            spawner_jobid: None,
+                            debugged: false,
+                            pmiverbose: false,
+                        },
+                        v2::Request::JobGetId => v2::Response::JobGetId {
+                            status: Status::ok(),
+                            jobid: "job-1".into(),
+                        },
+                        other => reply(other),
+                    };
+                    seen.push(f.msg);
+                    let mut out = BytesMut::new();
+                    Frame::new(resp).encode(&mut out);
+                    // The client may be gone already (after an abort, which has no reply).
+                    let _ = sock.write_all(&out);
+                    continue;
+                }
+                let n = sock.read(&mut chunk).unwrap_or(0);
+                if n == 0 {
+                    return seen;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        })
+    }
+
+    #[test]
+    fn get_from_names_the_kvs_in_pmi1() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let server = serve_v1(b, |req| match req {
+            v1::Request::Get { kvsname, key } => Some(v1::Response::GetResult {
+                status: Status::ok(),
+                value: Some(format!("{kvsname}/{key} with space")),
+            }),
+            _ => None,
+        });
+        let mut c = Client::over_socket(a, Version::V1).unwrap();
+        assert_eq!(
+            c.get_from(Some("other"), Some(3), "k").unwrap().as_deref(),
+            Some("other/k with space")
+        );
+        drop(c);
+        let seen = server.join().unwrap();
+        assert!(seen.contains(&v1::Request::Get {
+            kvsname: "other".into(),
+            key: "k".into()
+        }));
+    }
+
+    #[test]
+    fn get_from_and_job_connect_in_pmi2() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let server = serve_v2(b, |req| match req {
+            v2::Request::KvsGet { jobid, srcid, key } => {
+                if jobid.as_deref() == Some("other") && *srcid == Some(2) {
+                    v2::Response::KvsGet(Lookup::found(format!("v-{key}")))
+                } else {
+                    v2::Response::KvsGet(Lookup::not_found("no"))
+                }
+            }
+            v2::Request::JobConnect { .. } => v2::Response::JobConnect {
+                status: Status::ok(),
+                kvscopy: true,
+            },
+            v2::Request::JobDisconnect { jobid } if jobid == "other" => {
+                v2::Response::JobDisconnect(Status::ok())
+            }
+            _ => v2::Response::JobDisconnect(Status::error(1, "refused")),
+        });
+        let mut c = Client::over_socket(a, Version::V2).unwrap();
+        assert_eq!(c.kvsname(), "job-1");
+        assert_eq!(
+            c.get_from(Some("other"), Some(2), "k").unwrap().as_deref(),
+            Some("v-k")
+        );
+        assert_eq!(c.get_from(Some("other"), None, "k").unwrap(), None);
+        assert_eq!(c.get_from(None, Some(2), "k").unwrap(), None);
+        assert!(c.job_connect("other").unwrap());
+        c.job_disconnect("other").unwrap();
+        assert!(matches!(
+            c.job_disconnect("else"),
+            Err(ClientError::Refused { rc: 1, .. })
+        ));
+        drop(c);
+        let seen = server.join().unwrap();
+        assert_eq!(seen.len(), 8, "{seen:?}");
+    }
+
+    #[test]
+    fn abort_says_whether_the_job_ends() {
+        for isworld in [true, false] {
+            let (a, b) = UnixStream::pair().unwrap();
+            let server = serve_v2(b, |_| v2::Response::Finalize(Status::ok()));
+            let c = Client::over_socket(a, Version::V2).unwrap();
+            c.abort_with(isworld, 3, "bye").unwrap();
+            let seen = server.join().unwrap();
+            assert_eq!(
+                seen.last(),
+                Some(&v2::Request::Abort {
+                    isworld: Some(isworld),
+                    message: Some("bye".into()),
+                    exitcode: Some(3),
+                })
+            );
+        }
+    }
+
+    #[test]
+    fn job_connect_is_not_pmi1() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let server = serve_v1(b, |_| None);
+        let mut c = Client::over_socket(a, Version::V1).unwrap();
+        assert!(matches!(
+            c.job_connect("x"),
+            Err(ClientError::Unsupported("job-connect"))
+        ));
+        assert!(matches!(
+            c.job_disconnect("x"),
+            Err(ClientError::Unsupported("job-disconnect"))
+        ));
+        drop(c);
+        server.join().unwrap();
+    }
 }

@@ -21,6 +21,7 @@
 //! framing. [`limits`] names every limit; [`WireError`] names every way input can be malformed.
 //!
 //! [`client`] is a small blocking client for either protocol, usable from a rank program.
+//! [`mapping`] reads the `PMI_process_mapping` job attribute (which ranks share a node).
 //!
 //! The crate knows nothing of any process manager: it has no async runtime and no server
 //! state. A server feeds it bytes and acts on the typed messages.
@@ -31,6 +32,7 @@ pub mod client;
 mod error;
 mod fields;
 pub mod limits;
+pub mod mapping;
 pub mod v1;
 pub mod v2;
 

@@ -1,0 +1,183 @@
+//! Open MPI hello started three ways, in the same run: `mpirun.openmpi` (Open MPI's own
+//! launcher, PMIx inside), kauri and mpiexec.hydra, both through Open MPI's `flux` component
+//! and Kauri's `libpmi.so` (PMI-1 over `PMI_FD`).
+//!
+//! The whole job is timed, `--runs` times per cell after one warm-up per launcher, the three
+//! launchers taking turns run by run; each cell waits first (at most a minute) until the
+//! machine has been at least 90 % idle for a second (other jobs on a 2-core machine inflate
+//! times several-fold; the load average is printed with each row). Prints medians, ranges and the ratio kauri/mpirun as a
+//! Markdown table. Needs `openmpi-bin` and `libopenmpi-dev` (`mpicc.openmpi`).
+//!
+//! ```text
+//! cargo bench --bench ompi                        # N = 1, 4, 16, 5 runs
+//! cargo bench --bench ompi -- --runs 9 --sizes 1,2,4,8,16
+//! ```
+//!
+//! Kauri's own PMIx server does not exist yet, so there is no "kauri (PMIx)" column.
+
+mod common;
+
+use common::{build, median, opt, run_timed, summary};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Idle and total jiffies of all CPUs, from /proc/stat.
+fn cpu_times() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    Some((idle, v.iter().sum()))
+}
+
+/// Waits (at most `limit`) until a one-second window is at least 90 % idle.
+fn wait_quiet(limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        let Some((i0, t0)) = cpu_times() else {
+            return true;
+        };
+        std::thread::sleep(Duration::from_secs(1));
+        let Some((i1, t1)) = cpu_times() else {
+            return true;
+        };
+        if t1 > t0 && (i1 - i0) as f64 / (t1 - t0) as f64 >= 0.9 {
+            return true;
+        }
+    }
+    false
+}
+
+/// Builds libpmi.so (release) and the hello program; returns their paths.
+fn build_ompi(target: &Path) -> (PathBuf, PathBuf) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let ok = Command::new(cargo)
+        .args(["build", "--release", "-q", "-p", "kauri-pmi1"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "cargo build --release -p kauri-pmi1 failed");
+    let hello = target.join("ompi-bench-hello");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("compat-tests/programs/ompi_hello.c");
+    let ok = Command::new("mpicc.openmpi")
+        .args(["-O2", "-o"])
+        .arg(&hello)
+        .arg(&src)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(
+        ok,
+        "mpicc.openmpi failed: install the Debian packages openmpi-bin and libopenmpi-dev"
+    );
+    (target.join("release/libpmi.so"), hello)
+}
+
+/// A FLUX_JOB_ID for run `k` of this process: low 16 bits in 1..=0x7fff (see
+/// compat-tests' `flux_job_id`).
+fn job_id(k: u32) -> u32 {
+    ((std::process::id() & 0x7fff) << 16) | (k % 0x7fff + 1)
+}
+
+fn main() {
+    let runs: usize = opt("--runs").and_then(|v| v.parse().ok()).unwrap_or(5);
+    let sizes: Vec<usize> = opt("--sizes").map_or(vec![1, 4, 16], |v| {
+        v.split(',').filter_map(|x| x.parse().ok()).collect()
+    });
+    let timeout = Duration::from_secs(120);
+    let bins = build();
+    let (lib, hello) = build_ompi(&bins.target);
+    let (lib, hello) = (lib.display().to_string(), hello.display().to_string());
+    let mut seq = 0u32;
+    let mut argv = |who: &str, n: usize| -> Vec<String> {
+        seq += 1;
+        let n = n.to_string();
+        let flux = |l: String| {
+            vec![
+                l,
+                "-genv".into(),
+                "FLUX_JOB_ID".into(),
+                job_id(seq).to_string(),
+                "-genv".into(),
+                "FLUX_PMI_LIBRARY_PATH".into(),
+                lib.clone(),
+                "-n".into(),
+                n.clone(),
+                hello.clone(),
+            ]
+        };
+        match who {
+            "mpirun" => [
+                "mpirun.openmpi",
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-n",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([n.clone(), hello.clone()])
+            .collect(),
+            "kauri" => flux(bins.kauri.display().to_string()),
+            _ => flux("mpiexec.hydra".into()),
+        }
+    };
+    let who = ["mpirun", "kauri", "hydra"];
+    println!(
+        "| N | mpirun.openmpi median (min-max) s | kauri + libpmi | mpiexec.hydra + libpmi | kauri/mpirun | load |"
+    );
+    println!("|---:|---|---|---|---:|---:|");
+    for &n in &sizes {
+        if !wait_quiet(Duration::from_secs(60)) {
+            eprintln!("ompi bench: the machine stayed busy; N={n} is measured anyway");
+        }
+        let expect = format!("ompi_hello: rank 0 of {n} allreduce={n}");
+        // One warm-up each, then the launchers in turn, run by run: a machine whose load
+        // drifts during the cell affects all three alike.
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); who.len()];
+        let mut failures: Vec<Option<String>> = vec![None; who.len()];
+        for w in who {
+            let _ = run_timed(&argv(w, n), &[], &expect, timeout);
+        }
+        for _ in 0..runs {
+            for (i, w) in who.iter().enumerate() {
+                if failures[i].is_some() {
+                    continue;
+                }
+                match run_timed(&argv(w, n), &[], &expect, timeout) {
+                    Ok((t, _)) => times[i].push(t),
+                    Err(e) => failures[i] = Some(e),
+                }
+            }
+        }
+        let mut cells = Vec::new();
+        let mut medians = Vec::new();
+        for i in 0..who.len() {
+            match &failures[i] {
+                Some(e) => {
+                    cells.push(e.clone());
+                    medians.push(None);
+                }
+                None => {
+                    cells.push(summary(&mut times[i].clone(), 3));
+                    medians.push(Some(median(&mut times[i])));
+                }
+            }
+        }
+        let ratio = match (medians[0], medians[1]) {
+            (Some(m), Some(k)) => format!("{:.2}", k / m),
+            _ => "-".into(),
+        };
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let load = load.split_whitespace().next().unwrap_or("?").to_string();
+        println!(
+            "| {n} | {} | {} | {} | {ratio} | {load} |",
+            cells[0], cells[1], cells[2]
+        );
+    }
+}

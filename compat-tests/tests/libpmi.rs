@@ -1,0 +1,571 @@
+//! Kauri's C PMI libraries (`contrib/libpmi`): programs linked with `-lpmi` and `-lpmi2`, and
+//! Open MPI 4.1 started without `mpirun` through its `flux` component and `libpmi.so`.
+//!
+//! * `pmi1_*`, `pmi2_*`: `pmi1_check` / `pmi2_check` (C, linked against the libraries built
+//!   from this workspace) under mpiexec.hydra and kauri with the same command line, each
+//!   launcher's output checked on its own and then compared; under kauri also on two
+//!   simulated hosts (`-launcher fork`), so a rank's clique is not the whole job; and as a
+//!   singleton, with no launcher at all. `pmi{1,2}_spawn`: a rank spawns two children through
+//!   the library, under both launchers.
+//! * `ompi_*`: Open MPI programs built with `mpicc.openmpi`, run by `mpirun.openmpi
+//!   --allow-run-as-root --oversubscribe` (the reference), by mpiexec.hydra and by kauri (both
+//!   with `-genv FLUX_JOB_ID <unique id> -genv FLUX_PMI_LIBRARY_PATH <libpmi.so.0>`), output
+//!   (sorted lines) and exit status compared in the same test.
+//!
+//! Exit statuses measured (Open MPI 4.1.4, MPICH 4.0.2 Hydra, Debian 12): MPI_Abort(comm, 7)
+//! gives 7 under all three; a rank killed by SIGSEGV gives 139 (128 + 11) under mpirun and 11
+//! (the signal number) under Hydra and kauri.
+//!
+//! A job that aborts or crashes under a PMI launcher leaves Open MPI's vader shared-memory
+//! segments in /dev/shm (mpirun removes them itself); the tests remove them by job id, and
+//! check that a job that ends normally leaves none.
+
+use compat_tests::libpmi::{libpmi, mpirun_openmpi, remove_vader_segments};
+use compat_tests::{assert_same_stdout, Ctx, Job, Launcher, Outcome, MARKER_VAR};
+use std::process::{Command, Stdio};
+
+/// Who starts an Open MPI job. `Launcher` names the PMI launchers the harness knows; mpirun
+/// runs through [`Job::program`], so its outcomes carry this name instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Peer {
+    Mpirun,
+    Pmi(Launcher),
+}
+
+impl Peer {
+    const ALL: [Peer; 3] = [
+        Peer::Mpirun,
+        Peer::Pmi(Launcher::Hydra),
+        Peer::Pmi(Launcher::Kauri),
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Mpirun => "mpirun.openmpi",
+            Peer::Pmi(l) => l.name(),
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("hostname")
+        .trim()
+        .to_string()
+}
+
+fn sorted_lines(o: &Outcome) -> Vec<String> {
+    let mut v: Vec<String> = o.stdout.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+/// Asserts the sorted stdout lines are exactly `want` (any order); `who` names the launcher.
+fn assert_lines_of(who: &str, o: &Outcome, mut want: Vec<String>) {
+    want.sort();
+    assert_eq!(sorted_lines(o), want, "{who}: wrong stdout\n{o}");
+}
+
+fn assert_lines(o: &Outcome, want: Vec<String>) {
+    assert_lines_of(o.launcher.name(), o, want);
+}
+
+fn assert_status_equal(a: (&str, &Outcome), b: (&str, &Outcome)) {
+    assert_eq!(
+        (b.1.code, b.1.signal),
+        (a.1.code, a.1.signal),
+        "{}'s exit status differs from {}'s\n=== {}\n{}\n=== {}\n{}",
+        b.0,
+        a.0,
+        a.0,
+        a.1,
+        b.0,
+        b.1
+    );
+}
+
+fn run(job: Job) -> Outcome {
+    let o = job.run();
+    eprintln!("=== {}\n{o}", o.launcher);
+    o
+}
+
+// ---------------------------------------------------------------------------------------
+// Programs linked with -lpmi / -lpmi2
+
+fn pmi1_line(rank: usize, size: usize, universe: usize, clique: &[usize]) -> String {
+    let clique: Vec<String> = clique.iter().map(usize::to_string).collect();
+    format!(
+        "pmi1_check: ok rank={rank} size={size} appnum=0 universe={universe} clique={} peers={size} \
+         lookup=ok",
+        clique.join(",")
+    )
+}
+
+/// `pmi2_check`'s line once normalised (`mapping=` becomes `nodes=`, see `normalise_line`).
+fn pmi2_line(rank: usize, size: usize, nodes: &[usize]) -> String {
+    let nodes: Vec<String> = nodes.iter().map(usize::to_string).collect();
+    format!(
+        "pmi2_check: ok rank={rank} size={size} appnum=0 peers={size} nodes={} nodeattr=ok \
+         ints=1,2,3,{size} lookup=ok",
+        nodes.join(",")
+    )
+}
+
+/// The node of each rank and the ranks sharing it.
+fn cliques(nodes: &[usize]) -> Vec<Vec<usize>> {
+    nodes
+        .iter()
+        .map(|n| (0..nodes.len()).filter(|&r| nodes[r] == *n).collect())
+        .collect()
+}
+
+fn pmi1_on_one_host(n: usize) {
+    let ctx = Ctx::new(&format!("pmi1_n{n}"));
+    let prog = ctx.libpmi_prog("pmi1_check");
+    let all: Vec<usize> = (0..n).collect();
+    let want: Vec<String> = (0..n).map(|r| pmi1_line(r, n, n, &all)).collect();
+    let hydra = run(ctx.job(Launcher::Hydra, &["-n", &n.to_string(), &prog]));
+    hydra.assert_success();
+    assert_lines(&hydra, want.clone());
+    let kauri = run(ctx.job(Launcher::Kauri, &["-n", &n.to_string(), &prog]));
+    kauri.assert_success();
+    assert_lines(&kauri, want);
+    assert_same_stdout(&hydra, &kauri);
+    assert_status_equal(("mpiexec.hydra", &hydra), ("kauri", &kauri));
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn pmi1_n1() {
+    pmi1_on_one_host(1);
+}
+
+#[test]
+fn pmi1_n4() {
+    pmi1_on_one_host(4);
+}
+
+fn pmi2_on_one_host(n: usize) {
+    let ctx = Ctx::new(&format!("pmi2_n{n}"));
+    let prog = ctx.libpmi_prog("pmi2_check");
+    let want: Vec<String> = (0..n).map(|r| pmi2_line(r, n, &vec![0; n])).collect();
+    let check = |o: &Outcome| {
+        o.assert_success();
+        let mut want = want.clone();
+        want.sort();
+        assert_eq!(
+            o.normalised_stdout(),
+            want,
+            "{}: wrong stdout\n{o}",
+            o.launcher
+        );
+    };
+    let hydra = run(ctx.job(Launcher::Hydra, &["-n", &n.to_string(), &prog]));
+    check(&hydra);
+    let kauri = run(ctx.job(Launcher::Kauri, &["-n", &n.to_string(), &prog]));
+    check(&kauri);
+    assert_same_stdout(&hydra, &kauri);
+    assert_status_equal(("mpiexec.hydra", &hydra), ("kauri", &kauri));
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn pmi2_n1() {
+    pmi2_on_one_host(1);
+}
+
+#[test]
+fn pmi2_n4() {
+    pmi2_on_one_host(4);
+}
+
+/// Two simulated hosts under kauri (`-launcher fork`): 4 ranks, block (`-ppn 2`: 0,1 on n1
+/// and 2,3 on n2) or round-robin (`-map-by node`: 0,2 on n1 and 1,3 on n2). The clique is
+/// the host's ranks; the name published on rank 0's host is found from the other.
+/// (On one host the universe size kauri and Hydra 4.0.2 serve is -1, which libpmi reports
+/// as the job size.)
+fn on_two_hosts(name: &str, prog: &str, map_by_node: bool) {
+    let ctx = Ctx::new(name);
+    let p = ctx.libpmi_prog(prog);
+    let nodes: Vec<usize> = if map_by_node {
+        vec![0, 1, 0, 1]
+    } else {
+        vec![0, 0, 1, 1]
+    };
+    let mut args = vec!["-launcher", "fork", "-hosts", "n1,n2"];
+    args.extend(if map_by_node {
+        ["-map-by", "node"]
+    } else {
+        ["-ppn", "2"]
+    });
+    args.extend(["-n", "4", &p]);
+    let o = run(ctx.job(Launcher::Kauri, &args).program(ctx.kauri()));
+    o.assert_success();
+    let cl = cliques(&nodes);
+    // The universe is the slots named, as Hydra counts them: one per host without `-ppn`.
+    let universe = if map_by_node { 2 } else { 4 };
+    if prog == "pmi1_check" {
+        assert_lines(
+            &o,
+            (0..4).map(|r| pmi1_line(r, 4, universe, &cl[r])).collect(),
+        );
+    } else {
+        let mut want: Vec<String> = (0..4).map(|r| pmi2_line(r, 4, &nodes)).collect();
+        want.sort();
+        assert_eq!(o.normalised_stdout(), want, "wrong stdout\n{o}");
+    }
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn pmi1_two_hosts_block() {
+    on_two_hosts("pmi1_two_hosts_block", "pmi1_check", false);
+}
+
+#[test]
+fn pmi1_two_hosts_map_by_node() {
+    on_two_hosts("pmi1_two_hosts_map_by_node", "pmi1_check", true);
+}
+
+#[test]
+fn pmi2_two_hosts_block() {
+    on_two_hosts("pmi2_two_hosts_block", "pmi2_check", false);
+}
+
+#[test]
+fn pmi2_two_hosts_map_by_node() {
+    on_two_hosts("pmi2_two_hosts_map_by_node", "pmi2_check", true);
+}
+
+/// No launcher: neither PMI_FD nor PMI_PORT, so the libraries run as a singleton.
+fn singleton(prog: &str, want: &str) {
+    let ctx = Ctx::new(&format!("{prog}_singleton"));
+    let p = ctx.libpmi_prog(prog);
+    let out = Command::new(&p)
+        .env_remove("PMI_FD")
+        .env_remove("PMI_PORT")
+        .env_remove("PMI_ID")
+        .env_remove("PMI_RANK")
+        .env_remove("PMI_SIZE")
+        .env(MARKER_VAR, &ctx.marker)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the program");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{prog} as a singleton: {}\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // pmi2_check prints the mapping, which normalise_line turns into node ids; pmi1_check's
+    // line is compared as it is (normalising would hide its universe size).
+    let got: Vec<String> = stdout
+        .lines()
+        .map(|l| {
+            if prog == "pmi2_check" {
+                compat_tests::normalise_line(l)
+            } else {
+                l.to_string()
+            }
+        })
+        .collect();
+    assert_eq!(got, [want], "{prog} as a singleton");
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn pmi1_singleton() {
+    singleton("pmi1_check", &pmi1_line(0, 1, 1, &[0]));
+}
+
+#[test]
+fn pmi2_singleton() {
+    singleton("pmi2_check", &pmi2_line(0, 1, &[0]));
+}
+
+/// `PMI_Spawn_multiple` / `PMI2_Job_Spawn`: one rank spawns two copies of itself with a
+/// preput pair; the children find it in their KVS (and, in PMI-1, each other's keys).
+fn spawn(prog: &str, child_line: &str) {
+    let ctx = Ctx::new(&format!("{prog}_spawn"));
+    let p = ctx.libpmi_prog(prog);
+    let mut want: Vec<String> = vec![format!("{prog}: parent rank 0 spawned 2")];
+    want.extend((0..2).map(|r| format!("{prog}: child rank {r} of 2 {child_line}")));
+    let hydra = run(ctx.job(Launcher::Hydra, &["-n", "1", &p]));
+    hydra.assert_success();
+    assert_lines(&hydra, want.clone());
+    let kauri = run(ctx.job(Launcher::Kauri, &["-n", "1", &p]));
+    kauri.assert_success();
+    assert_lines(&kauri, want);
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn pmi1_spawn() {
+    spawn("pmi1_spawn", "preput=ok sibling=ok");
+}
+
+#[test]
+fn pmi2_spawn() {
+    spawn("pmi2_spawn", "preput=ok");
+}
+
+// ---------------------------------------------------------------------------------------
+// Open MPI
+
+/// An Open MPI job of `n` ranks of `prog` started by `peer`, and its `FLUX_JOB_ID`; `env`
+/// goes into the launcher's environment (all three pass it on to the ranks).
+fn ompi_job(ctx: &Ctx, peer: Peer, n: usize, prog: &str, env: &[(&str, &str)]) -> (Job, u32) {
+    let id = ctx.flux_job_id(peer.name());
+    let n = n.to_string();
+    let lib = libpmi().pmi1.to_string_lossy().into_owned();
+    let job = match peer {
+        Peer::Mpirun => ctx
+            .job(
+                Launcher::Hydra,
+                &["--allow-run-as-root", "--oversubscribe", "-n", &n, prog],
+            )
+            .program(mpirun_openmpi()),
+        Peer::Pmi(l) => ctx.job(
+            l,
+            &[
+                "-genv",
+                "FLUX_JOB_ID",
+                &id.to_string(),
+                "-genv",
+                "FLUX_PMI_LIBRARY_PATH",
+                &lib,
+                "-n",
+                &n,
+                prog,
+            ],
+        ),
+    };
+    let job = env.iter().fold(job, |j, (k, v)| j.env(k, v));
+    (job, id)
+}
+
+fn run_as(peer: Peer, job: Job) -> Outcome {
+    let o = job.run();
+    eprintln!("=== {}\n{o}", peer.name());
+    o
+}
+
+/// Runs `prog` on `n` ranks under mpirun.openmpi, mpiexec.hydra and kauri, in that order,
+/// checking each with `check`; returns the three outcomes.
+fn three(
+    ctx: &Ctx,
+    n: usize,
+    prog: &str,
+    env: &[(&str, &str)],
+    check: impl Fn(Peer, &Outcome),
+) -> Vec<(Peer, Outcome)> {
+    Peer::ALL
+        .iter()
+        .map(|&peer| {
+            let (job, id) = ompi_job(ctx, peer, n, prog, env);
+            let o = run_as(peer, job);
+            let left = remove_vader_segments(id);
+            check(peer, &o);
+            if o.code == Some(0) && peer != Peer::Mpirun {
+                assert!(
+                    left.is_empty(),
+                    "{}: a clean job left {left:?}",
+                    peer.name()
+                );
+            }
+            (peer, o)
+        })
+        .collect()
+}
+
+fn named(r: &(Peer, Outcome)) -> (&'static str, &Outcome) {
+    (r.0.name(), &r.1)
+}
+
+/// A job that ends normally: same sorted stdout and status 0 everywhere.
+fn ompi_normal(name: &str, prog: &str, n: usize, env: &[(&str, &str)], want: Vec<String>) {
+    let ctx = Ctx::new(name);
+    let p = ctx.ompi_prog(prog);
+    let outs = three(&ctx, n, &p, env, |peer, o| {
+        assert_eq!(o.code, Some(0), "{}: wrong exit status\n{o}", peer.name());
+        assert_lines_of(peer.name(), o, want.clone());
+    });
+    for r in &outs[1..] {
+        assert_eq!(
+            sorted_lines(&r.1),
+            sorted_lines(&outs[0].1),
+            "{} vs mpirun.openmpi",
+            r.0.name()
+        );
+        assert_status_equal(named(&outs[0]), named(r));
+    }
+    ctx.assert_no_leftovers();
+}
+
+fn hello_lines(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|r| format!("ompi_hello: rank {r} of {n} allreduce={n} local={n}"))
+        .collect()
+}
+
+#[test]
+fn ompi_hello_n1() {
+    ompi_normal("ompi_hello_n1", "ompi_hello", 1, &[], hello_lines(1));
+}
+
+#[test]
+fn ompi_hello_n4() {
+    ompi_normal("ompi_hello_n4", "ompi_hello", 4, &[], hello_lines(4));
+}
+
+fn ring_line(n: usize) -> Vec<String> {
+    vec![format!(
+        "ompi_ring: ok size={n} rounds=10 token={}",
+        10 * n * (n + 1) / 2
+    )]
+}
+
+#[test]
+fn ompi_ring_n4() {
+    ompi_normal("ompi_ring_n4", "ompi_ring", 4, &[], ring_line(4));
+}
+
+fn allreduce_lines(n: usize) -> Vec<String> {
+    let sum: usize = (1..=n).map(|k| k * k).sum();
+    (0..n)
+        .map(|r| {
+            format!(
+                "ompi_allreduce: ok rank={r} size={n} sum={sum} max={} vector=ok bcast=ok \
+                 allgather=ok",
+                n * n
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn ompi_allreduce_n4() {
+    ompi_normal(
+        "ompi_allreduce_n4",
+        "ompi_allreduce",
+        4,
+        &[],
+        allreduce_lines(4),
+    );
+}
+
+/// Shared memory only: `btl=self,vader` cannot reach a peer Open MPI believes to be on
+/// another node, so this fails unless the clique (locality) is right.
+#[test]
+fn ompi_vader_ring_n4() {
+    ompi_normal(
+        "ompi_vader_ring_n4",
+        "ompi_ring",
+        4,
+        &[("OMPI_MCA_btl", "self,vader")],
+        ring_line(4),
+    );
+}
+
+#[test]
+fn ompi_vader_allreduce_n4() {
+    ompi_normal(
+        "ompi_vader_allreduce_n4",
+        "ompi_allreduce",
+        4,
+        &[("OMPI_MCA_btl", "self,vader")],
+        allreduce_lines(4),
+    );
+}
+
+/// PMIx variables in kauri's own environment must not reach the ranks: `PMIX_NAMESPACE`
+/// would make Open MPI pick its PMIx component (ext3x) over flux, and fail.
+#[test]
+fn ompi_hello_ignores_pmix_variables_around_kauri() {
+    let ctx = Ctx::new("ompi_hello_pmix_vars");
+    let p = ctx.ompi_prog("ompi_hello");
+    let kauri = Peer::Pmi(Launcher::Kauri);
+    let env = [("PMIX_NAMESPACE", "bogus.1"), ("PMIX_RANK", "0")];
+    let (job, id) = ompi_job(&ctx, kauri, 2, &p, &env);
+    let o = run_as(kauri, job);
+    remove_vader_segments(id);
+    o.assert_success();
+    assert_lines(&o, hello_lines(2));
+    let (job, _) = ompi_job(&ctx, kauri, 2, "env", &env);
+    let o = run_as(kauri, job);
+    o.assert_success();
+    let pmix: Vec<&str> = o
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("PMIX_"))
+        .collect();
+    assert!(
+        pmix.is_empty(),
+        "PMIx variables reached the ranks: {pmix:?}\n{o}"
+    );
+    assert_eq!(
+        o.stdout
+            .lines()
+            .filter(|l| l.starts_with("FLUX_JOB_ID="))
+            .count(),
+        2,
+        "-genv FLUX_JOB_ID did not reach both ranks\n{o}"
+    );
+    ctx.assert_no_leftovers();
+}
+
+/// MPI_Abort(comm, 7) in the last rank: its line, status 7 everywhere.
+#[test]
+fn ompi_abort_n4() {
+    let ctx = Ctx::new("ompi_abort_n4");
+    let p = ctx.ompi_prog("ompi_abort");
+    let outs = three(&ctx, 4, &p, &[], |peer, o| {
+        assert_eq!(o.code, Some(7), "{}: wrong exit status\n{o}", peer.name());
+        assert_lines_of(peer.name(), o, vec!["ompi_abort: rank 3 aborts".into()]);
+    });
+    assert_status_equal(named(&outs[0]), named(&outs[1]));
+    assert_status_equal(named(&outs[0]), named(&outs[2]));
+    ctx.assert_no_leftovers();
+}
+
+/// The last rank dies of SIGSEGV: its line everywhere; mpirun says 139, Hydra and kauri 11
+/// (the same signal in each launcher's convention); kauri names the rank on stderr; nothing
+/// is left running.
+#[test]
+fn ompi_segv_n4() {
+    let ctx = Ctx::new("ompi_segv_n4");
+    let p = ctx.ompi_prog("ompi_segv");
+    let outs = three(&ctx, 4, &p, &[], |peer, o| {
+        // Hydra adds its "BAD TERMINATION" banner to stdout: compare the program's lines.
+        let ours: Vec<&str> = o
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("ompi_"))
+            .collect();
+        assert_eq!(
+            ours,
+            ["ompi_segv: rank 3 crashes"],
+            "{}: wrong stdout\n{o}",
+            peer.name()
+        );
+        let want = if peer == Peer::Mpirun { 128 + 11 } else { 11 };
+        assert_eq!(
+            o.code,
+            Some(want),
+            "{}: wrong exit status\n{o}",
+            peer.name()
+        );
+    });
+    assert_status_equal(named(&outs[1]), named(&outs[2]));
+    let kauri = &outs[2].1;
+    let host = hostname();
+    assert!(
+        kauri.stderr.lines().any(|l| l.contains("rank 3 (pid ")
+            && l.contains(&format!(") on {host} "))
+            && l.contains("killed by signal 11")),
+        "kauri: no stderr line naming rank 3 and SIGSEGV\n{kauri}"
+    );
+    ctx.assert_no_leftovers();
+}

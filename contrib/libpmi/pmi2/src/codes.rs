@@ -1,0 +1,45 @@
+//! The PMI-2 return codes and limits, with the values every `pmi2.h` uses.
+
+use std::os::raw::c_int;
+
+/// The call succeeded.
+pub const PMI2_SUCCESS: c_int = 0;
+/// The call failed.
+pub const PMI2_FAIL: c_int = -1;
+/// PMI-2 is not initialised.
+pub const PMI2_ERR_INIT: c_int = 1;
+/// Out of memory.
+pub const PMI2_ERR_NOMEM: c_int = 2;
+/// An argument is invalid (a null pointer, say).
+pub const PMI2_ERR_INVALID_ARG: c_int = 3;
+/// The key is invalid.
+pub const PMI2_ERR_INVALID_KEY: c_int = 4;
+/// The key is too long.
+pub const PMI2_ERR_INVALID_KEY_LENGTH: c_int = 5;
+/// The value is invalid.
+pub const PMI2_ERR_INVALID_VAL: c_int = 6;
+/// The value is too long.
+pub const PMI2_ERR_INVALID_VAL_LENGTH: c_int = 7;
+/// A length argument is invalid (a buffer too small).
+pub const PMI2_ERR_INVALID_LENGTH: c_int = 8;
+/// The number of arguments is invalid.
+pub const PMI2_ERR_INVALID_NUM_ARGS: c_int = 9;
+/// The arguments are invalid.
+pub const PMI2_ERR_INVALID_ARGS: c_int = 10;
+/// The count of parsed arguments is invalid.
+pub const PMI2_ERR_INVALID_NUM_PARSED: c_int = 11;
+/// The key-value pointer is invalid.
+pub const PMI2_ERR_INVALID_KEYVALP: c_int = 12;
+/// A size argument is invalid.
+pub const PMI2_ERR_INVALID_SIZE: c_int = 13;
+/// Another error.
+pub const PMI2_ERR_OTHER: c_int = 14;
+
+/// The longest key, in bytes.
+pub const PMI2_MAX_KEYLEN: usize = 64;
+/// The longest value, in bytes.
+pub const PMI2_MAX_VALLEN: usize = 1024;
+/// The longest attribute value, in bytes.
+pub const PMI2_MAX_ATTRVALUE: usize = 1024;
+/// "No particular process" for `PMI2_KVS_Get`'s source hint.
+pub const PMI2_ID_NULL: c_int = -1;
