@@ -12,6 +12,11 @@
 //!   with `-genv FLUX_JOB_ID <unique id> -genv FLUX_PMI_LIBRARY_PATH <libpmi.so.0>`), output
 //!   (sorted lines) and exit status compared in the same test.
 //!
+//! * `slurm_*` (**root**, a one-node Slurm as in `tree.rs`): the same Open MPI programs under
+//!   `srun --mpi=pmi2` inside `salloc`, through the same `libpmi.so`. Slurm's PMI-1 reader
+//!   takes one `read()` of at most 1024 bytes per request, so this fails (the job hangs)
+//!   unless every line the library sends fits.
+//!
 //! Exit statuses measured (Open MPI 4.1.4, MPICH 4.0.2 Hydra, Debian 12): MPI_Abort(comm, 7)
 //! gives 7 under all three; a rank killed by SIGSEGV gives 139 (128 + 11) under mpirun and 11
 //! (the signal number) under Hydra and kauri.
@@ -21,7 +26,7 @@
 //! check that a job that ends normally leaves none.
 
 use compat_tests::libpmi::{libpmi, mpirun_openmpi, remove_vader_segments};
-use compat_tests::{assert_same_stdout, Ctx, Job, Launcher, Outcome, MARKER_VAR};
+use compat_tests::{assert_same_stdout, slurm_local, Ctx, Job, Launcher, Outcome, MARKER_VAR};
 use std::process::{Command, Stdio};
 
 /// Who starts an Open MPI job. `Launcher` names the PMI launchers the harness knows; mpirun
@@ -568,4 +573,54 @@ fn ompi_segv_n4() {
         "kauri: no stderr line naming rank 3 and SIGSEGV\n{kauri}"
     );
     ctx.assert_no_leftovers();
+}
+
+// ---------------------------------------------------------------------------------------
+// Slurm's PMI-1 server (mpi/pmi2 plugin)
+
+/// `salloc -Q -N1 -n4 srun --mpi=pmi2 -n N PROG` with the flux variables in the environment
+/// (srun passes it on).
+fn srun_ompi(ctx: &Ctx, n: usize, prog: &str, env: &[(&str, &str)]) -> (Job, u32) {
+    let slurm = slurm_local();
+    let id = ctx.flux_job_id("srun");
+    let srun = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join("srun"))
+        .find(|p| p.is_file())
+        .expect("srun not found in PATH: install the Debian package `slurm-client`");
+    let job = ctx
+        .job(Launcher::Kauri, &["--mpi=pmi2", "-n", &n.to_string(), prog])
+        .program(srun)
+        .wrapped(&["salloc", "-Q", "-N1", "-n4"])
+        .env("SLURM_CONF", &slurm.conf.to_string_lossy())
+        .env("FLUX_JOB_ID", &id.to_string())
+        .env("FLUX_PMI_LIBRARY_PATH", &libpmi().pmi1.to_string_lossy());
+    (env.iter().fold(job, |j, (k, v)| j.env(k, v)), id)
+}
+
+fn slurm_ompi(name: &str, prog: &str, env: &[(&str, &str)], want: Vec<String>) {
+    let ctx = Ctx::new(name);
+    let p = ctx.ompi_prog(prog);
+    let (job, id) = srun_ompi(&ctx, 4, &p, env);
+    let o = job.run();
+    eprintln!("=== srun --mpi=pmi2\n{o}");
+    let left = remove_vader_segments(id);
+    assert_eq!(o.code, Some(0), "srun: wrong exit status\n{o}");
+    assert_lines_of("srun", &o, want);
+    assert!(left.is_empty(), "srun: a clean job left {left:?}");
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn slurm_ompi_hello_n4() {
+    slurm_ompi("slurm_ompi_hello_n4", "ompi_hello", &[], hello_lines(4));
+}
+
+#[test]
+fn slurm_ompi_vader_ring_n4() {
+    slurm_ompi(
+        "slurm_ompi_vader_ring_n4",
+        "ompi_ring",
+        &[("OMPI_MCA_btl", "self,vader")],
+        ring_line(4),
+    );
 }
