@@ -5,13 +5,17 @@
 //! The whole job is timed, `--runs` times per cell after one warm-up per launcher, the three
 //! launchers taking turns run by run; each cell waits first (at most a minute) until the
 //! machine has been at least 90 % idle for a second (other jobs on a 2-core machine inflate
-//! times several-fold; the load average is printed with each row). Prints medians, ranges and the ratio kauri/mpirun as a
+//! times several-fold; the load average before each row is printed with it). Prints medians, ranges and the ratio kauri/mpirun as a
 //! Markdown table. Needs `openmpi-bin` and `libopenmpi-dev` (`mpicc.openmpi`).
 //!
 //! ```text
 //! cargo bench --bench ompi                        # N = 1, 4, 16, 5 runs
 //! cargo bench --bench ompi -- --runs 9 --sizes 1,2,4,8,16
 //! ```
+//!
+//! A fourth column runs kauri with `OMPI_MCA_mpi_yield_when_idle=1` in the environment:
+//! `mpirun --oversubscribe` tells its ranks to yield when idle, a direct launch does not, and
+//! with more ranks than cores busy-polling ranks then slow each other down.
 //!
 //! Kauri's own PMIx server does not exist yet, so there is no "kauri (PMIx)" column.
 
@@ -123,33 +127,44 @@ fn main() {
             .map(|s| s.to_string())
             .chain([n.clone(), hello.clone()])
             .collect(),
-            "kauri" => flux(bins.kauri.display().to_string()),
+            "kauri" | "kauri-yield" => flux(bins.kauri.display().to_string()),
             _ => flux("mpiexec.hydra".into()),
         }
     };
-    let who = ["mpirun", "kauri", "hydra"];
+    let who = ["mpirun", "kauri", "hydra", "kauri-yield"];
+    let env_of = |w: &str| -> Vec<(&str, &str)> {
+        if w == "kauri-yield" {
+            vec![("OMPI_MCA_mpi_yield_when_idle", "1")]
+        } else {
+            Vec::new()
+        }
+    };
     println!(
-        "| N | mpirun.openmpi median (min-max) s | kauri + libpmi | mpiexec.hydra + libpmi | kauri/mpirun | load |"
+        "| N | mpirun.openmpi median (min-max) s | kauri + libpmi | mpiexec.hydra + libpmi | kauri + libpmi, yield | kauri/mpirun | kauri yield/mpirun | load |"
     );
-    println!("|---:|---|---|---|---:|---:|");
+    println!("|---:|---|---|---|---|---:|---:|---:|");
     for &n in &sizes {
         if !wait_quiet(Duration::from_secs(60)) {
             eprintln!("ompi bench: the machine stayed busy; N={n} is measured anyway");
         }
+        // The 1-minute load average before the row (the row's own ranks would dominate it
+        // afterwards).
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        let load = load.split_whitespace().next().unwrap_or("?").to_string();
         let expect = format!("ompi_hello: rank 0 of {n} allreduce={n}");
         // One warm-up each, then the launchers in turn, run by run: a machine whose load
         // drifts during the cell affects all three alike.
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); who.len()];
         let mut failures: Vec<Option<String>> = vec![None; who.len()];
         for w in who {
-            let _ = run_timed(&argv(w, n), &[], &expect, timeout);
+            let _ = run_timed(&argv(w, n), &env_of(w), &expect, timeout);
         }
         for _ in 0..runs {
             for (i, w) in who.iter().enumerate() {
                 if failures[i].is_some() {
                     continue;
                 }
-                match run_timed(&argv(w, n), &[], &expect, timeout) {
+                match run_timed(&argv(w, n), &env_of(w), &expect, timeout) {
                     Ok((t, _)) => times[i].push(t),
                     Err(e) => failures[i] = Some(e),
                 }
@@ -169,15 +184,18 @@ fn main() {
                 }
             }
         }
-        let ratio = match (medians[0], medians[1]) {
+        let ratio = |i: usize| match (medians[0], medians[i]) {
             (Some(m), Some(k)) => format!("{:.2}", k / m),
             _ => "-".into(),
         };
-        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-        let load = load.split_whitespace().next().unwrap_or("?").to_string();
         println!(
-            "| {n} | {} | {} | {} | {ratio} | {load} |",
-            cells[0], cells[1], cells[2]
+            "| {n} | {} | {} | {} | {} | {} | {} | {load} |",
+            cells[0],
+            cells[1],
+            cells[2],
+            cells[3],
+            ratio(1),
+            ratio(3)
         );
     }
 }
