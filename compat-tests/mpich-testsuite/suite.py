@@ -8,6 +8,7 @@ Standard library only. See README.md next to this file for the whole story; in s
   suite.py compare HYDRA_OUT KAURI_OUT [--markdown FILE]               # exit 1 on a regression
   suite.py all --subset ci --out OUT          # every MPICH of the subset, both launchers, compare
   suite.py plan --subset ci                   # print what a subset runs (no build, no run)
+  suite.py selftest                           # check the sampling rule and the comparison
 
 MPICH builds (--mpich):
   debian     Debian's libmpich (ch4:ucx, PMI-1), compiled with mpicc.mpich
@@ -998,6 +999,32 @@ def cmd_all(a):
     return cmd_compare(a)
 
 
+def cmd_selftest(_a):
+    """Checks the pure parts: the sampling rule, runtests' 'unexpected output' rule, the
+    comparison's verdicts. No build, no run."""
+    lines = [("test", "t%d %d" % (i, i % 3 + 1)) for i in range(10)]
+    lines.insert(3, ("bang", "!util:mtest.o"))
+    assert selected_lines(lines, 1) == [x[1] for x in lines]
+    assert selected_lines(lines, 4) == ["t0 1", "!util:mtest.o", "t4 2", "t8 3"]
+    assert selected_lines(lines, 4, "d", {("d", "t4", "2")}) == ["t0 1", "!util:mtest.o", "t8 3"]
+    assert first_error([" No Errors", ""]) == ""
+    assert first_error(["", "Test Passed", "boom", "x"]) == "boom"
+    assert first_error([" No Errors", " No Errors"]).startswith("'No Errors' printed twice")
+
+    def row(result, np, procs):
+        return {"mpich": "m", "dir": "spawn", "test": "t", "np": np, "args": "",
+                "result": result, "procs": procs}
+    assert verdict(row("pass", "1", "3"), row("pass", "1", "3")) == ("pass", "pass", False)
+    assert verdict(row("pass", "1", "3"), row("pass", "1", "1")) == ("pass", "pass-nospawn", True)
+    assert verdict(row("pass", "2", "2"), row("pass", "2", "2")) == ("pass", "pass", False)
+    assert verdict(row("pass", "1", "3"), row("fail", "1", "1"))[2]
+    assert verdict(row("pass", "1", "3"), None) == ("pass", "missing", True)
+    assert not verdict(row("fail", "1", "1"), row("fail", "1", "1"))[2]
+    assert not verdict(row("skip", "1", ""), row("skip", "1", ""))[2]
+    print("suite.py selftest: ok")
+    return 0
+
+
 def cmd_plan(a):
     for m, d, k in expand(a.subset):
         print("%-9s %-16s %s" % (m, d, "every test" if k == 1 else
@@ -1037,13 +1064,15 @@ def main():
     common(al)
     pl = sub.add_parser("plan", help="print the groups of a subset")
     pl.add_argument("--subset", choices=sorted(SUBSETS), default="ci")
+    sub.add_parser("selftest", help="check the sampling rule and the comparison (no run)")
     a = p.parse_args()
     if a.cmd == "run":
         if a.dirs and a.subset:
             die("give --subset or --dirs, not both")
         cmd_run(a)
         return 0
-    return {"compare": cmd_compare, "all": cmd_all, "plan": cmd_plan}[a.cmd](a)
+    return {"compare": cmd_compare, "all": cmd_all, "plan": cmd_plan,
+            "selftest": cmd_selftest}[a.cmd](a)
 
 
 if __name__ == "__main__":
