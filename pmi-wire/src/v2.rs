@@ -5,8 +5,10 @@
 //! ASCII bytes holding the decimal length of the body (padded with spaces on the left by new
 //! MPICH clients, on the right by old ones and Slurm), then the body
 //! `cmd=NAME;key=value;…;`. Every pair ends with `;`; a `;` inside a value is doubled. Bytes
-//! after the last complete pair, or after a NUL, are ignored (an old MPICH client writes a few
-//! stale bytes there). A multi-threaded client tags requests with `thrid`, which the reply echoes; replies
+//! after the last complete pair, or after a NUL, are ignored, and a request that still does
+//! not parse is read again without its last 6 bytes: an old MPICH client counts 6 bytes too
+//! many and sends stale bytes of its buffer there, not always after a NUL
+//! ([`Request::parse_body`]). A multi-threaded client tags requests with `thrid`, which the reply echoes; replies
 //! are named `NAME-response` and carry `rc` and, on failure, `errmsg`.
 //!
 //! [`Frame`] wraps a message with its `thrid`. [`Request`] is what a client sends, [`Response`]
@@ -387,7 +389,21 @@ impl Frame<Request> {
     }
 
     /// Parses one frame body (without its length prefix).
+    ///
+    /// The old MPICH PMI-2 client (`simple2pmi.c`, MPICH ≤ 4.0) declares [`V2_LEN_WIDTH`]
+    /// bytes more than its body and sends that many stale bytes of its buffer after the last
+    /// pair. Usually they start with a NUL, which ends the body; but after a longer command
+    /// they are that command's text, such as `=b;arg`, which does not parse. A body that does
+    /// not parse is therefore read again without its last [`V2_LEN_WIDTH`] bytes when what
+    /// remains ends a pair; the first error is reported if that fails too.
     pub fn parse_body(body: &[u8]) -> Result<Frame<Request>, WireError> {
+        Self::parse_pairs(body).or_else(|e| match body.len().checked_sub(V2_LEN_WIDTH) {
+            Some(n) if n > 0 && body[n - 1] == b';' => Self::parse_pairs(&body[..n]).map_err(|_| e),
+            _ => Err(e),
+        })
+    }
+
+    fn parse_pairs(body: &[u8]) -> Result<Frame<Request>, WireError> {
         let f = parse_body(body)?;
         let msg = match f.cmd {
             "fullinit" => Request::FullInit {

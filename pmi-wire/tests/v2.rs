@@ -544,6 +544,39 @@ fn trailing_garbage_after_last_pair_is_ignored() {
 }
 
 #[test]
+fn stale_bytes_without_a_nul_are_dropped() {
+    // MPICH 4.0.2's pmi2/simple client counts 6 bytes too many and sends what its buffer held
+    // there. After a longer command (a spawn, say) that is the older command's text, with no
+    // NUL in front: `=b;arg` out of `argv1=b;argv2=c`.
+    let spawn = "cmd=spawn;ncmds=1;subcmd=./a;maxprocs=5;argc=3;argv0=a;argv1=b;argv2=c;";
+    let fence = format!("{:<6}cmd=kvs-fence;{}", 20, &spawn[60..66]);
+    assert_eq!(&fence[20..], "=b;arg");
+    assert_eq!(frame_len(fence.as_bytes()), Ok(Some(26)));
+    assert_eq!(req(fence.as_bytes()).msg, Request::KvsFence);
+    for tail in ["ab;cd;", "x;\0\0\0\0", ";=;=;="] {
+        let body = format!("cmd=kvs-get;key=k;{tail}");
+        assert_eq!(
+            req(&framed(&body)).msg,
+            Request::KvsGet {
+                jobid: None,
+                srcid: None,
+                key: s("k")
+            },
+            "tail {tail:?}"
+        );
+    }
+    // Only the last 6 bytes, and only when a pair ends right before them.
+    assert!(matches!(
+        req_err(&framed("cmd=kvs-put;key;value=a-long-value;")),
+        WireError::Malformed(_)
+    ));
+    assert!(matches!(
+        req_err(&framed("cmd=kvs-fence;xab;cd;")),
+        WireError::Malformed(_)
+    ));
+}
+
+#[test]
 fn semicolon_escaping() {
     let wire = framed("cmd=kvs-put;key=k;value=a;;b;;;;c;;;");
     let f = req(&wire);

@@ -1,0 +1,1079 @@
+#!/usr/bin/env python3
+"""MPICH 4.0.2's own test suite (test/mpi) under kauri and under mpiexec.hydra.
+
+Standard library only. See README.md next to this file for the whole story; in short:
+
+  suite.py run --mpich debian --launcher kauri --subset ci --out OUT   # one MPICH, one launcher
+  suite.py run --mpich ch3-pmi1 --launcher hydra --dirs spawn,errors/spawn --out OUT
+  suite.py compare HYDRA_OUT KAURI_OUT [--markdown FILE]               # exit 1 on a regression
+  suite.py all --subset ci --out OUT          # every MPICH of the subset, both launchers, compare
+  suite.py plan --subset ci                   # print what a subset runs (no build, no run)
+  suite.py selftest                           # check the sampling rule and the comparison
+
+MPICH builds (--mpich):
+  debian     Debian's libmpich (ch4:ucx, PMI-1), compiled with mpicc.mpich
+  ch3-pmi1   CACHE/mpich-4.0.2-ch3-pmi1 (ch3:nemesis, PMI-1), built by build-mpich.sh
+  ch3-pmi2   CACHE/mpich-4.0.2-ch3-pmi2 (ch3:nemesis, PMI-2), built by build-mpich.sh
+CACHE is $KAURI_CACHE or ~/.cache/kauri. Each build gets its own copy of test/mpi in
+CACHE/testsuite/<mpich>/, configured with MPICC=<that mpicc> and without Fortran, C++, io,
+perf and ft tests; only the programs a run needs are built, once.
+
+Running: directories with a testlist run through the suite's own `runtests`
+(-mpiexec=<launcher>, -junitfile=...), one runtests per directory, on a list file written
+into the directory (testlist.kauri-<subset>): the directory's program lines in testlist
+order, or every k-th of them for a sampled directory. runtests sets MPIEXEC_TIMEOUT per test
+(180 s or the testlist's timeLimit). Two directories have no testlist and are run by this
+script with the same conventions (launcher -n NP ./prog, MPIEXEC_TIMEOUT, output captured):
+  basic/   each program on 2 ranks; passes when the launcher exits 0 (they print no "No Errors")
+  manual/  connect/accept: testconnect and testconnectserial, N single-rank jobs started one
+           after another as manual/manyconnect does, joining through a port file (passes when
+           every job exits 0 and reports completion); spawntest_parent (full subset only)
+Singleton tests (manual/singjoin, testconnect started without a launcher) are left out until
+kauri supports singleton init.
+
+What a test really did: execlog.so (built from execlog.c) is LD_PRELOADed into everything
+runtests starts; the launcher and every test process append a line to a log, so each test row
+also says how many processes ran (`procs`; more than `np` means it spawned), the launcher's
+exit status and time. A launcher still alive 60 s after its MPIEXEC_TIMEOUT is killed by this
+script (with its job's processes) and the test fails with a line saying so; processes of a job
+still alive after it ended are killed and reported (`leftover`).
+
+Output folder: results.tsv (one row per test: mpich, dir, test, np, args, result, seconds,
+status, procs, leftover, first_error), results.md, meta.json, logs/ (runtests output, junit
+files, execlog, the manual tests' outputs).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+VERSION = "4.0.2"
+CACHE = os.environ.get("KAURI_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "kauri")
+SRC = os.path.join(CACHE, "mpich-src", "mpich-" + VERSION)
+JOBS = os.environ.get("JOBS") or str(os.cpu_count() or 2)
+
+MPICHS = ("debian", "ch3-pmi1", "ch3-pmi2")
+LAUNCHERS = ("kauri", "hydra")
+
+# Seconds a launcher may outlive its MPIEXEC_TIMEOUT before this script kills it.
+KILL_GRACE = 60
+DEFAULT_TIMEOUT = 180
+
+# Directories that need dynamic processes: Debian's ch4:ucx library fails them under any
+# launcher (its UCX port functions are stubs), so they run against the ch3 builds only.
+DYNAMIC_DIRS = ("spawn", "errors/spawn", "threads/spawn", "manual")
+
+# ---------------------------------------------------------------------------------------
+# Subsets. A subset is a list of (mpich, directory, k): k = 1 runs every test of the
+# directory, k > 1 every k-th program line of its testlist (1st, (k+1)th, ...), in testlist
+# order. "*" as directory means every directory of the configured suite except DYNAMIC_DIRS.
+
+SUBSETS = {
+    "ci": [
+        ("debian", "init", 1),
+        ("debian", "basic", 1),
+        ("debian", "attr", 1),
+        ("debian", "comm", 1),
+        ("debian", "group", 1),
+        ("debian", "info", 1),
+        ("debian", "topo", 1),
+        ("debian", "errhan", 1),
+        ("debian", "pt2pt", 2),
+        ("debian", "coll", 8),
+        ("ch3-pmi1", "spawn", 1),
+        ("ch3-pmi1", "errors/spawn", 1),
+        ("ch3-pmi1", "manual", 1),
+        ("ch3-pmi2", "init", 1),
+        ("ch3-pmi2", "spawn", 2),
+    ],
+    "full": [
+        ("debian", "*", 1),
+        ("debian", "basic", 1),
+        ("ch3-pmi1", "spawn", 1),
+        ("ch3-pmi1", "errors/spawn", 1),
+        ("ch3-pmi1", "manual", 1),
+        ("ch3-pmi2", "init", 1),
+        ("ch3-pmi2", "spawn", 1),
+        ("ch3-pmi2", "errors/spawn", 1),
+        ("ch3-pmi2", "manual", 1),
+    ],
+}
+
+# Left out of the CI subset (after sampling): tests that run into their timeout under
+# mpiexec.hydra on the 2-core CI machine because 4 to 10 busy-polling ranks share 2 cores,
+# whatever the launcher: (dir, program, np). The full subset runs them.
+CI_EXCLUDE = {
+    ("comm", "ctxsplit", "4"),  # 100 000 MPI_Comm_split: > 300 s under Hydra
+    ("pt2pt", "sendflood", "8"),
+    ("coll", "nonblocking3", "10"),
+}
+
+# manual/: (test, N) per subset. N single-rank jobs.
+MANUAL_TESTS = {
+    "ci": [("testconnect", 4), ("testconnectserial", 4)],
+    "full": [("testconnect", 8), ("testconnectserial", 8), ("spawntest_parent", 1)],
+}
+
+# basic/: (program, np, arguments, subsets). self is a one-process program (it sends to rank 0);
+# netpipe and adapt are bandwidth benchmarks that run for minutes on 2 busy cores even when
+# shortened with -reps 3: full subset only.
+BASIC_TESTS = [
+    ("self", 1, [], ("ci", "full")),
+    ("simple", 2, [], ("ci", "full")),
+    ("sendrecv", 2, [], ("ci", "full")),
+    ("srtest", 2, [], ("ci", "full")),
+    ("wtime", 2, [], ("ci", "full")),
+    ("patterns", 2, [], ("ci", "full")),
+    ("netpipe", 2, ["-reps", "3"], ("full",)),
+    ("adapt", 3, ["-reps", "3"], ("full",)),
+]
+
+FIELDS = ["mpich", "dir", "test", "np", "args", "result", "seconds", "status", "procs",
+          "leftover", "first_error"]
+
+
+def log(msg):
+    print("suite: " + msg, file=sys.stderr, flush=True)
+
+
+def die(msg):
+    log("error: " + msg)
+    sys.exit(2)
+
+
+def run_quiet(cmd, logfile, cwd=None, env=None):
+    """Runs cmd with its output in logfile; dies with the log's tail on failure."""
+    with open(logfile, "ab") as f:
+        f.write(("\n$ " + " ".join(cmd) + "\n").encode())
+        f.flush()
+        rc = subprocess.call(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+    if rc != 0:
+        with open(logfile, "rb") as f:
+            tail = f.read()[-3000:].decode(errors="replace")
+        die("`%s` failed (status %d), end of %s:\n%s" % (" ".join(cmd), rc, logfile, tail))
+
+
+# ---------------------------------------------------------------------------------------
+# MPICH builds and configured copies of test/mpi
+
+
+def mpicc_of(mpich):
+    if mpich == "debian":
+        path = shutil.which("mpicc.mpich")
+        if not path:
+            die("mpicc.mpich not found: apt-get install mpich libmpich-dev")
+        return path
+    return os.path.join(CACHE, "mpich-%s-%s" % (VERSION, mpich), "bin", "mpicc")
+
+
+def ensure_mpich(mpich):
+    """Builds the ch3 MPICHs (and fetches the source) through build-mpich.sh if needed."""
+    if mpich != "debian" and os.access(mpicc_of(mpich), os.X_OK) and os.path.isdir(SRC):
+        stamp = os.path.join(os.path.dirname(os.path.dirname(mpicc_of(mpich))), ".kauri-build")
+        if os.path.exists(stamp):
+            return
+    if mpich == "debian" and os.path.isfile(os.path.join(SRC, ".kauri-fetched")):
+        return
+    args = [os.path.join(HERE, "build-mpich.sh")]
+    if mpich == "debian":
+        args.append("--fetch-only")
+    log("running " + " ".join(args))
+    if subprocess.call(args) != 0:
+        die("build-mpich.sh failed")
+
+
+def suite_root(mpich):
+    return os.path.join(CACHE, "testsuite", mpich)
+
+
+def ensure_configured(mpich):
+    """A copy of test/mpi for this MPICH, configured once (stamp .kauri-configured)."""
+    ensure_mpich(mpich)
+    root = suite_root(mpich)
+    mpicc = mpicc_of(mpich)
+    conf = ["./configure", "MPICC=" + mpicc, "--disable-fortran", "--disable-cxx",
+            "--disable-romio", "--disable-perftest", "--disable-ft-tests",
+            "--disable-checkpointing", "--disable-maintainer-mode",
+            "--disable-dependency-tracking"]
+    stamp = os.path.join(root, ".kauri-configured")
+    if os.path.isfile(stamp) and open(stamp).read().splitlines()[0] == " ".join(conf):
+        return root
+    t0 = time.time()
+    log("%s: copying and configuring test/mpi in %s" % (mpich, root))
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.copytree(os.path.join(SRC, "test", "mpi"), root, symlinks=True)
+    os.makedirs(os.path.join(CACHE, "logs"), exist_ok=True)
+    logfile = os.path.join(CACHE, "logs", "testsuite-%s.log" % mpich)
+    open(logfile, "w").close()
+    run_quiet(conf, logfile, cwd=root)
+    # the support libraries every test links
+    run_quiet(["make", "-j" + JOBS, "-C", "util"], logfile, cwd=root)
+    run_quiet(["make", "-j" + JOBS, "-C", "dtpools"], logfile, cwd=root)
+    with open(stamp, "w") as f:
+        f.write(" ".join(conf) + "\nconfigured in %.0f s\n" % (time.time() - t0))
+    log("%s: configured in %.0f s" % (mpich, time.time() - t0))
+    return root
+
+
+def read_testlist(root, d):
+    """The testlist lines of directory d: (kind, text) with kind 'test', 'dir' or 'bang'."""
+    path = os.path.join(root, d, "testlist")
+    if not os.path.isfile(path):
+        return None
+    out = []
+    for raw in open(path):
+        line = re.sub(r"#.*", "", raw).strip()
+        if not line:
+            continue
+        if line.startswith("!"):
+            out.append(("bang", line))
+            continue
+        name = line.split()[0]
+        kind = "dir" if os.path.isdir(os.path.join(root, d, name)) else "test"
+        out.append((kind, line))
+    return out
+
+
+def leaf_dirs(root, d=""):
+    """Every directory reachable from the top-level testlist that lists programs."""
+    lines = read_testlist(root, d or ".")
+    if lines is None:
+        return []
+    out = []
+    if any(k == "test" for k, _ in lines):
+        out.append(d)
+    for kind, line in lines:
+        if kind == "dir":
+            sub = line.split()[0]
+            out.extend(leaf_dirs(root, os.path.join(d, sub) if d else sub))
+    return out
+
+
+def expand(subset, dirs=None, mpich=None):
+    """The (mpich, dir, k) groups to run."""
+    if dirs:
+        return [(mpich, d, 1) for d in dirs]
+    groups = []
+    for m, d, k in SUBSETS[subset]:
+        if mpich and m != mpich:
+            continue
+        if d == "*":
+            root = ensure_configured(m)
+            for leaf in leaf_dirs(root):
+                if leaf and not any(leaf == x or leaf.startswith(x + "/") for x in DYNAMIC_DIRS):
+                    groups.append((m, leaf, 1))
+        else:
+            groups.append((m, d, k))
+    return groups
+
+
+def selected_lines(lines, k, d="", exclude=()):
+    """Every k-th test line (the 1st, the k+1-th, ...) plus the directory's '!' lines,
+    without the (d, program, np) of exclude."""
+    out, i = [], 0
+    for kind, line in lines:
+        if kind == "bang":
+            out.append(line)
+        elif kind == "test":
+            words = line.split()
+            if i % k == 0 and (d, words[0], words[1] if len(words) > 1 else "") not in exclude:
+                out.append(line)
+            i += 1
+    return out
+
+
+def prepare_dir(root, d, k, listname, subset=None):
+    """Writes the directory's list file and builds its programs; returns the list's lines."""
+    if d in ("basic", "manual"):
+        progs = [t[0] for t in BASIC_TESTS] if d == "basic" else [
+            "testconnect", "testconnectserial", "spawntest_parent", "spawntest_child"]
+        lines = progs
+    else:
+        lines = read_testlist(root, d)
+        if lines is None:
+            die("%s has no testlist in %s (not configured for this MPICH?)" % (d, root))
+        lines = selected_lines(lines, k, d, CI_EXCLUDE if subset == "ci" else ())
+        with open(os.path.join(root, d, listname), "w") as f:
+            f.write("".join(line + "\n" for line in lines))
+        progs = sorted({line.split()[0] for line in lines if not line.startswith("!")})
+    logfile = os.path.join(CACHE, "logs", "testsuite-%s.log" % os.path.basename(root))
+    for line in lines:
+        m = re.match(r"^!([^:]*):(.*)", line)
+        if m:
+            run_quiet(["make", "-C", m.group(1), m.group(2)], logfile, cwd=os.path.join(root, d))
+    missing = [p for p in progs if not os.access(os.path.join(root, d, p), os.X_OK)]
+    if missing:
+        # a program that does not build is reported by runtests as that test's failure
+        subprocess.call(["make", "-k", "-j" + JOBS] + missing, cwd=os.path.join(root, d),
+                        stdout=open(logfile, "ab"), stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL)
+    return lines
+
+
+def execlog_so():
+    out = os.path.join(CACHE, "execlog.so")
+    src = os.path.join(HERE, "execlog.c")
+    if not os.path.isfile(out) or os.path.getmtime(out) < os.path.getmtime(src):
+        subprocess.check_call(["gcc", "-O2", "-Wall", "-shared", "-fPIC", "-o", out + ".tmp", src])
+        os.replace(out + ".tmp", out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Watching what the launchers do
+
+
+def proc_exe(pid):
+    try:
+        return os.readlink("/proc/%d/exe" % pid)
+    except OSError:
+        return None
+
+
+def proc_env(pid, name):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(name.encode() + b"="):
+                    return item.split(b"=", 1)[1].decode(errors="replace")
+    except OSError:
+        pass
+    return None
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_processes(root):
+    """pid -> job of every live process whose executable lies under root."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        exe = proc_exe(pid)
+        if exe and exe.startswith(root + "/") and alive(pid):
+            out[pid] = proc_env(pid, "KAURI_SUITE_JOB")
+    return out
+
+
+def kill_pids(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class Watch:
+    """Follows the execlog: kills launchers that outlive MPIEXEC_TIMEOUT and cleans up the
+    processes a finished job left behind. Records what it did per launcher pid."""
+
+    def __init__(self, path, root):
+        self.path, self.root = path, root
+        self.killed = {}  # launcher pid -> seconds it had run
+        self.leftover = {}  # launcher pid -> number of processes killed after the job
+        self.jobs = {}  # launcher pid -> {start, timeout, end}
+        self.pos = 0
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_ev.set()
+        self.thread.join()
+        self.poll(final=True)
+
+    def read(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n") + 1
+        self.pos += end
+        for raw in data[:end].decode(errors="replace").splitlines():
+            rec = raw.split("\t")
+            if rec[0] == "L" and len(rec) >= 4:
+                t = rec[3]
+                self.jobs[int(rec[1])] = {
+                    "start": float(rec[2]),
+                    "timeout": int(t) if t.isdigit() else DEFAULT_TIMEOUT,
+                    "end": None,
+                }
+            elif rec[0] == "E" and int(rec[1]) in self.jobs:
+                self.jobs[int(rec[1])]["end"] = float(rec[2])
+
+    def poll(self, final=False):
+        self.read()
+        now = time.time()
+        for pid, job in self.jobs.items():
+            if job.get("cleaned"):
+                continue
+            running = job["end"] is None and alive(pid)
+            if running and now - job["start"] > job["timeout"] + KILL_GRACE:
+                log("launcher pid %d still running %.0f s after MPIEXEC_TIMEOUT=%d: killing its job"
+                    % (pid, now - job["start"] - job["timeout"], job["timeout"]))
+                self.killed[pid] = now - job["start"]
+                kill_pids([pid])
+                kill_pids([p for p, j in test_processes(self.root).items() if j == str(pid)])
+                running = False
+            if not running:
+                if job.get("gone") is None:
+                    job["gone"] = now
+                # give the launcher's own clean-up 3 s
+                if final or now - job["gone"] >= 3:
+                    left = [p for p, j in test_processes(self.root).items() if j == str(pid)]
+                    if left:
+                        self.leftover[pid] = len(left)
+                        kill_pids(left)
+                    job["cleaned"] = True
+        if final:
+            left = list(test_processes(self.root))
+            if left:
+                log("killing %d leftover test processes" % len(left))
+                kill_pids(left)
+
+    def loop(self):
+        while not self.stop_ev.wait(1.0):
+            self.poll()
+
+
+def parse_execlog(path):
+    """Launcher records in start order, each with its processes and exit."""
+    launchers, by_pid, order = [], {}, []
+    if not os.path.isfile(path):
+        return launchers
+    for raw in open(path, errors="replace"):
+        rec = raw.rstrip("\n").split("\t")
+        if rec[0] == "L" and len(rec) >= 5:
+            job = {"pid": int(rec[1]), "start": float(rec[2]), "timeout": rec[3],
+                   "argv": rec[4].split("\x1f"), "end": None, "status": None, "procs": set()}
+            launchers.append(job)
+            by_pid[rec[1]] = job
+            order.append(job)
+        elif rec[0] == "E" and rec[1] in by_pid:
+            by_pid[rec[1]]["end"] = float(rec[2])
+            by_pid[rec[1]]["status"] = int(rec[3])
+        elif rec[0] == "P" and len(rec) >= 7:
+            job = by_pid.get(rec[4]) or (order[-1] if order else None)
+            if job is not None:
+                job["procs"].add(int(rec[1]))
+    return launchers
+
+
+def launcher_matches(job, prog, np):
+    argv = job["argv"]
+    if not any(a == "./" + prog or a.endswith("/" + prog) for a in argv[1:]):
+        return False
+    for i, a in enumerate(argv[:-1]):
+        if a in ("-n", "-np") and argv[i + 1] == str(np):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------
+# Running
+
+
+class Launcher:
+    def __init__(self, name, path):
+        self.name = name
+        self.path = os.path.abspath(path)
+        if not os.access(self.path, os.X_OK):
+            if name == "kauri":
+                die("no kauri at %s: run `cargo build --release` or pass --kauri" % self.path)
+            die("no mpiexec.hydra at %s: apt-get install mpich" % self.path)
+        self.real = os.path.realpath(self.path)
+
+    def version(self):
+        try:
+            arg = "--version" if self.name == "kauri" else "-info"
+            out = subprocess.run([self.path, arg], capture_output=True, text=True, timeout=20)
+            text = out.stdout.strip().splitlines()
+            return text[0].strip() if self.name == "kauri" else next(
+                (line.split(":", 1)[1].strip() for line in text if "Version:" in line), "?")
+        except (OSError, subprocess.TimeoutExpired, StopIteration):
+            return "?"
+
+
+def base_env(launcher, root, execlog):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("KAURI_SUITE_", "PMI_", "PMIX_", "MPIEXEC_")):
+            del env[k]
+    env.update({
+        "KAURI_SUITE_EXECLOG": execlog,
+        "KAURI_SUITE_LAUNCHER": launcher.real,
+        "KAURI_SUITE_ROOT": root,
+        "LD_PRELOAD": execlog_so(),
+        "MPITEST_CLEANUP": "0",  # keep the programs: the other launcher runs them too
+    })
+    return env
+
+
+def first_error(output_lines):
+    """The first line runtests would call unexpected: anything but empty lines, one
+    'No Errors' and 'Test Passed' (a second 'No Errors' means two processes printed it)."""
+    seen_no_errors = False
+    for line in output_lines:
+        s = line.strip()
+        if re.match(r"^No [Ee]rrors$", s):
+            if seen_no_errors:
+                return "'No Errors' printed twice (by more than one process)"
+            seen_no_errors = True
+            continue
+        if not s or s == "Test Passed":
+            continue
+        return s[:300]
+    return ""
+
+
+def parse_junit(path):
+    """(dir, prog, np, extra, result, seconds, output lines) per test, in run order."""
+    if not os.path.isfile(path):
+        return []
+    text = open(path, errors="replace").read()
+    out = []
+    for m in re.finditer(r'<testcase name="(.*?)"(?: time="([^"]*)")?>(.*?)</testcase>', text, re.S):
+        name, secs, body = m.group(1), m.group(2), m.group(3)
+        name = name.split(" - ", 1)[-1].strip()
+        parts = name.split()
+        path_ = parts[0]
+        d, prog = os.path.split(path_)
+        d = re.sub(r"^\./", "", d)
+        np = parts[1] if len(parts) > 1 else ""
+        extra = " ".join(parts[2:])
+        if "<skipped" in body:
+            result = "skip"
+        elif "<failure" in body:
+            result = "fail"
+        else:
+            result = "pass"
+        lines = [x[3:] if x.startswith("## ") else x[2:] for x in body.splitlines()
+                 if x.startswith("##") and not x.startswith("## Test output")]
+        out.append((d, prog, np, extra, result, secs, lines))
+    return out
+
+
+def run_runtests(launcher, mpich, root, d, listname, logdir, env):
+    tag = "%s-%s" % (mpich, d.replace("/", "-"))
+    junit = os.path.join(logdir, tag + ".junit.xml")
+    for f in (junit,):
+        if os.path.exists(f):
+            os.remove(f)
+    cmd = ["perl", "./runtests", "-srcdir=.", "-testdirs=" + d, "-tests=" + listname,
+           "-mpiexec=" + launcher.path, "-junitfile=" + junit]
+    with open(os.path.join(logdir, tag + ".runtests.out"), "wb") as out:
+        out.write(("$ " + " ".join(cmd) + "\n").encode())
+        out.flush()
+        subprocess.call(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL)
+    return parse_junit(junit)
+
+
+def run_job(launcher, argv, cwd, env, timeout, out_path):
+    """Starts `launcher -n 1 argv` (a manual/ or basic/ job); returns the Popen."""
+    env = dict(env, MPIEXEC_TIMEOUT=str(timeout))
+    f = open(out_path, "wb")
+    p = subprocess.Popen([launcher.path] + argv, cwd=cwd, env=env, stdout=f,
+                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    p.out_path = out_path
+    p.t0 = time.time()
+    f.close()
+    return p
+
+
+def wait_job(p, timeout):
+    try:
+        p.wait(timeout=timeout + KILL_GRACE)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        p.harness_killed = True
+    p.secs = time.time() - p.t0
+    with open(p.out_path, errors="replace") as f:
+        p.lines = f.read().splitlines()
+    return p
+
+
+def run_basic(launcher, root, env, logdir, subset):
+    out = []
+    for prog, np, args, subsets in BASIC_TESTS:
+        if subset not in subsets:
+            continue
+        exe = os.path.join(root, "basic", prog)
+        extra = " ".join(args)
+        if not os.access(exe, os.X_OK):
+            out.append(("basic", prog, str(np), extra, "fail", "0", ["did not build"]))
+            continue
+        p = wait_job(run_job(launcher, ["-n", str(np), "./" + prog] + args,
+                             os.path.join(root, "basic"), env, DEFAULT_TIMEOUT,
+                             os.path.join(logdir, "basic-%s.out" % prog)), DEFAULT_TIMEOUT)
+        ok = p.returncode == 0
+        # their output is free-form: the last line says most when they fail
+        err = "" if ok else "exit status %d: %s" % (p.returncode, p.lines[-1][:200] if p.lines else "no output")
+        out.append(("basic", prog, str(np), extra, "pass" if ok else "fail", "%.2f" % p.secs, [err]))
+    return out
+
+
+def run_manual(launcher, root, env, logdir, subset):
+    out = []
+    mdir = os.path.join(root, "manual")
+    for prog, n in MANUAL_TESTS[subset]:
+        tag = "%s-%d" % (prog, n)
+        t0 = time.time()
+        if not os.access(os.path.join(mdir, prog), os.X_OK):
+            out.append(("manual", prog, str(n), "", "fail", "0", ["did not build"]))
+            continue
+        if prog == "spawntest_parent":
+            p = wait_job(run_job(launcher, ["-n", "1", "./spawntest_parent"], mdir, env,
+                                 DEFAULT_TIMEOUT, os.path.join(logdir, "manual-%s.out" % tag)),
+                         DEFAULT_TIMEOUT)
+            ok = p.returncode == 0 and any("all children should have already exited" in x
+                                           for x in p.lines)
+            bad = [x for x in p.lines if "spawntest_parent.c" not in x]
+            err = "" if ok else (first_error(bad) or "exit status %s" % p.returncode)
+            out.append(("manual", prog, "1", "", "pass" if ok else "fail",
+                        "%.2f" % (time.time() - t0), [err]))
+            continue
+        port = os.path.join(mdir, "kauri-port-%s" % tag)
+        for f in os.listdir(mdir):
+            if f.startswith("kauri-port-%s" % tag):
+                os.remove(os.path.join(mdir, f))
+        procs = []
+        # as manual/manyconnect: the first job, a pause, then the others (1-based index)
+        for i in range(1, n + 1):
+            procs.append(run_job(launcher, ["-n", "1", "./" + prog, port, str(n), str(i)],
+                                 mdir, env, DEFAULT_TIMEOUT,
+                                 os.path.join(logdir, "manual-%s-%d.out" % (tag, i))))
+            if i == 1:
+                time.sleep(1)
+        for p in procs:
+            wait_job(p, max(1, DEFAULT_TIMEOUT - (time.time() - p.t0)))
+        errs = []
+        for i, p in enumerate(procs, 1):
+            if p.returncode != 0:
+                errs.append("job %d: %s (exit status %s)" % (
+                    i, first_error([x for x in p.lines if "All done" not in x]) or "no output",
+                    p.returncode))
+            elif not any("All done" in x for x in p.lines):
+                errs.append("job %d: exited 0 without 'All done'" % i)
+        if prog == "testconnectserial" and not errs and not os.path.exists(port + ".done"):
+            errs.append("no %s.done: the accepting job did not finish" % os.path.basename(port))
+        out.append(("manual", prog, str(n), "", "fail" if errs else "pass",
+                    "%.2f" % (time.time() - t0), errs[:1]))
+        for f in os.listdir(mdir):
+            if f.startswith("kauri-port-%s" % tag):
+                os.remove(os.path.join(mdir, f))
+    return out
+
+
+def attach_jobs(rows, launchers, watch):
+    """Fills status, procs, leftover and the harness's own verdicts from the execlog."""
+    i = 0
+    out = []
+    for (d, prog, np, extra, result, secs, lines) in rows:
+        jobs = []
+        if d == "manual":
+            n = int(np) if np.isdigit() else 1
+            while i < len(launchers) and launcher_matches(launchers[i], prog, 1) and len(jobs) < n:
+                jobs.append(launchers[i])
+                i += 1
+        else:
+            # skip launchers that belong to no reported test (should not happen)
+            j = i
+            while j < len(launchers) and not launcher_matches(launchers[j], prog, np):
+                j += 1
+            if j < len(launchers) and result != "skip":
+                jobs = [launchers[j]]
+                i = j + 1
+        status = ",".join("-" if j["status"] is None else str(j["status"]) for j in jobs)
+        procs = sum(len(j["procs"]) for j in jobs)
+        leftover = sum(watch.leftover.get(j["pid"], 0) for j in jobs)
+        killed = [j for j in jobs if j["pid"] in watch.killed]
+        err = lines[0] if d in ("basic", "manual") and lines else first_error(lines)
+        if killed:
+            result = "fail"
+            err = ("harness killed the launcher %d s after MPIEXEC_TIMEOUT=%s (not honoured)"
+                   % (KILL_GRACE, killed[0]["timeout"]))
+        elif result == "fail" and not err:
+            if jobs and jobs[0]["status"] is None:
+                err = "launcher ended without exit(): killed by a signal or _exit"
+            elif jobs and jobs[0]["status"]:
+                err = "no error output; launcher exit status %s" % jobs[0]["status"]
+            elif jobs:
+                err = "launcher exit status 0 (the test expects a failure status)"
+            else:
+                err = "no output"
+        if not secs or secs == "0":
+            ends = [j["end"] for j in jobs if j["end"]]
+            if jobs and len(ends) == len(jobs):
+                secs = "%.2f" % (max(ends) - min(j["start"] for j in jobs))
+        try:
+            secs = "%.2f" % float(secs)
+        except (TypeError, ValueError):
+            secs = ""
+        out.append({"dir": d, "test": prog, "np": np, "args": extra, "result": result,
+                    "seconds": secs, "status": status, "procs": str(procs) if jobs else "",
+                    "leftover": str(leftover) if leftover else "", "first_error": err})
+    return out
+
+
+def cmd_run(a, mpich=None, launcher_name=None, out=None, groups=None):
+    mpich = mpich or a.mpich
+    launcher_name = launcher_name or a.launcher
+    out = os.path.abspath(out or a.out)
+    if groups is None:
+        if not a.dirs and not a.subset:
+            die("give --subset or --dirs")
+        groups = expand(a.subset, a.dirs.split(",") if a.dirs else None, mpich)
+    subset = a.subset or "ci"
+    listname = "testlist.kauri-" + (a.subset or "dirs")
+    launcher = Launcher(launcher_name, a.kauri if launcher_name == "kauri" else a.hydra)
+    logdir = os.path.join(out, "logs")
+    os.makedirs(logdir, exist_ok=True)
+    root = ensure_configured(mpich)
+    rows = []
+    timing = {}
+    for _m, d, k in groups:
+        t0 = time.time()
+        prepare_dir(root, d, k, listname, a.subset)
+        timing["build " + d] = round(time.time() - t0, 1)
+    execlog = os.path.join(logdir, "%s.execlog" % mpich)
+    if os.path.exists(execlog):
+        os.remove(execlog)
+    env = base_env(launcher, root, execlog)
+    t_all = time.time()
+    with Watch(execlog, root) as watch:
+        raw = []
+        for _m, d, k in groups:
+            t0 = time.time()
+            log("%s / %s: %s%s" % (launcher.name, mpich, d, " (every %d-th test)" % k if k > 1 else ""))
+            if d == "basic":
+                got = run_basic(launcher, root, env, logdir, subset)
+            elif d == "manual":
+                got = run_manual(launcher, root, env, logdir, subset)
+            else:
+                got = run_runtests(launcher, mpich, root, d, listname, logdir, env)
+            raw.extend(got)
+            timing[d] = round(time.time() - t0, 1)
+            npass = sum(1 for r in got if r[4] == "pass")
+            log("%s / %s: %s: %d/%d passed in %.0f s" % (launcher.name, mpich, d, npass, len(got),
+                                                          time.time() - t0))
+            watch.poll()
+    rows = attach_jobs(raw, parse_execlog(execlog), watch)
+    for r in rows:
+        r["mpich"] = mpich
+    append_results(out, rows, {
+        "mpich": mpich, "launcher": launcher.name, "path": launcher.path,
+        "version": launcher.version(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "groups": [[m, d, k] for m, d, k in groups], "seconds": round(time.time() - t_all, 1),
+        "timing": timing, "universe": universe_probe(launcher, mpich, env),
+    })
+    return rows
+
+
+def universe_probe(launcher, mpich, env):
+    """What MPI_UNIVERSE_SIZE a 2-rank job sees under this launcher ('unset' = no attribute,
+    which MPICH's spawn tests take as 'may spawn'; a value <= 2 makes them skip spawning)."""
+    src = os.path.join(HERE, "universe.c")
+    exe = os.path.join(suite_root(mpich), "kauri-universe")
+    if not os.path.isfile(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        if subprocess.call([mpicc_of(mpich), "-o", exe, src]) != 0:
+            return "?"
+    env = dict(env, MPIEXEC_TIMEOUT="60")
+    env.pop("LD_PRELOAD", None)
+    try:
+        p = subprocess.run([launcher.path, "-n", "2", exe], capture_output=True, text=True,
+                           env=env, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    m = re.search(r"universe=(\S+)", p.stdout)
+    return m.group(1) if m else "? (status %d)" % p.returncode
+
+
+def append_results(out, rows, meta):
+    """Adds rows to OUT/results.tsv (keeping other MPICHs' rows) and meta to meta.json."""
+    tsv = os.path.join(out, "results.tsv")
+    old = [r for r in read_results(tsv) if r["mpich"] != meta["mpich"]] if os.path.isfile(tsv) else []
+    allrows = old + rows
+    with open(tsv, "w") as f:
+        f.write("\t".join(FIELDS) + "\n")
+        for r in allrows:
+            f.write("\t".join(r.get(k, "").replace("\t", " ") for k in FIELDS) + "\n")
+    metaf = os.path.join(out, "meta.json")
+    metas = json.load(open(metaf)) if os.path.isfile(metaf) else {}
+    metas[meta["mpich"]] = meta
+    json.dump(metas, open(metaf, "w"), indent=1)
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(results_markdown(allrows, metas))
+
+
+def read_results(tsv):
+    with open(tsv) as f:
+        head = f.readline().rstrip("\n").split("\t")
+        return [dict(zip(head, line.rstrip("\n").split("\t"))) for line in f if line.strip()]
+
+
+def results_markdown(rows, metas):
+    lines = []
+    for m, meta in metas.items():
+        lines.append("- %s: %s %s (%s), %s, %.0f s, MPI_UNIVERSE_SIZE on 2 ranks: %s" % (
+            m, meta["launcher"], meta["version"], meta["path"], meta["date"], meta["seconds"],
+            meta.get("universe", "?")))
+    lines += ["", "| MPICH | dir | test | np | args | result | s | status | procs | first error |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append("| %s |" % " | ".join(md(r[k]) for k in (
+            "mpich", "dir", "test", "np", "args", "result", "seconds", "status", "procs",
+            "first_error")))
+    return "\n".join(lines) + "\n"
+
+
+def md(s):
+    return (s or "").replace("|", "\\|")
+
+
+# ---------------------------------------------------------------------------------------
+# Comparing
+
+
+def key(r):
+    return (r["mpich"], r["dir"], r["test"], r["np"], r["args"])
+
+
+def spawned(r):
+    try:
+        return int(r["procs"]) - int(r["np"]) if r["dir"] != "manual" else 0
+    except ValueError:
+        return 0
+
+
+def verdict(h, k):
+    """Compares one test: (hydra result, kauri result, regression?)."""
+    hres = h["result"] if h else "missing"
+    kres = k["result"] if k else "missing"
+    if k and kres == "pass" and h and spawned(h) > 0 and spawned(k) <= 0:
+        kres = "pass-nospawn"
+    return hres, kres, hres == "pass" and kres != "pass"
+
+
+def compare(hydra_rows, kauri_rows):
+    hk = {key(r): r for r in hydra_rows}
+    kk = {key(r): r for r in kauri_rows}
+    keys = list(hk) + [x for x in kk if x not in hk]
+    return [(x, hk.get(x), kk.get(x)) + verdict(hk.get(x), kk.get(x)) for x in keys]
+
+
+def compare_markdown(cmp, hmeta=None, kmeta=None):
+    out = []
+    summary = {}
+    for (m, d, *_), h, k, hres, kres, reg in cmp:
+        s = summary.setdefault((m, d), [0, 0, 0, 0, 0, 0, 0.0, 0.0])
+        skipped = hres == "skip" and kres == "skip"
+        s[0] += 1
+        s[1] += skipped
+        s[2] += hres == "pass"
+        s[3] += kres == "pass"
+        s[4] += reg
+        s[5] += hres != "pass" and kres != "pass" and not skipped
+        s[6] += float(h["seconds"] or 0) if h else 0
+        s[7] += float(k["seconds"] or 0) if k else 0
+    out.append("| MPICH | directory | tests | skipped | Hydra pass | kauri pass | Hydra only "
+               "| both fail | Hydra s | kauri s |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    tot = [0] * 8
+    for (m, d), s in summary.items():
+        out.append("| %s | %s | %d | %d | %d | %d | %d | %d | %.0f | %.0f |" % ((m, d) + tuple(s)))
+        tot = [a + b for a, b in zip(tot, s)]
+    out.append("| **all** | | %d | %d | %d | %d | %d | %d | %.0f | %.0f |" % tuple(tot))
+    regs = [c for c in cmp if c[5]]
+    out.append("")
+    out.append("### Pass under Hydra, fail under kauri (%d)" % len(regs))
+    out.append("")
+    if regs:
+        out.append("| MPICH | dir | test | np | args | kauri | s | status | procs | kauri's first error |")
+        out.append("|---|---|---|---|---|---|---:|---|---|---|")
+        for (m, d, t, np, args), h, k, hres, kres, _ in regs:
+            out.append("| %s |" % " | ".join(md(x) for x in (
+                m, d, t, np, args, kres, k["seconds"] if k else "", k["status"] if k else "",
+                "%s (Hydra %s)" % (k["procs"] if k else "", h["procs"]),
+                "not run under kauri" if not k else
+                k["first_error"] if kres != "pass-nospawn" else
+                "passed without spawning (Hydra started %s processes)" % h["procs"])))
+    both = [c for c in cmp if c[3] != "pass" and c[4] != "pass" and
+            not (c[3] == "skip" and c[4] == "skip")]
+    out.append("")
+    out.append("### Fail under both (%d)" % len(both))
+    out.append("")
+    if both:
+        out.append("| MPICH | dir | test | np | args | Hydra's first error | kauri's first error |")
+        out.append("|---|---|---|---|---|---|---|")
+        for (m, d, t, np, args), h, k, _, _, _ in both:
+            out.append("| %s |" % " | ".join(md(x) for x in (
+                m, d, t, np, args, h["first_error"] if h else "missing",
+                k["first_error"] if k else "missing")))
+    better = [c for c in cmp if c[3] != "pass" and c[4] == "pass"]
+    out.append("")
+    out.append("### Pass under kauri, fail under Hydra (%d)" % len(better))
+    if better:
+        out.append("")
+        out.append("| MPICH | dir | test | np | args | Hydra's first error |")
+        out.append("|---|---|---|---|---|---|")
+        for (m, d, t, np, args), h, k, _, _, _ in better:
+            out.append("| %s |" % " | ".join(md(x) for x in (
+                m, d, t, np, args, h["first_error"] if h else "missing")))
+    return "\n".join(out) + "\n"
+
+
+def per_test_markdown(cmp):
+    out = ["| MPICH | dir | test | np | args | Hydra | s | procs | kauri | s | procs |",
+           "|---|---|---|---|---|---|---:|---:|---|---:|---:|"]
+    for (m, d, t, np, args), h, k, hres, kres, reg in cmp:
+        out.append("| %s |" % " | ".join(md(x) for x in (
+            m, d, t, np, args, hres, h["seconds"] if h else "", h["procs"] if h else "",
+            ("**%s**" % kres) if reg else kres, k["seconds"] if k else "",
+            k["procs"] if k else "")))
+    return "\n".join(out) + "\n"
+
+
+def cmd_compare(a):
+    hydra = read_results(os.path.join(a.hydra_out, "results.tsv"))
+    kauri = read_results(os.path.join(a.kauri_out, "results.tsv"))
+    cmp = compare(hydra, kauri)
+    text = compare_markdown(cmp)
+    print(text)
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write(text + "\n## Every test\n\n" + per_test_markdown(cmp))
+    regs = sum(1 for c in cmp if c[5])
+    if regs:
+        log("%d test(s) pass under mpiexec.hydra and fail under kauri" % regs)
+        return 1
+    log("no test passes under mpiexec.hydra and fails under kauri")
+    return 0
+
+
+def cmd_all(a):
+    out = os.path.abspath(a.out)
+    groups = expand(a.subset)
+    t0 = time.time()
+    stages = {}
+    for mpich in [m for m in MPICHS if any(g[0] == m for g in groups)]:
+        mine = [g for g in groups if g[0] == mpich]
+        s = time.time()
+        ensure_configured(mpich)
+        for _m, d, k in mine:
+            prepare_dir(suite_root(mpich), d, k, "testlist.kauri-" + a.subset, a.subset)
+        stages["prepare " + mpich] = round(time.time() - s, 1)
+        for launcher in ("hydra", "kauri"):
+            s = time.time()
+            cmd_run(a, mpich, launcher, os.path.join(out, launcher), mine)
+            stages["%s %s" % (launcher, mpich)] = round(time.time() - s, 1)
+    a.hydra_out, a.kauri_out = os.path.join(out, "hydra"), os.path.join(out, "kauri")
+    a.markdown = a.markdown or os.path.join(out, "compare.md")
+    stages["total"] = round(time.time() - t0, 1)
+    json.dump(stages, open(os.path.join(out, "stages.json"), "w"), indent=1)
+    log("stages (s): " + json.dumps(stages))
+    return cmd_compare(a)
+
+
+def cmd_selftest(_a):
+    """Checks the pure parts: the sampling rule, runtests' 'unexpected output' rule, the
+    comparison's verdicts. No build, no run."""
+    lines = [("test", "t%d %d" % (i, i % 3 + 1)) for i in range(10)]
+    lines.insert(3, ("bang", "!util:mtest.o"))
+    assert selected_lines(lines, 1) == [x[1] for x in lines]
+    assert selected_lines(lines, 4) == ["t0 1", "!util:mtest.o", "t4 2", "t8 3"]
+    assert selected_lines(lines, 4, "d", {("d", "t4", "2")}) == ["t0 1", "!util:mtest.o", "t8 3"]
+    assert first_error([" No Errors", ""]) == ""
+    assert first_error(["", "Test Passed", "boom", "x"]) == "boom"
+    assert first_error([" No Errors", " No Errors"]).startswith("'No Errors' printed twice")
+
+    def row(result, np, procs):
+        return {"mpich": "m", "dir": "spawn", "test": "t", "np": np, "args": "",
+                "result": result, "procs": procs}
+    assert verdict(row("pass", "1", "3"), row("pass", "1", "3")) == ("pass", "pass", False)
+    assert verdict(row("pass", "1", "3"), row("pass", "1", "1")) == ("pass", "pass-nospawn", True)
+    assert verdict(row("pass", "2", "2"), row("pass", "2", "2")) == ("pass", "pass", False)
+    assert verdict(row("pass", "1", "3"), row("fail", "1", "1"))[2]
+    assert verdict(row("pass", "1", "3"), None) == ("pass", "missing", True)
+    assert not verdict(row("fail", "1", "1"), row("fail", "1", "1"))[2]
+    assert not verdict(row("skip", "1", ""), row("skip", "1", ""))[2]
+    print("suite.py selftest: ok")
+    return 0
+
+
+def cmd_plan(a):
+    for m, d, k in expand(a.subset):
+        print("%-9s %-16s %s" % (m, d, "every test" if k == 1 else
+                                 "1 in %d: program lines 1, %d, %d, ... of the testlist" % (k, k + 1, 2 * k + 1)))
+    if a.subset == "ci":
+        print("left out: " + ", ".join("%s/%s %s" % x for x in sorted(CI_EXCLUDE)))
+    return 0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    default_kauri = os.path.join(REPO, "target", "release", "kauri")
+
+    def common(sp):
+        sp.add_argument("--kauri", default=default_kauri, help="kauri binary (%(default)s)")
+        sp.add_argument("--hydra", default=shutil.which("mpiexec.hydra") or "/usr/bin/mpiexec.hydra",
+                        help="mpiexec.hydra binary (%(default)s)")
+
+    r = sub.add_parser("run", help="run one MPICH's tests under one launcher")
+    r.add_argument("--mpich", choices=MPICHS, required=True)
+    r.add_argument("--launcher", choices=LAUNCHERS, required=True)
+    r.add_argument("--subset", choices=sorted(SUBSETS))
+    r.add_argument("--dirs", help="comma-separated directories (every test of each)")
+    r.add_argument("--out", required=True)
+    common(r)
+    c = sub.add_parser("compare", help="side-by-side table; exit 1 on a regression")
+    c.add_argument("hydra_out")
+    c.add_argument("kauri_out")
+    c.add_argument("--markdown", help="also write the tables (and every test) to this file")
+    al = sub.add_parser("all", help="a whole subset under both launchers, then compare")
+    al.add_argument("--subset", choices=sorted(SUBSETS), default="ci")
+    al.add_argument("--out", required=True)
+    al.add_argument("--markdown")
+    al.add_argument("--dirs", default=None, help=argparse.SUPPRESS)
+    common(al)
+    pl = sub.add_parser("plan", help="print the groups of a subset")
+    pl.add_argument("--subset", choices=sorted(SUBSETS), default="ci")
+    sub.add_parser("selftest", help="check the sampling rule and the comparison (no run)")
+    a = p.parse_args()
+    if a.cmd == "run":
+        if a.dirs and a.subset:
+            die("give --subset or --dirs, not both")
+        cmd_run(a)
+        return 0
+    return {"compare": cmd_compare, "all": cmd_all, "plan": cmd_plan,
+            "selftest": cmd_selftest}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
