@@ -109,6 +109,10 @@ Global options:
   -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
   -usize N|SYSTEM|INFINITE universe size reported to processes (default: the slots of the
                           hosts named, or unknown (-1) when none is named)
+  -pmi_args PORT IFACE KEY PID
+                          serve a program started without a launcher (a singleton) that
+                          needs one: MPICH's PMI-1 client runs 'mpiexec -pmi_args ...' from
+                          PATH (see contrib/mpiexec)
   -nameserver HOST[:PORT] publish/lookup names through a 'kauri nameserver' (default port
                           6392; also KAURI_NAMESERVER), shared with other kauri runs
   -disable-auto-cleanup   keep the job running when one process fails
@@ -121,6 +125,7 @@ Environment:
   MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds (exit status 255)
   KAURI_KILL_GRACE=SECS   grace between SIGTERM and SIGKILL at teardown (default 3)
   KAURI_TREE_WIDTH=K      the tree width, like -tree-width
+  KAURI_USIZE=N           the universe size, like -usize (a singleton's only way to set it)
   KAURI_LAUNCHER_ARGS=..  extra arguments for the launcher (e.g. ssh options)
   KAURI_AGENT_PATH=PATH   kauri's path on the other hosts (default: this kauri's path)
   KAURI_ADDR=IP           the address agents connect back to (default: the local address
@@ -161,6 +166,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             tree_width: None,
             launcher_exec: None,
             ml_env: false,
+            singleton: None,
         },
         segments: Vec::new(),
         configfile: None,
@@ -191,8 +197,29 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             }
         }
     }
+    if let Some(s) = &p.spec.singleton {
+        if !p.segments.is_empty() {
+            return err("-pmi_args serves a program that is already running: give no program");
+        }
+        p.segments.push(AppSpec {
+            nprocs: 1,
+            program: format!("singleton {}", s.pid),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_policy: None,
+            wdir: None,
+        });
+        p.n_given.push(true);
+    }
     if p.segments.is_empty() {
         return err("no program given (try kauri -h)");
+    }
+    if p.spec.universe_size.is_none() {
+        if let Ok(v) = std::env::var("KAURI_USIZE") {
+            if !v.trim().is_empty() {
+                p.spec.universe_size = Some(universe_size(v.trim(), "KAURI_USIZE")?);
+            }
+        }
     }
     p.spec.timeout = timeout_from_env()?;
     // A segment without -n gets the hosts' slots; with no host named, that is decided later,
@@ -362,21 +389,31 @@ impl Parser {
                 "-pmi-port" => self.spec.pmi_port = true,
                 "-usize" => {
                     let v = value(&name)?;
-                    self.spec.universe_size = Some(match v.as_str() {
-                        "INFINITE" | "infinite" => -1,
-                        "SYSTEM" | "system" => {
-                            std::thread::available_parallelism().map_or(1, |n| n.get() as i64)
+                    self.spec.universe_size = Some(universe_size(&v, "-usize")?);
+                }
+                "-pmi_args" => {
+                    let mut four = Vec::new();
+                    for _ in 0..4 {
+                        four.push(value("-pmi_args PORT INTERFACE KEY PID")?);
+                    }
+                    let port = four[0].parse::<u16>().ok().filter(|&p| p > 0);
+                    let pid = four[3].parse::<u32>().ok().filter(|&p| p > 1);
+                    match (port, pid) {
+                        (Some(port), Some(pid)) => {
+                            self.spec.singleton = Some(crate::job::Singleton {
+                                port,
+                                interface: four[1].clone(),
+                                key: four[2].clone(),
+                                pid,
+                            })
                         }
-                        _ => v
-                            .parse()
-                            .ok()
-                            .filter(|n: &i64| *n >= 1 || *n == -1)
-                            .ok_or_else(|| {
-                                UsageError(format!(
-                                    "-usize {v:?}: a positive number, SYSTEM or INFINITE"
-                                ))
-                            })?,
-                    });
+                        _ => {
+                            return err(format!(
+                                "-pmi_args {}: expected PORT INTERFACE KEY PID",
+                                four.join(" ")
+                            ))
+                        }
+                    }
                 }
                 "-nameserver" => self.spec.nameserver = Some(value(&name)?),
                 "-disable-auto-cleanup" => self.spec.auto_cleanup = false,
@@ -386,7 +423,7 @@ impl Parser {
             }
         }
         if seg.app.program.is_empty() {
-            if self.configfile.is_some() && allow_config {
+            if (self.configfile.is_some() && allow_config) || self.spec.singleton.is_some() {
                 return Ok(None);
             }
             return err(match words.last() {
@@ -397,6 +434,25 @@ impl Parser {
         self.segments.push(seg.app);
         self.n_given.push(n_given);
         Ok(None)
+    }
+}
+
+/// Parses a universe size: a positive number, `SYSTEM` (this machine's cores) or `INFINITE`.
+fn universe_size(v: &str, what: &str) -> Result<i64, UsageError> {
+    match v {
+        "INFINITE" | "infinite" => Ok(-1),
+        "SYSTEM" | "system" => {
+            Ok(std::thread::available_parallelism().map_or(1, |n| n.get() as i64))
+        }
+        _ => v
+            .parse()
+            .ok()
+            .filter(|n: &i64| *n >= 1 || *n == -1)
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "{what} {v:?}: a positive number, SYSTEM or INFINITE"
+                ))
+            }),
     }
 }
 
@@ -581,5 +637,24 @@ mod tests {
         assert_eq!(s.apps[1].args, vec!["x"]);
         assert!(s.label);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn pmi_args_serves_a_singleton() {
+        let s = run("-pmi_args 4711 default_interface default_key 1234");
+        assert_eq!(
+            s.singleton,
+            Some(crate::job::Singleton {
+                port: 4711,
+                interface: "default_interface".into(),
+                key: "default_key".into(),
+                pid: 1234,
+            })
+        );
+        assert_eq!(s.size(), 1);
+        assert!(fails("-pmi_args 4711 x y").contains("-pmi_args"));
+        assert!(fails("-pmi_args 0 x y 1234").contains("PORT INTERFACE KEY PID"));
+        assert!(fails("-pmi_args 4711 x y pid").contains("PORT INTERFACE KEY PID"));
+        assert!(fails("-pmi_args 4711 x y 1234 ./a.out").contains("give no program"));
     }
 }

@@ -19,8 +19,8 @@ use crate::node::{is_local, local_host, Node, NodeEvent};
 use crate::pmi::Output;
 use crate::proc;
 use crate::tree::{
-    self, AppPlan, Down, HostPlan, JobPlan, LaunchPlan, RankPlan, Report, Service, ServiceReply,
-    SpawnCommand, Stream, Up,
+    self, Adopt, AppPlan, Down, HostPlan, JobPlan, LaunchPlan, RankPlan, Report, Service,
+    ServiceReply, SpawnCommand, Stream, Up,
 };
 use bytes::Bytes;
 use std::net::IpAddr;
@@ -153,7 +153,12 @@ struct Plan {
 fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     let mut launcher = spec.launcher.clone();
     let mut hosts: Vec<HostSpec> = spec.hosts.clone();
-    if hosts.is_empty() {
+    if spec.singleton.is_some() {
+        // A singleton runs here; its spawned processes run here too (it has no way to name
+        // hosts but the spawn's own info keys).
+        hosts.clear();
+        launcher = Some("fork".into());
+    } else if hosts.is_empty() {
         if let Some(a) = crate::allocation::detect()? {
             if launcher.is_none()
                 && a.manager == "slurm"
@@ -243,8 +248,35 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         None
     };
     let named_slots: usize = slots.iter().sum();
+    // A singleton keeps the kvsname its PMI client made up before it had a process manager
+    // (MPICH's simple PMI: `singinit_kvs_PID_0`), which the program may already have handed
+    // out; it is rank 0 of a one-rank job on this host.
+    // MPICH 4.0.2's client formats the pid after its fork, in the child: the pid it passes is
+    // the launcher's own, and the program is its parent.
+    let singleton_pid = spec.singleton.as_ref().map(|s| {
+        if s.pid == std::process::id() {
+            std::os::unix::process::parent_id()
+        } else {
+            s.pid
+        }
+    });
+    let adopt = spec
+        .singleton
+        .as_ref()
+        .zip(singleton_pid)
+        .map(|(s, pid)| Adopt {
+            addr: match s.interface.as_str() {
+                "default_interface" | "" => format!("127.0.0.1:{}", s.port),
+                h if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{}", s.port),
+                h => format!("{h}:{}", s.port),
+            },
+            pid,
+        });
     let job = JobPlan {
-        kvsname: kvsname(me),
+        kvsname: match singleton_pid {
+            Some(pid) => format!("singinit_kvs_{pid}_0"),
+            None => kvsname(me),
+        },
         size,
         universe_size: spec.universe_size.unwrap_or(if hosts_named {
             named_slots as i64
@@ -261,6 +293,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         master,
         spawner: None,
         preput: Vec::new(),
+        adopt,
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
@@ -361,11 +394,16 @@ struct JobRun {
     start_error: Option<String>,
     /// A spawned job that failed to start and was killed: its ranks' ends count for nothing.
     discarded: bool,
+    /// Ranks of this host whose end has not been received yet. The job is not done before
+    /// they are all in: a rank's end travels through a channel after the node counts it out.
+    local_left: usize,
 }
 
 impl JobRun {
     fn done(&self) -> bool {
-        self.node.as_ref().is_none_or(|n| n.running() == 0) && self.kids.all_done()
+        self.local_left == 0
+            && self.node.as_ref().is_none_or(|n| n.running() == 0)
+            && self.kids.all_done()
     }
 
     /// "rank 3" for the first job, "rank 3 of spawned job 2" for the others.
@@ -476,7 +514,12 @@ async fn start_job(
             Err(e) => (None, Some(e)),
         },
     };
+    let local_left = match (&node, &local) {
+        (Some(_), Some(hp)) => hp.ranks.len(),
+        _ => 0,
+    };
     let run = JobRun {
+        local_left,
         gather: Gather::new(node.is_some(), kids.ids()),
         plan,
         node,
@@ -628,6 +671,7 @@ fn plan_spawn(
         master: None,
         spawner: Some(spawner.kvsname.clone()),
         preput,
+        adopt: None,
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (index, &n) in used.iter().enumerate() {
@@ -960,10 +1004,13 @@ pub async fn run(spec: JobSpec) -> i32 {
         tokio::select! {
             Some((j, ev)) = node_rx.recv() => {
                 match ev {
-                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => reports.push((j, Report::Exited {
-                        rank, pid, host: jobs[j].ranks[rank].host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
-                        in_teardown: ending.is_some(),
-                    })),
+                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => {
+                        jobs[j].local_left = jobs[j].local_left.saturating_sub(1);
+                        reports.push((j, Report::Exited {
+                            rank, pid, host: jobs[j].ranks[rank].host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
+                            in_teardown: ending.is_some(),
+                        }))
+                    }
                     NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
                         if let Some((e, d)) = jobs[j].gather.local(epoch, delta) {
                             complete_fence(e, d, &jobs[j].node, &jobs[j].kids);

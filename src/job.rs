@@ -86,6 +86,23 @@ pub struct JobSpec {
     pub launcher_exec: Option<String>,
     /// Also set the variables ML launchers use (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, …).
     pub ml_env: bool,
+    /// Serve a program that is already running, as rank 0 of a one-rank job (`-pmi_args`).
+    pub singleton: Option<Singleton>,
+}
+
+/// A singleton: an MPI program started without a launcher that now needs one. Its PMI-1
+/// client listens on `port` and runs `mpiexec -pmi_args PORT INTERFACE KEY PID`; the
+/// launcher connects back and speaks the `singinit` exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Singleton {
+    /// The port the program listens on.
+    pub port: u16,
+    /// Where it listens: MPICH passes `default_interface`, which means this host.
+    pub interface: String,
+    /// The authentication key (MPICH passes `default_key`, and asks for no authentication).
+    pub key: String,
+    /// The program's pid: it is not kauri's child, so it is watched through a pidfd.
+    pub pid: u32,
 }
 
 impl JobSpec {

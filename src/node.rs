@@ -8,12 +8,13 @@
 use crate::iofwd;
 use crate::pmi::{ConnId, Engine, Framing, JobInfo, Output};
 use crate::proc::{self, Launch};
-use crate::tree::{HostPlan, JobPlan, Stream};
+use crate::tree::{Adopt, HostPlan, JobPlan, Stream};
 use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::rc::Rc;
@@ -141,6 +142,95 @@ where
     ctx.dispatch();
 }
 
+/// The longest a singleton may take to answer the `singinit` exchange.
+const SINGINIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Connects to a singleton (a program started without a launcher that ran
+/// `kauri -pmi_args …`) and completes MPICH's `singinit` exchange: kauri says `singinit`, the
+/// program answers `singinit` with its PMI version, kauri answers `singinit_info` with the
+/// job's kvsname and no stdio forwarding (the program keeps its own stdio). The program then
+/// speaks PMI-1 on the same connection, starting with `init`.
+async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, String> {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(&a.addr).await.map_err(|e| {
+            format!(
+                "cannot connect to the singleton (pid {}) at {}: {e}",
+                a.pid, a.addr
+            )
+        })?;
+        let _ = s.set_nodelay(true);
+        s.write_all(b"cmd=singinit pmi_version=1 pmi_subversion=1 stdio=no authtype=none\n")
+            .await
+            .map_err(|e| format!("singleton (pid {}): {e}", a.pid))?;
+        // One line, read byte by byte: the program sends nothing more until it has our answer.
+        let mut line = Vec::new();
+        loop {
+            let mut b = [0u8; 1];
+            match s.read(&mut b).await {
+                Ok(0) => {
+                    return Err(format!(
+                        "the singleton (pid {}) closed the connection during singinit",
+                        a.pid
+                    ))
+                }
+                Ok(_) if b[0] == b'\n' => break,
+                Ok(_) if line.len() < 1024 => line.push(b[0]),
+                Ok(_) => {
+                    return Err(format!(
+                        "the singleton (pid {}) sent an over-long singinit line",
+                        a.pid
+                    ))
+                }
+                Err(e) => return Err(format!("singleton (pid {}): {e}", a.pid)),
+            }
+        }
+        let line = String::from_utf8_lossy(&line).into_owned();
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+        };
+        if field("cmd") != Some("singinit") {
+            return Err(format!(
+                "the singleton (pid {}) answered {line:?}, not cmd=singinit",
+                a.pid
+            ));
+        }
+        if let Some(auth) = field("authtype").filter(|&t| t != "none") {
+            return Err(format!(
+                "the singleton (pid {}) asks for authentication {auth:?}; kauri offers none",
+                a.pid
+            ));
+        }
+        let versionok = if field("pmi_version").is_none_or(|v| v == "1") {
+            "yes"
+        } else {
+            "no"
+        };
+        s.write_all(
+            format!("cmd=singinit_info versionok={versionok} stdio=no kvsname={kvsname}\n")
+                .as_bytes(),
+        )
+        .await
+        .map_err(|e| format!("singleton (pid {}): {e}", a.pid))?;
+        if versionok == "no" {
+            return Err(format!(
+                "the singleton (pid {}) speaks {line:?}; kauri serves singletons PMI-1",
+                a.pid
+            ));
+        }
+        Ok(s)
+    };
+    tokio::time::timeout(SINGINIT_TIMEOUT, exchange)
+        .await
+        .map_err(|_| {
+            format!(
+                "the singleton (pid {}) did not complete singinit within {} s",
+                a.pid,
+                SINGINIT_TIMEOUT.as_secs()
+            )
+        })?
+}
+
 /// The ranks of one host.
 pub struct Node {
     ctx: Rc<Ctx>,
@@ -154,6 +244,8 @@ pub struct Node {
     ended: watch::Sender<bool>,
     /// Rank 0's stdin, when rank 0 runs here.
     pub stdin: Option<pipe::Sender>,
+    /// The pid of a singleton served as rank 0: not ours, signalled alone, never swept.
+    adopted: Option<u32>,
 }
 
 /// True when `name` means this machine.
@@ -189,8 +281,9 @@ impl Node {
         let host = me.host.clone();
         // Resolve the programs of the segments that run here.
         let mut programs: HashMap<usize, PathBuf> = HashMap::new();
+        let adopting = |rank: usize| rank == 0 && job.adopt.is_some();
         for r in &me.ranks {
-            if programs.contains_key(&r.app) {
+            if programs.contains_key(&r.app) || adopting(r.rank) {
                 continue;
             }
             let a = job
@@ -221,6 +314,7 @@ impl Node {
             process_mapping: job.process_mapping.clone(),
             local_ranks: me.ranks.iter().map(|r| r.rank).collect(),
             spawner_jobid: job.spawner.clone(),
+            puts_visible_at_once: job.adopt.is_some(),
         };
         let mut engine = Engine::new(info);
         for (k, v) in &job.preput {
@@ -260,10 +354,43 @@ impl Node {
             forwarders: Vec::new(),
             ended,
             stdin: None,
+            adopted: None,
         };
         let nlocal = me.ranks.len();
         for rp in &me.ranks {
             let r = rp.rank;
+            if let (true, Some(a)) = (adopting(r), &job.adopt) {
+                let stream = singinit(a, &job.kvsname).await?;
+                let conn = r as ConnId;
+                ctx.engine.borrow_mut().connect(conn, Some(r));
+                tokio::task::spawn_local(serve_conn(ctx.clone(), conn, stream));
+                node.adopted = Some(a.pid);
+                node.running.borrow_mut().insert(r, a.pid);
+                let (ev, c, running) = (events.clone(), ctx.clone(), node.running.clone());
+                let (pid, watch) = (a.pid, proc::ForeignWatch::new(a.pid));
+                tokio::task::spawn_local(async move {
+                    watch.ended().await;
+                    // Its exit status is its own parent's to read; kauri knows whether it
+                    // finalized.
+                    running.borrow_mut().remove(&r);
+                    let (initialized, finalized) = {
+                        let mut e = c.engine.borrow_mut();
+                        e.rank_exited(r);
+                        (e.initialized(r), e.finalized(r))
+                    };
+                    debug!(pid, finalized, "the singleton ended");
+                    c.dispatch();
+                    let status = ExitStatus::from_raw(if finalized { 0 } else { 1 << 8 });
+                    let _ = ev.send(NodeEvent::Exited {
+                        rank: r,
+                        pid,
+                        status,
+                        initialized,
+                        finalized,
+                    });
+                });
+                continue;
+            }
             let a = &job.apps[rp.app];
             let mut env: Vec<(OsString, OsString)> =
                 a.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
@@ -408,7 +535,12 @@ impl Node {
     /// Sends `sig` to every running rank's process group.
     pub fn signal(&self, sig: i32) {
         for &pid in self.running.borrow().values() {
-            proc::signal_group(pid, sig);
+            if Some(pid) == self.adopted {
+                // A singleton's process group is its shell's job, kauri included.
+                proc::signal_pid(pid, sig);
+            } else {
+                proc::signal_group(pid, sig);
+            }
         }
     }
 

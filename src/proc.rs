@@ -265,6 +265,46 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
     })
 }
 
+/// Watches a process that is not kauri's child (a singleton that started kauri): its end
+/// can be seen through a pidfd, but its exit status belongs to its own parent.
+#[derive(Debug)]
+pub struct ForeignWatch {
+    pidfd: Option<AsyncFd<OwnedFd>>,
+}
+
+impl ForeignWatch {
+    /// Starts watching `pid`. A process that is already gone gives a watch that ends at once.
+    pub fn new(pid: u32) -> ForeignWatch {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return ForeignWatch { pidfd: None };
+        }
+        // SAFETY: pidfd_open returned a new descriptor that nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // SAFETY: as in `spawn`: the AsyncFd owns the descriptor for as long as it is
+        // registered.
+        let pidfd =
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok();
+        ForeignWatch { pidfd }
+    }
+
+    /// Resolves when the process has ended (a pidfd becomes readable then).
+    pub async fn ended(self) {
+        if let Some(fd) = self.pidfd {
+            let _ = fd.readable().await;
+        }
+    }
+}
+
+/// Sends `sig` to one process (not its group); a process that is gone is not an error.
+pub fn signal_pid(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions; a positive pid names one process.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
 /// Sends `sig` to the process group `pgid`; a group that is gone is not an error.
 pub fn signal_group(pgid: u32, sig: i32) {
     // SAFETY: kill has no memory-safety preconditions; a negative pid names a process group.

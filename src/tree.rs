@@ -76,6 +76,18 @@ pub struct JobPlan {
     pub spawner: Option<String>,
     /// Pairs in the job's KVS before any rank starts (a spawn's preput keys).
     pub preput: Delta,
+    /// A running program to serve as rank 0 instead of starting one (a singleton).
+    pub adopt: Option<Adopt>,
+}
+
+/// A program that is already running and asked for a process manager (`-pmi_args`): the
+/// host that runs rank 0 connects to it, completes the `singinit` exchange and serves it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adopt {
+    /// Where it listens (`host:port`).
+    pub addr: String,
+    /// Its pid, watched through a pidfd (it is not the agent's child).
+    pub pid: u32,
 }
 
 /// One command of a spawn request, as the front end needs it.

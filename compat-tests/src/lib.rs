@@ -32,6 +32,7 @@ const MPI_PROGRAMS: &[&str] = &[
     "early_exit",
     "stdin",
     "sleeper",
+    "singleton",
 ];
 /// Programs compiled with `cc … -lpmi2` (Slurm's PMI-2 client).
 const PMI2_PROGRAMS: &[&str] = &["libpmi2_check"];
