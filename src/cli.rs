@@ -49,6 +49,10 @@ Every process kauri starts gets these variables:
   KAURI_HOST              its host's name, as given to kauri
   KAURI_HOSTS             every host's name, comma-separated, in KAURI_NODE order
   KAURI_JOBID             the job's id (also its PMI kvsname)
+  MPIR_CVAR_CH3_INTERFACE_HOSTNAME
+                          its host's name as given (127.0.0.1 for simulated hosts), as
+                          Hydra sets it: MPICH's ch3 listens and connects there (not set over
+                          a value the job's environment already has)
 
 With -ml-env, also the names ML launchers (torchrun and the like) use:
 

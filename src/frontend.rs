@@ -248,9 +248,10 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         None
     };
     let named_slots: usize = slots.iter().sum();
-    // A singleton keeps the kvsname its PMI client made up before it had a process manager
-    // (MPICH's simple PMI: `singinit_kvs_PID_0`), which the program may already have handed
-    // out; it is rank 0 of a one-rank job on this host.
+    // A singleton is rank 0 of a one-rank job on this host. It gets a kvsname of its own, as
+    // MPICH's reference server gives it: its client made up `singinit_kvs_PID_0` while it had
+    // no process manager, and MPICH's ch3 renames its process group to the name the process
+    // manager gives (`MPIDI_PG_CheckForSingleton`) only when that name differs.
     // MPICH 4.0.2's client formats the pid after its fork, in the child: the pid it passes is
     // the launcher's own, and the program is its parent.
     let singleton_pid = spec.singleton.as_ref().map(|s| {
@@ -273,10 +274,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             pid,
         });
     let job = JobPlan {
-        kvsname: match singleton_pid {
-            Some(pid) => format!("singinit_kvs_{pid}_0"),
-            None => kvsname(me),
-        },
+        kvsname: kvsname(me),
         size,
         universe_size: spec.universe_size.unwrap_or(if hosts_named {
             named_slots as i64
@@ -294,6 +292,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         spawner: None,
         preput: Vec::new(),
         adopt,
+        simulated_hosts: kind == "fork",
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
@@ -672,6 +671,7 @@ fn plan_spawn(
         spawner: Some(spawner.kvsname.clone()),
         preput,
         adopt: None,
+        simulated_hosts: cluster.launch.kind == "fork",
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (index, &n) in used.iter().enumerate() {

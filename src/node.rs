@@ -142,6 +142,9 @@ where
     ctx.dispatch();
 }
 
+/// MPICH ch3's variable for the host name or address it listens and connects on.
+const ICH3_IFACE: &str = "MPIR_CVAR_CH3_INTERFACE_HOSTNAME";
+
 /// The longest a singleton may take to answer the `singinit` exchange.
 const SINGINIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -410,6 +413,16 @@ impl Node {
             set("KAURI_JOBID", job.kvsname.clone());
             if job.spawner.is_some() {
                 set("PMI_SPAWNED", "1".into());
+            }
+            // As Hydra does: MPICH's ch3 then listens and connects on the address of the host
+            // as named (on loopback for simulated hosts) instead of picking an interface.
+            if !a.env.iter().any(|(k, _)| k == ICH3_IFACE) {
+                let iface = if job.simulated_hosts {
+                    "127.0.0.1"
+                } else {
+                    host.as_str()
+                };
+                set(ICH3_IFACE, iface.to_string());
             }
             if let Some((addr, port)) = &job.master {
                 set("RANK", r.to_string());

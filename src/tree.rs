@@ -78,6 +78,9 @@ pub struct JobPlan {
     pub preput: Delta,
     /// A running program to serve as rank 0 instead of starting one (a singleton).
     pub adopt: Option<Adopt>,
+    /// Every host is simulated on this machine (`-launcher fork`): host names are labels,
+    /// not names to resolve.
+    pub simulated_hosts: bool,
 }
 
 /// A program that is already running and asked for a process manager (`-pmi_args`): the
