@@ -139,7 +139,7 @@ SINGLETON_TESTS = {
 }
 SINGLETON_MPICHS = ("ch3-pmi1",)
 # Seconds a singleton program may run; then it and what it started are killed.
-SINGLETON_TIMEOUT = 60
+SINGLETON_TIMEOUT = 40
 
 # basic/: (program, np, arguments, subsets). self is a one-process program (it sends to rank 0);
 # netpipe and adapt are bandwidth benchmarks that run for minutes on 2 busy cores even when
