@@ -1,7 +1,8 @@
 //! Rank processes: finding the program, building the environment, starting it with its PMI
-//! socket and stdio pipes in a process group of its own, and killing what is left.
+//! socket and stdio pipes in a session of its own, and killing what is left.
 //!
-//! Every rank leads its own process group, so a signal reaches the rank and whatever it
+//! Every rank leads its own session and process group (as Hydra's ranks do), so a signal
+//! reaches the rank and whatever it
 //! started, and it dies with `SIGKILL` if the agent that started it disappears
 //! (`PR_SET_PDEATHSIG`). Nothing here knows about PMI messages or jobs.
 
@@ -210,7 +211,12 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
         // SAFETY: the child side; see above. Every pointer refers to memory that the fork
         // copied and nothing frees before exec.
         unsafe {
-            libc::setpgid(0, 0);
+            // A session of its own (as Hydra does), which also makes it a process group of its
+            // own: with the kernel's autogroup scheduling, each session shares the CPU fairly
+            // with the machine's others, instead of all ranks sharing kauri's one share.
+            if libc::setsid() < 0 {
+                libc::setpgid(0, 0);
+            }
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
             if libc::getppid() != parent {
                 libc::_exit(1);
@@ -313,7 +319,8 @@ pub fn signal_group(pgid: u32, sig: i32) {
     }
 }
 
-/// Kills (`SIGKILL`) every process still in one of `pgids` and in our session: what ranks
+/// Kills (`SIGKILL`) every process still in one of `pgids` and in our session or the session
+/// its rank leads (every rank leads one, see [`spawn`]): what ranks
 /// left behind. Scans `/proc`, so only groups that still have members are touched.
 pub fn kill_leftovers(pgids: &[u32]) -> usize {
     // SAFETY: getsid(0) has no preconditions.
@@ -342,7 +349,8 @@ pub fn kill_leftovers(pgids: &[u32]) -> usize {
         ) else {
             continue;
         };
-        if *state != "Z" && session == sid && pgids.contains(&pgrp) {
+        let ours = session == sid || session as u32 == pgrp;
+        if *state != "Z" && ours && pgids.contains(&pgrp) {
             // SAFETY: see signal_group.
             unsafe {
                 libc::kill(pid, libc::SIGKILL);
