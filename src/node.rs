@@ -234,6 +234,32 @@ async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, Str
         })?
 }
 
+/// Reports that rank `r` (pid `pid`) ended: the engine's view first (it knows who waits in a
+/// fence here), then the event, with the status `status` gives knowing whether it finalized.
+fn rank_ended(
+    c: &Ctx,
+    ev: &mpsc::UnboundedSender<NodeEvent>,
+    running: &RefCell<HashMap<usize, u32>>,
+    r: usize,
+    pid: u32,
+    status: impl FnOnce(bool) -> ExitStatus,
+) {
+    running.borrow_mut().remove(&r);
+    let (initialized, finalized) = {
+        let mut e = c.engine.borrow_mut();
+        e.rank_exited(r);
+        (e.initialized(r), e.finalized(r))
+    };
+    c.dispatch();
+    let _ = ev.send(NodeEvent::Exited {
+        rank: r,
+        pid,
+        status: status(finalized),
+        initialized,
+        finalized,
+    });
+}
+
 /// The ranks of one host.
 pub struct Node {
     ctx: Rc<Ctx>,
@@ -373,23 +399,11 @@ impl Node {
                 let (pid, watch) = (a.pid, proc::ForeignWatch::new(a.pid));
                 tokio::task::spawn_local(async move {
                     watch.ended().await;
+                    debug!(pid, "the singleton ended");
                     // Its exit status is its own parent's to read; kauri knows whether it
                     // finalized.
-                    running.borrow_mut().remove(&r);
-                    let (initialized, finalized) = {
-                        let mut e = c.engine.borrow_mut();
-                        e.rank_exited(r);
-                        (e.initialized(r), e.finalized(r))
-                    };
-                    debug!(pid, finalized, "the singleton ended");
-                    c.dispatch();
-                    let status = ExitStatus::from_raw(if finalized { 0 } else { 1 << 8 });
-                    let _ = ev.send(NodeEvent::Exited {
-                        rank: r,
-                        pid,
-                        status,
-                        initialized,
-                        finalized,
+                    rank_ended(&c, &ev, &running, r, pid, |finalized| {
+                        ExitStatus::from_raw(if finalized { 0 } else { 1 << 8 })
                     });
                 });
                 continue;
@@ -505,21 +519,7 @@ impl Node {
             tokio::task::spawn_local(async move {
                 let status = exit.wait().await;
                 debug!(rank = r, ?status, "exited");
-                running.borrow_mut().remove(&r);
-                let (initialized, finalized) = {
-                    let mut e = c.engine.borrow_mut();
-                    e.rank_exited(r);
-                    (e.initialized(r), e.finalized(r))
-                };
-                // The engine's view first: it knows who waits in a fence here.
-                c.dispatch();
-                let _ = ev.send(NodeEvent::Exited {
-                    rank: r,
-                    pid,
-                    status,
-                    initialized,
-                    finalized,
-                });
+                rank_ended(&c, &ev, &running, r, pid, |_| status);
             });
         }
         Ok(node)

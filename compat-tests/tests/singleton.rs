@@ -38,6 +38,17 @@ impl std::fmt::Display for Ended {
     }
 }
 
+/// Kills `pid` after [`LIMIT`] unless the returned sender is used (or dropped) first.
+fn kill_after_limit(pid: u32) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(LIMIT) {
+            compat_tests::signal_pid(pid, "KILL");
+        }
+    });
+    tx
+}
+
 /// A directory holding only kauri's `mpiexec` wrapper (copied from `contrib/mpiexec`).
 fn wrapper_dir(ctx: &Ctx) -> PathBuf {
     let dir = ctx.dir.join("mpiexec-bin");
@@ -77,12 +88,7 @@ fn start(
     }
     let child = cmd.spawn().expect("start the singleton");
     let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if rx.recv_timeout(LIMIT).is_err() {
-            compat_tests::signal_pid(pid, "KILL");
-        }
-    });
+    let tx = kill_after_limit(pid);
     std::thread::spawn(move || {
         let out = child.wait_with_output().expect("wait for the singleton");
         let _ = tx.send(());
@@ -248,12 +254,7 @@ impl Drop for Fake {
 /// Waits for `child` (killing it after [`LIMIT`]); returns its exit code and stderr.
 fn finish(child: std::process::Child) -> (Option<i32>, String) {
     let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if rx.recv_timeout(LIMIT).is_err() {
-            compat_tests::signal_pid(pid, "KILL");
-        }
-    });
+    let tx = kill_after_limit(pid);
     let out = child.wait_with_output().expect("wait for kauri");
     let _ = tx.send(());
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
