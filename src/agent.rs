@@ -197,7 +197,8 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
             None
         }
     };
-    let mut gather = Gather::new(node.is_some(), kids.ids());
+    let mut gather: Gather = Gather::new(node.is_some(), kids.ids());
+    let mut pmix_gather: Gather<Vec<u8>> = Gather::new(node.is_some(), kids.ids());
     let mut stdin_tx: Option<mpsc::UnboundedSender<Option<Vec<u8>>>> = None;
     let mut node = node;
     if let Some(mut pipe) = node.as_mut().and_then(|n| n.stdin.take()) {
@@ -257,6 +258,20 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                             let _ = ctl_tx.send(Up::Fence { epoch: e, delta: d });
                         }
                     }
+                    NodeEvent::PmixFence { epoch, data } => {
+                        if let Some((e, d)) = pmix_gather.local(epoch, data) {
+                            let _ = ctl_tx.send(Up::PmixFence { epoch: e, data: d });
+                        }
+                    }
+                    NodeEvent::PmixDmodex { id, rank } => {
+                        let _ = ctl_tx.send(Up::Dmodex { from: my_id, req: id, rank });
+                    }
+                    NodeEvent::DmodexServed { to, req, status, data } => {
+                        match &node {
+                            Some(n) if to == my_id => n.pmix_dmodex_reply(req, status, data),
+                            _ => { let _ = ctl_tx.send(Up::DmodexData { to, req, status, data }); }
+                        }
+                    }
                     NodeEvent::Engine(Output::Publish { delta }) => { let _ = ctl_tx.send(Up::Publish(delta)); }
                     NodeEvent::Engine(Output::Request { id, service }) => {
                         let _ = ctl_tx.send(Up::Request { from: my_id, req: id, service });
@@ -285,6 +300,12 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                             let _ = ctl_tx.send(Up::Fence { epoch: e, delta: d });
                         }
                     }
+                    HubEvent::Up { id, msg: Up::PmixFence { epoch, data } } => {
+                        if let Some((e, d)) = pmix_gather.child(id, epoch, data) {
+                            let _ = ctl_tx.send(Up::PmixFence { epoch: e, data: d });
+                        }
+                    }
+                    HubEvent::Up { msg: m @ (Up::Dmodex { .. } | Up::DmodexData { .. }), .. } => { let _ = ctl_tx.send(m); }
                     HubEvent::Up { msg: Up::Reports(r), .. } => { let _ = ctl_tx.send(Up::Reports(r)); }
                     HubEvent::Up { msg: Up::Publish(d), .. } => { let _ = ctl_tx.send(Up::Publish(d)); }
                     HubEvent::Up { msg: m @ Up::Request { .. }, .. } => { let _ = ctl_tx.send(m); }
@@ -310,6 +331,28 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                         debug!(%host, epoch, "fence done");
                         kids.broadcast(&Down::FenceDone { epoch, delta: delta.clone() });
                         if let Some(n) = &node { n.fence_done(epoch, delta); }
+                    }
+                    Some(Down::PmixFenceDone { epoch, data }) => {
+                        debug!(%host, epoch, "PMIx fence done");
+                        kids.broadcast(&Down::PmixFenceDone { epoch, data: data.clone() });
+                        if let Some(n) = &node { n.pmix_fence_done(epoch, data); }
+                    }
+                    Some(Down::DmodexServe { from, req, rank }) => {
+                        match (&node, kids.child_with_rank(rank)) {
+                            (Some(n), _) if n.has_rank(rank) => n.pmix_dmodex_serve(rank, from, req),
+                            (_, Some(id)) => kids.send(id, Down::DmodexServe { from, req, rank }),
+                            _ => {
+                                let status = crate::pmix::ffi::PMIX_ERR_NOT_FOUND;
+                                let _ = ctl_tx.send(Up::DmodexData { to: from, req, status, data: Vec::new() });
+                            }
+                        }
+                    }
+                    Some(Down::DmodexData { to, req, status, data }) => {
+                        if to == my_id {
+                            if let Some(n) = &node { n.pmix_dmodex_reply(req, status, data); }
+                        } else {
+                            kids.route(to, Down::DmodexData { to, req, status, data });
+                        }
                     }
                     Some(Down::Publish(delta)) => {
                         kids.broadcast(&Down::Publish(delta.clone()));
@@ -358,6 +401,8 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
         n.drain().await;
     }
     debug!(%host, "agent drained");
+    // Before Done: a fork-launched agent dies with its parent, which may leave right after.
+    crate::pmix::shutdown();
     drop(out_tx);
     let _ = ctl_tx.send(Up::Done);
     let _ = writer.await;

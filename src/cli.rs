@@ -6,7 +6,7 @@
 //! the next MPMD segment; `-configfile` reads segments one per line. Everything after a
 //! segment's program, up to `:`, is the program's own arguments.
 
-use crate::job::{AppSpec, EnvPolicy, HostSpec, JobSpec};
+use crate::job::{AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -40,6 +40,8 @@ Every process kauri starts gets these variables:
   PMI_FD                  its PMI socket (or PMI_PORT and PMI_ID with -pmi-port)
   MPI_LOCALNRANKS         how many ranks run on its host (as Hydra sets it)
   MPI_LOCALRANKID         its index among them
+  (a PMIx job (--pmi=pmix) gets none of the five above but PMIX_NAMESPACE, PMIX_RANK,
+  PMIX_SERVER_URI*, ... from its host's PMIx server instead)
   KAURI_RANK              its rank, 0 to KAURI_SIZE-1
   KAURI_SIZE              the number of ranks
   KAURI_LOCAL_RANK        its index among the ranks on its host
@@ -83,7 +85,8 @@ Usage: kauri [global options] [local options] PROGRAM [ARGS...] [: [local option
        kauri nameserver [-port P] [-bind ADDR]   serve MPI names to several kauri runs
        kauri kvs put|get|fence|barrier ...       a rank's key-value store from a shell
 
-Kauri launches parallel programs and serves them PMI-1 and PMI-2, like mpiexec.hydra.
+Kauri launches parallel programs and serves them PMI-1 and PMI-2, like mpiexec.hydra,
+or PMIx (Open MPI 4.1 programs, started without mpirun).
 
 Local options (per MPMD segment):
   -n, -np N               number of processes (default: the hosts' slots, 1 on this host)
@@ -111,6 +114,11 @@ Global options:
   -ml-env                 also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
                           MASTER_ADDR and MASTER_PORT (see --help-env)
   -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
+  --pmi=auto|pmi1|pmi2|pmix
+                          how processes wire up: pmix runs a PMIx server on every host
+                          (Open MPI 4.1 without mpirun); pmi1/pmi2 serve PMI-1 and PMI-2 on
+                          PMI_FD; auto (default) picks pmix for programs linked to Open
+                          MPI's libmpi.so.40 or to libpmix, else PMI-1/PMI-2
   -usize N|SYSTEM|INFINITE universe size reported to processes (default: the slots of the
                           hosts named, or unknown (-1) when none is named)
   -pmi_args PORT IFACE KEY PID
@@ -171,6 +179,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             launcher_exec: None,
             ml_env: false,
             singleton: None,
+            pmi: PmiChoice::Auto,
         },
         segments: Vec::new(),
         configfile: None,
@@ -391,6 +400,12 @@ impl Parser {
                 "-ml-env" => self.spec.ml_env = true,
                 "-help-env" => return Ok(Some(Command::HelpEnv)),
                 "-pmi-port" => self.spec.pmi_port = true,
+                "-pmi" | "-mpi" => {
+                    let v = value(&name)?;
+                    self.spec.pmi = PmiChoice::parse(&v).ok_or_else(|| {
+                        UsageError(format!("--pmi {v:?}: use auto, pmi1, pmi2 or pmix"))
+                    })?;
+                }
                 "-usize" => {
                     let v = value(&name)?;
                     self.spec.universe_size = Some(universe_size(&v, "-usize")?);
@@ -543,6 +558,19 @@ mod tests {
             Command::Run(s) => *s,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn protocol_choice() {
+        assert_eq!(run("-n 2 a").pmi, PmiChoice::Auto);
+        assert_eq!(run("--pmi=pmix -n 2 a").pmi, PmiChoice::Pmix);
+        assert_eq!(run("-pmi pmi2 -n 2 a").pmi, PmiChoice::Pmi2);
+        assert_eq!(run("--mpi=pmi1 -n 2 a").pmi, PmiChoice::Pmi1);
+        let bad: Vec<String> = ["--pmi=pmi3", "a"].iter().map(|s| s.to_string()).collect();
+        assert!(parse(&bad)
+            .unwrap_err()
+            .0
+            .contains("auto, pmi1, pmi2 or pmix"));
     }
 
     fn fails(args: &str) -> String {

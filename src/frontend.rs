@@ -13,7 +13,7 @@
 //! kauri's.
 
 use crate::hub::{Children, Gather, HubEvent};
-use crate::job::{EnvPolicy, HostSpec, JobSpec, Placement};
+use crate::job::{EnvPolicy, HostSpec, JobSpec, Placement, PmiChoice};
 use crate::kvs::Delta;
 use crate::node::{is_local, local_host, Node, NodeEvent};
 use crate::pmi::Output;
@@ -67,6 +67,49 @@ fn kvsname(host: &str) -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     format!("kauri_{}_{nanos:x}_{host}", std::process::id())
+}
+
+/// Whether a job is served PMIx: as asked, or (`auto`) when a segment's program is linked
+/// to Open MPI 4's `libmpi.so.40` or to `libpmix`, unless the job is set up for Open MPI's
+/// PMI-1 path (`FLUX_PMI_LIBRARY_PATH` in its environment).
+fn use_pmix(choice: PmiChoice, apps: &[AppPlan]) -> bool {
+    let flux = apps
+        .iter()
+        .any(|a| a.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH"));
+    match choice {
+        PmiChoice::Pmix => true,
+        PmiChoice::Pmi1 | PmiChoice::Pmi2 => false,
+        PmiChoice::Auto if flux => false,
+        PmiChoice::Auto => apps.iter().any(|a| {
+            let path = a
+                .env
+                .iter()
+                .find(|(k, _)| k == "PATH")
+                .map(|(_, v)| v.as_str());
+            let Ok(p) = proc::resolve(&a.program, path, std::path::Path::new(&a.wdir)) else {
+                return false;
+            };
+            let mut head = Vec::new();
+            let read = std::fs::File::open(&p).and_then(|f| {
+                std::io::Read::read_to_end(&mut std::io::Read::take(f, 64 << 20), &mut head)
+            });
+            read.is_ok() && crate::job::wants_pmix(&crate::job::needed_libraries(&head))
+        }),
+    }
+}
+
+/// Gives every segment that uses Open MPI's `flux` path (`FLUX_PMI_LIBRARY_PATH` set) a
+/// `FLUX_JOB_ID` unique to the job, unless the user set one.
+fn add_flux_job_id(apps: &mut [AppPlan], kvsname: &str) {
+    for a in apps {
+        let flux = a.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH");
+        if flux && !a.env.iter().any(|(k, _)| k == "FLUX_JOB_ID") {
+            a.env.push((
+                "FLUX_JOB_ID".into(),
+                crate::job::flux_job_id(kvsname).to_string(),
+            ));
+        }
+    }
 }
 
 /// The environment of one segment's ranks, before the PMI variables.
@@ -204,7 +247,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         .flat_map(|(i, a)| std::iter::repeat_n(i as u32, a.nprocs))
         .collect();
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let apps = spec
+    let mut apps: Vec<AppPlan> = spec
         .apps
         .iter()
         .enumerate()
@@ -273,8 +316,18 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             },
             pid,
         });
+    let name = kvsname(me);
+    let pmix = use_pmix(spec.pmi, &apps);
+    if !pmix {
+        add_flux_job_id(&mut apps, &name);
+    }
+    let rank_node: Vec<u32> = placement
+        .node
+        .iter()
+        .map(|n| used.iter().position(|u| u == n).unwrap_or(0) as u32)
+        .collect();
     let job = JobPlan {
-        kvsname: kvsname(me),
+        kvsname: name,
         size,
         universe_size: spec.universe_size.unwrap_or(if hosts_named {
             named_slots as i64
@@ -293,6 +346,8 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         preput: Vec::new(),
         adopt,
         simulated_hosts: kind == "fork",
+        rank_node,
+        pmix,
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
@@ -382,6 +437,8 @@ struct JobRun {
     node: Option<Node>,
     kids: Children,
     gather: Gather,
+    /// The PMIx fences of a PMIx job.
+    pmix_gather: Gather<Vec<u8>>,
     ranks: Vec<RankState>,
     /// The index in the job list of the job that spawned this one.
     spawner: Option<usize>,
@@ -520,6 +577,7 @@ async fn start_job(
     let run = JobRun {
         local_left,
         gather: Gather::new(node.is_some(), kids.ids()),
+        pmix_gather: Gather::new(node.is_some(), kids.ids()),
         plan,
         node,
         kids,
@@ -653,8 +711,10 @@ fn plan_spawn(
         nodes: used.len(),
     };
     cluster.jobs_started += 1;
+    let name = format!("{}_s{}", kvsname(&cluster.me), cluster.jobs_started);
+    add_flux_job_id(&mut apps, &name);
     let plan = JobPlan {
-        kvsname: format!("{}_s{}", kvsname(&cluster.me), cluster.jobs_started),
+        kvsname: name,
         size,
         universe_size: cluster.universe_size,
         appnum: appnum.clone(),
@@ -672,6 +732,9 @@ fn plan_spawn(
         preput,
         adopt: None,
         simulated_hosts: cluster.launch.kind == "fork",
+        rank_node: placement.node.iter().map(|&n| n as u32).collect(),
+        // Spawned by a PMI client: PMI.
+        pmix: false,
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (index, &n) in used.iter().enumerate() {
@@ -1016,6 +1079,13 @@ pub async fn run(spec: JobSpec) -> i32 {
                             complete_fence(e, d, &jobs[j].node, &jobs[j].kids);
                         }
                     }
+                    NodeEvent::PmixFence { epoch, data } => {
+                        if let Some((e, d)) = jobs[j].pmix_gather.local(epoch, data) {
+                            complete_pmix_fence(e, d, &jobs[j].node, &jobs[j].kids);
+                        }
+                    }
+                    NodeEvent::PmixDmodex { id, rank } => dmodex_route(&jobs[j], 0, id, rank),
+                    NodeEvent::DmodexServed { to, req, status, data } => dmodex_answer(&jobs[j], to, req, status, data),
                     NodeEvent::Engine(Output::Initialized { rank }) => reports.push((j, Report::Initialized { rank })),
                     NodeEvent::Engine(Output::Publish { delta }) => publish(delta, &jobs[j].node, &jobs[j].kids),
                     NodeEvent::Engine(Output::Abort { rank, code, message }) => reports.push((j, Report::Abort { rank, code, message })),
@@ -1033,6 +1103,13 @@ pub async fn run(spec: JobSpec) -> i32 {
                             complete_fence(e, d, &jobs[j].node, &jobs[j].kids);
                         }
                     }
+                    HubEvent::Up { id, msg: Up::PmixFence { epoch, data } } => {
+                        if let Some((e, d)) = jobs[j].pmix_gather.child(id, epoch, data) {
+                            complete_pmix_fence(e, d, &jobs[j].node, &jobs[j].kids);
+                        }
+                    }
+                    HubEvent::Up { msg: Up::Dmodex { from, req, rank }, .. } => dmodex_route(&jobs[j], from, req, rank),
+                    HubEvent::Up { msg: Up::DmodexData { to, req, status, data }, .. } => dmodex_answer(&jobs[j], to, req, status, data),
                     HubEvent::Up { msg: Up::Reports(r), .. } => reports.extend(r.into_iter().map(|r| (j, r))),
                     HubEvent::Up { msg: Up::Publish(d), .. } => publish(d, &jobs[j].node, &jobs[j].kids),
                     HubEvent::Up { msg: Up::Request { from, req, service }, .. } => requests.push((Asker { job: j, agent: from, req }, service)),
@@ -1327,5 +1404,55 @@ fn complete_fence(epoch: u64, delta: crate::kvs::Delta, node: &Option<Node>, kid
     });
     if let Some(n) = node {
         n.fence_done(epoch, delta);
+    }
+}
+
+/// The whole tree has contributed to PMIx fence `epoch`: every host gets every blob.
+fn complete_pmix_fence(epoch: u64, data: Vec<u8>, node: &Option<Node>, kids: &Children) {
+    debug!(epoch, bytes = data.len(), "PMIx fence complete");
+    kids.broadcast(&Down::PmixFenceDone {
+        epoch,
+        data: data.clone(),
+    });
+    if let Some(n) = node {
+        n.pmix_fence_done(epoch, data);
+    }
+}
+
+/// Sends a direct-modex request of agent `from` to the host that runs `rank` (this one, or
+/// down the tree); a rank that runs nowhere is answered "not found" at once.
+fn dmodex_route(job: &JobRun, from: u32, req: u64, rank: usize) {
+    if let Some(n) = job.node.as_ref().filter(|n| n.has_rank(rank)) {
+        n.pmix_dmodex_serve(rank, from, req);
+        return;
+    }
+    match job.kids.child_with_rank(rank) {
+        Some(id) => job.kids.send(id, Down::DmodexServe { from, req, rank }),
+        None => dmodex_answer(
+            job,
+            from,
+            req,
+            crate::pmix::ffi::PMIX_ERR_NOT_FOUND,
+            Vec::new(),
+        ),
+    }
+}
+
+/// Delivers a direct-modex answer to agent `to` (0: this host).
+fn dmodex_answer(job: &JobRun, to: u32, req: u64, status: i32, data: Vec<u8>) {
+    if to == 0 {
+        if let Some(n) = &job.node {
+            n.pmix_dmodex_reply(req, status, data);
+        }
+    } else {
+        job.kids.route(
+            to,
+            Down::DmodexData {
+                to,
+                req,
+                status,
+                data,
+            },
+        );
     }
 }

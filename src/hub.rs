@@ -480,20 +480,39 @@ async fn launch_batch(
     }
 }
 
-/// Gathers one node's fence contributions: its own ranks' puts and one merged delta from each
-/// child, for one epoch at a time.
+/// A fence contribution: several merge into one on the way up the tree.
+pub trait Contribution: Sized {
+    /// Merges contributions in order (the node's own first, then the children's by id).
+    fn merge(parts: impl Iterator<Item = Self>) -> Self;
+}
+
+impl Contribution for Delta {
+    fn merge(parts: impl Iterator<Item = Self>) -> Self {
+        merge(parts)
+    }
+}
+
+/// PMIx fence data: opaque blobs, concatenated.
+impl Contribution for Vec<u8> {
+    fn merge(parts: impl Iterator<Item = Self>) -> Self {
+        parts.flatten().collect()
+    }
+}
+
+/// Gathers one node's fence contributions: its own ranks' and one merged contribution from
+/// each child, for one epoch at a time. `T` is a PMI [`Delta`] or a PMIx blob.
 #[derive(Debug)]
-pub struct Gather {
+pub struct Gather<T = Delta> {
     epoch: u64,
     need_local: bool,
-    local: Option<Delta>,
-    children: BTreeMap<u32, Delta>,
+    local: Option<T>,
+    children: BTreeMap<u32, T>,
     child_ids: Vec<u32>,
 }
 
-impl Gather {
+impl<T: Contribution> Gather<T> {
     /// A gather over the node's own ranks (if it has any) and `child_ids`.
-    pub fn new(need_local: bool, child_ids: Vec<u32>) -> Gather {
+    pub fn new(need_local: bool, child_ids: Vec<u32>) -> Gather<T> {
         Gather {
             epoch: 0,
             need_local,
@@ -503,25 +522,25 @@ impl Gather {
         }
     }
 
-    /// The node's own contribution; returns the merged delta when the epoch is complete.
-    pub fn local(&mut self, epoch: u64, delta: Delta) -> Option<(u64, Delta)> {
+    /// The node's own contribution; returns the merged one when the epoch is complete.
+    pub fn local(&mut self, epoch: u64, part: T) -> Option<(u64, T)> {
         if epoch != self.epoch {
             return None;
         }
-        self.local = Some(delta);
+        self.local = Some(part);
         self.complete()
     }
 
     /// A child's contribution.
-    pub fn child(&mut self, id: u32, epoch: u64, delta: Delta) -> Option<(u64, Delta)> {
+    pub fn child(&mut self, id: u32, epoch: u64, part: T) -> Option<(u64, T)> {
         if epoch != self.epoch {
             return None;
         }
-        self.children.insert(id, delta);
+        self.children.insert(id, part);
         self.complete()
     }
 
-    fn complete(&mut self) -> Option<(u64, Delta)> {
+    fn complete(&mut self) -> Option<(u64, T)> {
         if self.need_local && self.local.is_none() {
             return None;
         }
@@ -537,7 +556,7 @@ impl Gather {
             .take()
             .into_iter()
             .chain(std::mem::take(&mut self.children).into_values());
-        let merged = merge(parts);
+        let merged = T::merge(parts);
         let e = self.epoch;
         self.epoch += 1;
         Some((e, merged))
@@ -550,7 +569,7 @@ mod tests {
 
     #[test]
     fn gather_waits_for_everyone_then_merges_in_order() {
-        let mut g = Gather::new(true, vec![2, 5]);
+        let mut g: Gather = Gather::new(true, vec![2, 5]);
         assert!(g.child(5, 0, vec![("c".into(), "5".into())]).is_none());
         assert!(g.local(0, vec![("a".into(), "0".into())]).is_none());
         assert!(
@@ -567,7 +586,16 @@ mod tests {
 
     #[test]
     fn a_root_without_ranks_needs_only_its_children() {
-        let mut g = Gather::new(false, vec![1]);
+        let mut g: Gather = Gather::new(false, vec![1]);
         assert_eq!(g.child(1, 0, vec![]), Some((0, vec![])));
+    }
+
+    #[test]
+    fn blobs_are_concatenated() {
+        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![3, 1]);
+        assert!(g.child(3, 0, b"cc".to_vec()).is_none());
+        assert!(g.local(0, b"a".to_vec()).is_none());
+        assert_eq!(g.child(1, 0, b"b".to_vec()), Some((0, b"abcc".to_vec())));
+        assert_eq!(g.local(1, vec![]), None);
     }
 }

@@ -88,6 +88,8 @@ pub struct JobSpec {
     pub ml_env: bool,
     /// Serve a program that is already running, as rank 0 of a one-rank job (`-pmi_args`).
     pub singleton: Option<Singleton>,
+    /// The wire-up protocol asked for (`--pmi`).
+    pub pmi: PmiChoice,
 }
 
 /// A singleton: an MPI program started without a launcher that now needs one. Its PMI-1
@@ -103,6 +105,120 @@ pub struct Singleton {
     pub key: String,
     /// The program's pid: it is not kauri's child, so it is watched through a pidfd.
     pub pid: u32,
+}
+
+/// The wire-up protocol of a job (`--pmi=auto|pmi1|pmi2|pmix`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PmiChoice {
+    /// PMIx when the program is linked to Open MPI 4's `libmpi.so.40` or to `libpmix`,
+    /// else PMI-1/PMI-2.
+    #[default]
+    Auto,
+    /// PMI-1 (and PMI-2: the server tells them apart per connection).
+    Pmi1,
+    /// PMI-2 (and PMI-1).
+    Pmi2,
+    /// PMIx.
+    Pmix,
+}
+
+impl PmiChoice {
+    /// Parses the value of `--pmi`.
+    pub fn parse(v: &str) -> Option<PmiChoice> {
+        match v.to_ascii_lowercase().as_str() {
+            "auto" => Some(PmiChoice::Auto),
+            "pmi1" | "pmi" | "simple" => Some(PmiChoice::Pmi1),
+            "pmi2" => Some(PmiChoice::Pmi2),
+            "pmix" => Some(PmiChoice::Pmix),
+            _ => None,
+        }
+    }
+}
+
+/// The shared libraries an ELF program names (`DT_NEEDED`), read from `bytes`; empty for
+/// anything that is not a 64-bit little-endian ELF file with a dynamic section (a script, a
+/// static binary, a truncated or corrupt file).
+pub fn needed_libraries(bytes: &[u8]) -> Vec<String> {
+    fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+        Some(u16::from_le_bytes(
+            b.get(o..o.checked_add(2)?)?.try_into().ok()?,
+        ))
+    }
+    fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(
+            b.get(o..o.checked_add(4)?)?.try_into().ok()?,
+        ))
+    }
+    fn u64_at(b: &[u8], o: usize) -> Option<u64> {
+        Some(u64::from_le_bytes(
+            b.get(o..o.checked_add(8)?)?.try_into().ok()?,
+        ))
+    }
+    let parse = || -> Option<Vec<String>> {
+        // ELF64, little endian.
+        if bytes.get(0..4)? != b"\x7fELF" || *bytes.get(4)? != 2 || *bytes.get(5)? != 1 {
+            return None;
+        }
+        let phoff = usize::try_from(u64_at(bytes, 0x20)?).ok()?;
+        let phentsize = usize::from(u16_at(bytes, 0x36)?);
+        let phnum = usize::from(u16_at(bytes, 0x38)?);
+        // Program headers: PT_LOAD (1) maps addresses to file offsets; PT_DYNAMIC (2).
+        let mut loads = Vec::new();
+        let mut dynamic = None;
+        for i in 0..phnum.min(4096) {
+            let h = phoff.checked_add(i.checked_mul(phentsize)?)?;
+            let kind = u32_at(bytes, h)?;
+            let offset = u64_at(bytes, h + 8)?;
+            let vaddr = u64_at(bytes, h + 16)?;
+            let filesz = u64_at(bytes, h + 32)?;
+            match kind {
+                1 => loads.push((vaddr, offset, filesz)),
+                2 => dynamic = Some((offset, filesz)),
+                _ => {}
+            }
+        }
+        let (doff, dsize) = dynamic?;
+        let to_offset = |addr: u64| -> Option<usize> {
+            loads
+                .iter()
+                .find(|(v, _, sz)| addr >= *v && addr - *v < *sz)
+                .and_then(|(v, o, _)| usize::try_from(addr - v + o).ok())
+        };
+        let (mut strtab, mut needed) = (None, Vec::new());
+        let doff = usize::try_from(doff).ok()?;
+        for i in 0..usize::try_from(dsize / 16).ok()?.min(1 << 16) {
+            let e = doff.checked_add(i * 16)?;
+            let tag = u64_at(bytes, e)?;
+            let val = u64_at(bytes, e + 8)?;
+            match tag {
+                0 => break,
+                1 => needed.push(val),
+                5 => strtab = to_offset(val),
+                _ => {}
+            }
+        }
+        let strtab = strtab?;
+        Some(
+            needed
+                .into_iter()
+                .filter_map(|off| {
+                    let start = strtab.checked_add(usize::try_from(off).ok()?)?;
+                    let rest = bytes.get(start..)?;
+                    let end = rest.iter().position(|&b| b == 0)?;
+                    Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+                })
+                .collect(),
+        )
+    };
+    parse().unwrap_or_default()
+}
+
+/// True when a program naming these libraries wires up through PMIx: Open MPI 4's
+/// `libmpi.so.40`, or `libpmix` itself.
+pub fn wants_pmix(needed: &[String]) -> bool {
+    needed
+        .iter()
+        .any(|l| l.starts_with("libmpi.so.40") || l.starts_with("libpmix.so"))
 }
 
 impl JobSpec {
@@ -228,6 +344,23 @@ fn expand(blocks: &[(usize, usize, usize)], size: usize) -> Vec<usize> {
     out
 }
 
+/// A `FLUX_JOB_ID` for a job, from its kvsname (unique per concurrent launch on a host):
+/// Open MPI 4.1's `flux` component names its shared-memory segments and keys by it. Open MPI
+/// reads the high 16 bits as the job family and the low 16 bits as the local job id, where 0
+/// is its daemons' job and 0x8000 and up come out different on the peers, so the low half
+/// stays in 1..=0x7fff and the high half below 0x8000. Two jobs collide with a chance of
+/// about one in 2^30.
+pub fn flux_job_id(kvsname: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in kvsname.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let family = (h >> 16) & 0x7fff;
+    let local = (h & 0x7fff).max(1);
+    (family << 16) | local
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,5 +432,35 @@ mod tests {
     #[test]
     fn ranks_on_node() {
         assert_eq!(cyclic(6, 2).ranks_on(1), vec![1, 3, 5]);
+    }
+
+    #[test]
+    fn needed_libraries_of_a_real_program_and_of_garbage() {
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let libs = needed_libraries(&me);
+        assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
+        // Kauri (and so its test binary) links libpmix for its PMIx server.
+        assert!(wants_pmix(&libs), "{libs:?}");
+        // Truncated at every length up to the program headers, and random bytes: no panic.
+        for n in 0..256.min(me.len()) {
+            let _ = needed_libraries(&me[..n]);
+        }
+        let mut junk = me[..4096.min(me.len())].to_vec();
+        for (i, b) in junk.iter_mut().enumerate().skip(16) {
+            *b = (i * 7919 % 251) as u8;
+        }
+        let _ = needed_libraries(&junk);
+        assert!(needed_libraries(b"#!/bin/sh\necho hi\n").is_empty());
+        assert!(wants_pmix(&["libmpi.so.40".to_string()]));
+        assert!(wants_pmix(&["libpmix.so.2".to_string()]));
+        assert!(!wants_pmix(&["libmpi.so.12".to_string()]));
+    }
+
+    #[test]
+    fn pmi_choices() {
+        assert_eq!(PmiChoice::parse("PMIx"), Some(PmiChoice::Pmix));
+        assert_eq!(PmiChoice::parse("pmi2"), Some(PmiChoice::Pmi2));
+        assert_eq!(PmiChoice::parse("auto"), Some(PmiChoice::Auto));
+        assert_eq!(PmiChoice::parse("bogus"), None);
     }
 }

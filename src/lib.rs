@@ -17,6 +17,7 @@
 //!   ├── iofwd     whole-line stdout/stderr forwarding, stdin to rank 0
 //!   ├── nameserver  publish/lookup: the run's table, `kauri nameserver`, its client
 //!   ├── pmi       the sans-IO PMI engine: requests in, effects out
+//!   ├── pmix      the PMIx server (OpenPMIx library, by FFI) for PMIx jobs
 //!   └── kvs       one job's key-value store: pending puts, committed pairs
 //!  pmi-wire     (crate) the PMI-1 and PMI-2 codecs
 //! ```
@@ -41,5 +42,6 @@ pub mod launch;
 pub mod nameserver;
 pub mod node;
 pub mod pmi;
+pub mod pmix;
 pub mod proc;
 pub mod tree;

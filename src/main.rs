@@ -72,6 +72,8 @@ fn run_local(role: impl std::future::Future<Output = i32>) -> ExitCode {
     };
     let local = tokio::task::LocalSet::new();
     let status = local.block_on(&rt, role);
+    // The PMIx server (if a PMIx job ran here) and its files.
+    kauri::pmix::shutdown();
     // stdin may be held by a blocking reader thread: leave without waiting for it.
     std::process::exit(status);
 }

@@ -4,14 +4,20 @@
 //!
 //! A `Node` decides nothing about the job: fence completion, failures and teardown are the
 //! caller's ([`NodeEvent`] tells it what happened; [`Node::fence_done`], [`Node::signal`] act).
+//!
+//! A PMIx job ([`JobPlan::pmix`]) has no PMI sockets: its ranks reach this process's PMIx
+//! server ([`crate::pmix`]) with the environment the library makes for them, and the
+//! library's upcalls (connect, finalize, abort, fence, direct modex) come back here on a
+//! channel and become the same [`NodeEvent`]s as the PMI engine's outputs.
 
 use crate::iofwd;
 use crate::pmi::{ConnId, Engine, Framing, JobInfo, Output};
+use crate::pmix::{self, ModexReply, Upcall};
 use crate::proc::{self, Launch};
 use crate::tree::{Adopt, HostPlan, JobPlan, Stream};
 use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
@@ -41,8 +47,46 @@ pub enum NodeEvent {
         finalized: bool,
     },
     /// Something from the PMI engine: `FenceReady`, `Abort`, `Failed`, `ProtocolError`,
-    /// `Initialized`, `Finalized`.
+    /// `Initialized`, `Finalized` (for a PMIx job: the same, from the PMIx server).
     Engine(Output),
+    /// Every local rank of a PMIx job entered fence `epoch`; `data` is this host's blob.
+    PmixFence {
+        /// The fence (counted per host from 0).
+        epoch: u64,
+        /// The blob.
+        data: Vec<u8>,
+    },
+    /// A local rank of a PMIx job wants the data of `rank`, which runs on another host;
+    /// answer with [`Node::pmix_dmodex_reply`] and `id`.
+    PmixDmodex {
+        /// The request.
+        id: u64,
+        /// The rank whose data is wanted.
+        rank: usize,
+    },
+    /// This host's PMIx server answered [`Node::pmix_dmodex_serve`]: the data of one of its
+    /// ranks, for request `req` of agent `to`.
+    DmodexServed {
+        /// The agent that asked.
+        to: u32,
+        /// Its request id.
+        req: u64,
+        /// The PMIx status.
+        status: i32,
+        /// The data.
+        data: Vec<u8>,
+    },
+}
+
+/// A PMIx job's state on this host.
+struct PmixState {
+    nspace: String,
+    initialized: HashSet<usize>,
+    finalized: HashSet<usize>,
+    next_fence: u64,
+    fences: HashMap<u64, ModexReply>,
+    next_dmodex: u64,
+    dmodex: HashMap<u64, ModexReply>,
 }
 
 /// State shared by the tasks of one host's ranks (all on one thread).
@@ -51,9 +95,72 @@ struct Ctx {
     writers: RefCell<HashMap<ConnId, mpsc::UnboundedSender<Bytes>>>,
     events: mpsc::UnboundedSender<NodeEvent>,
     next_conn: Cell<ConnId>,
+    pmix: RefCell<Option<PmixState>>,
+    upcalls: RefCell<Option<mpsc::UnboundedReceiver<Upcall>>>,
 }
 
 impl Ctx {
+    /// Handles the PMIx upcalls already queued (so a rank's finalize is seen before its exit).
+    fn drain_upcalls(&self) {
+        let mut got = Vec::new();
+        if let Some(rx) = self.upcalls.borrow_mut().as_mut() {
+            while let Ok(u) = rx.try_recv() {
+                got.push(u);
+            }
+        }
+        for u in got {
+            self.upcall(u);
+        }
+    }
+
+    fn upcall(&self, u: Upcall) {
+        let mut st = self.pmix.borrow_mut();
+        let Some(st) = st.as_mut() else { return };
+        let ev = match u {
+            Upcall::Connected { rank } => {
+                st.initialized.insert(rank as usize);
+                NodeEvent::Engine(Output::Initialized {
+                    rank: rank as usize,
+                })
+            }
+            Upcall::Finalized { rank } => {
+                st.finalized.insert(rank as usize);
+                NodeEvent::Engine(Output::Finalized {
+                    rank: rank as usize,
+                })
+            }
+            Upcall::Abort {
+                rank,
+                status,
+                message,
+            } => NodeEvent::Engine(Output::Abort {
+                rank: Some(rank as usize),
+                code: status,
+                message,
+            }),
+            Upcall::Fence { data, reply } => {
+                let epoch = st.next_fence;
+                st.next_fence += 1;
+                st.fences.insert(epoch, reply);
+                NodeEvent::PmixFence { epoch, data }
+            }
+            Upcall::Dmodex { rank, reply } => {
+                let id = st.next_dmodex;
+                st.next_dmodex += 1;
+                debug!(
+                    rank,
+                    id, "PMIx direct modex: asking for a remote rank's data"
+                );
+                st.dmodex.insert(id, reply);
+                NodeEvent::PmixDmodex {
+                    id,
+                    rank: rank as usize,
+                }
+            }
+        };
+        let _ = self.events.send(ev);
+    }
+
     /// Writes replies; hands everything else to the node's owner.
     fn dispatch(&self) {
         loop {
@@ -245,10 +352,15 @@ fn rank_ended(
     status: impl FnOnce(bool) -> ExitStatus,
 ) {
     running.borrow_mut().remove(&r);
+    // A PMIx rank's finalize arrives on the upcall channel: take it in before its end.
+    c.drain_upcalls();
     let (initialized, finalized) = {
         let mut e = c.engine.borrow_mut();
         e.rank_exited(r);
-        (e.initialized(r), e.finalized(r))
+        match c.pmix.borrow().as_ref() {
+            Some(p) => (p.initialized.contains(&r), p.finalized.contains(&r)),
+            None => (e.initialized(r), e.finalized(r)),
+        }
     };
     c.dispatch();
     let _ = ev.send(NodeEvent::Exited {
@@ -258,6 +370,74 @@ fn rank_ended(
         initialized,
         finalized,
     });
+}
+
+/// Starts this process's PMIx server if needed, registers the job's namespace and local
+/// clients, and returns each local rank's PMIx environment.
+fn start_pmix(
+    ctx: &Rc<Ctx>,
+    job: &JobPlan,
+    me: &HostPlan,
+) -> Result<HashMap<usize, Vec<(String, String)>>, String> {
+    let host = &me.host;
+    let places = pmix::start(&job.kvsname, me.node, host)
+        .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
+    let info = pmix::JobInfo::new(job, me, &places.tmpdir.to_string_lossy());
+    let (tx, rx) = mpsc::unbounded_channel();
+    pmix::register(&info, tx)
+        .map_err(|e| format!("cannot register the job with the PMIx server on {host}: {e}"))?;
+    *ctx.pmix.borrow_mut() = Some(PmixState {
+        nspace: job.kvsname.clone(),
+        initialized: HashSet::new(),
+        finalized: HashSet::new(),
+        next_fence: 0,
+        fences: HashMap::new(),
+        next_dmodex: 0,
+        dmodex: HashMap::new(),
+    });
+    *ctx.upcalls.borrow_mut() = Some(rx);
+    let mut env = HashMap::new();
+    for r in &me.ranks {
+        let mut e = pmix::ffi::setup_fork(&job.kvsname, r.rank as u32)
+            .map_err(|e| format!("rank {}: {e} (on {host})", r.rank))?;
+        let app_env = job.apps.get(r.app).map(|a| a.env.as_slice()).unwrap_or(&[]);
+        let has = |k: &str| app_env.iter().any(|(n, _)| n == k);
+        if !has("FLUX_JOB_ID") {
+            // Open MPI 4.x recognises a direct launch only by its launcher's variables
+            // (schizo: Slurm, Flux, JSM); under any other PMIx server it starts as a
+            // singleton. FLUX_JOB_ID makes its schizo/flux declare the launch direct
+            // (ess=pmi, no binding); PMIX_NAMESPACE then selects its PMIx component.
+            e.push((
+                "FLUX_JOB_ID".into(),
+                crate::job::flux_job_id(&job.kvsname).to_string(),
+            ));
+        }
+        if let (Some(shm), false) = (&places.shm, has("OMPI_MCA_btl_vader_backing_directory")) {
+            // Open MPI's shared-memory segments, removed with the directory when the server
+            // ends, even after an abort or a crash.
+            e.push((
+                "OMPI_MCA_btl_vader_backing_directory".into(),
+                shm.display().to_string(),
+            ));
+        }
+        env.insert(r.rank, e);
+    }
+    // The upcalls, handled on this thread as they come.
+    let c = ctx.clone();
+    tokio::task::spawn_local(async move {
+        loop {
+            let next = std::future::poll_fn(|cx| match c.upcalls.borrow_mut().as_mut() {
+                Some(rx) => rx.poll_recv(cx),
+                None => std::task::Poll::Ready(None),
+            })
+            .await;
+            match next {
+                Some(u) => c.upcall(u),
+                None => break,
+            }
+        }
+    });
+    Ok(env)
 }
 
 /// The ranks of one host.
@@ -275,6 +455,7 @@ pub struct Node {
     pub stdin: Option<pipe::Sender>,
     /// The pid of a singleton served as rank 0: not ours, signalled alone, never swept.
     adopted: Option<u32>,
+    ranks: Vec<usize>,
 }
 
 /// True when `name` means this machine.
@@ -354,7 +535,14 @@ impl Node {
             writers: RefCell::new(HashMap::new()),
             events: events.clone(),
             next_conn: Cell::new(job.size as ConnId),
+            pmix: RefCell::new(None),
+            upcalls: RefCell::new(None),
         });
+        let pmix_env = if job.pmix {
+            start_pmix(&ctx, job, me)?
+        } else {
+            HashMap::new()
+        };
         let port = if job.pmi_port {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0")
                 .await
@@ -384,6 +572,7 @@ impl Node {
             ended,
             stdin: None,
             adopted: None,
+            ranks: me.ranks.iter().map(|r| r.rank).collect(),
         };
         let nlocal = me.ranks.len();
         for rp in &me.ranks {
@@ -412,10 +601,16 @@ impl Node {
             let mut env: Vec<(OsString, OsString)> =
                 a.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
             let mut set = |k: &str, v: String| env.push((k.into(), v.into()));
-            set("PMI_RANK", r.to_string());
-            set("PMI_SIZE", job.size.to_string());
-            set("MPI_LOCALNRANKS", nlocal.to_string());
-            set("MPI_LOCALRANKID", rp.local_id.to_string());
+            if !job.pmix {
+                set("PMI_RANK", r.to_string());
+                set("PMI_SIZE", job.size.to_string());
+                set("MPI_LOCALNRANKS", nlocal.to_string());
+                set("MPI_LOCALRANKID", rp.local_id.to_string());
+            }
+            for (k, v) in pmix_env.get(&r).into_iter().flatten() {
+                set(k, v.clone());
+            }
+
             set("KAURI_RANK", r.to_string());
             set("KAURI_SIZE", job.size.to_string());
             set("KAURI_LOCAL_RANK", rp.local_id.to_string());
@@ -425,7 +620,7 @@ impl Node {
             set("KAURI_HOST", host.clone());
             set("KAURI_HOSTS", job.hosts.join(","));
             set("KAURI_JOBID", job.kvsname.clone());
-            if job.spawner.is_some() {
+            if job.spawner.is_some() && !job.pmix {
                 set("PMI_SPAWNED", "1".into());
             }
             // As Hydra does: MPICH's ch3 then listens and connects on the address of the host
@@ -449,6 +644,7 @@ impl Node {
             let mut ours = None;
             let mut theirs: Option<OwnedFd> = None;
             match &port {
+                _ if job.pmix => {}
                 Some(addr) => {
                     set("PMI_PORT", addr.clone());
                     set("PMI_ID", r.to_string());
@@ -531,6 +727,67 @@ impl Node {
         self.ctx.dispatch();
     }
 
+    /// Hands a PMIx fence's result (every host's blob) to the local PMIx server, releasing
+    /// the local ranks.
+    pub fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>) {
+        self.ctx.drain_upcalls();
+        let reply = self
+            .ctx
+            .pmix
+            .borrow_mut()
+            .as_mut()
+            .and_then(|p| p.fences.remove(&epoch));
+        if let Some(reply) = reply {
+            reply.reply(pmix::ffi::PMIX_SUCCESS, data);
+        }
+    }
+
+    /// Answers the local PMIx server's direct-modex request `id` (see
+    /// [`NodeEvent::PmixDmodex`]).
+    pub fn pmix_dmodex_reply(&self, id: u64, status: i32, data: Vec<u8>) {
+        let reply = self
+            .ctx
+            .pmix
+            .borrow_mut()
+            .as_mut()
+            .and_then(|p| p.dmodex.remove(&id));
+        if let Some(reply) = reply {
+            reply.reply(status, data);
+        }
+    }
+
+    /// True when `rank` runs on this host.
+    pub fn has_rank(&self, rank: usize) -> bool {
+        self.ranks.contains(&rank)
+    }
+
+    /// Asks this host's PMIx server for the data of local rank `rank`, for request `req` of
+    /// agent `to`; the answer comes as [`NodeEvent::DmodexServed`].
+    pub fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
+        let nspace = self.ctx.pmix.borrow().as_ref().map(|p| p.nspace.clone());
+        let events = self.ctx.events.clone();
+        let answer = move |status: i32, data: Vec<u8>| {
+            let _ = events.send(NodeEvent::DmodexServed {
+                to,
+                req,
+                status,
+                data,
+            });
+        };
+        let Some(nspace) = nspace else {
+            return answer(pmix::ffi::PMIX_ERR_NOT_FOUND, Vec::new());
+        };
+        debug!(
+            rank,
+            to, req, "PMIx direct modex: serving a local rank's data"
+        );
+        let a = answer.clone();
+        if let Err(e) = pmix::ffi::dmodex_request(&nspace, rank as u32, Box::new(answer)) {
+            debug!("direct modex for rank {rank}: {e}");
+            a(pmix::ffi::PMIX_ERROR, Vec::new());
+        }
+    }
+
     /// Hands the front end's answer to a request back to the engine that asked.
     pub fn service_reply(&self, id: u64, reply: crate::tree::ServiceReply) {
         self.ctx.engine.borrow_mut().service_reply(id, reply);
@@ -565,6 +822,10 @@ impl Node {
     /// After every rank ended: kills what they left in their process groups, then forwards
     /// the rest of their output (see [`iofwd::forward_lines`]).
     pub async fn drain(self) {
+        let nspace = self.ctx.pmix.borrow().as_ref().map(|p| p.nspace.clone());
+        if let Some(ns) = nspace {
+            pmix::deregister(&ns);
+        }
         let left = proc::kill_leftovers(&self.pids);
         if left > 0 {
             debug!(left, "killed processes the ranks left behind");

@@ -81,6 +81,10 @@ pub struct JobPlan {
     /// Every host is simulated on this machine (`-launcher fork`): host names are labels,
     /// not names to resolve.
     pub simulated_hosts: bool,
+    /// `rank_node[r]`: the index in `hosts` of rank `r`'s host.
+    pub rank_node: Vec<u32>,
+    /// Serve the ranks PMIx (a PMIx server in every agent) instead of PMI-1/PMI-2.
+    pub pmix: bool,
 }
 
 /// A program that is already running and asked for a process manager (`-pmi_args`): the
@@ -244,6 +248,34 @@ pub enum Down {
     },
     /// Pairs published without a fence (`kauri kvs put`): commit them at once.
     Publish(Delta),
+    /// PMIx fence `epoch` is complete everywhere: every host's blob, concatenated.
+    PmixFenceDone {
+        /// The fence.
+        epoch: u64,
+        /// The blobs.
+        data: Vec<u8>,
+    },
+    /// Ask the PMIx server hosting `rank` for its data (direct modex), for agent `from`;
+    /// routed down towards the agent that runs `rank`.
+    DmodexServe {
+        /// The agent that asked.
+        from: u32,
+        /// Its request id.
+        req: u64,
+        /// The rank whose data is wanted.
+        rank: usize,
+    },
+    /// The answer to a direct-modex request, routed down to agent `to`.
+    DmodexData {
+        /// The agent that asked.
+        to: u32,
+        /// Its request id.
+        req: u64,
+        /// The PMIx status.
+        status: i32,
+        /// The rank's data.
+        data: Vec<u8>,
+    },
     /// Bytes for rank 0's stdin (routed to the agent that hosts rank 0).
     Stdin(Vec<u8>),
     /// End of rank 0's stdin.
@@ -344,6 +376,33 @@ pub enum Up {
     },
     /// Pairs to publish to the whole job at once (relayed to the front end).
     Publish(Delta),
+    /// The subtree's contribution to PMIx fence `epoch`: its hosts' blobs, concatenated.
+    PmixFence {
+        /// The fence.
+        epoch: u64,
+        /// The blobs.
+        data: Vec<u8>,
+    },
+    /// A direct-modex request for the front end to route to the host of `rank`.
+    Dmodex {
+        /// The agent that asked.
+        from: u32,
+        /// Its request id.
+        req: u64,
+        /// The rank whose data is wanted.
+        rank: usize,
+    },
+    /// A direct-modex answer for the front end to route down to agent `to`.
+    DmodexData {
+        /// The agent that asked.
+        to: u32,
+        /// Its request id.
+        req: u64,
+        /// The PMIx status.
+        status: i32,
+        /// The rank's data.
+        data: Vec<u8>,
+    },
     /// A request for the front end, relayed up unchanged.
     Request {
         /// The agent that asked.

@@ -1,0 +1,405 @@
+//! The PMIx server of a host: OpenPMIx's server library inside the front end or agent, for
+//! programs that wire up through PMIx (Open MPI 4.1's `ext3x` component, anything linked to
+//! `libpmix`).
+//!
+//! One server per process ([`start`], [`shutdown`]); every job of the process with ranks on
+//! this host registers its namespace ([`JobInfo`], [`register`]) and its local clients, and
+//! each rank's environment comes from the library ([`ffi::setup_fork`]). What the library asks
+//! of its host arrives as [`Upcall`]s on the namespace's channel and is handled by the
+//! [`Node`](crate::node::Node): a fence is a tree allgather of the hosts' opaque blobs, a
+//! direct-modex request is routed through the tree to the host of the rank in question.
+//!
+//! This module decides *what* is registered (plain data, testable); [`ffi`] is the only place
+//! that talks to the C library.
+
+pub mod ffi;
+
+pub use ffi::{ModexReply, Status, Upcall, Val};
+
+use crate::tree::{HostPlan, JobPlan};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// What this process's server made: its own directory, the job's directory it lies in
+/// (shared with the other agents of the job on the same machine, removed by the last to
+/// leave), and its shared-memory directory.
+struct Dirs {
+    mine: PathBuf,
+    job: PathBuf,
+    shm: Option<PathBuf>,
+}
+
+static DIRS: Mutex<Option<Dirs>> = Mutex::new(None);
+
+/// A short stable tag for a job's tmp directory name (a Unix socket path must stay short).
+fn tag(kvsname: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in kvsname.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("{h:08x}")
+}
+
+/// The job's tmp directory on this machine: `$TMPDIR/kauri-<tag of the kvsname>`.
+pub fn job_tmpdir(kvsname: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("kauri-{}", tag(kvsname)))
+}
+
+/// The directories a PMIx job's ranks use on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Places {
+    /// The server's own directory, `<job tmp dir>/n<node>-<pid>`: its rendezvous and
+    /// shared-memory store files, and the ranks' `PMIX_TMPDIR`/`PMIX_NSDIR` (where Open MPI
+    /// puts its session directory).
+    pub tmpdir: PathBuf,
+    /// A directory in `/dev/shm` for Open MPI's shared-memory segments
+    /// (`OMPI_MCA_btl_vader_backing_directory`), so none is left behind even by a job that
+    /// aborts or crashes; `None` where there is no `/dev/shm`.
+    pub shm: Option<PathBuf>,
+}
+
+/// Starts this process's PMIx server (once) for node `node` of job `kvsname`, named `host`
+/// (`PMIX_HOSTNAME`). Everything it and the ranks put in its directories is removed by
+/// [`shutdown`].
+pub fn start(kvsname: &str, node: usize, host: &str) -> Result<Places, String> {
+    let mut dirs = DIRS.lock().map_err(|_| "PMIx state poisoned".to_string())?;
+    if let Some(d) = dirs.as_ref().filter(|_| ffi::running()) {
+        return Ok(Places {
+            tmpdir: d.mine.clone(),
+            shm: d.shm.clone(),
+        });
+    }
+    let job = job_tmpdir(kvsname);
+    let leaf = format!("n{node}-{}", std::process::id());
+    let mine = job.join(&leaf);
+    create_private_dir(&job)?;
+    create_private_dir(&mine)?;
+    let shm_root = Path::new("/dev/shm");
+    let shm = shm_root
+        .is_dir()
+        .then(|| shm_root.join(format!("kauri-{}-{leaf}", tag(kvsname))))
+        .filter(|p| create_private_dir(p).is_ok());
+    *dirs = Some(Dirs {
+        mine: mine.clone(),
+        job,
+        shm: shm.clone(),
+    });
+    ffi::init(&mine.to_string_lossy(), host)?;
+    Ok(Places { tmpdir: mine, shm })
+}
+
+fn create_private_dir(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(format!("cannot create {}: {e}", p.display())),
+    }
+}
+
+/// Finalizes the server (if this process started one) and removes its files; the job's
+/// directory goes too once no other agent on this machine uses it.
+pub fn shutdown() {
+    ffi::finalize();
+    let Ok(mut dirs) = DIRS.lock() else { return };
+    if let Some(d) = dirs.take() {
+        let _ = std::fs::remove_dir_all(&d.mine);
+        let _ = std::fs::remove_dir(&d.job);
+        if let Some(shm) = d.shm {
+            let _ = std::fs::remove_dir_all(shm);
+        }
+    }
+}
+
+/// What the library is told about one job on one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    /// The namespace (the job's kvsname).
+    pub nspace: String,
+    /// The keys and values of `PMIx_server_register_nspace`.
+    pub info: Vec<(String, Val)>,
+    /// The local ranks.
+    pub local: Vec<u32>,
+}
+
+fn join<T: ToString>(v: impl IntoIterator<Item = T>, sep: &str) -> String {
+    v.into_iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+fn kv(k: &str, v: Val) -> (String, Val) {
+    (k.to_string(), v)
+}
+
+impl JobInfo {
+    /// The job information of `job` as host `me` registers it: session, job, per-app,
+    /// per-node and per-process entries, in the keys and types of OpenPMIx 4 (what PRRTE
+    /// and Slurm's `mpi/pmix` register, and what Open MPI 4.1's `ext3x` reads).
+    /// `tmpdir` is this host's tmp directory for the job.
+    pub fn new(job: &JobPlan, me: &HostPlan, tmpdir: &str) -> JobInfo {
+        let size = job.size as u32;
+        let universe = if job.universe_size > 0 {
+            job.universe_size as u32
+        } else {
+            size
+        };
+        let nodes = job.hosts.len().max(1);
+        // Every node's ranks, in rank order.
+        let mut on_node: Vec<Vec<u32>> = vec![Vec::new(); nodes];
+        for (r, &n) in job.rank_node.iter().enumerate() {
+            if let Some(list) = on_node.get_mut(n as usize) {
+                list.push(r as u32);
+            }
+        }
+        let node_of = |r: usize| job.rank_node.get(r).copied().unwrap_or(0);
+        let host_of = |n: u32| {
+            job.hosts
+                .get(n as usize)
+                .cloned()
+                .unwrap_or_else(|| me.host.clone())
+        };
+        // The first rank and the size of every app (MPMD segment).
+        let napps = job.apps.len().max(1);
+        let mut app_first = vec![u32::MAX; napps];
+        let mut app_size = vec![0u32; napps];
+        for (r, &a) in job.appnum.iter().enumerate() {
+            if let Some(f) = app_first.get_mut(a as usize) {
+                *f = (*f).min(r as u32);
+                app_size[a as usize] += 1;
+            }
+        }
+        let local: Vec<u32> = me.ranks.iter().map(|r| r.rank as u32).collect();
+        let local_ids: std::collections::HashMap<u32, u16> = me
+            .ranks
+            .iter()
+            .map(|r| (r.rank as u32, r.local_id as u16))
+            .collect();
+        let node_list = job.hosts.join(",");
+        let nmap = ffi::generate(&node_list, false).unwrap_or_else(|| node_list.clone());
+        let ppn_input = join(on_node.iter().map(|l| join(l, ",")), ";");
+        let pmap = ffi::generate(&ppn_input, true).unwrap_or_else(|| ppn_input.clone());
+
+        let mut info = vec![
+            kv(
+                "pmix.ssn.arr",
+                Val::Infos(vec![
+                    kv("pmix.session.id", Val::U32(1)),
+                    kv("pmix.univ.size", Val::U32(universe)),
+                ]),
+            ),
+            kv("pmix.univ.size", Val::U32(universe)),
+            kv("pmix.jobid", Val::Str(job.kvsname.clone())),
+            kv("pmix.nspace", Val::Str(job.kvsname.clone())),
+            kv("pmix.job.size", Val::U32(size)),
+            kv("pmix.max.size", Val::U32(universe)),
+            kv("pmix.job.napps", Val::U32(napps as u32)),
+            kv("pmix.num.nodes", Val::U32(nodes as u32)),
+            kv("pmix.nmap", Val::Str(nmap)),
+            kv("pmix.pmap", Val::Str(pmap)),
+            kv("pmix.nlist", Val::Str(node_list)),
+            kv("pmix.spawned", Val::Bool(job.spawner.is_some())),
+            kv("pmix.tmpdir", Val::Str(tmpdir.to_string())),
+            kv("pmix.nsdir", Val::Str(tmpdir.to_string())),
+            // This host.
+            kv("pmix.hname", Val::Str(me.host.clone())),
+            kv("pmix.nodeid", Val::U32(me.index as u32)),
+            kv("pmix.local.size", Val::U32(local.len() as u32)),
+            kv("pmix.node.size", Val::U32(local.len() as u32)),
+            kv("pmix.lpeers", Val::Str(join(&local, ","))),
+            kv(
+                "pmix.lldr",
+                Val::Rank(local.iter().copied().min().unwrap_or(0)),
+            ),
+        ];
+        for (a, (&first, &n)) in app_first.iter().zip(&app_size).enumerate() {
+            info.push(kv(
+                "pmix.app.arr",
+                Val::Infos(vec![
+                    kv("pmix.appnum", Val::U32(a as u32)),
+                    kv("pmix.app.size", Val::U32(n)),
+                    kv(
+                        "pmix.aldr",
+                        Val::Rank(if first == u32::MAX { 0 } else { first }),
+                    ),
+                ]),
+            ));
+        }
+        for (n, ranks) in on_node.iter().enumerate() {
+            info.push(kv(
+                "pmix.node.arr",
+                Val::Infos(vec![
+                    kv("pmix.nodeid", Val::U32(n as u32)),
+                    kv("pmix.hname", Val::Str(host_of(n as u32))),
+                    kv("pmix.local.size", Val::U32(ranks.len() as u32)),
+                    kv("pmix.node.size", Val::U32(ranks.len() as u32)),
+                    kv("pmix.lpeers", Val::Str(join(ranks, ","))),
+                    kv("pmix.lldr", Val::Rank(ranks.first().copied().unwrap_or(0))),
+                ]),
+            ));
+        }
+        for r in 0..job.size {
+            let rank = r as u32;
+            let app = job.appnum.get(r).copied().unwrap_or(0);
+            let first = app_first.get(app as usize).copied().unwrap_or(0);
+            let node = node_of(r);
+            let mut p = vec![
+                kv("pmix.rank", Val::Rank(rank)),
+                kv("pmix.appnum", Val::U32(app)),
+                kv("pmix.aldr", Val::Rank(first)),
+                kv("pmix.apprank", Val::Rank(rank.saturating_sub(first))),
+                kv("pmix.grank", Val::Rank(rank)),
+                kv("pmix.nodeid", Val::U32(node)),
+                kv("pmix.hname", Val::Str(host_of(node))),
+            ];
+            // Local and node rank: the index among the ranks of its node.
+            let lr = local_ids.get(&rank).copied().or_else(|| {
+                on_node
+                    .get(node as usize)
+                    .and_then(|l| l.iter().position(|&x| x == rank))
+                    .map(|i| i as u16)
+            });
+            if let Some(lr) = lr {
+                p.push(kv("pmix.lrank", Val::U16(lr)));
+                p.push(kv("pmix.nrank", Val::U16(lr)));
+            }
+            info.push(kv("pmix.pdata", Val::Infos(p)));
+        }
+        JobInfo {
+            nspace: job.kvsname.clone(),
+            info,
+            local,
+        }
+    }
+}
+
+/// Registers a job's namespace and its local clients with this process's server, and sends
+/// the namespace's upcalls to `tx`.
+pub fn register(
+    job: &JobInfo,
+    tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
+) -> Result<(), String> {
+    ffi::route(&job.nspace, tx);
+    let done = ffi::register_nspace(&job.nspace, job.local.len(), &job.info).and_then(|()| {
+        job.local
+            .iter()
+            .try_for_each(|&r| ffi::register_client(&job.nspace, r))
+    });
+    if done.is_err() {
+        ffi::unroute(&job.nspace);
+    }
+    done
+}
+
+/// Forgets a namespace: no more upcalls, the library's data about it released.
+pub fn deregister(nspace: &str) {
+    ffi::unroute(nspace);
+    ffi::deregister_nspace(nspace);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::{AppPlan, RankPlan};
+
+    fn plan(rank_node: Vec<u32>, hosts: &[&str]) -> JobPlan {
+        let size = rank_node.len();
+        JobPlan {
+            kvsname: "kauri_1_abc_vm".into(),
+            size,
+            universe_size: -1,
+            appnum: vec![0; size],
+            process_mapping: String::new(),
+            apps: vec![AppPlan {
+                program: "a".into(),
+                args: vec![],
+                env: vec![],
+                wdir: "/".into(),
+            }],
+            label: false,
+            pmi_port: false,
+            kill_grace_ms: 0,
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            master: None,
+            spawner: None,
+            preput: vec![],
+            adopt: None,
+            simulated_hosts: false,
+            rank_node,
+            pmix: true,
+        }
+    }
+
+    fn get<'a>(info: &'a [(String, Val)], key: &str) -> Vec<&'a Val> {
+        info.iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    #[test]
+    fn two_hosts_round_robin() {
+        let job = plan(vec![0, 1, 0, 1], &["n1", "n2"]);
+        let me = HostPlan {
+            host: "n2".into(),
+            node: 1,
+            index: 1,
+            ranks: vec![
+                RankPlan {
+                    rank: 1,
+                    app: 0,
+                    local_id: 0,
+                },
+                RankPlan {
+                    rank: 3,
+                    app: 0,
+                    local_id: 1,
+                },
+            ],
+        };
+        let j = JobInfo::new(&job, &me, "/tmp/x");
+        assert_eq!(j.local, vec![1, 3]);
+        assert_eq!(get(&j.info, "pmix.lpeers"), [&Val::Str("1,3".into())]);
+        assert_eq!(get(&j.info, "pmix.lldr"), [&Val::Rank(1)]);
+        assert_eq!(get(&j.info, "pmix.job.size"), [&Val::U32(4)]);
+        assert_eq!(get(&j.info, "pmix.univ.size"), [&Val::U32(4)]);
+        assert_eq!(get(&j.info, "pmix.nodeid"), [&Val::U32(1)]);
+        // The library is not running in unit tests: the plain lists are registered.
+        assert_eq!(get(&j.info, "pmix.nmap"), [&Val::Str("n1,n2".into())]);
+        assert_eq!(get(&j.info, "pmix.pmap"), [&Val::Str("0,2;1,3".into())]);
+        let pdata = get(&j.info, "pmix.pdata");
+        assert_eq!(pdata.len(), 4);
+        // Rank 2 is on n1, its second rank.
+        let Val::Infos(r2) = pdata[2] else {
+            panic!("pdata is an array")
+        };
+        assert!(r2.contains(&kv("pmix.lrank", Val::U16(1))));
+        assert!(r2.contains(&kv("pmix.hname", Val::Str("n1".into()))));
+        assert_eq!(get(&j.info, "pmix.node.arr").len(), 2);
+    }
+
+    #[test]
+    fn bad_plans_do_not_panic() {
+        // A rank map shorter than the job and pointing past the host list.
+        let mut job = plan(vec![5], &[]);
+        job.size = 3;
+        job.appnum = vec![7, 0];
+        let me = HostPlan {
+            host: "h".into(),
+            node: 0,
+            index: 0,
+            ranks: vec![],
+        };
+        let j = JobInfo::new(&job, &me, "/tmp");
+        assert_eq!(get(&j.info, "pmix.pdata").len(), 3);
+    }
+
+    #[test]
+    fn tags_are_short_and_stable() {
+        assert_eq!(tag("a"), tag("a"));
+        assert_ne!(tag("a"), tag("b"));
+        assert_eq!(tag("kauri_123_abcdef_host").len(), 8);
+    }
+}
