@@ -10,7 +10,8 @@
 //! * `ompi_*`: Open MPI programs built with `mpicc.openmpi`, run by `mpirun.openmpi
 //!   --allow-run-as-root --oversubscribe` (the reference), by mpiexec.hydra and by kauri (both
 //!   with `-genv FLUX_JOB_ID <unique id> -genv FLUX_PMI_LIBRARY_PATH <libpmi.so.0>`), output
-//!   (sorted lines) and exit status compared in the same test.
+//!   (sorted lines) and exit status compared in the same test. `ompi_flux_job_id_*`: without
+//!   `-genv FLUX_JOB_ID` kauri picks one per job.
 //!
 //! * `slurm_*` (**root**, a one-node Slurm as in `tree.rs`): the same Open MPI programs under
 //!   `srun --mpi=pmi2` inside `salloc`, through the same `libpmi.so`. Slurm's PMI-1 reader
@@ -623,4 +624,43 @@ fn slurm_ompi_vader_ring_n4() {
         &[("OMPI_MCA_btl", "self,vader")],
         ring_line(4),
     );
+}
+
+/// Without `-genv FLUX_JOB_ID`, kauri gives a job that uses the flux path
+/// (`FLUX_PMI_LIBRARY_PATH` set) a `FLUX_JOB_ID` of its own: the same on every rank,
+/// different for the next job, its low 16 bits in 1..=0x7fff (what Open MPI 4.1 handles).
+#[test]
+fn ompi_flux_job_id_is_automatic() {
+    let ctx = Ctx::new("ompi_flux_job_id_auto");
+    let p = ctx.ompi_prog("ompi_hello");
+    let lib = libpmi().pmi1.to_string_lossy().into_owned();
+    let args = |prog: &str| -> Vec<String> {
+        ["-genv", "FLUX_PMI_LIBRARY_PATH", &lib, "-n", "2", prog]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let o = run(ctx.job(Launcher::Kauri, &args(&p)));
+    o.assert_success();
+    assert_lines(&o, hello_lines(2));
+    let ids = |o: &Outcome| -> Vec<u32> {
+        o.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("FLUX_JOB_ID="))
+            .map(|v| v.parse().expect("a decimal FLUX_JOB_ID"))
+            .collect()
+    };
+    let a = run(ctx.job(Launcher::Kauri, &args("env")));
+    let b = run(ctx.job(Launcher::Kauri, &args("env")));
+    let (a, b) = (ids(&a), ids(&b));
+    assert_eq!(a.len(), 2, "{a:?}");
+    assert_eq!(a[0], a[1], "the ranks of one job got different ids");
+    assert_ne!(a[0], b[0], "two jobs got the same id");
+    for id in [a[0], b[0]] {
+        assert!(
+            (1..0x8000).contains(&(id & 0xffff)) && id < 0x8000_0000,
+            "{id:#x}"
+        );
+    }
+    ctx.assert_no_leftovers();
 }

@@ -53,9 +53,9 @@ pub struct Places {
     /// shared-memory store files, and the ranks' `PMIX_TMPDIR`/`PMIX_NSDIR` (where Open MPI
     /// puts its session directory).
     pub tmpdir: PathBuf,
-    /// A directory in `/dev/shm` for Open MPI's shared-memory segments
-    /// (`OMPI_MCA_btl_vader_backing_directory`), so none is left behind even by a job that
-    /// aborts or crashes; `None` where there is no `/dev/shm`.
+    /// A directory in `/dev/shm` (or `$KAURI_PMIX_SHM_DIR`) for Open MPI's shared-memory
+    /// segments (`OMPI_MCA_btl_vader_backing_directory`), so none is left behind even by a
+    /// job that aborts or crashes; `None` where there is no such directory.
     pub shm: Option<PathBuf>,
 }
 
@@ -75,7 +75,9 @@ pub fn start(kvsname: &str, node: usize, host: &str) -> Result<Places, String> {
     let mine = job.join(&leaf);
     create_private_dir(&job)?;
     create_private_dir(&mine)?;
-    let shm_root = Path::new("/dev/shm");
+    let shm_root = std::env::var_os("KAURI_PMIX_SHM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
     let shm = shm_root
         .is_dir()
         .then(|| shm_root.join(format!("kauri-{}-{leaf}", tag(kvsname))))

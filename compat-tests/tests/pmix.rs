@@ -1,0 +1,458 @@
+//! Open MPI 4.1 programs (built with `mpicc.openmpi`) through kauri's PMIx server, each
+//! compared in the same test with `mpirun.openmpi --allow-run-as-root --oversubscribe` for
+//! output (sorted lines) and exit status.
+//!
+//! * `one_host_*`: kauri on this host (the front end is the PMIx server).
+//! * `two_hosts_*`, `three_hosts_*`: simulated hosts (`-launcher fork`): one agent, and so
+//!   one PMIx server, per host; fences are tree allgathers of the servers' blobs. Open MPI
+//!   sees 2 or 3 nodes, so `ompi_hello`'s `local=` differs from mpirun's (all on one node)
+//!   and is checked against the placement instead.
+//! * `direct_modex_*`: Open MPI's asynchronous modex (no data in the fence), so every peer's
+//!   data is fetched on demand through the tree.
+//! * `choice_*`: `--pmi` and `auto`: which variables reach a rank.
+//!
+//! Every kauri job runs with `TMPDIR` and `KAURI_PMIX_SHM_DIR` in the test's directory, and
+//! the test checks both are empty afterwards: kauri removes its PMIx server's files and Open
+//! MPI's shared-memory segments (`vader_segment.*`), even after an abort or a crash (mpirun
+//! does the same for its jobs). Exit statuses: MPI_Abort(comm, 7) gives 7 under both; a rank
+//! killed by SIGSEGV gives 139 (128 + 11) under mpirun and 11 under kauri (its convention, as
+//! Hydra's).
+
+use compat_tests::libpmi::mpirun_openmpi;
+use compat_tests::{Ctx, Job, Launcher, Outcome};
+use std::path::{Path, PathBuf};
+
+/// The directories a kauri job of this test may use, checked empty afterwards.
+struct Scratch {
+    tmp: PathBuf,
+    shm: PathBuf,
+}
+
+impl Scratch {
+    fn new(ctx: &Ctx) -> Scratch {
+        let s = Scratch {
+            tmp: ctx.dir.join("tmp"),
+            shm: ctx.dir.join("shm"),
+        };
+        std::fs::create_dir_all(&s.tmp).unwrap();
+        std::fs::create_dir_all(&s.shm).unwrap();
+        s
+    }
+
+    fn assert_empty(&self, o: &Outcome) {
+        for d in [&self.tmp, &self.shm] {
+            let left: Vec<String> = walk(d);
+            assert!(
+                left.is_empty(),
+                "kauri left files behind in {}: {left:?}\n{o}",
+                d.display()
+            );
+        }
+    }
+}
+
+fn walk(d: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+        out.push(e.path().display().to_string());
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        }
+    }
+    out
+}
+
+fn run(what: &str, job: Job) -> Outcome {
+    let o = job.run();
+    eprintln!("=== {what}\n{o}");
+    o
+}
+
+fn mpirun(ctx: &Ctx, n: usize, prog: &str, env: &[(&str, &str)]) -> Outcome {
+    let job = ctx
+        .job(
+            Launcher::Hydra,
+            &[
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-n",
+                &n.to_string(),
+                prog,
+            ],
+        )
+        .program(mpirun_openmpi());
+    run(
+        "mpirun.openmpi",
+        env.iter().fold(job, |j, (k, v)| j.env(k, v)),
+    )
+}
+
+/// kauri with `args` (then `-n N PROG`), its scratch directories checked afterwards.
+fn kauri(ctx: &Ctx, args: &[&str], n: usize, prog: &str, env: &[(&str, &str)]) -> Outcome {
+    let s = Scratch::new(ctx);
+    let n = n.to_string();
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend(["-n", &n, prog]);
+    let job = ctx
+        .job(Launcher::Kauri, &a)
+        .program(ctx.kauri())
+        .env("TMPDIR", &s.tmp.to_string_lossy())
+        .env("KAURI_PMIX_SHM_DIR", &s.shm.to_string_lossy());
+    let o = run("kauri", env.iter().fold(job, |j, (k, v)| j.env(k, v)));
+    s.assert_empty(&o);
+    o
+}
+
+fn sorted(o: &Outcome) -> Vec<String> {
+    let mut v: Vec<String> = o.stdout.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+fn assert_lines(who: &str, o: &Outcome, mut want: Vec<String>) {
+    want.sort();
+    assert_eq!(sorted(o), want, "{who}: wrong stdout\n{o}");
+}
+
+const ONE_HOST: &[&str] = &[];
+const TWO_HOSTS_BLOCK: &[&str] = &["-launcher", "fork", "-hosts", "n1,n2", "-ppn", "2"];
+const TWO_HOSTS_CYCLIC: &[&str] = &["-launcher", "fork", "-hosts", "n1,n2", "-map-by", "node"];
+const THREE_HOSTS: &[&str] = &["-launcher", "fork", "-hosts", "n1,n2,n3", "-ppn", "2"];
+
+/// A job that ends normally under mpirun and kauri (`args` place it): status 0, `want`
+/// under kauri, and the same sorted output under both when `same` (not for `ompi_hello` on
+/// several hosts, whose `local=` differs).
+fn normal(
+    name: &str,
+    prog: &str,
+    args: &[&str],
+    n: usize,
+    env: &[(&str, &str)],
+    want: Vec<String>,
+    same: bool,
+) {
+    let ctx = Ctx::new(name);
+    let p = ctx.ompi_prog(prog);
+    let m = mpirun(&ctx, n, &p, env);
+    let k = kauri(&ctx, args, n, &p, env);
+    assert_eq!(m.code, Some(0), "mpirun.openmpi failed\n{m}");
+    assert_eq!(k.code, Some(0), "kauri failed\n{k}");
+    assert_lines("kauri", &k, want);
+    if same {
+        assert_eq!(sorted(&k), sorted(&m), "kauri vs mpirun.openmpi");
+    }
+    ctx.assert_no_leftovers();
+}
+
+/// `ompi_hello`'s lines when rank r runs on node `node[r]`.
+fn hello_lines(node: &[usize]) -> Vec<String> {
+    let n = node.len();
+    (0..n)
+        .map(|r| {
+            let local = node.iter().filter(|&&x| x == node[r]).count();
+            format!("ompi_hello: rank {r} of {n} allreduce={n} local={local}")
+        })
+        .collect()
+}
+
+fn ring_line(n: usize) -> Vec<String> {
+    vec![format!(
+        "ompi_ring: ok size={n} rounds=10 token={}",
+        10 * n * (n + 1) / 2
+    )]
+}
+
+fn allreduce_lines(n: usize) -> Vec<String> {
+    let sum: usize = (1..=n).map(|k| k * k).sum();
+    (0..n)
+        .map(|r| {
+            format!(
+                "ompi_allreduce: ok rank={r} size={n} sum={sum} max={} vector=ok bcast=ok \
+                 allgather=ok",
+                n * n
+            )
+        })
+        .collect()
+}
+
+const VADER: &[(&str, &str)] = &[("OMPI_MCA_btl", "self,vader")];
+
+#[test]
+fn one_host_hello_n1() {
+    normal(
+        "pmix_hello_n1",
+        "ompi_hello",
+        ONE_HOST,
+        1,
+        &[],
+        hello_lines(&[0]),
+        true,
+    );
+}
+
+#[test]
+fn one_host_hello_n4() {
+    normal(
+        "pmix_hello_n4",
+        "ompi_hello",
+        ONE_HOST,
+        4,
+        &[],
+        hello_lines(&[0; 4]),
+        true,
+    );
+}
+
+#[test]
+fn one_host_ring_n4() {
+    normal(
+        "pmix_ring_n4",
+        "ompi_ring",
+        ONE_HOST,
+        4,
+        &[],
+        ring_line(4),
+        true,
+    );
+}
+
+#[test]
+fn one_host_allreduce_n4() {
+    normal(
+        "pmix_allreduce_n4",
+        "ompi_allreduce",
+        ONE_HOST,
+        4,
+        &[],
+        allreduce_lines(4),
+        true,
+    );
+}
+
+/// Shared memory only: fails unless every rank knows the others are on its node.
+#[test]
+fn one_host_vader_ring_n4() {
+    normal(
+        "pmix_vader_ring_n4",
+        "ompi_ring",
+        ONE_HOST,
+        4,
+        VADER,
+        ring_line(4),
+        true,
+    );
+}
+
+#[test]
+fn one_host_vader_allreduce_n4() {
+    normal(
+        "pmix_vader_allreduce_n4",
+        "ompi_allreduce",
+        ONE_HOST,
+        4,
+        VADER,
+        allreduce_lines(4),
+        true,
+    );
+}
+
+#[test]
+fn two_hosts_hello_block() {
+    normal(
+        "pmix_two_hosts_hello_block",
+        "ompi_hello",
+        TWO_HOSTS_BLOCK,
+        4,
+        &[],
+        hello_lines(&[0, 0, 1, 1]),
+        false,
+    );
+}
+
+#[test]
+fn two_hosts_ring_map_by_node() {
+    normal(
+        "pmix_two_hosts_ring",
+        "ompi_ring",
+        TWO_HOSTS_CYCLIC,
+        4,
+        &[],
+        ring_line(4),
+        true,
+    );
+}
+
+#[test]
+fn three_hosts_allreduce() {
+    normal(
+        "pmix_three_hosts_allreduce",
+        "ompi_allreduce",
+        THREE_HOSTS,
+        6,
+        &[],
+        allreduce_lines(6),
+        true,
+    );
+}
+
+/// Simulated hosts are separate nodes to Open MPI, so shared memory alone cannot join them:
+/// this runs vader within each host and TCP between them. Both hosts' local rank 0 name
+/// their segment `vader_segment.<hostname>.<…>.0` on the same machine; they do not collide
+/// because each host's server gives its ranks a backing directory of their own.
+#[test]
+fn two_hosts_vader_and_tcp_allreduce() {
+    normal(
+        "pmix_two_hosts_vader_tcp",
+        "ompi_allreduce",
+        TWO_HOSTS_BLOCK,
+        4,
+        &[("OMPI_MCA_btl", "self,vader,tcp")],
+        allreduce_lines(4),
+        true,
+    );
+}
+
+/// Open MPI's asynchronous modex: the fences carry nothing, and each rank's first message to
+/// a peer on another host asks its server, which asks kauri (`direct_modex`), which routes
+/// the request through the tree to the peer's host.
+#[test]
+fn direct_modex_two_hosts_ring() {
+    normal(
+        "pmix_direct_modex_ring",
+        "ompi_ring",
+        TWO_HOSTS_CYCLIC,
+        4,
+        &[
+            ("OMPI_MCA_pmix_base_async_modex", "1"),
+            ("OMPI_MCA_pmix_base_collect_data", "0"),
+        ],
+        ring_line(4),
+        true,
+    );
+}
+
+/// MPI_Abort(comm, 7) in the last rank: its line and status 7 under both.
+fn abort(name: &str, args: &[&str]) {
+    let ctx = Ctx::new(name);
+    let p = ctx.ompi_prog("ompi_abort");
+    let m = mpirun(&ctx, 4, &p, &[]);
+    let k = kauri(&ctx, args, 4, &p, &[]);
+    for (who, o) in [("mpirun.openmpi", &m), ("kauri", &k)] {
+        assert_eq!(o.code, Some(7), "{who}: wrong exit status\n{o}");
+        assert_lines(who, o, vec!["ompi_abort: rank 3 aborts".into()]);
+    }
+    assert!(
+        k.stderr.contains("rank 3 aborted the job with code 7"),
+        "kauri: no line naming the aborting rank\n{k}"
+    );
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn one_host_abort_n4() {
+    abort("pmix_abort_n4", ONE_HOST);
+}
+
+#[test]
+fn two_hosts_abort() {
+    abort("pmix_two_hosts_abort", TWO_HOSTS_BLOCK);
+}
+
+/// The last rank dies of SIGSEGV: its line under both; mpirun 139, kauri 11; kauri names the
+/// rank and the signal on stderr.
+fn segv(name: &str, args: &[&str], host: &str) {
+    let ctx = Ctx::new(name);
+    let p = ctx.ompi_prog("ompi_segv");
+    let m = mpirun(&ctx, 4, &p, &[]);
+    let k = kauri(&ctx, args, 4, &p, &[]);
+    for (who, o, want) in [("mpirun.openmpi", &m, 128 + 11), ("kauri", &k, 11)] {
+        let ours: Vec<&str> = o
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("ompi_"))
+            .collect();
+        assert_eq!(
+            ours,
+            ["ompi_segv: rank 3 crashes"],
+            "{who}: wrong stdout\n{o}"
+        );
+        assert_eq!(o.code, Some(want), "{who}: wrong exit status\n{o}");
+    }
+    assert!(
+        k.stderr.lines().any(|l| l.contains("rank 3 (pid ")
+            && l.contains(&format!(") on {host} "))
+            && l.contains("killed by signal 11")),
+        "kauri: no stderr line naming rank 3 and SIGSEGV\n{k}"
+    );
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn one_host_segv_n4() {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    segv("pmix_segv_n4", ONE_HOST, host.trim());
+}
+
+#[test]
+fn two_hosts_segv() {
+    segv("pmix_two_hosts_segv", TWO_HOSTS_BLOCK, "n2");
+}
+
+fn env_of(ctx: &Ctx, args: &[&str], n: usize) -> Outcome {
+    let k = kauri(ctx, args, n, "env", &[("PMIX_RANK", "9"), ("PMI_FD", "99")]);
+    assert_eq!(k.code, Some(0), "kauri env failed\n{k}");
+    k
+}
+
+fn count(o: &Outcome, prefix: &str) -> usize {
+    o.stdout.lines().filter(|l| l.starts_with(prefix)).count()
+}
+
+/// `--pmi=pmix`: every rank gets the PMIx server's variables and none of the PMI ones (a
+/// PMI_FD in kauri's own environment does not leak either); a PMI job gets no PMIx variable.
+#[test]
+fn choice_variables() {
+    let ctx = Ctx::new("pmix_choice_variables");
+    let k = env_of(&ctx, &["--pmi=pmix"], 2);
+    assert_eq!(count(&k, "PMIX_NAMESPACE="), 2, "{k}");
+    assert_eq!(count(&k, "PMIX_SERVER_URI2="), 2, "{k}");
+    assert_eq!(count(&k, "PMIX_RANK=9"), 0, "{k}");
+    for v in [
+        "PMI_FD=",
+        "PMI_RANK=",
+        "PMI_SIZE=",
+        "PMI_PORT=",
+        "MPI_LOCALNRANKS=",
+    ] {
+        assert_eq!(count(&k, v), 0, "{v} reached a PMIx job\n{k}");
+    }
+    for args in [&["--pmi=pmi1"][..], &["--pmi=pmi2"], &[]] {
+        let k = env_of(&ctx, args, 2);
+        assert_eq!(
+            count(&k, "PMIX_"),
+            0,
+            "PMIx variables reached a PMI job\n{k}"
+        );
+        assert_eq!(count(&k, "PMI_FD="), 2, "{k}");
+        assert_eq!(count(&k, "PMI_FD=99"), 0, "{k}");
+    }
+    ctx.assert_no_leftovers();
+}
+
+/// `--pmi=auto` picks PMIx for an Open MPI program (the other tests give no flag at all,
+/// so they rely on it too); a bad `--pmi` value is one line and status 255.
+#[test]
+fn choice_auto_and_bad_values() {
+    let ctx = Ctx::new("pmix_choice_auto");
+    let p = ctx.ompi_prog("ompi_hello");
+    let k = kauri(&ctx, &["--pmi=auto"], 2, &p, &[]);
+    assert_eq!(k.code, Some(0), "{k}");
+    assert_lines("kauri", &k, hello_lines(&[0, 0]));
+    let bad = kauri(&ctx, &["--pmi=pmi3"], 1, &p, &[]);
+    assert_eq!(bad.code, Some(255), "{bad}");
+    assert!(
+        bad.stderr.contains("auto, pmi1, pmi2 or pmix") && bad.stdout.is_empty(),
+        "{bad}"
+    );
+    ctx.assert_no_leftovers();
+}
