@@ -575,6 +575,11 @@ impl Node {
             ranks: me.ranks.iter().map(|r| r.rank).collect(),
         };
         let nlocal = me.ranks.len();
+        // Open MPI ranks busy-poll while they wait; when there are more ranks than cores here
+        // they must yield, which mpirun tells them by this variable (its daemons set it when
+        // they oversubscribe a node). A direct launch must say it too.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let yield_idle = nlocal > cores;
         for rp in &me.ranks {
             let r = rp.rank;
             if let (true, Some(a)) = (adopting(r), &job.adopt) {
@@ -609,6 +614,16 @@ impl Node {
             }
             for (k, v) in pmix_env.get(&r).into_iter().flatten() {
                 set(k, v.clone());
+            }
+            let open_mpi = job.pmix || a.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH");
+            if yield_idle
+                && open_mpi
+                && !a
+                    .env
+                    .iter()
+                    .any(|(k, _)| k == "OMPI_MCA_mpi_yield_when_idle")
+            {
+                set("OMPI_MCA_mpi_yield_when_idle", "1".into());
             }
 
             set("KAURI_RANK", r.to_string());
