@@ -317,18 +317,29 @@ fn two_hosts_vader_and_tcp_allreduce() {
 /// the request through the tree to the peer's host.
 #[test]
 fn direct_modex_two_hosts_ring() {
-    normal(
-        "pmix_direct_modex_ring",
-        "ompi_ring",
-        TWO_HOSTS_CYCLIC,
-        4,
-        &[
-            ("OMPI_MCA_pmix_base_async_modex", "1"),
-            ("OMPI_MCA_pmix_base_collect_data", "0"),
-        ],
-        ring_line(4),
-        true,
-    );
+    let env = [
+        ("OMPI_MCA_pmix_base_async_modex", "1"),
+        ("OMPI_MCA_pmix_base_collect_data", "0"),
+    ];
+    let ctx = Ctx::new("pmix_direct_modex_ring");
+    let p = ctx.ompi_prog("ompi_ring");
+    let k = kauri(&ctx, TWO_HOSTS_CYCLIC, 4, &p, &env);
+    assert_eq!(k.code, Some(0), "kauri failed\n{k}");
+    assert_lines("kauri", &k, ring_line(4));
+    // The reference: Open MPI 4.1.4's own mpirun fails this mode now and then on one host
+    // ("PML add procs failed ... Not found" in MPI_Init, about 1 run in 5 here), so its
+    // output is compared only when it succeeds.
+    let m = mpirun(&ctx, 4, &p, &env);
+    if m.code == Some(0) {
+        assert_eq!(sorted(&k), sorted(&m), "kauri vs mpirun.openmpi");
+    } else {
+        assert!(
+            m.stderr.contains("PML add procs failed"),
+            "mpirun.openmpi failed otherwise than its known race\n{m}"
+        );
+        eprintln!("mpirun.openmpi hit its async-modex race; kauri's output checked alone");
+    }
+    ctx.assert_no_leftovers();
 }
 
 /// MPI_Abort(comm, 7) in the last rank: its line and status 7 under both.
