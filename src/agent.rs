@@ -10,6 +10,7 @@
 use crate::hub::{Children, Gather, HubEvent};
 use crate::node::{Node, NodeEvent};
 use crate::pmi::Output;
+use crate::profile::{Clock, HostProfile};
 use crate::tree::{self, Down, Report, Stream, Up};
 use bytes::{Bytes, BytesMut};
 use std::io::BufRead;
@@ -115,6 +116,9 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
         Ok(Some(Down::Challenge { nonce })) => nonce,
         _ => return Err("its parent did not send the handshake".into()),
     };
+    // The agent's clock starts at its handshake: its parent moves the profile onto its own
+    // clock by the moment the handshake arrived.
+    let clock = Clock::start();
     tree::send(
         &mut wr,
         &Up::Hello {
@@ -138,6 +142,12 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
     };
     let host = me.host.clone();
     debug!(%host, ranks = me.ranks.len(), children = children.len(), "agent starting");
+    let mut prof = job.profile.then(|| HostProfile {
+        ranks: me.ranks.len() as u32,
+        ..HostProfile::new(my_id, &host)
+    });
+    // The records of the subtrees below, already on this agent's clock.
+    let mut below: Vec<HostProfile> = Vec::new();
 
     // The uplink: control messages first, output in batches.
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Up>();
@@ -177,10 +187,15 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
         }
         _ => None,
     };
+    let fork_start = clock.now();
     let node = match port_taken {
         Some(e) => Err(e),
         None => Node::start(&job, &me, node_tx, out_tx.clone()).await,
     };
+    if let (Some(p), Ok(_)) = (prof.as_mut(), &node) {
+        p.fork_start_us = Some(fork_start);
+        p.forked_us = Some(clock.now());
+    }
     let node = match node {
         Ok(n) => {
             report(Report::NodeStarted {
@@ -248,12 +263,16 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                     continue;
                 };
                 match ev {
-                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => report(Report::Exited {
-                        rank, pid, host: host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
-                        in_teardown: kill_at.is_some(),
-                    }),
+                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => {
+                        if let Some(p) = prof.as_mut() { p.exited(clock.now()); }
+                        report(Report::Exited {
+                            rank, pid, host: host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
+                            in_teardown: kill_at.is_some(),
+                        })
+                    }
                     NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
                         debug!(%host, epoch, "local fence ready");
+                        if let Some(p) = prof.as_mut() { p.fence_ready(epoch, clock.now()); }
                         if let Some((e, d)) = gather.local(epoch, delta) {
                             let _ = ctl_tx.send(Up::Fence { epoch: e, delta: d });
                         }
@@ -276,7 +295,11 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                     NodeEvent::Engine(Output::Request { id, service }) => {
                         let _ = ctl_tx.send(Up::Request { from: my_id, req: id, service });
                     }
+                    NodeEvent::Engine(Output::Finalized { .. }) => {
+                        if let Some(p) = prof.as_mut() { p.finalized(clock.now()); }
+                    }
                     NodeEvent::Engine(Output::Initialized { rank }) => {
+                        if let Some(p) = prof.as_mut() { p.initialized(clock.now()); }
                         if !told_initialized {
                             told_initialized = true;
                             report(Report::Initialized { rank });
@@ -310,6 +333,11 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                     HubEvent::Up { msg: Up::Publish(d), .. } => { let _ = ctl_tx.send(Up::Publish(d)); }
                     HubEvent::Up { msg: m @ Up::Request { .. }, .. } => { let _ = ctl_tx.send(m); }
                     HubEvent::Up { id, msg: Up::Done } => kids.mark_done(id),
+                    HubEvent::Up { id, msg: Up::Profile(mut v) } => {
+                        let (l, c) = kids.timings(id);
+                        crate::profile::adopt(&mut v, id, l.map(|t| clock.at(t)), c.map(|t| clock.at(t)));
+                        below.extend(v);
+                    }
                     HubEvent::Up { .. } => {}
                     HubEvent::Lost { id, reason } => {
                         kids.mark_done(id);
@@ -329,6 +357,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                     }
                     Some(Down::FenceDone { epoch, delta }) => {
                         debug!(%host, epoch, "fence done");
+                        if let Some(p) = prof.as_mut() { p.fence_released(epoch, clock.now()); }
                         kids.broadcast(&Down::FenceDone { epoch, delta: delta.clone() });
                         if let Some(n) = &node { n.fence_done(epoch, delta); }
                     }
@@ -404,6 +433,11 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
     // Before Done: a fork-launched agent dies with its parent, which may leave right after.
     crate::pmix::shutdown();
     drop(out_tx);
+    if let Some(p) = prof {
+        let mut all = vec![p];
+        all.append(&mut below);
+        let _ = ctl_tx.send(Up::Profile(all));
+    }
     let _ = ctl_tx.send(Up::Done);
     let _ = writer.await;
     debug!(%host, "agent leaving");

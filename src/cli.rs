@@ -7,6 +7,7 @@
 //! segment's program, up to `:`, is the program's own arguments.
 
 use crate::job::{AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice};
+use crate::profile::ProfileFormat;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -129,6 +130,9 @@ Global options:
                           6392; also KAURI_NAMESERVER), shared with other kauri runs
   -disable-auto-cleanup   keep the job running when one process fails
   -v, -verbose            log what kauri does (repeat for more)
+  --profile[=json]        at exit, print on stderr when each phase of the job happened
+                          (agents launched per tree level, ranks forked, PMI init, each
+                          fence's time and bytes, finalize, teardown): a table, or JSON
   -h, --help              this text
   --help-env              the variables every process gets
   --version               kauri's version
@@ -143,6 +147,7 @@ Environment:
   KAURI_ADDR=IP           the address agents connect back to (default: the local address
                           of the route to the first remote host)
   KAURI_CONNECT_TIMEOUT=S how long an agent has to connect back (default 60)
+  KAURI_PROFILE=1|json    like --profile, --profile=json
 ";
 
 struct Segment {
@@ -154,6 +159,7 @@ struct Parser {
     segments: Vec<AppSpec>,
     configfile: Option<PathBuf>,
     n_given: Vec<bool>,
+    profile_given: bool,
 }
 
 /// Parses `args` (without the program name).
@@ -180,10 +186,12 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             ml_env: false,
             singleton: None,
             pmi: PmiChoice::Auto,
+            profile: None,
         },
         segments: Vec::new(),
         configfile: None,
         n_given: Vec::new(),
+        profile_given: false,
     };
     if args.is_empty() {
         return err("no program given (try kauri -h)");
@@ -235,6 +243,12 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         }
     }
     p.spec.timeout = timeout_from_env()?;
+    if !p.profile_given {
+        if let Ok(v) = std::env::var("KAURI_PROFILE") {
+            p.spec.profile =
+                ProfileFormat::parse(&v).map_err(|e| UsageError(format!("KAURI_PROFILE: {e}")))?;
+        }
+    }
     // A segment without -n gets the hosts' slots; with no host named, that is decided later,
     // once an allocation's hosts are known (0 stands for "not given").
     let default_n = match (p.spec.ppn, p.spec.hosts.len()) {
@@ -305,6 +319,7 @@ impl Parser {
             }
             let (name, inline) = normalize(word);
             let mut inline = inline;
+            let has_inline = inline.is_some();
             let mut value = |what: &str| -> Result<String, UsageError> {
                 match inline.take() {
                     Some(v) => Ok(v),
@@ -379,6 +394,18 @@ impl Parser {
                         "slot" | "core" => false,
                         _ => return err(format!("-map-by {v:?}: use node or slot")),
                     };
+                }
+                "-profile" => {
+                    // Only an inline value (`--profile=json`): a separate word would be the
+                    // program.
+                    let v = if has_inline {
+                        value(&name)?
+                    } else {
+                        "text".into()
+                    };
+                    self.spec.profile = ProfileFormat::parse(&v)
+                        .map_err(|e| UsageError(format!("--profile: {e}")))?;
+                    self.profile_given = true;
                 }
                 "-tree-width" => {
                     let v = value(&name)?;
@@ -598,6 +625,23 @@ mod tests {
         assert_eq!(s.apps[1].args, vec!["q"]);
         assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
         assert!(s.label);
+    }
+
+    #[test]
+    fn profile_flag() {
+        use crate::profile::ProfileFormat;
+        assert_eq!(run("--profile -n 1 a").profile, Some(ProfileFormat::Text));
+        assert_eq!(
+            run("-profile=json -n 1 a").profile,
+            Some(ProfileFormat::Json)
+        );
+        // A separate word after --profile is the program, not the format.
+        let s = run("--profile json");
+        assert_eq!(
+            (s.profile, s.apps[0].program.as_str()),
+            (Some(ProfileFormat::Text), "json")
+        );
+        assert!(fails("--profile=xml -n 1 a").contains("text or json"));
     }
 
     #[test]

@@ -18,6 +18,7 @@ use crate::kvs::Delta;
 use crate::node::{is_local, local_host, Node, NodeEvent};
 use crate::pmi::Output;
 use crate::proc;
+use crate::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
 use crate::tree::{
     self, Adopt, AppPlan, Down, HostPlan, JobPlan, LaunchPlan, RankPlan, Report, Service,
     ServiceReply, SpawnCommand, Stream, Up,
@@ -348,6 +349,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         simulated_hosts: kind == "fork",
         rank_node,
         pmix,
+        profile: spec.profile.is_some(),
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
@@ -735,6 +737,7 @@ fn plan_spawn(
         rank_node: placement.node.iter().map(|&n| n as u32).collect(),
         // Spawned by a PMI client: PMI.
         pmix: false,
+        profile: false,
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (index, &n) in used.iter().enumerate() {
@@ -772,6 +775,7 @@ enum Names {
 
 /// Runs a job and returns kauri's exit status.
 pub async fn run(spec: JobSpec) -> i32 {
+    let clock = Clock::start();
     let me = local_host();
     raise_fd_limit();
     let p = match plan(&spec, &me) {
@@ -883,7 +887,17 @@ pub async fn run(spec: JobSpec) -> i32 {
     };
     let mut jobs: Vec<JobRun> = Vec::new();
     let mut start_error = None;
-    match start_job(
+    let mut prof = spec.profile.map(|format| Profiling {
+        format,
+        here: HostProfile {
+            ranks: p.local.as_ref().map_or(0, |h| h.ranks.len() as u32),
+            ..HostProfile::new(0, &me)
+        },
+        below: Vec::new(),
+        fences: Vec::new(),
+    });
+    let fork_start = clock.now();
+    let started = start_job(
         0,
         &cluster,
         p.job.clone(),
@@ -891,8 +905,12 @@ pub async fn run(spec: JobSpec) -> i32 {
         p.remote.clone(),
         &wires,
     )
-    .await
-    {
+    .await;
+    if let Some(pr) = prof.as_mut().filter(|_| p.local.is_some()) {
+        pr.here.fork_start_us = Some(fork_start);
+        pr.here.forked_us = Some(clock.now());
+    }
+    match started {
         Ok(j) => jobs.push(j),
         Err((e, Some(j))) => {
             start_error = Some(e);
@@ -1066,6 +1084,9 @@ pub async fn run(spec: JobSpec) -> i32 {
         let mut requests: Vec<(Asker, Service)> = Vec::new();
         tokio::select! {
             Some((j, ev)) = node_rx.recv() => {
+                if let Some(pr) = prof.as_mut().filter(|_| j == 0) {
+                    pr.node_event(&ev, clock.now());
+                }
                 match ev {
                     NodeEvent::Exited { rank, pid, status, initialized, finalized } => {
                         jobs[j].local_left = jobs[j].local_left.saturating_sub(1);
@@ -1076,6 +1097,9 @@ pub async fn run(spec: JobSpec) -> i32 {
                     }
                     NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
                         if let Some((e, d)) = jobs[j].gather.local(epoch, delta) {
+                            if let Some(pr) = prof.as_mut().filter(|_| j == 0) {
+                                pr.complete(e, &d, clock.now());
+                            }
                             complete_fence(e, d, &jobs[j].node, &jobs[j].kids);
                         }
                     }
@@ -1100,6 +1124,9 @@ pub async fn run(spec: JobSpec) -> i32 {
                     HubEvent::Up { id, msg: Up::Fence { epoch, delta } } => {
                         debug!(job = j, id, epoch, "fence contribution");
                         if let Some((e, d)) = jobs[j].gather.child(id, epoch, delta) {
+                            if let Some(pr) = prof.as_mut().filter(|_| j == 0) {
+                                pr.complete(e, &d, clock.now());
+                            }
                             complete_fence(e, d, &jobs[j].node, &jobs[j].kids);
                         }
                     }
@@ -1114,6 +1141,13 @@ pub async fn run(spec: JobSpec) -> i32 {
                     HubEvent::Up { msg: Up::Publish(d), .. } => publish(d, &jobs[j].node, &jobs[j].kids),
                     HubEvent::Up { msg: Up::Request { from, req, service }, .. } => requests.push((Asker { job: j, agent: from, req }, service)),
                     HubEvent::Up { id, msg: Up::Done } => jobs[j].kids.mark_done(id),
+                    HubEvent::Up { id, msg: Up::Profile(mut v) } => {
+                        if let Some(pr) = prof.as_mut().filter(|_| j == 0) {
+                            let (l, c) = jobs[j].kids.timings(id);
+                            crate::profile::adopt(&mut v, id, l.map(|t| clock.at(t)), c.map(|t| clock.at(t)));
+                            pr.below.extend(v);
+                        }
+                    }
                     HubEvent::Up { .. } => {}
                     HubEvent::Lost { id, reason } => {
                         jobs[j].kids.mark_done(id);
@@ -1342,6 +1376,7 @@ pub async fn run(spec: JobSpec) -> i32 {
     drop(jobs);
     let _ = stop_tx.send(());
     let _ = printer.await;
+    let end_us = clock.now();
     let mut worst = 0;
     for (idx, ranks) in &summary {
         for (r, s) in ranks.iter().enumerate() {
@@ -1376,6 +1411,15 @@ pub async fn run(spec: JobSpec) -> i32 {
             worst = worst.max(c);
         }
     }
+    if let Some(pr) = prof {
+        let mut hosts = vec![pr.here];
+        hosts.extend(pr.below);
+        let profile = JobProfile::build(p.job.size, p.width, hosts, &pr.fences, end_us);
+        match pr.format {
+            ProfileFormat::Text => eprint!("{}", profile.text()),
+            ProfileFormat::Json => eprintln!("{}", profile.json()),
+        }
+    }
     debug!(worst, "job ended");
     match ending {
         Some(Ending::Abort(code)) => code & 0xff,
@@ -1384,6 +1428,37 @@ pub async fn run(spec: JobSpec) -> i32 {
         Some(Ending::OutputClosed) => 128 + libc::SIGPIPE,
         Some(Ending::Failed) if worst == 0 => STATUS_LAUNCHER,
         _ => worst,
+    }
+}
+
+/// The startup profile being recorded (`--profile`), for the job the user started.
+struct Profiling {
+    format: ProfileFormat,
+    /// The front end's own host.
+    here: HostProfile,
+    /// What the agents sent up, on the front end's clock.
+    below: Vec<HostProfile>,
+    /// Every fence the root completed.
+    fences: Vec<RootFence>,
+}
+
+impl Profiling {
+    /// Records what the front end's own ranks did at `t`.
+    fn node_event(&mut self, ev: &NodeEvent, t: u64) {
+        match ev {
+            NodeEvent::Exited { .. } => self.here.exited(t),
+            NodeEvent::Engine(Output::Initialized { .. }) => self.here.initialized(t),
+            NodeEvent::Engine(Output::Finalized { .. }) => self.here.finalized(t),
+            NodeEvent::Engine(Output::FenceReady { epoch, .. }) => self.here.fence_ready(*epoch, t),
+            // PMIx fences and direct modex are not profiled yet.
+            _ => {}
+        }
+    }
+
+    /// The root completed fence `epoch` with `delta` at `t`; the local ranks are released.
+    fn complete(&mut self, epoch: u64, delta: &Delta, t: u64) {
+        self.fences.push(RootFence::new(epoch, t, delta));
+        self.here.fence_released(epoch, t);
     }
 }
 

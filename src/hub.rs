@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
@@ -63,6 +63,10 @@ struct Shared {
     connect_wait: RefCell<HashMap<u32, tokio::sync::oneshot::Sender<()>>>,
     /// Every pair published without a fence so far, replayed to children that connect later.
     published: RefCell<Delta>,
+    /// When each child's launch began (for the startup profile).
+    launched_at: RefCell<HashMap<u32, Instant>>,
+    /// When each child's handshake was accepted.
+    connected_at: RefCell<HashMap<u32, Instant>>,
 }
 
 /// The links to this node's child agents.
@@ -93,6 +97,8 @@ impl Children {
                 done: RefCell::new(HashSet::new()),
                 connect_wait: RefCell::new(HashMap::new()),
                 published: RefCell::new(Vec::new()),
+                launched_at: RefCell::new(HashMap::new()),
+                connected_at: RefCell::new(HashMap::new()),
             }),
             accept: None,
         }
@@ -250,6 +256,14 @@ impl Children {
             .map_or_else(|| format!("agent {id}"), |t| t.plan.host.clone())
     }
 
+    /// When child `id`'s launch began and when its handshake was accepted.
+    pub fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
+        (
+            self.shared.launched_at.borrow().get(&id).copied(),
+            self.shared.connected_at.borrow().get(&id).copied(),
+        )
+    }
+
     /// The ids of the direct children.
     pub fn ids(&self) -> Vec<u32> {
         self.subtrees.iter().map(|t| t.id).collect()
@@ -309,6 +323,7 @@ async fn serve_child(
     };
     debug!(id, host = %subtree.plan.host, "agent connected");
     shared.connected.borrow_mut().insert(id);
+    shared.connected_at.borrow_mut().insert(id, Instant::now());
     if let Some(w) = shared.connect_wait.borrow_mut().remove(&id) {
         let _ = w.send(());
     }
@@ -375,6 +390,10 @@ async fn launch_batch(
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     let mut permit = permit;
+    let now = Instant::now();
+    for t in &batch {
+        shared.launched_at.borrow_mut().insert(t.id, now);
+    }
     let names: Vec<String> = batch.iter().map(|t| t.host.clone()).collect();
     let what = names.join(",");
     let mut waits = Vec::new();

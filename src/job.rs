@@ -90,6 +90,8 @@ pub struct JobSpec {
     pub singleton: Option<Singleton>,
     /// The wire-up protocol asked for (`--pmi`).
     pub pmi: PmiChoice,
+    /// Print the startup profile at exit (`--profile`, `KAURI_PROFILE`).
+    pub profile: Option<crate::profile::ProfileFormat>,
 }
 
 /// A singleton: an MPI program started without a launcher that now needs one. Its PMI-1

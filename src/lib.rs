@@ -15,6 +15,7 @@
 //!   ├── node      one host's ranks: start, serve PMI, forward output, report ends
 //!   ├── proc      rank processes: program lookup, environment, PMI socket, process groups
 //!   ├── iofwd     whole-line stdout/stderr forwarding, stdin to rank 0
+//!   ├── profile   the startup profile (`--profile`): per-host records, the job's phases
 //!   ├── nameserver  publish/lookup: the run's table, `kauri nameserver`, its client
 //!   ├── pmi       the sans-IO PMI engine: requests in, effects out
 //!   ├── pmix      the PMIx server (OpenPMIx library, by FFI) for PMIx jobs
@@ -44,4 +45,5 @@ pub mod node;
 pub mod pmi;
 pub mod pmix;
 pub mod proc;
+pub mod profile;
 pub mod tree;

@@ -12,6 +12,7 @@
 //! whole lines, never one message per key.
 
 use crate::kvs::Delta;
+use crate::profile::HostProfile;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -85,6 +86,8 @@ pub struct JobPlan {
     pub rank_node: Vec<u32>,
     /// Serve the ranks PMIx (a PMIx server in every agent) instead of PMI-1/PMI-2.
     pub pmix: bool,
+    /// Record the startup profile and send it up before `Done`.
+    pub profile: bool,
 }
 
 /// A program that is already running and asked for a process manager (`-pmi_args`): the
@@ -421,6 +424,9 @@ pub enum Up {
     },
     /// Events for the front end.
     Reports(Vec<Report>),
+    /// The startup profile of the subtree's hosts, on the sender's clock (sent just before
+    /// `Done`, only when the job records one).
+    Profile(Vec<HostProfile>),
     /// The subtree's agents are all running.
     Started,
     /// Every rank of the subtree has ended and its output is sent; the agent is leaving.
