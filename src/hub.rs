@@ -526,7 +526,7 @@ pub struct Gather<T = Delta> {
     need_local: bool,
     local: Option<T>,
     children: BTreeMap<u32, T>,
-    child_ids: Vec<u32>,
+    child_ids: HashSet<u32>,
 }
 
 impl<T: Contribution> Gather<T> {
@@ -537,7 +537,7 @@ impl<T: Contribution> Gather<T> {
             need_local,
             local: None,
             children: BTreeMap::new(),
-            child_ids,
+            child_ids: child_ids.into_iter().collect(),
         }
     }
 
@@ -552,7 +552,7 @@ impl<T: Contribution> Gather<T> {
 
     /// A child's contribution.
     pub fn child(&mut self, id: u32, epoch: u64, part: T) -> Option<(u64, T)> {
-        if epoch != self.epoch {
+        if epoch != self.epoch || !self.child_ids.contains(&id) {
             return None;
         }
         self.children.insert(id, part);
@@ -563,11 +563,9 @@ impl<T: Contribution> Gather<T> {
         if self.need_local && self.local.is_none() {
             return None;
         }
-        if !self
-            .child_ids
-            .iter()
-            .all(|id| self.children.contains_key(id))
-        {
+        // Every key is a known child (checked on insert), so counting is enough: checking
+        // each id on every arrival made a gather over N children O(N²).
+        if self.children.len() < self.child_ids.len() {
             return None;
         }
         let parts = self
@@ -601,6 +599,13 @@ mod tests {
         assert_eq!(keys, vec!["a", "b", "c"]);
         // The next epoch starts empty.
         assert!(g.local(1, vec![]).is_none());
+    }
+
+    #[test]
+    fn an_unknown_child_is_ignored() {
+        let mut g = Gather::new(false, vec![1]);
+        assert!(g.child(9, 0, vec![]).is_none());
+        assert_eq!(g.child(1, 0, vec![]), Some((0, vec![])));
     }
 
     #[test]
