@@ -1,76 +1,72 @@
-//! Kauri against `mpiexec.hydra` on the same PMI workload, in the same run.
+//! Kauri against `mpiexec.hydra` (and `mpirun.openmpi` where it applies) on the same
+//! workloads, in the same run. One command for the issue's comparison:
 //!
-//! Every rank runs `pmi-load` (pmi-wire's rank program): each round it puts K keys of V bytes,
-//! fences, and reads G peers' keys, checking each value. The whole job is timed (launch,
-//! wire-up, teardown), `--runs` times per cell after one warm-up, under each launcher, and the
-//! median, the range and the ratio kauri/hydra are printed as a Markdown table.
+//! * `hello`: an MPI hello (`MPI_Init`, an allreduce, `MPI_Finalize`) at N = 1, 2, 4, …, 64.
+//!   kauri and Hydra run MPICH's (`contrib/examples/hello.c` built with `mpicc.mpich`);
+//!   `mpirun.openmpi --oversubscribe` runs Open MPI's own (`compat-tests/programs/ompi_hello.c`
+//!   built with `mpicc.openmpi`): the same program in its own MPI, so the columns compare
+//!   launchers, each with its MPI.
+//! * `pmi`: every rank runs `pmi-load` (pmi-wire's rank program: each round it puts K keys of V
+//!   bytes, fences, reads G peers' keys, checking every value), PMI-1 and PMI-2, N = 16, 64,
+//!   256, 1024. Open MPI's launcher serves no PMI-1/PMI-2, so it has no column here.
+//! * `hosts`: H simulated hosts with 4 ranks each running `pmi-load` (5 rounds, one 64-byte key,
+//!   4 gets), H = 4, 8, 16, 32, 64: kauri's fork launcher, and kauri and Hydra through a local
+//!   stand-in for ssh that sleeps 20 ms (tree width 8 for kauri). See `benches/tree.rs` for
+//!   every width.
+//!
+//! The whole job is timed, `--runs` times per cell after one warm-up, the launchers taking
+//! turns run by run. A launcher that fails or does not finish within `--timeout` seconds is
+//! recorded (`timeout`, `failed`) and not run again for larger N of that workload: the table
+//! says where each launcher stops working. Every row carries the 1-minute load average before
+//! it. Prints Markdown tables; with `--write-docs` also replaces the generated part of
+//! `docs/performance.md` (machine, date, tables) and draws one PNG per workload into
+//! `docs/perf/` with gnuplot (`gnuplot-nox`, installed by `.ci/setup`).
 //!
 //! ```text
-//! cargo bench --bench launchers                      # the default table
-//! cargo bench --bench launchers -- --runs 3 --sizes 16,64 --pmi 1
+//! cargo bench --bench launchers                                   # everything
+//! cargo bench --bench launchers -- --workloads hello,pmi --runs 3 --sizes 16,64
+//! cargo bench --bench launchers -- --write-docs
 //! ```
-//!
-//! A launcher that does not finish a run within `--timeout` seconds (Hydra's PMI-2 path hangs
-//! at 256 ranks on one host) is recorded as `timeout` and not run again for that cell.
 
 mod common;
 
-use common::{build, opt, run_timed, summary};
-use std::path::Path;
+use common::{build, median, opt, run_timed, standin, summary, Bins};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
-struct Workload {
+/// One launcher's way of running a cell.
+#[derive(Clone)]
+struct Launcher {
     name: &'static str,
-    keys: usize,
-    vsize: usize,
-    rounds: usize,
-    gets: Option<usize>,
+    /// The command line before `-n N` (or the whole line, for hosts cells).
+    argv: Vec<String>,
+    env: Vec<(&'static str, &'static str)>,
 }
 
-const WORKLOADS: &[Workload] = &[
-    Workload {
-        name: "K=1 V=64 R=10 G=16",
-        keys: 1,
-        vsize: 64,
-        rounds: 10,
-        gets: Some(16),
-    },
-    Workload {
-        name: "K=1 V=512 R=3 G=all",
-        keys: 1,
-        vsize: 512,
-        rounds: 3,
-        gets: None,
-    },
-];
+/// One row of a table: a launcher's times, or why it has none.
+enum Cell {
+    Times(Vec<f64>),
+    Failed(String),
+    Skipped(String),
+}
 
-/// Runs pmi-load under `launcher` once.
-fn run_once(
-    launcher: &[String],
-    load: &Path,
-    pmi: u8,
-    n: usize,
-    w: &Workload,
-    timeout: Duration,
-) -> Result<f64, String> {
-    let mut argv: Vec<String> = launcher.to_vec();
-    argv.extend(["-n".into(), n.to_string(), load.display().to_string()]);
-    argv.extend(["--pmi", &pmi.to_string(), "--keys", &w.keys.to_string()].map(String::from));
-    argv.extend(
-        [
-            "--vsize",
-            &w.vsize.to_string(),
-            "--rounds",
-            &w.rounds.to_string(),
-        ]
-        .map(String::from),
-    );
-    argv.extend([
-        "--gets".to_string(),
-        w.gets.map_or("all".into(), |g| g.to_string()),
-        "--quiet".into(),
-    ]);
-    run_timed(&argv, &[], "pmi-load: ok rank=0", timeout).map(|(t, _)| t)
+impl Cell {
+    fn text(&self) -> String {
+        match self {
+            Cell::Times(t) => summary(&mut t.clone(), 3),
+            Cell::Failed(e) => e.clone(),
+            Cell::Skipped(s) => s.clone(),
+        }
+    }
+
+    fn median(&self) -> Option<f64> {
+        match self {
+            Cell::Times(t) => Some(median(&mut t.clone())),
+            _ => None,
+        }
+    }
 }
 
 fn list(name: &str, default: &[usize]) -> Vec<usize> {
@@ -79,57 +75,440 @@ fn list(name: &str, default: &[usize]) -> Vec<usize> {
     })
 }
 
-fn main() {
-    let runs: usize = opt("--runs").and_then(|v| v.parse().ok()).unwrap_or(5);
-    let sizes = list("--sizes", &[16, 64, 256]);
-    let pmis = list("--pmi", &[1, 2]);
-    let timeout = Duration::from_secs(opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(60));
-    let bins = build();
-    let launchers: Vec<Vec<String>> = vec![
-        vec![bins.kauri.display().to_string()],
-        vec!["mpiexec.hydra".to_string()],
-    ];
-    println!("| workload | PMI | N | kauri median (min-max) s | hydra median (min-max) s | kauri/hydra |");
-    println!("|---|---|---:|---|---|---:|");
-    for w in WORKLOADS {
-        for &pmi in &pmis {
-            for &n in &sizes {
-                let mut cells = Vec::new();
-                let mut medians = Vec::new();
-                for l in &launchers {
-                    let _ = run_once(l, &bins.load, pmi as u8, n, w, timeout); // warm-up
-                    let mut times = Vec::new();
-                    let mut failure = None;
-                    for _ in 0..runs {
-                        match run_once(l, &bins.load, pmi as u8, n, w, timeout) {
-                            Ok(t) => times.push(t),
-                            Err(e) => {
-                                failure = Some(e);
-                                break;
-                            }
-                        }
-                    }
-                    match failure {
-                        Some(e) => {
-                            cells.push(e);
-                            medians.push(None);
-                        }
-                        None => {
-                            cells.push(summary(&mut times.clone(), 3));
-                            medians.push(Some(common::median(&mut times)));
-                        }
-                    }
-                }
-                let ratio = match (medians[0], medians[1]) {
-                    (Some(k), Some(h)) => format!("{:.2}", k / h),
-                    (Some(_), None) => "hydra failed".into(),
-                    _ => "-".into(),
-                };
-                println!(
-                    "| {} | {pmi} | {n} | {} | {} | {ratio} |",
-                    w.name, cells[0], cells[1]
-                );
+fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Compiles `src` with `cc` into the target directory.
+fn compile(cc: &str, src: &str, out: &Path) -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ok = Command::new(cc)
+        .arg("-O2")
+        .arg("-o")
+        .arg(out)
+        .arg(root.join(src))
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    ok.then(|| out.to_path_buf())
+}
+
+/// Runs one row: every launcher `runs` times, taking turns, after a warm-up each. Launchers
+/// already marked failed in `stopped` are skipped; new failures are marked there.
+fn row(
+    launchers: &[(Launcher, Vec<String>)],
+    expect: &str,
+    runs: usize,
+    timeout: Duration,
+    stopped: &mut [Option<String>],
+    n: usize,
+) -> Vec<Cell> {
+    let mut cells: Vec<Cell> = stopped
+        .iter()
+        .map(|s| match s {
+            Some(why) => Cell::Skipped(why.clone()),
+            None => Cell::Times(Vec::new()),
+        })
+        .collect();
+    for (i, (l, argv)) in launchers.iter().enumerate() {
+        if stopped[i].is_none() {
+            if let Err(e) = run_timed(argv, &l.env, expect, timeout) {
+                cells[i] = Cell::Failed(e.clone());
+                stopped[i] = Some(format!("not run ({e} at N={n})"));
             }
         }
+    }
+    for _ in 0..runs {
+        for (i, (l, argv)) in launchers.iter().enumerate() {
+            let Cell::Times(t) = &mut cells[i] else {
+                continue;
+            };
+            match run_timed(argv, &l.env, expect, timeout) {
+                Ok((s, _)) => t.push(s),
+                Err(e) => {
+                    stopped[i] = Some(format!("not run ({e} at N={n})"));
+                    cells[i] = Cell::Failed(e);
+                }
+            }
+        }
+    }
+    cells
+}
+
+/// A generated table and the series to plot.
+struct Table {
+    title: String,
+    slug: String,
+    xlabel: &'static str,
+    text: String,
+    /// (launcher, [(x, median s)]).
+    series: Vec<(String, Vec<(usize, f64)>)>,
+}
+
+fn header(names: &[&str], extra: &str) -> String {
+    let mut h = format!(
+        "| N |{}",
+        names
+            .iter()
+            .map(|n| format!(" {n} median (min-max) s |"))
+            .collect::<String>()
+    );
+    h.push_str(extra);
+    h.push_str(" load |\n|---:|");
+    for _ in names {
+        h.push_str("---|");
+    }
+    for _ in extra.matches('|') {
+        h.push_str("---:|");
+    }
+    h.push_str("---:|\n");
+    h
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2}", a / b),
+        (Some(_), None) => "other failed".into(),
+        (None, Some(_)) => "kauri failed".into(),
+        _ => "-".into(),
+    }
+}
+
+/// Runs `cells` of one workload over `sizes`; `argv(l, n)` is the full command line.
+#[allow(clippy::too_many_arguments)]
+fn table(
+    title: &str,
+    slug: &str,
+    xlabel: &'static str,
+    launchers: &[Launcher],
+    sizes: &[usize],
+    argv: impl Fn(&Launcher, usize) -> Vec<String>,
+    expect: &str,
+    runs: usize,
+    timeout: Duration,
+) -> Table {
+    let names: Vec<&str> = launchers.iter().map(|l| l.name).collect();
+    let extra: String = names[1..]
+        .iter()
+        .map(|n| format!(" kauri/{} |", n.split_whitespace().next().unwrap_or(n)))
+        .collect();
+    let mut text = header(&names, &extra);
+    let mut stopped: Vec<Option<String>> = vec![None; launchers.len()];
+    let mut series: Vec<(String, Vec<(usize, f64)>)> =
+        names.iter().map(|n| (n.to_string(), Vec::new())).collect();
+    for &n in sizes {
+        let load = load_avg();
+        let lines: Vec<(Launcher, Vec<String>)> =
+            launchers.iter().map(|l| (l.clone(), argv(l, n))).collect();
+        let cells = row(&lines, expect, runs, timeout, &mut stopped, n);
+        let meds: Vec<Option<f64>> = cells.iter().map(Cell::median).collect();
+        for (s, m) in series.iter_mut().zip(&meds) {
+            if let Some(m) = m {
+                s.1.push((n, *m));
+            }
+        }
+        let mut line = format!("| {n} |");
+        for c in &cells {
+            let _ = write!(line, " {} |", c.text());
+        }
+        for m in &meds[1..] {
+            let _ = write!(line, " {} |", ratio(meds[0], *m));
+        }
+        let _ = writeln!(line, " {load} |");
+        print!("{line}");
+        text.push_str(&line);
+    }
+    Table {
+        title: title.into(),
+        slug: slug.into(),
+        xlabel,
+        text,
+        series,
+    }
+}
+
+fn hello(bins: &Bins, runs: usize, timeout: Duration) -> Option<Table> {
+    let mpich = compile(
+        "mpicc.mpich",
+        "contrib/examples/hello.c",
+        &bins.target.join("bench-hello-mpich"),
+    )?;
+    let ompi = compile(
+        "mpicc.openmpi",
+        "compat-tests/programs/ompi_hello.c",
+        &bins.target.join("bench-hello-ompi"),
+    );
+    let mut launchers = vec![
+        Launcher {
+            name: "kauri",
+            argv: vec![bins.kauri.display().to_string()],
+            env: vec![],
+        },
+        Launcher {
+            name: "hydra",
+            argv: vec!["mpiexec.hydra".into()],
+            env: vec![],
+        },
+    ];
+    if ompi.is_some() {
+        launchers.push(Launcher {
+            name: "mpirun.openmpi",
+            argv: ["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"]
+                .map(String::from)
+                .into(),
+            env: vec![],
+        });
+    }
+    let sizes = list("--hello-sizes", &[1, 2, 4, 8, 16, 32, 64]);
+    println!("\nMPI hello\n");
+    Some(table(
+        "MPI hello (kauri and Hydra: MPICH's; mpirun.openmpi: Open MPI's)",
+        "hello",
+        "ranks",
+        &launchers,
+        &sizes,
+        |l, n| {
+            let mut a = l.argv.clone();
+            a.extend(["-n".into(), n.to_string()]);
+            let prog = if l.name == "mpirun.openmpi" {
+                ompi.clone().unwrap_or_default()
+            } else {
+                mpich.clone()
+            };
+            a.push(prog.display().to_string());
+            a
+        },
+        "hello",
+        runs,
+        timeout,
+    ))
+}
+
+fn pmi(bins: &Bins, pmi: u8, runs: usize, timeout: Duration) -> Table {
+    let launchers = vec![
+        Launcher {
+            name: "kauri",
+            argv: vec![bins.kauri.display().to_string()],
+            env: vec![],
+        },
+        Launcher {
+            name: "hydra",
+            argv: vec!["mpiexec.hydra".into()],
+            env: vec![],
+        },
+    ];
+    let sizes = list("--sizes", &[16, 64, 256, 1024]);
+    println!("\npmi-load, PMI-{pmi}, K=1 V=64 R=10 G=16\n");
+    let load = bins.load.display().to_string();
+    table(
+        &format!("pmi-load, PMI-{pmi} (K=1 V=64 R=10 G=16)"),
+        &format!("pmi{pmi}"),
+        "ranks",
+        &launchers,
+        &sizes,
+        |l, n| {
+            let mut a = l.argv.clone();
+            a.extend(["-n".into(), n.to_string(), load.clone()]);
+            for (k, v) in [
+                ("--pmi", pmi.to_string()),
+                ("--keys", "1".into()),
+                ("--vsize", "64".into()),
+                ("--rounds", "10".into()),
+                ("--gets", "16".into()),
+            ] {
+                a.extend([k.to_string(), v]);
+            }
+            a.push("--quiet".into());
+            a
+        },
+        "pmi-load: ok rank=0",
+        runs,
+        timeout,
+    )
+}
+
+fn hosts(bins: &Bins, runs: usize, timeout: Duration) -> Table {
+    let ssh = standin(bins);
+    let kauri = bins.kauri.display().to_string();
+    let launchers = vec![
+        Launcher {
+            name: "kauri fork",
+            argv: [&kauri, "-launcher", "fork", "-tree-width", "8"]
+                .map(String::from)
+                .into(),
+            env: vec![],
+        },
+        Launcher {
+            name: "kauri ssh+20ms",
+            argv: [
+                &kauri,
+                "-launcher",
+                "ssh",
+                "-launcher-exec",
+                &ssh,
+                "-tree-width",
+                "8",
+            ]
+            .map(String::from)
+            .into(),
+            env: vec![("FAKESSH_DELAY", "0.02"), ("KAURI_ADDR", "127.0.0.1")],
+        },
+        Launcher {
+            name: "hydra ssh+20ms",
+            argv: ["mpiexec.hydra", "-launcher", "ssh", "-launcher-exec", &ssh]
+                .map(String::from)
+                .into(),
+            env: vec![("FAKESSH_DELAY", "0.02")],
+        },
+    ];
+    let sizes = list("--hosts", &[4, 8, 16, 32, 64]);
+    println!("\nsimulated hosts, 4 ranks each, pmi-load 5 rounds\n");
+    let load = bins.load.display().to_string();
+    table(
+        "Simulated hosts, 4 ranks each (pmi-load, PMI-1, 5 rounds)",
+        "hosts",
+        "hosts",
+        &launchers,
+        &sizes,
+        |l, h| {
+            let names: Vec<String> = if l.name.starts_with("hydra") {
+                (2..h + 2)
+                    .map(|i| format!("127.0.{}.{}", i / 250, i % 250 + 2))
+                    .collect()
+            } else {
+                (1..=h).map(|i| format!("h{i}")).collect()
+            };
+            let mut a = l.argv.clone();
+            a.extend(["-hosts".into(), names.join(",")]);
+            a.extend(["-ppn".into(), "4".into(), "-n".into(), (4 * h).to_string()]);
+            a.push(load.clone());
+            a.extend(
+                [
+                    "--pmi", "1", "--keys", "1", "--vsize", "64", "--rounds", "5", "--gets", "4",
+                ]
+                .map(String::from),
+            );
+            a.push("--quiet".into());
+            a
+        },
+        "pmi-load: ok rank=0",
+        runs,
+        timeout,
+    )
+}
+
+fn sh(cmd: &str) -> String {
+    Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Draws one PNG per table with gnuplot (log-log, one line per launcher).
+fn plot(t: &Table, dir: &Path) -> Option<String> {
+    std::fs::create_dir_all(dir).ok()?;
+    let png = dir.join(format!("launchers-{}.png", t.slug));
+    let mut script = format!(
+        "set terminal png size 800,500\nset output '{}'\nset title \"{}\" noenhanced\n\
+         set logscale xy\nset xlabel '{}'\nset ylabel 'whole job, median (s)'\nset key left top\nset grid\n",
+        png.display(),
+        t.title,
+        t.xlabel
+    );
+    let mut data = String::new();
+    let mut plots = Vec::new();
+    for (name, pts) in t.series.iter().filter(|s| !s.1.is_empty()) {
+        plots.push(format!("'-' using 1:2 with linespoints title '{name}'"));
+        for (x, y) in pts {
+            let _ = writeln!(data, "{x} {y}");
+        }
+        data.push_str("e\n");
+    }
+    if plots.is_empty() {
+        return None;
+    }
+    let _ = writeln!(script, "plot {}", plots.join(", "));
+    script.push_str(&data);
+    let mut child = Command::new("gnuplot")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .ok()?;
+    use std::io::Write;
+    child.stdin.take()?.write_all(script.as_bytes()).ok()?;
+    child
+        .wait()
+        .ok()?
+        .success()
+        .then(|| format!("perf/launchers-{}.png", t.slug))
+}
+
+const BEGIN: &str = "<!-- generated by `cargo bench --bench launchers -- --write-docs`: begin -->";
+const END: &str = "<!-- generated by `cargo bench --bench launchers -- --write-docs`: end -->";
+
+/// Replaces the generated part of docs/performance.md.
+fn write_docs(tables: &[Table], runs: usize, timeout: Duration) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let docs = root.join("docs/performance.md");
+    let mut out = String::new();
+    let _ = writeln!(out, "{BEGIN}\n");
+    let _ = writeln!(
+        out,
+        "Machine: {} ({} CPUs, {}), {}. Date: {}. kauri at {}. {runs} runs per cell after a \
+         warm-up, launchers taking turns; a cell that fails or passes {} s is not run again \
+         for larger N. Load: the 1-minute load average before the row.\n",
+        sh("uname -srm"),
+        sh("nproc"),
+        sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
+        sh("free -g | awk '/Mem:/ {print $2 \" GiB\"}'"),
+        sh("date -u '+%Y-%m-%d %H:%M UTC'"),
+        sh("git rev-parse --short HEAD"),
+        timeout.as_secs(),
+    );
+    for t in tables {
+        let _ = writeln!(out, "#### {}\n\n{}", t.title, t.text);
+        if let Some(png) = plot(t, &root.join("docs/perf")) {
+            let _ = writeln!(out, "![{}]({png})\n", t.title);
+        }
+    }
+    out.push_str(END);
+    let text = std::fs::read_to_string(&docs).unwrap_or_default();
+    let new = match (text.find(BEGIN), text.find(END)) {
+        (Some(a), Some(b)) if b > a => format!("{}{out}{}", &text[..a], &text[b + END.len()..]),
+        _ => format!("{text}\n## Comparison: kauri, Hydra, Open MPI (generated)\n\n{out}\n"),
+    };
+    std::fs::write(&docs, new).expect("write docs/performance.md");
+    println!("\nwrote {}", docs.display());
+}
+
+fn main() {
+    let runs: usize = opt("--runs").and_then(|v| v.parse().ok()).unwrap_or(5);
+    let timeout = Duration::from_secs(opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(60));
+    let workloads = opt("--workloads").unwrap_or_else(|| "hello,pmi,hosts".into());
+    let bins = build();
+    let mut tables = Vec::new();
+    for w in workloads.split(',') {
+        match w {
+            "hello" => match hello(&bins, runs, timeout) {
+                Some(t) => tables.push(t),
+                None => {
+                    println!("hello: mpicc.mpich cannot build contrib/examples/hello.c; skipped")
+                }
+            },
+            "pmi" => {
+                for p in list("--pmi", &[1, 2]) {
+                    tables.push(pmi(&bins, p as u8, runs, timeout));
+                }
+            }
+            "hosts" => tables.push(hosts(&bins, runs, timeout)),
+            other => println!("unknown workload {other:?} (hello, pmi, hosts)"),
+        }
+    }
+    if std::env::args().any(|a| a == "--write-docs") {
+        write_docs(&tables, runs, timeout);
     }
 }

@@ -20,22 +20,8 @@
 
 mod common;
 
-use common::{build, opt, run_timed, summary};
+use common::{build, opt, run_timed, standin, summary};
 use std::time::Duration;
-
-const STANDIN: &str = r#"#!/bin/sh
-# A stand-in for ssh: drop the options, take the host, run the command here after a delay.
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -o|-i|-p|-l|-F) shift 2 ;;
-    -*) shift ;;
-    *) break ;;
-  esac
-done
-shift
-sleep "${FAKESSH_DELAY:-0}"
-exec sh -c "$*"
-"#;
 
 /// Seconds (as the stand-in's `sleep` takes them) to whole milliseconds.
 fn ms(secs: &str) -> u32 {
@@ -57,14 +43,7 @@ fn main() {
         .unwrap_or_else(|| vec![4, 16, 64]);
     let timeout = Duration::from_secs(120);
     let bins = build();
-    let standin = bins.target.join("fakessh");
-    std::fs::write(&standin, STANDIN).expect("write the ssh stand-in");
-    std::fs::set_permissions(
-        &standin,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let standin = standin.display().to_string();
+    let standin = standin(&bins);
     let load: Vec<String> = [
         bins.load.display().to_string(),
         "--pmi".into(),

@@ -2,6 +2,8 @@
 #![allow(dead_code)] // each bench uses part of this
 //! with a kill timeout, medians.
 
+pub mod sim;
+
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -107,4 +109,29 @@ pub fn opt(name: &str) -> Option<String> {
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// A stand-in for ssh: drops the options, takes the host, runs the command here after
+/// `FAKESSH_DELAY` seconds.
+pub const STANDIN: &str = r#"#!/bin/sh
+# A stand-in for ssh: drop the options, take the host, run the command here after a delay.
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o|-i|-p|-l|-F) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+shift
+sleep "${FAKESSH_DELAY:-0}"
+exec sh -c "$*"
+"#;
+
+/// Writes the ssh stand-in into the target directory; returns its path.
+pub fn standin(bins: &Bins) -> String {
+    let path = bins.target.join("fakessh");
+    std::fs::write(&path, STANDIN).expect("write the ssh stand-in");
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("make the ssh stand-in executable");
+    path.display().to_string()
 }
