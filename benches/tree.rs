@@ -11,7 +11,8 @@
 //! * `hydra ssh+D`: `mpiexec.hydra` with its ssh launcher pointed at the same stand-in (hosts
 //!   are 127.0.0.2, 127.0.0.3, … so that no name needs resolving).
 //!
-//! kauri runs with tree widths 2, 8, 32 and flat.
+//! kauri runs with tree widths 2, 8, 32 and flat, and over ssh also with the cost-model tree
+//! (`-tree-width cost`: placed by the launch cost measured at start).
 //!
 //! ```text
 //! cargo bench --bench tree                              # H = 4, 16, 64
@@ -89,7 +90,7 @@ fn main() {
             });
         }
         for delay in ["0", "0.02"] {
-            for w in ["2", "8", "32", "flat"] {
+            for w in ["2", "8", "32", "flat", "cost"] {
                 let mut argv = vec![
                     bins.kauri.display().to_string(),
                     "-launcher".into(),

@@ -109,7 +109,8 @@ Global options:
   -launcher-exec PATH     the launcher program (e.g. a wrapper around ssh)
   -map-by node|slot       deal ranks round-robin over hosts (node) or fill each host (slot,
                           the default)
-  -tree-width K|flat      agents start their own children in a K-ary tree (default 8)
+  -tree-width K|flat|cost agents start their own children in a K-ary tree (default 8), or
+                          where each starts soonest by the launch cost measured at start
   -configfile FILE        read segments from FILE, one per line
   -l, -prepend-rank       prefix every output line with [RANK]
   -ml-env                 also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -142,6 +143,8 @@ Environment:
   KAURI_KILL_GRACE=SECS   grace between SIGTERM and SIGKILL at teardown (default 3)
   KAURI_TREE_WIDTH=K      the tree width, like -tree-width
   KAURI_USIZE=N           the universe size, like -usize (a singleton's only way to set it)
+  KAURI_LAUNCH_COST=S,L   for -tree-width cost: a launch's serial and total cost in ms
+                          (default: measured by one launch of 'kauri --version')
   KAURI_LAUNCHER_ARGS=..  extra arguments for the launcher (e.g. ssh options)
   KAURI_AGENT_PATH=PATH   kauri's path on the other hosts (default: this kauri's path)
   KAURI_ADDR=IP           the address agents connect back to (default: the local address
@@ -182,6 +185,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             verbose: 0,
             map_by_node: false,
             tree_width: None,
+            cost_tree: false,
             launcher_exec: None,
             ml_env: false,
             singleton: None,
@@ -409,11 +413,12 @@ impl Parser {
                 }
                 "-tree-width" => {
                     let v = value(&name)?;
-                    self.spec.tree_width = Some(if v == "flat" {
+                    self.spec.cost_tree = v == "cost";
+                    self.spec.tree_width = Some(if v == "flat" || v == "cost" {
                         0
                     } else {
                         v.parse().map_err(|_| {
-                            UsageError(format!("-tree-width {v:?}: a number or flat"))
+                            UsageError(format!("-tree-width {v:?}: a number, flat or cost"))
                         })?
                     });
                 }

@@ -20,8 +20,8 @@ use crate::pmi::Output;
 use crate::proc;
 use crate::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
 use crate::tree::{
-    self, Adopt, AppPlan, Down, HostPlan, JobPlan, LaunchPlan, RankPlan, Report, Service,
-    ServiceReply, SpawnCommand, Stream, Up,
+    self, Adopt, AppPlan, Down, HostPlan, JobPlan, LaunchCost, LaunchPlan, RankPlan, Report,
+    Service, ServiceReply, SpawnCommand, Stream, Up,
 };
 use bytes::Bytes;
 use std::net::IpAddr;
@@ -180,6 +180,62 @@ fn advertise(first_remote: Option<&str>, fork: bool) -> IpAddr {
     probe().unwrap_or(loopback)
 }
 
+/// What one launch costs, for the cost-model tree: `KAURI_LAUNCH_COST` (`SERIAL_MS,TOTAL_MS`
+/// less the serial part is the latency), else measured once by launching `kauri --version` to
+/// `host` the way agents will be launched: the serial cost is how long starting the launcher
+/// takes here, the latency the rest of its run. A probe that fails or takes over 10 s counts
+/// as 1 ms serial and 10 s latency (which gives a flat tree).
+fn launch_cost(launch: &LaunchPlan, host: &str) -> LaunchCost {
+    if let Some(c) = std::env::var("KAURI_LAUNCH_COST")
+        .ok()
+        .and_then(|v| LaunchCost::parse(&v))
+    {
+        return LaunchCost {
+            serial_us: c.serial_us,
+            latency_us: c.latency_us.saturating_sub(c.serial_us),
+        };
+    }
+    let fallback = LaunchCost {
+        serial_us: 1000,
+        latency_us: 10_000_000,
+    };
+    let mut cmd = std::process::Command::new(&launch.exec);
+    if launch.kind == "fork" {
+        cmd.arg("--version");
+    } else {
+        cmd.args(&launch.extra_args).arg(host).arg(format!(
+            "{} --version",
+            crate::launch::shell_quote(&launch.agent_path)
+        ));
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let t0 = std::time::Instant::now();
+    let Ok(mut child) = cmd.spawn() else {
+        return fallback;
+    };
+    let serial = t0.elapsed();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if t0.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_micros(200))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return fallback;
+            }
+        }
+    }
+    let total = t0.elapsed();
+    LaunchCost {
+        serial_us: serial.as_micros() as u64,
+        latency_us: (total - serial).as_micros() as u64,
+    }
+}
+
 /// Everything decided before anything starts.
 struct Plan {
     job: JobPlan,
@@ -187,6 +243,8 @@ struct Plan {
     remote: Vec<HostPlan>,
     launch: LaunchPlan,
     width: usize,
+    /// Shape the tree by launch cost (`-tree-width cost`).
+    cost_tree: bool,
     /// Every host the user named (or the allocation gave), with its slots: where spawned
     /// jobs may go.
     hosts: Vec<HostSpec>,
@@ -418,7 +476,12 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             })
             .unwrap_or(DEFAULT_TREE_WIDTH)
     };
+    let cost_tree = kind != "slurm"
+        && (spec.cost_tree
+            || (spec.tree_width.is_none()
+                && std::env::var("KAURI_TREE_WIDTH").is_ok_and(|v| v.trim() == "cost")));
     Ok(Plan {
+        cost_tree,
         job,
         local,
         remote,
@@ -494,6 +557,8 @@ struct Cluster {
     cursor: usize,
     launch: LaunchPlan,
     width: usize,
+    /// The launch cost the cost-model tree is shaped by, when it was asked for.
+    cost: Option<LaunchCost>,
     ip: IpAddr,
     /// The environment of spawned ranks (the launcher's, by the global policy, and `-genv`).
     env: Vec<(String, String)>,
@@ -546,7 +611,10 @@ async fn start_job(
     }
     let key = tree::new_key().map_err(|e| (format!("cannot make a job key: {e}"), None))?;
     let starting = remote.len();
-    let subtrees = tree::build(remote, cluster.width);
+    let subtrees = match cluster.cost {
+        Some(c) => tree::build_cost(remote, c, cluster.launch.max_concurrent),
+        None => tree::build(remote, cluster.width),
+    };
     let kids = Children::start(
         subtrees,
         plan.clone(),
@@ -848,6 +916,15 @@ pub async fn run(spec: JobSpec) -> i32 {
         }],
         ..spec.clone()
     };
+    let cost =
+        (p.cost_tree && !p.remote.is_empty()).then(|| launch_cost(&p.launch, &p.remote[0].host));
+    if let Some(c) = cost {
+        info!(
+            serial_us = c.serial_us,
+            latency_us = c.latency_us,
+            "launch cost"
+        );
+    }
     let mut cluster = Cluster {
         me: me.clone(),
         hosts: p.hosts.clone(),
@@ -856,6 +933,7 @@ pub async fn run(spec: JobSpec) -> i32 {
         cursor: 0,
         launch: p.launch.clone(),
         width: p.width,
+        cost,
         ip,
         env: segment_env(&global, 0),
         cwd,
@@ -1414,7 +1492,16 @@ pub async fn run(spec: JobSpec) -> i32 {
     if let Some(pr) = prof {
         let mut hosts = vec![pr.here];
         hosts.extend(pr.below);
-        let profile = JobProfile::build(p.job.size, p.width, hosts, &pr.fences, end_us);
+        let tree = match (cost, p.width) {
+            (Some(c), _) => format!(
+                "cost (launch {:.1} ms serial, {:.1} ms in all)",
+                c.serial_us as f64 / 1e3,
+                (c.serial_us + c.latency_us) as f64 / 1e3
+            ),
+            (None, 0) => "flat".into(),
+            (None, w) => w.to_string(),
+        };
+        let profile = JobProfile::build(p.job.size, tree, hosts, &pr.fences, end_us);
         match pr.format {
             ProfileFormat::Text => eprint!("{}", profile.text()),
             ProfileFormat::Json => eprintln!("{}", profile.json()),

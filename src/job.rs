@@ -82,6 +82,8 @@ pub struct JobSpec {
     pub map_by_node: bool,
     /// Width of the agent tree (`-tree-width`); `Some(0)` is flat.
     pub tree_width: Option<usize>,
+    /// Shape the tree by measured launch cost instead (`-tree-width cost`).
+    pub cost_tree: bool,
     /// The launcher program (`-launcher-exec`), e.g. a wrapper around ssh.
     pub launcher_exec: Option<String>,
     /// Also set the variables ML launchers use (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, …).

@@ -268,8 +268,8 @@ pub struct JobProfile {
     pub ranks: usize,
     /// Hosts that ran ranks or agents (the front end's own included when it runs ranks).
     pub hosts: usize,
-    /// The tree width (0: flat).
-    pub tree_width: usize,
+    /// The tree's shape: its width, `flat`, or `cost` (the cost-model tree).
+    pub tree: String,
     /// The phases, in order.
     pub phases: Vec<Phase>,
     /// Every host's own record.
@@ -317,7 +317,7 @@ impl JobProfile {
     /// ended (every agent gone, every line printed) at `end_us`.
     pub fn build(
         ranks: usize,
-        tree_width: usize,
+        tree: String,
         mut hosts: Vec<HostProfile>,
         fences: &[RootFence],
         end_us: u64,
@@ -381,7 +381,7 @@ impl JobProfile {
         JobProfile {
             ranks,
             hosts: hosts.iter().filter(|h| h.id != 0 || h.ranks > 0).count(),
-            tree_width,
+            tree,
             phases,
             per_host: hosts,
         }
@@ -401,14 +401,9 @@ impl JobProfile {
 
     /// The table.
     pub fn text(&self) -> String {
-        let width = if self.tree_width == 0 {
-            "flat".to_string()
-        } else {
-            self.tree_width.to_string()
-        };
         let mut s = format!(
-            "kauri profile: {} ranks on {} hosts, tree width {width}; ms since kauri started\n",
-            self.ranks, self.hosts
+            "kauri profile: {} ranks on {} hosts, tree {}; ms since kauri started\n",
+            self.ranks, self.hosts, self.tree
         );
         s.push_str(&format!(
             "{:<18} {:>10} {:>10} {:>10}  {}\n",
@@ -507,7 +502,13 @@ mod tests {
         kid.launched_us = Some(1);
         kid.connected_us = Some(5);
         let delta = vec![("k".to_string(), "vv".to_string())];
-        let p = JobProfile::build(2, 8, vec![kid, root], &[RootFence::new(0, 55, &delta)], 100);
+        let p = JobProfile::build(
+            2,
+            "8".into(),
+            vec![kid, root],
+            &[RootFence::new(0, 55, &delta)],
+            100,
+        );
         let names: Vec<&str> = p.phases.iter().map(|p| p.phase.as_str()).collect();
         assert_eq!(
             names,

@@ -117,7 +117,7 @@ fn json_profile_of_a_tree_has_every_level_and_the_fence_bytes() {
     let p = &v["kauri_profile"];
     assert_eq!(p["ranks"], 3);
     assert_eq!(p["hosts"], 3);
-    assert_eq!(p["tree_width"], 2);
+    assert_eq!(p["tree"], "2");
     let phases = p["phases"].as_array().unwrap();
     let named = |name: &str| -> Vec<&serde_json::Value> {
         phases.iter().filter(|x| x["phase"] == name).collect()
@@ -163,4 +163,55 @@ fn without_the_flag_nothing_extra_is_printed() {
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stderr(&o), "");
+}
+
+#[test]
+fn the_cost_model_tree_places_hosts_by_launch_cost() {
+    // A launch that is all serial work gives a binomial tree: h1 and h2 under kauri, h3
+    // under h1 (it comes up while kauri is still busy launching h2).
+    let run = |cost: Option<&str>| {
+        let mut env = vec![];
+        if let Some(c) = cost {
+            env.push(("KAURI_LAUNCH_COST", c));
+        }
+        let o = kauri(
+            &[
+                "--profile=json",
+                "-launcher",
+                "fork",
+                "-tree-width",
+                "cost",
+                "-hosts",
+                "h1,h2,h3",
+                "-n",
+                "3",
+                "python3",
+                "-c",
+                PMI1_RANK,
+            ],
+            None,
+            &env,
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        json_line(&stderr(&o))
+    };
+    let v = run(Some("10,10"));
+    let p = &v["kauri_profile"];
+    assert!(p["tree"].as_str().unwrap().starts_with("cost"), "{p}");
+    let levels: Vec<i64> = p["per_host"].as_array().unwrap()[1..]
+        .iter()
+        .map(|h| h["level"].as_i64().unwrap())
+        .collect();
+    assert_eq!(levels, [1, 1, 2]);
+    // Measured at start (one `kauri --version`): whatever the shape, the job runs.
+    let v = run(None);
+    assert_eq!(
+        v["kauri_profile"]["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|x| x["phase"] == "fence")
+            .count(),
+        1
+    );
 }
