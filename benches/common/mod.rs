@@ -135,3 +135,96 @@ pub fn standin(bins: &Bins) -> String {
         .expect("make the ssh stand-in executable");
     path.display().to_string()
 }
+
+/// Draws a log-log line plot into `png` with gnuplot: one line per named series of (x, y).
+/// Returns false when gnuplot is missing or fails (the tables are written anyway).
+pub fn plot(
+    png: &Path,
+    title: &str,
+    xlabel: &str,
+    ylabel: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> bool {
+    use std::fmt::Write as _;
+    use std::io::Write as _;
+    if let Some(dir) = png.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let mut script = format!(
+        "set terminal png size 800,500\nset output '{}'\nset title \"{title}\" noenhanced\n\
+         set logscale xy\nset xlabel '{xlabel}'\nset ylabel '{ylabel}'\nset key left top\nset grid\n",
+        png.display()
+    );
+    let mut data = String::new();
+    let mut plots = Vec::new();
+    for (name, pts) in series.iter().filter(|s| !s.1.is_empty()) {
+        plots.push(format!("'-' using 1:2 with linespoints title '{name}'"));
+        for (x, y) in pts {
+            let _ = writeln!(data, "{x} {y}");
+        }
+        data.push_str("e\n");
+    }
+    if plots.is_empty() {
+        return false;
+    }
+    let _ = writeln!(script, "plot {}", plots.join(", "));
+    script.push_str(&data);
+    let Ok(mut child) = Command::new("gnuplot").stdin(Stdio::piped()).spawn() else {
+        return false;
+    };
+    let wrote = child
+        .stdin
+        .take()
+        .is_some_and(|mut i| i.write_all(script.as_bytes()).is_ok());
+    child.wait().is_ok_and(|s| s.success()) && wrote
+}
+
+/// Runs `sh -c cmd` and returns its trimmed stdout.
+pub fn sh(cmd: &str) -> String {
+    Command::new("sh")
+        .args(["-c", cmd])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// One line describing the machine, the date and the commit, for generated docs.
+pub fn machine() -> String {
+    format!(
+        "Machine: {} ({} CPUs, {}, {} RAM). Date: {}. kauri at {}",
+        sh("uname -srm"),
+        sh("nproc"),
+        sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'"),
+        sh("free -g | awk '/Mem:/ {print $2 \" GiB\"}'"),
+        sh("date -u '+%Y-%m-%d %H:%M UTC'"),
+        sh("git rev-parse --short HEAD"),
+    )
+}
+
+/// The 1-minute load average.
+pub fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// Replaces the part of `docs/FILE` between `<!-- generated: TAG begin -->` and its end
+/// marker with `body`, or appends it under `heading` the first time.
+pub fn write_generated(file: &str, tag: &str, heading: &str, body: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let path = root.join("docs").join(file);
+    let begin = format!("<!-- generated: {tag} begin -->");
+    let end = format!("<!-- generated: {tag} end -->");
+    let block = format!("{begin}\n\n{body}\n{end}");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let new = match (text.find(&begin), text.find(&end)) {
+        (Some(a), Some(b)) if b > a => {
+            format!("{}{block}{}", &text[..a], &text[b + end.len()..])
+        }
+        _ => format!("{}\n{heading}\n\n{block}\n", text.trim_end()),
+    };
+    std::fs::write(&path, new).expect("write the generated docs");
+    println!("\nwrote {}", path.display());
+}
