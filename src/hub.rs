@@ -18,10 +18,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// What the children did.
 #[derive(Debug)]
@@ -57,7 +57,8 @@ const ATTEMPTS: u32 = 4;
 
 struct Shared {
     pending: RefCell<HashMap<u32, Subtree>>,
-    links: RefCell<HashMap<u32, mpsc::UnboundedSender<Down>>>,
+    /// Each connected child's writer, fed encoded frames.
+    links: RefCell<HashMap<u32, mpsc::UnboundedSender<Bytes>>>,
     connected: RefCell<HashSet<u32>>,
     done: RefCell<HashSet<u32>>,
     connect_wait: RefCell<HashMap<u32, tokio::sync::oneshot::Sender<()>>>,
@@ -201,18 +202,35 @@ impl Children {
     /// Sends a message to child `id`.
     pub fn send(&self, id: u32, msg: Down) {
         if let Some(l) = self.shared.links.borrow().get(&id) {
-            let _ = l.send(msg);
+            match tree::encode(&msg) {
+                Ok(f) => {
+                    let _ = l.send(f);
+                }
+                Err(e) => warn!(id, "cannot encode a message for a child: {e}"),
+            }
         }
     }
 
     /// Sends a message to every child. Published pairs are also kept for the children that
     /// have not connected yet.
+    /// The message is encoded once and the same bytes go to every child (a fence's merged
+    /// delta is the biggest message there is; a parent of many children used to clone and
+    /// encode it once per child).
     pub fn broadcast(&self, msg: &Down) {
         if let Down::Publish(d) = msg {
             self.shared.published.borrow_mut().extend(d.iter().cloned());
         }
-        for l in self.shared.links.borrow().values() {
-            let _ = l.send(msg.clone());
+        let links = self.shared.links.borrow();
+        if links.is_empty() {
+            return;
+        }
+        match tree::encode(msg) {
+            Ok(f) => {
+                for l in links.values() {
+                    let _ = l.send(f.clone());
+                }
+            }
+            Err(e) => warn!("cannot encode a message for the children: {e}"),
         }
     }
 
@@ -327,24 +345,32 @@ async fn serve_child(
     if let Some(w) = shared.connect_wait.borrow_mut().remove(&id) {
         let _ = w.send(());
     }
-    let (tx, mut rx) = mpsc::unbounded_channel::<Down>();
-    let _ = tx.send(Down::Spec {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let spec = tree::encode(&Down::Spec {
         id,
         job: Box::new((*job).clone()),
         me: subtree.plan.clone(),
         children: subtree.children.clone(),
         launch: plan,
     });
+    match spec {
+        Ok(f) => {
+            let _ = tx.send(f);
+        }
+        Err(e) => return refuse(format!("cannot encode its part of the job: {e}")),
+    }
     // What was published before this child connected, right after its Spec and before
     // anything else (the link is registered in the same step, so nothing can overtake it).
     let published = shared.published.borrow().clone();
     if !published.is_empty() {
-        let _ = tx.send(Down::Publish(published));
+        if let Ok(f) = tree::encode(&Down::Publish(published)) {
+            let _ = tx.send(f);
+        }
     }
     shared.links.borrow_mut().insert(id, tx);
     tokio::task::spawn_local(async move {
-        while let Some(m) = rx.recv().await {
-            if tree::send(&mut wr, &m).await.is_err() {
+        while let Some(f) = rx.recv().await {
+            if wr.write_all(&f).await.is_err() {
                 break;
             }
         }

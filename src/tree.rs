@@ -13,6 +13,7 @@
 
 use crate::kvs::Delta;
 use crate::profile::HostProfile;
+use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
@@ -433,14 +434,26 @@ pub enum Up {
     Done,
 }
 
+/// Encodes one frame (length and body), ready to be written as is: to one link, or to every
+/// child link at once without encoding the message again for each.
+pub fn encode<M: Serialize>(msg: &M) -> io::Result<Bytes> {
+    let bad = |e| io::Error::new(io::ErrorKind::InvalidData, e);
+    let len = bincode::serialized_size(msg).map_err(bad)? as usize;
+    if len > FRAME_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes"),
+        ));
+    }
+    let mut frame = Vec::with_capacity(4 + len);
+    frame.extend_from_slice(&(len as u32).to_be_bytes());
+    bincode::serialize_into(&mut frame, msg).map_err(bad)?;
+    Ok(Bytes::from(frame))
+}
+
 /// Writes one frame.
 pub async fn send<W: AsyncWrite + Unpin, M: Serialize>(w: &mut W, msg: &M) -> io::Result<()> {
-    let body =
-        bincode::serialize(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    frame.extend_from_slice(&body);
-    w.write_all(&frame).await
+    w.write_all(&encode(msg)?).await
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of stream.

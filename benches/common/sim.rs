@@ -76,7 +76,8 @@ fn contribution(id: u32, s: &Shape) -> Delta {
     d
 }
 
-type Link = (mpsc::UnboundedSender<Down>, u32);
+/// A child link as its parent holds it: the writer of encoded frames, the child's id.
+type Link = (mpsc::UnboundedSender<bytes::Bytes>, u32);
 
 /// Starts a link's writer task.
 fn writer<M: serde::Serialize + 'static>(
@@ -86,6 +87,20 @@ fn writer<M: serde::Serialize + 'static>(
     tokio::task::spawn_local(async move {
         while let Some(m) = rx.recv().await {
             if tree::send(&mut w, &m).await.is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+/// Starts a link's writer task for frames encoded once (`tree::encode`), as `hub` does.
+fn raw_writer(mut w: tokio::net::tcp::OwnedWriteHalf) -> mpsc::UnboundedSender<bytes::Bytes> {
+    use tokio::io::AsyncWriteExt;
+    let (tx, mut rx) = mpsc::unbounded_channel::<bytes::Bytes>();
+    tokio::task::spawn_local(async move {
+        while let Some(f) = rx.recv().await {
+            if w.write_all(&f).await.is_err() {
                 break;
             }
         }
@@ -131,7 +146,7 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
             }
         });
         // Parent side: writes Down, reads Up.
-        kids[parent as usize].push((writer::<Down>(pwr), child));
+        kids[parent as usize].push((raw_writer(pwr), child));
         let to = kid_tx[parent as usize].clone();
         tokio::task::spawn_local(async move {
             while let Ok(Some(m)) = tree::recv::<_, Up>(&mut prd).await {
@@ -203,11 +218,15 @@ async fn node(
     let mut kvs = Kvs::default();
     let mut down = down;
     let release = |epoch: u64, delta: Delta, kvs: &mut Kvs| {
-        for (tx, _) in &kids {
-            let _ = tx.send(Down::FenceDone {
+        if !kids.is_empty() {
+            if let Ok(f) = tree::encode(&Down::FenceDone {
                 epoch,
                 delta: delta.clone(),
-            });
+            }) {
+                for (tx, _) in &kids {
+                    let _ = tx.send(f.clone());
+                }
+            }
         }
         if commit {
             kvs.commit(delta);
