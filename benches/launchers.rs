@@ -143,9 +143,9 @@ struct Table {
     series: Vec<(String, Vec<(usize, f64)>)>,
 }
 
-fn header(names: &[&str], extra: &str) -> String {
+fn header(x: &str, names: &[&str], extra: &str) -> String {
     let mut h = format!(
-        "| N |{}",
+        "| {x} |{}",
         names
             .iter()
             .map(|n| format!(" {n} median (min-max) s |"))
@@ -188,9 +188,9 @@ fn table(
     let names: Vec<&str> = launchers.iter().map(|l| l.name).collect();
     let extra: String = names[1..]
         .iter()
-        .map(|n| format!(" kauri/{} |", n.split_whitespace().next().unwrap_or(n)))
+        .map(|n| format!(" {} / {n} |", names[0]))
         .collect();
-    let mut text = header(&names, &extra);
+    let mut text = header(xlabel, &names, &extra);
     let mut stopped: Vec<Option<String>> = vec![None; launchers.len()];
     let mut series: Vec<(String, Vec<(usize, f64)>)> =
         names.iter().map(|n| (n.to_string(), Vec::new())).collect();
@@ -330,13 +330,6 @@ fn hosts(bins: &Bins, runs: usize, timeout: Duration) -> Table {
     let kauri = bins.kauri.display().to_string();
     let launchers = vec![
         Launcher {
-            name: "kauri fork",
-            argv: [&kauri, "-launcher", "fork", "-tree-width", "8"]
-                .map(String::from)
-                .into(),
-            env: vec![],
-        },
-        Launcher {
             name: "kauri ssh+20ms",
             argv: [
                 &kauri,
@@ -357,6 +350,13 @@ fn hosts(bins: &Bins, runs: usize, timeout: Duration) -> Table {
                 .map(String::from)
                 .into(),
             env: vec![("FAKESSH_DELAY", "0.02")],
+        },
+        Launcher {
+            name: "kauri fork",
+            argv: [&kauri, "-launcher", "fork", "-tree-width", "8"]
+                .map(String::from)
+                .into(),
+            env: vec![],
         },
     ];
     let sizes = list("--hosts", &[4, 8, 16, 32, 64]);
