@@ -39,7 +39,7 @@ fn merge(c: &mut Criterion) {
                 b.iter_batched(
                     || parts.clone(),
                     |parts| {
-                        let mut gather = Gather::new(false, (0..n as u32).collect());
+                        let mut gather: Gather = Gather::new(false, (0..n as u32).collect());
                         let mut merged = None;
                         for (i, p) in parts.into_iter().enumerate() {
                             merged = gather.child(i as u32, 0, p);

@@ -629,7 +629,7 @@ mod tests {
 
     #[test]
     fn an_unknown_child_is_ignored() {
-        let mut g = Gather::new(false, vec![1]);
+        let mut g: Gather = Gather::new(false, vec![1]);
         assert!(g.child(9, 0, vec![]).is_none());
         assert_eq!(g.child(1, 0, vec![]), Some((0, vec![])));
     }

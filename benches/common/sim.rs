@@ -214,7 +214,7 @@ async fn node(
     done: mpsc::UnboundedSender<u32>,
     commit: bool,
 ) {
-    let mut gather = Gather::new(local.is_some(), kids.iter().map(|k| k.1).collect());
+    let mut gather: Gather = Gather::new(local.is_some(), kids.iter().map(|k| k.1).collect());
     let mut kvs = Kvs::default();
     let mut down = down;
     let release = |epoch: u64, delta: Delta, kvs: &mut Kvs| {

@@ -331,6 +331,7 @@ mod tests {
             simulated_hosts: false,
             rank_node,
             pmix: true,
+            profile: false,
         }
     }
 
