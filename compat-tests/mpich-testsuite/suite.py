@@ -754,7 +754,7 @@ def pids_where(pred):
     return out
 
 
-def singleton_launchers(port_args=None):
+def singleton_launchers():
     """Launchers started by singletons: `... -pmi_args PORT IFACE KEY PID`."""
     return pids_where(lambda argv: "-pmi_args" in argv)
 
