@@ -323,7 +323,20 @@ fn direct_modex_two_hosts_ring() {
     ];
     let ctx = Ctx::new("pmix_direct_modex_ring");
     let p = ctx.ompi_prog("ompi_ring");
-    let k = kauri(&ctx, TWO_HOSTS_CYCLIC, 4, &p, &env);
+    // Open MPI 4.1.4 itself races in this mode (see the reference below): MPI_Init fails
+    // now and then with "PML add procs failed ... Not found" under mpirun as well. A kauri
+    // run that fails exactly so is run again, up to RACE_TRIES runs in all; any other
+    // failure, or that one every time, fails the test.
+    const RACE_TRIES: usize = 5;
+    let mut k = kauri(&ctx, TWO_HOSTS_CYCLIC, 4, &p, &env);
+    for attempt in 2..=RACE_TRIES {
+        if k.code == Some(0) || !ompi_async_modex_race(&k) {
+            break;
+        }
+        eprintln!("kauri run {} hit Open MPI's async-modex race; running again", attempt - 1);
+        ctx.assert_no_leftovers();
+        k = kauri(&ctx, TWO_HOSTS_CYCLIC, 4, &p, &env);
+    }
     assert_eq!(k.code, Some(0), "kauri failed\n{k}");
     assert_lines("kauri", &k, ring_line(4));
     // The reference: Open MPI 4.1.4's own mpirun fails this mode now and then on one host
@@ -334,12 +347,18 @@ fn direct_modex_two_hosts_ring() {
         assert_eq!(sorted(&k), sorted(&m), "kauri vs mpirun.openmpi");
     } else {
         assert!(
-            m.stderr.contains("PML add procs failed"),
+            ompi_async_modex_race(&m),
             "mpirun.openmpi failed otherwise than its known race\n{m}"
         );
         eprintln!("mpirun.openmpi hit its async-modex race; kauri's output checked alone");
     }
     ctx.assert_no_leftovers();
+}
+
+/// Whether a failed run is Open MPI 4.1.4's own async-modex race: MPI_Init's PML add_procs
+/// does not find a peer's data ("Not found", -13).
+fn ompi_async_modex_race(o: &Outcome) -> bool {
+    o.stderr.contains("PML add procs failed") && o.stderr.contains("\"Not found\" (-13)")
 }
 
 /// MPI_Abort(comm, 7) in the last rank: its line and status 7 under both.
