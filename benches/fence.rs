@@ -74,6 +74,8 @@ fn tree_fence(c: &mut Criterion) {
                 keys: 1,
                 vsize: 64,
                 commit: true,
+                hop_us: 0.0,
+                gbps: 10.0,
             };
             let mut tree = local
                 .block_on(&rt, sim::start(shape))

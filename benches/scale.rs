@@ -5,7 +5,10 @@
 //!   TCP with kauri's real link framing, tree shape, fence gather and store
 //!   (`common::sim`). Wire-up here is connecting every link of the tree (no launches); a
 //!   fence is every agent's ranks entering at once until every agent has committed the
-//!   merged delta. H = 64, 256, 1,024, 2,048 by default.
+//!   merged delta. H = 64, 256, 1,024, 2,048 by default. Two numbers per fence: its real
+//!   time on this one thread (the tree's total work), and its modelled latency: the same
+//!   work replayed as if every agent had a CPU of its own and links were a network of
+//!   `--hop-us` µs (default 25) and `--gbps` Gbit/s (default 10) (see `common::sim`).
 //! * Real processes (`--real`): `kauri -launcher fork` with H simulated hosts, one `kauri agent`
 //!   process and `--ppn` ranks each (`pmi-load`: 3 rounds of one 64-byte put, a fence and 2
 //!   gets), read through `--profile=json`: wire-up = the last agent connected and the last
@@ -14,6 +17,7 @@
 //! ```text
 //! cargo bench --bench scale                                         # in process
 //! cargo bench --bench scale -- --hosts 256,1024 --ranks 16 --fences 9
+//! cargo bench --bench scale -- --keys 0            # fences that carry nothing (a barrier)
 //! cargo bench --bench scale -- --real --hosts 64,256,1024 --ppn 1
 //! cargo bench --bench scale -- --write-docs                         # docs/scale.md + plots
 //! ```
@@ -56,14 +60,23 @@ fn raise_fd_limit() {
 /// Results per width: (hosts, wire-up ms, fence median ms).
 type Series = Vec<(String, Vec<(f64, f64)>)>;
 
+/// The modelled network of the in-process run (see `common::sim`).
+#[derive(Clone, Copy)]
+struct NetModel {
+    hop_us: f64,
+    gbps: f64,
+}
+
 fn in_process(
     hosts: &[usize],
     widths: &[usize],
     ranks: usize,
     fences: usize,
+    keys: usize,
+    net: NetModel,
 ) -> (String, Series, Series) {
-    let mut text = "| hosts | ranks | width | wire-up ms | fence median (min-max) ms | merged delta | load |\n\
-                    |---:|---:|---|---:|---|---:|---:|\n"
+    let mut text = "| hosts | ranks | width | wire-up ms | fence work, one thread, median (min-max) ms | modelled fence latency, median (min-max) ms | merged delta | load |\n\
+                    |---:|---:|---|---:|---|---|---:|---:|\n"
         .to_string();
     let (mut wire, mut fence): (Series, Series) = (Vec::new(), Vec::new());
     for &w in widths {
@@ -82,29 +95,38 @@ fn in_process(
                 hosts: h,
                 width: w,
                 ranks,
-                keys: 1,
+                keys,
                 vsize: 64,
                 commit: true,
+                hop_us: net.hop_us,
+                gbps: net.gbps,
             };
             let line = local.block_on(&rt, async {
                 let mut t = match sim::start(shape).await {
                     Ok(t) => t,
-                    Err(e) => return format!("| {h} | {} | {} | failed: {e} | - | - | {load} |\n", h * ranks, width_name(w)),
+                    Err(e) => return format!("| {h} | {} | {} | failed: {e} | - | - | - | {load} |\n", h * ranks, width_name(w)),
                 };
                 let _ = t.fence().await; // warm-up
-                let mut v: Vec<f64> = Vec::new();
+                let (mut v, mut lat): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
                 for _ in 0..fences {
                     v.push(t.fence().await.as_secs_f64() * 1e3);
+                    lat.push(t.modelled.as_secs_f64() * 1e3);
                 }
                 let wire_ms = t.wireup.as_secs_f64() * 1e3;
+                let range = |v: &[f64]| {
+                    let lo = v.iter().cloned().fold(f64::MAX, f64::min);
+                    let hi = v.iter().cloned().fold(f64::MIN, f64::max);
+                    (lo, hi)
+                };
+                let (lo, hi) = range(&v);
+                let (llo, lhi) = range(&lat);
                 let m = median(&mut v);
-                let lo = v.iter().cloned().fold(f64::MAX, f64::min);
-                let hi = v.iter().cloned().fold(f64::MIN, f64::max);
+                let lm = median(&mut lat);
                 wire[i].1.push((h as f64, wire_ms));
-                fence[i].1.push((h as f64, m));
-                let bytes = h * ranks * (64 + format!("h{h}r{ranks}k0").len());
+                fence[i].1.push((h as f64, lm));
+                let bytes = h * ranks * keys * (64 + format!("h{h}r{ranks}k0").len());
                 format!(
-                    "| {h} | {} | {} | {wire_ms:.1} | {m:.2} ({lo:.2}-{hi:.2}) | {:.1} KiB | {load} |\n",
+                    "| {h} | {} | {} | {wire_ms:.1} | {m:.2} ({lo:.2}-{hi:.2}) | {lm:.3} ({llo:.3}-{lhi:.3}) | {:.1} KiB | {load} |\n",
                     h * ranks,
                     width_name(w),
                     bytes as f64 / 1024.0
@@ -227,13 +249,28 @@ fn main() {
         let hosts = list("--hosts", &[64, 256, 1024]);
         let ppn = opt("--ppn").and_then(|v| v.parse().ok()).unwrap_or(1);
         let (t, w, f) = real(&hosts, &widths, ppn);
-        (t, w, f, "real")
+        (t, w, f, "real".to_string())
     } else {
         let hosts = list("--hosts", &[64, 256, 1024, 2048]);
         let ranks = opt("--ranks").and_then(|v| v.parse().ok()).unwrap_or(4);
         let fences = opt("--fences").and_then(|v| v.parse().ok()).unwrap_or(5);
-        let (t, w, f) = in_process(&hosts, &widths, ranks, fences);
-        (t, w, f, "inproc")
+        let net = NetModel {
+            hop_us: opt("--hop-us").and_then(|v| v.parse().ok()).unwrap_or(25.0),
+            gbps: opt("--gbps").and_then(|v| v.parse().ok()).unwrap_or(10.0),
+        };
+        let keys = opt("--keys").and_then(|v| v.parse().ok()).unwrap_or(1);
+        let (t, w, f) = in_process(&hosts, &widths, ranks, fences, keys, net);
+        let t = format!(
+            "{keys} key(s) of 64 bytes per virtual rank per fence. Modelled network: {} µs per \
+             hop, {} Gbit/s per link.\n\n{t}",
+            net.hop_us, net.gbps
+        );
+        let what = if keys == 1 {
+            "inproc".to_string()
+        } else {
+            format!("inproc-keys{keys}")
+        };
+        (t, w, f, what)
     };
     if std::env::args().any(|a| a == "--write-docs") {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -241,15 +278,22 @@ fn main() {
         let fpng = format!("perf/scale-{what}-fence.png");
         let wpng = format!("perf/scale-{what}-wireup.png");
         let title = if is_real {
-            "fork-launched agents"
+            "fork-launched agents".to_string()
+        } else if what == "inproc" {
+            "agents in one process".to_string()
         } else {
-            "agents in one process"
+            format!("agents in one process, {what}")
+        };
+        let fl = if is_real {
+            "fence, median (ms)"
+        } else {
+            "modelled fence latency, median (ms)"
         };
         if plot(
             &root.join("docs").join(&fpng),
             &format!("fence latency, {title}"),
             "hosts",
-            "fence, median (ms)",
+            fl,
             &fence,
         ) {
             let _ = writeln!(body, "![fence latency]({fpng})\n");
@@ -268,6 +312,6 @@ fn main() {
         ) {
             let _ = writeln!(body, "![wire-up]({wpng})\n");
         }
-        write_generated("scale.md", what, &format!("## {title} (generated)"), &body);
+        write_generated("scale.md", &what, &format!("## {title} (generated)"), &body);
     }
 }
