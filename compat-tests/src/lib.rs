@@ -1184,6 +1184,21 @@ pub struct NetnsHosts {
     pub net: String,
 }
 
+impl NetnsHosts {
+    /// A launcher's arguments for these hosts over the ssh wrapper: `-launcher ssh
+    /// -launcher-exec SSH -hosts LIST` (kauri's and Hydra's spelling).
+    pub fn ssh_launch(&self, host_list: &str) -> Vec<String> {
+        vec![
+            "-launcher".into(),
+            "ssh".into(),
+            "-launcher-exec".into(),
+            self.ssh.to_string_lossy().into_owned(),
+            "-hosts".into(),
+            host_list.into(),
+        ]
+    }
+}
+
 /// `netns/hosts.sh`.
 pub const NETNS_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/netns/hosts.sh");
 /// `slurm/slurm-local.sh`.

@@ -9,6 +9,7 @@
 //! * [`ompi_bin`]: the Open MPI programs (`ompi_*.c`), compiled with `mpicc.openmpi`.
 //! * [`flux_job_id`], [`remove_vader_segments`]: what Open MPI's `flux` component needs per
 //!   job and what it leaves behind when a job dies.
+//! * [`ompi_hello_lines`]: what `ompi_hello` prints for a placement.
 //!
 //! Missing peers are test failures naming the Debian package, as everywhere in this crate.
 
@@ -210,6 +211,18 @@ pub fn flux_job_id(marker: &str) -> u32 {
     let family = (h >> 16) & 0x7fff;
     let local = (h & 0x7fff).max(1);
     (family << 16) | local
+}
+
+/// `ompi_hello`'s lines when rank r runs on node `node[r]`: `local=` counts the ranks that
+/// share its node (`MPI_COMM_TYPE_SHARED`).
+pub fn ompi_hello_lines(node: &[usize]) -> Vec<String> {
+    let n = node.len();
+    (0..n)
+        .map(|r| {
+            let local = node.iter().filter(|&&x| x == node[r]).count();
+            format!("ompi_hello: rank {r} of {n} allreduce={n} local={local}")
+        })
+        .collect()
 }
 
 /// Removes the shared-memory segments Open MPI's `vader` transport made for job `jobid`

@@ -35,7 +35,7 @@
 //! and removes it with the job: the tests check that no kauri job leaves one, however it
 //! ended.
 
-use compat_tests::libpmi::{libpmi, mpirun_openmpi, remove_vader_segments};
+use compat_tests::libpmi::{libpmi, mpirun_openmpi, ompi_hello_lines, remove_vader_segments};
 use compat_tests::{
     assert_same_stdout, kauri_system_entries, netns_hosts, netns_turn, slurm_local, Ctx, Job,
     Launcher, NetnsHosts, Outcome, MARKER_VAR,
@@ -645,17 +645,6 @@ fn ompi_segv_n4() {
 // ---------------------------------------------------------------------------------------
 // Open MPI through libpmi.so on several hosts
 
-/// `ompi_hello`'s lines when rank r runs on host `host[r]` (`local=` counts its host's ranks).
-fn hello_lines_on(host: &[usize]) -> Vec<String> {
-    let n = host.len();
-    (0..n)
-        .map(|r| {
-            let local = host.iter().filter(|&&h| h == host[r]).count();
-            format!("ompi_hello: rank {r} of {n} allreduce={n} local={local}")
-        })
-        .collect()
-}
-
 /// What a job across hosts must print and exit with.
 struct Spread<'a> {
     name: &'a str,
@@ -730,7 +719,7 @@ fn ompi_fork_hosts_hello_block() {
             prog: "ompi_hello",
             n: 4,
             env: &[],
-            want: hello_lines_on(&[0, 0, 1, 1]),
+            want: ompi_hello_lines(&[0, 0, 1, 1]),
             code: 0,
             same_as_mpirun: false,
         },
@@ -759,18 +748,9 @@ fn ompi_fork_hosts_vader_tcp_allreduce() {
 
 /// kauri's and Hydra's arguments for the 3 namespace hosts (`extra`: mapping).
 fn netns_places(hosts: &NetnsHosts, extra: &[&str]) -> Vec<(Peer, Vec<String>)> {
-    let ssh = hosts.ssh.to_string_lossy().into_owned();
-    let list = hosts.addrs.join(",");
     let common = |pre: &[&str]| {
         let mut a = strings(pre);
-        a.extend(strings(&[
-            "-launcher",
-            "ssh",
-            "-launcher-exec",
-            &ssh,
-            "-hosts",
-            &list,
-        ]));
+        a.extend(hosts.ssh_launch(&hosts.addrs.join(",")));
         a.extend(strings(extra));
         a
     };
@@ -792,7 +772,7 @@ fn netns_ompi_hello_ppn2() {
             prog: "ompi_hello",
             n: 6,
             env: &[],
-            want: hello_lines_on(&[0, 0, 1, 1, 2, 2]),
+            want: ompi_hello_lines(&[0, 0, 1, 1, 2, 2]),
             code: 0,
             same_as_mpirun: false,
         },

@@ -23,7 +23,7 @@
 //! killed by SIGSEGV gives 139 (128 + 11) under mpirun and 11 under kauri (its convention, as
 //! Hydra's).
 
-use compat_tests::libpmi::mpirun_openmpi;
+use compat_tests::libpmi::{mpirun_openmpi, ompi_hello_lines as hello_lines};
 use compat_tests::{
     kauri_system_entries, netns_hosts, netns_turn, Ctx, Job, Launcher, NetnsHosts, Outcome,
 };
@@ -160,17 +160,6 @@ fn normal(
         assert_eq!(sorted(&k), sorted(&m), "kauri vs mpirun.openmpi");
     }
     ctx.assert_no_leftovers();
-}
-
-/// `ompi_hello`'s lines when rank r runs on node `node[r]`.
-fn hello_lines(node: &[usize]) -> Vec<String> {
-    let n = node.len();
-    (0..n)
-        .map(|r| {
-            let local = node.iter().filter(|&&x| x == node[r]).count();
-            format!("ompi_hello: rank {r} of {n} allreduce={n} local={local}")
-        })
-        .collect()
 }
 
 fn ring_line(n: usize) -> Vec<String> {
@@ -513,14 +502,7 @@ fn choice_auto_and_bad_values() {
 
 /// `-launcher ssh -launcher-exec SSH -hosts A1,A2,A3` and `extra`.
 fn netns_args(hosts: &NetnsHosts, extra: &[&str]) -> Vec<String> {
-    let mut a: Vec<String> = vec![
-        "-launcher".into(),
-        "ssh".into(),
-        "-launcher-exec".into(),
-        hosts.ssh.to_string_lossy().into_owned(),
-        "-hosts".into(),
-        hosts.addrs.join(","),
-    ];
+    let mut a = hosts.ssh_launch(&hosts.addrs.join(","));
     a.extend(extra.iter().map(|s| s.to_string()));
     a
 }

@@ -1149,14 +1149,7 @@ fn ssh_args(
     n: usize,
     prog: &[&str],
 ) -> Vec<String> {
-    let mut a: Vec<String> = vec![
-        "-launcher".into(),
-        "ssh".into(),
-        "-launcher-exec".into(),
-        hosts.ssh.to_string_lossy().into_owned(),
-        "-hosts".into(),
-        host_list.into(),
-    ];
+    let mut a = hosts.ssh_launch(host_list);
     a.extend(extra.iter().map(|s| s.to_string()));
     a.extend(["-n".into(), n.to_string()]);
     a.extend(prog.iter().map(|s| s.to_string()));
