@@ -980,17 +980,31 @@ def universe_probe(launcher, mpich, env):
     return m.group(1) if m else "? (status %d)" % p.returncode
 
 
+def merge_rows(old, new, mpich, dirs):
+    """The rows of OUT after a run of `dirs` of `mpich`: that run's rows replace the old rows
+    of the same MPICH and directory; every other row is kept (a full run can be made in
+    pieces, one --dirs run at a time)."""
+    return [r for r in old if not (r["mpich"] == mpich and r["dir"] in dirs)] + new
+
+
 def append_results(out, rows, meta):
-    """Adds rows to OUT/results.tsv (keeping other MPICHs' rows) and meta to meta.json."""
+    """Adds rows to OUT/results.tsv (replacing the rows of the same MPICH and directories)
+    and meta to meta.json (per MPICH, with the directories each run covered)."""
     tsv = os.path.join(out, "results.tsv")
-    old = [r for r in read_results(tsv) if r["mpich"] != meta["mpich"]] if os.path.isfile(tsv) else []
-    allrows = old + rows
+    dirs = {d for _m, d, _k in meta["groups"]}
+    old = read_results(tsv) if os.path.isfile(tsv) else []
+    allrows = merge_rows(old, rows, meta["mpich"], dirs)
     with open(tsv, "w") as f:
         f.write("\t".join(FIELDS) + "\n")
         for r in allrows:
             f.write("\t".join(r.get(k, "").replace("\t", " ") for k in FIELDS) + "\n")
     metaf = os.path.join(out, "meta.json")
     metas = json.load(open(metaf)) if os.path.isfile(metaf) else {}
+    prev = metas.get(meta["mpich"])
+    if prev:
+        # Keep the record of the earlier pieces: which directories, when, how long.
+        pieces = [p for p in prev.get("pieces", [prev]) if not dirs & {g[1] for g in p["groups"]}]
+        meta = dict(meta, pieces=pieces + [{k: meta[k] for k in ("groups", "date", "seconds")}])
     metas[meta["mpich"]] = meta
     json.dump(metas, open(metaf, "w"), indent=1)
     with open(os.path.join(out, "results.md"), "w") as f:
@@ -1186,6 +1200,10 @@ def cmd_selftest(_a):
     assert verdict(row("pass", "2", "2"), row("pass", "2", "2")) == ("pass", "pass", False)
     assert verdict(row("pass", "1", "3"), row("fail", "1", "1"))[2]
     assert verdict(row("pass", "1", "3"), None) == ("pass", "missing", True)
+    old_rows = [{"mpich": "m", "dir": "a", "test": "x"}, {"mpich": "m", "dir": "b", "test": "y"},
+                {"mpich": "n", "dir": "a", "test": "z"}]
+    merged = merge_rows(old_rows, [{"mpich": "m", "dir": "a", "test": "w"}], "m", {"a"})
+    assert [r["test"] for r in merged] == ["y", "z", "w"], merged
     assert not verdict(row("fail", "1", "1"), row("fail", "1", "1"))[2]
     assert not verdict(row("skip", "1", ""), row("skip", "1", ""))[2]
     print("suite.py selftest: ok")
