@@ -1295,6 +1295,20 @@ pub fn kauri_system_entries() -> BTreeSet<String> {
     found
 }
 
+/// The [`kauri_system_entries`] that are new since `before` and still there after up to
+/// 10 s: what a job left. Entries another test's job has open at the moment (the system's
+/// directories are shared) go away when that job ends and are not counted.
+pub fn kauri_system_leftovers(before: &BTreeSet<String>) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<String> = kauri_system_entries().difference(before).cloned().collect();
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// A one-node Slurm made by `slurm/slurm-local.sh`.
 #[derive(Debug, Clone)]
 pub struct SlurmLocal {

@@ -37,8 +37,8 @@
 
 use compat_tests::libpmi::{libpmi, mpirun_openmpi, ompi_hello_lines, remove_vader_segments};
 use compat_tests::{
-    assert_same_stdout, kauri_system_entries, netns_hosts, netns_turn, slurm_local, Ctx, Job,
-    Launcher, NetnsHosts, Outcome, MARKER_VAR,
+    assert_same_stdout, kauri_system_entries, kauri_system_leftovers, netns_hosts, netns_turn,
+    slurm_local, Ctx, Job, Launcher, NetnsHosts, Outcome, MARKER_VAR,
 };
 use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
@@ -409,7 +409,7 @@ fn assert_kauri_left_no_segments(ctx: &Ctx, o: &Outcome, before: Option<&BTreeSe
         .collect();
     assert!(left.is_empty(), "kauri left {left:?}\n{o}");
     if let Some(before) = before {
-        let left: Vec<String> = kauri_system_entries().difference(before).cloned().collect();
+        let left = kauri_system_leftovers(before);
         assert!(left.is_empty(), "kauri's agents left {left:?}\n{o}");
     }
 }
@@ -664,7 +664,29 @@ struct Spread<'a> {
     program_lines_only: bool,
 }
 
-impl Spread<'_> {
+impl<'a> Spread<'a> {
+    /// A job that ends normally (status 0 everywhere); `same_as_mpirun` as the field.
+    fn normal(
+        name: &'a str,
+        prog: &'a str,
+        n: usize,
+        env: &'a [(&'a str, &'a str)],
+        want: Vec<String>,
+        same_as_mpirun: bool,
+    ) -> Spread<'a> {
+        Spread {
+            name,
+            prog,
+            n,
+            env,
+            want,
+            code: 0,
+            mpirun_code: 0,
+            same_as_mpirun,
+            program_lines_only: false,
+        }
+    }
+
     fn lines(&self, o: &Outcome) -> Vec<String> {
         sorted_lines(o)
             .into_iter()
@@ -698,11 +720,15 @@ fn ompi_spread(t: Spread, runs: &[(Peer, Vec<String>)]) {
         let mut want = t.want.clone();
         want.sort();
         assert_eq!(t.lines(&o), want, "{}: wrong stdout\n{o}", peer.name());
-        assert_eq!(
-            o.code,
-            Some(t.code),
-            "{}: wrong exit status\n{o}",
-            peer.name()
+        // Hydra's status for a rank that died on one of several hosts is 255 or the rank's
+        // own status, depending on which proxy reports first (seen both ways here; see also
+        // tree.rs `netns_segv_names_host`). kauri's is the rank's, always.
+        let hydra_race = *peer == HYDRA && over_ssh && t.code != 0 && o.code == Some(255);
+        assert!(
+            o.code == Some(t.code) || hydra_race,
+            "{}: wrong exit status (want {})\n{o}",
+            peer.name(),
+            t.code
         );
         if t.same_as_mpirun {
             assert_eq!(
@@ -735,17 +761,14 @@ const HYDRA: Peer = Peer::Pmi(Launcher::Hydra);
 fn ompi_fork_hosts_hello_block() {
     let place = strings(&["-launcher", "fork", "-hosts", "n1,n2", "-ppn", "2"]);
     ompi_spread(
-        Spread {
-            name: "ompi_fork_hosts_hello",
-            prog: "ompi_hello",
-            n: 4,
-            env: &[],
-            want: ompi_hello_lines(&[0, 0, 1, 1]),
-            code: 0,
-            mpirun_code: 0,
-            same_as_mpirun: false,
-            program_lines_only: false,
-        },
+        Spread::normal(
+            "ompi_fork_hosts_hello",
+            "ompi_hello",
+            4,
+            &[],
+            ompi_hello_lines(&[0, 0, 1, 1]),
+            false,
+        ),
         &[(KAURI, place)],
     );
 }
@@ -756,17 +779,14 @@ fn ompi_fork_hosts_hello_block() {
 fn ompi_fork_hosts_vader_tcp_allreduce() {
     let place = strings(&["-launcher", "fork", "-hosts", "n1,n2,n3", "-ppn", "2"]);
     ompi_spread(
-        Spread {
-            name: "ompi_fork_hosts_vader_tcp",
-            prog: "ompi_allreduce",
-            n: 6,
-            env: &[("OMPI_MCA_btl", "self,vader,tcp")],
-            want: allreduce_lines(6),
-            code: 0,
-            mpirun_code: 0,
-            same_as_mpirun: true,
-            program_lines_only: false,
-        },
+        Spread::normal(
+            "ompi_fork_hosts_vader_tcp",
+            "ompi_allreduce",
+            6,
+            &[("OMPI_MCA_btl", "self,vader,tcp")],
+            allreduce_lines(6),
+            true,
+        ),
         &[(KAURI, place)],
     );
 }
@@ -776,17 +796,14 @@ fn ompi_fork_hosts_vader_tcp_allreduce() {
 fn ompi_fork_hosts_ring_map_by_node() {
     let place = strings(&["-launcher", "fork", "-hosts", "n1,n2", "-map-by", "node"]);
     ompi_spread(
-        Spread {
-            name: "ompi_fork_hosts_ring",
-            prog: "ompi_ring",
-            n: 4,
-            env: &[],
-            want: ring_line(4),
-            code: 0,
-            mpirun_code: 0,
-            same_as_mpirun: true,
-            program_lines_only: false,
-        },
+        Spread::normal(
+            "ompi_fork_hosts_ring",
+            "ompi_ring",
+            4,
+            &[],
+            ring_line(4),
+            true,
+        ),
         &[(KAURI, place)],
     );
 }
@@ -815,7 +832,8 @@ fn abort_spread(name: &str) -> Spread<'_> {
         code: 7,
         mpirun_code: 7,
         same_as_mpirun: true,
-        program_lines_only: false,
+        // Hydra across hosts now and then adds its "BAD TERMINATION" banner to stdout.
+        program_lines_only: true,
     }
 }
 
@@ -855,17 +873,14 @@ fn netns_ompi_hello_ppn2() {
     let hosts = netns_hosts();
     let _turn = netns_turn();
     ompi_spread(
-        Spread {
-            name: "netns_ompi_hello",
-            prog: "ompi_hello",
-            n: 6,
-            env: &[],
-            want: ompi_hello_lines(&[0, 0, 1, 1, 2, 2]),
-            code: 0,
-            mpirun_code: 0,
-            same_as_mpirun: false,
-            program_lines_only: false,
-        },
+        Spread::normal(
+            "netns_ompi_hello",
+            "ompi_hello",
+            6,
+            &[],
+            ompi_hello_lines(&[0, 0, 1, 1, 2, 2]),
+            false,
+        ),
         &netns_places(&hosts, &["-ppn", "2"]),
     );
 }
@@ -876,17 +891,14 @@ fn netns_ompi_ring_map_by_node() {
     let hosts = netns_hosts();
     let _turn = netns_turn();
     ompi_spread(
-        Spread {
-            name: "netns_ompi_ring",
-            prog: "ompi_ring",
-            n: 6,
-            env: &[("OMPI_MCA_btl", "self,vader,tcp")],
-            want: ring_line(6),
-            code: 0,
-            mpirun_code: 0,
-            same_as_mpirun: true,
-            program_lines_only: false,
-        },
+        Spread::normal(
+            "netns_ompi_ring",
+            "ompi_ring",
+            6,
+            &[("OMPI_MCA_btl", "self,vader,tcp")],
+            ring_line(6),
+            true,
+        ),
         &netns_places(&hosts, &["-map-by", "node"]),
     );
 }
@@ -919,17 +931,14 @@ fn netns_ompi_allreduce_ppn2() {
     let hosts = netns_hosts();
     let _turn = netns_turn();
     ompi_spread(
-        Spread {
-            name: "netns_ompi_allreduce",
-            prog: "ompi_allreduce",
-            n: 6,
-            env: &[],
-            want: allreduce_lines(6),
-            code: 0,
-            mpirun_code: 0,
-            same_as_mpirun: true,
-            program_lines_only: false,
-        },
+        Spread::normal(
+            "netns_ompi_allreduce",
+            "ompi_allreduce",
+            6,
+            &[],
+            allreduce_lines(6),
+            true,
+        ),
         &netns_places(&hosts, &["-ppn", "2"]),
     );
 }

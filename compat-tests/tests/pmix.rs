@@ -25,7 +25,8 @@
 
 use compat_tests::libpmi::{mpirun_openmpi, ompi_hello_lines as hello_lines};
 use compat_tests::{
-    kauri_system_entries, netns_hosts, netns_turn, Ctx, Job, Launcher, NetnsHosts, Outcome,
+    kauri_system_entries, kauri_system_leftovers, netns_hosts, netns_turn, Ctx, Job, Launcher,
+    NetnsHosts, Outcome,
 };
 use std::path::{Path, PathBuf};
 
@@ -112,10 +113,7 @@ fn kauri(ctx: &Ctx, args: &[&str], n: usize, prog: &str, env: &[(&str, &str)]) -
     let o = run("kauri", env.iter().fold(job, |j, (k, v)| j.env(k, v)));
     s.assert_empty(&o);
     if let Some(before) = before {
-        let left: Vec<String> = kauri_system_entries()
-            .difference(&before)
-            .cloned()
-            .collect();
+        let left = kauri_system_leftovers(&before);
         assert!(left.is_empty(), "kauri's agents left {left:?} behind\n{o}");
     }
     o
