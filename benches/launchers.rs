@@ -236,18 +236,7 @@ fn hello(bins: &Bins, runs: usize, timeout: Duration) -> Option<Table> {
         "compat-tests/programs/ompi_hello.c",
         &bins.target.join("bench-hello-ompi"),
     );
-    let mut launchers = vec![
-        Launcher {
-            name: "kauri",
-            argv: vec![bins.kauri.display().to_string()],
-            env: vec![],
-        },
-        Launcher {
-            name: "hydra",
-            argv: vec!["mpiexec.hydra".into()],
-            env: vec![],
-        },
-    ];
+    let mut launchers = kauri_and_hydra(bins);
     if ompi.is_some() {
         launchers.push(Launcher {
             name: "mpirun.openmpi",
@@ -282,8 +271,9 @@ fn hello(bins: &Bins, runs: usize, timeout: Duration) -> Option<Table> {
     ))
 }
 
-fn pmi(bins: &Bins, pmi: u8, runs: usize, timeout: Duration) -> Table {
-    let launchers = vec![
+/// kauri (the build under test) and mpiexec.hydra, with no extra environment.
+fn kauri_and_hydra(bins: &Bins) -> Vec<Launcher> {
+    vec![
         Launcher {
             name: "kauri",
             argv: vec![bins.kauri.display().to_string()],
@@ -294,7 +284,11 @@ fn pmi(bins: &Bins, pmi: u8, runs: usize, timeout: Duration) -> Table {
             argv: vec!["mpiexec.hydra".into()],
             env: vec![],
         },
-    ];
+    ]
+}
+
+fn pmi(bins: &Bins, pmi: u8, runs: usize, timeout: Duration) -> Table {
+    let launchers = kauri_and_hydra(bins);
     let sizes = list("--sizes", &[16, 64, 256, 1024]);
     println!("\npmi-load, PMI-{pmi}, K=1 V=64 R=10 G=16\n");
     let load = bins.load.display().to_string();

@@ -284,33 +284,22 @@ fn main() {
         } else {
             format!("agents in one process, {what}")
         };
-        let fl = if is_real {
-            "fence, median (ms)"
+        let (fl, wl) = if is_real {
+            ("fence, median (ms)", "last PMI init (ms)")
         } else {
-            "modelled fence latency, median (ms)"
+            (
+                "modelled fence latency, median (ms)",
+                "all links connected (ms)",
+            )
         };
-        if plot(
-            &root.join("docs").join(&fpng),
-            &format!("fence latency, {title}"),
-            "hosts",
-            fl,
-            &fence,
-        ) {
-            let _ = writeln!(body, "![fence latency]({fpng})\n");
-        }
-        let wl = if is_real {
-            "last PMI init (ms)"
-        } else {
-            "all links connected (ms)"
-        };
-        if plot(
-            &root.join("docs").join(&wpng),
-            &format!("wire-up, {title}"),
-            "hosts",
-            wl,
-            &wire,
-        ) {
-            let _ = writeln!(body, "![wire-up]({wpng})\n");
+        for (png, alt, ylabel, series) in [
+            (&fpng, "fence latency", fl, &fence),
+            (&wpng, "wire-up", wl, &wire),
+        ] {
+            let t = format!("{alt}, {title}");
+            if plot(&root.join("docs").join(png), &t, "hosts", ylabel, series) {
+                let _ = writeln!(body, "![{alt}]({png})\n");
+            }
         }
         write_generated("scale.md", &what, &format!("## {title} (generated)"), &body);
     }
