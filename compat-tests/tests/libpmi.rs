@@ -85,6 +85,15 @@ fn assert_lines_of(who: &str, o: &Outcome, mut want: Vec<String>) {
     assert_eq!(sorted_lines(o), want, "{who}: wrong stdout\n{o}");
 }
 
+/// Whether `got` (sorted) may stand for `want` (sorted) from `peer` in a job that a dying rank
+/// ends: exactly `want`, or under Hydra any part of it. Hydra's proxy kills the ranks and
+/// exits when one aborts or dies without draining their stdout pipes, so the dying rank's
+/// last line, written and flushed before it died, is lost now and then (seen in CI for
+/// `ompi_abort_n4`). kauri reads every pipe to its end, so it is held to `want`.
+fn dying_lines_ok(peer: Peer, got: &[String], want: &[String]) -> bool {
+    got == want || (peer == HYDRA && got.iter().all(|l| want.contains(l)))
+}
+
 fn assert_lines(o: &Outcome, want: Vec<String>) {
     assert_lines_of(o.launcher.name(), o, want);
 }
@@ -595,7 +604,12 @@ fn ompi_abort_n4() {
     let p = ctx.ompi_prog("ompi_abort");
     let outs = three(&ctx, 4, &p, &[], |peer, o| {
         assert_eq!(o.code, Some(7), "{}: wrong exit status\n{o}", peer.name());
-        assert_lines_of(peer.name(), o, vec!["ompi_abort: rank 3 aborts".into()]);
+        let want = vec!["ompi_abort: rank 3 aborts".to_string()];
+        assert!(
+            dying_lines_ok(peer, &sorted_lines(o), &want),
+            "{}: wrong stdout (want {want:?})\n{o}",
+            peer.name()
+        );
     });
     assert_status_equal(named(&outs[0]), named(&outs[1]));
     assert_status_equal(named(&outs[0]), named(&outs[2]));
@@ -611,15 +625,14 @@ fn ompi_segv_n4() {
     let p = ctx.ompi_prog("ompi_segv");
     let outs = three(&ctx, 4, &p, &[], |peer, o| {
         // Hydra adds its "BAD TERMINATION" banner to stdout: compare the program's lines.
-        let ours: Vec<&str> = o
-            .stdout
-            .lines()
+        let ours: Vec<String> = sorted_lines(o)
+            .into_iter()
             .filter(|l| l.starts_with("ompi_"))
             .collect();
-        assert_eq!(
-            ours,
-            ["ompi_segv: rank 3 crashes"],
-            "{}: wrong stdout\n{o}",
+        let want = vec!["ompi_segv: rank 3 crashes".to_string()];
+        assert!(
+            dying_lines_ok(peer, &ours, &want),
+            "{}: wrong stdout (want {want:?})\n{o}",
             peer.name()
         );
         let want = if peer == Peer::Mpirun { 128 + 11 } else { 11 };
@@ -719,7 +732,16 @@ fn ompi_spread(t: Spread, runs: &[(Peer, Vec<String>)]) {
         }
         let mut want = t.want.clone();
         want.sort();
-        assert_eq!(t.lines(&o), want, "{}: wrong stdout\n{o}", peer.name());
+        let got = t.lines(&o);
+        if t.code == 0 {
+            assert_eq!(got, want, "{}: wrong stdout\n{o}", peer.name());
+        } else {
+            assert!(
+                dying_lines_ok(*peer, &got, &want),
+                "{}: wrong stdout (want {want:?})\n{o}",
+                peer.name()
+            );
+        }
         // Hydra's status for a rank that died on one of several hosts is 255 or the rank's
         // own status, depending on which proxy reports first (seen both ways here; see also
         // tree.rs `netns_segv_names_host`). kauri's is the rank's, always.
@@ -730,7 +752,7 @@ fn ompi_spread(t: Spread, runs: &[(Peer, Vec<String>)]) {
             peer.name(),
             t.code
         );
-        if t.same_as_mpirun {
+        if t.same_as_mpirun && got == want {
             assert_eq!(
                 t.lines(&o),
                 t.lines(&m),

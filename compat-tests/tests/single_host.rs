@@ -418,8 +418,13 @@ fn abort_rank1() {
         |o| {
             o.assert_code(HYDRA_ABORT_STATUS);
             // Other ranks may be killed before their "ready" line is out; rank 1's is
-            // flushed before the abort and must be forwarded.
-            assert!(o.stdout.contains("abort: rank 1 ready\n"), "{o}");
+            // flushed before the abort and kauri must forward it. Hydra's proxy now and
+            // then kills and exits without draining the pipes (seen with Open MPI's abort
+            // in libpmi.rs), so under Hydra it may be lost.
+            assert!(
+                o.stdout.contains("abort: rank 1 ready\n") || o.launcher == Launcher::Hydra,
+                "{o}"
+            );
             assert!(!o.stdout.contains("must not happen"), "{o}");
         },
     );
