@@ -5,6 +5,7 @@ Standard library only. See README.md next to this file for the whole story; in s
 
   suite.py run --mpich debian --launcher kauri --subset ci --out OUT   # one MPICH, one launcher
   suite.py run --mpich ch3-pmi1 --launcher hydra --dirs spawn,errors/spawn --out OUT
+  suite.py run --mpich debian --launcher hydra --subset full --dirs rma --out OUT  # a piece
   suite.py compare HYDRA_OUT KAURI_OUT [--markdown FILE]               # exit 1 on a regression
   suite.py all --subset ci --out OUT          # every MPICH of the subset, both launchers, compare
   suite.py plan --subset ci                   # print what a subset runs (no build, no run)
@@ -278,9 +279,17 @@ def leaf_dirs(root, d=""):
 
 
 def expand(subset, dirs=None, mpich=None):
-    """The (mpich, dir, k) groups to run."""
-    if dirs:
+    """The (mpich, dir, k) groups to run: the subset's (for one MPICH if given), or only
+    `dirs` of them with the subset's k, or with no subset every test of each of `dirs`."""
+    if dirs and not subset:
         return [(mpich, d, 1) for d in dirs]
+    if dirs:
+        of = {d: g for g in expand(subset, None, mpich) for d in [g[1]]}
+        missing = [d for d in dirs if d not in of]
+        if missing:
+            die("%s: not in the %s subset of %s (see: suite.py plan --subset %s)"
+                % (",".join(missing), subset, mpich, subset))
+        return [of[d] for d in dirs]
     groups = []
     for m, d, k in SUBSETS[subset]:
         if mpich and m != mpich:
@@ -913,7 +922,8 @@ def cmd_run(a, mpich=None, launcher_name=None, out=None, groups=None):
         if not a.dirs and not a.subset:
             die("give --subset or --dirs")
         groups = expand(a.subset, a.dirs.split(",") if a.dirs else None, mpich)
-    subset = a.subset or "ci"
+    # basic/ and manual/ have their own lists: --dirs alone means every test, so "full"
+    subset = a.subset or ("full" if a.dirs else "ci")
     listname = "testlist.kauri-" + (a.subset or "dirs")
     launcher = Launcher(launcher_name, a.kauri if launcher_name == "kauri" else a.hydra)
     logdir = os.path.join(out, "logs")
@@ -1206,6 +1216,10 @@ def cmd_selftest(_a):
     assert [r["test"] for r in merged] == ["y", "z", "w"], merged
     assert not verdict(row("fail", "1", "1"), row("fail", "1", "1"))[2]
     assert not verdict(row("skip", "1", ""), row("skip", "1", ""))[2]
+    # --dirs with a subset keeps the subset's k; alone it runs every test
+    assert expand("ci", ["coll", "pt2pt"], "debian") == [("debian", "coll", 8),
+                                                         ("debian", "pt2pt", 2)]
+    assert expand(None, ["coll"], "debian") == [("debian", "coll", 1)]
     print("suite.py selftest: ok")
     return 0
 
@@ -1234,7 +1248,8 @@ def main():
     r.add_argument("--mpich", choices=MPICHS, required=True)
     r.add_argument("--launcher", choices=LAUNCHERS, required=True)
     r.add_argument("--subset", choices=sorted(SUBSETS))
-    r.add_argument("--dirs", help="comma-separated directories (every test of each)")
+    r.add_argument("--dirs", help="comma-separated directories: alone, every test of "
+                   "each; with --subset, only these of the subset's directories")
     r.add_argument("--out", required=True)
     common(r)
     c = sub.add_parser("compare", help="side-by-side table; exit 1 on a regression")
@@ -1252,8 +1267,6 @@ def main():
     sub.add_parser("selftest", help="check the sampling rule and the comparison (no run)")
     a = p.parse_args()
     if a.cmd == "run":
-        if a.dirs and a.subset:
-            die("give --subset or --dirs, not both")
         cmd_run(a)
         return 0
     return {"compare": cmd_compare, "all": cmd_all, "plan": cmd_plan,
