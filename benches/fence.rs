@@ -17,20 +17,22 @@ mod common;
 use common::sim::{self, Shape};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kauri::hub::Gather;
-use kauri::kvs::{Delta, Kvs};
+use kauri::kvs::{Kvs, Packed};
 use std::time::Duration;
 
-fn part(n: usize, keys: usize) -> Delta {
+fn part(n: usize, keys: usize) -> Packed {
     let v = "x".repeat(64);
-    (0..keys)
-        .map(|k| (format!("r{n}k{k}"), v.clone()))
-        .collect()
+    let mut p = Packed::default();
+    for k in 0..keys {
+        p.push(&format!("r{n}k{k}"), &v);
+    }
+    p
 }
 
 fn merge(c: &mut Criterion) {
     let mut g = c.benchmark_group("merge");
     for (n, k) in [(16, 1), (256, 1), (1024, 1), (1024, 16), (16384, 1)] {
-        let parts: Vec<Delta> = (0..n).map(|i| part(i, k)).collect();
+        let parts: Vec<Packed> = (0..n).map(|i| part(i, k)).collect();
         g.throughput(Throughput::Elements((n * k) as u64));
         g.bench_with_input(
             BenchmarkId::from_parameter(format!("N={n} K={k}")),
@@ -46,7 +48,7 @@ fn merge(c: &mut Criterion) {
                         }
                         let (_, d) = merged.expect("complete");
                         let mut kvs = Kvs::default();
-                        kvs.commit(d);
+                        kvs.commit_packed(&d).expect("unpacks");
                         black_box(kvs.len())
                     },
                     criterion::BatchSize::LargeInput,

@@ -358,8 +358,10 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                     Some(Down::FenceDone { epoch, delta }) => {
                         debug!(%host, epoch, "fence done");
                         if let Some(p) = prof.as_mut() { p.fence_released(epoch, clock.now()); }
-                        kids.broadcast(&Down::FenceDone { epoch, delta: delta.clone() });
-                        if let Some(n) = &node { n.fence_done(epoch, delta); }
+                        // forwarded before it is unpacked here: the children need not wait
+                        let msg = Down::FenceDone { epoch, delta };
+                        kids.broadcast(&msg);
+                        if let (Some(n), Down::FenceDone { delta, .. }) = (&node, &msg) { n.fence_done(epoch, delta); }
                     }
                     Some(Down::PmixFenceDone { epoch, data }) => {
                         debug!(%host, epoch, "PMIx fence done");

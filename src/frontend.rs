@@ -74,9 +74,7 @@ fn kvsname(host: &str) -> String {
 /// to Open MPI 4's `libmpi.so.40` or to `libpmix`, unless the job is set up for Open MPI's
 /// PMI-1 path (`FLUX_PMI_LIBRARY_PATH` in its environment).
 fn use_pmix(choice: PmiChoice, apps: &[AppPlan]) -> bool {
-    let flux = apps
-        .iter()
-        .any(|a| a.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH"));
+    let flux = apps.iter().any(AppPlan::uses_open_mpi_flux);
     match choice {
         PmiChoice::Pmix => true,
         PmiChoice::Pmi1 | PmiChoice::Pmi2 => false,
@@ -103,8 +101,7 @@ fn use_pmix(choice: PmiChoice, apps: &[AppPlan]) -> bool {
 /// `FLUX_JOB_ID` unique to the job, unless the user set one.
 fn add_flux_job_id(apps: &mut [AppPlan], kvsname: &str) {
     for a in apps {
-        let flux = a.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH");
-        if flux && !a.env.iter().any(|(k, _)| k == "FLUX_JOB_ID") {
+        if a.uses_open_mpi_flux() && !a.env.iter().any(|(k, _)| k == "FLUX_JOB_ID") {
             a.env.push((
                 "FLUX_JOB_ID".into(),
                 crate::job::flux_job_id(kvsname).to_string(),
@@ -1543,7 +1540,7 @@ impl Profiling {
     }
 
     /// The root completed fence `epoch` with `delta` at `t`; the local ranks are released.
-    fn complete(&mut self, epoch: u64, delta: &Delta, t: u64) {
+    fn complete(&mut self, epoch: u64, delta: &crate::kvs::Packed, t: u64) {
         self.fences.push(RootFence::new(epoch, t, delta));
         self.here.fence_released(epoch, t);
     }
@@ -1558,13 +1555,11 @@ fn publish(delta: crate::kvs::Delta, node: &Option<Node>, kids: &Children) {
 }
 
 /// The whole tree has contributed to fence `epoch`: release the local ranks, tell the children.
-fn complete_fence(epoch: u64, delta: crate::kvs::Delta, node: &Option<Node>, kids: &Children) {
-    debug!(epoch, keys = delta.len(), "fence complete");
-    kids.broadcast(&Down::FenceDone {
-        epoch,
-        delta: delta.clone(),
-    });
-    if let Some(n) = node {
+fn complete_fence(epoch: u64, delta: crate::kvs::Packed, node: &Option<Node>, kids: &Children) {
+    debug!(epoch, bytes = delta.byte_len(), "fence complete");
+    let msg = Down::FenceDone { epoch, delta };
+    kids.broadcast(&msg);
+    if let (Some(n), Down::FenceDone { delta, .. }) = (node, &msg) {
         n.fence_done(epoch, delta);
     }
 }

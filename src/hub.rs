@@ -8,7 +8,7 @@
 //! link ends before it said `Done` is reported as [`HubEvent::Lost`], with one line saying
 //! what and where.
 
-use crate::kvs::{merge, Delta};
+use crate::kvs::{merge, Delta, Packed};
 use crate::launch::{self, Target};
 use crate::tree::{self, Down, JobPlan, LaunchPlan, Stream, Subtree, Up};
 use bytes::Bytes;
@@ -531,7 +531,7 @@ pub trait Contribution: Sized {
     fn merge(parts: impl Iterator<Item = Self>) -> Self;
 }
 
-impl Contribution for Delta {
+impl Contribution for Packed {
     fn merge(parts: impl Iterator<Item = Self>) -> Self {
         merge(parts)
     }
@@ -545,9 +545,9 @@ impl Contribution for Vec<u8> {
 }
 
 /// Gathers one node's fence contributions: its own ranks' and one merged contribution from
-/// each child, for one epoch at a time. `T` is a PMI [`Delta`] or a PMIx blob.
+/// each child, for one epoch at a time. `T` is a PMI [`Packed`] delta or a PMIx blob.
 #[derive(Debug)]
-pub struct Gather<T = Delta> {
+pub struct Gather<T = Packed> {
     epoch: u64,
     need_local: bool,
     local: Option<T>,
@@ -610,34 +610,42 @@ impl<T: Contribution> Gather<T> {
 mod tests {
     use super::*;
 
+    fn one(k: &str, v: &str) -> Packed {
+        Packed::from_pairs([(k, v)])
+    }
+
+    fn none() -> Packed {
+        Packed::default()
+    }
+
     #[test]
     fn gather_waits_for_everyone_then_merges_in_order() {
         let mut g: Gather = Gather::new(true, vec![2, 5]);
-        assert!(g.child(5, 0, vec![("c".into(), "5".into())]).is_none());
-        assert!(g.local(0, vec![("a".into(), "0".into())]).is_none());
+        assert!(g.child(5, 0, one("c", "5")).is_none());
+        assert!(g.local(0, one("a", "0")).is_none());
         assert!(
-            g.child(5, 1, vec![]).is_none(),
+            g.child(5, 1, none()).is_none(),
             "a later epoch is not mixed in"
         );
-        let (e, d) = g.child(2, 0, vec![("b".into(), "2".into())]).unwrap();
+        let (e, d) = g.child(2, 0, one("b", "2")).unwrap();
         assert_eq!(e, 0);
-        let keys: Vec<&str> = d.iter().map(|(k, _)| k.as_str()).collect();
+        let keys: Vec<&str> = d.pairs().map(|p| p.unwrap().0).collect();
         assert_eq!(keys, vec!["a", "b", "c"]);
         // The next epoch starts empty.
-        assert!(g.local(1, vec![]).is_none());
+        assert!(g.local(1, none()).is_none());
     }
 
     #[test]
     fn an_unknown_child_is_ignored() {
         let mut g: Gather = Gather::new(false, vec![1]);
-        assert!(g.child(9, 0, vec![]).is_none());
-        assert_eq!(g.child(1, 0, vec![]), Some((0, vec![])));
+        assert!(g.child(9, 0, none()).is_none());
+        assert_eq!(g.child(1, 0, none()), Some((0, none())));
     }
 
     #[test]
     fn a_root_without_ranks_needs_only_its_children() {
         let mut g: Gather = Gather::new(false, vec![1]);
-        assert_eq!(g.child(1, 0, vec![]), Some((0, vec![])));
+        assert_eq!(g.child(1, 0, none()), Some((0, none())));
     }
 
     #[test]

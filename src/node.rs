@@ -577,9 +577,7 @@ impl Node {
         // shared-memory directory as a PMIx job does: no segment outlives the job, and two
         // simulated hosts' ranks never share one.
         let vader_wanted = |a: &crate::tree::AppPlan| {
-            !job.pmix
-                && a.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH")
-                && !a.env.iter().any(|(k, _)| k == VADER_DIR_VAR)
+            !job.pmix && a.uses_open_mpi_flux() && !a.env.iter().any(|(k, _)| k == VADER_DIR_VAR)
         };
         let vader = me
             .ranks
@@ -644,7 +642,7 @@ impl Node {
             if let (Some(d), true) = (&vader, vader_wanted(a)) {
                 set(VADER_DIR_VAR, d.display().to_string());
             }
-            let open_mpi = job.pmix || a.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH");
+            let open_mpi = job.pmix || a.uses_open_mpi_flux();
             if yield_idle
                 && open_mpi
                 && !a
@@ -766,7 +764,7 @@ impl Node {
     }
 
     /// Applies the merged delta of a fence the whole tree completed, releasing local ranks.
-    pub fn fence_done(&self, epoch: u64, delta: crate::kvs::Delta) {
+    pub fn fence_done(&self, epoch: u64, delta: &crate::kvs::Packed) {
         self.ctx.engine.borrow_mut().fence_done(epoch, delta);
         self.ctx.dispatch();
     }

@@ -15,7 +15,7 @@
 //! [`Framing`] tells the two protocols apart on one socket: PMI-1 lines until an `init` asks
 //! for version 2, then PMI-2 frames.
 
-use crate::kvs::{Delta, Kvs};
+use crate::kvs::{Delta, Kvs, Packed};
 use crate::tree::{Service, ServiceReply, SpawnCommand};
 use bytes::{Bytes, BytesMut};
 use pmi_wire::limits::{KEY_MAX, KVSNAME_MAX, VALUE_MAX};
@@ -124,7 +124,7 @@ pub enum Output {
         /// The fence's number, from 0.
         epoch: u64,
         /// The puts of this agent's ranks since the last fence.
-        delta: Delta,
+        delta: Packed,
     },
     /// A client sent something wrong; the job goes on, the message names the rank.
     ProtocolError {
@@ -303,12 +303,20 @@ impl Engine {
         }
     }
 
-    /// Applies the merged delta of fence `epoch` and releases every rank waiting in it.
-    pub fn fence_done(&mut self, epoch: u64, delta: Delta) {
-        if epoch != self.epoch {
+    /// Applies the merged delta of fence `epoch` and releases every rank waiting in it. A
+    /// delta that cannot be unpacked fails the job (it came from another agent, not from a
+    /// rank): the ranks stay in the fence and the front end ends the job.
+    pub fn fence_done(&mut self, epoch: u64, delta: &Packed) {
+        if epoch != self.epoch || self.failed {
             return;
         }
-        self.kvs.commit(delta);
+        if let Err(e) = self.kvs.commit_packed(delta) {
+            self.failed = true;
+            self.out.push(Output::Failed {
+                reason: format!("fence {epoch}: {e}"),
+            });
+            return;
+        }
         self.epoch += 1;
         self.in_fence.clear();
         for w in std::mem::take(&mut self.fence_waiters) {
@@ -701,7 +709,7 @@ impl Engine {
                     A::PutResult(Status::ok())
                 }
                 Ok(()) => {
-                    self.kvs.put(key, value);
+                    self.kvs.put(&key, &value);
                     A::PutResult(Status::ok())
                 }
                 Err(e) => A::PutResult(Status::error(-1, e)),
@@ -861,7 +869,7 @@ impl Engine {
             Q::JobDisconnect { .. } => A::JobDisconnect(Status::ok()),
             Q::KvsPut { key, value } => match Self::check_put(&key, &value) {
                 Ok(()) => {
-                    self.kvs.put(key, value);
+                    self.kvs.put(&key, &value);
                     A::KvsPut(Status::ok())
                 }
                 Err(e) => A::KvsPut(Status::error(-1, e)),
@@ -1024,11 +1032,45 @@ mod tests {
                         .entry(conn)
                         .or_default()
                         .push_str(std::str::from_utf8(&bytes).unwrap()),
-                    Output::FenceReady { epoch, delta } => e.fence_done(epoch, delta),
+                    Output::FenceReady { epoch, delta } => e.fence_done(epoch, &delta),
                     o => other.push(o),
                 }
             }
         }
+    }
+
+    /// A merged delta from the tree that does not unpack fails the job and releases nobody.
+    #[test]
+    fn a_bad_delta_from_the_tree_fails_the_job() {
+        let mut e = engine(1);
+        let mut f = Framing::default();
+        feed(
+            &mut e,
+            &mut f,
+            0,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=put kvsname=kvs_test key=a value=1\ncmd=barrier_in\n",
+        );
+        let mut ready = None;
+        for o in e.drain() {
+            if let Output::FenceReady { epoch, delta } = o {
+                ready = Some((epoch, delta));
+            }
+        }
+        let (epoch, delta) = ready.expect("the fence is ready");
+        assert_eq!(delta.to_delta().unwrap(), vec![("a".into(), "1".into())]);
+        let bad: Packed =
+            bincode::deserialize(&bincode::serialize(&vec![9u8, 0, 0]).unwrap()).unwrap();
+        e.fence_done(epoch, &bad);
+        let out = e.drain();
+        assert!(
+            out.iter().any(|o| matches!(o, Output::Failed { reason }
+                if reason.starts_with("fence 0: malformed key-value data"))),
+            "{out:?}"
+        );
+        assert!(
+            !out.iter().any(|o| matches!(o, Output::Send { .. })),
+            "a rank was released: {out:?}"
+        );
     }
 
     #[test]

@@ -221,12 +221,14 @@ pub struct RootFence {
 
 impl RootFence {
     /// The root completed fence `epoch` at `t` with `delta`.
-    pub fn new(epoch: u64, t: u64, delta: &crate::kvs::Delta) -> RootFence {
+    pub fn new(epoch: u64, t: u64, delta: &crate::kvs::Packed) -> RootFence {
+        let keys = delta.count().unwrap_or(0);
         RootFence {
             epoch,
             complete_us: t,
-            keys: delta.len(),
-            bytes: delta.iter().map(|(k, v)| k.len() + v.len()).sum(),
+            keys,
+            // each pair carries two 4-byte lengths
+            bytes: delta.byte_len().saturating_sub(8 * keys),
         }
     }
 }
@@ -501,7 +503,7 @@ mod tests {
         kid.lift(0);
         kid.launched_us = Some(1);
         kid.connected_us = Some(5);
-        let delta = vec![("k".to_string(), "vv".to_string())];
+        let delta = crate::kvs::Packed::from_pairs([("k", "vv")]);
         let p = JobProfile::build(
             2,
             "8".into(),

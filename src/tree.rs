@@ -11,7 +11,7 @@
 //! one fence contribution per agent per fence (all puts of its subtree), output as runs of
 //! whole lines, never one message per key.
 
-use crate::kvs::Delta;
+use crate::kvs::{Delta, Packed};
 use crate::profile::HostProfile;
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
@@ -36,6 +36,14 @@ pub struct AppPlan {
     pub env: Vec<(String, String)>,
     /// The working directory.
     pub wdir: String,
+}
+
+impl AppPlan {
+    /// Whether the segment is set up for Open MPI's PMI-1 path, its `flux` component
+    /// (`FLUX_PMI_LIBRARY_PATH` in its environment, naming a PMI-1 library to dlopen).
+    pub fn uses_open_mpi_flux(&self) -> bool {
+        self.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH")
+    }
 }
 
 /// One rank as its host's agent needs it.
@@ -248,7 +256,7 @@ pub enum Down {
         /// The fence.
         epoch: u64,
         /// Every put of the job since the previous fence.
-        delta: Delta,
+        delta: Packed,
     },
     /// Pairs published without a fence (`kauri kvs put`): commit them at once.
     Publish(Delta),
@@ -257,6 +265,7 @@ pub enum Down {
         /// The fence.
         epoch: u64,
         /// The blobs.
+        #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// Ask the PMIx server hosting `rank` for its data (direct modex), for agent `from`;
@@ -278,6 +287,7 @@ pub enum Down {
         /// The PMIx status.
         status: i32,
         /// The rank's data.
+        #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// Bytes for rank 0's stdin (routed to the agent that hosts rank 0).
@@ -376,7 +386,7 @@ pub enum Up {
         /// The fence.
         epoch: u64,
         /// Every put of the subtree's ranks since the previous fence.
-        delta: Delta,
+        delta: Packed,
     },
     /// Pairs to publish to the whole job at once (relayed to the front end).
     Publish(Delta),
@@ -385,6 +395,7 @@ pub enum Up {
         /// The fence.
         epoch: u64,
         /// The blobs.
+        #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// A direct-modex request for the front end to route to the host of `rank`.
@@ -405,6 +416,7 @@ pub enum Up {
         /// The PMIx status.
         status: i32,
         /// The rank's data.
+        #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// A request for the front end, relayed up unchanged.
@@ -421,6 +433,7 @@ pub enum Up {
         /// Which stream.
         stream: Stream,
         /// The bytes.
+        #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// Events for the front end.
@@ -697,7 +710,7 @@ mod tests {
         rt.block_on(async {
             let msg = Up::Fence {
                 epoch: 3,
-                delta: vec![("k".into(), "v".into())],
+                delta: crate::kvs::Packed::from_pairs([("k", "v")]),
             };
             let mut buf = Vec::new();
             send(&mut buf, &msg).await.unwrap();

@@ -19,7 +19,7 @@
 //! in another order than its virtual arrival order.
 
 use kauri::hub::Gather;
-use kauri::kvs::{Delta, Kvs};
+use kauri::kvs::{Kvs, Packed};
 use kauri::tree::{self, Down, HostPlan, Subtree, Up};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -135,12 +135,12 @@ fn edges(hosts: usize, width: usize) -> Vec<(u32, u32)> {
 }
 
 /// One agent's contribution: `ranks` ranks putting `keys` keys of `vsize` bytes.
-fn contribution(id: u32, s: &Shape) -> Delta {
+fn contribution(id: u32, s: &Shape) -> Packed {
     let v = "x".repeat(s.vsize);
-    let mut d = Vec::with_capacity(s.ranks * s.keys);
+    let mut d = Packed::default();
     for r in 0..s.ranks {
         for k in 0..s.keys {
-            d.push((format!("h{id}r{r}k{k}"), v.clone()));
+            d.push(&format!("h{id}r{r}k{k}"), &v);
         }
     }
     d
@@ -327,7 +327,7 @@ impl SimTree {
 /// One simulated agent.
 struct Node {
     id: u32,
-    local: Option<Delta>,
+    local: Option<Packed>,
     kids: Vec<Link>,
     up: Option<mpsc::UnboundedSender<(bytes::Bytes, f64)>>,
     cpu: Cpu,
@@ -352,17 +352,11 @@ async fn node(
     let mut gather: Gather = Gather::new(local.is_some(), kids.iter().map(|k| k.1).collect());
     let mut kvs = Kvs::default();
     let mut down = down;
-    let release = |epoch: u64, delta: Delta, ready: f64, kvs: &mut Kvs| {
+    let release = |epoch: u64, delta: Packed, ready: f64, kvs: &mut Kvs| {
         let mut at = ready;
+        let msg = Down::FenceDone { epoch, delta };
         if !kids.is_empty() {
-            if let Some((f, t)) = encode_on(
-                &cpu,
-                ready,
-                &Down::FenceDone {
-                    epoch,
-                    delta: delta.clone(),
-                },
-            ) {
+            if let Some((f, t)) = encode_on(&cpu, ready, &msg) {
                 at = t;
                 for (tx, _) in &kids {
                     let _ = tx.send((f.clone(), t));
@@ -370,7 +364,11 @@ async fn node(
             }
         }
         if commit {
-            let ((), cost) = timed(|| kvs.commit(delta));
+            let Down::FenceDone { delta, .. } = &msg else {
+                unreachable!()
+            };
+            let (r, cost) = timed(|| kvs.commit_packed(delta));
+            r.expect("the simulated delta unpacks");
             at = cpu.work(at, cost);
         }
         let _ = done.send((id, at));
