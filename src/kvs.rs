@@ -10,8 +10,8 @@
 //! concatenates and forwarding copies as it is, so an agent between the root and the leaves
 //! never takes a delta apart; only the store it lands in does.
 
+use indexmap::IndexMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::collections::HashMap;
 use std::fmt;
 
 /// A list of key-value pairs in put order (preput pairs, published pairs).
@@ -204,8 +204,8 @@ pub mod byte_string {
 /// The store.
 #[derive(Debug, Default)]
 pub struct Kvs {
-    committed: HashMap<String, String>,
-    order: Vec<String>,
+    /// In first-put order: a later put of a key replaces its value in place.
+    committed: IndexMap<String, String>,
     pending: Packed,
 }
 
@@ -227,9 +227,7 @@ impl Kvs {
 
     /// Applies pairs in order.
     pub fn commit(&mut self, delta: Delta) {
-        for (k, v) in delta {
-            self.commit_one(k, v);
-        }
+        self.committed.extend(delta);
     }
 
     /// Applies a merged fence delta. It is checked whole first, so a bad one changes nothing.
@@ -242,17 +240,12 @@ impl Kvs {
                     old.clear();
                     old.push_str(v);
                 }
-                None => self.commit_one(k.to_string(), v.to_string()),
+                None => {
+                    self.committed.insert(k.to_string(), v.to_string());
+                }
             }
         }
         Ok(())
-    }
-
-    fn commit_one(&mut self, k: String, v: String) {
-        if !self.committed.contains_key(&k) {
-            self.order.push(k.clone());
-        }
-        self.committed.insert(k, v);
     }
 
     /// Reads a committed key.
@@ -262,8 +255,8 @@ impl Kvs {
 
     /// The `idx`-th committed pair in first-put order (legacy `getbyidx`).
     pub fn get_by_idx(&self, idx: usize) -> Option<(&str, &str)> {
-        let k = self.order.get(idx)?;
-        Some((k.as_str(), self.committed[k].as_str()))
+        let (k, v) = self.committed.get_index(idx)?;
+        Some((k.as_str(), v.as_str()))
     }
 
     /// How many pairs are committed.
