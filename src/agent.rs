@@ -233,10 +233,10 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
     let mut kill_at: Option<Instant> = None;
     let mut told_initialized = false;
     let (mut hub_open, mut node_open) = (true, true);
-    let (down_tx, mut down_rx) = mpsc::unbounded_channel::<Option<Down>>();
+    let (down_tx, mut down_rx) = mpsc::unbounded_channel::<Option<(Down, Bytes)>>();
     tokio::task::spawn_local(async move {
         loop {
-            match tree::recv::<_, Down>(&mut rd).await {
+            match tree::recv_frame::<_, Down>(&mut rd).await {
                 Ok(Some(m)) => {
                     if down_tx.send(Some(m)).is_err() {
                         break;
@@ -349,7 +349,11 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                 }
             }
             down = down_rx.recv() => {
-                match down.flatten() {
+                let (down, frame) = match down.flatten() {
+                    Some((m, f)) => (Some(m), f),
+                    None => (None, Bytes::new()),
+                };
+                match down {
                     None => {
                         // The parent is gone: nobody can use this part of the job any more.
                         if let Some(n) = &node { n.signal(libc::SIGKILL); }
@@ -358,14 +362,13 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
                     Some(Down::FenceDone { epoch, delta }) => {
                         debug!(%host, epoch, "fence done");
                         if let Some(p) = prof.as_mut() { p.fence_released(epoch, clock.now()); }
-                        // forwarded before it is unpacked here: the children need not wait
-                        let msg = Down::FenceDone { epoch, delta };
-                        kids.broadcast(&msg);
-                        if let (Some(n), Down::FenceDone { delta, .. }) = (&node, &msg) { n.fence_done(epoch, delta); }
+                        // passed on as it came, before it is unpacked here
+                        kids.broadcast_frame(&frame);
+                        if let Some(n) = &node { n.fence_done(epoch, &delta); }
                     }
                     Some(Down::PmixFenceDone { epoch, data }) => {
                         debug!(%host, epoch, "PMIx fence done");
-                        kids.broadcast(&Down::PmixFenceDone { epoch, data: data.clone() });
+                        kids.broadcast_frame(&frame);
                         if let Some(n) = &node { n.pmix_fence_done(epoch, data); }
                     }
                     Some(Down::DmodexServe { from, req, rank }) => {

@@ -234,6 +234,14 @@ impl Children {
         }
     }
 
+    /// Sends a frame as it came from this node's parent to every child: a fence's result
+    /// is passed on without being encoded again.
+    pub fn broadcast_frame(&self, frame: &Bytes) {
+        for l in self.shared.links.borrow().values() {
+            let _ = l.send(frame.clone());
+        }
+    }
+
     /// Sends a message towards agent `to`: to the direct child whose subtree holds it.
     /// Returns false when no child does.
     pub fn route(&self, to: u32, msg: Down) -> bool {

@@ -473,24 +473,33 @@ pub async fn send<W: AsyncWrite + Unpin, M: Serialize>(w: &mut W, msg: &M) -> io
 pub async fn recv<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
     r: &mut R,
 ) -> io::Result<Option<M>> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
+    Ok(recv_frame(r).await?.map(|(m, _)| m))
+}
+
+/// Reads one frame and returns it decoded and as it came (length and body), so that a
+/// message for the children can be passed on without encoding it again.
+pub async fn recv_frame<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
+    r: &mut R,
+) -> io::Result<Option<(M, Bytes)>> {
+    let mut len_bytes = [0u8; 4];
+    match r.read_exact(&mut len_bytes).await {
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let len = u32::from_be_bytes(len) as usize;
+    let len = u32::from_be_bytes(len_bytes) as usize;
     if len > FRAME_MAX {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("frame of {len} bytes"),
         ));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
-    bincode::deserialize(&body)
-        .map(Some)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    let mut frame = vec![0u8; 4 + len];
+    frame[..4].copy_from_slice(&len_bytes);
+    r.read_exact(&mut frame[4..]).await?;
+    let m = bincode::deserialize(&frame[4..])
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    Ok(Some((m, Bytes::from(frame))))
 }
 
 /// The job key: 32 random bytes, hex-encoded so it can travel in an environment variable or

@@ -186,21 +186,22 @@ fn writer(
     tx
 }
 
-/// Reads one frame as `tree::recv` does, decoding on `cpu`'s account; returns the message
-/// and the virtual time it is ready to be handled.
+/// Reads one frame as `tree::recv_frame` does, decoding on `cpu`'s account; returns the
+/// message, the frame as it came (for passing on) and the virtual time it is ready.
 async fn read_frame<M: for<'de> serde::Deserialize<'de>>(
     r: &mut tokio::net::tcp::OwnedReadHalf,
     cpu: &Cpu,
     stamps: &Stamps,
-) -> Option<(M, f64)> {
+) -> Option<(M, bytes::Bytes, f64)> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await.ok()?;
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
-    r.read_exact(&mut body).await.ok()?;
-    let (m, cost) = timed(|| bincode::deserialize::<M>(&body));
+    let mut frame = vec![0u8; 4 + u32::from_be_bytes(len) as usize];
+    frame[..4].copy_from_slice(&len);
+    r.read_exact(&mut frame[4..]).await.ok()?;
+    let (m, cost) = timed(|| bincode::deserialize::<M>(&frame[4..]));
     let m = m.ok()?;
     let arrived = stamps.borrow_mut().pop_front().unwrap_or(0.0);
-    Some((m, cpu.work(arrived, cost)))
+    Some((m, bytes::Bytes::from(frame), cpu.work(arrived, cost)))
 }
 
 /// Encodes `m` on `cpu`'s account, ready at `ready`.
@@ -224,7 +225,7 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
     // Per node: its parent link (writer; reader side into a channel) and its child links.
     type UpTx = mpsc::UnboundedSender<(bytes::Bytes, f64)>;
     let mut up_tx: Vec<Option<UpTx>> = (0..n).map(|_| None).collect();
-    let mut down_rx: Vec<Option<mpsc::UnboundedReceiver<(Down, f64)>>> =
+    let mut down_rx: Vec<Option<mpsc::UnboundedReceiver<(Down, bytes::Bytes, f64)>>> =
         (0..n).map(|_| None).collect();
     let mut kids: Vec<Vec<Link>> = (0..n).map(|_| Vec::new()).collect();
     let mut kid_rx: Vec<mpsc::UnboundedReceiver<(u32, Up, f64)>> = Vec::new();
@@ -259,7 +260,7 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
         kids[parent as usize].push((writer(pwr, pcpu.clone(), down_stamps, net), child));
         let to = kid_tx[parent as usize].clone();
         tokio::task::spawn_local(async move {
-            while let Some((m, t)) = read_frame::<Up>(&mut prd, &pcpu, &up_stamps).await {
+            while let Some((m, _, t)) = read_frame::<Up>(&mut prd, &pcpu, &up_stamps).await {
                 if to.send((child, m, t)).is_err() {
                     break;
                 }
@@ -337,7 +338,7 @@ struct Node {
 async fn node(
     me: Node,
     mut kid_rx: mpsc::UnboundedReceiver<(u32, Up, f64)>,
-    down: Option<mpsc::UnboundedReceiver<(Down, f64)>>,
+    down: Option<mpsc::UnboundedReceiver<(Down, bytes::Bytes, f64)>>,
     mut go: mpsc::UnboundedReceiver<()>,
     done: mpsc::UnboundedSender<(u32, f64)>,
 ) {
@@ -352,27 +353,34 @@ async fn node(
     let mut gather: Gather = Gather::new(local.is_some(), kids.iter().map(|k| k.1).collect());
     let mut kvs = Kvs::default();
     let mut down = down;
-    let release = |epoch: u64, delta: Packed, ready: f64, kvs: &mut Kvs| {
-        let mut at = ready;
-        let msg = Down::FenceDone { epoch, delta };
-        if !kids.is_empty() {
-            if let Some((f, t)) = encode_on(&cpu, ready, &msg) {
-                at = t;
-                for (tx, _) in &kids {
-                    let _ = tx.send((f.clone(), t));
+    // As the agent does: the root encodes the result once for all its children; an inner
+    // node passes on the frame it received (`frame`) as it came.
+    let release =
+        |epoch: u64, delta: Packed, frame: Option<bytes::Bytes>, ready: f64, kvs: &mut Kvs| {
+            let mut at = ready;
+            let msg = Down::FenceDone { epoch, delta };
+            if !kids.is_empty() {
+                let sent = match frame {
+                    Some(f) => Some((f, ready)),
+                    None => encode_on(&cpu, ready, &msg),
+                };
+                if let Some((f, t)) = sent {
+                    at = t;
+                    for (tx, _) in &kids {
+                        let _ = tx.send((f.clone(), t));
+                    }
                 }
             }
-        }
-        if commit {
-            let Down::FenceDone { delta, .. } = &msg else {
-                unreachable!()
-            };
-            let (r, cost) = timed(|| kvs.commit_packed(delta));
-            r.expect("the simulated delta unpacks");
-            at = cpu.work(at, cost);
-        }
-        let _ = done.send((id, at));
-    };
+            if commit {
+                let Down::FenceDone { delta, .. } = &msg else {
+                    unreachable!()
+                };
+                let (r, cost) = timed(|| kvs.commit_packed(delta));
+                r.expect("the simulated delta unpacks");
+                at = cpu.work(at, cost);
+            }
+            let _ = done.send((id, at));
+        };
     let mut epoch = 0u64;
     loop {
         let (merged, ready) = tokio::select! {
@@ -392,8 +400,8 @@ async fn node(
                 None => return,
             },
             d = async { match down.as_mut() { Some(d) => d.recv().await, None => std::future::pending().await } } => match d {
-                Some((Down::FenceDone { epoch: e, delta }, ready)) => {
-                    release(e, delta, ready, &mut kvs);
+                Some((Down::FenceDone { epoch: e, delta }, frame, ready)) => {
+                    release(e, delta, Some(frame), ready, &mut kvs);
                     epoch = e + 1;
                     (None, 0.0)
                 }
@@ -410,7 +418,7 @@ async fn node(
                     }
                 }
                 None => {
-                    release(e, d, ready, &mut kvs);
+                    release(e, d, None, ready, &mut kvs);
                     epoch = e + 1;
                 }
             }
