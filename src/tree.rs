@@ -725,6 +725,9 @@ mod tests {
             send(&mut buf, &msg).await.unwrap();
             let got: Up = recv(&mut &buf[..]).await.unwrap().unwrap();
             assert_eq!(got, msg);
+            // the frame as it came is the frame that was sent: it can be passed on as is
+            let (got, frame): (Up, Bytes) = recv_frame(&mut &buf[..]).await.unwrap().unwrap();
+            assert_eq!((got, &frame[..]), (msg.clone(), &encode(&msg).unwrap()[..]));
             let none: Option<Up> = recv(&mut &b""[..]).await.unwrap();
             assert!(none.is_none());
             let huge = [0xffu8, 0xff, 0xff, 0xff];
