@@ -548,7 +548,7 @@ impl Contribution for Packed {
 /// PMIx fence data: opaque blobs, concatenated.
 impl Contribution for Vec<u8> {
     fn merge(parts: impl Iterator<Item = Self>) -> Self {
-        parts.flatten().collect()
+        crate::kvs::concat(parts)
     }
 }
 

@@ -272,15 +272,17 @@ impl Kvs {
 
 /// Merges fence contributions (from this agent and its children) into one delta, in order.
 pub fn merge(parts: impl IntoIterator<Item = Packed>) -> Packed {
-    let mut parts: Vec<Packed> = parts.into_iter().collect();
+    Packed(concat(parts.into_iter().map(|p| p.0)))
+}
+
+/// Byte buffers one after another, in one allocation; a single buffer is returned as it is
+/// (a node with one child passes its contribution on without a copy).
+pub fn concat(parts: impl IntoIterator<Item = Vec<u8>>) -> Vec<u8> {
+    let mut parts: Vec<Vec<u8>> = parts.into_iter().collect();
     if parts.len() == 1 {
         return parts.pop().unwrap_or_default();
     }
-    let mut all = Vec::with_capacity(parts.iter().map(Packed::byte_len).sum());
-    for p in &parts {
-        all.extend_from_slice(&p.0);
-    }
-    Packed(all)
+    parts.concat()
 }
 
 #[cfg(test)]

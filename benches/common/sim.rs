@@ -371,10 +371,7 @@ async fn node(
                     }
                 }
             }
-            if commit {
-                let Down::FenceDone { delta, .. } = &msg else {
-                    unreachable!()
-                };
+            if let (true, Down::FenceDone { delta, .. }) = (commit, &msg) {
                 let (r, cost) = timed(|| kvs.commit_packed(delta));
                 r.expect("the simulated delta unpacks");
                 at = cpu.work(at, cost);
