@@ -387,15 +387,18 @@ def alive(pid):
         return False
 
 
-def test_processes(root):
-    """pid -> job of every live process whose executable lies under root."""
+def test_processes(root, execlog):
+    """pid -> job of every live process whose executable lies under root and that belongs to
+    the run logging to execlog. Another run over the same tests at the same time (say the
+    other launcher's) has its own execlog, and its processes are not this run's to kill."""
     out = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         pid = int(name)
         exe = proc_exe(pid)
-        if exe and exe.startswith(root + "/") and alive(pid):
+        if (exe and exe.startswith(root + "/") and alive(pid)
+                and proc_env(pid, "KAURI_SUITE_EXECLOG") == execlog):
             out[pid] = proc_env(pid, "KAURI_SUITE_JOB")
     return out
 
@@ -463,20 +466,20 @@ class Watch:
                     % (pid, now - job["start"] - job["timeout"], job["timeout"]))
                 self.killed[pid] = now - job["start"]
                 kill_pids([pid])
-                kill_pids([p for p, j in test_processes(self.root).items() if j == str(pid)])
+                kill_pids([p for p, j in test_processes(self.root, self.path).items() if j == str(pid)])
                 running = False
             if not running:
                 if job.get("gone") is None:
                     job["gone"] = now
                 # give the launcher's own clean-up 3 s
                 if final or now - job["gone"] >= 3:
-                    left = [p for p, j in test_processes(self.root).items() if j == str(pid)]
+                    left = [p for p, j in test_processes(self.root, self.path).items() if j == str(pid)]
                     if left:
                         self.leftover[pid] = len(left)
                         kill_pids(left)
                     job["cleaned"] = True
         if final:
-            left = list(test_processes(self.root))
+            left = list(test_processes(self.root, self.path))
             if left:
                 log("killing %d leftover test processes" % len(left))
                 kill_pids(left)
