@@ -368,15 +368,17 @@ def proc_exe(pid):
         return None
 
 
-def proc_env(pid, name):
+def proc_envs(pid, *names):
+    """The values of names in pid's starting environment (None where unset), from one read."""
+    found = {}
     try:
         with open("/proc/%d/environ" % pid, "rb") as f:
             for item in f.read().split(b"\0"):
-                if item.startswith(name.encode() + b"="):
-                    return item.split(b"=", 1)[1].decode(errors="replace")
+                k, _, v = item.partition(b"=")
+                found[k.decode(errors="replace")] = v.decode(errors="replace")
     except OSError:
         pass
-    return None
+    return tuple(found.get(n) for n in names)
 
 
 def alive(pid):
@@ -397,9 +399,11 @@ def test_processes(root, execlog):
             continue
         pid = int(name)
         exe = proc_exe(pid)
-        if (exe and exe.startswith(root + "/") and alive(pid)
-                and proc_env(pid, "KAURI_SUITE_EXECLOG") == execlog):
-            out[pid] = proc_env(pid, "KAURI_SUITE_JOB")
+        if not (exe and exe.startswith(root + "/") and alive(pid)):
+            continue
+        log_of, job = proc_envs(pid, "KAURI_SUITE_EXECLOG", "KAURI_SUITE_JOB")
+        if log_of == execlog:
+            out[pid] = job
     return out
 
 
