@@ -8,10 +8,11 @@
 //! once, killing its ranks, when its parent disappears.
 
 use crate::hub::{Children, Gather, HubEvent};
+use crate::iofwd::Stream;
 use crate::node::{Node, NodeEvent};
 use crate::pmi::Output;
 use crate::profile::{Clock, HostProfile};
-use crate::tree::{self, Down, Report, Stream, Up};
+use crate::tree::{self, Down, Report, Up};
 use bytes::{Bytes, BytesMut};
 use std::io::BufRead;
 use std::os::unix::process::ExitStatusExt;

@@ -13,17 +13,18 @@
 //! kauri's.
 
 use crate::hub::{Children, Gather, HubEvent};
+use crate::iofwd::Stream;
 use crate::job::{EnvPolicy, HostSpec, JobSpec, Placement, PmiChoice};
 use crate::kvs::Delta;
 use crate::node::{is_local, local_host, Node, NodeEvent};
+use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::pmi::Output;
 use crate::proc;
 use crate::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
-use crate::tree::{
-    self, Adopt, AppPlan, Down, HostPlan, JobPlan, LaunchCost, LaunchPlan, RankPlan, Report,
-    Service, ServiceReply, SpawnCommand, Stream, Up,
-};
+use crate::service::{Service, ServiceReply, SpawnDone};
+use crate::tree::{self, Down, LaunchCost, Report, Up};
 use bytes::Bytes;
+use pmi_wire::SpawnCommand;
 use std::net::IpAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -1119,7 +1120,7 @@ pub async fn run(spec: JobSpec) -> i32 {
         if let Some(e) = j.start_error.clone() {
             fail_spawn(jobs, idx, e);
         } else if let Some(a) = j.answer.take() {
-            let done = crate::tree::SpawnDone {
+            let done = SpawnDone {
                 jobid: j.plan.kvsname.clone(),
                 size: j.plan.size,
             };

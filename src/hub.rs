@@ -8,9 +8,11 @@
 //! link ends before it said `Done` is reported as [`HubEvent::Lost`], with one line saying
 //! what and where.
 
+use crate::iofwd::Stream;
 use crate::kvs::{merge, Delta, Packed};
 use crate::launch::{self, Target};
-use crate::tree::{self, Down, JobPlan, LaunchPlan, Stream, Subtree, Up};
+use crate::plan::{JobPlan, LaunchPlan, Subtree};
+use crate::tree::{self, Down, Up};
 use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};

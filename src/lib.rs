@@ -18,6 +18,8 @@
 //!   ├── profile   the startup profile (`--profile`): per-host records, the job's phases
 //!   ├── nameserver  publish/lookup: the run's table, `kauri nameserver`, its client
 //!   ├── pmi       the sans-IO PMI engine: requests in, effects out
+//!   ├── service   requests only the front end answers (spawn, publish, lookup), their replies
+//!   ├── plan      the job plan sent down the tree: the job, each host's ranks, the subtrees
 //!   ├── pmix      the PMIx server (OpenPMIx library, by FFI) for PMIx jobs
 //!   └── kvs       one job's key-value store: pending puts, committed pairs
 //!  pmi-wire     (crate) the PMI-1 and PMI-2 codecs
@@ -42,8 +44,10 @@ pub mod kvs_cli;
 pub mod launch;
 pub mod nameserver;
 pub mod node;
+pub mod plan;
 pub mod pmi;
 pub mod pmix;
 pub mod proc;
 pub mod profile;
+pub mod service;
 pub mod tree;

@@ -16,7 +16,7 @@
 //! closes: a kauri run holds one connection for its whole life, so the names of a run that
 //! ended (or crashed) never point at ports nobody listens on.
 
-use crate::tree::{Service, ServiceReply};
+use crate::service::{Service, ServiceReply};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;

@@ -11,10 +11,11 @@
 //! channel and become the same [`NodeEvent`]s as the PMI engine's outputs.
 
 use crate::iofwd;
+use crate::iofwd::Stream;
+use crate::plan::{Adopt, HostPlan, JobPlan};
 use crate::pmi::{ConnId, Engine, Framing, JobInfo, Output};
 use crate::pmix::{self, ModexReply, Upcall};
 use crate::proc::{self, Launch};
-use crate::tree::{Adopt, HostPlan, JobPlan, Stream};
 use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -576,7 +577,7 @@ impl Node {
         // Open MPI through its flux component (the PMI-1 library path) gets a private
         // shared-memory directory as a PMIx job does: no segment outlives the job, and two
         // simulated hosts' ranks never share one.
-        let vader_wanted = |a: &crate::tree::AppPlan| {
+        let vader_wanted = |a: &crate::plan::AppPlan| {
             !job.pmix && a.uses_open_mpi_flux() && !a.env.iter().any(|(k, _)| k == VADER_DIR_VAR)
         };
         let vader = me
@@ -831,7 +832,7 @@ impl Node {
     }
 
     /// Hands the front end's answer to a request back to the engine that asked.
-    pub fn service_reply(&self, id: u64, reply: crate::tree::ServiceReply) {
+    pub fn service_reply(&self, id: u64, reply: crate::service::ServiceReply) {
         self.ctx.engine.borrow_mut().service_reply(id, reply);
         self.ctx.dispatch();
     }

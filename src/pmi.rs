@@ -16,7 +16,7 @@
 //! for version 2, then PMI-2 frames.
 
 use crate::kvs::{Delta, Kvs, Packed};
-use crate::tree::{Service, ServiceReply, SpawnCommand};
+use crate::service::{Service, ServiceReply};
 use bytes::{Bytes, BytesMut};
 use pmi_wire::limits::{KEY_MAX, KVSNAME_MAX, VALUE_MAX};
 use pmi_wire::v2::{Frame, Lookup};
@@ -565,16 +565,7 @@ impl Engine {
             ));
         }
         Ok(Service::Spawn {
-            commands: spawn
-                .commands
-                .into_iter()
-                .map(|c| SpawnCommand {
-                    execname: c.execname,
-                    nprocs: c.nprocs,
-                    args: c.args,
-                    info: c.info,
-                })
-                .collect(),
+            commands: spawn.commands,
             preput: spawn.preput,
         })
     }

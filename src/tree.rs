@@ -11,8 +11,11 @@
 //! one fence contribution per agent per fence (all puts of its subtree), output as runs of
 //! whole lines, never one message per key.
 
+use crate::iofwd::Stream;
 use crate::kvs::{Delta, Packed};
+use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
 use crate::profile::HostProfile;
+use crate::service::{Service, ServiceReply};
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -22,213 +25,6 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The largest frame a link accepts (a fence delta of a very large job fits easily).
 pub const FRAME_MAX: usize = 256 * 1024 * 1024;
-
-pub use crate::iofwd::Stream;
-
-/// One MPMD segment as an agent needs it: what to run and in which environment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AppPlan {
-    /// The program as the user typed it (resolved on the host that runs it).
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// The whole environment of its ranks, before the PMI variables.
-    pub env: Vec<(String, String)>,
-    /// The working directory.
-    pub wdir: String,
-}
-
-impl AppPlan {
-    /// Whether the segment is set up for Open MPI's PMI-1 path, its `flux` component
-    /// (`FLUX_PMI_LIBRARY_PATH` in its environment, naming a PMI-1 library to dlopen).
-    pub fn uses_open_mpi_flux(&self) -> bool {
-        self.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH")
-    }
-}
-
-/// One rank as its host's agent needs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankPlan {
-    /// Global rank.
-    pub rank: usize,
-    /// Index of its MPMD segment.
-    pub app: usize,
-    /// Its index among the ranks of its host.
-    pub local_id: usize,
-}
-
-/// What every host needs to know about the job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobPlan {
-    /// The KVS name (PMI-2 job id).
-    pub kvsname: String,
-    /// The job's size.
-    pub size: usize,
-    /// The universe size.
-    pub universe_size: i64,
-    /// `appnum[r]` for every rank.
-    pub appnum: Vec<u32>,
-    /// `PMI_process_mapping`.
-    pub process_mapping: String,
-    /// The segments.
-    pub apps: Vec<AppPlan>,
-    /// Prefix output lines with `[rank] `.
-    pub label: bool,
-    /// Serve PMI over loopback TCP instead of `PMI_FD`.
-    pub pmi_port: bool,
-    /// Grace between SIGTERM and SIGKILL at teardown, in milliseconds.
-    pub kill_grace_ms: u64,
-    /// The hosts that run ranks, in node order (`KAURI_HOSTS`).
-    pub hosts: Vec<String>,
-    /// `MASTER_ADDR` and `MASTER_PORT` when the ML-style variables were asked for.
-    pub master: Option<(String, u16)>,
-    /// The kvsname of the job that spawned this one (`None` for the job the user started).
-    pub spawner: Option<String>,
-    /// Pairs in the job's KVS before any rank starts (a spawn's preput keys).
-    pub preput: Delta,
-    /// A running program to serve as rank 0 instead of starting one (a singleton).
-    pub adopt: Option<Adopt>,
-    /// Every host is simulated on this machine (`-launcher fork`): host names are labels,
-    /// not names to resolve.
-    pub simulated_hosts: bool,
-    /// `rank_node[r]`: the index in `hosts` of rank `r`'s host.
-    pub rank_node: Vec<u32>,
-    /// Serve the ranks PMIx (a PMIx server in every agent) instead of PMI-1/PMI-2.
-    pub pmix: bool,
-    /// Record the startup profile and send it up before `Done`.
-    pub profile: bool,
-}
-
-/// A program that is already running and asked for a process manager (`-pmi_args`): the
-/// host that runs rank 0 connects to it, completes the `singinit` exchange and serves it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Adopt {
-    /// Where it listens (`host:port`).
-    pub addr: String,
-    /// Its pid, watched through a pidfd (it is not the agent's child).
-    pub pid: u32,
-}
-
-/// One command of a spawn request, as the front end needs it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpawnCommand {
-    /// The program.
-    pub execname: String,
-    /// How many processes.
-    pub nprocs: u32,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Info keys (`host`, `hosts`, `hostfile`, `wdir`, `path`, …).
-    pub info: Vec<(String, String)>,
-}
-
-/// A request that only the front end can answer, sent up the tree by the host that got it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Service {
-    /// Start a new job (`MPI_Comm_spawn`, `MPI_Comm_spawn_multiple`).
-    Spawn {
-        /// Its commands; all form one job.
-        commands: Vec<SpawnCommand>,
-        /// Pairs for the new job's KVS.
-        preput: Delta,
-    },
-    /// Publish a service name.
-    Publish {
-        /// The name.
-        name: String,
-        /// Its port.
-        port: String,
-    },
-    /// Withdraw a service name.
-    Unpublish {
-        /// The name.
-        name: String,
-    },
-    /// Look a service name up.
-    Lookup {
-        /// The name.
-        name: String,
-    },
-}
-
-/// The front end's answer to a [`Service`] request.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ServiceReply {
-    /// A spawn's outcome: the new job's kvsname, or why it failed.
-    Spawn(Result<SpawnDone, String>),
-    /// A publish's or unpublish's outcome.
-    Done(Result<(), String>),
-    /// A lookup's outcome: the port.
-    Found(Result<String, String>),
-}
-
-/// A spawn that started.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SpawnDone {
-    /// The new job's kvsname (its PMI-2 job id).
-    pub jobid: String,
-    /// How many processes it has.
-    pub size: usize,
-}
-
-/// One host's part of the job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HostPlan {
-    /// The host's name as given by the user.
-    pub host: String,
-    /// Its index in the job's list of hosts (its node id in the process mapping).
-    pub node: usize,
-    /// Its index among the hosts that run ranks (`KAURI_NODE`).
-    pub index: usize,
-    /// The ranks it runs, in rank order.
-    pub ranks: Vec<RankPlan>,
-}
-
-/// A host and the hosts below it in the tree.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Subtree {
-    /// The agent's id (unique in the job; the front end is 0).
-    pub id: u32,
-    /// Its host.
-    pub plan: HostPlan,
-    /// Its children.
-    pub children: Vec<Subtree>,
-}
-
-impl Subtree {
-    /// Every rank in this subtree.
-    pub fn contains_rank(&self, rank: usize) -> bool {
-        self.plan.ranks.iter().any(|r| r.rank == rank)
-            || self.children.iter().any(|c| c.contains_rank(rank))
-    }
-
-    /// True when agent `id` is this subtree's root or below it.
-    pub fn contains_agent(&self, id: u32) -> bool {
-        self.id == id || self.children.iter().any(|c| c.contains_agent(id))
-    }
-
-    /// How many agents this subtree holds, itself included.
-    pub fn agents(&self) -> usize {
-        1 + self.children.iter().map(Subtree::agents).sum::<usize>()
-    }
-}
-
-/// How agents reach hosts; sent down so every agent launches its children the same way.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LaunchPlan {
-    /// `fork`, `ssh`, `rsh` or `slurm`.
-    pub kind: String,
-    /// The launcher program (`ssh`, a wrapper, …).
-    pub exec: String,
-    /// Extra arguments before the host name.
-    pub extra_args: Vec<String>,
-    /// The path of kauri on the remote hosts.
-    pub agent_path: String,
-    /// Seconds an agent has to connect back after its launch.
-    pub connect_timeout_s: u64,
-    /// Maximum launches in flight per agent.
-    pub max_concurrent: usize,
-}
 
 /// Parent to child.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -641,6 +437,7 @@ fn from_parents(hosts: Vec<HostPlan>, parents: &[usize]) -> Vec<Subtree> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::RankPlan;
 
     fn hosts(n: usize) -> Vec<HostPlan> {
         (0..n)

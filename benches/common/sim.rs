@@ -20,7 +20,8 @@
 
 use kauri::hub::Gather;
 use kauri::kvs::{Kvs, Packed};
-use kauri::tree::{self, Down, HostPlan, Subtree, Up};
+use kauri::plan::{HostPlan, Subtree};
+use kauri::tree::{self, Down, Up};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::io;

@@ -41,6 +41,7 @@ pub use error::WireError;
 /// One command of a spawn request: an executable, how many copies, its arguments, its info
 /// keys. PMI-1 and PMI-2 carry the same content in different encodings.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct SpawnCommand {
     /// The executable to start (`execname` in PMI-1, `subcmd` in PMI-2).
     pub execname: String,

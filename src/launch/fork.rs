@@ -2,7 +2,7 @@
 //! several hosts, for tests and for scale runs.
 
 use super::{agent_args, command, Launcher, Started, Target, KEY_VAR};
-use crate::tree::LaunchPlan;
+use crate::plan::LaunchPlan;
 use std::io;
 
 /// Starts agents as local processes.

@@ -11,7 +11,7 @@ mod fork;
 mod slurm;
 mod ssh;
 
-use crate::tree::LaunchPlan;
+use crate::plan::LaunchPlan;
 use std::io;
 
 pub use fork::Fork;

@@ -3,7 +3,7 @@
 //! launch out, so the agents form a flat tree under the front end.
 
 use super::{command, Launcher, Started, Target, KEY_VAR};
-use crate::tree::LaunchPlan;
+use crate::plan::LaunchPlan;
 use std::io;
 
 /// Starts agents with `srun`.

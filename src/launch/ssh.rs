@@ -2,7 +2,7 @@
 //! first line of the remote agent's stdin.
 
 use super::{agent_args, command, shell_quote, Launcher, Started, Target};
-use crate::tree::LaunchPlan;
+use crate::plan::LaunchPlan;
 use std::io;
 use tokio::io::AsyncWriteExt;
 

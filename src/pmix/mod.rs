@@ -16,7 +16,7 @@ pub mod ffi;
 
 pub use ffi::{ModexReply, Status, Upcall, Val};
 
-use crate::tree::{HostPlan, JobPlan};
+use crate::plan::{HostPlan, JobPlan};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -315,7 +315,7 @@ pub fn deregister(nspace: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::{AppPlan, RankPlan};
+    use crate::plan::{AppPlan, RankPlan};
 
     fn plan(rank_node: Vec<u32>, hosts: &[&str]) -> JobPlan {
         let size = rank_node.len();

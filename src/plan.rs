@@ -1,0 +1,155 @@
+//! The job plan: what the front end decides about a job and sends down the tree, so that every
+//! agent knows its part of it: the job as every host sees it ([`JobPlan`], its segments
+//! [`AppPlan`], a running program to adopt [`Adopt`]), one host's ranks ([`HostPlan`],
+//! [`RankPlan`]), the subtrees an agent must start ([`Subtree`]) and how to start them
+//! ([`LaunchPlan`]).
+//!
+//! Plain data with serde derives and a few queries: no I/O, no sockets, no processes. The
+//! front end builds these (`frontend`, the shape in `tree::shape`); the link messages in
+//! `tree::msg` carry them; `node`, `launch` and `pmix` read them.
+
+use crate::kvs::Delta;
+use serde::{Deserialize, Serialize};
+
+/// One MPMD segment as an agent needs it: what to run and in which environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppPlan {
+    /// The program as the user typed it (resolved on the host that runs it).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The whole environment of its ranks, before the PMI variables.
+    pub env: Vec<(String, String)>,
+    /// The working directory.
+    pub wdir: String,
+}
+
+impl AppPlan {
+    /// Whether the segment is set up for Open MPI's PMI-1 path, its `flux` component
+    /// (`FLUX_PMI_LIBRARY_PATH` in its environment, naming a PMI-1 library to dlopen).
+    pub fn uses_open_mpi_flux(&self) -> bool {
+        self.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH")
+    }
+}
+
+/// One rank as its host's agent needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPlan {
+    /// Global rank.
+    pub rank: usize,
+    /// Index of its MPMD segment.
+    pub app: usize,
+    /// Its index among the ranks of its host.
+    pub local_id: usize,
+}
+
+/// What every host needs to know about the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPlan {
+    /// The KVS name (PMI-2 job id).
+    pub kvsname: String,
+    /// The job's size.
+    pub size: usize,
+    /// The universe size.
+    pub universe_size: i64,
+    /// `appnum[r]` for every rank.
+    pub appnum: Vec<u32>,
+    /// `PMI_process_mapping`.
+    pub process_mapping: String,
+    /// The segments.
+    pub apps: Vec<AppPlan>,
+    /// Prefix output lines with `[rank] `.
+    pub label: bool,
+    /// Serve PMI over loopback TCP instead of `PMI_FD`.
+    pub pmi_port: bool,
+    /// Grace between SIGTERM and SIGKILL at teardown, in milliseconds.
+    pub kill_grace_ms: u64,
+    /// The hosts that run ranks, in node order (`KAURI_HOSTS`).
+    pub hosts: Vec<String>,
+    /// `MASTER_ADDR` and `MASTER_PORT` when the ML-style variables were asked for.
+    pub master: Option<(String, u16)>,
+    /// The kvsname of the job that spawned this one (`None` for the job the user started).
+    pub spawner: Option<String>,
+    /// Pairs in the job's KVS before any rank starts (a spawn's preput keys).
+    pub preput: Delta,
+    /// A running program to serve as rank 0 instead of starting one (a singleton).
+    pub adopt: Option<Adopt>,
+    /// Every host is simulated on this machine (`-launcher fork`): host names are labels,
+    /// not names to resolve.
+    pub simulated_hosts: bool,
+    /// `rank_node[r]`: the index in `hosts` of rank `r`'s host.
+    pub rank_node: Vec<u32>,
+    /// Serve the ranks PMIx (a PMIx server in every agent) instead of PMI-1/PMI-2.
+    pub pmix: bool,
+    /// Record the startup profile and send it up before `Done`.
+    pub profile: bool,
+}
+
+/// A program that is already running and asked for a process manager (`-pmi_args`): the
+/// host that runs rank 0 connects to it, completes the `singinit` exchange and serves it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adopt {
+    /// Where it listens (`host:port`).
+    pub addr: String,
+    /// Its pid, watched through a pidfd (it is not the agent's child).
+    pub pid: u32,
+}
+
+/// One host's part of the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPlan {
+    /// The host's name as given by the user.
+    pub host: String,
+    /// Its index in the job's list of hosts (its node id in the process mapping).
+    pub node: usize,
+    /// Its index among the hosts that run ranks (`KAURI_NODE`).
+    pub index: usize,
+    /// The ranks it runs, in rank order.
+    pub ranks: Vec<RankPlan>,
+}
+
+/// A host and the hosts below it in the tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subtree {
+    /// The agent's id (unique in the job; the front end is 0).
+    pub id: u32,
+    /// Its host.
+    pub plan: HostPlan,
+    /// Its children.
+    pub children: Vec<Subtree>,
+}
+
+impl Subtree {
+    /// Every rank in this subtree.
+    pub fn contains_rank(&self, rank: usize) -> bool {
+        self.plan.ranks.iter().any(|r| r.rank == rank)
+            || self.children.iter().any(|c| c.contains_rank(rank))
+    }
+
+    /// True when agent `id` is this subtree's root or below it.
+    pub fn contains_agent(&self, id: u32) -> bool {
+        self.id == id || self.children.iter().any(|c| c.contains_agent(id))
+    }
+
+    /// How many agents this subtree holds, itself included.
+    pub fn agents(&self) -> usize {
+        1 + self.children.iter().map(Subtree::agents).sum::<usize>()
+    }
+}
+
+/// How agents reach hosts; sent down so every agent launches its children the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchPlan {
+    /// `fork`, `ssh`, `rsh` or `slurm`.
+    pub kind: String,
+    /// The launcher program (`ssh`, a wrapper, …).
+    pub exec: String,
+    /// Extra arguments before the host name.
+    pub extra_args: Vec<String>,
+    /// The path of kauri on the remote hosts.
+    pub agent_path: String,
+    /// Seconds an agent has to connect back after its launch.
+    pub connect_timeout_s: u64,
+    /// Maximum launches in flight per agent.
+    pub max_concurrent: usize,
+}

@@ -1,0 +1,61 @@
+//! The service vocabulary: requests that only the front end can answer ([`Service`]: spawn,
+//! publish, unpublish, lookup), sent up the tree by the host whose rank asked, and their
+//! answers ([`ServiceReply`]), sent back down to it.
+//!
+//! Plain data with serde derives. The sans-IO PMI engine (`pmi`), the PMIx glue and the name
+//! server (`nameserver`) speak it without knowing about links, framing or sockets: this module
+//! may not import `tree` (the link messages in `tree::msg` carry these types, not the other way
+//! round). A spawn's commands are `pmi-wire`'s [`SpawnCommand`], as the ranks sent them.
+
+use crate::kvs::Delta;
+use pmi_wire::SpawnCommand;
+use serde::{Deserialize, Serialize};
+
+/// A request that only the front end can answer, sent up the tree by the host that got it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Service {
+    /// Start a new job (`MPI_Comm_spawn`, `MPI_Comm_spawn_multiple`).
+    Spawn {
+        /// Its commands; all form one job.
+        commands: Vec<SpawnCommand>,
+        /// Pairs for the new job's KVS.
+        preput: Delta,
+    },
+    /// Publish a service name.
+    Publish {
+        /// The name.
+        name: String,
+        /// Its port.
+        port: String,
+    },
+    /// Withdraw a service name.
+    Unpublish {
+        /// The name.
+        name: String,
+    },
+    /// Look a service name up.
+    Lookup {
+        /// The name.
+        name: String,
+    },
+}
+
+/// The front end's answer to a [`Service`] request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ServiceReply {
+    /// A spawn's outcome: the new job's kvsname, or why it failed.
+    Spawn(Result<SpawnDone, String>),
+    /// A publish's or unpublish's outcome.
+    Done(Result<(), String>),
+    /// A lookup's outcome: the port.
+    Found(Result<String, String>),
+}
+
+/// A spawn that started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnDone {
+    /// The new job's kvsname (its PMI-2 job id).
+    pub jobid: String,
+    /// How many processes it has.
+    pub size: usize,
+}
