@@ -11,7 +11,8 @@
 //!               and its host's ranks
 //!   ├── hub       a parent's links to its child agents; the fence gather
 //!   ├── launch    Launcher plugins: fork, ssh/rsh, slurm
-//!   ├── tree      link messages, framing, the job-key handshake, the tree's shape
+//!   ├── tree      the links' vocabulary: messages (msg), framing (frame), the job-key
+//!   │             handshake (auth), the tree's shape (shape)
 //!   ├── node      one host's ranks: start, serve PMI, forward output, report ends
 //!   ├── proc      rank processes: program lookup, environment, PMI socket, process groups
 //!   ├── iofwd     whole-line stdout/stderr forwarding, stdin to rank 0

@@ -1,0 +1,30 @@
+//! The overlay tree between the front end and the agents: its links and its shape.
+//!
+//! A link is one TCP connection from a child (an agent) to its parent (an agent or the front
+//! end). The parent speaks first: [`Down::Challenge`] with a random nonce; the child answers
+//! [`Up::Hello`] with an HMAC-SHA256 of the nonce under the per-job key ([`auth`]), which never
+//! appears on a command line (it reaches agents in their environment or on their stdin). A
+//! connection that does not answer correctly is refused and the job goes on. Then the parent
+//! sends [`Down::Spec`], the child's part of the job, and the link carries fence contributions,
+//! output and reports up ([`Up`], [`Report`]) and fence results, stdin, signals and teardown
+//! down ([`Down`]) until the child says [`Up::Done`].
+//!
+//! Frames ([`frame`]) are a 4-byte big-endian length and a bincode body; the messages
+//! ([`msg`]) are batched by kind: one fence contribution per agent per fence (all puts of its
+//! subtree), output as runs of whole lines, never one message per key. The tree's shape
+//! ([`shape`]) says which agent is whose parent.
+//!
+//! The links themselves (sockets, writer tasks) belong to `hub` (a parent's side) and `agent`
+//! (a child's side); this module owns what is said on them and how it is framed and checked,
+//! and touches no socket of its own. What the links carry is `plan`'s job plan and `service`'s
+//! requests; neither of those modules may import this one.
+
+pub mod auth;
+pub mod frame;
+pub mod msg;
+pub mod shape;
+
+pub use auth::{mac, new_key, nonce, verify};
+pub use frame::{encode, recv, recv_frame, send, FRAME_MAX};
+pub use msg::{Down, Report, Up};
+pub use shape::{build, build_cost, LaunchCost};

@@ -1,0 +1,229 @@
+//! The messages on a tree link: [`Down`] (parent to child), [`Up`] (child to parent) and the
+//! [`Report`]s of what happened below, batched into one [`Up::Reports`].
+//!
+//! Plain data with serde derives, framed by [`super::frame`]. It carries the job plan
+//! (`crate::plan`) and the service requests (`crate::service`); it does no I/O.
+
+use crate::iofwd::Stream;
+use crate::kvs::{Delta, Packed};
+use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
+use crate::profile::HostProfile;
+use crate::service::{Service, ServiceReply};
+use serde::{Deserialize, Serialize};
+
+/// Parent to child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Down {
+    /// The first message on a link: prove you hold the job key.
+    Challenge {
+        /// A random nonce.
+        nonce: [u8; 32],
+    },
+    /// The child's part of the job, and the subtrees it must start.
+    Spec {
+        /// The child's agent id.
+        id: u32,
+        /// The job.
+        job: Box<JobPlan>,
+        /// The child's own host.
+        me: HostPlan,
+        /// The subtrees below it.
+        children: Vec<Subtree>,
+        /// How to start them.
+        launch: LaunchPlan,
+    },
+    /// Fence `epoch` is complete everywhere: apply the merged delta and release the ranks.
+    FenceDone {
+        /// The fence.
+        epoch: u64,
+        /// Every put of the job since the previous fence.
+        delta: Packed,
+    },
+    /// Pairs published without a fence (`kauri kvs put`): commit them at once.
+    Publish(Delta),
+    /// PMIx fence `epoch` is complete everywhere: every host's blob, concatenated.
+    PmixFenceDone {
+        /// The fence.
+        epoch: u64,
+        /// The blobs.
+        #[serde(with = "crate::kvs::byte_string")]
+        data: Vec<u8>,
+    },
+    /// Ask the PMIx server hosting `rank` for its data (direct modex), for agent `from`;
+    /// routed down towards the agent that runs `rank`.
+    DmodexServe {
+        /// The agent that asked.
+        from: u32,
+        /// Its request id.
+        req: u64,
+        /// The rank whose data is wanted.
+        rank: usize,
+    },
+    /// The answer to a direct-modex request, routed down to agent `to`.
+    DmodexData {
+        /// The agent that asked.
+        to: u32,
+        /// Its request id.
+        req: u64,
+        /// The PMIx status.
+        status: i32,
+        /// The rank's data.
+        #[serde(with = "crate::kvs::byte_string")]
+        data: Vec<u8>,
+    },
+    /// Bytes for rank 0's stdin (routed to the agent that hosts rank 0).
+    Stdin(Vec<u8>),
+    /// End of rank 0's stdin.
+    StdinEof,
+    /// Forward a signal to every rank.
+    Signal(i32),
+    /// End the job: SIGTERM, the grace period, SIGKILL.
+    Teardown,
+    /// Kill every rank now.
+    Kill,
+    /// The answer to a [`Up::Request`], routed down to agent `to`.
+    Reply {
+        /// The agent that asked (0: the front end's own host).
+        to: u32,
+        /// Its request id.
+        req: u64,
+        /// The answer.
+        reply: ServiceReply,
+    },
+}
+
+/// Something that happened below, reported up to the front end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Report {
+    /// A rank finished the PMI handshake (sent for an agent's first one only).
+    Initialized {
+        /// The rank.
+        rank: usize,
+    },
+    /// A rank ended.
+    Exited {
+        /// The rank.
+        rank: usize,
+        /// Its pid on its host.
+        pid: u32,
+        /// Its host.
+        host: String,
+        /// Exit code, when it exited.
+        code: Option<i32>,
+        /// Signal, when a signal killed it.
+        signal: Option<i32>,
+        /// It had called PMI finalize.
+        finalized: bool,
+        /// It had finished the PMI handshake.
+        initialized: bool,
+        /// Its host had already begun tearing the job down when it ended (so it is a
+        /// casualty of the teardown, not a cause).
+        in_teardown: bool,
+    },
+    /// A rank asked to end the job.
+    Abort {
+        /// The rank, when known.
+        rank: Option<usize>,
+        /// The exit code it asked for.
+        code: i32,
+        /// Its message.
+        message: String,
+    },
+    /// A rank sent a malformed PMI message.
+    ProtocolError {
+        /// The rank, when known.
+        rank: Option<usize>,
+        /// What was wrong.
+        error: String,
+    },
+    /// The job cannot go on.
+    Failed {
+        /// One line saying why.
+        reason: String,
+    },
+    /// An agent started its host's ranks, or could not (`error`).
+    NodeStarted {
+        /// Its host.
+        host: String,
+        /// Why its ranks could not start.
+        error: Option<String>,
+    },
+}
+
+/// Child to parent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Up {
+    /// The answer to the challenge.
+    Hello {
+        /// The agent's id.
+        id: u32,
+        /// Its host as it was told.
+        host: String,
+        /// HMAC-SHA256(key, nonce || id).
+        mac: Vec<u8>,
+    },
+    /// The subtree's contribution to fence `epoch`.
+    Fence {
+        /// The fence.
+        epoch: u64,
+        /// Every put of the subtree's ranks since the previous fence.
+        delta: Packed,
+    },
+    /// Pairs to publish to the whole job at once (relayed to the front end).
+    Publish(Delta),
+    /// The subtree's contribution to PMIx fence `epoch`: its hosts' blobs, concatenated.
+    PmixFence {
+        /// The fence.
+        epoch: u64,
+        /// The blobs.
+        #[serde(with = "crate::kvs::byte_string")]
+        data: Vec<u8>,
+    },
+    /// A direct-modex request for the front end to route to the host of `rank`.
+    Dmodex {
+        /// The agent that asked.
+        from: u32,
+        /// Its request id.
+        req: u64,
+        /// The rank whose data is wanted.
+        rank: usize,
+    },
+    /// A direct-modex answer for the front end to route down to agent `to`.
+    DmodexData {
+        /// The agent that asked.
+        to: u32,
+        /// Its request id.
+        req: u64,
+        /// The PMIx status.
+        status: i32,
+        /// The rank's data.
+        #[serde(with = "crate::kvs::byte_string")]
+        data: Vec<u8>,
+    },
+    /// A request for the front end, relayed up unchanged.
+    Request {
+        /// The agent that asked.
+        from: u32,
+        /// Its request id.
+        req: u64,
+        /// The request.
+        service: Service,
+    },
+    /// A run of whole output lines.
+    Output {
+        /// Which stream.
+        stream: Stream,
+        /// The bytes.
+        #[serde(with = "crate::kvs::byte_string")]
+        data: Vec<u8>,
+    },
+    /// Events for the front end.
+    Reports(Vec<Report>),
+    /// The startup profile of the subtree's hosts, on the sender's clock (sent just before
+    /// `Done`, only when the job records one).
+    Profile(Vec<HostProfile>),
+    /// The subtree's agents are all running.
+    Started,
+    /// Every rank of the subtree has ended and its output is sent; the agent is leaving.
+    Done,
+}
