@@ -113,7 +113,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
     let my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
     let (mut rd, mut wr) = sock.into_split();
     let id = args.id.unwrap_or(u32::MAX);
-    let nonce = match tree::recv::<_, Down>(&mut rd).await {
+    let nonce = match tree::recv_limited::<_, Down>(&mut rd, tree::HANDSHAKE_FRAME_MAX).await {
         Ok(Some(Down::Challenge { nonce })) => nonce,
         _ => return Err("its parent did not send the handshake".into()),
     };

@@ -322,7 +322,11 @@ async fn serve_child(
     {
         return;
     }
-    let hello = tokio::time::timeout(HANDSHAKE, tree::recv::<_, Up>(&mut rd)).await;
+    let hello = tokio::time::timeout(
+        HANDSHAKE,
+        tree::recv_limited::<_, Up>(&mut rd, tree::HANDSHAKE_FRAME_MAX),
+    )
+    .await;
     let (id, host, mac) = match hello {
         Ok(Ok(Some(Up::Hello { id, host, mac }))) => (id, host, mac),
         Ok(Ok(Some(_))) => return refuse("it did not start with the handshake".into()),

@@ -40,13 +40,36 @@ pub async fn send<W: AsyncWrite + Unpin, M: Serialize>(w: &mut W, msg: &M) -> io
 pub async fn recv<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
     r: &mut R,
 ) -> io::Result<Option<M>> {
-    Ok(recv_frame(r).await?.map(|(m, _)| m))
+    recv_limited(r, FRAME_MAX).await
+}
+
+/// The largest frame read before the peer has proved it holds the job key: a `Challenge` or
+/// a `Hello` (a nonce, an id, a host name, a 32-byte MAC) is well under this, and a peer that
+/// has not authenticated must not make a link allocate or read [`FRAME_MAX`] bytes.
+pub const HANDSHAKE_FRAME_MAX: usize = 4096;
+
+/// Reads one frame of at most `max` bytes (after its length); a longer one is refused before
+/// its body is read. `Ok(None)` at a clean end of stream.
+pub async fn recv_limited<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
+    r: &mut R,
+    max: usize,
+) -> io::Result<Option<M>> {
+    Ok(read_frame(r, max).await?.map(|(m, _)| m))
 }
 
 /// Reads one frame and returns it decoded and as it came (length and body), so that a
 /// message for the children can be passed on without encoding it again.
 pub async fn recv_frame<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
     r: &mut R,
+) -> io::Result<Option<(M, Bytes)>> {
+    read_frame(r, FRAME_MAX).await
+}
+
+/// Reads one frame whose body is at most `max` bytes; the length is checked before anything
+/// is allocated for the body or read of it.
+async fn read_frame<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
+    r: &mut R,
+    max: usize,
 ) -> io::Result<Option<(M, Bytes)>> {
     let mut len_bytes = [0u8; 4];
     match r.read_exact(&mut len_bytes).await {
@@ -55,10 +78,10 @@ pub async fn recv_frame<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
         Err(e) => return Err(e),
     }
     let len = u32::from_be_bytes(len_bytes) as usize;
-    if len > FRAME_MAX {
+    if len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes"),
+            format!("frame of {len} bytes, more than {max}"),
         ));
     }
     let mut frame = vec![0u8; 4 + len];
@@ -73,6 +96,76 @@ pub async fn recv_frame<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
 mod tests {
     use super::*;
     use crate::tree::msg::Up;
+
+    fn hello(host_len: usize) -> Up {
+        Up::Hello {
+            id: 7,
+            host: "h".repeat(host_len),
+            mac: vec![1; 32],
+        }
+    }
+
+    #[test]
+    fn a_handshake_frame_over_the_limit_is_refused_before_its_body() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            // a Hello that fits passes
+            let small = encode(&hello(64)).unwrap();
+            let mut r = &small[..];
+            let got: Option<Up> = recv_limited(&mut r, HANDSHAKE_FRAME_MAX).await.unwrap();
+            assert_eq!(got, Some(hello(64)));
+            // a well-formed Hello one byte over the limit is refused, its body left unread
+            let big = encode(&hello(HANDSHAKE_FRAME_MAX)).unwrap();
+            let len = big.len() - 4;
+            assert!(len > HANDSHAKE_FRAME_MAX);
+            let mut r = &big[..];
+            let e = recv_limited::<_, Up>(&mut r, HANDSHAKE_FRAME_MAX)
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            assert_eq!(r.len(), len, "the body was read");
+            // exactly at the limit is fine
+            let body = bincode::serialize(&hello(0)).unwrap();
+            let at = encode(&hello(HANDSHAKE_FRAME_MAX - body.len())).unwrap();
+            assert_eq!(at.len() - 4, HANDSHAKE_FRAME_MAX);
+            let got: Option<Up> = recv_limited(&mut &at[..], HANDSHAKE_FRAME_MAX)
+                .await
+                .unwrap();
+            assert!(got.is_some());
+        });
+    }
+
+    /// The hub's and the agent's first read, over TCP: a peer that announces a large frame and
+    /// then sends nothing is refused at once, not waited for (nor given the memory it asked).
+    #[test]
+    fn an_unauthenticated_peer_announcing_a_large_frame_is_refused_at_once() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let mut peer = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut sock, _) = listener.accept().await.unwrap();
+            // 64 MiB announced (under FRAME_MAX), a few bytes sent, the connection held open
+            peer.write_all(&(64u32 << 20).to_be_bytes()).await.unwrap();
+            peer.write_all(b"abc").await.unwrap();
+            let read = recv_limited::<_, Up>(&mut sock, HANDSHAKE_FRAME_MAX);
+            let got = tokio::time::timeout(std::time::Duration::from_secs(2), read)
+                .await
+                .expect("waited for the body of an unauthenticated frame");
+            let e = got.unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+            assert!(
+                e.to_string().contains(&HANDSHAKE_FRAME_MAX.to_string()),
+                "{e}"
+            );
+            drop(peer);
+        });
+    }
 
     #[test]
     fn frames_round_trip_and_bad_frames_are_refused() {

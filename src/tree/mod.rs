@@ -4,7 +4,8 @@
 //! end). The parent speaks first: [`Down::Challenge`] with a random nonce; the child answers
 //! [`Up::Hello`] with an HMAC-SHA256 of the nonce under the per-job key ([`auth`]), which never
 //! appears on a command line (it reaches agents in their environment or on their stdin). A
-//! connection that does not answer correctly is refused and the job goes on. Then the parent
+//! connection that does not answer correctly is refused and the job goes on; until the proof
+//! is checked, both sides read frames of at most [`HANDSHAKE_FRAME_MAX`] bytes. Then the parent
 //! sends [`Down::Spec`], the child's part of the job, and the link carries fence contributions,
 //! output and reports up ([`Up`], [`Report`]) and fence results, stdin, signals and teardown
 //! down ([`Down`]) until the child says [`Up::Done`].
@@ -25,6 +26,6 @@ pub mod msg;
 pub mod shape;
 
 pub use auth::{mac, new_key, nonce, verify};
-pub use frame::{encode, recv, recv_frame, send, FRAME_MAX};
+pub use frame::{encode, recv, recv_frame, recv_limited, send, FRAME_MAX, HANDSHAKE_FRAME_MAX};
 pub use msg::{Down, Report, Up};
 pub use shape::{build, build_cost, LaunchCost};
