@@ -7,15 +7,15 @@
 //! stdin, signals and teardown down. It exits when its ranks and its children are done, or at
 //! once, killing its ranks, when its parent disappears.
 
-use crate::hub::{Children, Gather, HubEvent};
+use crate::branch::{Branch, Out};
+use crate::events::{self, JobTx};
+use crate::hub::{Children, HubEvent};
 use crate::iofwd::Stream;
 use crate::node::{Node, NodeEvent};
-use crate::pmi::Output;
 use crate::profile::{Clock, HostProfile};
 use crate::tree::{self, Down, Report, Up};
 use bytes::{Bytes, BytesMut};
 use std::io::BufRead;
-use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -138,34 +138,36 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
             children,
             launch,
         })) => (id, job, me, children, launch),
+        // The job ended before this agent connected: nothing to start.
+        Ok(Some(Down::Teardown | Down::Kill)) => return Ok(()),
         Ok(None) => return Err("its parent refused it".into()),
         _ => return Err("its parent did not send the job".into()),
     };
     let host = me.host.clone();
     debug!(%host, ranks = me.ranks.len(), children = children.len(), "agent starting");
-    let mut prof = job.profile.then(|| HostProfile {
+    let prof = job.profile.then(|| HostProfile {
         ranks: me.ranks.len() as u32,
         ..HostProfile::new(my_id, &host)
     });
-    // The records of the subtrees below, already on this agent's clock.
-    let mut below: Vec<HostProfile> = Vec::new();
 
     // The uplink: control messages first, output in batches.
-    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Up>();
+    let (up_tx, up_rx) = mpsc::unbounded_channel::<Up>();
     let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
-    let writer = tokio::task::spawn_local(uplink(wr, ctl_rx, out_rx));
+    let writer = tokio::task::spawn_local(uplink(wr, up_rx, out_rx));
     let report = |r: Report| {
-        let _ = ctl_tx.send(Up::Reports(vec![r]));
+        let _ = up_tx.send(Up::Reports(vec![r]));
     };
 
-    let (hub_tx, mut hub_rx) = mpsc::unbounded_channel();
+    // Both senders are kept here for the agent's life, so neither channel ever reads as
+    // closed in the loop below (a closed channel is ready at once, every time).
+    let (hub_tx, mut hub_rx) = events::channel();
     let kids = Children::start(
         children,
         (*job).clone(),
         launch,
         key,
         my_ip,
-        hub_tx,
+        JobTx::new(0, hub_tx.clone()),
         out_tx.clone(),
     )
     .await;
@@ -178,7 +180,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
             Children::none()
         }
     };
-    let (node_tx, mut node_rx) = mpsc::unbounded_channel();
+    let (node_tx, mut node_rx) = events::channel();
     // MASTER_PORT was free where the front end runs; check it where rank 0 runs.
     let port_taken = match &job.master {
         Some((_, port)) if me.ranks.iter().any(|r| r.rank == 0) => {
@@ -191,12 +193,9 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
     let fork_start = clock.now();
     let node = match port_taken {
         Some(e) => Err(e),
-        None => Node::start(&job, &me, node_tx, out_tx.clone()).await,
+        None => Node::start(&job, &me, JobTx::new(0, node_tx.clone()), out_tx.clone()).await,
     };
-    if let (Some(p), Ok(_)) = (prof.as_mut(), &node) {
-        p.fork_start_us = Some(fork_start);
-        p.forked_us = Some(clock.now());
-    }
+    let forked = clock.now();
     let node = match node {
         Ok(n) => {
             report(Report::NodeStarted {
@@ -213,27 +212,16 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
             None
         }
     };
-    let mut gather: Gather = Gather::new(node.is_some(), kids.ids());
-    let mut pmix_gather: Gather<Vec<u8>> = Gather::new(node.is_some(), kids.ids());
-    let mut stdin_tx: Option<mpsc::UnboundedSender<Option<Vec<u8>>>> = None;
-    let mut node = node;
-    if let Some(mut pipe) = node.as_mut().and_then(|n| n.stdin.take()) {
-        let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
-        stdin_tx = Some(tx);
-        tokio::task::spawn_local(async move {
-            while let Some(Some(chunk)) = rx.recv().await {
-                if pipe.write_all(&chunk).await.is_err() {
-                    break;
-                }
-            }
-            let _ = pipe.shutdown().await;
-        });
+    let started = node.is_some();
+    let mut agent = Agent {
+        branch: Branch::new(my_id, host.clone(), node, kids, true, clock, prof),
+        up: up_tx.clone(),
+        kill_at: None,
+        grace: Duration::from_millis(job.kill_grace_ms),
+    };
+    if started {
+        agent.branch.profile_fork(fork_start, forked);
     }
-    let grace = Duration::from_millis(job.kill_grace_ms);
-    let far = Instant::now() + Duration::from_secs(100 * 365 * 86400);
-    let mut kill_at: Option<Instant> = None;
-    let mut told_initialized = false;
-    let (mut hub_open, mut node_open) = (true, true);
     let (down_tx, mut down_rx) = mpsc::unbounded_channel::<Option<(Down, Bytes)>>();
     tokio::task::spawn_local(async move {
         loop {
@@ -251,203 +239,96 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
         }
     });
 
-    loop {
-        let local_done = node.as_ref().is_none_or(|n| n.running() == 0);
-        if local_done && kids.all_done() {
-            debug!(%host, "agent done");
-            break;
-        }
+    while !agent.branch.done() {
         tokio::select! {
-            ev = node_rx.recv(), if node.is_some() && node_open => {
-                let Some(ev) = ev else {
-                    node_open = false;
-                    continue;
-                };
-                match ev {
-                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => {
-                        if let Some(p) = prof.as_mut() { p.exited(clock.now()); }
-                        report(Report::Exited {
-                            rank, pid, host: host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
-                            in_teardown: kill_at.is_some(),
-                        })
-                    }
-                    NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
-                        debug!(%host, epoch, "local fence ready");
-                        if let Some(p) = prof.as_mut() { p.fence_ready(epoch, clock.now()); }
-                        if let Some((e, d)) = gather.local(epoch, delta) {
-                            let _ = ctl_tx.send(Up::Fence { epoch: e, delta: d });
-                        }
-                    }
-                    NodeEvent::PmixFence { epoch, data } => {
-                        if let Some((e, d)) = pmix_gather.local(epoch, data) {
-                            let _ = ctl_tx.send(Up::PmixFence { epoch: e, data: d });
-                        }
-                    }
-                    NodeEvent::PmixDmodex { id, rank } => {
-                        let _ = ctl_tx.send(Up::Dmodex { from: my_id, req: id, rank });
-                    }
-                    NodeEvent::DmodexServed { to, req, status, data } => {
-                        match &node {
-                            Some(n) if to == my_id => n.pmix_dmodex_reply(req, status, data),
-                            _ => { let _ = ctl_tx.send(Up::DmodexData { to, req, status, data }); }
-                        }
-                    }
-                    NodeEvent::Engine(Output::Publish { delta }) => { let _ = ctl_tx.send(Up::Publish(delta)); }
-                    NodeEvent::Engine(Output::Request { id, service }) => {
-                        let _ = ctl_tx.send(Up::Request { from: my_id, req: id, service });
-                    }
-                    NodeEvent::Engine(Output::Finalized { .. }) => {
-                        if let Some(p) = prof.as_mut() { p.finalized(clock.now()); }
-                    }
-                    NodeEvent::Engine(Output::Initialized { rank }) => {
-                        if let Some(p) = prof.as_mut() { p.initialized(clock.now()); }
-                        if !told_initialized {
-                            told_initialized = true;
-                            report(Report::Initialized { rank });
-                        }
-                    }
-                    NodeEvent::Engine(Output::Abort { rank, code, message }) => report(Report::Abort { rank, code, message }),
-                    NodeEvent::Engine(Output::Failed { reason }) => report(Report::Failed { reason }),
-                    NodeEvent::Engine(Output::ProtocolError { rank, error }) => report(Report::ProtocolError { rank, error }),
-                    NodeEvent::Engine(_) => {}
-                }
-            }
-            ev = hub_rx.recv(), if hub_open => {
-                let Some(ev) = ev else {
-                    // No children (or all gone): this branch has nothing more to say.
-                    hub_open = false;
-                    continue;
-                };
-                match ev {
-                    HubEvent::Up { id, msg: Up::Fence { epoch, delta } } => {
-                        if let Some((e, d)) = gather.child(id, epoch, delta) {
-                            let _ = ctl_tx.send(Up::Fence { epoch: e, delta: d });
-                        }
-                    }
-                    HubEvent::Up { id, msg: Up::PmixFence { epoch, data } } => {
-                        if let Some((e, d)) = pmix_gather.child(id, epoch, data) {
-                            let _ = ctl_tx.send(Up::PmixFence { epoch: e, data: d });
-                        }
-                    }
-                    HubEvent::Up { msg: m @ (Up::Dmodex { .. } | Up::DmodexData { .. }), .. } => { let _ = ctl_tx.send(m); }
-                    HubEvent::Up { msg: Up::Reports(r), .. } => { let _ = ctl_tx.send(Up::Reports(r)); }
-                    HubEvent::Up { msg: Up::Publish(d), .. } => { let _ = ctl_tx.send(Up::Publish(d)); }
-                    HubEvent::Up { msg: m @ Up::Request { .. }, .. } => { let _ = ctl_tx.send(m); }
-                    HubEvent::Up { id, msg: Up::Done } => kids.mark_done(id),
-                    HubEvent::Up { id, msg: Up::Profile(mut v) } => {
-                        let (l, c) = kids.timings(id);
-                        crate::profile::adopt(&mut v, id, l.map(|t| clock.at(t)), c.map(|t| clock.at(t)));
-                        below.extend(v);
-                    }
-                    HubEvent::Up { .. } => {}
-                    HubEvent::Lost { id, reason } => {
-                        kids.mark_done(id);
-                        report(Report::Failed { reason });
-                    }
-                    HubEvent::Refused { addr, reason } => {
-                        let _ = out_tx.send((Stream::Stderr, Bytes::from(format!("kauri: refused a connection from {addr}: {reason}\n")))).await;
-                    }
-                }
-            }
-            down = down_rx.recv() => {
-                let (down, frame) = match down.flatten() {
-                    Some((m, f)) => (Some(m), f),
-                    None => (None, Bytes::new()),
-                };
-                match down {
-                    None => {
-                        // The parent is gone: nobody can use this part of the job any more.
-                        if let Some(n) = &node { n.signal(libc::SIGKILL); }
-                        return Err("its parent disappeared; killed its ranks".into());
-                    }
-                    Some(Down::FenceDone { epoch, delta }) => {
-                        debug!(%host, epoch, "fence done");
-                        if let Some(p) = prof.as_mut() { p.fence_released(epoch, clock.now()); }
-                        // passed on as it came, before it is unpacked here
-                        kids.broadcast_frame(&frame);
-                        if let Some(n) = &node { n.fence_done(epoch, &delta); }
-                    }
-                    Some(Down::PmixFenceDone { epoch, data }) => {
-                        debug!(%host, epoch, "PMIx fence done");
-                        kids.broadcast_frame(&frame);
-                        if let Some(n) = &node { n.pmix_fence_done(epoch, data); }
-                    }
-                    Some(Down::DmodexServe { from, req, rank }) => {
-                        match (&node, kids.child_with_rank(rank)) {
-                            (Some(n), _) if n.has_rank(rank) => n.pmix_dmodex_serve(rank, from, req),
-                            (_, Some(id)) => kids.send(id, Down::DmodexServe { from, req, rank }),
-                            _ => {
-                                let status = crate::pmix::ffi::PMIX_ERR_NOT_FOUND;
-                                let _ = ctl_tx.send(Up::DmodexData { to: from, req, status, data: Vec::new() });
-                            }
-                        }
-                    }
-                    Some(Down::DmodexData { to, req, status, data }) => {
-                        if to == my_id {
-                            if let Some(n) = &node { n.pmix_dmodex_reply(req, status, data); }
-                        } else {
-                            kids.route(to, Down::DmodexData { to, req, status, data });
-                        }
-                    }
-                    Some(Down::Publish(delta)) => {
-                        kids.broadcast(&Down::Publish(delta.clone()));
-                        if let Some(n) = &node { n.publish(delta); }
-                    }
-                    Some(Down::Stdin(data)) => match &stdin_tx {
-                        Some(tx) => { let _ = tx.send(Some(data)); }
-                        None => if let Some(id) = kids.child_with_rank(0) { kids.send(id, Down::Stdin(data)); },
-                    },
-                    Some(Down::StdinEof) => match stdin_tx.take() {
-                        Some(tx) => { let _ = tx.send(None); }
-                        None => if let Some(id) = kids.child_with_rank(0) { kids.send(id, Down::StdinEof); },
-                    },
-                    Some(Down::Signal(sig)) => {
-                        kids.broadcast(&Down::Signal(sig));
-                        if let Some(n) = &node { n.signal(sig); }
-                    }
-                    Some(Down::Teardown) => {
-                        kids.broadcast(&Down::Teardown);
-                        if kill_at.is_none() {
-                            if let Some(n) = &node { n.signal(libc::SIGTERM); }
-                            kill_at = Some(Instant::now() + grace);
-                        }
-                    }
-                    Some(Down::Kill) => {
-                        kids.broadcast(&Down::Kill);
-                        if let Some(n) = &node { n.signal(libc::SIGKILL); }
-                    }
-                    Some(Down::Reply { to, req, reply }) => {
-                        if to == my_id {
-                            if let Some(n) = &node { n.service_reply(req, reply); }
-                        } else {
-                            kids.route(to, Down::Reply { to, req, reply });
-                        }
-                    }
-                    Some(Down::Challenge { .. }) | Some(Down::Spec { .. }) => {}
-                }
-            }
-            _ = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
-                if let Some(n) = &node { n.signal(libc::SIGKILL); }
-                kill_at = Some(far);
-            }
+            Some((_, ev)) = node_rx.recv() => agent.on_node(ev),
+            Some((_, ev)) = hub_rx.recv() => agent.on_child(ev),
+            down = down_rx.recv() => agent.on_down(down.flatten())?,
+            _ = tokio::time::sleep_until(agent.kill_at.unwrap_or_else(Instant::now)), if agent.kill_at.is_some() => agent.on_kill_timer(),
         }
     }
-    if let Some(n) = node {
-        n.drain().await;
-    }
+    drop((node_tx, hub_tx));
+    debug!(%host, "agent done");
+    agent.branch.drain().await;
     debug!(%host, "agent drained");
     // Before Done: a fork-launched agent dies with its parent, which may leave right after.
     crate::pmix::shutdown();
     drop(out_tx);
-    if let Some(p) = prof {
+    if let Some((p, mut below)) = agent.branch.take_profile() {
         let mut all = vec![p];
         all.append(&mut below);
-        let _ = ctl_tx.send(Up::Profile(all));
+        let _ = up_tx.send(Up::Profile(all));
     }
-    let _ = ctl_tx.send(Up::Done);
+    let _ = up_tx.send(Up::Done);
+    drop(agent);
     let _ = writer.await;
     debug!(%host, "agent leaving");
     Ok(())
+}
+
+/// An agent with its part of the job: its [`Branch`], its uplink, its kill timer. Each event
+/// is one method; what the branch hands up goes to the parent.
+struct Agent {
+    branch: Branch,
+    /// Control messages for the parent (the uplink writes them before queued output).
+    up: mpsc::UnboundedSender<Up>,
+    /// When the ranks get SIGKILL, once the teardown began.
+    kill_at: Option<Instant>,
+    /// Between the teardown's SIGTERM and SIGKILL.
+    grace: Duration,
+}
+
+impl Agent {
+    fn send(&self, out: Option<Out>) {
+        match out {
+            Some(Out::Up(m)) => {
+                let _ = self.up.send(m);
+            }
+            Some(Out::Refused { addr, reason }) => {
+                let line = format!("kauri: refused a connection from {addr}: {reason}\n");
+                let _ = self.up.send(Up::Output {
+                    stream: Stream::Stderr,
+                    data: line.into_bytes(),
+                });
+            }
+            None => {}
+        }
+    }
+
+    fn on_node(&mut self, ev: NodeEvent) {
+        let out = self.branch.on_node(ev);
+        self.send(out);
+    }
+
+    fn on_child(&mut self, ev: HubEvent) {
+        let out = self.branch.on_child(ev);
+        self.send(out);
+    }
+
+    /// A message from the parent; `None` when the parent is gone, which ends the agent.
+    fn on_down(&mut self, down: Option<(Down, Bytes)>) -> Result<(), String> {
+        let Some((msg, frame)) = down else {
+            // Nobody can use this part of the job any more.
+            self.branch.kill();
+            return Err("its parent disappeared; killed its ranks".into());
+        };
+        if msg == Down::Teardown {
+            if self.branch.teardown() {
+                self.kill_at = Some(Instant::now() + self.grace);
+            }
+            return Ok(());
+        }
+        let out = self.branch.on_down(msg, frame);
+        self.send(out);
+        Ok(())
+    }
+
+    fn on_kill_timer(&mut self) {
+        self.kill_at = None;
+        if let Some(n) = self.branch.node() {
+            n.signal(libc::SIGKILL);
+        }
+    }
 }
 
 /// Writes the uplink: control messages before output, output in runs of up to 64 KiB per

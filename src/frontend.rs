@@ -12,21 +12,22 @@
 //! every rank is forked from that thread, so `PR_SET_PDEATHSIG` ties the ranks' lives to
 //! kauri's.
 
-use crate::hub::{Children, Gather, HubEvent};
+use crate::branch::{Branch, Out};
+use crate::events::{self, JobTx};
+use crate::hub::{Children, HubEvent};
 use crate::iofwd::Stream;
 use crate::job::{EnvPolicy, HostSpec, JobSpec, Placement, PmiChoice};
 use crate::kvs::Delta;
 use crate::node::{is_local, local_host, Node, NodeEvent};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
-use crate::pmi::Output;
+use crate::policy::{self, Ending, ExitVerdict};
 use crate::proc;
 use crate::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
 use crate::service::{Service, ServiceReply, SpawnDone};
-use crate::tree::{self, Down, LaunchCost, Report, Up};
+use crate::tree::{self, LaunchCost, Report, Up};
 use bytes::Bytes;
 use pmi_wire::SpawnCommand;
 use std::net::IpAddr;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,9 +36,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-/// Exit status when kauri itself ends the job (timeout, a failed launch, a fence that can
-/// never complete), as Hydra does.
-pub const STATUS_LAUNCHER: i32 = 255;
+pub use crate::policy::STATUS_LAUNCHER;
 
 /// The default width of the agent tree.
 pub const DEFAULT_TREE_WIDTH: usize = 8;
@@ -51,15 +50,6 @@ struct RankState {
     during_teardown: bool,
     initialized: bool,
     finalized: bool,
-}
-
-/// Why the job ended early.
-enum Ending {
-    Abort(i32),
-    Timeout,
-    Signal(i32),
-    Failed,
-    OutputClosed,
 }
 
 /// A job name unique across concurrent launches on this host.
@@ -497,11 +487,8 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
 /// One job of this run: the one the user started (index 0) or one a rank spawned.
 struct JobRun {
     plan: JobPlan,
-    node: Option<Node>,
-    kids: Children,
-    gather: Gather,
-    /// The PMIx fences of a PMIx job.
-    pmix_gather: Gather<Vec<u8>>,
+    /// This host's part of the job's tree: its ranks here, its agents, its gathers.
+    branch: Branch,
     ranks: Vec<RankState>,
     /// The index in the job list of the job that spawned this one.
     spawner: Option<usize>,
@@ -513,25 +500,21 @@ struct JobRun {
     start_error: Option<String>,
     /// A spawned job that failed to start and was killed: its ranks' ends count for nothing.
     discarded: bool,
-    /// Ranks of this host whose end has not been received yet. The job is not done before
-    /// they are all in: a rank's end travels through a channel after the node counts it out.
-    local_left: usize,
 }
 
 impl JobRun {
-    fn done(&self) -> bool {
-        self.local_left == 0
-            && self.node.as_ref().is_none_or(|n| n.running() == 0)
-            && self.kids.all_done()
-    }
-
     /// "rank 3" for the first job, "rank 3 of spawned job 2" for the others.
     fn who(&self, idx: usize, rank: usize) -> String {
-        if idx == 0 {
-            format!("rank {rank}")
-        } else {
-            format!("rank {rank} of spawned job {idx}")
-        }
+        who(idx, rank)
+    }
+}
+
+/// "rank 3" for the first job, "rank 3 of spawned job 2" for the others.
+fn who(idx: usize, rank: usize) -> String {
+    if idx == 0 {
+        format!("rank {rank}")
+    } else {
+        format!("rank {rank} of spawned job {idx}")
     }
 }
 
@@ -568,31 +551,17 @@ struct Cluster {
     jobs_started: usize,
 }
 
-/// Sends what a per-job channel receives into a shared channel, tagged with the job.
-fn tagged<T: 'static>(
-    job: usize,
-    to: mpsc::UnboundedSender<(usize, T)>,
-) -> mpsc::UnboundedSender<T> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<T>();
-    tokio::task::spawn_local(async move {
-        while let Some(m) = rx.recv().await {
-            if to.send((job, m)).is_err() {
-                break;
-            }
-        }
-    });
-    tx
-}
-
-/// The channels every job's events flow into.
+/// The channels every job's events flow into, each event tagged with its job.
 struct Wires {
     node: mpsc::UnboundedSender<(usize, NodeEvent)>,
     hub: mpsc::UnboundedSender<(usize, HubEvent)>,
     out: mpsc::Sender<(Stream, Bytes)>,
 }
 
-/// Starts a job's agents and, if it has ranks here, its local ranks. The error is a start
-/// failure on this host (the agents report theirs later, one `NodeStarted` each).
+/// Starts job `idx`'s agents and, if it has ranks here, its local ranks. The error is a start
+/// failure on this host (the agents report theirs later, one `NodeStarted` each). `prof`: this
+/// host's startup profile, for the job the user started when it records one.
+#[allow(clippy::too_many_arguments)]
 async fn start_job(
     idx: usize,
     cluster: &Cluster,
@@ -600,6 +569,8 @@ async fn start_job(
     local: Option<HostPlan>,
     remote: Vec<HostPlan>,
     wires: &Wires,
+    clock: Clock,
+    prof: Option<HostProfile>,
 ) -> Result<JobRun, (String, Option<JobRun>)> {
     let mut ranks = vec![RankState::default(); plan.size];
     for hp in local.iter().chain(&remote) {
@@ -619,7 +590,7 @@ async fn start_job(
         cluster.launch.clone(),
         key,
         cluster.ip,
-        tagged(idx, wires.hub.clone()),
+        JobTx::new(idx, wires.hub.clone()),
         wires.out.clone(),
     )
     .await
@@ -629,7 +600,7 @@ async fn start_job(
         Some(hp) => match Node::start(
             &plan,
             hp,
-            tagged(idx, wires.node.clone()),
+            JobTx::new(idx, wires.node.clone()),
             wires.out.clone(),
         )
         .await
@@ -638,17 +609,9 @@ async fn start_job(
             Err(e) => (None, Some(e)),
         },
     };
-    let local_left = match (&node, &local) {
-        (Some(_), Some(hp)) => hp.ranks.len(),
-        _ => 0,
-    };
     let run = JobRun {
-        local_left,
-        gather: Gather::new(node.is_some(), kids.ids()),
-        pmix_gather: Gather::new(node.is_some(), kids.ids()),
+        branch: Branch::new(0, cluster.me.clone(), node, kids, false, clock, prof),
         plan,
-        node,
-        kids,
         ranks,
         spawner: None,
         starting,
@@ -854,45 +817,10 @@ pub async fn run(spec: JobSpec) -> i32 {
     info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
 
     // Output: everything the ranks and agents write, printed whole line by whole line.
-    let (out_tx, mut out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
-    let (ev_tx, mut ev_rx) = mpsc::unbounded_channel::<()>();
-    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let printer = {
-        let ev = ev_tx.clone();
-        tokio::task::spawn_local(async move {
-            let (mut so, mut se) = (tokio::io::stdout(), tokio::io::stderr());
-            let mut stdout_ok = true;
-            let mut stopping = false;
-            loop {
-                let next = if stopping {
-                    out_rx.try_recv().ok()
-                } else {
-                    tokio::select! {
-                        biased;
-                        m = out_rx.recv() => m,
-                        _ = &mut stop_rx => {
-                            stopping = true;
-                            continue;
-                        }
-                    }
-                };
-                let Some((stream, data)) = next else { break };
-                match stream {
-                    Stream::Stdout if stdout_ok => {
-                        if so.write_all(&data).await.is_err() || so.flush().await.is_err() {
-                            stdout_ok = false;
-                            let _ = ev.send(());
-                        }
-                    }
-                    Stream::Stdout => {}
-                    Stream::Stderr => {
-                        let _ = se.write_all(&data).await;
-                        let _ = se.flush().await;
-                    }
-                }
-            }
-        })
-    };
+    let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
+    let (closed_tx, mut closed_rx) = mpsc::unbounded_channel::<()>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let printer = tokio::task::spawn_local(print_output(out_rx, stop_rx, closed_tx.clone()));
 
     let ip = advertise(
         p.remote.first().map(|h| h.host.as_str()),
@@ -923,7 +851,7 @@ pub async fn run(spec: JobSpec) -> i32 {
             "launch cost"
         );
     }
-    let mut cluster = Cluster {
+    let cluster = Cluster {
         me: me.clone(),
         hosts: p.hosts.clone(),
         served_here: p.served_here,
@@ -941,7 +869,7 @@ pub async fn run(spec: JobSpec) -> i32 {
         kill_grace_ms: p.job.kill_grace_ms,
         jobs_started: 0,
     };
-    let mut names = match spec
+    let names = match spec
         .nameserver
         .clone()
         .or_else(|| std::env::var("KAURI_NAMESERVER").ok())
@@ -953,24 +881,18 @@ pub async fn run(spec: JobSpec) -> i32 {
         ))),
         None => Names::Own(crate::nameserver::Table::default()),
     };
-    let (node_tx, mut node_rx) = mpsc::unbounded_channel::<(usize, NodeEvent)>();
-    let (hub_tx, mut hub_rx) = mpsc::unbounded_channel::<(usize, HubEvent)>();
+    // The root holds a sender of each channel for its whole life, so none reads as closed.
+    let (node_tx, mut node_rx) = events::channel::<NodeEvent>();
+    let (hub_tx, mut hub_rx) = events::channel::<HubEvent>();
     let (svc_tx, mut svc_rx) = mpsc::unbounded_channel::<(Asker, ServiceReply)>();
     let wires = Wires {
-        node: node_tx.clone(),
-        hub: hub_tx.clone(),
-        out: out_tx.clone(),
+        node: node_tx,
+        hub: hub_tx,
+        out: out_tx,
     };
-    let mut jobs: Vec<JobRun> = Vec::new();
-    let mut start_error = None;
-    let mut prof = spec.profile.map(|format| Profiling {
-        format,
-        here: HostProfile {
-            ranks: p.local.as_ref().map_or(0, |h| h.ranks.len() as u32),
-            ..HostProfile::new(0, &me)
-        },
-        below: Vec::new(),
-        fences: Vec::new(),
+    let prof = spec.profile.map(|_| HostProfile {
+        ranks: p.local.as_ref().map_or(0, |h| h.ranks.len() as u32),
+        ..HostProfile::new(0, &me)
     });
     let fork_start = clock.now();
     let started = start_job(
@@ -980,516 +902,122 @@ pub async fn run(spec: JobSpec) -> i32 {
         p.local.clone(),
         p.remote.clone(),
         &wires,
+        clock,
+        prof,
     )
     .await;
-    if let Some(pr) = prof.as_mut().filter(|_| p.local.is_some()) {
-        pr.here.fork_start_us = Some(fork_start);
-        pr.here.forked_us = Some(clock.now());
-    }
-    match started {
-        Ok(j) => jobs.push(j),
+    let forked = clock.now();
+    let mut start_error = None;
+    let first = match started {
+        Ok(j) => j,
         Err((e, Some(j))) => {
             start_error = Some(e);
-            jobs.push(j);
+            j
         }
         Err((e, None)) => {
             eprintln!("kauri: {e}");
             return STATUS_LAUNCHER;
         }
-    }
-    // stdin goes to the first job's rank 0, here or down the tree.
-    let (stdin_tx, mut stdin_rx) = mpsc::channel::<Down>(16);
-    let stdin_child = jobs[0].kids.child_with_rank(0);
-    if let Some(pipe) = jobs[0].node.as_mut().and_then(|n| n.stdin.take()) {
-        tokio::task::spawn_local(crate::iofwd::pump(tokio::io::stdin(), pipe));
-    } else if stdin_child.is_some() {
-        tokio::task::spawn_local(async move {
-            let mut input = tokio::io::stdin();
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let msg = match input.read(&mut buf).await {
-                    Ok(0) | Err(_) => Down::StdinEof,
-                    Ok(n) => Down::Stdin(buf[..n].to_vec()),
-                };
-                let eof = msg == Down::StdinEof;
-                if stdin_tx.send(msg).await.is_err() || eof {
-                    break;
-                }
-            }
-        });
+    };
+    let mut root = Root {
+        jobs: vec![first],
+        cluster,
+        names,
+        wires,
+        svc_tx,
+        requests: Vec::new(),
+        ending: None,
+        kill_at: None,
+        grace: Duration::from_millis(p.job.kill_grace_ms),
+        auto_cleanup: spec.auto_cleanup,
+        clock,
+        profile: spec.profile.map(|format| (format, Vec::new())),
+    };
+    if p.local.is_some() {
+        root.jobs[0].branch.profile_fork(fork_start, forked);
     }
 
-    let grace = Duration::from_millis(p.job.kill_grace_ms);
-    let mut ending: Option<Ending> = None;
-    let mut kill_at: Option<Instant> = None;
+    // stdin goes to the first job's rank 0: straight into its pipe when it runs here, else
+    // down the tree (queued for its agent until that agent connects).
+    let (stdin_tx, mut stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
+    let local_stdin = root.jobs[0].branch.node_mut().and_then(|n| n.stdin.take());
+    if let Some(pipe) = local_stdin {
+        tokio::task::spawn_local(crate::iofwd::pump(tokio::io::stdin(), pipe));
+    } else if root.jobs[0].branch.kids().child_with_rank(0).is_some() {
+        tokio::task::spawn_local(read_stdin(stdin_tx));
+    }
+
     let mut sigint = signal(SignalKind::interrupt()).ok();
     let mut sigterm = signal(SignalKind::terminate()).ok();
     let mut sighup = signal(SignalKind::hangup()).ok();
     let mut sigusr1 = signal(SignalKind::user_defined1()).ok();
     let mut sigusr2 = signal(SignalKind::user_defined2()).ok();
     let deadline = spec.timeout.map(|t| Instant::now() + t);
-    let far = Instant::now() + Duration::from_secs(100 * 365 * 86400);
-
-    async fn recv_sig(s: &mut Option<tokio::signal::unix::Signal>) {
-        match s {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    }
-
-    fn signal_all(jobs: &[JobRun], sig: i32) {
-        for j in jobs {
-            if let Some(n) = &j.node {
-                n.signal(sig);
-            }
-            j.kids.broadcast(&Down::Signal(sig));
-        }
-    }
-
-    fn teardown(
-        why: Ending,
-        ending: &mut Option<Ending>,
-        kill_at: &mut Option<Instant>,
-        jobs: &[JobRun],
-        grace: Duration,
-    ) {
-        if ending.is_none() {
-            *ending = Some(why);
-        }
-        if kill_at.is_none() {
-            for j in jobs {
-                if let Some(n) = &j.node {
-                    n.signal(libc::SIGTERM);
-                }
-                j.kids.broadcast(&Down::Teardown);
-            }
-            *kill_at = Some(Instant::now() + grace);
-        }
-    }
-
-    fn kill_all(jobs: &[JobRun]) {
-        for j in jobs {
-            if let Some(n) = &j.node {
-                n.signal(libc::SIGKILL);
-            }
-            j.kids.broadcast(&Down::Kill);
-        }
-    }
-
-    /// Sends an answer to whoever asked.
-    fn answer(jobs: &[JobRun], a: Asker, reply: ServiceReply) {
-        let Some(j) = jobs.get(a.job) else { return };
-        if a.agent == 0 {
-            if let Some(n) = &j.node {
-                n.service_reply(a.req, reply);
-            }
-        } else {
-            j.kids.route(
-                a.agent,
-                Down::Reply {
-                    to: a.agent,
-                    req: a.req,
-                    reply,
-                },
-            );
-        }
-    }
-
-    /// A spawned job whose start failed: answer the spawner, kill what did start.
-    fn fail_spawn(jobs: &mut [JobRun], idx: usize, why: String) {
-        let j = &mut jobs[idx];
-        j.discarded = true;
-        if let Some(n) = &j.node {
-            n.signal(libc::SIGKILL);
-        }
-        j.kids.broadcast(&Down::Kill);
-        if let Some(a) = j.answer.take() {
-            debug!(idx, %why, "spawn failed");
-            answer(jobs, a, ServiceReply::Spawn(Err(why)));
-        }
-    }
-
-    /// Answers the spawner once every host of spawned job `idx` has said how its start went.
-    fn check_spawn(jobs: &mut [JobRun], idx: usize) {
-        let j = &mut jobs[idx];
-        if j.starting > 0 || j.answer.is_none() || j.discarded {
-            return;
-        }
-        if let Some(e) = j.start_error.clone() {
-            fail_spawn(jobs, idx, e);
-        } else if let Some(a) = j.answer.take() {
-            let done = SpawnDone {
-                jobid: j.plan.kvsname.clone(),
-                size: j.plan.size,
-            };
-            answer(jobs, a, ServiceReply::Spawn(Ok(done)));
-        }
-    }
-
-    /// One more host of job `idx` has started its ranks (or failed to).
-    fn node_started(jobs: &mut [JobRun], idx: usize, error: Option<String>) -> Option<String> {
-        let j = &mut jobs[idx];
-        j.starting = j.starting.saturating_sub(1);
-        if j.discarded {
-            // Late agents of a failed spawn: make sure they end too.
-            j.kids.broadcast(&Down::Kill);
-            return None;
-        }
-        if let Some(e) = error {
-            if j.spawner.is_none() {
-                return Some(e);
-            }
-            j.start_error.get_or_insert(e);
-        }
-        check_spawn(jobs, idx);
-        None
-    }
 
     if let Some(e) = start_error {
         eprintln!("kauri: {e}");
-        teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
+        root.teardown(Ending::Failed);
     }
-
-    loop {
-        if jobs.iter().all(JobRun::done) {
-            break;
-        }
-        let mut reports: Vec<(usize, Report)> = Vec::new();
-        let mut requests: Vec<(Asker, Service)> = Vec::new();
+    while !root.jobs.iter().all(|j| j.branch.done()) {
         tokio::select! {
-            Some((j, ev)) = node_rx.recv() => {
-                if let Some(pr) = prof.as_mut().filter(|_| j == 0) {
-                    pr.node_event(&ev, clock.now());
-                }
-                match ev {
-                    NodeEvent::Exited { rank, pid, status, initialized, finalized } => {
-                        jobs[j].local_left = jobs[j].local_left.saturating_sub(1);
-                        reports.push((j, Report::Exited {
-                            rank, pid, host: jobs[j].ranks[rank].host.clone(), code: status.code(), signal: status.signal(), finalized, initialized,
-                            in_teardown: ending.is_some(),
-                        }))
-                    }
-                    NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
-                        if let Some((e, d)) = jobs[j].gather.local(epoch, delta) {
-                            if let Some(pr) = prof.as_mut().filter(|_| j == 0) {
-                                pr.complete(e, &d, clock.now());
-                            }
-                            complete_fence(e, d, &jobs[j].node, &jobs[j].kids);
-                        }
-                    }
-                    NodeEvent::PmixFence { epoch, data } => {
-                        if let Some((e, d)) = jobs[j].pmix_gather.local(epoch, data) {
-                            complete_pmix_fence(e, d, &jobs[j].node, &jobs[j].kids);
-                        }
-                    }
-                    NodeEvent::PmixDmodex { id, rank } => dmodex_route(&jobs[j], 0, id, rank),
-                    NodeEvent::DmodexServed { to, req, status, data } => dmodex_answer(&jobs[j], to, req, status, data),
-                    NodeEvent::Engine(Output::Initialized { rank }) => reports.push((j, Report::Initialized { rank })),
-                    NodeEvent::Engine(Output::Publish { delta }) => publish(delta, &jobs[j].node, &jobs[j].kids),
-                    NodeEvent::Engine(Output::Abort { rank, code, message }) => reports.push((j, Report::Abort { rank, code, message })),
-                    NodeEvent::Engine(Output::Failed { reason }) => reports.push((j, Report::Failed { reason })),
-                    NodeEvent::Engine(Output::ProtocolError { rank, error }) => reports.push((j, Report::ProtocolError { rank, error })),
-                    NodeEvent::Engine(Output::Request { id, service }) => requests.push((Asker { job: j, agent: 0, req: id }, service)),
-                    NodeEvent::Engine(_) => {}
-                }
-            }
-            Some((j, ev)) = hub_rx.recv() => {
-                match ev {
-                    HubEvent::Up { id, msg: Up::Fence { epoch, delta } } => {
-                        debug!(job = j, id, epoch, "fence contribution");
-                        if let Some((e, d)) = jobs[j].gather.child(id, epoch, delta) {
-                            if let Some(pr) = prof.as_mut().filter(|_| j == 0) {
-                                pr.complete(e, &d, clock.now());
-                            }
-                            complete_fence(e, d, &jobs[j].node, &jobs[j].kids);
-                        }
-                    }
-                    HubEvent::Up { id, msg: Up::PmixFence { epoch, data } } => {
-                        if let Some((e, d)) = jobs[j].pmix_gather.child(id, epoch, data) {
-                            complete_pmix_fence(e, d, &jobs[j].node, &jobs[j].kids);
-                        }
-                    }
-                    HubEvent::Up { msg: Up::Dmodex { from, req, rank }, .. } => dmodex_route(&jobs[j], from, req, rank),
-                    HubEvent::Up { msg: Up::DmodexData { to, req, status, data }, .. } => dmodex_answer(&jobs[j], to, req, status, data),
-                    HubEvent::Up { msg: Up::Reports(r), .. } => reports.extend(r.into_iter().map(|r| (j, r))),
-                    HubEvent::Up { msg: Up::Publish(d), .. } => publish(d, &jobs[j].node, &jobs[j].kids),
-                    HubEvent::Up { msg: Up::Request { from, req, service }, .. } => requests.push((Asker { job: j, agent: from, req }, service)),
-                    HubEvent::Up { id, msg: Up::Done } => jobs[j].kids.mark_done(id),
-                    HubEvent::Up { id, msg: Up::Profile(mut v) } => {
-                        if let Some(pr) = prof.as_mut().filter(|_| j == 0) {
-                            let (l, c) = jobs[j].kids.timings(id);
-                            crate::profile::adopt(&mut v, id, l.map(|t| clock.at(t)), c.map(|t| clock.at(t)));
-                            pr.below.extend(v);
-                        }
-                    }
-                    HubEvent::Up { .. } => {}
-                    HubEvent::Lost { id, reason } => {
-                        jobs[j].kids.mark_done(id);
-                        if jobs[j].answer.is_some() {
-                            // A host of a job being spawned cannot be reached: the spawn fails.
-                            fail_spawn(&mut jobs, j, reason);
-                        } else if !jobs[j].discarded {
-                            if ending.is_none() {
-                                eprintln!("kauri: {reason}");
-                            }
-                            teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
-                        }
-                    }
-                    HubEvent::Refused { addr, reason } => eprintln!("kauri: refused a connection from {addr}: {reason}"),
-                }
-            }
-            Some((a, reply)) = svc_rx.recv() => answer(&jobs, a, reply),
-            Some(m) = stdin_rx.recv() => {
-                if let Some(id) = stdin_child {
-                    jobs[0].kids.send(id, m);
-                }
-            }
-            _ = ev_rx.recv() => teardown(Ending::OutputClosed, &mut ending, &mut kill_at, &jobs, grace),
-            _ = recv_sig(&mut sigint) => {
-                if kill_at.is_some() {
-                    kill_all(&jobs);
-                } else {
-                    signal_all(&jobs, libc::SIGINT);
-                    teardown(Ending::Signal(libc::SIGINT), &mut ending, &mut kill_at, &jobs, grace);
-                }
-            }
-            _ = recv_sig(&mut sigterm) => teardown(Ending::Signal(libc::SIGTERM), &mut ending, &mut kill_at, &jobs, grace),
-            _ = recv_sig(&mut sighup) => {
-                signal_all(&jobs, libc::SIGHUP);
-                teardown(Ending::Signal(libc::SIGHUP), &mut ending, &mut kill_at, &jobs, grace);
-            }
-            _ = recv_sig(&mut sigusr1) => signal_all(&jobs, libc::SIGUSR1),
-            _ = recv_sig(&mut sigusr2) => signal_all(&jobs, libc::SIGUSR2),
-            _ = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() && ending.is_none() => {
+            Some((j, ev)) = node_rx.recv() => root.on_node(j, ev),
+            Some((j, ev)) = hub_rx.recv() => root.on_child(j, ev),
+            Some((a, reply)) = svc_rx.recv() => root.answer(a, reply),
+            Some(chunk) = stdin_rx.recv() => root.jobs[0].branch.stdin(chunk),
+            Some(()) = closed_rx.recv() => root.teardown(Ending::OutputClosed),
+            _ = recv_sig(&mut sigint) => root.on_signal(libc::SIGINT),
+            _ = recv_sig(&mut sigterm) => root.on_signal(libc::SIGTERM),
+            _ = recv_sig(&mut sighup) => root.on_signal(libc::SIGHUP),
+            _ = recv_sig(&mut sigusr1) => root.on_signal(libc::SIGUSR1),
+            _ = recv_sig(&mut sigusr2) => root.on_signal(libc::SIGUSR2),
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() && root.ending.is_none() => {
                 eprintln!("kauri: job timed out after {} s (MPIEXEC_TIMEOUT)", spec.timeout.unwrap_or_default().as_secs());
-                teardown(Ending::Timeout, &mut ending, &mut kill_at, &jobs, grace);
+                root.teardown(Ending::Timeout);
             }
-            _ = tokio::time::sleep_until(kill_at.unwrap_or(far)), if kill_at.is_some() => {
-                kill_all(&jobs);
-                kill_at = Some(far);
-            }
+            _ = tokio::time::sleep_until(root.kill_at.unwrap_or_else(Instant::now)), if root.kill_at.is_some() => root.on_kill_timer(),
         }
-        for (asker, service) in requests {
-            match service {
-                Service::Spawn { commands, preput } => {
-                    if ending.is_some() {
-                        answer(
-                            &jobs,
-                            asker,
-                            ServiceReply::Spawn(Err("the run is ending".into())),
-                        );
-                        continue;
-                    }
-                    let planned =
-                        plan_spawn(&mut cluster, &jobs[asker.job].plan, &commands, preput);
-                    let (plan, local, remote) = match planned {
-                        Ok(x) => x,
-                        Err(e) => {
-                            answer(&jobs, asker, ServiceReply::Spawn(Err(e)));
-                            continue;
-                        }
-                    };
-                    let idx = jobs.len();
-                    info!(idx, kvsname = %plan.kvsname, size = plan.size, "spawning a job");
-                    match start_job(idx, &cluster, plan, local, remote, &wires).await {
-                        Ok(mut j) => {
-                            j.spawner = Some(asker.job);
-                            j.answer = Some(asker);
-                            jobs.push(j);
-                            check_spawn(&mut jobs, idx);
-                        }
-                        Err((e, Some(mut j))) => {
-                            j.spawner = Some(asker.job);
-                            j.answer = Some(asker);
-                            jobs.push(j);
-                            fail_spawn(&mut jobs, idx, e);
-                        }
-                        Err((e, None)) => answer(&jobs, asker, ServiceReply::Spawn(Err(e))),
-                    }
-                }
-                s => match &mut names {
-                    Names::Own(t) => answer(&jobs, asker, t.apply(0, &s)),
-                    Names::Server(c) => {
-                        let (c, tx) = (c.clone(), svc_tx.clone());
-                        tokio::task::spawn_local(async move {
-                            let r = c.ask(s).await;
-                            let _ = tx.send((asker, r));
-                        });
-                    }
-                },
-            }
-        }
-        for (j, r) in reports {
-            let discarded = jobs[j].discarded;
-            match r {
-                Report::Exited {
-                    rank,
-                    pid,
-                    host,
-                    code,
-                    signal,
-                    finalized,
-                    initialized,
-                    in_teardown,
-                } => {
-                    if let Some(n) = cluster.hosts.iter().position(|h| h.name == host) {
-                        cluster.in_use[n] = cluster.in_use[n].saturating_sub(1);
-                    }
-                    let Some(st) = jobs[j].ranks.get_mut(rank) else {
-                        continue;
-                    };
-                    *st = RankState {
-                        host,
-                        pid,
-                        ended: Some((code, signal)),
-                        during_teardown: in_teardown || discarded,
-                        initialized,
-                        finalized,
-                    };
-                    if discarded {
-                        continue;
-                    }
-                    let failed = code != Some(0);
-                    if failed && ending.is_none() && spec.auto_cleanup {
-                        teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
-                    } else if !failed && !finalized && ending.is_none() {
-                        // A rank that ends without finalize can never join a fence again.
-                        let waiting = jobs[j].ranks.iter().enumerate().any(|(r, s)| {
-                            r != rank && s.initialized && !s.finalized && s.ended.is_none()
-                        });
-                        if waiting {
-                            let what = if initialized {
-                                "exited without finalizing PMI"
-                            } else {
-                                "exited before PMI init"
-                            };
-                            eprintln!(
-                                "kauri: {} on {} {what} while other ranks use PMI; ending the job",
-                                jobs[j].who(j, rank),
-                                jobs[j].ranks[rank].host
-                            );
-                            teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
-                        }
-                    }
-                }
-                Report::Initialized { rank } => {
-                    if let Some(s) = jobs[j].ranks.get_mut(rank) {
-                        s.initialized = true;
-                    }
-                    let gone = jobs[j]
-                        .ranks
-                        .iter()
-                        .enumerate()
-                        .find(|(_, s)| s.ended == Some((Some(0), None)) && !s.finalized);
-                    if let (Some((g, s)), None, false) = (gone, &ending, discarded) {
-                        let what = if s.initialized {
-                            "exited without finalizing PMI"
-                        } else {
-                            "exited before PMI init"
-                        };
-                        eprintln!(
-                            "kauri: {} on {} {what} while other ranks use PMI; ending the job",
-                            jobs[j].who(j, g),
-                            s.host
-                        );
-                        teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
-                    }
-                }
-                Report::Abort {
-                    rank,
-                    code,
-                    message,
-                } => {
-                    let who = rank.map_or("a process".to_string(), |r| jobs[j].who(j, r));
-                    let msg = if message.is_empty() {
-                        String::new()
-                    } else {
-                        format!(": {message}")
-                    };
-                    eprintln!("kauri: {who} aborted the job with code {code}{msg}");
-                    teardown(Ending::Abort(code), &mut ending, &mut kill_at, &jobs, grace);
-                }
-                Report::Failed { reason } => {
-                    if discarded {
-                        continue;
-                    }
-                    if ending.is_none() {
-                        eprintln!("kauri: {reason}; ending the job");
-                    }
-                    teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
-                }
-                Report::NodeStarted { host, error } => {
-                    if let Some(e) = node_started(&mut jobs, j, error) {
-                        if ending.is_none() {
-                            eprintln!("kauri: {e}; ending the job");
-                        }
-                        debug!(%host, "a host could not start its ranks");
-                        teardown(Ending::Failed, &mut ending, &mut kill_at, &jobs, grace);
-                    }
-                }
-                Report::ProtocolError { rank, error } => {
-                    let who = rank.map_or("a PMI client".to_string(), |r| jobs[j].who(j, r));
-                    eprintln!("kauri: {who} sent a bad PMI message: {error}");
-                }
-            }
-        }
+        root.serve_requests().await;
     }
 
     // Forward the last output, then report failed ranks and compute the status.
-    let mut summary = Vec::new();
-    for j in jobs.iter_mut() {
-        if let Some(n) = j.node.take() {
-            n.drain().await;
-        }
+    for j in root.jobs.iter_mut() {
+        j.branch.drain().await;
     }
-    drop(out_tx);
+    let profile = root.jobs[0].branch.take_profile();
+    let Root {
+        jobs,
+        wires,
+        ending,
+        profile: fences,
+        ..
+    } = root;
     drop(wires);
-    for (idx, j) in jobs.iter().enumerate() {
-        summary.push((idx, j.ranks.clone()));
-    }
+    let summary: Vec<Vec<RankState>> = jobs.iter().map(|j| j.ranks.clone()).collect();
     drop(jobs);
     let _ = stop_tx.send(());
     let _ = printer.await;
     let end_us = clock.now();
     let mut worst = 0;
-    for (idx, ranks) in &summary {
+    for (idx, ranks) in summary.iter().enumerate() {
         for (r, s) in ranks.iter().enumerate() {
             let Some((code, sig)) = s.ended else { continue };
-            if s.during_teardown || code == Some(0) {
+            if s.during_teardown {
                 continue;
             }
-            let who = if *idx == 0 {
-                format!("rank {r}")
-            } else {
-                format!("rank {r} of spawned job {idx}")
-            };
-            let c = match (code, sig) {
-                (Some(c), _) => {
-                    eprintln!(
-                        "kauri: {who} (pid {}) on {} exited with code {c}",
-                        s.pid, s.host
-                    );
-                    c
-                }
-                (None, Some(sig)) => {
-                    eprintln!(
-                        "kauri: {who} (pid {}) on {} killed by signal {sig} ({})",
-                        s.pid,
-                        s.host,
-                        proc::signal_name(sig)
-                    );
-                    sig
-                }
-                _ => 1,
-            };
-            worst = worst.max(c);
+            if let Some((status, words)) = policy::rank_failure(code, sig) {
+                eprintln!(
+                    "kauri: {} (pid {}) on {} {words}",
+                    who(idx, r),
+                    s.pid,
+                    s.host
+                );
+                worst = worst.max(status);
+            }
         }
     }
-    if let Some(pr) = prof {
-        let mut hosts = vec![pr.here];
-        hosts.extend(pr.below);
+    if let (Some((format, fences)), Some((here, below))) = (fences, profile) {
+        let mut hosts = vec![here];
+        hosts.extend(below);
         let tree = match (cost, p.width) {
             (Some(c), _) => format!(
                 "cost (launch {:.1} ms serial, {:.1} ms in all)",
@@ -1499,118 +1027,457 @@ pub async fn run(spec: JobSpec) -> i32 {
             (None, 0) => "flat".into(),
             (None, w) => w.to_string(),
         };
-        let profile = JobProfile::build(p.job.size, tree, hosts, &pr.fences, end_us);
-        match pr.format {
+        let profile = JobProfile::build(p.job.size, tree, hosts, &fences, end_us);
+        match format {
             ProfileFormat::Text => eprint!("{}", profile.text()),
             ProfileFormat::Json => eprintln!("{}", profile.json()),
         }
     }
     debug!(worst, "job ended");
-    match ending {
-        Some(Ending::Abort(code)) => code & 0xff,
-        Some(Ending::Timeout) => STATUS_LAUNCHER,
-        Some(Ending::Signal(s)) => 128 + s,
-        Some(Ending::OutputClosed) => 128 + libc::SIGPIPE,
-        Some(Ending::Failed) if worst == 0 => STATUS_LAUNCHER,
-        _ => worst,
+    policy::exit_status(ending, worst)
+}
+
+/// Prints what the ranks and agents write, whole lines as they come; once `stop` fires, what
+/// is still queued and no more. A failed write to stdout is told on `closed` (the job ends),
+/// and stdout is not written again.
+async fn print_output(
+    mut out: mpsc::Receiver<(Stream, Bytes)>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+    closed: mpsc::UnboundedSender<()>,
+) {
+    let (mut so, mut se) = (tokio::io::stdout(), tokio::io::stderr());
+    let mut stdout_ok = true;
+    let mut stopping = false;
+    loop {
+        let next = if stopping {
+            out.try_recv().ok()
+        } else {
+            tokio::select! {
+                biased;
+                m = out.recv() => m,
+                _ = &mut stop => {
+                    stopping = true;
+                    continue;
+                }
+            }
+        };
+        let Some((stream, data)) = next else { break };
+        match stream {
+            Stream::Stdout if stdout_ok => {
+                if so.write_all(&data).await.is_err() || so.flush().await.is_err() {
+                    stdout_ok = false;
+                    let _ = closed.send(());
+                }
+            }
+            Stream::Stdout => {}
+            Stream::Stderr => {
+                let _ = se.write_all(&data).await;
+                let _ = se.flush().await;
+            }
+        }
     }
 }
 
-/// The startup profile being recorded (`--profile`), for the job the user started.
-struct Profiling {
-    format: ProfileFormat,
-    /// The front end's own host.
-    here: HostProfile,
-    /// What the agents sent up, on the front end's clock.
-    below: Vec<HostProfile>,
-    /// Every fence the root completed.
-    fences: Vec<RootFence>,
+/// Reads kauri's stdin for a rank 0 on another host, in chunks; `None` at its end.
+async fn read_stdin(to: mpsc::Sender<Option<Vec<u8>>>) {
+    let mut input = tokio::io::stdin();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let chunk = match input.read(&mut buf).await {
+            Ok(0) | Err(_) => None,
+            Ok(n) => Some(buf[..n].to_vec()),
+        };
+        let eof = chunk.is_none();
+        if to.send(chunk).await.is_err() || eof {
+            break;
+        }
+    }
 }
 
-impl Profiling {
-    /// Records what the front end's own ranks did at `t`.
-    fn node_event(&mut self, ev: &NodeEvent, t: u64) {
-        match ev {
-            NodeEvent::Exited { .. } => self.here.exited(t),
-            NodeEvent::Engine(Output::Initialized { .. }) => self.here.initialized(t),
-            NodeEvent::Engine(Output::Finalized { .. }) => self.here.finalized(t),
-            NodeEvent::Engine(Output::FenceReady { epoch, .. }) => self.here.fence_ready(*epoch, t),
-            // PMIx fences and direct modex are not profiled yet.
-            _ => {}
+async fn recv_sig(s: &mut Option<tokio::signal::unix::Signal>) {
+    match s {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// The root of the run: every job's [`Branch`] on this host, the run's hosts and name service,
+/// and the teardown state. Each event is one method; the loop in [`run`] only dispatches.
+struct Root {
+    jobs: Vec<JobRun>,
+    cluster: Cluster,
+    names: Names,
+    wires: Wires,
+    svc_tx: mpsc::UnboundedSender<(Asker, ServiceReply)>,
+    /// Requests for the root, served after the event that brought them (a spawn starts a job,
+    /// which waits).
+    requests: Vec<(Asker, Service)>,
+    ending: Option<Ending>,
+    /// When the ranks get SIGKILL, once the teardown began.
+    kill_at: Option<Instant>,
+    grace: Duration,
+    auto_cleanup: bool,
+    clock: Clock,
+    /// The startup profile's format and every fence the root completed, when it is recorded.
+    profile: Option<(ProfileFormat, Vec<RootFence>)>,
+}
+
+impl Root {
+    /// An event of job `j`'s ranks on this host.
+    fn on_node(&mut self, j: usize, ev: NodeEvent) {
+        let out = self.jobs[j].branch.on_node(ev);
+        self.on_out(j, out);
+    }
+
+    /// An event of job `j`'s child links.
+    fn on_child(&mut self, j: usize, ev: HubEvent) {
+        let out = self.jobs[j].branch.on_child(ev);
+        self.on_out(j, out);
+    }
+
+    /// What job `j`'s branch handed up: at the root, it is acted on here.
+    fn on_out(&mut self, j: usize, out: Option<Out>) {
+        match out {
+            None => {}
+            Some(Out::Refused { addr, reason }) => {
+                eprintln!("kauri: refused a connection from {addr}: {reason}")
+            }
+            Some(Out::Up(up)) => self.on_up(j, up),
         }
     }
 
-    /// The root completed fence `epoch` with `delta` at `t`; the local ranks are released.
-    fn complete(&mut self, epoch: u64, delta: &crate::kvs::Packed, t: u64) {
-        self.fences.push(RootFence::new(epoch, t, delta));
-        self.here.fence_released(epoch, t);
-    }
-}
-
-/// Pairs published without a fence reach the root: commit them on every host.
-fn publish(delta: crate::kvs::Delta, node: &Option<Node>, kids: &Children) {
-    kids.broadcast(&Down::Publish(delta.clone()));
-    if let Some(n) = node {
-        n.publish(delta);
-    }
-}
-
-/// The whole tree has contributed to fence `epoch`: release the local ranks, tell the children.
-fn complete_fence(epoch: u64, delta: crate::kvs::Packed, node: &Option<Node>, kids: &Children) {
-    debug!(epoch, bytes = delta.byte_len(), "fence complete");
-    let msg = Down::FenceDone { epoch, delta };
-    kids.broadcast(&msg);
-    if let (Some(n), Down::FenceDone { delta, .. }) = (node, &msg) {
-        n.fence_done(epoch, delta);
-    }
-}
-
-/// The whole tree has contributed to PMIx fence `epoch`: every host gets every blob.
-fn complete_pmix_fence(epoch: u64, data: Vec<u8>, node: &Option<Node>, kids: &Children) {
-    debug!(epoch, bytes = data.len(), "PMIx fence complete");
-    kids.broadcast(&Down::PmixFenceDone {
-        epoch,
-        data: data.clone(),
-    });
-    if let Some(n) = node {
-        n.pmix_fence_done(epoch, data);
-    }
-}
-
-/// Sends a direct-modex request of agent `from` to the host that runs `rank` (this one, or
-/// down the tree); a rank that runs nowhere is answered "not found" at once.
-fn dmodex_route(job: &JobRun, from: u32, req: u64, rank: usize) {
-    if let Some(n) = job.node.as_ref().filter(|n| n.has_rank(rank)) {
-        n.pmix_dmodex_serve(rank, from, req);
-        return;
-    }
-    match job.kids.child_with_rank(rank) {
-        Some(id) => job.kids.send(id, Down::DmodexServe { from, req, rank }),
-        None => dmodex_answer(
-            job,
-            from,
-            req,
-            crate::pmix::ffi::PMIX_ERR_NOT_FOUND,
-            Vec::new(),
-        ),
-    }
-}
-
-/// Delivers a direct-modex answer to agent `to` (0: this host).
-fn dmodex_answer(job: &JobRun, to: u32, req: u64, status: i32, data: Vec<u8>) {
-    if to == 0 {
-        if let Some(n) = &job.node {
-            n.pmix_dmodex_reply(req, status, data);
-        }
-    } else {
-        job.kids.route(
-            to,
-            Down::DmodexData {
+    fn on_up(&mut self, j: usize, up: Up) {
+        let branch = &mut self.jobs[j].branch;
+        match up {
+            Up::Fence { epoch, delta } => {
+                // The whole tree has contributed: release everyone.
+                if let Some((_, fences)) = self.profile.as_mut().filter(|_| j == 0) {
+                    fences.push(RootFence::new(epoch, self.clock.now(), &delta));
+                }
+                branch.fence_done(epoch, delta, None);
+            }
+            Up::PmixFence { epoch, data } => branch.pmix_fence_done(epoch, data, None),
+            Up::Publish(delta) => branch.publish(delta),
+            Up::Dmodex { from, req, rank } => {
+                let out = branch.dmodex_serve(from, req, rank);
+                self.on_out(j, out);
+            }
+            Up::DmodexData {
                 to,
                 req,
                 status,
                 data,
-            },
-        );
+            } => branch.dmodex_data(to, req, status, data),
+            Up::Request { from, req, service } => self.requests.push((
+                Asker {
+                    job: j,
+                    agent: from,
+                    req,
+                },
+                service,
+            )),
+            Up::Reports(reports) => {
+                for r in reports {
+                    self.on_report(j, r);
+                }
+            }
+            Up::Hello { .. } | Up::Output { .. } | Up::Profile(_) | Up::Started | Up::Done => {}
+        }
+    }
+
+    fn on_report(&mut self, j: usize, r: Report) {
+        let discarded = self.jobs[j].discarded;
+        match r {
+            Report::Exited {
+                rank,
+                pid,
+                host,
+                code,
+                signal,
+                finalized,
+                initialized,
+                in_teardown,
+            } => {
+                if let Some(n) = self.cluster.hosts.iter().position(|h| h.name == host) {
+                    self.cluster.in_use[n] = self.cluster.in_use[n].saturating_sub(1);
+                }
+                let job = &mut self.jobs[j];
+                let Some(st) = job.ranks.get_mut(rank) else {
+                    return;
+                };
+                *st = RankState {
+                    host,
+                    pid,
+                    ended: Some((code, signal)),
+                    during_teardown: in_teardown || discarded,
+                    initialized,
+                    finalized,
+                };
+                if discarded {
+                    return;
+                }
+                let others_in_pmi =
+                    job.ranks.iter().enumerate().any(|(r, s)| {
+                        r != rank && s.initialized && !s.finalized && s.ended.is_none()
+                    });
+                match policy::on_exit(
+                    code,
+                    initialized,
+                    finalized,
+                    self.ending.is_some(),
+                    self.auto_cleanup,
+                    others_in_pmi,
+                ) {
+                    ExitVerdict::Nothing => {}
+                    ExitVerdict::Failed => self.teardown(Ending::Failed),
+                    ExitVerdict::LeftPmi(what) => {
+                        eprintln!(
+                            "kauri: {} on {} {what} while other ranks use PMI; ending the job",
+                            job.who(j, rank),
+                            job.ranks[rank].host
+                        );
+                        self.teardown(Ending::Failed);
+                    }
+                }
+            }
+            Report::Initialized { rank } => {
+                let job = &mut self.jobs[j];
+                if let Some(s) = job.ranks.get_mut(rank) {
+                    s.initialized = true;
+                }
+                // A rank that already left without finalize can never join this one's fences.
+                let gone = job
+                    .ranks
+                    .iter()
+                    .enumerate()
+                    .find(|(_, s)| s.ended == Some((Some(0), None)) && !s.finalized);
+                if let (Some((g, s)), None, false) = (gone, &self.ending, discarded) {
+                    eprintln!(
+                        "kauri: {} on {} {} while other ranks use PMI; ending the job",
+                        job.who(j, g),
+                        s.host,
+                        policy::left_pmi(s.initialized)
+                    );
+                    self.teardown(Ending::Failed);
+                }
+            }
+            Report::Abort {
+                rank,
+                code,
+                message,
+            } => {
+                let who = rank.map_or("a process".to_string(), |r| self.jobs[j].who(j, r));
+                let msg = if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {message}")
+                };
+                eprintln!("kauri: {who} aborted the job with code {code}{msg}");
+                self.teardown(Ending::Abort(code));
+            }
+            Report::Failed { reason } => {
+                if discarded {
+                    return;
+                }
+                if self.ending.is_none() {
+                    eprintln!("kauri: {reason}; ending the job");
+                }
+                self.teardown(Ending::Failed);
+            }
+            Report::Lost { host, reason } => {
+                if self.jobs[j].answer.is_some() {
+                    // A host of a job being spawned cannot be reached: the spawn fails.
+                    debug!(%host, "a host of a spawned job was lost");
+                    self.fail_spawn(j, reason);
+                } else if !discarded {
+                    if self.ending.is_none() {
+                        eprintln!("kauri: {reason}");
+                    }
+                    self.teardown(Ending::Failed);
+                }
+            }
+            Report::NodeStarted { host, error } => {
+                if let Some(e) = self.node_started(j, error) {
+                    if self.ending.is_none() {
+                        eprintln!("kauri: {e}; ending the job");
+                    }
+                    debug!(%host, "a host could not start its ranks");
+                    self.teardown(Ending::Failed);
+                }
+            }
+            Report::ProtocolError { rank, error } => {
+                let who = rank.map_or("a PMI client".to_string(), |r| self.jobs[j].who(j, r));
+                eprintln!("kauri: {who} sent a bad PMI message: {error}");
+            }
+        }
+    }
+
+    /// A signal to kauri: SIGINT, SIGTERM and SIGHUP end the job (a second SIGINT during
+    /// the teardown kills at once); SIGINT, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to the
+    /// ranks first.
+    fn on_signal(&mut self, sig: i32) {
+        match sig {
+            libc::SIGINT if self.ending.is_some() => self.kill_all(),
+            libc::SIGTERM => self.teardown(Ending::Signal(sig)),
+            libc::SIGINT | libc::SIGHUP => {
+                self.signal_all(sig);
+                self.teardown(Ending::Signal(sig));
+            }
+            _ => self.signal_all(sig),
+        }
+    }
+
+    fn on_kill_timer(&mut self) {
+        self.kill_all();
+        self.kill_at = None;
+    }
+
+    fn signal_all(&mut self, sig: i32) {
+        for j in &mut self.jobs {
+            j.branch.signal(sig);
+        }
+    }
+
+    fn kill_all(&mut self) {
+        for j in &mut self.jobs {
+            j.branch.kill();
+        }
+    }
+
+    /// Ends the run: `SIGTERM` to every rank of every job, `SIGKILL` after the grace. The
+    /// first reason is the one that counts.
+    fn teardown(&mut self, why: Ending) {
+        if self.ending.is_none() {
+            self.ending = Some(why);
+        }
+        if self.jobs.iter().all(|j| j.branch.ending()) {
+            return;
+        }
+        for j in &mut self.jobs {
+            j.branch.teardown();
+        }
+        self.kill_at = Some(Instant::now() + self.grace);
+    }
+
+    /// Sends an answer to whoever asked.
+    fn answer(&mut self, a: Asker, reply: ServiceReply) {
+        if let Some(j) = self.jobs.get_mut(a.job) {
+            j.branch.reply(a.agent, a.req, reply);
+        }
+    }
+
+    /// A spawned job whose start failed: answer the spawner, kill what did start.
+    fn fail_spawn(&mut self, idx: usize, why: String) {
+        let j = &mut self.jobs[idx];
+        j.discarded = true;
+        j.branch.kill();
+        if let Some(a) = j.answer.take() {
+            debug!(idx, %why, "spawn failed");
+            self.answer(a, ServiceReply::Spawn(Err(why)));
+        }
+    }
+
+    /// Answers the spawner once every host of spawned job `idx` has said how its start went.
+    fn check_spawn(&mut self, idx: usize) {
+        let j = &mut self.jobs[idx];
+        if j.starting > 0 || j.answer.is_none() || j.discarded {
+            return;
+        }
+        if let Some(e) = j.start_error.clone() {
+            self.fail_spawn(idx, e);
+        } else if let Some(a) = j.answer.take() {
+            let done = SpawnDone {
+                jobid: j.plan.kvsname.clone(),
+                size: j.plan.size,
+            };
+            self.answer(a, ServiceReply::Spawn(Ok(done)));
+        }
+    }
+
+    /// One more host of job `idx` has started its ranks (or failed to); the error when it
+    /// ends the run (a host of the job the user started).
+    fn node_started(&mut self, idx: usize, error: Option<String>) -> Option<String> {
+        let j = &mut self.jobs[idx];
+        j.starting = j.starting.saturating_sub(1);
+        if j.discarded {
+            // Late agents of a failed spawn: make sure they end too.
+            j.branch.kill();
+            return None;
+        }
+        if let Some(e) = error {
+            if j.spawner.is_none() {
+                return Some(e);
+            }
+            j.start_error.get_or_insert(e);
+        }
+        self.check_spawn(idx);
+        None
+    }
+
+    /// Serves the requests the last event brought: spawns start their job here; the name
+    /// service answers from the run's table or asks the shared server.
+    async fn serve_requests(&mut self) {
+        for (asker, service) in std::mem::take(&mut self.requests) {
+            match service {
+                Service::Spawn { commands, preput } => self.spawn(asker, &commands, preput).await,
+                s => match &mut self.names {
+                    Names::Own(t) => {
+                        let reply = t.apply(0, &s);
+                        self.answer(asker, reply);
+                    }
+                    Names::Server(c) => {
+                        let (c, tx) = (c.clone(), self.svc_tx.clone());
+                        tokio::task::spawn_local(async move {
+                            let r = c.ask(s).await;
+                            let _ = tx.send((asker, r));
+                        });
+                    }
+                },
+            }
+        }
+    }
+
+    /// Starts the job a rank asked for; the answer goes back once every host started its
+    /// ranks, or at once when it cannot start.
+    async fn spawn(&mut self, asker: Asker, commands: &[SpawnCommand], preput: Delta) {
+        if self.ending.is_some() {
+            let reply = ServiceReply::Spawn(Err("the run is ending".into()));
+            return self.answer(asker, reply);
+        }
+        let spawner = &self.jobs[asker.job].plan;
+        let (plan, local, remote) = match plan_spawn(&mut self.cluster, spawner, commands, preput) {
+            Ok(x) => x,
+            Err(e) => return self.answer(asker, ServiceReply::Spawn(Err(e))),
+        };
+        let idx = self.jobs.len();
+        info!(idx, kvsname = %plan.kvsname, size = plan.size, "spawning a job");
+        let started = start_job(
+            idx,
+            &self.cluster,
+            plan,
+            local,
+            remote,
+            &self.wires,
+            self.clock,
+            None,
+        )
+        .await;
+        match started {
+            Ok(mut j) => {
+                j.spawner = Some(asker.job);
+                j.answer = Some(asker);
+                self.jobs.push(j);
+                self.check_spawn(idx);
+            }
+            Err((e, Some(mut j))) => {
+                j.spawner = Some(asker.job);
+                j.answer = Some(asker);
+                self.jobs.push(j);
+                self.fail_spawn(idx, e);
+            }
+            Err((e, None)) => self.answer(asker, ServiceReply::Spawn(Err(e))),
+        }
     }
 }

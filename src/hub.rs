@@ -2,14 +2,20 @@
 //! connections, sends each its part of the job, reads what they report, and gathers fence
 //! contributions. The front end and every agent with children run one.
 //!
+//! Every child's queue exists from its launch: what is sent to a child before it connects (stdin
+//! for its rank 0, a publish, a signal) waits for it and follows its `Spec`. A child that
+//! connects after the teardown began is turned away (it gets `Teardown` instead of its part
+//! of the job) and counts as done.
+//!
 //! Launches are bounded ([`LaunchPlan::max_concurrent`] in flight, a slot freed when the agent
 //! connects or fails) and retried with back-off when sshd turns connections away under
 //! `MaxStartups`. An agent that cannot be started, does not connect back in time, or whose
 //! link ends before it said `Done` is reported as [`HubEvent::Lost`], with one line saying
 //! what and where.
 
+use crate::events::JobTx;
 use crate::iofwd::Stream;
-use crate::kvs::{merge, Delta, Packed};
+use crate::kvs::{merge, Packed};
 use crate::launch::{self, Target};
 use crate::plan::{JobPlan, LaunchPlan, Subtree};
 use crate::tree::{self, Down, Up};
@@ -59,13 +65,15 @@ const ATTEMPTS: u32 = 4;
 
 struct Shared {
     pending: RefCell<HashMap<u32, Subtree>>,
-    /// Each connected child's writer, fed encoded frames.
+    /// Each child's queue of encoded frames, from its launch until it is done.
     links: RefCell<HashMap<u32, mpsc::UnboundedSender<Bytes>>>,
+    /// The other end of each queue, taken by the child's writer when it connects.
+    queued: RefCell<HashMap<u32, mpsc::UnboundedReceiver<Bytes>>>,
+    /// The teardown began: children that connect from now on are turned away.
+    closing: std::cell::Cell<bool>,
     connected: RefCell<HashSet<u32>>,
     done: RefCell<HashSet<u32>>,
     connect_wait: RefCell<HashMap<u32, tokio::sync::oneshot::Sender<()>>>,
-    /// Every pair published without a fence so far, replayed to children that connect later.
-    published: RefCell<Delta>,
     /// When each child's launch began (for the startup profile).
     launched_at: RefCell<HashMap<u32, Instant>>,
     /// When each child's handshake was accepted.
@@ -96,10 +104,11 @@ impl Children {
             shared: Rc::new(Shared {
                 pending: RefCell::new(HashMap::new()),
                 links: RefCell::new(HashMap::new()),
+                queued: RefCell::new(HashMap::new()),
+                closing: std::cell::Cell::new(false),
                 connected: RefCell::new(HashSet::new()),
                 done: RefCell::new(HashSet::new()),
                 connect_wait: RefCell::new(HashMap::new()),
-                published: RefCell::new(Vec::new()),
                 launched_at: RefCell::new(HashMap::new()),
                 connected_at: RefCell::new(HashMap::new()),
             }),
@@ -115,7 +124,7 @@ impl Children {
         plan: LaunchPlan,
         key: String,
         ip: IpAddr,
-        events: mpsc::UnboundedSender<HubEvent>,
+        events: JobTx<HubEvent>,
         out: mpsc::Sender<(Stream, Bytes)>,
     ) -> Result<Children, String> {
         let mut c = Children::none();
@@ -125,6 +134,9 @@ impl Children {
         c.subtrees = subtrees.clone();
         for t in &subtrees {
             c.shared.pending.borrow_mut().insert(t.id, t.clone());
+            let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+            c.shared.links.borrow_mut().insert(t.id, tx);
+            c.shared.queued.borrow_mut().insert(t.id, rx);
         }
         let listener = TcpListener::bind((IpAddr::from([0u8, 0, 0, 0]), 0))
             .await
@@ -145,9 +157,7 @@ impl Children {
             );
             c.accept = Some(tokio::task::spawn_local(async move {
                 loop {
-                    let Ok((sock, addr)) = listener.accept().await else {
-                        continue;
-                    };
+                    let (sock, addr) = accept_with_backoff(|| listener.accept()).await;
                     let (shared, events, out, key, plan, job) = (
                         shared.clone(),
                         events.clone(),
@@ -201,7 +211,7 @@ impl Children {
         Ok(c)
     }
 
-    /// Sends a message to child `id`.
+    /// Sends a message to child `id` (queued until it connects, dropped once it is done).
     pub fn send(&self, id: u32, msg: Down) {
         if let Some(l) = self.shared.links.borrow().get(&id) {
             match tree::encode(&msg) {
@@ -213,15 +223,11 @@ impl Children {
         }
     }
 
-    /// Sends a message to every child. Published pairs are also kept for the children that
-    /// have not connected yet.
+    /// Sends a message to every child that is not done (queued for those not connected yet).
     /// The message is encoded once and the same bytes go to every child (a fence's merged
     /// delta is the biggest message there is; a parent of many children used to clone and
     /// encode it once per child).
     pub fn broadcast(&self, msg: &Down) {
-        if let Down::Publish(d) = msg {
-            self.shared.published.borrow_mut().extend(d.iter().cloned());
-        }
         let links = self.shared.links.borrow();
         if links.is_empty() {
             return;
@@ -268,6 +274,13 @@ impl Children {
     pub fn mark_done(&self, id: u32) {
         self.shared.done.borrow_mut().insert(id);
         self.shared.links.borrow_mut().remove(&id);
+        self.shared.queued.borrow_mut().remove(&id);
+    }
+
+    /// The teardown began: a child that connects from now on is sent `Teardown` instead of
+    /// its part of the job, and counts as done.
+    pub fn close(&self) {
+        self.shared.closing.set(true);
     }
 
     /// True when every child is finished.
@@ -304,7 +317,7 @@ async fn serve_child(
     sock: TcpStream,
     addr: SocketAddr,
     shared: Rc<Shared>,
-    events: mpsc::UnboundedSender<HubEvent>,
+    events: JobTx<HubEvent>,
     out: mpsc::Sender<(Stream, Bytes)>,
     key: String,
     plan: LaunchPlan,
@@ -359,7 +372,20 @@ async fn serve_child(
     if let Some(w) = shared.connect_wait.borrow_mut().remove(&id) {
         let _ = w.send(());
     }
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    let Some(mut queue) = shared.queued.borrow_mut().remove(&id) else {
+        // Lost already (its launch timed out, say) and then connected after all.
+        let _ = tree::send(&mut wr, &Down::Teardown).await;
+        return;
+    };
+    if shared.closing.get() {
+        // The job is ending: the child starts nothing and leaves.
+        debug!(id, "agent connected during the teardown; turned away");
+        shared.done.borrow_mut().insert(id);
+        shared.links.borrow_mut().remove(&id);
+        let _ = tree::send(&mut wr, &Down::Teardown).await;
+        let _ = events.send(HubEvent::Up { id, msg: Up::Done });
+        return;
+    }
     let spec = tree::encode(&Down::Spec {
         id,
         job: Box::new((*job).clone()),
@@ -367,23 +393,16 @@ async fn serve_child(
         children: subtree.children.clone(),
         launch: plan,
     });
-    match spec {
-        Ok(f) => {
-            let _ = tx.send(f);
-        }
+    let spec = match spec {
+        Ok(f) => f,
         Err(e) => return refuse(format!("cannot encode its part of the job: {e}")),
-    }
-    // What was published before this child connected, right after its Spec and before
-    // anything else (the link is registered in the same step, so nothing can overtake it).
-    let published = shared.published.borrow().clone();
-    if !published.is_empty() {
-        if let Ok(f) = tree::encode(&Down::Publish(published)) {
-            let _ = tx.send(f);
-        }
-    }
-    shared.links.borrow_mut().insert(id, tx);
+    };
+    // Its Spec first, then whatever was queued for it since its launch, then the rest.
     tokio::task::spawn_local(async move {
-        while let Some(f) = rx.recv().await {
+        if wr.write_all(&spec).await.is_err() {
+            return;
+        }
+        while let Some(f) = queue.recv().await {
             if wr.write_all(&f).await.is_err() {
                 break;
             }
@@ -421,7 +440,7 @@ async fn serve_child(
 async fn launch_batch(
     batch: Vec<Target>,
     shared: Rc<Shared>,
-    events: mpsc::UnboundedSender<HubEvent>,
+    events: JobTx<HubEvent>,
     out: mpsc::Sender<(Stream, Bytes)>,
     key: String,
     plan: LaunchPlan,
@@ -539,6 +558,29 @@ async fn launch_batch(
     }
 }
 
+/// Accepts the next connection. An error (EMFILE or ENFILE when file descriptors run out,
+/// ENOBUFS, …) is usually still there a moment later: wait before trying again, from 10 ms
+/// doubling to 1 s, instead of spinning on it; the first error of a run is logged.
+pub async fn accept_with_backoff<T, F, Fut>(mut accept: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<T>>,
+{
+    let mut wait = Duration::from_millis(10);
+    loop {
+        match accept().await {
+            Ok(x) => return x,
+            Err(e) => {
+                if wait == Duration::from_millis(10) {
+                    warn!("cannot accept a connection: {e}; retrying");
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
 /// A fence contribution: several merge into one on the way up the tree.
 pub trait Contribution: Sized {
     /// Merges contributions in order (the node's own first, then the children's by id).
@@ -630,6 +672,33 @@ mod tests {
 
     fn none() -> Packed {
         Packed::default()
+    }
+
+    /// A persistent accept error (here EMFILE, five times) is waited out with a growing
+    /// pause, not retried at once in a loop that holds the thread.
+    #[tokio::test(start_paused = true)]
+    async fn accept_errors_back_off() {
+        let calls = std::cell::Cell::new(0);
+        let t0 = tokio::time::Instant::now();
+        let got = accept_with_backoff(|| {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move {
+                if n <= 5 {
+                    Err(std::io::Error::from_raw_os_error(libc::EMFILE))
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(got, 6);
+        // 10 + 20 + 40 + 80 + 160 ms of waiting, in the runtime's (paused) clock.
+        assert!(
+            t0.elapsed() >= Duration::from_millis(310),
+            "retried after {:?}",
+            t0.elapsed()
+        );
     }
 
     #[test]

@@ -35,7 +35,9 @@
 
 pub mod agent;
 pub mod allocation;
+pub mod branch;
 pub mod cli;
+pub mod events;
 pub mod frontend;
 pub mod hub;
 pub mod iofwd;
@@ -48,6 +50,7 @@ pub mod node;
 pub mod plan;
 pub mod pmi;
 pub mod pmix;
+pub mod policy;
 pub mod proc;
 pub mod profile;
 pub mod service;

@@ -10,6 +10,7 @@
 //! library's upcalls (connect, finalize, abort, fence, direct modex) come back here on a
 //! channel and become the same [`NodeEvent`]s as the PMI engine's outputs.
 
+use crate::events::JobTx;
 use crate::iofwd;
 use crate::iofwd::Stream;
 use crate::plan::{Adopt, HostPlan, JobPlan};
@@ -94,7 +95,7 @@ struct PmixState {
 struct Ctx {
     engine: RefCell<Engine>,
     writers: RefCell<HashMap<ConnId, mpsc::UnboundedSender<Bytes>>>,
-    events: mpsc::UnboundedSender<NodeEvent>,
+    events: JobTx<NodeEvent>,
     next_conn: Cell<ConnId>,
     pmix: RefCell<Option<PmixState>>,
     upcalls: RefCell<Option<mpsc::UnboundedReceiver<Upcall>>>,
@@ -346,7 +347,7 @@ async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, Str
 /// fence here), then the event, with the status `status` gives knowing whether it finalized.
 fn rank_ended(
     c: &Ctx,
-    ev: &mpsc::UnboundedSender<NodeEvent>,
+    ev: &JobTx<NodeEvent>,
     running: &RefCell<HashMap<usize, u32>>,
     r: usize,
     pid: u32,
@@ -497,7 +498,7 @@ impl Node {
     pub async fn start(
         job: &JobPlan,
         me: &HostPlan,
-        events: mpsc::UnboundedSender<NodeEvent>,
+        events: JobTx<NodeEvent>,
         out: mpsc::Sender<(Stream, Bytes)>,
     ) -> Result<Node, String> {
         let host = me.host.clone();
@@ -797,6 +798,11 @@ impl Node {
         if let Some(reply) = reply {
             reply.reply(status, data);
         }
+    }
+
+    /// How many ranks this host runs.
+    pub fn ranks(&self) -> usize {
+        self.ranks.len()
     }
 
     /// True when `rank` runs on this host.

@@ -141,6 +141,14 @@ pub enum Report {
         /// One line saying why.
         reason: String,
     },
+    /// An agent below was lost: it could not be started, did not connect back, or its link
+    /// ended before it said `Done`.
+    Lost {
+        /// Its host.
+        host: String,
+        /// One line for the user.
+        reason: String,
+    },
     /// An agent started its host's ranks, or could not (`error`).
     NodeStarted {
         /// Its host.

@@ -1,0 +1,497 @@
+//! One node of the tree: this host's ranks (a [`Node`]), its child links ([`Children`]) and
+//! the fence gathers. The root (the front end) and every agent are a `Branch` with different
+//! parents: an agent sends what its branch hands up to its parent; the root acts on it
+//! itself (a completed gather becomes the `FenceDone` it sends back down through the same
+//! branch).
+//!
+//! A branch takes one event at a time: [`Branch::on_node`] (its ranks), [`Branch::on_child`]
+//! (its child links), [`Branch::on_down`] (its parent), and returns at most one [`Out`]: a
+//! message for above, or a refused connection to tell the user about. It owns no socket and
+//! no timer and decides nothing about the job: what ends a job, the exit status and when to
+//! kill are the roles' (`agent`, `frontend`).
+
+use crate::hub::{Children, Gather, HubEvent};
+use crate::kvs::{Delta, Packed};
+use crate::node::{Node, NodeEvent};
+use crate::pmi::Output;
+use crate::profile::{Clock, HostProfile};
+use crate::service::ServiceReply;
+use crate::tree::{Down, Report, Up};
+use bytes::Bytes;
+use std::net::SocketAddr;
+use std::os::unix::process::ExitStatusExt;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tracing::debug;
+
+/// What a branch hands its owner after an event.
+#[derive(Debug, PartialEq)]
+pub enum Out {
+    /// For above: an agent sends it to its parent; the root acts on it (a complete fence
+    /// contribution, a report, a request, a direct-modex message to route).
+    Up(Up),
+    /// A connection that did not hold the job key was refused.
+    Refused {
+        /// Who connected.
+        addr: SocketAddr,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+/// One report for above.
+fn report(r: Report) -> Option<Out> {
+    Some(Out::Up(Up::Reports(vec![r])))
+}
+
+/// This host's part of one job in the tree.
+pub struct Branch {
+    /// This node's agent id (0: the root).
+    id: u32,
+    host: String,
+    node: Option<Node>,
+    kids: Children,
+    gather: Gather,
+    pmix_gather: Gather<Vec<u8>>,
+    /// Ranks of this host whose end has not been handled yet: a rank's end travels through a
+    /// channel after the node counts it out, so the branch is not done before they are in.
+    local_left: usize,
+    /// The writer of local rank 0's stdin, once input arrived for it.
+    stdin: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
+    /// Report only the first local rank's `Initialized` (an agent's uplink needs no more).
+    init_once: bool,
+    told_initialized: bool,
+    /// The job is being torn down here.
+    ending: bool,
+    clock: Clock,
+    /// The startup profile of this host, when the job records one.
+    prof: Option<HostProfile>,
+    /// The profiles the children sent up, on this host's clock.
+    below: Vec<HostProfile>,
+}
+
+impl Branch {
+    /// A branch over `node` (this host's ranks, if it runs any) and `kids`. `init_once`: report
+    /// only the first local rank's PMI init. `prof`: this host's startup profile, recorded
+    /// on `clock`.
+    pub fn new(
+        id: u32,
+        host: String,
+        node: Option<Node>,
+        kids: Children,
+        init_once: bool,
+        clock: Clock,
+        prof: Option<HostProfile>,
+    ) -> Branch {
+        let ids = kids.ids();
+        Branch {
+            id,
+            host,
+            gather: Gather::new(node.is_some(), ids.clone()),
+            pmix_gather: Gather::new(node.is_some(), ids),
+            local_left: node.as_ref().map_or(0, Node::ranks),
+            node,
+            kids,
+            stdin: None,
+            init_once,
+            told_initialized: false,
+            ending: false,
+            clock,
+            prof,
+            below: Vec::new(),
+        }
+    }
+
+    /// This host's ranks, when it runs any.
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// This host's ranks, to take rank 0's stdin pipe.
+    pub fn node_mut(&mut self) -> Option<&mut Node> {
+        self.node.as_mut()
+    }
+
+    /// The child links.
+    pub fn kids(&self) -> &Children {
+        &self.kids
+    }
+
+    /// Every local rank has ended (and its end was handled) and every child said `Done` or
+    /// is lost.
+    pub fn done(&self) -> bool {
+        self.local_left == 0
+            && self.node.as_ref().is_none_or(|n| n.running() == 0)
+            && self.kids.all_done()
+    }
+
+    /// The job is being torn down on this branch.
+    pub fn ending(&self) -> bool {
+        self.ending
+    }
+
+    /// An event of this host's ranks.
+    pub fn on_node(&mut self, ev: NodeEvent) -> Option<Out> {
+        let t = self.clock.now();
+        match ev {
+            NodeEvent::Exited {
+                rank,
+                pid,
+                status,
+                initialized,
+                finalized,
+            } => {
+                self.local_left = self.local_left.saturating_sub(1);
+                if let Some(p) = self.prof.as_mut() {
+                    p.exited(t);
+                }
+                report(Report::Exited {
+                    rank,
+                    pid,
+                    host: self.host.clone(),
+                    code: status.code(),
+                    signal: status.signal(),
+                    finalized,
+                    initialized,
+                    in_teardown: self.ending,
+                })
+            }
+            NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
+                debug!(host = %self.host, epoch, "local fence ready");
+                if let Some(p) = self.prof.as_mut() {
+                    p.fence_ready(epoch, t);
+                }
+                let (epoch, delta) = self.gather.local(epoch, delta)?;
+                Some(Out::Up(Up::Fence { epoch, delta }))
+            }
+            NodeEvent::PmixFence { epoch, data } => {
+                let (epoch, data) = self.pmix_gather.local(epoch, data)?;
+                Some(Out::Up(Up::PmixFence { epoch, data }))
+            }
+            NodeEvent::PmixDmodex { id, rank } => Some(Out::Up(Up::Dmodex {
+                from: self.id,
+                req: id,
+                rank,
+            })),
+            NodeEvent::DmodexServed {
+                to,
+                req,
+                status,
+                data,
+            } => {
+                if to == self.id {
+                    if let Some(n) = &self.node {
+                        n.pmix_dmodex_reply(req, status, data);
+                    }
+                    return None;
+                }
+                Some(Out::Up(Up::DmodexData {
+                    to,
+                    req,
+                    status,
+                    data,
+                }))
+            }
+            NodeEvent::Engine(Output::Publish { delta }) => Some(Out::Up(Up::Publish(delta))),
+            NodeEvent::Engine(Output::Request { id, service }) => Some(Out::Up(Up::Request {
+                from: self.id,
+                req: id,
+                service,
+            })),
+            NodeEvent::Engine(Output::Finalized { .. }) => {
+                if let Some(p) = self.prof.as_mut() {
+                    p.finalized(t);
+                }
+                None
+            }
+            NodeEvent::Engine(Output::Initialized { rank }) => {
+                if let Some(p) = self.prof.as_mut() {
+                    p.initialized(t);
+                }
+                if self.init_once && self.told_initialized {
+                    return None;
+                }
+                self.told_initialized = true;
+                report(Report::Initialized { rank })
+            }
+            NodeEvent::Engine(Output::Abort {
+                rank,
+                code,
+                message,
+            }) => report(Report::Abort {
+                rank,
+                code,
+                message,
+            }),
+            NodeEvent::Engine(Output::Failed { reason }) => report(Report::Failed { reason }),
+            NodeEvent::Engine(Output::ProtocolError { rank, error }) => {
+                report(Report::ProtocolError { rank, error })
+            }
+            NodeEvent::Engine(_) => None,
+        }
+    }
+
+    /// An event of the child links.
+    pub fn on_child(&mut self, ev: HubEvent) -> Option<Out> {
+        match ev {
+            HubEvent::Up {
+                id,
+                msg: Up::Fence { epoch, delta },
+            } => {
+                debug!(host = %self.host, id, epoch, "fence contribution");
+                let (epoch, delta) = self.gather.child(id, epoch, delta)?;
+                Some(Out::Up(Up::Fence { epoch, delta }))
+            }
+            HubEvent::Up {
+                id,
+                msg: Up::PmixFence { epoch, data },
+            } => {
+                let (epoch, data) = self.pmix_gather.child(id, epoch, data)?;
+                Some(Out::Up(Up::PmixFence { epoch, data }))
+            }
+            HubEvent::Up {
+                msg:
+                    m @ (Up::Dmodex { .. }
+                    | Up::DmodexData { .. }
+                    | Up::Reports(_)
+                    | Up::Publish(_)
+                    | Up::Request { .. }),
+                ..
+            } => Some(Out::Up(m)),
+            HubEvent::Up { id, msg: Up::Done } => {
+                self.kids.mark_done(id);
+                None
+            }
+            HubEvent::Up {
+                id,
+                msg: Up::Profile(mut v),
+            } => {
+                let (l, c) = self.kids.timings(id);
+                let clock = self.clock;
+                crate::profile::adopt(&mut v, id, l.map(|t| clock.at(t)), c.map(|t| clock.at(t)));
+                self.below.extend(v);
+                None
+            }
+            HubEvent::Up { .. } => None,
+            HubEvent::Lost { id, reason } => {
+                let host = self.kids.host(id);
+                self.kids.mark_done(id);
+                report(Report::Lost { host, reason })
+            }
+            HubEvent::Refused { addr, reason } => Some(Out::Refused { addr, reason }),
+        }
+    }
+
+    /// A message from the parent; `frame` is it as it came, passed on to the children
+    /// without encoding it again where it is for all of them.
+    pub fn on_down(&mut self, msg: Down, frame: Bytes) -> Option<Out> {
+        match msg {
+            Down::FenceDone { epoch, delta } => self.fence_done(epoch, delta, Some(frame)),
+            Down::PmixFenceDone { epoch, data } => self.pmix_fence_done(epoch, data, Some(frame)),
+            Down::DmodexServe { from, req, rank } => return self.dmodex_serve(from, req, rank),
+            Down::DmodexData {
+                to,
+                req,
+                status,
+                data,
+            } => self.dmodex_data(to, req, status, data),
+            Down::Publish(delta) => self.publish(delta),
+            Down::Stdin(data) => self.stdin(Some(data)),
+            Down::StdinEof => self.stdin(None),
+            Down::Signal(sig) => self.signal(sig),
+            Down::Teardown => {
+                self.teardown();
+            }
+            Down::Kill => self.kill(),
+            Down::Reply { to, req, reply } => self.reply(to, req, reply),
+            Down::Challenge { .. } | Down::Spec { .. } => {}
+        }
+        None
+    }
+
+    /// Fence `epoch` is complete everywhere: the children get the merged delta (`frame`, when
+    /// it came from the parent, as it came), then this host's ranks are released.
+    pub fn fence_done(&mut self, epoch: u64, delta: Packed, frame: Option<Bytes>) {
+        debug!(host = %self.host, epoch, bytes = delta.byte_len(), "fence done");
+        if let Some(p) = self.prof.as_mut() {
+            p.fence_released(epoch, self.clock.now());
+        }
+        let msg = Down::FenceDone { epoch, delta };
+        match frame {
+            Some(f) => self.kids.broadcast_frame(&f),
+            None => self.kids.broadcast(&msg),
+        }
+        if let (Some(n), Down::FenceDone { delta, .. }) = (&self.node, &msg) {
+            n.fence_done(epoch, delta);
+        }
+    }
+
+    /// PMIx fence `epoch` is complete everywhere: every host gets every blob.
+    pub fn pmix_fence_done(&mut self, epoch: u64, data: Vec<u8>, frame: Option<Bytes>) {
+        debug!(host = %self.host, epoch, bytes = data.len(), "PMIx fence done");
+        let msg = Down::PmixFenceDone { epoch, data };
+        match frame {
+            Some(f) => self.kids.broadcast_frame(&f),
+            None => self.kids.broadcast(&msg),
+        }
+        if let (Some(n), Down::PmixFenceDone { data, .. }) = (&self.node, msg) {
+            n.pmix_fence_done(epoch, data);
+        }
+    }
+
+    /// Pairs published without a fence: committed on this host and every host below.
+    pub fn publish(&mut self, delta: Delta) {
+        self.kids.broadcast(&Down::Publish(delta.clone()));
+        if let Some(n) = &self.node {
+            n.publish(delta);
+        }
+    }
+
+    /// Agent `from` wants the PMIx data of `rank`: served here, or sent down towards the host
+    /// that runs it; a rank that runs nowhere below is answered "not found" (handed up).
+    pub fn dmodex_serve(&mut self, from: u32, req: u64, rank: usize) -> Option<Out> {
+        if let Some(n) = self.node.as_ref().filter(|n| n.has_rank(rank)) {
+            n.pmix_dmodex_serve(rank, from, req);
+            return None;
+        }
+        match self.kids.child_with_rank(rank) {
+            Some(id) => {
+                self.kids.send(id, Down::DmodexServe { from, req, rank });
+                None
+            }
+            None => Some(Out::Up(Up::DmodexData {
+                to: from,
+                req,
+                status: crate::pmix::ffi::PMIX_ERR_NOT_FOUND,
+                data: Vec::new(),
+            })),
+        }
+    }
+
+    /// A direct-modex answer for agent `to`: this host's, or routed down.
+    pub fn dmodex_data(&mut self, to: u32, req: u64, status: i32, data: Vec<u8>) {
+        if to == self.id {
+            if let Some(n) = &self.node {
+                n.pmix_dmodex_reply(req, status, data);
+            }
+        } else {
+            self.kids.route(
+                to,
+                Down::DmodexData {
+                    to,
+                    req,
+                    status,
+                    data,
+                },
+            );
+        }
+    }
+
+    /// The root's answer to request `req` of agent `to`: this host's, or routed down.
+    pub fn reply(&mut self, to: u32, req: u64, reply: ServiceReply) {
+        if to == self.id {
+            if let Some(n) = &self.node {
+                n.service_reply(req, reply);
+            }
+        } else {
+            self.kids.route(to, Down::Reply { to, req, reply });
+        }
+    }
+
+    /// Input for the job's rank 0 (`None`: its end): written to its stdin here, or sent to
+    /// the child whose subtree runs it (queued there until that child connects).
+    pub fn stdin(&mut self, data: Option<Vec<u8>>) {
+        if self.stdin.is_none() {
+            if let Some(mut pipe) = self.node.as_mut().and_then(|n| n.stdin.take()) {
+                let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
+                tokio::task::spawn_local(async move {
+                    while let Some(Some(chunk)) = rx.recv().await {
+                        if pipe.write_all(&chunk).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = pipe.shutdown().await;
+                });
+                self.stdin = Some(tx);
+            }
+        }
+        if let Some(tx) = &self.stdin {
+            let eof = data.is_none();
+            let _ = tx.send(data);
+            if eof {
+                // Dropping the sender too, so the writer ends even if nothing more comes.
+                self.stdin = None;
+                if let Some(n) = self.node.as_mut() {
+                    n.stdin = None;
+                }
+            }
+            return;
+        }
+        if self.node.as_ref().is_some_and(|n| n.has_rank(0)) {
+            // Rank 0 runs here and its stdin is already closed.
+            return;
+        }
+        if let Some(id) = self.kids.child_with_rank(0) {
+            let msg = match data {
+                Some(d) => Down::Stdin(d),
+                None => Down::StdinEof,
+            };
+            self.kids.send(id, msg);
+        }
+    }
+
+    /// Sends `sig` to every rank of this branch and below.
+    pub fn signal(&mut self, sig: i32) {
+        self.kids.broadcast(&Down::Signal(sig));
+        if let Some(n) = &self.node {
+            n.signal(sig);
+        }
+    }
+
+    /// Begins the teardown here and below: `SIGTERM` to the ranks, `Teardown` to the
+    /// children (a child that has not connected yet is turned away when it does). True the
+    /// first time, when the caller arms its kill timer.
+    pub fn teardown(&mut self) -> bool {
+        if self.ending {
+            return false;
+        }
+        self.ending = true;
+        self.kids.broadcast(&Down::Teardown);
+        self.kids.close();
+        if let Some(n) = &self.node {
+            n.signal(libc::SIGTERM);
+        }
+        true
+    }
+
+    /// Kills every rank here and below.
+    pub fn kill(&mut self) {
+        self.kids.broadcast(&Down::Kill);
+        self.kids.close();
+        if let Some(n) = &self.node {
+            n.signal(libc::SIGKILL);
+        }
+    }
+
+    /// After the last event: the rest of the local ranks' output is forwarded and what they
+    /// left behind is killed.
+    pub async fn drain(&mut self) {
+        if let Some(n) = self.node.take() {
+            n.drain().await;
+        }
+    }
+
+    /// The startup profile of this host and of every host below, when it was recorded.
+    pub fn take_profile(&mut self) -> Option<(HostProfile, Vec<HostProfile>)> {
+        let p = self.prof.take()?;
+        Some((p, std::mem::take(&mut self.below)))
+    }
+
+    /// Records when this host's ranks were being forked (the profile's fork phase).
+    pub fn profile_fork(&mut self, start_us: u64, end_us: u64) {
+        if let Some(p) = self.prof.as_mut() {
+            p.fork_start_us = Some(start_us);
+            p.forked_us = Some(end_us);
+        }
+    }
+}
