@@ -315,6 +315,45 @@ fn pmi_failed_spawns_are_error_replies() {
     ctx.assert_no_leftovers();
 }
 
+/// A spawned job whose hosts form a chain (`-tree-width 1`: n3's agent is started by n2's)
+/// and whose deepest agent cannot be started: the spawn fails with an error reply and the
+/// spawning job goes on, as when a direct child of the root fails (it used to end the whole
+/// run: the lost grandchild travelled up as a failure of the job).
+#[test]
+fn pmi_a_spawned_jobs_lost_grandchild_fails_only_the_spawn() {
+    let ctx = Ctx::new("pmi_spawn_lost_grandchild");
+    let d = ctx.pmi_dyn();
+    let kauri = ctx.kauri();
+    let agent = ctx.script(
+        "agent-not-on-n3",
+        &format!(
+            "#!/bin/sh\nprev=; for a; do [ \"$prev\" = --host ] && host=$a; prev=$a; done\n\
+             if [ \"$host\" = n3 ]; then echo \"n3: no route to host\" >&2; exit 1; fi\n\
+             exec {} \"$@\"\n",
+            kauri.display()
+        ),
+    );
+    for v in ["1", "2"] {
+        let mut args = vec!["-tree-width".to_string(), "1".to_string()];
+        args.extend(fork(
+            "n1,n2,n3",
+            1,
+            &[&d, "--pmi", v, "spawn", "2", "hosts=n2,n3"],
+        ));
+        let o = run(kauri_job(&ctx, &args).env("KAURI_AGENT_PATH", &agent));
+        let line = o
+            .stdout_lines()
+            .into_iter()
+            .find(|l| l.starts_with("spawn failed"))
+            .unwrap_or_else(|| panic!("PMI-{v}: no failure line\n{o}"))
+            .to_string();
+        assert!(line.contains("n3"), "PMI-{v}: names the host: {line}");
+        // pmi-dyn exits 3 after a failed spawn, once the fence and finalize went through.
+        o.assert_code(3);
+    }
+    ctx.assert_no_leftovers();
+}
+
 /// A spawned rank that crashes ends the run with its signal, named as a spawned job's rank.
 #[test]
 fn pmi_a_crashing_spawned_rank_ends_the_run() {
