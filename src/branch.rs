@@ -9,6 +9,10 @@
 //! message for above, or a refused connection to tell the user about. It owns no socket and
 //! no timer and decides nothing about the job: what ends a job, the exit status and when to
 //! kill are the roles' (`agent`, `frontend`).
+//!
+//! It reaches its ranks through [`Host`] and its children through [`Links`]: in kauri a
+//! [`Node`] and a [`Children`] hub; the benchmarks' simulator drives the same branch over
+//! virtual ranks and in-memory links, so its numbers describe this code.
 
 use crate::hub::{Children, Gather, HubEvent};
 use crate::kvs::{Delta, Packed};
@@ -18,9 +22,12 @@ use crate::profile::{Clock, HostProfile};
 use crate::service::ServiceReply;
 use crate::tree::{Down, Report, Up};
 use bytes::Bytes;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
+use std::time::Instant;
 use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 use tracing::debug;
 
@@ -39,18 +46,148 @@ pub enum Out {
     },
 }
 
+/// What a branch needs of its host's ranks ([`Node`] in kauri).
+pub trait Host {
+    /// How many ranks this host runs.
+    fn ranks(&self) -> usize;
+    /// How many of them are still running.
+    fn running(&self) -> usize;
+    /// True when `rank` runs here.
+    fn has_rank(&self, rank: usize) -> bool;
+    /// Fence `epoch` is complete everywhere: commit `delta`, release the ranks.
+    fn fence_done(&self, epoch: u64, delta: &Packed);
+    /// PMIx fence `epoch` is complete everywhere: every host's blob.
+    fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>);
+    /// Serve local `rank`'s PMIx data to request `req` of agent `to`.
+    fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64);
+    /// The answer to this host's direct-modex request `req`.
+    fn pmix_dmodex_reply(&self, req: u64, status: i32, data: Vec<u8>);
+    /// Commit pairs published without a fence.
+    fn publish(&self, delta: Delta);
+    /// The root's answer to this host's request `req`.
+    fn service_reply(&self, req: u64, reply: ServiceReply);
+    /// Send `sig` to every running rank.
+    fn signal(&self, sig: i32);
+    /// Rank 0's stdin, when rank 0 runs here and it was not taken yet.
+    fn take_stdin(&mut self) -> Option<pipe::Sender>;
+    /// After the last event: forward the rest of the output, kill what the ranks left.
+    fn drain(self) -> impl Future<Output = ()>;
+}
+
+/// What a branch needs of its links to its children ([`Children`] in kauri). A child's link
+/// takes messages from the child's launch on: what is sent before it connects waits for it.
+pub trait Links {
+    /// The direct children's ids.
+    fn ids(&self) -> Vec<u32>;
+    /// Sends `msg` to child `id`.
+    fn send(&self, id: u32, msg: Down);
+    /// Sends `msg` to every child that is not done, encoded once.
+    fn broadcast(&self, msg: &Down);
+    /// Sends a frame as it came from the parent to every child that is not done.
+    fn broadcast_frame(&self, frame: &Bytes);
+    /// Sends `msg` to the child whose subtree holds agent `to`; false when none does.
+    fn route(&self, to: u32, msg: Down) -> bool;
+    /// The child whose subtree runs `rank`.
+    fn child_with_rank(&self, rank: usize) -> Option<u32>;
+    /// Child `id` said `Done` or is lost: nothing more goes to it.
+    fn mark_done(&self, id: u32);
+    /// Every child is done.
+    fn all_done(&self) -> bool;
+    /// The teardown began: a child that connects from now on starts nothing.
+    fn close(&self);
+    /// Child `id`'s host, for messages.
+    fn host(&self, id: u32) -> String;
+    /// When child `id`'s launch began and when it connected (for the startup profile).
+    fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>);
+}
+
+impl Host for Node {
+    fn ranks(&self) -> usize {
+        Node::ranks(self)
+    }
+    fn running(&self) -> usize {
+        Node::running(self)
+    }
+    fn has_rank(&self, rank: usize) -> bool {
+        Node::has_rank(self, rank)
+    }
+    fn fence_done(&self, epoch: u64, delta: &Packed) {
+        Node::fence_done(self, epoch, delta)
+    }
+    fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>) {
+        Node::pmix_fence_done(self, epoch, data)
+    }
+    fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
+        Node::pmix_dmodex_serve(self, rank, to, req)
+    }
+    fn pmix_dmodex_reply(&self, req: u64, status: i32, data: Vec<u8>) {
+        Node::pmix_dmodex_reply(self, req, status, data)
+    }
+    fn publish(&self, delta: Delta) {
+        Node::publish(self, delta)
+    }
+    fn service_reply(&self, req: u64, reply: ServiceReply) {
+        Node::service_reply(self, req, reply)
+    }
+    fn signal(&self, sig: i32) {
+        Node::signal(self, sig)
+    }
+    fn take_stdin(&mut self) -> Option<pipe::Sender> {
+        self.stdin.take()
+    }
+    fn drain(self) -> impl Future<Output = ()> {
+        Node::drain(self)
+    }
+}
+
+impl Links for Children {
+    fn ids(&self) -> Vec<u32> {
+        Children::ids(self)
+    }
+    fn send(&self, id: u32, msg: Down) {
+        Children::send(self, id, msg)
+    }
+    fn broadcast(&self, msg: &Down) {
+        Children::broadcast(self, msg)
+    }
+    fn broadcast_frame(&self, frame: &Bytes) {
+        Children::broadcast_frame(self, frame)
+    }
+    fn route(&self, to: u32, msg: Down) -> bool {
+        Children::route(self, to, msg)
+    }
+    fn child_with_rank(&self, rank: usize) -> Option<u32> {
+        Children::child_with_rank(self, rank)
+    }
+    fn mark_done(&self, id: u32) {
+        Children::mark_done(self, id)
+    }
+    fn all_done(&self) -> bool {
+        Children::all_done(self)
+    }
+    fn close(&self) {
+        Children::close(self)
+    }
+    fn host(&self, id: u32) -> String {
+        Children::host(self, id)
+    }
+    fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
+        Children::timings(self, id)
+    }
+}
+
 /// One report for above.
 fn report(r: Report) -> Option<Out> {
     Some(Out::Up(Up::Reports(vec![r])))
 }
 
-/// This host's part of one job in the tree.
-pub struct Branch {
+/// This host's part of one job in the tree: its ranks `H`, its child links `L`.
+pub struct Branch<H = Node, L = Children> {
     /// This node's agent id (0: the root).
     id: u32,
     host: String,
-    node: Option<Node>,
-    kids: Children,
+    node: Option<H>,
+    kids: L,
     gather: Gather,
     pmix_gather: Gather<Vec<u8>>,
     /// Ranks of this host whose end has not been handled yet: a rank's end travels through a
@@ -70,26 +207,26 @@ pub struct Branch {
     below: Vec<HostProfile>,
 }
 
-impl Branch {
+impl<H: Host, L: Links> Branch<H, L> {
     /// A branch over `node` (this host's ranks, if it runs any) and `kids`. `init_once`: report
     /// only the first local rank's PMI init. `prof`: this host's startup profile, recorded
     /// on `clock`.
     pub fn new(
         id: u32,
         host: String,
-        node: Option<Node>,
-        kids: Children,
+        node: Option<H>,
+        kids: L,
         init_once: bool,
         clock: Clock,
         prof: Option<HostProfile>,
-    ) -> Branch {
+    ) -> Branch<H, L> {
         let ids = kids.ids();
         Branch {
             id,
             host,
             gather: Gather::new(node.is_some(), ids.clone()),
             pmix_gather: Gather::new(node.is_some(), ids),
-            local_left: node.as_ref().map_or(0, Node::ranks),
+            local_left: node.as_ref().map_or(0, H::ranks),
             node,
             kids,
             stdin: None,
@@ -103,17 +240,17 @@ impl Branch {
     }
 
     /// This host's ranks, when it runs any.
-    pub fn node(&self) -> Option<&Node> {
+    pub fn node(&self) -> Option<&H> {
         self.node.as_ref()
     }
 
-    /// This host's ranks, to take rank 0's stdin pipe.
-    pub fn node_mut(&mut self) -> Option<&mut Node> {
-        self.node.as_mut()
+    /// Rank 0's stdin pipe, when rank 0 runs here: for a caller that pumps it itself.
+    pub fn take_stdin(&mut self) -> Option<pipe::Sender> {
+        self.node.as_mut().and_then(H::take_stdin)
     }
 
     /// The child links.
-    pub fn kids(&self) -> &Children {
+    pub fn kids(&self) -> &L {
         &self.kids
     }
 
@@ -402,7 +539,7 @@ impl Branch {
     /// the child whose subtree runs it (queued there until that child connects).
     pub fn stdin(&mut self, data: Option<Vec<u8>>) {
         if self.stdin.is_none() {
-            if let Some(mut pipe) = self.node.as_mut().and_then(|n| n.stdin.take()) {
+            if let Some(mut pipe) = self.take_stdin() {
                 let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
                 tokio::task::spawn_local(async move {
                     while let Some(Some(chunk)) = rx.recv().await {
@@ -421,9 +558,6 @@ impl Branch {
             if eof {
                 // Dropping the sender too, so the writer ends even if nothing more comes.
                 self.stdin = None;
-                if let Some(n) = self.node.as_mut() {
-                    n.stdin = None;
-                }
             }
             return;
         }

@@ -940,7 +940,7 @@ pub async fn run(spec: JobSpec) -> i32 {
     // stdin goes to the first job's rank 0: straight into its pipe when it runs here, else
     // down the tree (queued for its agent until that agent connects).
     let (stdin_tx, mut stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
-    let local_stdin = root.jobs[0].branch.node_mut().and_then(|n| n.stdin.take());
+    let local_stdin = root.jobs[0].branch.take_stdin();
     if let Some(pipe) = local_stdin {
         tokio::task::spawn_local(crate::iofwd::pump(tokio::io::stdin(), pipe));
     } else if root.jobs[0].branch.kids().child_with_rank(0).is_some() {

@@ -88,9 +88,5 @@ fn an_agent_that_connects_after_the_teardown_starts_nothing() {
     let ran = started.exists();
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
-    assert!(
-        !ran,
-        "rank 1 started after the job ended: {}",
-        stderr(&o)
-    );
+    assert!(!ran, "rank 1 started after the job ended: {}", stderr(&o));
 }
