@@ -1183,7 +1183,7 @@ impl Root {
                     self.on_report(j, r);
                 }
             }
-            Up::Hello { .. } | Up::Output { .. } | Up::Profile(_) | Up::Started | Up::Done => {}
+            Up::Hello { .. } | Up::Output { .. } | Up::Profile(_) | Up::Done => {}
         }
     }
 

@@ -230,8 +230,6 @@ pub enum Up {
     /// The startup profile of the subtree's hosts, on the sender's clock (sent just before
     /// `Done`, only when the job records one).
     Profile(Vec<HostProfile>),
-    /// The subtree's agents are all running.
-    Started,
     /// Every rank of the subtree has ended and its output is sent; the agent is leaving.
     Done,
 }
