@@ -714,17 +714,32 @@ impl Engine {
                 }
                 Err(e) => A::PutResult(Status::error(-1, e)),
             },
-            Q::Get { key, .. } => match self
-                .job_attr(&key)
-                .or_else(|| self.kvs.get(&key).map(str::to_string))
-            {
+            // Job attributes are answered whatever the kvsname, as Hydra's proxy answers
+            // `PMI_process_mapping`; the KVS only under the job's own name, as Hydra's server
+            // refuses any other. MPICH's ch3 singleton copes as under Hydra: when a `get` under
+            // the `singinit_kvs_PID_0` it made up fails, it asks for the name the process
+            // manager gave and retries (`MPIDI_PG_CheckForSingleton`).
+            Q::Get { key, kvsname } => match self.job_attr(&key) {
                 Some(v) => A::GetResult {
                     status: Status::ok(),
                     value: Some(v),
                 },
-                None => A::GetResult {
-                    status: Status::error(1, format!("key {key} not found")),
+                None if kvsname != self.job.kvsname => A::GetResult {
+                    status: Status::error(
+                        -1,
+                        format!("kvsname {kvsname} is not this job's ({})", self.job.kvsname),
+                    ),
                     value: None,
+                },
+                None => match self.kvs.get(&key) {
+                    Some(v) => A::GetResult {
+                        status: Status::ok(),
+                        value: Some(v.to_string()),
+                    },
+                    None => A::GetResult {
+                        status: Status::error(1, format!("key {key} not found")),
+                        value: None,
+                    },
                 },
             },
             Q::GetByIdx { idx, .. } => {
@@ -1123,6 +1138,39 @@ mod tests {
         let (sent, _) = settle(&mut e);
         assert!(sent[&1].contains("cmd=get_result rc=0 value=x y z\n"));
         assert!(sent[&1].contains("value=(vector,(0,1,4))\n"));
+    }
+
+    /// A PMI-1 `get` names a KVS; only the job's own is served, as Hydra does (its server
+    /// refuses a kvsname that is not the group's). Job attributes such as
+    /// `PMI_process_mapping` are answered whatever the name (Hydra's proxy answers those itself).
+    #[test]
+    fn pmi1_get_from_another_kvs_is_refused() {
+        let mut e = engine(1);
+        let mut f = Framing::default();
+        feed(
+            &mut e,
+            &mut f,
+            0,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=put kvsname=kvs_test key=a value=1\ncmd=barrier_in\n",
+        );
+        settle(&mut e);
+        feed(
+            &mut e,
+            &mut f,
+            0,
+            b"cmd=get kvsname=kvs_other key=a\ncmd=get kvsname=kvs_test key=a\ncmd=get kvsname=kvs_other key=PMI_process_mapping\n",
+        );
+        let (sent, _) = settle(&mut e);
+        let lines: Vec<&str> = sent[&0].lines().collect();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].starts_with("cmd=get_result rc=-1 msg=")
+                && lines[0].contains("kvs_other")
+                && !lines[0].contains("value=1"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[1], "cmd=get_result rc=0 value=1");
+        assert_eq!(lines[2], "cmd=get_result rc=0 value=(vector,(0,1,4))");
     }
 
     #[test]
