@@ -267,8 +267,10 @@ impl Engine {
         self.ranks.get(&rank).is_some_and(|s| s.initialized)
     }
 
-    /// Records that a local rank's process ended. A rank that ends without finalize can never
-    /// enter a fence: if one is under way, or starts later, the job has failed.
+    /// Records that a local rank's process ended. A rank that has ended can never enter a
+    /// fence, and a fence needs every rank: if one is under way, or starts later, the job has
+    /// failed, whether the rank had finalized or not (a shell rank's `kauri kvs` calls each
+    /// finalize, and such a rank may still be wanted in a fence).
     pub fn rank_exited(&mut self, rank: usize) {
         if let Some(s) = self.ranks.get_mut(&rank) {
             s.exited = true;
@@ -283,12 +285,15 @@ impl Engine {
         let mut gone: Vec<usize> = self
             .ranks
             .iter()
-            .filter(|(r, s)| s.exited && !s.finalized && !self.in_fence.contains(r))
+            .filter(|(r, s)| s.exited && !self.in_fence.contains(r))
             .map(|(&r, _)| r)
             .collect();
         gone.sort_unstable();
         if let Some(&r) = gone.first() {
-            let how = if self.ranks[&r].initialized {
+            let s = &self.ranks[&r];
+            let how = if s.finalized {
+                "exited (after finalizing PMI)"
+            } else if s.initialized {
                 "exited without finalizing PMI"
             } else {
                 "exited before PMI init"
@@ -1319,6 +1324,39 @@ mod tests {
         assert_eq!(failures.len(), 1, "{other:?}");
         assert!(
             matches!(failures[0], Output::Failed { reason } if reason.contains("rank 1 exited before PMI init"))
+        );
+    }
+
+    /// A rank that finalized and then ended can no more join a fence than one that did not
+    /// finalize: a shell rank's `kauri kvs put` finalizes its session, then the script exits.
+    #[test]
+    fn a_finalized_rank_gone_fails_a_waiting_fence() {
+        let mut e = engine(2);
+        let mut f = [Framing::default(), Framing::default()];
+        feed(
+            &mut e,
+            &mut f[1],
+            1,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=put kvsname=kauri.publish key=a value=1\ncmd=finalize\n",
+        );
+        e.rank_exited(1);
+        let (_, other) = settle(&mut e);
+        assert!(
+            !other.iter().any(|o| matches!(o, Output::Failed { .. })),
+            "no fence yet: {other:?}"
+        );
+        feed(
+            &mut e,
+            &mut f[0],
+            0,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=barrier_in\n",
+        );
+        let (sent, other) = settle(&mut e);
+        assert!(!sent[&0].contains("barrier_out"), "{sent:?}");
+        assert!(
+            other.iter().any(|o| matches!(o, Output::Failed { reason }
+                if reason == "rank 1 exited (after finalizing PMI) while 1 rank(s) wait in a fence")),
+            "{other:?}"
         );
     }
 
