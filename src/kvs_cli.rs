@@ -3,8 +3,17 @@
 //! Each call is one short PMI-1 session over the rank's own connection (`PMI_FD`, or
 //! `PMI_PORT`/`PMI_ID`): init, the operation, finalize. PMI-1 because its sessions can follow
 //! one another on the same socket (a PMI-2 session switches the socket's framing for good);
-//! finalize because a script may end at any time after its last call. Calls from one rank share
-//! its one socket, so they must not overlap: run them one after another.
+//! finalize because a script may end at any time after its last call: the front end ends a job
+//! when a rank exits 0 *without* finalize while others still use PMI, which would fail every
+//! script whose ranks end at their own pace. Calls from one rank share its one socket, so they
+//! must not overlap: run them one after another.
+//!
+//! So a rank between calls counts as finalized. What still catches a script rank that leaves
+//! too early is the fence itself: a fence needs every rank, and the PMI engine fails the job
+//! when a rank has exited, finalized or not, while others wait in a fence it never entered
+//! ([`crate::pmi::Engine::rank_exited`]). The engine sees only its own host's ranks: a rank
+//! gone from a host where nobody waits in the fence is not detected yet (the wait lasts until
+//! `MPIEXEC_TIMEOUT`).
 //!
 //! `put` publishes at once, with no fence: the pair goes up the tree to the front end, which
 //! sends it to every host's copy of the KVS (a `put` under the kvsname `kauri.publish`). So

@@ -374,6 +374,21 @@ fn rank_ended(
     });
 }
 
+/// Kills the ranks a failed [`Node::start`] had forked, with whatever they started in their
+/// process groups, and reaps them. Each is signalled as a group and alone: a rank forked an
+/// instant ago may not have made its group yet (`setsid` in the child), and a signal to a
+/// group that does not exist reaches nobody.
+fn abandon(forked: Vec<(usize, u32, proc::ExitWatch)>) {
+    for (_, pid, _) in &forked {
+        proc::signal_group(*pid, libc::SIGKILL);
+        proc::signal_pid(*pid, libc::SIGKILL);
+    }
+    for (rank, pid, exit) in forked {
+        let status = exit.wait_blocking();
+        debug!(rank, pid, ?status, "killed: the start failed");
+    }
+}
+
 /// Starts this process's PMIx server if needed, registers the job's namespace and local
 /// clients, and returns each local rank's PMIx environment.
 fn start_pmix(
@@ -494,7 +509,10 @@ pub fn local_host() -> String {
 
 impl Node {
     /// Starts the ranks `me` lists. Programs are resolved first, so a typo starts nothing;
-    /// the error is one line naming the host.
+    /// the error is one line naming the host. A start that fails after it forked some ranks
+    /// (a later fork refused, no descriptors left for a PMI socket) kills them with their
+    /// process groups and reaps them before it returns the error: nothing it started outlives
+    /// it, and no [`NodeEvent::Exited`] follows for them.
     pub async fn start(
         job: &JobPlan,
         me: &HostPlan,
@@ -606,156 +624,160 @@ impl Node {
         // they oversubscribe a node). A direct launch must say it too.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let yield_idle = nlocal > cores;
-        for rp in &me.ranks {
-            let r = rp.rank;
-            if let (true, Some(a)) = (adopting(r), &job.adopt) {
-                let stream = singinit(a, &job.kvsname).await?;
-                let conn = r as ConnId;
-                ctx.engine.borrow_mut().connect(conn, Some(r));
-                tokio::task::spawn_local(serve_conn(ctx.clone(), conn, stream));
-                node.adopted = Some(a.pid);
-                node.running.borrow_mut().insert(r, a.pid);
-                let (ev, c, running) = (events.clone(), ctx.clone(), node.running.clone());
-                let (pid, watch) = (a.pid, proc::ForeignWatch::new(a.pid));
-                tokio::task::spawn_local(async move {
-                    watch.ended().await;
-                    debug!(pid, "the singleton ended");
-                    // Its exit status is its own parent's to read; kauri knows whether it
-                    // finalized.
-                    rank_ended(&c, &ev, &running, r, pid, |finalized| {
-                        ExitStatus::from_raw(if finalized { 0 } else { 1 << 8 })
+        // The ranks forked so far; their ends are watched only once all have started.
+        let mut forked: Vec<(usize, u32, proc::ExitWatch)> = Vec::new();
+        let started: Result<(), String> = async {
+            for rp in &me.ranks {
+                let r = rp.rank;
+                if let (true, Some(a)) = (adopting(r), &job.adopt) {
+                    let stream = singinit(a, &job.kvsname).await?;
+                    let conn = r as ConnId;
+                    ctx.engine.borrow_mut().connect(conn, Some(r));
+                    tokio::task::spawn_local(serve_conn(ctx.clone(), conn, stream));
+                    node.adopted = Some(a.pid);
+                    node.running.borrow_mut().insert(r, a.pid);
+                    let (ev, c, running) = (events.clone(), ctx.clone(), node.running.clone());
+                    let (pid, watch) = (a.pid, proc::ForeignWatch::new(a.pid));
+                    tokio::task::spawn_local(async move {
+                        watch.ended().await;
+                        debug!(pid, "the singleton ended");
+                        // Its exit status is its own parent's to read; kauri knows whether it
+                        // finalized.
+                        rank_ended(&c, &ev, &running, r, pid, |finalized| {
+                            ExitStatus::from_raw(if finalized { 0 } else { 1 << 8 })
+                        });
                     });
-                });
-                continue;
-            }
-            let a = &job.apps[rp.app];
-            let mut env: Vec<(OsString, OsString)> =
-                a.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
-            let mut set = |k: &str, v: String| env.push((k.into(), v.into()));
-            if !job.pmix {
-                set("PMI_RANK", r.to_string());
-                set("PMI_SIZE", job.size.to_string());
-                set("MPI_LOCALNRANKS", nlocal.to_string());
-                set("MPI_LOCALRANKID", rp.local_id.to_string());
-            }
-            for (k, v) in pmix_env.get(&r).into_iter().flatten() {
-                set(k, v.clone());
-            }
-            if let (Some(d), true) = (&vader, vader_wanted(a)) {
-                set(VADER_DIR_VAR, d.display().to_string());
-            }
-            let open_mpi = job.pmix || a.uses_open_mpi_flux();
-            if yield_idle
-                && open_mpi
-                && !a
-                    .env
-                    .iter()
-                    .any(|(k, _)| k == "OMPI_MCA_mpi_yield_when_idle")
-            {
-                set("OMPI_MCA_mpi_yield_when_idle", "1".into());
-            }
+                    continue;
+                }
+                let a = &job.apps[rp.app];
+                let mut env: Vec<(OsString, OsString)> =
+                    a.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
+                let mut set = |k: &str, v: String| env.push((k.into(), v.into()));
+                if !job.pmix {
+                    set("PMI_RANK", r.to_string());
+                    set("PMI_SIZE", job.size.to_string());
+                    set("MPI_LOCALNRANKS", nlocal.to_string());
+                    set("MPI_LOCALRANKID", rp.local_id.to_string());
+                }
+                for (k, v) in pmix_env.get(&r).into_iter().flatten() {
+                    set(k, v.clone());
+                }
+                if let (Some(d), true) = (&vader, vader_wanted(a)) {
+                    set(VADER_DIR_VAR, d.display().to_string());
+                }
+                let open_mpi = job.pmix || a.uses_open_mpi_flux();
+                if yield_idle
+                    && open_mpi
+                    && !a
+                        .env
+                        .iter()
+                        .any(|(k, _)| k == "OMPI_MCA_mpi_yield_when_idle")
+                {
+                    set("OMPI_MCA_mpi_yield_when_idle", "1".into());
+                }
 
-            set("KAURI_RANK", r.to_string());
-            set("KAURI_SIZE", job.size.to_string());
-            set("KAURI_LOCAL_RANK", rp.local_id.to_string());
-            set("KAURI_LOCAL_SIZE", nlocal.to_string());
-            set("KAURI_NODE", me.index.to_string());
-            set("KAURI_NODES", job.hosts.len().to_string());
-            set("KAURI_HOST", host.clone());
-            set("KAURI_HOSTS", job.hosts.join(","));
-            set("KAURI_JOBID", job.kvsname.clone());
-            if job.spawner.is_some() && !job.pmix {
-                set("PMI_SPAWNED", "1".into());
-            }
-            // As Hydra does: MPICH's ch3 then listens and connects on the address of the host
-            // as named (on loopback for simulated hosts) instead of picking an interface.
-            if !a.env.iter().any(|(k, _)| k == ICH3_IFACE) {
-                let iface = if job.simulated_hosts {
-                    "127.0.0.1"
-                } else {
-                    host.as_str()
-                };
-                set(ICH3_IFACE, iface.to_string());
-            }
-            if let Some((addr, port)) = &job.master {
-                set("RANK", r.to_string());
-                set("WORLD_SIZE", job.size.to_string());
-                set("LOCAL_RANK", rp.local_id.to_string());
-                set("LOCAL_WORLD_SIZE", nlocal.to_string());
-                set("MASTER_ADDR", addr.clone());
-                set("MASTER_PORT", port.to_string());
-            }
-            let mut ours = None;
-            let mut theirs: Option<OwnedFd> = None;
-            match &port {
-                _ if job.pmix => {}
-                Some(addr) => {
-                    set("PMI_PORT", addr.clone());
-                    set("PMI_ID", r.to_string());
+                set("KAURI_RANK", r.to_string());
+                set("KAURI_SIZE", job.size.to_string());
+                set("KAURI_LOCAL_RANK", rp.local_id.to_string());
+                set("KAURI_LOCAL_SIZE", nlocal.to_string());
+                set("KAURI_NODE", me.index.to_string());
+                set("KAURI_NODES", job.hosts.len().to_string());
+                set("KAURI_HOST", host.clone());
+                set("KAURI_HOSTS", job.hosts.join(","));
+                set("KAURI_JOBID", job.kvsname.clone());
+                if job.spawner.is_some() && !job.pmix {
+                    set("PMI_SPAWNED", "1".into());
                 }
-                None => {
-                    let (a, b) = std::os::unix::net::UnixStream::pair()
-                        .map_err(|e| format!("cannot create a PMI socket on {host}: {e}"))?;
-                    set("PMI_FD", b.as_raw_fd().to_string());
-                    ours = Some(a);
-                    theirs = Some(b.into());
+                // As Hydra does: MPICH's ch3 then listens and connects on the address of the host
+                // as named (on loopback for simulated hosts) instead of picking an interface.
+                if !a.env.iter().any(|(k, _)| k == ICH3_IFACE) {
+                    let iface = if job.simulated_hosts {
+                        "127.0.0.1"
+                    } else {
+                        host.as_str()
+                    };
+                    set(ICH3_IFACE, iface.to_string());
                 }
-            }
-            let launch = Launch {
-                program: programs[&rp.app].clone(),
-                argv0: a.program.clone(),
-                args: a.args.clone(),
-                env,
-                wdir: PathBuf::from(&a.wdir),
-                pmi_fd: theirs,
-                stdin: r == 0,
-            };
-            let child = match proc::spawn(launch) {
-                Ok(c) => c,
-                Err(e) => {
-                    node.signal(libc::SIGKILL);
-                    return Err(format!(
-                        "cannot start rank {r} ({}) on {host}: {e}",
-                        a.program
-                    ));
+                if let Some((addr, port)) = &job.master {
+                    set("RANK", r.to_string());
+                    set("WORLD_SIZE", job.size.to_string());
+                    set("LOCAL_RANK", rp.local_id.to_string());
+                    set("LOCAL_WORLD_SIZE", nlocal.to_string());
+                    set("MASTER_ADDR", addr.clone());
+                    set("MASTER_PORT", port.to_string());
                 }
-            };
-            let pid = child.pid;
-            debug!(rank = r, pid, "started");
-            node.pids.push(pid);
-            node.running.borrow_mut().insert(r, pid);
-            if let Some(sock) = ours {
-                let conn = r as ConnId;
-                let served = sock
-                    .set_nonblocking(true)
-                    .and_then(|()| tokio::net::UnixStream::from_std(sock));
-                match served {
-                    Ok(s) => {
-                        ctx.engine.borrow_mut().connect(conn, Some(r));
-                        tokio::task::spawn_local(serve_conn(ctx.clone(), conn, s));
+                let mut ours = None;
+                let mut theirs: Option<OwnedFd> = None;
+                match &port {
+                    _ if job.pmix => {}
+                    Some(addr) => {
+                        set("PMI_PORT", addr.clone());
+                        set("PMI_ID", r.to_string());
                     }
-                    Err(e) => warn!("rank {r}: cannot serve PMI: {e}"),
+                    None => {
+                        let (a, b) = std::os::unix::net::UnixStream::pair()
+                            .map_err(|e| format!("cannot create a PMI socket on {host}: {e}"))?;
+                        set("PMI_FD", b.as_raw_fd().to_string());
+                        ours = Some(a);
+                        theirs = Some(b.into());
+                    }
                 }
+                let launch = Launch {
+                    program: programs[&rp.app].clone(),
+                    argv0: a.program.clone(),
+                    args: a.args.clone(),
+                    env,
+                    wdir: PathBuf::from(&a.wdir),
+                    pmi_fd: theirs,
+                    stdin: r == 0,
+                };
+                let child = proc::spawn(launch)
+                    .map_err(|e| format!("cannot start rank {r} ({}) on {host}: {e}", a.program))?;
+                let pid = child.pid;
+                debug!(rank = r, pid, "started");
+                node.pids.push(pid);
+                node.running.borrow_mut().insert(r, pid);
+                if let Some(sock) = ours {
+                    let conn = r as ConnId;
+                    let served = sock
+                        .set_nonblocking(true)
+                        .and_then(|()| tokio::net::UnixStream::from_std(sock));
+                    match served {
+                        Ok(s) => {
+                            ctx.engine.borrow_mut().connect(conn, Some(r));
+                            tokio::task::spawn_local(serve_conn(ctx.clone(), conn, s));
+                        }
+                        Err(e) => warn!("rank {r}: cannot serve PMI: {e}"),
+                    }
+                }
+                let label = job.label.then(|| Bytes::from(format!("[{r}] ")));
+                for (stream, reader) in [
+                    (Stream::Stdout, child.stdout),
+                    (Stream::Stderr, child.stderr),
+                ] {
+                    node.forwarders
+                        .push(tokio::task::spawn_local(iofwd::forward_lines(
+                            reader,
+                            stream,
+                            label.clone(),
+                            out.clone(),
+                            ended_rx.clone(),
+                        )));
+                }
+                node.stdin = node.stdin.take().or(child.stdin);
+                forked.push((r, pid, child.exit));
             }
-            let label = job.label.then(|| Bytes::from(format!("[{r}] ")));
-            for (stream, reader) in [
-                (Stream::Stdout, child.stdout),
-                (Stream::Stderr, child.stderr),
-            ] {
-                node.forwarders
-                    .push(tokio::task::spawn_local(iofwd::forward_lines(
-                        reader,
-                        stream,
-                        label.clone(),
-                        out.clone(),
-                        ended_rx.clone(),
-                    )));
-            }
-            node.stdin = node.stdin.take().or(child.stdin);
+            Ok(())
+        }
+        .await;
+        if let Err(e) = started {
+            abandon(forked);
+            return Err(e);
+        }
+        for (r, pid, exit) in forked {
             let ev = events.clone();
             let c = ctx.clone();
             let running = node.running.clone();
-            let exit = child.exit;
             tokio::task::spawn_local(async move {
                 let status = exit.wait().await;
                 debug!(rank = r, ?status, "exited");

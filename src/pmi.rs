@@ -267,8 +267,10 @@ impl Engine {
         self.ranks.get(&rank).is_some_and(|s| s.initialized)
     }
 
-    /// Records that a local rank's process ended. A rank that ends without finalize can never
-    /// enter a fence: if one is under way, or starts later, the job has failed.
+    /// Records that a local rank's process ended. A rank that has ended can never enter a
+    /// fence, and a fence needs every rank: if one is under way, or starts later, the job has
+    /// failed, whether the rank had finalized or not (a shell rank's `kauri kvs` calls each
+    /// finalize, and such a rank may still be wanted in a fence).
     pub fn rank_exited(&mut self, rank: usize) {
         if let Some(s) = self.ranks.get_mut(&rank) {
             s.exited = true;
@@ -283,12 +285,15 @@ impl Engine {
         let mut gone: Vec<usize> = self
             .ranks
             .iter()
-            .filter(|(r, s)| s.exited && !s.finalized && !self.in_fence.contains(r))
+            .filter(|(r, s)| s.exited && !self.in_fence.contains(r))
             .map(|(&r, _)| r)
             .collect();
         gone.sort_unstable();
         if let Some(&r) = gone.first() {
-            let how = if self.ranks[&r].initialized {
+            let s = &self.ranks[&r];
+            let how = if s.finalized {
+                "exited (after finalizing PMI)"
+            } else if s.initialized {
                 "exited without finalizing PMI"
             } else {
                 "exited before PMI init"
@@ -705,17 +710,32 @@ impl Engine {
                 }
                 Err(e) => A::PutResult(Status::error(-1, e)),
             },
-            Q::Get { key, .. } => match self
-                .job_attr(&key)
-                .or_else(|| self.kvs.get(&key).map(str::to_string))
-            {
+            // Job attributes are answered whatever the kvsname, as Hydra's proxy answers
+            // `PMI_process_mapping`; the KVS only under the job's own name, as Hydra's server
+            // refuses any other. MPICH's ch3 singleton copes as under Hydra: when a `get` under
+            // the `singinit_kvs_PID_0` it made up fails, it asks for the name the process
+            // manager gave and retries (`MPIDI_PG_CheckForSingleton`).
+            Q::Get { key, kvsname } => match self.job_attr(&key) {
                 Some(v) => A::GetResult {
                     status: Status::ok(),
                     value: Some(v),
                 },
-                None => A::GetResult {
-                    status: Status::error(1, format!("key {key} not found")),
+                None if kvsname != self.job.kvsname => A::GetResult {
+                    status: Status::error(
+                        -1,
+                        format!("kvsname {kvsname} is not this job's ({})", self.job.kvsname),
+                    ),
                     value: None,
+                },
+                None => match self.kvs.get(&key) {
+                    Some(v) => A::GetResult {
+                        status: Status::ok(),
+                        value: Some(v.to_string()),
+                    },
+                    None => A::GetResult {
+                        status: Status::error(1, format!("key {key} not found")),
+                        value: None,
+                    },
                 },
             },
             Q::GetByIdx { idx, .. } => {
@@ -1116,6 +1136,39 @@ mod tests {
         assert!(sent[&1].contains("value=(vector,(0,1,4))\n"));
     }
 
+    /// A PMI-1 `get` names a KVS; only the job's own is served, as Hydra does (its server
+    /// refuses a kvsname that is not the group's). Job attributes such as
+    /// `PMI_process_mapping` are answered whatever the name (Hydra's proxy answers those itself).
+    #[test]
+    fn pmi1_get_from_another_kvs_is_refused() {
+        let mut e = engine(1);
+        let mut f = Framing::default();
+        feed(
+            &mut e,
+            &mut f,
+            0,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=put kvsname=kvs_test key=a value=1\ncmd=barrier_in\n",
+        );
+        settle(&mut e);
+        feed(
+            &mut e,
+            &mut f,
+            0,
+            b"cmd=get kvsname=kvs_other key=a\ncmd=get kvsname=kvs_test key=a\ncmd=get kvsname=kvs_other key=PMI_process_mapping\n",
+        );
+        let (sent, _) = settle(&mut e);
+        let lines: Vec<&str> = sent[&0].lines().collect();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(
+            lines[0].starts_with("cmd=get_result rc=-1 msg=")
+                && lines[0].contains("kvs_other")
+                && !lines[0].contains("value=1"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[1], "cmd=get_result rc=0 value=1");
+        assert_eq!(lines[2], "cmd=get_result rc=0 value=(vector,(0,1,4))");
+    }
+
     #[test]
     fn pmi2_session_fence_and_node_attr_wait() {
         let mut e = engine(2);
@@ -1262,6 +1315,39 @@ mod tests {
         assert_eq!(failures.len(), 1, "{other:?}");
         assert!(
             matches!(failures[0], Output::Failed { reason } if reason.contains("rank 1 exited before PMI init"))
+        );
+    }
+
+    /// A rank that finalized and then ended can no more join a fence than one that did not
+    /// finalize: a shell rank's `kauri kvs put` finalizes its session, then the script exits.
+    #[test]
+    fn a_finalized_rank_gone_fails_a_waiting_fence() {
+        let mut e = engine(2);
+        let mut f = [Framing::default(), Framing::default()];
+        feed(
+            &mut e,
+            &mut f[1],
+            1,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=put kvsname=kauri.publish key=a value=1\ncmd=finalize\n",
+        );
+        e.rank_exited(1);
+        let (_, other) = settle(&mut e);
+        assert!(
+            !other.iter().any(|o| matches!(o, Output::Failed { .. })),
+            "no fence yet: {other:?}"
+        );
+        feed(
+            &mut e,
+            &mut f[0],
+            0,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=barrier_in\n",
+        );
+        let (sent, other) = settle(&mut e);
+        assert!(!sent[&0].contains("barrier_out"), "{sent:?}");
+        assert!(
+            other.iter().any(|o| matches!(o, Output::Failed { reason }
+                if reason == "rank 1 exited (after finalizing PMI) while 1 rank(s) wait in a fence")),
+            "{other:?}"
         );
     }
 

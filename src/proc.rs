@@ -138,6 +138,24 @@ impl ExitWatch {
     }
 }
 
+impl ExitWatch {
+    /// Waits for the process to end and reaps it, blocking the thread: for a process that was
+    /// just sent `SIGKILL`, whose end is a matter of moments.
+    pub fn wait_blocking(self) -> ExitStatus {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status into a local integer.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                return ExitStatus::from_raw(status);
+            }
+            if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return ExitStatus::from_raw(255 << 8);
+            }
+        }
+    }
+}
+
 fn cstring(b: &[u8]) -> io::Result<CString> {
     CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in a string"))
 }

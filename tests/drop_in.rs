@@ -162,6 +162,59 @@ fn wdir_and_configfile() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A start that fails after some ranks were forked kills and reaps them first: here the second
+/// segment's argument holds a NUL byte (read from a configfile), which only the fork of its
+/// rank refuses. The first segment's ranks each start a helper that would outlive kauri if
+/// the rank were left running. Repeated: before the fix, whether a rank escaped depended on
+/// whether it had made its process group yet when it was signalled.
+#[test]
+fn a_start_that_fails_after_forking_leaves_nothing() {
+    let dir = std::env::temp_dir().join(format!("kauri-halfstart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // `sleep` under a name of our own, so its command line holds the marker.
+    let helper = dir.join("sleep");
+    let _ = std::fs::remove_file(&helper);
+    std::os::unix::fs::symlink("/bin/sleep", &helper).unwrap();
+    let rank = dir.join("rank.sh");
+    std::fs::write(&rank, format!("{} 300 &\nwait\n", helper.display())).unwrap();
+    let cfg = dir.join("segments");
+    std::fs::write(
+        &cfg,
+        format!("-n 3 sh {}\n-n 1 true a\0b\n", rank.display()),
+    )
+    .unwrap();
+    let marker = helper.display().to_string();
+    let mut left = Vec::new();
+    for _ in 0..8 {
+        let start = Instant::now();
+        let o = kauri(&["-configfile", cfg.to_str().unwrap()], None, &[]);
+        assert!(start.elapsed() < Duration::from_secs(20), "{}", stderr(&o));
+        assert!(!o.status.success());
+        assert!(
+            stderr(&o).contains("cannot start rank 3 (true)"),
+            "{}",
+            stderr(&o)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                continue;
+            };
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(&marker) {
+                left.push(format!("{pid}: {cmd}"));
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 #[test]
 fn stdin_goes_to_rank_zero_only() {
     let data = vec![b'z'; 300_000];

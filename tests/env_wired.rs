@@ -170,6 +170,44 @@ fn get_wait_waits_for_a_later_put_across_hosts() {
     assert_eq!(lines(&o), vec!["got v42"]);
 }
 
+/// A rank that used `kauri kvs` and exits while a peer waits in a fence it never joined
+/// ends the job, promptly and naming it, instead of leaving the peer waiting for ever
+/// (`MPIEXEC_TIMEOUT` only bounds the test when that is broken).
+#[test]
+fn a_rank_gone_from_a_fence_ends_the_job() {
+    let script = format!(
+        "K={KAURI}; if [ $KAURI_RANK = 1 ]; then $K kvs put early v1 || exit 1; exit 0; fi; \
+         $K kvs fence; echo \"fence status $?\""
+    );
+    let start = std::time::Instant::now();
+    let o = kauri(
+        &["-n", "2", "bash", "-c", &script],
+        &[("MPIEXEC_TIMEOUT", "60")],
+    );
+    let took = start.elapsed();
+    assert!(!o.status.success(), "{}", err(&o));
+    assert!(
+        took < std::time::Duration::from_secs(30),
+        "took {took:?}: {}",
+        err(&o)
+    );
+    assert!(!err(&o).contains("timed out"), "{}", err(&o));
+    assert!(err(&o).contains("rank 1 "), "{}", err(&o));
+}
+
+/// Ranks that each fence with `kauri kvs` and exit 0 at their own pace end the job well,
+/// however far apart they end: a rank is between calls (finalized) when it exits.
+#[test]
+fn ranks_that_fence_then_end_at_their_own_pace_succeed() {
+    let script = format!(
+        "K={KAURI}; $K kvs put r$KAURI_RANK x || exit 1; $K kvs fence || exit 1; \
+         if [ $KAURI_RANK = 0 ]; then sleep 1; $K kvs get r1 || exit 1; fi"
+    );
+    let o = kauri(&["-n", "2", "bash", "-c", &script], &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(lines(&o), vec!["x"]);
+}
+
 #[test]
 fn kvs_errors_are_one_line() {
     // Outside a job.
