@@ -200,6 +200,10 @@ pub struct Branch<H = Node, L = Children> {
     told_initialized: bool,
     /// The job is being torn down here.
     ending: bool,
+    /// Children that said `Done` or are lost: they contribute to no fence any more.
+    finished: Vec<u32>,
+    /// A PMI fence was found that can never complete (reported once).
+    fence_stuck: bool,
     clock: Clock,
     /// The startup profile of this host, when the job records one.
     prof: Option<HostProfile>,
@@ -233,6 +237,8 @@ impl<H: Host, L: Links> Branch<H, L> {
             init_once,
             told_initialized: false,
             ending: false,
+            finished: Vec::new(),
+            fence_stuck: false,
             clock,
             prof,
             below: Vec::new(),
@@ -282,7 +288,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 if let Some(p) = self.prof.as_mut() {
                     p.exited(t);
                 }
-                report(Report::Exited {
+                let mut reports = vec![Report::Exited {
                     rank,
                     pid,
                     host: self.host.clone(),
@@ -291,15 +297,19 @@ impl<H: Host, L: Links> Branch<H, L> {
                     finalized,
                     initialized,
                     in_teardown: self.ending,
-                })
+                }];
+                reports.extend(self.stuck_fence());
+                Some(Out::Up(Up::Reports(reports)))
             }
             NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
                 debug!(host = %self.host, epoch, "local fence ready");
                 if let Some(p) = self.prof.as_mut() {
                     p.fence_ready(epoch, t);
                 }
-                let (epoch, delta) = self.gather.local(epoch, delta)?;
-                Some(Out::Up(Up::Fence { epoch, delta }))
+                match self.gather.local(epoch, delta) {
+                    Some((epoch, delta)) => Some(Out::Up(Up::Fence { epoch, delta })),
+                    None => self.stuck_fence().and_then(report),
+                }
             }
             NodeEvent::PmixFence { epoch, data } => {
                 let (epoch, data) = self.pmix_gather.local(epoch, data)?;
@@ -376,8 +386,10 @@ impl<H: Host, L: Links> Branch<H, L> {
                 msg: Up::Fence { epoch, delta },
             } => {
                 debug!(host = %self.host, id, epoch, "fence contribution");
-                let (epoch, delta) = self.gather.child(id, epoch, delta)?;
-                Some(Out::Up(Up::Fence { epoch, delta }))
+                match self.gather.child(id, epoch, delta) {
+                    Some((epoch, delta)) => Some(Out::Up(Up::Fence { epoch, delta })),
+                    None => self.stuck_fence().and_then(report),
+                }
             }
             HubEvent::Up {
                 id,
@@ -397,7 +409,8 @@ impl<H: Host, L: Links> Branch<H, L> {
             } => Some(Out::Up(m)),
             HubEvent::Up { id, msg: Up::Done } => {
                 self.kids.mark_done(id);
-                None
+                self.finished.push(id);
+                self.stuck_fence().and_then(report)
             }
             HubEvent::Up {
                 id,
@@ -413,10 +426,37 @@ impl<H: Host, L: Links> Branch<H, L> {
             HubEvent::Lost { id, reason } => {
                 let host = self.kids.host(id);
                 self.kids.mark_done(id);
+                self.finished.push(id);
                 report(Report::Lost { host, reason })
             }
             HubEvent::Refused { addr, reason } => Some(Out::Refused { addr, reason }),
         }
+    }
+
+    /// A PMI fence under way here that can never complete, once: every rank of this host has
+    /// ended without entering it, or a child that has not contributed to it is finished.
+    /// (A rank that ends while other ranks of its host wait is the engine's to report.)
+    fn stuck_fence(&mut self) -> Option<Report> {
+        if self.fence_stuck || self.ending || !self.gather.under_way() {
+            return None;
+        }
+        let why = if self.node.is_some() && self.local_left == 0 && self.gather.needs_local() {
+            format!("every rank on {} ended before entering it", self.host)
+        } else {
+            let id = self
+                .finished
+                .iter()
+                .copied()
+                .find(|&id| self.gather.needs_child(id))?;
+            format!(
+                "every rank on {} (and the hosts below it) ended before entering it",
+                self.kids.host(id)
+            )
+        };
+        self.fence_stuck = true;
+        Some(Report::Failed {
+            reason: format!("fence {} can never complete: {why}", self.gather.epoch()),
+        })
     }
 
     /// A message from the parent; `frame` is it as it came, passed on to the children

@@ -78,8 +78,7 @@ rank's own PMI connection:
 Calls from one rank share its PMI socket: run them one after another, not in parallel. A
 program that starts `kauri kvs` must pass PMI_FD on (Python: subprocess's close_fds=False, or
 pass_fds=[int(os.environ[\"PMI_FD\"])]). A rank may exit after any call, but a rank that
-exits while others wait in a fence it never entered ends the job (detected when a waiting
-rank runs on its host; otherwise bound the wait with MPIEXEC_TIMEOUT).
+exits while others wait in a fence it never entered ends the job.
 ";
 
 /// The usage text of `kauri -h`.

@@ -641,6 +641,26 @@ impl<T: Contribution> Gather<T> {
         self.complete()
     }
 
+    /// The epoch being gathered.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Some part of the current epoch is in (this node's or a child's): a fence is under way.
+    pub fn under_way(&self) -> bool {
+        self.local.is_some() || !self.children.is_empty()
+    }
+
+    /// The current epoch still waits for this node's own ranks.
+    pub fn needs_local(&self) -> bool {
+        self.need_local && self.local.is_none()
+    }
+
+    /// The current epoch still waits for child `id`.
+    pub fn needs_child(&self, id: u32) -> bool {
+        self.child_ids.contains(&id) && !self.children.contains_key(&id)
+    }
+
     fn complete(&mut self) -> Option<(u64, T)> {
         if self.need_local && self.local.is_none() {
             return None;
@@ -716,6 +736,22 @@ mod tests {
         assert_eq!(keys, vec!["a", "b", "c"]);
         // The next epoch starts empty.
         assert!(g.local(1, none()).is_none());
+    }
+
+    #[test]
+    fn a_gather_says_what_it_still_waits_for() {
+        let mut g: Gather = Gather::new(true, vec![2, 5]);
+        assert!(!g.under_way() && g.needs_local() && g.needs_child(2));
+        assert!(g.child(5, 0, none()).is_none());
+        assert!(g.under_way() && g.needs_local() && g.needs_child(2) && !g.needs_child(5));
+        assert!(!g.needs_child(7), "not a child");
+        assert!(g.local(0, none()).is_none());
+        assert!(g.child(2, 0, none()).is_some());
+        assert_eq!(g.epoch(), 1);
+        assert!(
+            !g.under_way() && g.needs_child(5),
+            "the next epoch waits for everyone"
+        );
     }
 
     #[test]

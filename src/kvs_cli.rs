@@ -11,9 +11,8 @@
 //! So a rank between calls counts as finalized. What still catches a script rank that leaves
 //! too early is the fence itself: a fence needs every rank, and the PMI engine fails the job
 //! when a rank has exited, finalized or not, while others wait in a fence it never entered
-//! ([`crate::pmi::Engine::rank_exited`]). The engine sees only its own host's ranks: a rank
-//! gone from a host where nobody waits in the fence is not detected yet (the wait lasts until
-//! `MPIEXEC_TIMEOUT`).
+//! ([`crate::pmi::Engine::rank_exited`]); when every rank of a host has ended, the tree
+//! reports the fence that can never complete ([`crate::branch::Branch`]).
 //!
 //! `put` publishes at once, with no fence: the pair goes up the tree to the front end, which
 //! sends it to every host's copy of the KVS (a `put` under the kvsname `kauri.publish`). So
