@@ -22,8 +22,13 @@
 //! `docs/performance.md` (machine, date, tables) and draws one PNG per workload into
 //! `docs/perf/` with gnuplot (`gnuplot-nox`, installed by `.ci/setup`).
 //!
+//! With `--baseline PATH` another kauri binary (the build before a change, say) runs beside
+//! the one under test in every cell (`kauri-before`), taking its turn like the others: the
+//! same-run comparison a change is judged by.
+//!
 //! ```text
 //! cargo bench --bench launchers                                   # everything
+//! cargo bench --bench launchers -- --baseline /tmp/kauri-before --workloads pmi,hosts
 //! cargo bench --bench launchers -- --workloads hello,pmi --runs 3 --sizes 16,64
 //! cargo bench --bench launchers -- --write-docs
 //! ```
@@ -271,20 +276,27 @@ fn hello(bins: &Bins, runs: usize, timeout: Duration) -> Option<Table> {
     ))
 }
 
-/// kauri (the build under test) and mpiexec.hydra, with no extra environment.
+/// kauri (the build under test) and mpiexec.hydra, with no extra environment; with
+/// `--baseline`, that kauri too.
 fn kauri_and_hydra(bins: &Bins) -> Vec<Launcher> {
-    vec![
-        Launcher {
-            name: "kauri",
-            argv: vec![bins.kauri.display().to_string()],
+    let mut v = vec![Launcher {
+        name: "kauri",
+        argv: vec![bins.kauri.display().to_string()],
+        env: vec![],
+    }];
+    if let Some(b) = opt("--baseline") {
+        v.push(Launcher {
+            name: "kauri-before",
+            argv: vec![b],
             env: vec![],
-        },
-        Launcher {
-            name: "hydra",
-            argv: vec!["mpiexec.hydra".into()],
-            env: vec![],
-        },
-    ]
+        });
+    }
+    v.push(Launcher {
+        name: "hydra",
+        argv: vec!["mpiexec.hydra".into()],
+        env: vec![],
+    });
+    v
 }
 
 fn pmi(bins: &Bins, pmi: u8, runs: usize, timeout: Duration) -> Table {
@@ -322,7 +334,7 @@ fn pmi(bins: &Bins, pmi: u8, runs: usize, timeout: Duration) -> Table {
 fn hosts(bins: &Bins, runs: usize, timeout: Duration) -> Table {
     let ssh = standin(bins);
     let kauri = bins.kauri.display().to_string();
-    let launchers = vec![
+    let mut launchers = vec![
         Launcher {
             name: "kauri ssh+20ms",
             argv: [
@@ -353,6 +365,15 @@ fn hosts(bins: &Bins, runs: usize, timeout: Duration) -> Table {
             env: vec![],
         },
     ];
+    if let Some(b) = opt("--baseline") {
+        launchers.push(Launcher {
+            name: "kauri-before fork",
+            argv: [&b, "-launcher", "fork", "-tree-width", "8"]
+                .map(String::from)
+                .into(),
+            env: vec![],
+        });
+    }
     let sizes = list("--hosts", &[4, 8, 16, 32, 64]);
     println!("\nsimulated hosts, 4 ranks each, pmi-load 5 rounds\n");
     let load = bins.load.display().to_string();
