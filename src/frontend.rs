@@ -551,6 +551,50 @@ struct Cluster {
     jobs_started: usize,
 }
 
+impl Cluster {
+    /// The run's hosts and how to reach them, from the plan of the job the user started;
+    /// `cost`: the launch cost, when the tree is shaped by it.
+    fn new(spec: &JobSpec, p: &Plan, me: &str, cost: Option<LaunchCost>) -> Cluster {
+        let mut in_use = vec![0; p.hosts.len()];
+        for hp in p.local.iter().chain(&p.remote) {
+            in_use[hp.node] += hp.ranks.len();
+        }
+        // Spawned ranks' environment: the launcher's, by the global policy, and -genv.
+        let global = JobSpec {
+            apps: vec![crate::job::AppSpec {
+                nprocs: 0,
+                program: String::new(),
+                args: Vec::new(),
+                env: Vec::new(),
+                env_policy: None,
+                wdir: None,
+            }],
+            ..spec.clone()
+        };
+        Cluster {
+            me: me.to_string(),
+            hosts: p.hosts.clone(),
+            served_here: p.served_here,
+            in_use,
+            cursor: 0,
+            launch: p.launch.clone(),
+            width: p.width,
+            cost,
+            ip: advertise(
+                p.remote.first().map(|h| h.host.as_str()),
+                p.launch.kind == "fork",
+            ),
+            env: segment_env(&global, 0),
+            cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            universe_size: p.job.universe_size,
+            label: p.job.label,
+            pmi_port: p.job.pmi_port,
+            kill_grace_ms: p.job.kill_grace_ms,
+            jobs_started: 0,
+        }
+    }
+}
+
 /// The channels every job's events flow into, each event tagged with its job.
 struct Wires {
     node: mpsc::UnboundedSender<(usize, NodeEvent)>,
@@ -804,237 +848,84 @@ enum Names {
 
 /// Runs a job and returns kauri's exit status.
 pub async fn run(spec: JobSpec) -> i32 {
-    let clock = Clock::start();
-    let me = local_host();
-    raise_fd_limit();
-    let p = match plan(&spec, &me) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("kauri: {e}");
-            return STATUS_LAUNCHER;
-        }
+    let (mut root, mut inbox) = match Root::start(&spec).await {
+        Ok(started) => started,
+        Err(status) => return status,
     };
-    info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
-
-    // Output: everything the ranks and agents write, printed whole line by whole line.
-    let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
-    let (closed_tx, mut closed_rx) = mpsc::unbounded_channel::<()>();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let printer = tokio::task::spawn_local(print_output(out_rx, stop_rx, closed_tx.clone()));
-
-    let ip = advertise(
-        p.remote.first().map(|h| h.host.as_str()),
-        p.launch.kind == "fork",
-    );
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let mut in_use = vec![0; p.hosts.len()];
-    for hp in p.local.iter().chain(&p.remote) {
-        in_use[hp.node] += hp.ranks.len();
-    }
-    let global = JobSpec {
-        apps: vec![crate::job::AppSpec {
-            nprocs: 0,
-            program: String::new(),
-            args: Vec::new(),
-            env: Vec::new(),
-            env_policy: None,
-            wdir: None,
-        }],
-        ..spec.clone()
-    };
-    let cost =
-        (p.cost_tree && !p.remote.is_empty()).then(|| launch_cost(&p.launch, &p.remote[0].host));
-    if let Some(c) = cost {
-        info!(
-            serial_us = c.serial_us,
-            latency_us = c.latency_us,
-            "launch cost"
-        );
-    }
-    let cluster = Cluster {
-        me: me.clone(),
-        hosts: p.hosts.clone(),
-        served_here: p.served_here,
-        in_use,
-        cursor: 0,
-        launch: p.launch.clone(),
-        width: p.width,
-        cost,
-        ip,
-        env: segment_env(&global, 0),
-        cwd,
-        universe_size: p.job.universe_size,
-        label: p.job.label,
-        pmi_port: p.job.pmi_port,
-        kill_grace_ms: p.job.kill_grace_ms,
-        jobs_started: 0,
-    };
-    let names = match spec
-        .nameserver
-        .clone()
-        .or_else(|| std::env::var("KAURI_NAMESERVER").ok())
-        .or_else(|| std::env::var("HYDRA_NAMESERVER").ok())
-        .filter(|s| !s.trim().is_empty())
-    {
-        Some(a) => Names::Server(crate::nameserver::Client::new(crate::nameserver::address(
-            &a,
-        ))),
-        None => Names::Own(crate::nameserver::Table::default()),
-    };
-    // The root holds a sender of each channel for its whole life, so none reads as closed.
-    let (node_tx, mut node_rx) = events::channel::<NodeEvent>();
-    let (hub_tx, mut hub_rx) = events::channel::<HubEvent>();
-    let (svc_tx, mut svc_rx) = mpsc::unbounded_channel::<(Asker, ServiceReply)>();
-    let wires = Wires {
-        node: node_tx,
-        hub: hub_tx,
-        out: out_tx,
-    };
-    let prof = spec.profile.map(|_| HostProfile {
-        ranks: p.local.as_ref().map_or(0, |h| h.ranks.len() as u32),
-        ..HostProfile::new(0, &me)
-    });
-    let fork_start = clock.now();
-    let started = start_job(
-        0,
-        &cluster,
-        p.job.clone(),
-        p.local.clone(),
-        p.remote.clone(),
-        &wires,
-        clock,
-        prof,
-    )
-    .await;
-    let forked = clock.now();
-    let mut start_error = None;
-    let first = match started {
-        Ok(j) => j,
-        Err((e, Some(j))) => {
-            start_error = Some(e);
-            j
-        }
-        Err((e, None)) => {
-            eprintln!("kauri: {e}");
-            return STATUS_LAUNCHER;
-        }
-    };
-    let mut root = Root {
-        jobs: vec![first],
-        cluster,
-        names,
-        wires,
-        svc_tx,
-        requests: Vec::new(),
-        ending: None,
-        kill_at: None,
-        grace: Duration::from_millis(p.job.kill_grace_ms),
-        auto_cleanup: spec.auto_cleanup,
-        clock,
-        profile: spec.profile.map(|format| (format, Vec::new())),
-    };
-    if p.local.is_some() {
-        root.jobs[0].branch.profile_fork(fork_start, forked);
-    }
-
-    // stdin goes to the first job's rank 0: straight into its pipe when it runs here, else
-    // down the tree (queued for its agent until that agent connects).
-    let (stdin_tx, mut stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
-    let local_stdin = root.jobs[0].branch.take_stdin();
-    if let Some(pipe) = local_stdin {
-        tokio::task::spawn_local(crate::iofwd::pump(tokio::io::stdin(), pipe));
-    } else if root.jobs[0].branch.kids().child_with_rank(0).is_some() {
-        tokio::task::spawn_local(read_stdin(stdin_tx));
-    }
-
-    let mut sigint = signal(SignalKind::interrupt()).ok();
-    let mut sigterm = signal(SignalKind::terminate()).ok();
-    let mut sighup = signal(SignalKind::hangup()).ok();
-    let mut sigusr1 = signal(SignalKind::user_defined1()).ok();
-    let mut sigusr2 = signal(SignalKind::user_defined2()).ok();
-    let deadline = spec.timeout.map(|t| Instant::now() + t);
-
-    if let Some(e) = start_error {
-        eprintln!("kauri: {e}");
-        root.teardown(Ending::Failed);
-    }
-    while !root.jobs.iter().all(|j| j.branch.done()) {
-        tokio::select! {
-            Some((j, ev)) = node_rx.recv() => root.on_node(j, ev),
-            Some((j, ev)) = hub_rx.recv() => root.on_child(j, ev),
-            Some((a, reply)) = svc_rx.recv() => root.answer(a, reply),
-            Some(chunk) = stdin_rx.recv() => root.jobs[0].branch.stdin(chunk),
-            Some(()) = closed_rx.recv() => root.teardown(Ending::OutputClosed),
-            _ = recv_sig(&mut sigint) => root.on_signal(libc::SIGINT),
-            _ = recv_sig(&mut sigterm) => root.on_signal(libc::SIGTERM),
-            _ = recv_sig(&mut sighup) => root.on_signal(libc::SIGHUP),
-            _ = recv_sig(&mut sigusr1) => root.on_signal(libc::SIGUSR1),
-            _ = recv_sig(&mut sigusr2) => root.on_signal(libc::SIGUSR2),
-            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() && root.ending.is_none() => {
-                eprintln!("kauri: job timed out after {} s (MPIEXEC_TIMEOUT)", spec.timeout.unwrap_or_default().as_secs());
-                root.teardown(Ending::Timeout);
-            }
-            _ = tokio::time::sleep_until(root.kill_at.unwrap_or_else(Instant::now)), if root.kill_at.is_some() => root.on_kill_timer(),
-        }
+    while !root.done() {
+        let event = inbox.next(root.kill_at, root.ending.is_none()).await;
+        root.on_event(event);
         root.serve_requests().await;
     }
+    root.finish().await
+}
 
-    // Forward the last output, then report failed ranks and compute the status.
-    for j in root.jobs.iter_mut() {
-        j.branch.drain().await;
-    }
-    let profile = root.jobs[0].branch.take_profile();
-    let Root {
-        jobs,
-        wires,
-        ending,
-        profile: fences,
-        ..
-    } = root;
-    drop(wires);
-    let summary: Vec<Vec<RankState>> = jobs.iter().map(|j| j.ranks.clone()).collect();
-    drop(jobs);
-    let _ = stop_tx.send(());
-    let _ = printer.await;
-    let end_us = clock.now();
-    let mut worst = 0;
-    for (idx, ranks) in summary.iter().enumerate() {
-        for (r, s) in ranks.iter().enumerate() {
-            let Some((code, sig)) = s.ended else { continue };
-            if s.during_teardown {
-                continue;
-            }
-            if let Some((status, words)) = policy::rank_failure(code, sig) {
-                eprintln!(
-                    "kauri: {} (pid {}) on {} {words}",
-                    who(idx, r),
-                    s.pid,
-                    s.host
-                );
-                worst = worst.max(status);
-            }
+/// One thing that happened, for the root.
+enum Event {
+    /// Job `j`'s ranks on this host.
+    Node(usize, NodeEvent),
+    /// Job `j`'s child links.
+    Child(usize, HubEvent),
+    /// The shared name server answered.
+    Reply(Asker, ServiceReply),
+    /// Input for rank 0 of the first job (`None`: its end).
+    Stdin(Option<Vec<u8>>),
+    /// kauri's stdout is closed.
+    OutputClosed,
+    /// A signal to kauri.
+    Signal(i32),
+    /// `MPIEXEC_TIMEOUT` ran out.
+    Timeout,
+    /// The teardown's grace is over.
+    KillTimer,
+}
+
+/// Where the root's events come from: its channels, its signals, its timers. It only
+/// receives; the root decides.
+struct Inbox {
+    node: events::Receiver<NodeEvent>,
+    hub: events::Receiver<HubEvent>,
+    replies: mpsc::UnboundedReceiver<(Asker, ServiceReply)>,
+    stdin: mpsc::Receiver<Option<Vec<u8>>>,
+    closed: mpsc::UnboundedReceiver<()>,
+    signals: Vec<(i32, tokio::signal::unix::Signal)>,
+    deadline: Option<Instant>,
+}
+
+impl Inbox {
+    /// The next event. `kill_at`: when the grace ends, during a teardown; `timing`: the
+    /// timeout still counts (the job is not ending yet).
+    async fn next(&mut self, kill_at: Option<Instant>, timing: bool) -> Event {
+        let signals = futures_signal(&mut self.signals);
+        tokio::pin!(signals);
+        let deadline = self.deadline.filter(|_| timing);
+        tokio::select! {
+            Some((j, ev)) = self.node.recv() => Event::Node(j, ev),
+            Some((j, ev)) = self.hub.recv() => Event::Child(j, ev),
+            Some((a, r)) = self.replies.recv() => Event::Reply(a, r),
+            Some(chunk) = self.stdin.recv() => Event::Stdin(chunk),
+            Some(()) = self.closed.recv() => Event::OutputClosed,
+            sig = &mut signals => Event::Signal(sig),
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => Event::Timeout,
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => Event::KillTimer,
         }
     }
-    if let (Some((format, fences)), Some((here, below))) = (fences, profile) {
-        let mut hosts = vec![here];
-        hosts.extend(below);
-        let tree = match (cost, p.width) {
-            (Some(c), _) => format!(
-                "cost (launch {:.1} ms serial, {:.1} ms in all)",
-                c.serial_us as f64 / 1e3,
-                (c.serial_us + c.latency_us) as f64 / 1e3
-            ),
-            (None, 0) => "flat".into(),
-            (None, w) => w.to_string(),
-        };
-        let profile = JobProfile::build(p.job.size, tree, hosts, &fences, end_us);
-        match format {
-            ProfileFormat::Text => eprint!("{}", profile.text()),
-            ProfileFormat::Json => eprintln!("{}", profile.json()),
-        }
+}
+
+/// The first of `signals` to arrive (pending for ever when there are none).
+async fn futures_signal(signals: &mut [(i32, tokio::signal::unix::Signal)]) -> i32 {
+    if signals.is_empty() {
+        return std::future::pending().await;
     }
-    debug!(worst, "job ended");
-    policy::exit_status(ending, worst)
+    std::future::poll_fn(|cx| {
+        for (n, s) in signals.iter_mut() {
+            if s.poll_recv(cx).is_ready() {
+                return std::task::Poll::Ready(*n);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// Prints what the ranks and agents write, whole lines as they come; once `stop` fires, what
@@ -1094,15 +985,6 @@ async fn read_stdin(to: mpsc::Sender<Option<Vec<u8>>>) {
     }
 }
 
-async fn recv_sig(s: &mut Option<tokio::signal::unix::Signal>) {
-    match s {
-        Some(s) => {
-            s.recv().await;
-        }
-        None => std::future::pending::<()>().await,
-    }
-}
-
 /// The root of the run: every job's [`Branch`] on this host, the run's hosts and name service,
 /// and the teardown state. Each event is one method; the loop in [`run`] only dispatches.
 struct Root {
@@ -1119,12 +1001,238 @@ struct Root {
     kill_at: Option<Instant>,
     grace: Duration,
     auto_cleanup: bool,
+    /// `MPIEXEC_TIMEOUT`, for its message.
+    timeout: Option<Duration>,
     clock: Clock,
     /// The startup profile's format and every fence the root completed, when it is recorded.
     profile: Option<(ProfileFormat, Vec<RootFence>)>,
+    /// The tree's shape, in words, for the profile.
+    tree: String,
+    /// The output printer and the signal that stops it once everything is sent.
+    printer: Option<(
+        tokio::task::JoinHandle<()>,
+        tokio::sync::oneshot::Sender<()>,
+    )>,
 }
 
 impl Root {
+    /// Plans the job, starts the printer, the first job's agents and its ranks here, and the
+    /// stdin reader; returns the root and where its events will come from, or kauri's exit
+    /// status when nothing could start.
+    async fn start(spec: &JobSpec) -> Result<(Root, Inbox), i32> {
+        let clock = Clock::start();
+        let me = local_host();
+        raise_fd_limit();
+        let p = plan(spec, &me).map_err(|e| {
+            eprintln!("kauri: {e}");
+            STATUS_LAUNCHER
+        })?;
+        info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
+
+        // Output: everything the ranks and agents write, printed whole line by whole line.
+        let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
+        let (closed_tx, closed_rx) = mpsc::unbounded_channel::<()>();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let printer = tokio::task::spawn_local(print_output(out_rx, stop_rx, closed_tx));
+
+        let cost = (p.cost_tree && !p.remote.is_empty())
+            .then(|| launch_cost(&p.launch, &p.remote[0].host));
+        if let Some(c) = cost {
+            info!(
+                serial_us = c.serial_us,
+                latency_us = c.latency_us,
+                "launch cost"
+            );
+        }
+        let cluster = Cluster::new(spec, &p, &me, cost);
+        let names = match spec
+            .nameserver
+            .clone()
+            .or_else(|| std::env::var("KAURI_NAMESERVER").ok())
+            .or_else(|| std::env::var("HYDRA_NAMESERVER").ok())
+            .filter(|s| !s.trim().is_empty())
+        {
+            Some(a) => Names::Server(crate::nameserver::Client::new(crate::nameserver::address(
+                &a,
+            ))),
+            None => Names::Own(crate::nameserver::Table::default()),
+        };
+        // The root holds a sender of each channel for its whole life, so none reads as closed.
+        let (node_tx, node_rx) = events::channel::<NodeEvent>();
+        let (hub_tx, hub_rx) = events::channel::<HubEvent>();
+        let (svc_tx, svc_rx) = mpsc::unbounded_channel::<(Asker, ServiceReply)>();
+        let wires = Wires {
+            node: node_tx,
+            hub: hub_tx,
+            out: out_tx,
+        };
+        let prof = spec.profile.map(|_| HostProfile {
+            ranks: p.local.as_ref().map_or(0, |h| h.ranks.len() as u32),
+            ..HostProfile::new(0, &me)
+        });
+        let fork_start = clock.now();
+        let started = start_job(
+            0,
+            &cluster,
+            p.job.clone(),
+            p.local.clone(),
+            p.remote.clone(),
+            &wires,
+            clock,
+            prof,
+        )
+        .await;
+        let forked = clock.now();
+        let (first, start_error) = match started {
+            Ok(j) => (j, None),
+            Err((e, Some(j))) => (j, Some(e)),
+            Err((e, None)) => {
+                eprintln!("kauri: {e}");
+                return Err(STATUS_LAUNCHER);
+            }
+        };
+        let tree = match (cost, p.width) {
+            (Some(c), _) => format!(
+                "cost (launch {:.1} ms serial, {:.1} ms in all)",
+                c.serial_us as f64 / 1e3,
+                (c.serial_us + c.latency_us) as f64 / 1e3
+            ),
+            (None, 0) => "flat".into(),
+            (None, w) => w.to_string(),
+        };
+        let mut root = Root {
+            jobs: vec![first],
+            cluster,
+            names,
+            wires,
+            svc_tx,
+            requests: Vec::new(),
+            ending: None,
+            kill_at: None,
+            grace: Duration::from_millis(p.job.kill_grace_ms),
+            auto_cleanup: spec.auto_cleanup,
+            timeout: spec.timeout,
+            clock,
+            profile: spec.profile.map(|format| (format, Vec::new())),
+            tree,
+            printer: Some((printer, stop_tx)),
+        };
+        if p.local.is_some() {
+            root.jobs[0].branch.profile_fork(fork_start, forked);
+        }
+
+        // stdin goes to the first job's rank 0: straight into its pipe when it runs here,
+        // else down the tree (queued for its agent until that agent connects).
+        let (stdin_tx, stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
+        if let Some(pipe) = root.jobs[0].branch.take_stdin() {
+            tokio::task::spawn_local(crate::iofwd::pump(tokio::io::stdin(), pipe));
+        } else if root.jobs[0].branch.kids().child_with_rank(0).is_some() {
+            tokio::task::spawn_local(read_stdin(stdin_tx));
+        }
+        let signals = [
+            (libc::SIGINT, SignalKind::interrupt()),
+            (libc::SIGTERM, SignalKind::terminate()),
+            (libc::SIGHUP, SignalKind::hangup()),
+            (libc::SIGUSR1, SignalKind::user_defined1()),
+            (libc::SIGUSR2, SignalKind::user_defined2()),
+        ]
+        .into_iter()
+        .filter_map(|(n, k)| Some((n, signal(k).ok()?)))
+        .collect();
+        let inbox = Inbox {
+            node: node_rx,
+            hub: hub_rx,
+            replies: svc_rx,
+            stdin: stdin_rx,
+            closed: closed_rx,
+            signals,
+            deadline: spec.timeout.map(|t| Instant::now() + t),
+        };
+        if let Some(e) = start_error {
+            eprintln!("kauri: {e}");
+            root.teardown(Ending::Failed);
+        }
+        Ok((root, inbox))
+    }
+
+    /// Every job's ranks have ended, here and below, and every agent said `Done`.
+    fn done(&self) -> bool {
+        self.jobs.iter().all(|j| j.branch.done())
+    }
+
+    /// Dispatches one event.
+    fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Node(j, ev) => self.on_node(j, ev),
+            Event::Child(j, ev) => self.on_child(j, ev),
+            Event::Reply(a, reply) => self.answer(a, reply),
+            Event::Stdin(chunk) => self.jobs[0].branch.stdin(chunk),
+            Event::OutputClosed => self.teardown(Ending::OutputClosed),
+            Event::Signal(sig) => self.on_signal(sig),
+            Event::Timeout => {
+                let secs = self.timeout.unwrap_or_default().as_secs();
+                eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT)");
+                self.teardown(Ending::Timeout);
+            }
+            Event::KillTimer => self.on_kill_timer(),
+        }
+    }
+
+    /// After the last event: forwards the last output, reports the ranks that failed, prints
+    /// the startup profile, and returns kauri's exit status.
+    async fn finish(mut self) -> i32 {
+        for j in self.jobs.iter_mut() {
+            j.branch.drain().await;
+        }
+        let profile = self.jobs[0].branch.take_profile();
+        let size = self.jobs[0].plan.size;
+        let summary: Vec<Vec<RankState>> = self.jobs.iter().map(|j| j.ranks.clone()).collect();
+        let printer = self.printer.take();
+        let (ending, fences, tree, clock) = (
+            self.ending,
+            self.profile.take(),
+            self.tree.clone(),
+            self.clock,
+        );
+        // Every sender of output goes with the jobs and the wires; the printer then empties
+        // its queue and ends.
+        drop(self);
+        if let Some((printer, stop)) = printer {
+            let _ = stop.send(());
+            let _ = printer.await;
+        }
+        let end_us = clock.now();
+        let mut worst = 0;
+        for (idx, ranks) in summary.iter().enumerate() {
+            for (r, s) in ranks.iter().enumerate() {
+                let Some((code, sig)) = s.ended else { continue };
+                if s.during_teardown {
+                    continue;
+                }
+                if let Some((status, words)) = policy::rank_failure(code, sig) {
+                    eprintln!(
+                        "kauri: {} (pid {}) on {} {words}",
+                        who(idx, r),
+                        s.pid,
+                        s.host
+                    );
+                    worst = worst.max(status);
+                }
+            }
+        }
+        if let (Some((format, fences)), Some((here, below))) = (fences, profile) {
+            let mut hosts = vec![here];
+            hosts.extend(below);
+            let profile = JobProfile::build(size, tree, hosts, &fences, end_us);
+            match format {
+                ProfileFormat::Text => eprint!("{}", profile.text()),
+                ProfileFormat::Json => eprintln!("{}", profile.json()),
+            }
+        }
+        debug!(worst, "job ended");
+        policy::exit_status(ending, worst)
+    }
+
     /// An event of job `j`'s ranks on this host.
     fn on_node(&mut self, j: usize, ev: NodeEvent) {
         let out = self.jobs[j].branch.on_node(ev);
