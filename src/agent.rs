@@ -13,11 +13,10 @@ use crate::hub::{Children, HubEvent};
 use crate::iofwd::Stream;
 use crate::node::{Node, NodeEvent};
 use crate::profile::{Clock, HostProfile};
-use crate::tree::{self, Down, Report, Up};
-use bytes::{Bytes, BytesMut};
+use crate::tree::{self, Down, Link, Report, Up};
+use bytes::Bytes;
 use std::io::BufRead;
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -105,173 +104,64 @@ pub async fn run(args: AgentArgs) -> i32 {
 }
 
 async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
-    let host = args.host.clone();
-    let sock = TcpStream::connect(&args.parent)
-        .await
-        .map_err(|e| format!("cannot connect to its parent {}: {e}", args.parent))?;
-    let _ = sock.set_nodelay(true);
-    let my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
-    let (mut rd, mut wr) = sock.into_split();
-    let id = args.id.unwrap_or(u32::MAX);
-    let nonce = match tree::recv_limited::<_, Down>(&mut rd, tree::HANDSHAKE_FRAME_MAX).await {
-        Ok(Some(Down::Challenge { nonce })) => nonce,
-        _ => return Err("its parent did not send the handshake".into()),
-    };
-    // The agent's clock starts at its handshake: its parent moves the profile onto its own
-    // clock by the moment the handshake arrived.
-    let clock = Clock::start();
-    tree::send(
-        &mut wr,
-        &Up::Hello {
-            id,
-            host: host.clone(),
-            mac: tree::mac(&key, &nonce, id),
-        },
-    )
-    .await
-    .map_err(|e| format!("handshake: {e}"))?;
-    let (my_id, job, me, children, launch) = match tree::recv::<_, Down>(&mut rd).await {
-        Ok(Some(Down::Spec {
-            id,
-            job,
-            me,
-            children,
-            launch,
-        })) => (id, job, me, children, launch),
+    let Some((mut agent, mut inbox)) = Agent::join(&args, key).await? else {
         // The job ended before this agent connected: nothing to start.
-        Ok(Some(Down::Teardown | Down::Kill)) => return Ok(()),
-        Ok(None) => return Err("its parent refused it".into()),
-        _ => return Err("its parent did not send the job".into()),
+        return Ok(());
     };
-    let host = me.host.clone();
-    debug!(%host, ranks = me.ranks.len(), children = children.len(), "agent starting");
-    let prof = job.profile.then(|| HostProfile {
-        ranks: me.ranks.len() as u32,
-        ..HostProfile::new(my_id, &host)
-    });
-
-    // The uplink: control messages first, output in batches.
-    let (up_tx, up_rx) = mpsc::unbounded_channel::<Up>();
-    let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
-    let writer = tokio::task::spawn_local(uplink(wr, up_rx, out_rx));
-    let report = |r: Report| {
-        let _ = up_tx.send(Up::Reports(vec![r]));
-    };
-
-    // Both senders are kept here for the agent's life, so neither channel ever reads as
-    // closed in the loop below (a closed channel is ready at once, every time).
-    let (hub_tx, mut hub_rx) = events::channel();
-    let kids = Children::start(
-        children,
-        (*job).clone(),
-        launch,
-        key,
-        my_ip,
-        JobTx::new(0, hub_tx.clone()),
-        out_tx.clone(),
-    )
-    .await;
-    let kids = match kids {
-        Ok(k) => k,
-        Err(e) => {
-            report(Report::Failed {
-                reason: format!("agent on {host}: {e}"),
-            });
-            Children::none()
-        }
-    };
-    let (node_tx, mut node_rx) = events::channel();
-    // MASTER_PORT was free where the front end runs; check it where rank 0 runs.
-    let port_taken = match &job.master {
-        Some((_, port)) if me.ranks.iter().any(|r| r.rank == 0) => {
-            std::net::TcpListener::bind(("0.0.0.0", *port))
-                .err()
-                .map(|e| format!("MASTER_PORT {port} is not free on {host}: {e}"))
-        }
-        _ => None,
-    };
-    let fork_start = clock.now();
-    let node = match port_taken {
-        Some(e) => Err(e),
-        None => Node::start(&job, &me, JobTx::new(0, node_tx.clone()), out_tx.clone()).await,
-    };
-    let forked = clock.now();
-    let node = match node {
-        Ok(n) => {
-            report(Report::NodeStarted {
-                host: host.clone(),
-                error: None,
-            });
-            Some(n)
-        }
-        Err(e) => {
-            report(Report::NodeStarted {
-                host: host.clone(),
-                error: Some(e),
-            });
-            None
-        }
-    };
-    let started = node.is_some();
-    let mut agent = Agent {
-        branch: Branch::new(my_id, host.clone(), node, kids, true, clock, prof),
-        up: up_tx.clone(),
-        kill_at: None,
-        grace: Duration::from_millis(job.kill_grace_ms),
-    };
-    if started {
-        agent.branch.profile_fork(fork_start, forked);
-    }
-    let (down_tx, mut down_rx) = mpsc::unbounded_channel::<Option<(Down, Bytes)>>();
-    tokio::task::spawn_local(async move {
-        loop {
-            match tree::recv_frame::<_, Down>(&mut rd).await {
-                Ok(Some(m)) => {
-                    if down_tx.send(Some(m)).is_err() {
-                        break;
-                    }
-                }
-                _ => {
-                    let _ = down_tx.send(None);
-                    break;
-                }
-            }
-        }
-    });
-
     while !agent.branch.done() {
-        tokio::select! {
-            Some((_, ev)) = node_rx.recv() => agent.on_node(ev),
-            Some((_, ev)) = hub_rx.recv() => agent.on_child(ev),
-            down = down_rx.recv() => agent.on_down(down.flatten())?,
-            _ = tokio::time::sleep_until(agent.kill_at.unwrap_or_else(Instant::now)), if agent.kill_at.is_some() => agent.on_kill_timer(),
+        match inbox.next(agent.kill_at).await {
+            AgentEvent::Node(ev) => agent.on_node(ev),
+            AgentEvent::Child(ev) => agent.on_child(ev),
+            AgentEvent::Down(down) => agent.on_down(down)?,
+            AgentEvent::KillTimer => agent.on_kill_timer(),
         }
     }
-    drop((node_tx, hub_tx));
-    debug!(%host, "agent done");
-    agent.branch.drain().await;
-    debug!(%host, "agent drained");
-    // Before Done: a fork-launched agent dies with its parent, which may leave right after.
-    crate::pmix::shutdown();
-    drop(out_tx);
-    if let Some((p, mut below)) = agent.branch.take_profile() {
-        let mut all = vec![p];
-        all.append(&mut below);
-        let _ = up_tx.send(Up::Profile(all));
-    }
-    let _ = up_tx.send(Up::Done);
-    drop(agent);
-    let _ = writer.await;
-    debug!(%host, "agent leaving");
+    agent.finish().await;
     Ok(())
 }
 
-/// An agent with its part of the job: its [`Branch`], its uplink, its kill timer. Each event
-/// is one method; what the branch hands up goes to the parent.
+/// One thing that happened, for an agent.
+enum AgentEvent {
+    /// Its ranks.
+    Node(NodeEvent),
+    /// Its child links.
+    Child(HubEvent),
+    /// A message from its parent (`None`: the parent is gone).
+    Down(Option<(Down, Bytes)>),
+    /// The teardown's grace is over.
+    KillTimer,
+}
+
+/// Where an agent's events come from. It holds a sender of each event channel, so neither
+/// ever reads as closed (a closed channel is ready at once, every time).
+struct AgentInbox {
+    node: events::Receiver<NodeEvent>,
+    hub: events::Receiver<HubEvent>,
+    down: mpsc::UnboundedReceiver<Option<(Down, Bytes)>>,
+    _keep: (events::Sender<NodeEvent>, events::Sender<HubEvent>),
+}
+
+impl AgentInbox {
+    /// The next event; `kill_at`: when the grace ends, during a teardown.
+    async fn next(&mut self, kill_at: Option<Instant>) -> AgentEvent {
+        tokio::select! {
+            Some((_, ev)) = self.node.recv() => AgentEvent::Node(ev),
+            Some((_, ev)) = self.hub.recv() => AgentEvent::Child(ev),
+            down = self.down.recv() => AgentEvent::Down(down.flatten()),
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => AgentEvent::KillTimer,
+        }
+    }
+}
+
+/// An agent with its part of the job: its [`Branch`], its link to its parent, its kill
+/// timer. Each event is one method; what the branch hands up goes to the parent.
 struct Agent {
+    host: String,
     branch: Branch,
-    /// Control messages for the parent (the uplink writes them before queued output).
-    up: mpsc::UnboundedSender<Up>,
+    /// The link to the parent (control messages go before queued output).
+    up: Link,
+    /// The task writing that link.
+    writer: tokio::task::JoinHandle<()>,
     /// When the ranks get SIGKILL, once the teardown began.
     kill_at: Option<Instant>,
     /// Between the teardown's SIGTERM and SIGKILL.
@@ -279,14 +169,145 @@ struct Agent {
 }
 
 impl Agent {
+    /// Connects to the parent, proves the job key, takes its part of the job, and starts its
+    /// children and its ranks. `None` when the parent says the job has ended already.
+    async fn join(args: &AgentArgs, key: String) -> Result<Option<(Agent, AgentInbox)>, String> {
+        let sock = TcpStream::connect(&args.parent)
+            .await
+            .map_err(|e| format!("cannot connect to its parent {}: {e}", args.parent))?;
+        let _ = sock.set_nodelay(true);
+        let my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
+        let (mut rd, mut wr) = sock.into_split();
+        let id = args.id.unwrap_or(u32::MAX);
+        let nonce = match tree::recv_limited::<_, Down>(&mut rd, tree::HANDSHAKE_FRAME_MAX).await {
+            Ok(Some(Down::Challenge { nonce })) => nonce,
+            _ => return Err("its parent did not send the handshake".into()),
+        };
+        // The agent's clock starts at its handshake: its parent moves the profile onto its
+        // own clock by the moment the handshake arrived.
+        let clock = Clock::start();
+        let hello = Up::Hello {
+            id,
+            host: args.host.clone(),
+            mac: tree::mac(&key, &nonce, id),
+        };
+        tree::send(&mut wr, &hello)
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        let (my_id, job, me, children, launch) = match tree::recv::<_, Down>(&mut rd).await {
+            Ok(Some(Down::Spec {
+                id,
+                job,
+                me,
+                children,
+                launch,
+            })) => (id, job, me, children, launch),
+            Ok(Some(Down::Teardown | Down::Kill)) => return Ok(None),
+            Ok(None) => return Err("its parent refused it".into()),
+            _ => return Err("its parent did not send the job".into()),
+        };
+        let host = me.host.clone();
+        debug!(%host, ranks = me.ranks.len(), children = children.len(), "agent starting");
+        let prof = job.profile.then(|| HostProfile {
+            ranks: me.ranks.len() as u32,
+            ..HostProfile::new(my_id, &host)
+        });
+
+        // The link up: control messages first, the ranks' output in runs.
+        let (up, queue) = tree::link();
+        let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
+        let writer = tokio::task::spawn_local(queue.write(wr, None, Some(out_rx)));
+        let report = |r: Report| {
+            up.send(&Up::Reports(vec![r]));
+        };
+
+        let (hub_tx, hub_rx) = events::channel();
+        let kids = Children::start(
+            children,
+            (*job).clone(),
+            launch,
+            key,
+            my_ip,
+            JobTx::new(0, hub_tx.clone()),
+            out_tx.clone(),
+        )
+        .await;
+        let kids = kids.unwrap_or_else(|e| {
+            report(Report::Failed {
+                reason: format!("agent on {host}: {e}"),
+            });
+            Children::none()
+        });
+        let (node_tx, node_rx) = events::channel();
+        // MASTER_PORT was free where the front end runs; check it where rank 0 runs.
+        let port_taken = match &job.master {
+            Some((_, port)) if me.ranks.iter().any(|r| r.rank == 0) => {
+                std::net::TcpListener::bind(("0.0.0.0", *port))
+                    .err()
+                    .map(|e| format!("MASTER_PORT {port} is not free on {host}: {e}"))
+            }
+            _ => None,
+        };
+        let fork_start = clock.now();
+        let node = match port_taken {
+            Some(e) => Err(e),
+            None => Node::start(&job, &me, JobTx::new(0, node_tx.clone()), out_tx).await,
+        };
+        let forked = clock.now();
+        let (node, error) = match node {
+            Ok(n) => (Some(n), None),
+            Err(e) => (None, Some(e)),
+        };
+        let started = node.is_some();
+        report(Report::NodeStarted {
+            host: host.clone(),
+            error,
+        });
+        let mut branch = Branch::new(my_id, host.clone(), node, kids, true, clock, prof);
+        if started {
+            branch.profile_fork(fork_start, forked);
+        }
+        let (down_tx, down_rx) = mpsc::unbounded_channel::<Option<(Down, Bytes)>>();
+        tokio::task::spawn_local(async move {
+            loop {
+                match tree::recv_frame::<_, Down>(&mut rd).await {
+                    Ok(Some(m)) => {
+                        if down_tx.send(Some(m)).is_err() {
+                            break;
+                        }
+                    }
+                    _ => {
+                        let _ = down_tx.send(None);
+                        break;
+                    }
+                }
+            }
+        });
+        let agent = Agent {
+            host,
+            branch,
+            up,
+            writer,
+            kill_at: None,
+            grace: Duration::from_millis(job.kill_grace_ms),
+        };
+        let inbox = AgentInbox {
+            node: node_rx,
+            hub: hub_rx,
+            down: down_rx,
+            _keep: (node_tx, hub_tx),
+        };
+        Ok(Some((agent, inbox)))
+    }
+
     fn send(&self, out: Option<Out>) {
         match out {
             Some(Out::Up(m)) => {
-                let _ = self.up.send(m);
+                self.up.send(&m);
             }
             Some(Out::Refused { addr, reason }) => {
                 let line = format!("kauri: refused a connection from {addr}: {reason}\n");
-                let _ = self.up.send(Up::Output {
+                self.up.send(&Up::Output {
                     stream: Stream::Stderr,
                     data: line.into_bytes(),
                 });
@@ -329,79 +350,28 @@ impl Agent {
             n.signal(libc::SIGKILL);
         }
     }
-}
 
-/// Writes the uplink: control messages before output, output in runs of up to 64 KiB per
-/// stream. `Done` goes last, after every line of output still queued.
-async fn uplink(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut ctl: mpsc::UnboundedReceiver<Up>,
-    mut out: mpsc::Receiver<(Stream, Bytes)>,
-) {
-    let mut held: Option<(Stream, Bytes)> = None;
-    let mut out_open = true;
-    loop {
-        let msg = if let Some(first) = held.take() {
-            batch(first, &mut out, &mut held)
-        } else {
-            tokio::select! {
-                biased;
-                m = ctl.recv() => match m {
-                    Some(Up::Done) | None => {
-                        // Flush what is queued, then leave.
-                        while let Ok(first) = out.try_recv() {
-                            let m = batch(first, &mut out, &mut held);
-                            if tree::send(&mut wr, &m).await.is_err() {
-                                return;
-                            }
-                            if let Some(h) = held.take() {
-                                let m = batch(h, &mut out, &mut held);
-                                if tree::send(&mut wr, &m).await.is_err() {
-                                    return;
-                                }
-                            }
-                        }
-                        let _ = tree::send(&mut wr, &Up::Done).await;
-                        let _ = wr.shutdown().await;
-                        return;
-                    }
-                    Some(m) => m,
-                },
-                o = out.recv(), if out_open => match o {
-                    Some(first) => batch(first, &mut out, &mut held),
-                    None => {
-                        out_open = false;
-                        continue;
-                    }
-                },
-            }
-        };
-        if tree::send(&mut wr, &msg).await.is_err() {
-            return;
+    /// Every rank here and below has ended: the rest of the output, the profile, `Done`.
+    async fn finish(mut self) {
+        let host = self.host.clone();
+        debug!(%host, "agent done");
+        self.branch.drain().await;
+        debug!(%host, "agent drained");
+        // Before Done: a fork-launched agent dies with its parent, which may leave right after.
+        crate::pmix::shutdown();
+        if let Some((p, mut below)) = self.branch.take_profile() {
+            let mut all = vec![p];
+            all.append(&mut below);
+            self.up.send(&Up::Profile(all));
         }
-    }
-}
-
-/// One `Output` message: `first` and whatever lines of the same stream are already queued.
-fn batch(
-    first: (Stream, Bytes),
-    out: &mut mpsc::Receiver<(Stream, Bytes)>,
-    held: &mut Option<(Stream, Bytes)>,
-) -> Up {
-    let (stream, bytes) = first;
-    let mut data = BytesMut::from(&bytes[..]);
-    while data.len() < 64 * 1024 {
-        match out.try_recv() {
-            Ok((s, more)) if s == stream => data.extend_from_slice(&more),
-            Ok(other) => {
-                *held = Some(other);
-                break;
-            }
-            Err(_) => break,
-        }
-    }
-    Up::Output {
-        stream,
-        data: data.to_vec(),
+        self.up.finish(&Up::Done);
+        let Agent {
+            writer, branch, up, ..
+        } = self;
+        // The output's senders go with the branch (its hub's launch tasks keep theirs until
+        // those end; Done does not wait for them).
+        drop((branch, up));
+        let _ = writer.await;
+        debug!(%host, "agent leaving");
     }
 }

@@ -18,7 +18,7 @@ use crate::iofwd::Stream;
 use crate::kvs::{merge, Packed};
 use crate::launch::{self, Target};
 use crate::plan::{JobPlan, LaunchPlan, Subtree};
-use crate::tree::{self, Down, Up};
+use crate::tree::{self, Down, Link, Queue, Up};
 use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -26,7 +26,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::AsyncBufReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tracing::{debug, info, warn};
@@ -65,10 +65,10 @@ const ATTEMPTS: u32 = 4;
 
 struct Shared {
     pending: RefCell<HashMap<u32, Subtree>>,
-    /// Each child's queue of encoded frames, from its launch until it is done.
-    links: RefCell<HashMap<u32, mpsc::UnboundedSender<Bytes>>>,
-    /// The other end of each queue, taken by the child's writer when it connects.
-    queued: RefCell<HashMap<u32, mpsc::UnboundedReceiver<Bytes>>>,
+    /// Each child's link, from its launch until it is done.
+    links: RefCell<HashMap<u32, Link>>,
+    /// What waits on each link, taken by the link's writer when the child connects.
+    queued: RefCell<HashMap<u32, Queue>>,
     /// The teardown began: children that connect from now on are turned away.
     closing: std::cell::Cell<bool>,
     connected: RefCell<HashSet<u32>>,
@@ -134,9 +134,9 @@ impl Children {
         c.subtrees = subtrees.clone();
         for t in &subtrees {
             c.shared.pending.borrow_mut().insert(t.id, t.clone());
-            let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
-            c.shared.links.borrow_mut().insert(t.id, tx);
-            c.shared.queued.borrow_mut().insert(t.id, rx);
+            let (link, queue) = tree::link();
+            c.shared.links.borrow_mut().insert(t.id, link);
+            c.shared.queued.borrow_mut().insert(t.id, queue);
         }
         let listener = TcpListener::bind((IpAddr::from([0u8, 0, 0, 0]), 0))
             .await
@@ -214,12 +214,7 @@ impl Children {
     /// Sends a message to child `id` (queued until it connects, dropped once it is done).
     pub fn send(&self, id: u32, msg: Down) {
         if let Some(l) = self.shared.links.borrow().get(&id) {
-            match tree::encode(&msg) {
-                Ok(f) => {
-                    let _ = l.send(f);
-                }
-                Err(e) => warn!(id, "cannot encode a message for a child: {e}"),
-            }
+            l.send(&msg);
         }
     }
 
@@ -235,7 +230,7 @@ impl Children {
         match tree::encode(msg) {
             Ok(f) => {
                 for l in links.values() {
-                    let _ = l.send(f.clone());
+                    l.send_frame(f.clone());
                 }
             }
             Err(e) => warn!("cannot encode a message for the children: {e}"),
@@ -246,7 +241,7 @@ impl Children {
     /// is passed on without being encoded again.
     pub fn broadcast_frame(&self, frame: &Bytes) {
         for l in self.shared.links.borrow().values() {
-            let _ = l.send(frame.clone());
+            l.send_frame(frame.clone());
         }
     }
 
@@ -372,7 +367,7 @@ async fn serve_child(
     if let Some(w) = shared.connect_wait.borrow_mut().remove(&id) {
         let _ = w.send(());
     }
-    let Some(mut queue) = shared.queued.borrow_mut().remove(&id) else {
+    let Some(queue) = shared.queued.borrow_mut().remove(&id) else {
         // Lost already (its launch timed out, say) and then connected after all.
         let _ = tree::send(&mut wr, &Down::Teardown).await;
         return;
@@ -398,16 +393,7 @@ async fn serve_child(
         Err(e) => return refuse(format!("cannot encode its part of the job: {e}")),
     };
     // Its Spec first, then whatever was queued for it since its launch, then the rest.
-    tokio::task::spawn_local(async move {
-        if wr.write_all(&spec).await.is_err() {
-            return;
-        }
-        while let Some(f) = queue.recv().await {
-            if wr.write_all(&f).await.is_err() {
-                break;
-            }
-        }
-    });
+    tokio::task::spawn_local(queue.write(wr, Some(spec), None));
     let host = subtree.plan.host;
     loop {
         match tree::recv::<_, Up>(&mut rd).await {

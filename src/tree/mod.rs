@@ -15,17 +15,20 @@
 //! subtree), output as runs of whole lines, never one message per key. The tree's shape
 //! ([`shape`]) says which agent is whose parent.
 //!
-//! The links themselves (sockets, writer tasks) belong to `hub` (a parent's side) and `agent`
-//! (a child's side); this module owns what is said on them and how it is framed and checked,
-//! and touches no socket of its own. What the links carry is `plan`'s job plan and `service`'s
+//! After the handshake, everything sent on a link goes through its [`Link`] queue and the one
+//! task that writes it ([`link`]). The sockets themselves belong to `hub` (a parent's side)
+//! and `agent` (a child's side); this module owns what is said on links, how it is framed,
+//! checked and queued. What the links carry is `plan`'s job plan and `service`'s
 //! requests; neither of those modules may import this one.
 
 pub mod auth;
 pub mod frame;
+pub mod link;
 pub mod msg;
 pub mod shape;
 
 pub use auth::{mac, new_key, nonce, verify};
 pub use frame::{encode, recv, recv_frame, recv_limited, send, FRAME_MAX, HANDSHAKE_FRAME_MAX};
+pub use link::{link, Link, Queue};
 pub use msg::{Down, Report, Up};
 pub use shape::{build, build_cost, LaunchCost};

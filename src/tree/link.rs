@@ -1,0 +1,310 @@
+//! The sending side of one tree link: a queue of encoded frames ([`Link`]) and the one task
+//! that writes them to the link's socket, in order ([`Queue::write`]). Every message on a
+//! link after the handshake goes this one way.
+//!
+//! The queue exists before its socket does: a parent makes a child's link when it launches
+//! the child, so what it sends before the child connects (stdin for its rank 0, published
+//! pairs, a signal, the teardown) waits there and follows the child's `Spec`. Sending never
+//! waits, so a slow link blocks no other work; a message for every child is encoded once and
+//! the same bytes are queued for each ([`Link::send_frame`]).
+//!
+//! An agent's link to its parent also carries its ranks' output ([`Queue::write`]'s
+//! `output`): whole lines from a bounded channel, so a parent that reads slowly slows the
+//! ranks' pipes rather than filling memory. Control frames go first; output goes in runs of
+//! up to 64 KiB per stream; the last frame ([`Link::finish`], the agent's `Done`) goes after
+//! every line still queued.
+//!
+//! It owns the queue and the writing; the framing is [`super::frame`]'s, the messages
+//! [`super::msg`]'s.
+
+use super::frame::encode;
+use super::msg::Up;
+use crate::iofwd::Stream;
+use bytes::{Bytes, BytesMut};
+use serde::Serialize;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tracing::warn;
+
+/// The most output one `Output` message carries.
+const OUTPUT_RUN: usize = 64 * 1024;
+
+enum Item {
+    Frame(Bytes),
+    Last(Bytes),
+}
+
+/// The sending end of a link: cheap to clone, never waits.
+#[derive(Clone, Debug)]
+pub struct Link {
+    tx: mpsc::UnboundedSender<Item>,
+}
+
+/// What waits to be written on a link, until [`Queue::write`] is given its socket.
+#[derive(Debug)]
+pub struct Queue {
+    rx: mpsc::UnboundedReceiver<Item>,
+}
+
+impl std::fmt::Debug for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Item::Frame(b) => write!(f, "Frame({} bytes)", b.len()),
+            Item::Last(b) => write!(f, "Last({} bytes)", b.len()),
+        }
+    }
+}
+
+/// A new link: its sending end and its queue.
+pub fn link() -> (Link, Queue) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (Link { tx }, Queue { rx })
+}
+
+impl Link {
+    /// Queues `msg`, encoded. False when it cannot be encoded (logged) or the link's writer is
+    /// gone.
+    pub fn send<M: Serialize>(&self, msg: &M) -> bool {
+        match encode(msg) {
+            Ok(f) => self.send_frame(f),
+            Err(e) => {
+                warn!("cannot encode a message for a link: {e}");
+                false
+            }
+        }
+    }
+
+    /// Queues a frame encoded already (one encoding for every child, or a frame passed on as
+    /// it came).
+    pub fn send_frame(&self, frame: Bytes) -> bool {
+        self.tx.send(Item::Frame(frame)).is_ok()
+    }
+
+    /// Queues the link's last message: it is written after every frame and every line of
+    /// output queued before it, and then the socket is shut.
+    pub fn finish<M: Serialize>(&self, msg: &M) -> bool {
+        match encode(msg) {
+            Ok(f) => self.tx.send(Item::Last(f)).is_ok(),
+            Err(e) => {
+                warn!("cannot encode a message for a link: {e}");
+                false
+            }
+        }
+    }
+}
+
+/// What the writer does next.
+enum Next {
+    Frame(Bytes),
+    Last(Bytes),
+    Output(Bytes),
+    End,
+}
+
+impl Queue {
+    /// Writes `first` (a child's `Spec`), then every frame queued, in order, and, between
+    /// them, `output` (whole lines, for an agent's link to its parent) in runs of up to 64 KiB
+    /// per stream, control frames first. Ends when a write fails, when every [`Link`] is gone
+    /// (after the output still queued), or after the last frame ([`Link::finish`]).
+    pub async fn write<W: AsyncWrite + Unpin>(
+        mut self,
+        mut wr: W,
+        first: Option<Bytes>,
+        mut output: Option<mpsc::Receiver<(Stream, Bytes)>>,
+    ) {
+        if let Some(f) = first {
+            if wr.write_all(&f).await.is_err() {
+                return;
+            }
+        }
+        let mut held: Option<(Stream, Bytes)> = None;
+        loop {
+            let next = if let Some(h) = held.take() {
+                Next::Output(output_run(h, output.as_mut(), &mut held))
+            } else {
+                tokio::select! {
+                    biased;
+                    item = self.rx.recv() => match item {
+                        Some(Item::Frame(f)) => Next::Frame(f),
+                        Some(Item::Last(f)) => Next::Last(f),
+                        None => Next::End,
+                    },
+                    o = recv_output(&mut output) => match o {
+                        Some(first) => Next::Output(output_run(first, output.as_mut(), &mut held)),
+                        None => {
+                            output = None;
+                            continue;
+                        }
+                    },
+                }
+            };
+            let f = match next {
+                Next::Frame(f) | Next::Output(f) => f,
+                Next::Last(f) => {
+                    if flush_output(&mut wr, output.as_mut(), &mut held).await {
+                        let _ = wr.write_all(&f).await;
+                    }
+                    let _ = wr.shutdown().await;
+                    return;
+                }
+                Next::End => {
+                    if flush_output(&mut wr, output.as_mut(), &mut held).await {
+                        let _ = wr.shutdown().await;
+                    }
+                    return;
+                }
+            };
+            if wr.write_all(&f).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The next run of output, or `None` once every sender is gone (never, without output).
+async fn recv_output(
+    output: &mut Option<mpsc::Receiver<(Stream, Bytes)>>,
+) -> Option<(Stream, Bytes)> {
+    match output {
+        Some(o) => o.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes every line of output already queued; false when a write failed.
+async fn flush_output<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    mut output: Option<&mut mpsc::Receiver<(Stream, Bytes)>>,
+    held: &mut Option<(Stream, Bytes)>,
+) -> bool {
+    loop {
+        let first = match held.take() {
+            Some(h) => h,
+            None => match output.as_mut().map(|o| o.try_recv()) {
+                Some(Ok(x)) => x,
+                _ => return true,
+            },
+        };
+        let f = output_run(first, output.as_deref_mut(), held);
+        if wr.write_all(&f).await.is_err() {
+            return false;
+        }
+    }
+}
+
+/// One encoded `Output` message: `first` and whatever lines of the same stream are already
+/// queued, up to 64 KiB; a line of the other stream is held for the next run.
+fn output_run(
+    first: (Stream, Bytes),
+    output: Option<&mut mpsc::Receiver<(Stream, Bytes)>>,
+    held: &mut Option<(Stream, Bytes)>,
+) -> Bytes {
+    let (stream, bytes) = first;
+    let mut data = BytesMut::from(&bytes[..]);
+    if let Some(out) = output {
+        while data.len() < OUTPUT_RUN {
+            match out.try_recv() {
+                Ok((s, more)) if s == stream => data.extend_from_slice(&more),
+                Ok(other) => {
+                    *held = Some(other);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    let msg = Up::Output {
+        stream,
+        data: data.to_vec(),
+    };
+    // Output is at most 64 KiB plus one line: it always encodes.
+    encode(&msg).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::frame::recv;
+    use crate::tree::msg::Down;
+
+    /// Everything `write` put on the wire, decoded.
+    async fn written(
+        queue: Queue,
+        first: Option<Bytes>,
+        output: Option<mpsc::Receiver<(Stream, Bytes)>>,
+    ) -> Vec<Up> {
+        let (a, mut b) = tokio::io::duplex(1 << 20);
+        queue.write(a, first, output).await;
+        let mut msgs = Vec::new();
+        while let Ok(Some(m)) = recv::<_, Up>(&mut b).await {
+            msgs.push(m);
+        }
+        msgs
+    }
+
+    #[tokio::test]
+    async fn frames_queued_before_the_socket_follow_the_first() {
+        let (link, queue) = link();
+        assert!(link.send(&Up::Publish(vec![("k".into(), "v".into())])));
+        assert!(link.send_frame(encode(&Up::Done).unwrap()));
+        drop(link);
+        let first = encode(&Up::Reports(vec![])).unwrap();
+        let got = written(queue, Some(first), None).await;
+        assert_eq!(
+            got,
+            vec![
+                Up::Reports(vec![]),
+                Up::Publish(vec![("k".into(), "v".into())]),
+                Up::Done
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn output_is_batched_per_stream_and_the_last_frame_goes_after_it() {
+        let (link, queue) = link();
+        let (out_tx, out_rx) = mpsc::channel(16);
+        for (s, l) in [
+            (Stream::Stdout, "a\n"),
+            (Stream::Stdout, "b\n"),
+            (Stream::Stderr, "e\n"),
+            (Stream::Stdout, "c\n"),
+        ] {
+            out_tx.send((s, Bytes::from(l))).await.unwrap();
+        }
+        assert!(link.finish(&Up::Done));
+        let got = written(queue, None, Some(out_rx)).await;
+        let out = |stream, d: &str| Up::Output {
+            stream,
+            data: d.as_bytes().to_vec(),
+        };
+        assert_eq!(
+            got,
+            vec![
+                out(Stream::Stdout, "a\nb\n"),
+                out(Stream::Stderr, "e\n"),
+                out(Stream::Stdout, "c\n"),
+                Up::Done
+            ]
+        );
+        drop(out_tx);
+    }
+
+    #[tokio::test]
+    async fn a_link_with_no_socket_yet_keeps_what_is_sent() {
+        let (link, queue) = link();
+        for i in 0..3 {
+            assert!(link.send(&Down::Signal(i)));
+        }
+        drop(link);
+        let (a, mut b) = tokio::io::duplex(1 << 16);
+        queue.write(a, None, None).await;
+        for i in 0..3 {
+            assert_eq!(
+                recv::<_, Down>(&mut b).await.unwrap(),
+                Some(Down::Signal(i))
+            );
+        }
+        assert_eq!(recv::<_, Down>(&mut b).await.unwrap(), None);
+    }
+}
