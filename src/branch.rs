@@ -97,6 +97,8 @@ pub trait Links {
     fn close(&self);
     /// Child `id`'s host, for messages.
     fn host(&self, id: u32) -> String;
+    /// The hosts of the children that are not done.
+    fn unfinished(&self) -> Vec<String>;
     /// When child `id`'s launch began and when it connected (for the startup profile).
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>);
 }
@@ -170,6 +172,9 @@ impl Links for Children {
     }
     fn host(&self, id: u32) -> String {
         Children::host(self, id)
+    }
+    fn unfinished(&self) -> Vec<String> {
+        Children::unfinished(self)
     }
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
         Children::timings(self, id)

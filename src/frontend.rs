@@ -853,7 +853,7 @@ pub async fn run(spec: JobSpec) -> i32 {
         Err(status) => return status,
     };
     while !root.done() {
-        let event = inbox.next(root.kill_at, root.ending.is_none()).await;
+        let event = inbox.next(root.timers()).await;
         root.on_event(event);
         root.serve_requests().await;
     }
@@ -878,6 +878,19 @@ enum Event {
     Timeout,
     /// The teardown's grace is over.
     KillTimer,
+    /// The agents had their time to answer after the kill.
+    GiveUp,
+}
+
+/// The root's timers, as the inbox waits on them.
+#[derive(Debug, Clone, Copy)]
+struct Timers {
+    /// `MPIEXEC_TIMEOUT` still counts (it fires once).
+    timing: bool,
+    /// When the grace ends, during a teardown.
+    kill_at: Option<Instant>,
+    /// When the root stops waiting for agents that have not answered the kill.
+    leave_at: Option<Instant>,
 }
 
 /// Where the root's events come from: its channels, its signals, its timers. It only
@@ -893,9 +906,13 @@ struct Inbox {
 }
 
 impl Inbox {
-    /// The next event. `kill_at`: when the grace ends, during a teardown; `timing`: the
-    /// timeout still counts (the job is not ending yet).
-    async fn next(&mut self, kill_at: Option<Instant>, timing: bool) -> Event {
+    /// The next event.
+    async fn next(&mut self, timers: Timers) -> Event {
+        let Timers {
+            timing,
+            kill_at,
+            leave_at,
+        } = timers;
         let signals = futures_signal(&mut self.signals);
         tokio::pin!(signals);
         let deadline = self.deadline.filter(|_| timing);
@@ -908,6 +925,7 @@ impl Inbox {
             sig = &mut signals => Event::Signal(sig),
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => Event::Timeout,
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => Event::KillTimer,
+            _ = tokio::time::sleep_until(leave_at.unwrap_or_else(Instant::now)), if leave_at.is_some() => Event::GiveUp,
         }
     }
 }
@@ -1000,6 +1018,14 @@ struct Root {
     /// When the ranks get SIGKILL, once the teardown began.
     kill_at: Option<Instant>,
     grace: Duration,
+    /// How long the root waits for the agents' `Done` after the kill.
+    answer_wait: Duration,
+    /// When it stops waiting, once the kill was sent.
+    leave_at: Option<Instant>,
+    /// `MPIEXEC_TIMEOUT` fired.
+    timed_out: bool,
+    /// The root stopped waiting for agents that never answered.
+    gave_up: bool,
     auto_cleanup: bool,
     /// `MPIEXEC_TIMEOUT`, for its message.
     timeout: Option<Duration>,
@@ -1110,6 +1136,10 @@ impl Root {
             ending: None,
             kill_at: None,
             grace: Duration::from_millis(p.job.kill_grace_ms),
+            answer_wait: env_secs("KAURI_TEARDOWN_WAIT", 5.0),
+            leave_at: None,
+            timed_out: false,
+            gave_up: false,
             auto_cleanup: spec.auto_cleanup,
             timeout: spec.timeout,
             clock,
@@ -1155,9 +1185,19 @@ impl Root {
         Ok((root, inbox))
     }
 
-    /// Every job's ranks have ended, here and below, and every agent said `Done`.
+    /// Every job's ranks have ended, here and below, and every agent said `Done`; or the
+    /// root stopped waiting for the agents that never answered the kill.
     fn done(&self) -> bool {
-        self.jobs.iter().all(|j| j.branch.done())
+        self.gave_up || self.jobs.iter().all(|j| j.branch.done())
+    }
+
+    /// What the inbox waits for besides messages.
+    fn timers(&self) -> Timers {
+        Timers {
+            timing: !self.timed_out,
+            kill_at: self.kill_at,
+            leave_at: self.leave_at,
+        }
     }
 
     /// Dispatches one event.
@@ -1169,12 +1209,9 @@ impl Root {
             Event::Stdin(chunk) => self.jobs[0].branch.stdin(chunk),
             Event::OutputClosed => self.teardown(Ending::OutputClosed),
             Event::Signal(sig) => self.on_signal(sig),
-            Event::Timeout => {
-                let secs = self.timeout.unwrap_or_default().as_secs();
-                eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT)");
-                self.teardown(Ending::Timeout);
-            }
+            Event::Timeout => self.on_timeout(),
             Event::KillTimer => self.on_kill_timer(),
+            Event::GiveUp => self.give_up(),
         }
     }
 
@@ -1182,7 +1219,12 @@ impl Root {
     /// the startup profile, and returns kauri's exit status.
     async fn finish(mut self) -> i32 {
         for j in self.jobs.iter_mut() {
-            j.branch.drain().await;
+            if self.gave_up {
+                // Ranks that did not die when killed may hold their pipes: do not wait long.
+                let _ = tokio::time::timeout(Duration::from_secs(2), j.branch.drain()).await;
+            } else {
+                j.branch.drain().await;
+            }
         }
         let profile = self.jobs[0].branch.take_profile();
         let size = self.jobs[0].plan.size;
@@ -1437,7 +1479,52 @@ impl Root {
         }
     }
 
+    /// `MPIEXEC_TIMEOUT` bounds the whole run: it starts the teardown, or, when one is under
+    /// way already, kills everything and stops waiting soon after.
+    fn on_timeout(&mut self) {
+        self.timed_out = true;
+        let secs = self.timeout.unwrap_or_default().as_secs();
+        if self.ending.is_none() {
+            eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT)");
+            self.teardown(Ending::Timeout);
+            return;
+        }
+        eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT) during its teardown");
+        self.kill_all();
+        self.kill_at = None;
+        let soon = Instant::now() + Duration::from_secs(1);
+        self.leave_at = Some(self.leave_at.map_or(soon, |t| t.min(soon)));
+    }
+
+    /// The agents had their time after the kill: name the ones that never answered and stop
+    /// waiting (leaving closes their links, which ends them and their ranks).
+    fn give_up(&mut self) {
+        self.leave_at = None;
+        let mut silent: Vec<String> = Vec::new();
+        for j in &self.jobs {
+            for h in j.branch.kids().unfinished() {
+                if !silent.contains(&h) {
+                    silent.push(h);
+                }
+            }
+            if j.branch.node().is_some_and(|n| n.running() > 0) {
+                silent.push(format!("{} (this host's ranks)", self.cluster.me));
+            }
+        }
+        let waited = self.answer_wait.as_secs_f64();
+        eprintln!(
+            "kauri: no answer from {} {waited:.0} s after the kill; leaving without it",
+            if silent.is_empty() {
+                "the job".to_string()
+            } else {
+                format!("the agent(s) on {}", silent.join(", "))
+            }
+        );
+        self.gave_up = true;
+    }
+
     fn on_kill_timer(&mut self) {
+        self.leave_at = Some(Instant::now() + self.answer_wait);
         self.kill_all();
         self.kill_at = None;
     }

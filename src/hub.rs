@@ -284,6 +284,16 @@ impl Children {
         self.subtrees.iter().all(|t| done.contains(&t.id))
     }
 
+    /// The hosts of the children that are not finished.
+    pub fn unfinished(&self) -> Vec<String> {
+        let done = self.shared.done.borrow();
+        self.subtrees
+            .iter()
+            .filter(|t| !done.contains(&t.id))
+            .map(|t| t.plan.host.clone())
+            .collect()
+    }
+
     /// The host of child `id`.
     pub fn host(&self, id: u32) -> String {
         self.subtrees

@@ -1,0 +1,119 @@
+//! Every ending has a deadline: an agent that stops answering (here `SIGSTOP`, as a host that
+//! is cut off or frozen would) cannot hold kauri once the job is ending. Hosts are simulated
+//! with the fork launcher; the rank on host `b` stops its own agent (its parent process).
+
+mod common;
+
+use common::{kauri, stderr};
+use std::time::{Duration, Instant};
+
+/// The processes whose command line holds `marker`.
+fn marked(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) {
+                found.push(format!("{pid}: {cmd}"));
+            }
+        }
+    }
+    found
+}
+
+/// Fails if a process holding `marker` is still there after 20 s (killed agents and ranks go
+/// through their parents' death signals, which takes a moment on a busy machine).
+fn assert_none_left(marker: &str) {
+    let start = Instant::now();
+    loop {
+        let left = marked(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "left behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Rank 0 (host a) fails after a moment; rank 1 (host b) first stops its agent.
+fn stop_b_then_fail(marker: &str) -> String {
+    format!(
+        "if [ $KAURI_RANK = 1 ]; then kill -STOP $PPID; exec sleep 300; fi; sleep 1; exit 3 # {marker}"
+    )
+}
+
+/// A job ends with a rank's failure while the agent of another host is stopped: kauri sends
+/// the teardown, kills after the grace, waits `KAURI_TEARDOWN_WAIT` for the agents' answer,
+/// names the silent one and leaves with the failed rank's status; nothing is left behind.
+/// (It used to wait for the stopped agent for ever.)
+#[test]
+fn a_silent_agent_does_not_hold_the_teardown() {
+    let marker = format!("teardown-silent-{}", std::process::id());
+    let prog = stop_b_then_fail(&marker);
+    let o = kauri(
+        &[
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            &prog,
+        ],
+        None,
+        &[("KAURI_KILL_GRACE", "1"), ("KAURI_TEARDOWN_WAIT", "2")],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("no answer from the agent(s) on b "),
+        "names the silent host: {err}"
+    );
+    assert_none_left(&marker);
+}
+
+/// `MPIEXEC_TIMEOUT` bounds the whole run, a teardown included: with the agents given all the
+/// time in the world to answer, the timeout still ends kauri.
+#[test]
+fn the_timeout_bounds_a_teardown_too() {
+    let marker = format!("teardown-timeout-{}", std::process::id());
+    let prog = stop_b_then_fail(&marker);
+    let o = kauri(
+        &[
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            &prog,
+        ],
+        None,
+        &[
+            ("KAURI_KILL_GRACE", "1"),
+            ("KAURI_TEARDOWN_WAIT", "100000"),
+            ("MPIEXEC_TIMEOUT", "8"),
+        ],
+    );
+    let err = stderr(&o);
+    assert!(err.contains("during its teardown"), "{err}");
+    assert!(
+        err.contains("no answer from the agent(s) on b "),
+        "names the silent host: {err}"
+    );
+    assert_eq!(o.status.code(), Some(3), "the first cause's status: {err}");
+    assert_none_left(&marker);
+}
