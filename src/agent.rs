@@ -126,8 +126,8 @@ enum AgentEvent {
     Node(NodeEvent),
     /// Its child links.
     Child(HubEvent),
-    /// A message from its parent (`None`: the parent is gone).
-    Down(Option<(Down, Bytes)>),
+    /// A message from its parent, or why the parent is gone.
+    Down(Result<(Down, Bytes), String>),
     /// The teardown's grace is over.
     KillTimer,
 }
@@ -137,7 +137,7 @@ enum AgentEvent {
 struct AgentInbox {
     node: events::Receiver<NodeEvent>,
     hub: events::Receiver<HubEvent>,
-    down: mpsc::UnboundedReceiver<Option<(Down, Bytes)>>,
+    down: mpsc::UnboundedReceiver<Result<(Down, Bytes), String>>,
     _keep: (events::Sender<NodeEvent>, events::Sender<HubEvent>),
 }
 
@@ -147,7 +147,9 @@ impl AgentInbox {
         tokio::select! {
             Some((_, ev)) = self.node.recv() => AgentEvent::Node(ev),
             Some((_, ev)) = self.hub.recv() => AgentEvent::Child(ev),
-            down = self.down.recv() => AgentEvent::Down(down.flatten()),
+            down = self.down.recv() => AgentEvent::Down(
+                down.unwrap_or_else(|| Err("its parent disappeared".into())),
+            ),
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => AgentEvent::KillTimer,
         }
     }
@@ -162,6 +164,8 @@ struct Agent {
     up: Link,
     /// The task writing that link.
     writer: tokio::task::JoinHandle<()>,
+    /// The task sending the link's heartbeat.
+    heartbeat: tokio::task::JoinHandle<()>,
     /// When the ranks get SIGKILL, once the teardown began.
     kill_at: Option<Instant>,
     /// Between the teardown's SIGTERM and SIGKILL.
@@ -208,6 +212,7 @@ impl Agent {
         };
         let host = me.host.clone();
         debug!(%host, ranks = me.ranks.len(), children = children.len(), "agent starting");
+        let (every, silence) = (launch.heartbeat(), launch.silence());
         let prof = job.profile.then(|| HostProfile {
             ranks: me.ranks.len() as u32,
             ..HostProfile::new(my_id, &host)
@@ -217,6 +222,9 @@ impl Agent {
         let (up, queue) = tree::link();
         let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
         let writer = tokio::task::spawn_local(queue.write(wr, None, Some(out_rx)));
+        // Beating from now on: starting the children and the ranks may take a while.
+        let heartbeat =
+            tokio::task::spawn_local(tree::link::beat(up.clone(), Up::Heartbeat, every));
         let report = |r: Report| {
             up.send(&Up::Reports(vec![r]));
         };
@@ -267,17 +275,34 @@ impl Agent {
         if started {
             branch.profile_fork(fork_start, forked);
         }
-        let (down_tx, down_rx) = mpsc::unbounded_channel::<Option<(Down, Bytes)>>();
+        // The link's liveness: a heartbeat up, and a parent silent too long is a parent gone.
+        if let Some(s) = silence {
+            tree::link::keepalive(rd.as_ref(), s);
+        }
+        let (down_tx, down_rx) = mpsc::unbounded_channel::<Result<(Down, Bytes), String>>();
         tokio::task::spawn_local(async move {
             loop {
-                match tree::recv_frame::<_, Down>(&mut rd).await {
+                let next = match silence {
+                    Some(s) => match tokio::time::timeout(s, tree::recv_frame::<_, Down>(&mut rd))
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => {
+                            let why = format!("its parent was silent for {} s", s.as_secs_f64());
+                            let _ = down_tx.send(Err(why));
+                            break;
+                        }
+                    },
+                    None => tree::recv_frame::<_, Down>(&mut rd).await,
+                };
+                match next {
                     Ok(Some(m)) => {
-                        if down_tx.send(Some(m)).is_err() {
+                        if down_tx.send(Ok(m)).is_err() {
                             break;
                         }
                     }
                     _ => {
-                        let _ = down_tx.send(None);
+                        let _ = down_tx.send(Err("its parent disappeared".into()));
                         break;
                     }
                 }
@@ -288,6 +313,7 @@ impl Agent {
             branch,
             up,
             writer,
+            heartbeat,
             kill_at: None,
             grace: Duration::from_millis(job.kill_grace_ms),
         };
@@ -326,12 +352,15 @@ impl Agent {
         self.send(out);
     }
 
-    /// A message from the parent; `None` when the parent is gone, which ends the agent.
-    fn on_down(&mut self, down: Option<(Down, Bytes)>) -> Result<(), String> {
-        let Some((msg, frame)) = down else {
-            // Nobody can use this part of the job any more.
-            self.branch.kill();
-            return Err("its parent disappeared; killed its ranks".into());
+    /// A message from the parent, or why it is gone, which ends the agent.
+    fn on_down(&mut self, down: Result<(Down, Bytes), String>) -> Result<(), String> {
+        let (msg, frame) = match down {
+            Ok(m) => m,
+            Err(why) => {
+                // Nobody can use this part of the job any more.
+                self.branch.kill();
+                return Err(format!("{why}; killed its ranks"));
+            }
         };
         if msg == Down::Teardown {
             if self.branch.teardown() {
@@ -364,6 +393,7 @@ impl Agent {
             all.append(&mut below);
             self.up.send(&Up::Profile(all));
         }
+        self.heartbeat.abort();
         self.up.finish(&Up::Done);
         let Agent {
             writer, branch, up, ..

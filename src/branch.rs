@@ -486,7 +486,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             }
             Down::Kill => self.kill(),
             Down::Reply { to, req, reply } => self.reply(to, req, reply),
-            Down::Challenge { .. } | Down::Spec { .. } => {}
+            Down::Challenge { .. } | Down::Spec { .. } | Down::Heartbeat => {}
         }
         None
     }

@@ -143,6 +143,8 @@ Environment:
   MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds (exit status 255)
   KAURI_KILL_GRACE=SECS   grace between SIGTERM and SIGKILL at teardown (default 3)
   KAURI_TEARDOWN_WAIT=SECS  after the kill, how long to wait for silent agents (default 5)
+  KAURI_HEARTBEAT=SECS    heartbeat period on every tree link (default 5)
+  KAURI_HEARTBEAT_TIMEOUT=SECS  a tree link silent this long is lost (default 30; 0: never)
   KAURI_TREE_WIDTH=K      the tree width, like -tree-width
   KAURI_USIZE=N           the universe size, like -usize (a singleton's only way to set it)
   KAURI_LAUNCH_COST=S,L   for -tree-width cost: a launch's serial and total cost in ms

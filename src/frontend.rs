@@ -448,6 +448,8 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(32),
+        heartbeat_ms: env_secs("KAURI_HEARTBEAT", 5.0).as_millis() as u64,
+        silence_ms: env_secs("KAURI_HEARTBEAT_TIMEOUT", 30.0).as_millis() as u64,
     };
     let width = if kind == "slurm" {
         0
@@ -1333,7 +1335,7 @@ impl Root {
                     self.on_report(j, r);
                 }
             }
-            Up::Hello { .. } | Up::Output { .. } | Up::Profile(_) | Up::Done => {}
+            Up::Hello { .. } | Up::Output { .. } | Up::Profile(_) | Up::Heartbeat | Up::Done => {}
         }
     }
 

@@ -391,6 +391,10 @@ async fn serve_child(
         let _ = events.send(HubEvent::Up { id, msg: Up::Done });
         return;
     }
+    let (every, silence) = (plan.heartbeat(), plan.silence());
+    if let Some(s) = silence {
+        tree::link::keepalive(rd.as_ref(), s);
+    }
     let spec = tree::encode(&Down::Spec {
         id,
         job: Box::new((*job).clone()),
@@ -404,9 +408,31 @@ async fn serve_child(
     };
     // Its Spec first, then whatever was queued for it since its launch, then the rest.
     tokio::task::spawn_local(queue.write(wr, Some(spec), None));
+    let heartbeat = shared
+        .links
+        .borrow()
+        .get(&id)
+        .cloned()
+        .map(|l| tokio::task::spawn_local(tree::link::beat(l, Down::Heartbeat, every)));
+    let _stop_beating = heartbeat.map(AbortOnDrop);
     let host = subtree.plan.host;
+    let mut why = format!("agent on {host} died");
     loop {
-        match tree::recv::<_, Up>(&mut rd).await {
+        let next = match silence {
+            Some(s) => match tokio::time::timeout(s, tree::recv::<_, Up>(&mut rd)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    why = format!(
+                        "agent on {host} was silent for {} s (KAURI_HEARTBEAT_TIMEOUT)",
+                        s.as_secs_f64()
+                    );
+                    break;
+                }
+            },
+            None => tree::recv::<_, Up>(&mut rd).await,
+        };
+        match next {
+            Ok(Some(Up::Heartbeat)) => {}
             Ok(Some(Up::Output { stream, data })) => {
                 if out.send((stream, Bytes::from(data))).await.is_err() {
                     break;
@@ -423,10 +449,16 @@ async fn serve_child(
         }
     }
     if !shared.done.borrow().contains(&id) {
-        let _ = events.send(HubEvent::Lost {
-            id,
-            reason: format!("agent on {host} died"),
-        });
+        let _ = events.send(HubEvent::Lost { id, reason: why });
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -152,4 +152,20 @@ pub struct LaunchPlan {
     pub connect_timeout_s: u64,
     /// Maximum launches in flight per agent.
     pub max_concurrent: usize,
+    /// Milliseconds between heartbeats on every tree link, both ways.
+    pub heartbeat_ms: u64,
+    /// A link on which nothing arrived for this many milliseconds is lost (0: never).
+    pub silence_ms: u64,
+}
+
+impl LaunchPlan {
+    /// The heartbeat period.
+    pub fn heartbeat(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.heartbeat_ms.max(1))
+    }
+
+    /// How long a link may be silent before it is lost, when it may not be for ever.
+    pub fn silence(&self) -> Option<std::time::Duration> {
+        (self.silence_ms > 0).then(|| std::time::Duration::from_millis(self.silence_ms))
+    }
 }

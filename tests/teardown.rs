@@ -117,3 +117,63 @@ fn the_timeout_bounds_a_teardown_too() {
     assert_eq!(o.status.code(), Some(3), "the first cause's status: {err}");
     assert_none_left(&marker);
 }
+
+/// A host that stops answering while the job runs (its agent stopped: no FIN, no RST, the
+/// socket stays open) is noticed by its silence on the link: the job ends with one line naming
+/// the host and how long it was silent. (It used to wait for ever.)
+#[test]
+fn a_host_that_goes_silent_is_noticed() {
+    let marker = format!("silent-host-{}", std::process::id());
+    let prog =
+        format!("if [ $KAURI_RANK = 1 ]; then kill -STOP $PPID; fi; exec sleep 300 # {marker}");
+    let o = kauri(
+        &[
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            &prog,
+        ],
+        None,
+        &[
+            ("KAURI_HEARTBEAT", "0.2"),
+            ("KAURI_HEARTBEAT_TIMEOUT", "2"),
+            ("KAURI_KILL_GRACE", "1"),
+            ("KAURI_TEARDOWN_WAIT", "1"),
+        ],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(255), "{err}");
+    assert!(
+        err.contains("kauri: agent on b was silent for 2 s (KAURI_HEARTBEAT_TIMEOUT)"),
+        "{err}"
+    );
+    assert_none_left(&marker);
+}
+
+/// Liveness is the agents', not the ranks': ranks that compute (here: sleep) far longer than
+/// the silence allowed on a link are never taken for a lost host.
+#[test]
+fn ranks_that_compute_long_are_not_a_silent_host() {
+    let o = kauri(
+        &[
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b,c",
+            "-n",
+            "3",
+            "sh",
+            "-c",
+            "sleep 6; echo done",
+        ],
+        None,
+        &[("KAURI_HEARTBEAT", "0.1"), ("KAURI_HEARTBEAT_TIMEOUT", "2")],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(common::lines(&o), vec!["done", "done", "done"]);
+}

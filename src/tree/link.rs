@@ -22,6 +22,7 @@ use super::msg::Up;
 use crate::iofwd::Stream;
 use bytes::{Bytes, BytesMut};
 use serde::Serialize;
+use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -91,6 +92,51 @@ impl Link {
             }
         }
     }
+}
+
+/// Sends `msg` on `link` every `every` until the link's writer is gone: the link's heartbeat.
+/// It comes from the sender's event loop, not from its ranks, so ranks that compute for hours
+/// never stop it, and a host that stops (frozen, cut off, `SIGSTOP`) does.
+pub async fn beat<M: Serialize>(link: Link, msg: M, every: Duration) {
+    let Ok(frame) = encode(&msg) else { return };
+    loop {
+        tokio::time::sleep(every).await;
+        if !link.send_frame(frame.clone()) {
+            return;
+        }
+    }
+}
+
+/// Turns on TCP keepalive for a link's socket, and bounds how long sent data may stay
+/// unacknowledged (`TCP_USER_TIMEOUT`), both scaled to `silence`: a peer whose host vanished
+/// from the network (no FIN, no RST) then fails the link's reads and writes instead of
+/// holding them for many minutes. Best effort: an error is ignored.
+pub fn keepalive(sock: &tokio::net::TcpStream, silence: Duration) {
+    use std::os::fd::AsRawFd;
+    let fd = sock.as_raw_fd();
+    let secs = silence.as_secs().max(3) as libc::c_int;
+    let set = |level: libc::c_int, name: libc::c_int, value: libc::c_int| {
+        // SAFETY: setsockopt reads an int of the given size from a live stack variable; the
+        // fd is the socket's own, open for the call.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, (secs / 3).max(1));
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, (secs / 6).max(1));
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3);
+    set(
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        secs.saturating_mul(1000),
+    );
 }
 
 /// What the writer does next.

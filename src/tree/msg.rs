@@ -39,6 +39,8 @@ pub enum Down {
         /// Every put of the job since the previous fence.
         delta: Packed,
     },
+    /// The parent is alive (sent every `KAURI_HEARTBEAT` seconds).
+    Heartbeat,
     /// Pairs published without a fence (`kauri kvs put`): commit them at once.
     Publish(Delta),
     /// PMIx fence `epoch` is complete everywhere: every host's blob, concatenated.
@@ -230,6 +232,8 @@ pub enum Up {
     /// The startup profile of the subtree's hosts, on the sender's clock (sent just before
     /// `Done`, only when the job records one).
     Profile(Vec<HostProfile>),
+    /// The agent is alive (sent every `KAURI_HEARTBEAT` seconds, whatever its ranks do).
+    Heartbeat,
     /// Every rank of the subtree has ended and its output is sent; the agent is leaving.
     Done,
 }
