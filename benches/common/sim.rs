@@ -289,7 +289,9 @@ impl Host for SimHost {
 struct SimLinks {
     cpu: Cpu,
     ids: Vec<u32>,
-    /// Writers of the children that are not done.
+    /// Writers of the children that are not done. A hash map, as `Children` keeps them: a
+    /// broadcast goes out in its order, not by id (so the child with the deepest subtree is
+    /// not always written first, in kauri either).
     links: RefCell<HashMap<u32, Writer>>,
     /// Agent below → the direct child whose subtree holds it.
     below: HashMap<u32, u32>,
