@@ -300,8 +300,14 @@ struct SimLinks {
 }
 
 impl SimLinks {
-    fn queue(&self, w: &Writer, f: Bytes) {
-        let _ = w.send((f, self.cpu.now()));
+    /// Queues `f` for every child that is not done. The frames are stamped once: reading
+    /// this thread's CPU clock is a system call, and once per child it would charge a wide
+    /// parent for the measurement (the writes cannot start before the call ends anyway).
+    fn queue_all(&self, f: &Bytes) {
+        let t = self.cpu.now();
+        for w in self.links.borrow().values() {
+            let _ = w.send((f.clone(), t));
+        }
     }
 }
 
@@ -311,23 +317,20 @@ impl Links for SimLinks {
     }
     fn send(&self, id: u32, msg: Down) {
         if let (Some(w), Ok(f)) = (self.links.borrow().get(&id), tree::encode(&msg)) {
-            self.queue(w, f);
+            let _ = w.send((f, self.cpu.now()));
         }
     }
     fn broadcast(&self, msg: &Down) {
-        let links = self.links.borrow();
-        if links.is_empty() {
+        if self.links.borrow().is_empty() {
             return;
         }
         if let Ok(f) = tree::encode(msg) {
-            for w in links.values() {
-                self.queue(w, f.clone());
-            }
+            self.queue_all(&f);
         }
     }
     fn broadcast_frame(&self, frame: &Bytes) {
-        for w in self.links.borrow().values() {
-            self.queue(w, frame.clone());
+        if !self.links.borrow().is_empty() {
+            self.queue_all(frame);
         }
     }
     fn route(&self, to: u32, msg: Down) -> bool {
