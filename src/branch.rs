@@ -12,7 +12,7 @@
 //!
 //! It reaches its ranks through [`Host`] and its children through [`Links`]: in kauri a
 //! [`Node`] and a [`Children`] hub; the benchmarks' simulator drives the same branch over
-//! virtual ranks and in-memory links, so its numbers describe this code.
+//! virtual ranks and loopback links, so its numbers describe this code.
 
 use crate::hub::{Children, Gather, HubEvent};
 use crate::kvs::{Delta, Packed};

@@ -1,31 +1,59 @@
-//! An agent tree in one process: H virtual agents under a root, linked over loopback TCP with
-//! the real link framing (`tree::encode`, kauri's frame format), the real shape
-//! (`tree::build`), the real fence gather (`hub::Gather`) and the real store (`kvs::Kvs`), each
-//! agent contributing the puts of R virtual ranks to every fence. No processes and no PMI: it
-//! measures what the tree itself costs, for host counts one machine cannot run as processes.
+//! An agent tree in one process: H virtual agents under a root, each of them (and the root)
+//! a real [`kauri::branch::Branch`], the same tree node the front end and `kauri agent` drive.
+//! Each agent's [`SimHost`] stands for R virtual ranks that put `keys` keys each per fence and
+//! commits the merged delta into a real [`Kvs`]; each branch's [`SimLinks`] reaches its
+//! children over loopback TCP with the real framing ([`tree::encode`], [`tree::recv_frame`])
+//! in the real shape ([`tree::build`]). No processes and no PMI: it measures what the tree
+//! itself costs, for host counts one machine cannot run as processes.
 //!
-//! Each link has a reader task and a writer task with a queue, as `hub` has, so a fence's
-//! fan-out to many children is not serialised on one writer.
+//! A fence: every agent's ranks enter it at once, as its node would say it
+//! (`NodeEvent::Engine(Output::FenceReady)` into [`Branch::on_node`]); a frame from a child
+//! goes into [`Branch::on_child`] as `HubEvent::Up`, one from the parent into
+//! [`Branch::on_down`] with the frame as it came; what a branch hands up (`Out::Up`) is
+//! encoded and written to its parent's link. At the root a complete `Up::Fence` becomes
+//! [`Branch::fence_done`], as in `frontend`. The fence ends when every agent's host has
+//! committed. The root runs no ranks here (the front end of a job whose ranks all run on the
+//! agents), so it gathers and broadcasts but commits nothing.
+//!
+//! **Links: loopback TCP, not in-memory channels.** Each link has a reader task and a writer
+//! task with a queue, as `hub` has, so a fence's fan-out to many children is not serialised on
+//! one writer. Channels of encoded frames would be simpler, but a parent's socket writes are
+//! its biggest cost in a wide tree (a flat root writes the merged delta once per host); a
+//! channel would hand the same `Bytes` to every child for free and the model below would lose
+//! that cost. Over TCP every frame is encoded, written, read and decoded for real, and the
+//! wire-up column (connecting every link) keeps its meaning.
 //!
 //! **Modelled latency.** Everything runs on one thread, so the real time of a fence is the
 //! tree's total work. Beside it, each fence is replayed in virtual time, as if every agent had
-//! a CPU of its own and the links were a network: every piece of an agent's work (decoding a
-//! frame, merging in the gather, encoding, writing to a socket, committing to the store) is
-//! timed as it really runs here (in thread CPU time) and charged to that agent's virtual CPU, which does one thing
-//! at a time (a piece starts when both the CPU is free and its input has arrived); a frame
-//! arrives `hop_us` plus its size at `gbps` after it was written. The modelled latency is when
-//! the last agent has committed the merged delta. It is a model built from measured costs,
-//! not a measurement on real hosts; it is pessimistic where this thread ran an agent's work
-//! in another order than its virtual arrival order.
+//! a CPU of its own and the links were a network: every piece of an agent's work (a whole
+//! call into its branch, with the gather's merge, the encodings and the commit in it; decoding
+//! a frame; each socket write) is timed as it really runs here, in thread CPU time, and charged
+//! to that agent's virtual CPU, which does one thing at a time (a piece starts when both the
+//! CPU is free and its input has arrived). A frame leaves when it is queued (its virtual time
+//! inside the call that queued it) and the writes that follow are charged; it arrives `hop_us`
+//! plus its size at `gbps` after it was written. Reads from a socket are not charged. The
+//! modelled latency is when the last agent has committed the merged delta. It is a model built
+//! from measured costs, not a measurement on real hosts; it is pessimistic where this thread
+//! ran an agent's work in another order than its virtual arrival order (a writer task runs
+//! after the call that queued its frame, so a parent's writes are charged after its commit,
+//! as they run in a single-threaded agent too).
 
-use kauri::hub::Gather;
-use kauri::kvs::{Kvs, Packed};
+use bytes::Bytes;
+use kauri::branch::{Branch, Host, Links, Out};
+use kauri::hub::HubEvent;
+use kauri::kvs::{Delta, Kvs, Packed};
+use kauri::node::NodeEvent;
 use kauri::plan::{HostPlan, Subtree};
+use kauri::pmi::Output;
+use kauri::profile::Clock;
+use kauri::service::ServiceReply;
 use kauri::tree::{self, Down, Up};
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::io;
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -52,16 +80,51 @@ pub struct Shape {
     pub gbps: f64,
 }
 
-/// A virtual CPU: the virtual time (µs from the fence's start) at which its work so far ends.
+/// A virtual CPU. `free`: the virtual time (µs from the fence's start) at which its work so
+/// far ends; `run`: the call running on it now (its virtual start, this thread's CPU time then).
+#[derive(Default)]
+struct CpuState {
+    free: Cell<f64>,
+    run: Cell<Option<(f64, Duration)>>,
+}
+
+/// One agent's virtual CPU, shared by its node task, its links and its host.
 #[derive(Clone, Default)]
-struct Cpu(Rc<Cell<f64>>);
+struct Cpu(Rc<CpuState>);
 
 impl Cpu {
     /// Charges `cost` of work that can start at `ready`; returns when it ends.
     fn work(&self, ready: f64, cost: Duration) -> f64 {
-        let end = self.0.get().max(ready) + cost.as_secs_f64() * 1e6;
-        self.0.set(end);
+        let end = self.0.free.get().max(ready) + cost.as_secs_f64() * 1e6;
+        self.0.free.set(end);
         end
+    }
+
+    /// A call whose input is ready at `ready` begins; everything until [`Cpu::end`] is charged.
+    fn begin(&self, ready: f64) {
+        let start = self.0.free.get().max(ready);
+        self.0.run.set(Some((start, cpu_now())));
+    }
+
+    /// The virtual time now: inside a call, its start plus the CPU time spent in it so far.
+    fn now(&self) -> f64 {
+        match self.0.run.get() {
+            Some((start, t0)) => start + cpu_now().saturating_sub(t0).as_secs_f64() * 1e6,
+            None => self.0.free.get(),
+        }
+    }
+
+    /// The call ends; the CPU is busy until now.
+    fn end(&self) {
+        let t = self.now();
+        self.0.free.set(t);
+        self.0.run.set(None);
+    }
+
+    /// A new fence starts at virtual time 0.
+    fn reset(&self) {
+        self.0.free.set(0.0);
+        self.0.run.set(None);
     }
 }
 
@@ -100,11 +163,213 @@ impl Net {
     }
 }
 
+/// A link's writer queue: encoded frames and the virtual time each was queued.
+type Writer = mpsc::UnboundedSender<(Bytes, f64)>;
+
+/// Starts a link's writer task: each frame written on `cpu`'s account (only the write calls,
+/// not the waits for the socket to drain) and stamped with its virtual arrival.
+fn writer(w: tokio::net::tcp::OwnedWriteHalf, cpu: Cpu, stamps: Stamps, net: Net) -> Writer {
+    let (tx, mut rx) = mpsc::unbounded_channel::<(Bytes, f64)>();
+    tokio::task::spawn_local(async move {
+        while let Some((f, ready)) = rx.recv().await {
+            let (mut off, mut cost, mut failed) = (0, Duration::ZERO, false);
+            while off < f.len() && !failed {
+                if w.writable().await.is_err() {
+                    failed = true;
+                    break;
+                }
+                let (r, c) = timed(|| w.try_write(&f[off..]));
+                cost += c;
+                match r {
+                    Ok(n) => off += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => failed = true,
+                }
+            }
+            let sent = cpu.work(ready, cost);
+            stamps.borrow_mut().push_back(net.arrival(sent, f.len()));
+            if failed {
+                break;
+            }
+        }
+    });
+    tx
+}
+
+/// Decodes one whole frame with kauri's own reader, [`tree::recv_frame`]: over a buffer
+/// that holds the frame it never waits, so it is polled once and its cost is the decoding's.
+fn decode<M: for<'de> serde::Deserialize<'de>>(buf: &[u8]) -> Option<(M, Bytes)> {
+    let mut r = buf;
+    let fut = std::pin::pin!(tree::recv_frame::<_, M>(&mut r));
+    match fut.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(Ok(Some(m))) => Some(m),
+        _ => None,
+    }
+}
+
+/// Reads one frame (not charged), decodes it on `cpu`'s account; returns the message, the
+/// frame as it came (for passing on) and the virtual time it is ready.
+async fn read_frame<M: for<'de> serde::Deserialize<'de>>(
+    r: &mut tokio::net::tcp::OwnedReadHalf,
+    cpu: &Cpu,
+    stamps: &Stamps,
+) -> Option<(M, Bytes, f64)> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).await.ok()?;
+    let mut buf = vec![0u8; 4 + u32::from_be_bytes(len) as usize];
+    buf[..4].copy_from_slice(&len);
+    r.read_exact(&mut buf[4..]).await.ok()?;
+    let (m, cost) = timed(|| decode::<M>(&buf));
+    let (m, frame) = m?;
+    let arrived = stamps.borrow_mut().pop_front().unwrap_or(0.0);
+    Some((m, frame, cpu.work(arrived, cost)))
+}
+
+/// An agent's R virtual ranks, as its branch sees them. Only a fence's end does work here
+/// (the commit into a real store, as `Node::fence_done` commits into its engine's); the sim
+/// runs no processes and no PMIx server, so what would signal, serve or answer a rank has
+/// nobody to act on and does nothing.
+struct SimHost {
+    id: u32,
+    /// Its ranks are `first..first + ranks`.
+    first: usize,
+    ranks: usize,
+    /// Commit the merged delta (`Shape::commit`).
+    commit: bool,
+    kvs: RefCell<Kvs>,
+    cpu: Cpu,
+    /// Told (agent, virtual time) when this host has committed a fence.
+    done: mpsc::UnboundedSender<(u32, f64)>,
+}
+
+impl Host for SimHost {
+    fn ranks(&self) -> usize {
+        self.ranks
+    }
+    /// Virtual ranks never end.
+    fn running(&self) -> usize {
+        self.ranks
+    }
+    fn has_rank(&self, rank: usize) -> bool {
+        (self.first..self.first + self.ranks).contains(&rank)
+    }
+    fn fence_done(&self, _epoch: u64, delta: &Packed) {
+        if self.commit {
+            self.kvs
+                .borrow_mut()
+                .commit_packed(delta)
+                .expect("the simulated delta unpacks");
+        }
+        let _ = self.done.send((self.id, self.cpu.now()));
+    }
+    /// The sim runs PMI-1 fences only.
+    fn pmix_fence_done(&self, _epoch: u64, _data: Vec<u8>) {}
+    /// No PMIx server to serve from.
+    fn pmix_dmodex_serve(&self, _rank: usize, _to: u32, _req: u64) {}
+    /// No PMIx client waits for it.
+    fn pmix_dmodex_reply(&self, _req: u64, _status: i32, _data: Vec<u8>) {}
+    fn publish(&self, delta: Delta) {
+        self.kvs.borrow_mut().commit(delta);
+    }
+    /// No rank asks the root anything.
+    fn service_reply(&self, _req: u64, _reply: ServiceReply) {}
+    /// No process to signal.
+    fn signal(&self, _sig: i32) {}
+    /// No rank 0 process, no stdin.
+    fn take_stdin(&mut self) -> Option<tokio::net::unix::pipe::Sender> {
+        None
+    }
+    /// No output to forward, nothing left behind.
+    async fn drain(self) {}
+}
+
+/// A branch's links to its children: each child's writer queue (frames encoded once, as `hub`
+/// encodes them, the encoding charged to this agent's CPU by the call it runs in) and which
+/// child's subtree holds each agent below, for routing.
+struct SimLinks {
+    cpu: Cpu,
+    ids: Vec<u32>,
+    /// Writers of the children that are not done. A hash map, as `Children` keeps them: a
+    /// broadcast goes out in its order, not by id (so the child with the deepest subtree is
+    /// not always written first, in kauri either).
+    links: RefCell<HashMap<u32, Writer>>,
+    /// Agent below → the direct child whose subtree holds it.
+    below: HashMap<u32, u32>,
+    /// Virtual ranks per agent (agent `a` runs ranks `(a - 1) * ranks..a * ranks`).
+    ranks: usize,
+}
+
+impl SimLinks {
+    /// Queues `f` for every child that is not done. The frames are stamped once: reading
+    /// this thread's CPU clock is a system call, and once per child it would charge a wide
+    /// parent for the measurement (the writes cannot start before the call ends anyway).
+    fn queue_all(&self, f: &Bytes) {
+        let t = self.cpu.now();
+        for w in self.links.borrow().values() {
+            let _ = w.send((f.clone(), t));
+        }
+    }
+}
+
+impl Links for SimLinks {
+    fn ids(&self) -> Vec<u32> {
+        self.ids.clone()
+    }
+    fn send(&self, id: u32, msg: Down) {
+        if let (Some(w), Ok(f)) = (self.links.borrow().get(&id), tree::encode(&msg)) {
+            let _ = w.send((f, self.cpu.now()));
+        }
+    }
+    fn broadcast(&self, msg: &Down) {
+        if self.links.borrow().is_empty() {
+            return;
+        }
+        if let Ok(f) = tree::encode(msg) {
+            self.queue_all(&f);
+        }
+    }
+    fn broadcast_frame(&self, frame: &Bytes) {
+        if !self.links.borrow().is_empty() {
+            self.queue_all(frame);
+        }
+    }
+    fn route(&self, to: u32, msg: Down) -> bool {
+        match self.below.get(&to) {
+            Some(&c) => {
+                self.send(c, msg);
+                true
+            }
+            None => false,
+        }
+    }
+    fn child_with_rank(&self, rank: usize) -> Option<u32> {
+        let agent = (rank / self.ranks.max(1) + 1) as u32;
+        self.below.get(&agent).copied()
+    }
+    fn mark_done(&self, id: u32) {
+        self.links.borrow_mut().remove(&id);
+    }
+    fn all_done(&self) -> bool {
+        self.links.borrow().is_empty()
+    }
+    /// Every link exists from the start; nobody connects late.
+    fn close(&self) {}
+    fn host(&self, id: u32) -> String {
+        format!("v{id}")
+    }
+    /// No launches to time.
+    fn timings(&self, _id: u32) -> (Option<Instant>, Option<Instant>) {
+        (None, None)
+    }
+}
+
 /// A running simulated tree.
 pub struct SimTree {
-    go: Vec<mpsc::UnboundedSender<()>>,
+    /// Each agent's "your ranks entered fence `epoch`".
+    go: Vec<mpsc::UnboundedSender<u64>>,
     done: mpsc::UnboundedReceiver<(u32, f64)>,
-    nodes: usize,
+    hosts: usize,
+    epoch: u64,
     cpus: Vec<Cpu>,
     /// How long building the tree (connecting every link) took.
     pub wireup: Duration,
@@ -135,6 +400,23 @@ fn edges(hosts: usize, width: usize) -> Vec<(u32, u32)> {
     out
 }
 
+/// For every node, which direct child's subtree holds each agent below it.
+fn routes(n: usize, edges: &[(u32, u32)]) -> Vec<HashMap<u32, u32>> {
+    let mut parent = vec![None; n];
+    for &(c, p) in edges {
+        parent[c as usize] = Some(p);
+    }
+    let mut below = vec![HashMap::new(); n];
+    for &(agent, _) in edges {
+        let mut c = agent;
+        while let Some(p) = parent[c as usize] {
+            below[p as usize].insert(agent, c);
+            c = p;
+        }
+    }
+    below
+}
+
 /// One agent's contribution: `ranks` ranks putting `keys` keys of `vsize` bytes.
 fn contribution(id: u32, s: &Shape) -> Packed {
     let v = "x".repeat(s.vsize);
@@ -147,69 +429,10 @@ fn contribution(id: u32, s: &Shape) -> Packed {
     d
 }
 
-/// A child link as its parent holds it: the writer of encoded frames (with their virtual
-/// ready time), the child's id.
-type Link = (mpsc::UnboundedSender<(bytes::Bytes, f64)>, u32);
-
-/// Starts a link's writer task: frames encoded once (`tree::encode`), as `hub` sends them,
-/// each written on `cpu`'s account and stamped with its virtual arrival.
-fn writer(
-    w: tokio::net::tcp::OwnedWriteHalf,
-    cpu: Cpu,
-    stamps: Stamps,
-    net: Net,
-) -> mpsc::UnboundedSender<(bytes::Bytes, f64)> {
-    let (tx, mut rx) = mpsc::unbounded_channel::<(bytes::Bytes, f64)>();
-    tokio::task::spawn_local(async move {
-        while let Some((f, ready)) = rx.recv().await {
-            // Only the write calls are charged, not the waits for the socket to drain.
-            let (mut off, mut cost, mut failed) = (0, Duration::ZERO, false);
-            while off < f.len() && !failed {
-                if w.writable().await.is_err() {
-                    failed = true;
-                    break;
-                }
-                let (r, c) = timed(|| w.try_write(&f[off..]));
-                cost += c;
-                match r {
-                    Ok(n) => off += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => failed = true,
-                }
-            }
-            let sent = cpu.work(ready, cost);
-            stamps.borrow_mut().push_back(net.arrival(sent, f.len()));
-            if failed {
-                break;
-            }
-        }
-    });
-    tx
-}
-
-/// Reads one frame as `tree::recv_frame` does, decoding on `cpu`'s account; returns the
-/// message, the frame as it came (for passing on) and the virtual time it is ready.
-async fn read_frame<M: for<'de> serde::Deserialize<'de>>(
-    r: &mut tokio::net::tcp::OwnedReadHalf,
-    cpu: &Cpu,
-    stamps: &Stamps,
-) -> Option<(M, bytes::Bytes, f64)> {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len).await.ok()?;
-    let mut frame = vec![0u8; 4 + u32::from_be_bytes(len) as usize];
-    frame[..4].copy_from_slice(&len);
-    r.read_exact(&mut frame[4..]).await.ok()?;
-    let (m, cost) = timed(|| bincode::deserialize::<M>(&frame[4..]));
-    let m = m.ok()?;
-    let arrived = stamps.borrow_mut().pop_front().unwrap_or(0.0);
-    Some((m, bytes::Bytes::from(frame), cpu.work(arrived, cost)))
-}
-
-/// Encodes `m` on `cpu`'s account, ready at `ready`.
-fn encode_on<M: serde::Serialize>(cpu: &Cpu, ready: f64, m: &M) -> Option<(bytes::Bytes, f64)> {
-    let (f, cost) = timed(|| tree::encode(m));
-    Some((f.ok()?, cpu.work(ready, cost)))
-}
+/// A child's decoded frames as its parent reads them: (child, message, ready time).
+type FromKids = mpsc::UnboundedReceiver<(u32, Up, f64)>;
+/// The parent's decoded frames as a child reads them: (message, frame as it came, ready time).
+type FromParent = mpsc::UnboundedReceiver<(Down, Bytes, f64)>;
 
 /// Builds the tree and starts every node; call from inside a `LocalSet`.
 pub async fn start(s: Shape) -> io::Result<SimTree> {
@@ -224,13 +447,11 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
     let n = s.hosts + 1;
     let cpus: Vec<Cpu> = (0..n).map(|_| Cpu::default()).collect();
     // Per node: its parent link (writer; reader side into a channel) and its child links.
-    type UpTx = mpsc::UnboundedSender<(bytes::Bytes, f64)>;
-    let mut up_tx: Vec<Option<UpTx>> = (0..n).map(|_| None).collect();
-    let mut down_rx: Vec<Option<mpsc::UnboundedReceiver<(Down, bytes::Bytes, f64)>>> =
-        (0..n).map(|_| None).collect();
-    let mut kids: Vec<Vec<Link>> = (0..n).map(|_| Vec::new()).collect();
-    let mut kid_rx: Vec<mpsc::UnboundedReceiver<(u32, Up, f64)>> = Vec::new();
-    let mut kid_tx: Vec<mpsc::UnboundedSender<(u32, Up, f64)>> = Vec::new();
+    let mut up_tx: Vec<Option<Writer>> = (0..n).map(|_| None).collect();
+    let mut down_rx: Vec<Option<FromParent>> = (0..n).map(|_| None).collect();
+    let mut kids: Vec<Vec<(u32, Writer)>> = (0..n).map(|_| Vec::new()).collect();
+    let mut kid_rx: Vec<FromKids> = Vec::new();
+    let mut kid_tx = Vec::new();
     for _ in 0..n {
         let (tx, rx) = mpsc::unbounded_channel();
         kid_tx.push(tx);
@@ -258,7 +479,7 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
             }
         });
         // Parent side: writes Down, reads Up.
-        kids[parent as usize].push((writer(pwr, pcpu.clone(), down_stamps, net), child));
+        kids[parent as usize].push((child, writer(pwr, pcpu.clone(), down_stamps, net)));
         let to = kid_tx[parent as usize].clone();
         tokio::task::spawn_local(async move {
             while let Some((m, _, t)) = read_frame::<Up>(&mut prd, &pcpu, &up_stamps).await {
@@ -269,33 +490,59 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
         });
     }
     drop(kid_tx);
+    let mut below = routes(n, &edges);
     let (done_tx, done) = mpsc::unbounded_channel();
     let mut go = Vec::new();
     for (id, kid_rx) in kid_rx.into_iter().enumerate().rev() {
-        let (gtx, grx) = mpsc::unbounded_channel();
-        let local = (id != 0).then(|| contribution(id as u32, &s));
-        if local.is_some() {
-            go.push(gtx);
-        }
-        tokio::task::spawn_local(node(
-            Node {
-                id: id as u32,
-                local,
-                kids: std::mem::take(&mut kids[id]),
-                up: up_tx[id].take(),
-                cpu: cpus[id].clone(),
+        let cpu = cpus[id].clone();
+        let links = SimLinks {
+            cpu: cpu.clone(),
+            ids: kids[id].iter().map(|k| k.0).collect(),
+            links: RefCell::new(std::mem::take(&mut kids[id]).into_iter().collect()),
+            below: std::mem::take(&mut below[id]),
+            ranks: s.ranks,
+        };
+        let id = id as u32;
+        // The root runs no ranks; every agent runs R.
+        let (host, local, grx) = if id == 0 {
+            (None, None, None)
+        } else {
+            let host = SimHost {
+                id,
+                first: (id as usize - 1) * s.ranks,
+                ranks: s.ranks,
                 commit: s.commit,
-            },
-            kid_rx,
-            down_rx[id].take(),
-            grx,
-            done_tx.clone(),
-        ));
+                kvs: RefCell::new(Kvs::default()),
+                cpu: cpu.clone(),
+                done: done_tx.clone(),
+            };
+            let (gtx, grx) = mpsc::unbounded_channel();
+            go.push(gtx);
+            (Some(host), Some(contribution(id, &s)), Some(grx))
+        };
+        let branch = Branch::new(
+            id,
+            format!("v{id}"),
+            host,
+            links,
+            true,
+            Clock::start(),
+            None,
+        );
+        let up = up_tx[id as usize].take();
+        let node = SimNode {
+            branch,
+            up,
+            cpu,
+            local,
+        };
+        tokio::task::spawn_local(node.run(kid_rx, down_rx[id as usize].take(), grx));
     }
     Ok(SimTree {
         go,
         done,
-        nodes: n,
+        hosts: s.hosts,
+        epoch: 0,
         cpus,
         wireup: t0.elapsed(),
         modelled: Duration::ZERO,
@@ -303,18 +550,19 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
 }
 
 impl SimTree {
-    /// Runs one fence: every agent's ranks enter it at once; returns when every node has
+    /// Runs one fence: every agent's ranks enter it at once; returns when every agent has
     /// the merged delta (and committed it). Sets [`SimTree::modelled`].
     pub async fn fence(&mut self) -> Duration {
         for c in &self.cpus {
-            c.0.set(0.0);
+            c.reset();
         }
         let t = Instant::now();
         for g in &self.go {
-            let _ = g.send(());
+            let _ = g.send(self.epoch);
         }
+        self.epoch += 1;
         let mut last = 0.0f64;
-        for _ in 0..self.nodes {
+        for _ in 0..self.hosts {
             match self.done.recv().await {
                 Some((_, at)) => last = last.max(at),
                 None => break,
@@ -326,100 +574,78 @@ impl SimTree {
     }
 }
 
-/// One simulated agent.
-struct Node {
-    id: u32,
-    local: Option<Packed>,
-    kids: Vec<Link>,
-    up: Option<mpsc::UnboundedSender<(bytes::Bytes, f64)>>,
-    cpu: Cpu,
-    commit: bool,
+/// The next item of `rx`; never, when there is no `rx`.
+async fn recv<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
-async fn node(
-    me: Node,
-    mut kid_rx: mpsc::UnboundedReceiver<(u32, Up, f64)>,
-    down: Option<mpsc::UnboundedReceiver<(Down, bytes::Bytes, f64)>>,
-    mut go: mpsc::UnboundedReceiver<()>,
-    done: mpsc::UnboundedSender<(u32, f64)>,
-) {
-    let Node {
-        id,
-        local,
-        kids,
-        up,
-        cpu,
-        commit,
-    } = me;
-    let mut gather: Gather = Gather::new(local.is_some(), kids.iter().map(|k| k.1).collect());
-    let mut kvs = Kvs::default();
-    let mut down = down;
-    // As the agent does: the root encodes the result once for all its children; an inner
-    // node passes on the frame it received (`frame`) as it came.
-    let release =
-        |epoch: u64, delta: Packed, frame: Option<bytes::Bytes>, ready: f64, kvs: &mut Kvs| {
-            let mut at = ready;
-            let msg = Down::FenceDone { epoch, delta };
-            if !kids.is_empty() {
-                let sent = match frame {
-                    Some(f) => Some((f, ready)),
-                    None => encode_on(&cpu, ready, &msg),
-                };
-                if let Some((f, t)) = sent {
-                    at = t;
-                    for (tx, _) in &kids {
-                        let _ = tx.send((f.clone(), t));
+/// One simulated node (the root or an agent): its branch, its uplink (none at the root), its
+/// virtual CPU and, for an agent, its ranks' contribution to every fence.
+struct SimNode {
+    branch: Branch<SimHost, SimLinks>,
+    up: Option<Writer>,
+    cpu: Cpu,
+    local: Option<Packed>,
+}
+
+impl SimNode {
+    /// Feeds the branch one event at a time, as `Agent` and `Root` do.
+    async fn run(
+        mut self,
+        mut kids: FromKids,
+        mut down: Option<FromParent>,
+        mut go: Option<mpsc::UnboundedReceiver<u64>>,
+    ) {
+        let has_kids = !self.branch.kids().ids.is_empty();
+        loop {
+            tokio::select! {
+                g = recv(&mut go) => match g {
+                    Some(epoch) => {
+                        let delta = self.local.clone().unwrap_or_default();
+                        self.cpu.begin(0.0);
+                        let out = self.branch.on_node(NodeEvent::Engine(Output::FenceReady { epoch, delta }));
+                        self.on_out(out);
+                        self.cpu.end();
                     }
-                }
-            }
-            if let (true, Down::FenceDone { delta, .. }) = (commit, &msg) {
-                let (r, cost) = timed(|| kvs.commit_packed(delta));
-                r.expect("the simulated delta unpacks");
-                at = cpu.work(at, cost);
-            }
-            let _ = done.send((id, at));
-        };
-    let mut epoch = 0u64;
-    loop {
-        let (merged, ready) = tokio::select! {
-            g = go.recv(), if local.is_some() => match g {
-                Some(()) => {
-                    let (m, cost) = timed(|| gather.local(epoch, local.clone().unwrap_or_default()));
-                    (m, cpu.work(0.0, cost))
-                }
-                None => return,
-            },
-            m = kid_rx.recv(), if !kids.is_empty() => match m {
-                Some((c, Up::Fence { epoch: e, delta }, ready)) => {
-                    let (m, cost) = timed(|| gather.child(c, e, delta));
-                    (m, cpu.work(ready, cost))
-                }
-                Some(_) => (None, 0.0),
-                None => return,
-            },
-            d = async { match down.as_mut() { Some(d) => d.recv().await, None => std::future::pending().await } } => match d {
-                Some((Down::FenceDone { epoch: e, delta }, frame, ready)) => {
-                    release(e, delta, Some(frame), ready, &mut kvs);
-                    epoch = e + 1;
-                    (None, 0.0)
-                }
-                Some(_) => (None, 0.0),
-                None => return,
-            },
-        };
-        if let Some((e, d)) = merged {
-            match &up {
-                Some(up) => {
-                    if let Some((f, t)) = encode_on(&cpu, ready, &Up::Fence { epoch: e, delta: d })
-                    {
-                        let _ = up.send((f, t));
+                    None => return,
+                },
+                m = kids.recv(), if has_kids => match m {
+                    Some((id, msg, ready)) => {
+                        self.cpu.begin(ready);
+                        let out = self.branch.on_child(HubEvent::Up { id, msg });
+                        self.on_out(out);
+                        self.cpu.end();
                     }
-                }
-                None => {
-                    release(e, d, None, ready, &mut kvs);
-                    epoch = e + 1;
+                    None => return,
+                },
+                d = recv(&mut down) => match d {
+                    Some((msg, frame, ready)) => {
+                        self.cpu.begin(ready);
+                        let out = self.branch.on_down(msg, frame);
+                        self.on_out(out);
+                        self.cpu.end();
+                    }
+                    None => return,
+                },
+            }
+        }
+    }
+
+    /// What the branch handed up: an agent encodes it for its parent (as its uplink does);
+    /// at the root a complete fence is released, as `Root::on_up` does.
+    fn on_out(&mut self, out: Option<Out>) {
+        let Some(Out::Up(msg)) = out else { return };
+        match (&self.up, msg) {
+            (Some(up), msg) => {
+                if let Ok(f) = tree::encode(&msg) {
+                    let _ = up.send((f, self.cpu.now()));
                 }
             }
+            (None, Up::Fence { epoch, delta }) => self.branch.fence_done(epoch, delta, None),
+            (None, _) => {}
         }
     }
 }
