@@ -84,6 +84,9 @@ struct Shared {
 pub struct Children {
     /// The direct children's subtrees.
     pub subtrees: Vec<Subtree>,
+    /// The children, biggest subtree first: the order a broadcast is queued in, so the frame
+    /// that has the longest way to go leaves first.
+    order: Vec<u32>,
     shared: Rc<Shared>,
     accept: Option<tokio::task::JoinHandle<()>>,
 }
@@ -101,6 +104,7 @@ impl Children {
     pub fn none() -> Children {
         Children {
             subtrees: Vec::new(),
+            order: Vec::new(),
             shared: Rc::new(Shared {
                 pending: RefCell::new(HashMap::new()),
                 links: RefCell::new(HashMap::new()),
@@ -132,6 +136,7 @@ impl Children {
             return Ok(c);
         }
         c.subtrees = subtrees.clone();
+        c.order = broadcast_order(&subtrees);
         for t in &subtrees {
             c.shared.pending.borrow_mut().insert(t.id, t.clone());
             let (link, queue) = tree::link();
@@ -229,7 +234,7 @@ impl Children {
         }
         match tree::encode(msg) {
             Ok(f) => {
-                for l in links.values() {
+                for l in self.order.iter().filter_map(|id| links.get(id)) {
                     l.send_frame(f.clone());
                 }
             }
@@ -240,7 +245,8 @@ impl Children {
     /// Sends a frame as it came from this node's parent to every child: a fence's result
     /// is passed on without being encoded again.
     pub fn broadcast_frame(&self, frame: &Bytes) {
-        for l in self.shared.links.borrow().values() {
+        let links = self.shared.links.borrow();
+        for l in self.order.iter().filter_map(|id| links.get(id)) {
             l.send_frame(frame.clone());
         }
     }
@@ -314,6 +320,13 @@ impl Children {
     pub fn ids(&self) -> Vec<u32> {
         self.subtrees.iter().map(|t| t.id).collect()
     }
+}
+
+/// The children's ids, biggest subtree first (ties: in the given order).
+pub fn broadcast_order(subtrees: &[Subtree]) -> Vec<u32> {
+    let mut v: Vec<(usize, u32)> = subtrees.iter().map(|t| (t.agents(), t.id)).collect();
+    v.sort_by_key(|&(n, _)| std::cmp::Reverse(n));
+    v.into_iter().map(|(_, id)| id).collect()
 }
 
 /// The handshake and then the life of one child link.
@@ -780,6 +793,23 @@ mod tests {
             !g.under_way() && g.needs_child(5),
             "the next epoch waits for everyone"
         );
+    }
+
+    #[test]
+    fn a_broadcast_goes_to_the_biggest_subtree_first() {
+        let hosts = (0..7)
+            .map(|i| crate::plan::HostPlan {
+                host: format!("h{i}"),
+                node: i,
+                index: i,
+                ranks: Vec::new(),
+            })
+            .collect();
+        // Width 3 over 7 hosts: 1(4,5,6), 2(7), 3.
+        let t = crate::tree::build(hosts, 3);
+        assert_eq!(broadcast_order(&t), vec![1, 2, 3]);
+        let reversed: Vec<Subtree> = t.into_iter().rev().collect();
+        assert_eq!(broadcast_order(&reversed), vec![1, 2, 3]);
     }
 
     #[test]

@@ -289,10 +289,10 @@ impl Host for SimHost {
 struct SimLinks {
     cpu: Cpu,
     ids: Vec<u32>,
-    /// Writers of the children that are not done. A hash map, as `Children` keeps them: a
-    /// broadcast goes out in its order, not by id (so the child with the deepest subtree is
-    /// not always written first, in kauri either).
+    /// Writers of the children that are not done.
     links: RefCell<HashMap<u32, Writer>>,
+    /// The children, biggest subtree first: the order `Children` queues a broadcast in.
+    order: Vec<u32>,
     /// Agent below → the direct child whose subtree holds it.
     below: HashMap<u32, u32>,
     /// Virtual ranks per agent (agent `a` runs ranks `(a - 1) * ranks..a * ranks`).
@@ -305,7 +305,8 @@ impl SimLinks {
     /// parent for the measurement (the writes cannot start before the call ends anyway).
     fn queue_all(&self, f: &Bytes) {
         let t = self.cpu.now();
-        for w in self.links.borrow().values() {
+        let links = self.links.borrow();
+        for w in self.order.iter().filter_map(|id| links.get(id)) {
             let _ = w.send((f.clone(), t));
         }
     }
@@ -356,6 +357,13 @@ impl Links for SimLinks {
     fn close(&self) {}
     fn host(&self, id: u32) -> String {
         format!("v{id}")
+    }
+    fn unfinished(&self) -> Vec<String> {
+        self.links
+            .borrow()
+            .keys()
+            .map(|&id| self.host(id))
+            .collect()
     }
     /// No launches to time.
     fn timings(&self, _id: u32) -> (Option<Instant>, Option<Instant>) {
@@ -495,11 +503,20 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
     let mut go = Vec::new();
     for (id, kid_rx) in kid_rx.into_iter().enumerate().rev() {
         let cpu = cpus[id].clone();
+        let ids: Vec<u32> = kids[id].iter().map(|k| k.0).collect();
+        let below = std::mem::take(&mut below[id]);
+        // Biggest subtree first, as `Children` orders a broadcast.
+        let mut order: Vec<(usize, u32)> = ids
+            .iter()
+            .map(|&c| (below.values().filter(|&&v| v == c).count(), c))
+            .collect();
+        order.sort_by_key(|&(n, _)| std::cmp::Reverse(n));
         let links = SimLinks {
             cpu: cpu.clone(),
-            ids: kids[id].iter().map(|k| k.0).collect(),
+            ids,
             links: RefCell::new(std::mem::take(&mut kids[id]).into_iter().collect()),
-            below: std::mem::take(&mut below[id]),
+            order: order.into_iter().map(|(_, c)| c).collect(),
+            below,
             ranks: s.ranks,
         };
         let id = id as u32;
