@@ -364,7 +364,9 @@ fn rank_ended(
             None => (e.initialized(r), e.finalized(r)),
         }
     };
-    c.dispatch();
+    // The end first, then what the engine makes of it ("rank 1 exited before PMI init while
+    // 1 rank(s) wait in a fence"): the front end must see a rank's own failure as the cause
+    // of the teardown, not as one of its casualties.
     let _ = ev.send(NodeEvent::Exited {
         rank: r,
         pid,
@@ -372,6 +374,7 @@ fn rank_ended(
         initialized,
         finalized,
     });
+    c.dispatch();
 }
 
 /// Kills the ranks a failed [`Node::start`] had forked, with whatever they started in their
