@@ -117,6 +117,7 @@ Global options:
   -ml-env                 also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
                           MASTER_ADDR and MASTER_PORT (see --help-env)
   -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
+                          (connections of other users are refused)
   --pmi=auto|pmi1|pmi2|pmix
                           how processes wire up: pmix runs a PMIx server on every host
                           (Open MPI 4.1 without mpirun); pmi1/pmi2 serve PMI-1 and PMI-2 on

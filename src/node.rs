@@ -581,7 +581,20 @@ impl Node {
             let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
             let c = ctx.clone();
             tokio::task::spawn_local(async move {
-                while let Ok((s, _)) = l.accept().await {
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                let me = unsafe { libc::geteuid() };
+                while let Ok((s, peer)) = l.accept().await {
+                    // Any local user can reach a loopback port and claim a rank's PMI_ID:
+                    // only the job's own user is served.
+                    let (owner, port) = match s.local_addr() {
+                        Ok(local) => (crate::peer::uid(peer, local), local.port()),
+                        Err(_) => (None, 0),
+                    };
+                    if owner != Some(me) {
+                        let who = owner.map_or("unknown".into(), |u| u.to_string());
+                        eprintln!("kauri: refused a PMI connection from uid {who} on port {port}");
+                        continue; // dropped: closed without a reply
+                    }
                     let _ = s.set_nodelay(true);
                     let conn = c.new_conn();
                     c.engine.borrow_mut().connect(conn, None);
