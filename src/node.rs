@@ -612,12 +612,15 @@ impl Node {
         let vader_wanted = |a: &crate::plan::AppPlan| {
             !job.pmix && a.uses_open_mpi_flux() && !a.env.iter().any(|(k, _)| k == VADER_DIR_VAR)
         };
-        let vader = me
+        let vader = if me
             .ranks
             .iter()
             .any(|r| job.apps.get(r.app).is_some_and(vader_wanted))
-            .then(|| pmix::shm_dir(&job.kvsname, me.node))
-            .flatten();
+        {
+            pmix::shm_dir(&job.kvsname, me.node).map_err(|e| format!("{e} (on {host})"))?
+        } else {
+            None
+        };
         let (ended, ended_rx) = watch::channel(false);
         let mut node = Node {
             ctx: ctx.clone(),
