@@ -84,7 +84,8 @@ exits while others wait in a fence it never entered ends the job.
 /// The usage text of `kauri -h`.
 pub const HELP: &str = "\
 Usage: kauri [global options] [local options] PROGRAM [ARGS...] [: [local options] PROGRAM [ARGS...]]...
-       kauri nameserver [-port P] [-bind ADDR]   serve MPI names to several kauri runs
+       kauri nameserver [-port P] [-bind ADDR] [-key SECRET]
+                                                 serve MPI names to several kauri runs
        kauri kvs put|get|fence|barrier ...       a rank's key-value store from a shell
 
 Kauri launches parallel programs and serves them PMI-1 and PMI-2, like mpiexec.hydra,
@@ -117,6 +118,7 @@ Global options:
   -ml-env                 also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
                           MASTER_ADDR and MASTER_PORT (see --help-env)
   -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
+                          (connections of other users are refused)
   --pmi=auto|pmi1|pmi2|pmix
                           how processes wire up: pmix runs a PMIx server on every host
                           (Open MPI 4.1 without mpirun); pmi1/pmi2 serve PMI-1 and PMI-2 on
@@ -155,6 +157,8 @@ Environment:
                           of the route to the first remote host)
   KAURI_CONNECT_TIMEOUT=S how long an agent has to connect back (default 60)
   KAURI_PROFILE=1|json    like --profile, --profile=json
+  KAURI_NAMESERVER_KEY=S  the secret a 'kauri nameserver -key S' wants (sent by -nameserver;
+                          the name server reads it too, in place of -key)
 ";
 
 struct Segment {

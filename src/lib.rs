@@ -14,6 +14,7 @@
 //!   ├── tree      the links' vocabulary: messages (msg), framing (frame), the job-key
 //!   │             handshake (auth), the tree's shape (shape)
 //!   ├── node      one host's ranks: start, serve PMI, forward output, report ends
+//!   │   └── peer    the uid owning the other end of a loopback connection (`-pmi-port`)
 //!   ├── proc      rank processes: program lookup, environment, PMI socket, process groups
 //!   ├── iofwd     whole-line stdout/stderr forwarding, stdin to rank 0
 //!   ├── profile   the startup profile (`--profile`): per-host records, the job's phases
@@ -47,6 +48,7 @@ pub mod kvs_cli;
 pub mod launch;
 pub mod nameserver;
 pub mod node;
+pub mod peer;
 pub mod plan;
 pub mod pmi;
 pub mod pmix;

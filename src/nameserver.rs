@@ -7,14 +7,23 @@
 //! space, each field percent-encoded (`%`, space, CR and LF, so any name or port fits):
 //!
 //! ```text
+//! auth KEY            ->  ok            | error REASON, and the connection is closed
 //! publish NAME PORT   ->  ok            | error REASON
 //! unpublish NAME      ->  ok            | error REASON
 //! lookup NAME         ->  ok PORT       | error REASON
 //! ```
 //!
-//! A name belongs to the connection that published it and is withdrawn when that connection
+//! A name belongs to the connection that published it: only that connection may unpublish it
+//! (another gets an error and the name stays), and it is withdrawn when that connection
 //! closes: a kauri run holds one connection for its whole life, so the names of a run that
 //! ended (or crashed) never point at ports nobody listens on.
+//!
+//! A server started with `-key SECRET` (or `KAURI_NAMESERVER_KEY=SECRET`) wants `auth SECRET`
+//! as each connection's first line: any other first line, or another secret, gets one
+//! `error` reply and the connection is closed. A server without a key answers `auth` with
+//! `ok` whatever it holds, so a client may always send it. [`Client`] (kauri's front end with
+//! `-nameserver`) sends `KAURI_NAMESERVER_KEY` when it is set. The key travels in clear: it
+//! keeps out who does not know it, not who can read the network.
 
 use crate::service::{Service, ServiceReply};
 use std::cell::RefCell;
@@ -87,8 +96,14 @@ impl Table {
                     Ok(())
                 })
             }
-            Service::Unpublish { name } => ServiceReply::Done(match self.names.remove(name) {
-                Some(_) => Ok(()),
+            Service::Unpublish { name } => ServiceReply::Done(match self.names.get(name) {
+                Some((_, o)) if *o == owner => {
+                    self.names.remove(name);
+                    Ok(())
+                }
+                Some(_) => Err(format!(
+                    "the name {name} was published by another client; only it may unpublish it"
+                )),
                 None => Err(format!("the name {name} is not published")),
             }),
             Service::Lookup { name } => ServiceReply::Found(match self.names.get(name) {
@@ -137,6 +152,33 @@ pub fn parse_request(line: &str) -> Result<Service, String> {
     Ok(s)
 }
 
+/// The environment variable holding the name server's key, for the server and for kauri runs.
+pub const KEY_VAR: &str = "KAURI_NAMESERVER_KEY";
+
+/// The key in the environment ([`KEY_VAR`]), if set and not empty.
+pub fn key_from_env() -> Option<String> {
+    std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty())
+}
+
+/// Checks a connection's first line against the server's key: `Ok` for `auth KEY` with the
+/// right key, else the reason to give before closing the connection.
+fn check_auth(line: &str, key: &str) -> Result<(), String> {
+    match line.strip_prefix("auth ").map(decode) {
+        Some(Ok(k)) if same_secret(k.as_bytes(), key.as_bytes()) => Ok(()),
+        Some(_) => Err(format!(
+            "the key presented is not this name server's (see {KEY_VAR})"
+        )),
+        None => Err(format!(
+            "this name server wants its key first (auth KEY; kauri sends {KEY_VAR})"
+        )),
+    }
+}
+
+/// Compares two secrets in a time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 fn reply_line(r: &ServiceReply) -> String {
     match r {
         ServiceReply::Done(Ok(())) => "ok\n".into(),
@@ -148,8 +190,10 @@ fn reply_line(r: &ServiceReply) -> String {
     }
 }
 
-/// Serves the name-server protocol on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener) {
+/// Serves the name-server protocol on `listener` until the task is dropped; with `key`, each
+/// connection must present it first (`auth KEY`).
+pub async fn serve(listener: TcpListener, key: Option<String>) {
+    let key: Option<Rc<str>> = key.map(Into::into);
     let table = Rc::new(RefCell::new(Table::default()));
     let mut next = 0u64;
     loop {
@@ -162,9 +206,10 @@ pub async fn serve(listener: TcpListener) {
             }
         };
         next += 1;
-        let (owner, table) = (next, table.clone());
+        let (owner, table, key) = (next, table.clone(), key.clone());
         tokio::task::spawn_local(async move {
             debug!(%addr, owner, "client connected");
+            let mut authenticated = key.is_none();
             let (rd, mut wr) = sock.into_split();
             let mut rd = BufReader::new(rd);
             let mut line = Vec::new();
@@ -186,9 +231,23 @@ pub async fn serve(listener: TcpListener) {
                 } else {
                     let text = String::from_utf8_lossy(&line);
                     let text = text.trim_end_matches(['\n', '\r']);
-                    match parse_request(text) {
-                        Ok(s) => reply_line(&table.borrow_mut().apply(owner, &s)),
-                        Err(e) => format!("error {}\n", encode(&e)),
+                    if let (false, Some(key)) = (authenticated, &key) {
+                        if let Err(e) = check_auth(text, key) {
+                            eprintln!("kauri nameserver: refused a client at {addr}: {e}");
+                            let _ = wr
+                                .write_all(format!("error {}\n", encode(&e)).as_bytes())
+                                .await;
+                            break;
+                        }
+                        authenticated = true;
+                        "ok\n".to_string()
+                    } else if text == "auth" || text.starts_with("auth ") {
+                        "ok\n".to_string()
+                    } else {
+                        match parse_request(text) {
+                            Ok(s) => reply_line(&table.borrow_mut().apply(owner, &s)),
+                            Err(e) => format!("error {}\n", encode(&e)),
+                        }
                     }
                 };
                 if wr.write_all(reply.as_bytes()).await.is_err() {
@@ -201,10 +260,12 @@ pub async fn serve(listener: TcpListener) {
     }
 }
 
-/// `kauri nameserver [-port P] [-bind ADDR]`: runs the server in the foreground. Prints one
-/// line, `kauri nameserver listening on ADDR:PORT`, once it listens.
+/// `kauri nameserver [-port P] [-bind ADDR] [-key SECRET]`: runs the server in the
+/// foreground (the key may come from [`KEY_VAR`] instead). Prints one line,
+/// `kauri nameserver listening on ADDR:PORT`, once it listens.
 pub async fn run(args: &[String]) -> i32 {
     let (mut port, mut bind) = (DEFAULT_PORT, "0.0.0.0".to_string());
+    let mut key = key_from_env();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let a = a.trim_start_matches('-');
@@ -228,8 +289,15 @@ pub async fn run(args: &[String]) -> i32 {
                     return 2;
                 }
             },
+            "key" => match value().filter(|k| !k.is_empty()) {
+                Some(k) => key = Some(k),
+                None => {
+                    eprintln!("kauri nameserver: -key needs a secret");
+                    return 2;
+                }
+            },
             "h" | "help" => {
-                println!("usage: kauri nameserver [-port P (default {DEFAULT_PORT})] [-bind ADDR (default 0.0.0.0)]");
+                println!("usage: kauri nameserver [-port P (default {DEFAULT_PORT})] [-bind ADDR (default 0.0.0.0)] [-key SECRET (or {KEY_VAR}): clients must present it]");
                 return 0;
             }
             _ => {
@@ -254,7 +322,7 @@ pub async fn run(args: &[String]) -> i32 {
     let _ = std::io::stdout().flush();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     tokio::select! {
-        _ = serve(listener) => 0,
+        _ = serve(listener, key) => 0,
         _ = tokio::signal::ctrl_c() => 0,
         _ = async { match &mut term { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => 0,
     }
@@ -275,6 +343,33 @@ pub fn address(spec: &str) -> String {
 
 type Pending = (Service, oneshot::Sender<ServiceReply>);
 
+/// Presents `key` on a fresh connection; the error says why the server did not take it.
+async fn authenticate(
+    r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+    w: &mut tokio::net::tcp::OwnedWriteHalf,
+    key: &str,
+) -> Result<(), String> {
+    let mut got = String::new();
+    let sent = w
+        .write_all(format!("auth {}\n", encode(key)).as_bytes())
+        .await;
+    match (sent, r.read_line(&mut got).await) {
+        (Ok(()), Ok(n)) if n > 0 => {}
+        _ => return Err("closed the connection when given the key".into()),
+    }
+    match got
+        .trim_end()
+        .split_once(' ')
+        .unwrap_or((got.trim_end(), ""))
+    {
+        ("ok", _) => Ok(()),
+        (_, why) => Err(format!(
+            "refused the key ({KEY_VAR}): {}",
+            decode(why).unwrap_or_else(|_| why.to_string())
+        )),
+    }
+}
+
 /// The client side: one connection to a `kauri nameserver`, opened at the first request,
 /// reopened once if it broke; requests are answered in order.
 #[derive(Clone)]
@@ -283,8 +378,15 @@ pub struct Client {
 }
 
 impl Client {
-    /// A client for the server at `addr` (`host:port`). Nothing is sent until a request.
+    /// A client for the server at `addr` (`host:port`), presenting the key in
+    /// `KAURI_NAMESERVER_KEY` if it is set. Nothing is sent until a request.
     pub fn new(addr: String) -> Client {
+        Client::with_key(addr, key_from_env())
+    }
+
+    /// A client for the server at `addr` that presents `key` (`auth KEY`) on each connection
+    /// it opens. Nothing is sent until a request.
+    pub fn with_key(addr: String, key: Option<String>) -> Client {
         let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
         tokio::task::spawn_local(async move {
             let mut conn: Option<(
@@ -316,7 +418,15 @@ impl Client {
                             Ok(Ok(s)) => {
                                 let _ = s.set_nodelay(true);
                                 let (r, w) = s.into_split();
-                                conn = Some((BufReader::new(r), w));
+                                let (mut r, mut w) = (BufReader::new(r), w);
+                                if let Some(k) = &key {
+                                    if let Err(e) = authenticate(&mut r, &mut w, k).await {
+                                        eprintln!("kauri: the name server at {addr} {e}");
+                                        answer = Some(format!("error {}", encode(&e)));
+                                        break;
+                                    }
+                                }
+                                conn = Some((r, w));
                             }
                             Ok(Err(e)) => {
                                 last_err = e.to_string();
@@ -427,7 +537,7 @@ mod tests {
     }
 
     #[test]
-    fn table_refuses_duplicates_and_forgets_an_owner() {
+    fn table_refuses_duplicates_and_strangers_and_forgets_an_owner() {
         let mut t = Table::default();
         let p = |n: &str| Service::Publish {
             name: n.into(),
@@ -449,8 +559,17 @@ mod tests {
             t.apply(3, &Service::Unpublish { name: "zz".into() }),
             ServiceReply::Done(Err(_))
         ));
-        assert_eq!(
+        // A name is its publisher's: another owner's unpublish is refused, the name stays.
+        assert!(matches!(
             t.apply(3, &Service::Unpublish { name: "b".into() }),
+            ServiceReply::Done(Err(e)) if e.contains("another")
+        ));
+        assert_eq!(
+            t.apply(3, &Service::Lookup { name: "b".into() }),
+            ServiceReply::Found(Ok("port-b".into()))
+        );
+        assert_eq!(
+            t.apply(2, &Service::Unpublish { name: "b".into() }),
             ServiceReply::Done(Ok(()))
         );
     }

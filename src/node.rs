@@ -584,7 +584,20 @@ impl Node {
             let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
             let c = ctx.clone();
             tokio::task::spawn_local(async move {
-                while let Ok((s, _)) = l.accept().await {
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                let me = unsafe { libc::geteuid() };
+                while let Ok((s, peer)) = l.accept().await {
+                    // Any local user can reach a loopback port and claim a rank's PMI_ID:
+                    // only the job's own user is served.
+                    let (owner, port) = match s.local_addr() {
+                        Ok(local) => (crate::peer::uid(peer, local), local.port()),
+                        Err(_) => (None, 0),
+                    };
+                    if owner != Some(me) {
+                        let who = owner.map_or("unknown".into(), |u| u.to_string());
+                        eprintln!("kauri: refused a PMI connection from uid {who} on port {port}");
+                        continue; // dropped: closed without a reply
+                    }
                     let _ = s.set_nodelay(true);
                     let conn = c.new_conn();
                     c.engine.borrow_mut().connect(conn, None);
@@ -602,12 +615,15 @@ impl Node {
         let vader_wanted = |a: &crate::plan::AppPlan| {
             !job.pmix && a.uses_open_mpi_flux() && !a.env.iter().any(|(k, _)| k == VADER_DIR_VAR)
         };
-        let vader = me
+        let vader = if me
             .ranks
             .iter()
             .any(|r| job.apps.get(r.app).is_some_and(vader_wanted))
-            .then(|| pmix::shm_dir(&job.kvsname, me.node))
-            .flatten();
+        {
+            pmix::shm_dir(&job.kvsname, me.node).map_err(|e| format!("{e} (on {host})"))?
+        } else {
+            None
+        };
         let (ended, ended_rx) = watch::channel(false);
         let mut node = Node {
             ctx: ctx.clone(),

@@ -75,7 +75,7 @@ pub fn start(kvsname: &str, node: usize, host: &str) -> Result<Places, String> {
     let mine = job.join(&leaf);
     create_private_dir(&job)?;
     create_private_dir(&mine)?;
-    let shm = shm_dir(kvsname, node);
+    let shm = shm_dir(kvsname, node)?;
     *dirs = Some(Dirs {
         mine: mine.clone(),
         job,
@@ -92,23 +92,71 @@ pub fn start(kvsname: &str, node: usize, host: &str) -> Result<Places, String> {
 /// `OMPI_MCA_btl_vader_backing_directory`; whoever made it removes it with the job, so no
 /// segment outlives a job that aborts or crashes, and ranks of two simulated hosts on one
 /// machine (same hostname, same local ranks) never share a segment's name.
-pub fn shm_dir(kvsname: &str, node: usize) -> Option<PathBuf> {
+///
+/// The path is predictable: something already there that is not a private directory of this
+/// user (see [`create_private_dir`]) is an error, not a directory to share the job's memory
+/// through.
+pub fn shm_dir(kvsname: &str, node: usize) -> Result<Option<PathBuf>, String> {
     let root = std::env::var_os("KAURI_PMIX_SHM_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/dev/shm"));
-    let leaf = format!("kauri-{}-n{node}-{}", tag(kvsname), std::process::id());
-    root.is_dir()
-        .then(|| root.join(leaf))
-        .filter(|p| create_private_dir(p).is_ok())
+    shm_dir_in(&root, kvsname, node)
 }
 
-fn create_private_dir(p: &Path) -> Result<(), String> {
-    use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().mode(0o700).create(p) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(format!("cannot create {}: {e}", p.display())),
+/// [`shm_dir`] under `root`.
+fn shm_dir_in(root: &Path, kvsname: &str, node: usize) -> Result<Option<PathBuf>, String> {
+    if !root.is_dir() {
+        return Ok(None);
     }
+    let p = root.join(format!(
+        "kauri-{}-n{node}-{}",
+        tag(kvsname),
+        std::process::id()
+    ));
+    match create_private_dir(&p) {
+        Ok(()) => Ok(Some(p)),
+        // Something is there, and it is not ours.
+        Err(e) if std::fs::symlink_metadata(&p).is_ok() => Err(e),
+        Err(e) => {
+            tracing::debug!("no private shared-memory directory: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// Creates directory `p` with mode 0700, or accepts it when it is there already as a private
+/// directory of this user: a real directory (`lstat`, a symbolic link is never followed),
+/// owned by this user, mode 0700 (another agent of the same job on this machine made it).
+/// Anything else at the path (a directory open to others or owned by another user, a link)
+/// was planted, and using it would hand the job's files to whoever did: an error that says
+/// what is wrong.
+pub fn create_private_dir(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // mkdir(2) creates no file through a symbolic link at the last component: it fails.
+    match std::fs::DirBuilder::new().mode(0o700).create(p) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", p.display())),
+    }
+    let m =
+        std::fs::symlink_metadata(p).map_err(|e| format!("cannot inspect {}: {e}", p.display()))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let why = if m.file_type().is_symlink() {
+        "it is a symbolic link".to_string()
+    } else if !m.is_dir() {
+        "it is not a directory".to_string()
+    } else if m.uid() != me {
+        format!("it is owned by uid {}", m.uid())
+    } else if m.mode() & 0o777 != 0o700 {
+        format!("its mode is {:o}, not 700", m.mode() & 0o777)
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "{} exists and is not a private directory of this user ({why}); refusing to use it",
+        p.display()
+    ))
 }
 
 /// Finalizes the server (if this process started one) and removes its files; the job's
@@ -316,6 +364,61 @@ pub fn deregister(nspace: &str) {
 mod tests {
     use super::*;
     use crate::plan::{AppPlan, RankPlan};
+
+    /// A directory kauri makes at a predictable path is used only when it is its user's: made
+    /// here with mode 0700, or found there as a real directory of this user with mode 0700
+    /// (another agent of the same job made it). A planted directory open to others, another
+    /// user's, or a symbolic link (to a good directory, or dangling) is refused.
+    #[test]
+    fn a_planted_private_dir_is_refused() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let mode = |p: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(p).unwrap().mode() & 0o777
+        };
+        let base = std::env::temp_dir().join(format!("kauri-private-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir(&base).unwrap();
+        let fresh = base.join("fresh");
+        create_private_dir(&fresh).unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+        // Ours already: used as it is.
+        create_private_dir(&fresh).unwrap();
+        let open = base.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = create_private_dir(&open).expect_err("a directory open to all is refused");
+        assert!(e.contains("mode is 777"), "{e}");
+        let link = base.join("link");
+        symlink(&fresh, &link).unwrap();
+        let e = create_private_dir(&link).expect_err("a symlink is refused");
+        assert!(e.contains("symbolic link"), "{e}");
+        let dangling = base.join("dangling");
+        symlink(base.join("target"), &dangling).unwrap();
+        assert!(create_private_dir(&dangling).is_err());
+        assert!(
+            !base.join("target").exists(),
+            "a planted symlink is not followed"
+        );
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = base.join("theirs");
+            create_private_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let e = create_private_dir(&theirs).expect_err("another user's directory is refused");
+            assert!(e.contains("owned by uid 65534"), "{e}");
+        }
+        // Under a root where the shared-memory directory was planted: the host's start fails.
+        let root = base.join("shm");
+        create_private_dir(&root).unwrap();
+        let made = shm_dir_in(&root, "kauri_1_x", 3).unwrap().expect("made");
+        assert_eq!(mode(&made), 0o700);
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = shm_dir_in(&root, "kauri_1_x", 3).expect_err("a planted one is an error");
+        assert!(e.contains("not a private directory"), "{e}");
+        assert_eq!(shm_dir_in(&base.join("none"), "kauri_1_x", 3), Ok(None));
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     fn plan(rank_node: Vec<u32>, hosts: &[&str]) -> JobPlan {
         let size = rank_node.len();
