@@ -379,6 +379,9 @@ impl<H: Host, L: Links> Branch<H, L> {
             NodeEvent::Engine(Output::ProtocolError { rank, error }) => {
                 report(Report::ProtocolError { rank, error })
             }
+            NodeEvent::UnreadReplies { rank, queued } => {
+                report(Report::UnreadReplies { rank, queued })
+            }
             NodeEvent::Engine(_) => None,
         }
     }

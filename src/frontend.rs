@@ -1463,6 +1463,14 @@ impl Root {
                 let who = rank.map_or("a PMI client".to_string(), |r| self.jobs[j].who(j, r));
                 eprintln!("kauri: {who} sent a bad PMI message: {error}");
             }
+            Report::UnreadReplies { rank, queued } => {
+                let who = rank.map_or("a PMI client".to_string(), |r| self.jobs[j].who(j, r));
+                eprintln!(
+                    "kauri: {who} does not read its PMI replies ({} MiB queued); closing its \
+                     connection",
+                    queued >> 20
+                );
+            }
         }
     }
 
