@@ -331,8 +331,8 @@ impl Agent {
             Some(Out::Up(m)) => {
                 self.up.send(&m);
             }
-            Some(Out::Refused { addr, reason }) => {
-                let line = format!("kauri: refused a connection from {addr}: {reason}\n");
+            Some(Out::Refused { line }) => {
+                let line = format!("kauri: {line}\n");
                 self.up.send(&Up::Output {
                     stream: Stream::Stderr,
                     data: line.into_bytes(),

@@ -1317,9 +1317,7 @@ impl Root {
     fn on_out(&mut self, j: usize, out: Option<Out>) {
         match out {
             None => {}
-            Some(Out::Refused { addr, reason }) => {
-                eprintln!("kauri: refused a connection from {addr}: {reason}")
-            }
+            Some(Out::Refused { line }) => eprintln!("kauri: {line}"),
             Some(Out::Up(up)) => self.on_up(j, up),
         }
     }
