@@ -264,7 +264,7 @@ impl Agent {
         let forked = clock.now();
         let (node, error) = match node {
             Ok(n) => (Some(n), None),
-            Err(e) => (None, Some(e)),
+            Err(e) => (None, Some(crate::proc::fd_cause(e))),
         };
         let started = node.is_some();
         report(Report::NodeStarted {

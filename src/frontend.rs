@@ -669,7 +669,7 @@ async fn start_job(
         .await
         {
             Ok(n) => (Some(n), None),
-            Err(e) => (None, Some(e)),
+            Err(e) => (None, Some(crate::proc::fd_cause(e))),
         },
     };
     let run = JobRun {

@@ -445,7 +445,13 @@ async fn serve_child(
     let _ = sock.set_nodelay(true);
     let (mut rd, mut wr) = sock.into_split();
     let refuse = |reason: String| log_refusal(&shared.refusals, &events, addr, &reason);
-    let Ok(nonce) = tree::nonce() else { return };
+    let nonce = match tree::nonce() {
+        Ok(n) => n,
+        Err(e) => {
+            crate::proc::note_fd_error(&e);
+            return debug!("no nonce for a connection from {addr}: {e}");
+        }
+    };
     if tree::send(&mut wr, &Down::Challenge { nonce })
         .await
         .is_err()
@@ -562,7 +568,8 @@ async fn serve_child(
         }
     }
     if !shared.done.borrow().contains(&id) {
-        let _ = events.send(HubEvent::Lost { id, reason: why });
+        let reason = crate::proc::fd_cause(why);
+        let _ = events.send(HubEvent::Lost { id, reason });
     }
 }
 
@@ -610,6 +617,7 @@ async fn launch_batch(
     tokio::pin!(all_connected);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(plan.connect_timeout_s);
     let lose = |reason: String| {
+        let reason = crate::proc::fd_cause(reason);
         for t in &batch {
             if !shared.connected.borrow().contains(&t.id) {
                 let _ = events.send(HubEvent::Lost {
@@ -622,6 +630,9 @@ async fn launch_batch(
     for attempt in 1..=ATTEMPTS {
         let started = match launcher.start(&batch, &parent, &key) {
             Ok(s) => s,
+            Err(e) if crate::proc::note_fd_error(&e) => {
+                return lose(format!("cannot start an agent on {what}"))
+            }
             Err(e) => {
                 return lose(format!(
                     "cannot start an agent on {what}: {}: {e}",
@@ -636,10 +647,23 @@ async fn launch_batch(
         // last line explains a failure.
         let last = Rc::new(RefCell::new(Vec::<String>::new()));
         if let Some(err) = child.stderr.take() {
-            let (last, out) = (last.clone(), out.clone());
+            let (last, out, shared) = (last.clone(), out.clone(), shared.clone());
+            let ids: Vec<u32> = batch.iter().map(|t| t.id).collect();
             tokio::task::spawn_local(async move {
                 let mut lines = tokio::io::BufReader::new(err).lines();
                 while let Ok(Some(l)) = lines.next_line().await {
+                    // Once the job is ending, what an agent that never connected says is a
+                    // consequence (its parent closed, say): kept for its own failure line,
+                    // not printed.
+                    let unconnected = ids.iter().any(|i| !shared.connected.borrow().contains(i));
+                    if shared.closing.get() && unconnected {
+                        let mut v = last.borrow_mut();
+                        v.push(l);
+                        if v.len() > 3 {
+                            v.remove(0);
+                        }
+                        continue;
+                    }
                     {
                         let mut v = last.borrow_mut();
                         v.push(l.clone());
@@ -712,8 +736,13 @@ where
         match accept().await {
             Ok(x) => return x,
             Err(e) => {
-                if wait == Duration::from_millis(10) {
+                // Out of descriptors: said once, as the cause, by whatever fails because of
+                // it (crate::proc::fd_cause); the retries are not news.
+                let fds = crate::proc::note_fd_error(&e);
+                if wait == Duration::from_millis(10) && !fds {
                     warn!("cannot accept a connection: {e}; retrying");
+                } else if wait == Duration::from_millis(10) {
+                    debug!("cannot accept a connection: {e}; retrying");
                 }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(1));

@@ -830,8 +830,10 @@ impl Node {
                         set("PMI_ID", r.to_string());
                     }
                     None => {
-                        let (a, b) = std::os::unix::net::UnixStream::pair()
-                            .map_err(|e| format!("cannot create a PMI socket on {host}: {e}"))?;
+                        let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| {
+                            proc::note_fd_error(&e);
+                            format!("cannot create a PMI socket on {host}: {e}")
+                        })?;
                         set("PMI_FD", b.as_raw_fd().to_string());
                         ours = Some(a);
                         theirs = Some(b.into());
@@ -846,8 +848,10 @@ impl Node {
                     pmi_fd: theirs,
                     stdin: r == 0,
                 };
-                let child = proc::spawn(launch)
-                    .map_err(|e| format!("cannot start rank {r} ({}) on {host}: {e}", a.program))?;
+                let child = proc::spawn(launch).map_err(|e| {
+                    proc::note_fd_error(&e);
+                    format!("cannot start rank {r} ({}) on {host}: {e}", a.program)
+                })?;
                 let pid = child.pid;
                 debug!(rank = r, pid, "started");
                 node.pids.push(pid);

@@ -43,3 +43,35 @@ grep VmHWM /proc/$PPID/status
         stderr(&o)
     );
 }
+
+/// Forty fork hosts with too few file descriptors (`ulimit -n`: a flat tree with 64, the
+/// default tree with 32): one line on stderr, which names the cause and the limit, and exit
+/// status 255. (Before: the launch error followed by warnings and the agents' complaints,
+/// or only a consequence, "its parent did not send the handshake".)
+#[test]
+fn out_of_file_descriptors_is_one_line_naming_the_limit() {
+    let hosts: Vec<String> = (1..=40).map(|i| format!("h{i}")).collect();
+    let hosts = hosts.join(",");
+    for (limit, width) in [(64, "-tree-width 0"), (32, "")] {
+        let cmd = format!(
+            "ulimit -n {limit}; exec {} -launcher fork {width} -hosts {hosts} -n 40 true",
+            common::KAURI
+        );
+        let o = kauri_sh(&cmd);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(255), "ulimit -n {limit}: {e}");
+        let lines: Vec<&str> = e.lines().collect();
+        assert_eq!(lines.len(), 1, "ulimit -n {limit}: one line:\n{e}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "kauri: out of file descriptors (ulimit -n is {limit}): "
+            )),
+            "{e}"
+        );
+    }
+}
+
+/// Runs `sh -c cmd` (kauri inside it) under the same watchdog as [`kauri`].
+fn kauri_sh(cmd: &str) -> std::process::Output {
+    common::run_under_watchdog(std::process::Command::new("sh").args(["-c", cmd]))
+}
