@@ -264,7 +264,7 @@ impl Agent {
         let forked = clock.now();
         let (node, error) = match node {
             Ok(n) => (Some(n), None),
-            Err(e) => (None, Some(e)),
+            Err(e) => (None, Some(crate::proc::fd_cause(e))),
         };
         let started = node.is_some();
         report(Report::NodeStarted {
@@ -331,8 +331,8 @@ impl Agent {
             Some(Out::Up(m)) => {
                 self.up.send(&m);
             }
-            Some(Out::Refused { addr, reason }) => {
-                let line = format!("kauri: refused a connection from {addr}: {reason}\n");
+            Some(Out::Refused { line }) => {
+                let line = format!("kauri: {line}\n");
                 self.up.send(&Up::Output {
                     stream: Stream::Stderr,
                     data: line.into_bytes(),

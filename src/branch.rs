@@ -23,7 +23,6 @@ use crate::service::ServiceReply;
 use crate::tree::{Down, Report, Up};
 use bytes::Bytes;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Instant;
 use tokio::io::AsyncWriteExt;
@@ -37,12 +36,12 @@ pub enum Out {
     /// For above: an agent sends it to its parent; the root acts on it (a complete fence
     /// contribution, a report, a request, a direct-modex message to route).
     Up(Up),
-    /// A connection that did not hold the job key was refused.
+    /// Connections that did not hold the job key were refused: a line for the user, without
+    /// the `kauri: ` prefix (the first few name each connection, then summaries: see
+    /// [`crate::hub::Refusals`]).
     Refused {
-        /// Who connected.
-        addr: SocketAddr,
-        /// Why it was refused.
-        reason: String,
+        /// The line.
+        line: String,
     },
 }
 
@@ -379,6 +378,9 @@ impl<H: Host, L: Links> Branch<H, L> {
             NodeEvent::Engine(Output::ProtocolError { rank, error }) => {
                 report(Report::ProtocolError { rank, error })
             }
+            NodeEvent::UnreadReplies { rank, queued } => {
+                report(Report::UnreadReplies { rank, queued })
+            }
             NodeEvent::Engine(_) => None,
         }
     }
@@ -434,7 +436,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 self.finished.push(id);
                 report(Report::Lost { host, reason })
             }
-            HubEvent::Refused { addr, reason } => Some(Out::Refused { addr, reason }),
+            HubEvent::Refused { line } => Some(Out::Refused { line }),
         }
     }
 

@@ -148,6 +148,8 @@ Environment:
   KAURI_HEARTBEAT=SECS    heartbeat period on every tree link (default 5)
   KAURI_HEARTBEAT_TIMEOUT=SECS  a tree link silent this long is lost (default 30; 0: never)
   KAURI_TREE_WIDTH=K      the tree width, like -tree-width
+  KAURI_SPAWN_MAX=N       the most processes one spawn may start (default 65536); a
+                          spawn beyond the universe size oversubscribes the hosts
   KAURI_USIZE=N           the universe size, like -usize (a singleton's only way to set it)
   KAURI_LAUNCH_COST=S,L   for -tree-width cost: a launch's serial and total cost in ms
                           (default: measured by one launch of 'kauri --version')

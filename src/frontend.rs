@@ -551,6 +551,22 @@ struct Cluster {
     pmi_port: bool,
     kill_grace_ms: u64,
     jobs_started: usize,
+    /// The most processes one spawn may start (`KAURI_SPAWN_MAX`).
+    spawn_max: u64,
+}
+
+/// The most processes one spawn may start unless `KAURI_SPAWN_MAX` says otherwise. A spawn
+/// beyond the universe oversubscribes the run's hosts, as Hydra's does; this bound only
+/// keeps a mistaken or hostile `nprocs` from planning millions of ranks.
+pub const SPAWN_MAX: u64 = 65536;
+
+/// `KAURI_SPAWN_MAX`, or [`SPAWN_MAX`].
+fn spawn_max() -> u64 {
+    std::env::var("KAURI_SPAWN_MAX")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(SPAWN_MAX)
 }
 
 impl Cluster {
@@ -593,6 +609,7 @@ impl Cluster {
             pmi_port: p.job.pmi_port,
             kill_grace_ms: p.job.kill_grace_ms,
             jobs_started: 0,
+            spawn_max: spawn_max(),
         }
     }
 }
@@ -652,7 +669,7 @@ async fn start_job(
         .await
         {
             Ok(n) => (Some(n), None),
-            Err(e) => (None, Some(e)),
+            Err(e) => (None, Some(crate::proc::fd_cause(e))),
         },
     };
     let run = JobRun {
@@ -716,10 +733,17 @@ fn plan_spawn(
     commands: &[SpawnCommand],
     preput: Delta,
 ) -> Result<(JobPlan, Option<HostPlan>, Vec<HostPlan>), String> {
-    let size: usize = commands.iter().map(|c| c.nprocs as usize).sum();
-    if size == 0 {
+    let total: u64 = commands.iter().map(|c| u64::from(c.nprocs)).sum();
+    if total == 0 {
         return Err("spawn of 0 processes".into());
     }
+    if total > cluster.spawn_max {
+        return Err(format!(
+            "spawn of {total} processes: more than the {} one spawn may start (KAURI_SPAWN_MAX)",
+            cluster.spawn_max
+        ));
+    }
+    let size = total as usize;
     let mut node_of: Vec<usize> = Vec::with_capacity(size);
     let mut appnum = Vec::with_capacity(size);
     let mut apps = Vec::with_capacity(commands.len());
@@ -1293,9 +1317,7 @@ impl Root {
     fn on_out(&mut self, j: usize, out: Option<Out>) {
         match out {
             None => {}
-            Some(Out::Refused { addr, reason }) => {
-                eprintln!("kauri: refused a connection from {addr}: {reason}")
-            }
+            Some(Out::Refused { line }) => eprintln!("kauri: {line}"),
             Some(Out::Up(up)) => self.on_up(j, up),
         }
     }
@@ -1462,6 +1484,14 @@ impl Root {
             Report::ProtocolError { rank, error } => {
                 let who = rank.map_or("a PMI client".to_string(), |r| self.jobs[j].who(j, r));
                 eprintln!("kauri: {who} sent a bad PMI message: {error}");
+            }
+            Report::UnreadReplies { rank, queued } => {
+                let who = rank.map_or("a PMI client".to_string(), |r| self.jobs[j].who(j, r));
+                eprintln!(
+                    "kauri: {who} does not read its PMI replies ({} MiB queued); closing its \
+                     connection",
+                    queued >> 20
+                );
             }
         }
     }

@@ -48,17 +48,118 @@ pub enum HubEvent {
         /// Why.
         reason: String,
     },
-    /// A connection that did not hold the job key was refused.
+    /// Connections that did not hold the job key were refused: one line for the user
+    /// (without the `kauri: ` prefix), from [`Refusals`].
     Refused {
-        /// Who connected.
-        addr: SocketAddr,
-        /// Why it was refused.
-        reason: String,
+        /// The line.
+        line: String,
     },
 }
 
 /// How long a new connection has to prove it holds the key.
 const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// The most connections of one listener in their handshake at once; more are closed at once
+/// and counted as refused.
+pub const HANDSHAKES_MAX: usize = 64;
+
+/// How many refused connections are named one by one; later ones are counted.
+pub const REFUSALS_SHOWN: usize = 3;
+
+/// The least time between two summary lines of refused connections.
+pub const REFUSALS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How many different reasons a summary names; the rest are counted as "other".
+const REASONS_SHOWN: usize = 4;
+
+/// The log of one listener's refused connections: the first [`REFUSALS_SHOWN`] are named one
+/// by one; later ones are counted, by reason, into a summary the caller asks for at most once
+/// per [`REFUSALS_INTERVAL`]. Sans-IO: it makes lines, the caller prints or sends them, so
+/// the root and an agent log the same way.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    shown: usize,
+    held: BTreeMap<String, usize>,
+}
+
+/// What [`Refusals::refused`] says to do with one refusal.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Print this line now.
+    Show(String),
+    /// Counted for the next summary; `first` when it is the first since the last summary
+    /// (the caller then arranges for [`Refusals::summary`] an interval later).
+    Held {
+        /// The first held since the last summary.
+        first: bool,
+    },
+}
+
+impl Refusals {
+    /// A connection from `addr` was refused for `reason`.
+    pub fn refused(&mut self, addr: SocketAddr, reason: &str) -> Refusal {
+        if self.shown < REFUSALS_SHOWN {
+            self.shown += 1;
+            return Refusal::Show(format!("refused a connection from {addr}: {reason}"));
+        }
+        let first = self.held.is_empty();
+        *self.held.entry(reason.to_string()).or_default() += 1;
+        Refusal::Held { first }
+    }
+
+    /// The line that sums up the refusals held since the last one, if any:
+    /// `refused 297 more connections (unreadable handshake (…): 250; wrong job key: 47)`.
+    pub fn summary(&mut self) -> Option<String> {
+        if self.held.is_empty() {
+            return None;
+        }
+        let held = std::mem::take(&mut self.held);
+        let total: usize = held.values().sum();
+        let mut by_count: Vec<(String, usize)> = held.into_iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut reasons: Vec<String> = by_count
+            .iter()
+            .take(REASONS_SHOWN)
+            .map(|(r, n)| format!("{r}: {n}"))
+            .collect();
+        let other: usize = by_count.iter().skip(REASONS_SHOWN).map(|(_, n)| n).sum();
+        if other > 0 {
+            reasons.push(format!("other reasons: {other}"));
+        }
+        let s = if total == 1 { "" } else { "s" };
+        Some(format!(
+            "refused {total} more connection{s} ({})",
+            reasons.join("; ")
+        ))
+    }
+}
+
+/// Logs one refused connection through `refusals`: a line now, or counted into a summary
+/// sent [`REFUSALS_INTERVAL`] after the first refusal it counts.
+fn log_refusal(
+    refusals: &Rc<RefCell<Refusals>>,
+    events: &JobTx<HubEvent>,
+    addr: SocketAddr,
+    reason: &str,
+) {
+    let r = refusals.borrow_mut().refused(addr, reason);
+    match r {
+        Refusal::Show(line) => {
+            let _ = events.send(HubEvent::Refused { line });
+        }
+        Refusal::Held { first: true } => {
+            let (refusals, events) = (refusals.clone(), events.clone());
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(REFUSALS_INTERVAL).await;
+                let line = refusals.borrow_mut().summary();
+                if let Some(line) = line {
+                    let _ = events.send(HubEvent::Refused { line });
+                }
+            });
+        }
+        Refusal::Held { first: false } => {}
+    }
+}
 
 /// Launch attempts per agent when sshd turns connections away.
 const ATTEMPTS: u32 = 4;
@@ -78,6 +179,8 @@ struct Shared {
     launched_at: RefCell<HashMap<u32, Instant>>,
     /// When each child's handshake was accepted.
     connected_at: RefCell<HashMap<u32, Instant>>,
+    /// The refused connections, logged by [`log_refusal`].
+    refusals: Rc<RefCell<Refusals>>,
 }
 
 /// The links to this node's child agents.
@@ -115,6 +218,7 @@ impl Children {
                 connect_wait: RefCell::new(HashMap::new()),
                 launched_at: RefCell::new(HashMap::new()),
                 connected_at: RefCell::new(HashMap::new()),
+                refusals: Rc::new(RefCell::new(Refusals::default())),
             }),
             accept: None,
         }
@@ -160,9 +264,18 @@ impl Children {
                 key.clone(),
                 plan.clone(),
             );
+            let handshakes = Arc::new(Semaphore::new(HANDSHAKES_MAX));
             c.accept = Some(tokio::task::spawn_local(async move {
                 loop {
                     let (sock, addr) = accept_with_backoff(|| listener.accept()).await;
+                    let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                        // Closed at once: an unauthenticated peer holds no more than
+                        // HANDSHAKES_MAX sockets and buffers of this listener.
+                        drop(sock);
+                        let why = format!("over the handshake limit ({HANDSHAKES_MAX} at once)");
+                        log_refusal(&shared.refusals, &events, addr, &why);
+                        continue;
+                    };
                     let (shared, events, out, key, plan, job) = (
                         shared.clone(),
                         events.clone(),
@@ -172,7 +285,7 @@ impl Children {
                         job.clone(),
                     );
                     tokio::task::spawn_local(async move {
-                        serve_child(sock, addr, shared, events, out, key, plan, job).await;
+                        serve_child(sock, addr, permit, shared, events, out, key, plan, job).await;
                     });
                 }
             }));
@@ -334,6 +447,7 @@ pub fn broadcast_order(subtrees: &[Subtree]) -> Vec<u32> {
 async fn serve_child(
     sock: TcpStream,
     addr: SocketAddr,
+    handshake: tokio::sync::OwnedSemaphorePermit,
     shared: Rc<Shared>,
     events: JobTx<HubEvent>,
     out: mpsc::Sender<(Stream, Bytes)>,
@@ -343,10 +457,14 @@ async fn serve_child(
 ) {
     let _ = sock.set_nodelay(true);
     let (mut rd, mut wr) = sock.into_split();
-    let refuse = |reason: String| {
-        let _ = events.send(HubEvent::Refused { addr, reason });
+    let refuse = |reason: String| log_refusal(&shared.refusals, &events, addr, &reason);
+    let nonce = match tree::nonce() {
+        Ok(n) => n,
+        Err(e) => {
+            crate::proc::note_fd_error(&e);
+            return debug!("no nonce for a connection from {addr}: {e}");
+        }
     };
-    let Ok(nonce) = tree::nonce() else { return };
     if tree::send(&mut wr, &Down::Challenge { nonce })
         .await
         .is_err()
@@ -384,6 +502,7 @@ async fn serve_child(
     let Some(subtree) = shared.pending.borrow_mut().remove(&id) else {
         return refuse(format!("agent {id} is not expected (or already connected)"));
     };
+    drop(handshake);
     debug!(id, host = %subtree.plan.host, "agent connected");
     shared.connected.borrow_mut().insert(id);
     shared.connected_at.borrow_mut().insert(id, Instant::now());
@@ -462,7 +581,8 @@ async fn serve_child(
         }
     }
     if !shared.done.borrow().contains(&id) {
-        let _ = events.send(HubEvent::Lost { id, reason: why });
+        let reason = crate::proc::fd_cause(why);
+        let _ = events.send(HubEvent::Lost { id, reason });
     }
 }
 
@@ -510,6 +630,7 @@ async fn launch_batch(
     tokio::pin!(all_connected);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(plan.connect_timeout_s);
     let lose = |reason: String| {
+        let reason = crate::proc::fd_cause(reason);
         for t in &batch {
             if !shared.connected.borrow().contains(&t.id) {
                 let _ = events.send(HubEvent::Lost {
@@ -522,6 +643,9 @@ async fn launch_batch(
     for attempt in 1..=ATTEMPTS {
         let started = match launcher.start(&batch, &parent, &key) {
             Ok(s) => s,
+            Err(e) if crate::proc::note_fd_error(&e) => {
+                return lose(format!("cannot start an agent on {what}"))
+            }
             Err(e) => {
                 return lose(format!(
                     "cannot start an agent on {what}: {}: {e}",
@@ -536,10 +660,23 @@ async fn launch_batch(
         // last line explains a failure.
         let last = Rc::new(RefCell::new(Vec::<String>::new()));
         if let Some(err) = child.stderr.take() {
-            let (last, out) = (last.clone(), out.clone());
+            let (last, out, shared) = (last.clone(), out.clone(), shared.clone());
+            let ids: Vec<u32> = batch.iter().map(|t| t.id).collect();
             tokio::task::spawn_local(async move {
                 let mut lines = tokio::io::BufReader::new(err).lines();
                 while let Ok(Some(l)) = lines.next_line().await {
+                    // Once the job is ending, what an agent that never connected says is a
+                    // consequence (its parent closed, say): kept for its own failure line,
+                    // not printed.
+                    let unconnected = ids.iter().any(|i| !shared.connected.borrow().contains(i));
+                    if shared.closing.get() && unconnected {
+                        let mut v = last.borrow_mut();
+                        v.push(l);
+                        if v.len() > 3 {
+                            v.remove(0);
+                        }
+                        continue;
+                    }
                     {
                         let mut v = last.borrow_mut();
                         v.push(l.clone());
@@ -612,8 +749,13 @@ where
         match accept().await {
             Ok(x) => return x,
             Err(e) => {
-                if wait == Duration::from_millis(10) {
+                // Out of descriptors: said once, as the cause, by whatever fails because of
+                // it (crate::proc::fd_cause); the retries are not news.
+                let fds = crate::proc::note_fd_error(&e);
+                if wait == Duration::from_millis(10) && !fds {
                     warn!("cannot accept a connection: {e}; retrying");
+                } else if wait == Duration::from_millis(10) {
+                    debug!("cannot accept a connection: {e}; retrying");
                 }
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(1));
@@ -759,6 +901,38 @@ mod tests {
             t0.elapsed() >= Duration::from_millis(310),
             "retried after {:?}",
             t0.elapsed()
+        );
+    }
+
+    /// The first refusals are named, the rest counted by reason into one summary line, and
+    /// a summary comes only when something was held since the last.
+    #[test]
+    fn refusals_are_named_then_summarised() {
+        let mut r = Refusals::default();
+        let a: SocketAddr = "10.0.0.1:4000".parse().unwrap();
+        for _ in 0..REFUSALS_SHOWN {
+            assert!(matches!(r.refused(a, "wrong job key"), Refusal::Show(l)
+                if l == "refused a connection from 10.0.0.1:4000: wrong job key"));
+        }
+        assert_eq!(r.refused(a, "wrong job key"), Refusal::Held { first: true });
+        for _ in 0..295 {
+            assert_eq!(
+                r.refused(a, "wrong job key"),
+                Refusal::Held { first: false }
+            );
+        }
+        assert_eq!(r.refused(a, "no handshake"), Refusal::Held { first: false });
+        assert_eq!(
+            r.summary().as_deref(),
+            Some("refused 297 more connections (wrong job key: 296; no handshake: 1)")
+        );
+        assert_eq!(r.summary(), None);
+        for (i, why) in ["a", "b", "c", "d", "e", "f"].iter().enumerate() {
+            assert_eq!(r.refused(a, why), Refusal::Held { first: i == 0 });
+        }
+        assert_eq!(
+            r.summary().as_deref(),
+            Some("refused 6 more connections (a: 1; b: 1; c: 1; d: 1; other reasons: 2)")
         );
     }
 

@@ -51,6 +51,14 @@ pub enum NodeEvent {
     /// Something from the PMI engine: `FenceReady`, `Abort`, `Failed`, `ProtocolError`,
     /// `Initialized`, `Finalized` (for a PMIx job: the same, from the PMIx server).
     Engine(Output),
+    /// A rank let its PMI reply queue fill (it does not read its replies): its connection
+    /// was closed.
+    UnreadReplies {
+        /// The rank, when known.
+        rank: Option<usize>,
+        /// The bytes its queue held ([`PMI_REPLY_QUEUE_MAX`]).
+        queued: usize,
+    },
     /// Every local rank of a PMIx job entered fence `epoch`; `data` is this host's blob.
     PmixFence {
         /// The fence (counted per host from 0).
@@ -91,10 +99,69 @@ struct PmixState {
     dmodex: HashMap<u64, ModexReply>,
 }
 
+/// The most reply bytes queued for one PMI connection. A rank past it does not read its
+/// replies: its connection is closed (see [`Writer::queue`]); a rank that reads them, however
+/// slowly, never gets near it (a reply is at most a few kB, and a rank waits for each).
+pub const PMI_REPLY_QUEUE_MAX: usize = 4 << 20;
+
+/// The sending side of one PMI connection: its writer task's queue and how many bytes wait
+/// in it.
+struct Writer {
+    tx: mpsc::UnboundedSender<Bytes>,
+    /// Bytes queued and not yet written (the writer task takes off what it wrote).
+    queued: Rc<Cell<usize>>,
+    /// Tells the writer task to give up: what is queued is dropped, the last words (an error
+    /// reply) are written if the socket takes them, and the socket is closed.
+    abandon: Option<tokio::sync::oneshot::Sender<Bytes>>,
+    /// The connection speaks PMI-2 (for the error reply's form); set by its reader.
+    v2: Rc<Cell<bool>>,
+}
+
+/// What became of a reply given to [`Writer::queue`].
+enum Queued {
+    /// It waits for the writer task.
+    Yes,
+    /// It would have taken the queue past [`PMI_REPLY_QUEUE_MAX`]: the writer was told to
+    /// give up, and the connection must be closed.
+    Overflow,
+}
+
+impl Writer {
+    /// Queues `bytes`, unless the queue would pass [`PMI_REPLY_QUEUE_MAX`]: then the writer
+    /// task is told to drop everything queued, write an error reply naming `rank` if the
+    /// socket takes it at once, and close the socket.
+    fn queue(&mut self, bytes: Bytes, rank: Option<usize>) -> Queued {
+        let n = self.queued.get() + bytes.len();
+        if n <= PMI_REPLY_QUEUE_MAX {
+            self.queued.set(n);
+            let _ = self.tx.send(bytes);
+            return Queued::Yes;
+        }
+        if let Some(a) = self.abandon.take() {
+            let who = rank.map_or("this PMI client".to_string(), |r| format!("rank {r}"));
+            let status = pmi_wire::Status::error(
+                -1,
+                format!(
+                    "{who} does not read its PMI replies ({} MiB queued); closing its connection",
+                    PMI_REPLY_QUEUE_MAX >> 20
+                ),
+            );
+            let mut b = BytesMut::new();
+            if self.v2.get() {
+                pmi_wire::v2::encode_error("error", None, &status, &mut b);
+            } else {
+                pmi_wire::v1::encode_error("error", &status, &mut b);
+            }
+            let _ = a.send(b.freeze());
+        }
+        Queued::Overflow
+    }
+}
+
 /// State shared by the tasks of one host's ranks (all on one thread).
 struct Ctx {
     engine: RefCell<Engine>,
-    writers: RefCell<HashMap<ConnId, mpsc::UnboundedSender<Bytes>>>,
+    writers: RefCell<HashMap<ConnId, Writer>>,
     events: JobTx<NodeEvent>,
     next_conn: Cell<ConnId>,
     pmix: RefCell<Option<PmixState>>,
@@ -173,8 +240,18 @@ impl Ctx {
             for o in outputs {
                 match o {
                     Output::Send { conn, bytes } => {
-                        if let Some(w) = self.writers.borrow().get(&conn) {
-                            let _ = w.send(bytes);
+                        let rank = self.engine.borrow().rank_of(conn);
+                        let queued = match self.writers.borrow_mut().get_mut(&conn) {
+                            Some(w) => w.queue(bytes, rank),
+                            None => Queued::Yes,
+                        };
+                        if let Queued::Overflow = queued {
+                            self.writers.borrow_mut().remove(&conn);
+                            self.engine.borrow_mut().disconnect(conn);
+                            let _ = self.events.send(NodeEvent::UnreadReplies {
+                                rank,
+                                queued: PMI_REPLY_QUEUE_MAX,
+                            });
                         }
                     }
                     Output::Close { conn } => {
@@ -197,25 +274,62 @@ impl Ctx {
 }
 
 /// Serves one PMI connection until it closes. Each connection has a reader (this task) and a
-/// writer task with a queue, so a rank that does not read its replies blocks nobody.
+/// writer task with a queue, so a rank that does not read its replies blocks nobody; the
+/// queue holds at most [`PMI_REPLY_QUEUE_MAX`] bytes, and a rank that lets it fill is
+/// closed (its replies dropped, an error reply written if the socket takes it).
 async fn serve_conn<S>(ctx: Rc<Ctx>, conn: ConnId, stream: S)
 where
     S: AsyncRead + AsyncWrite + 'static,
 {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-    ctx.writers.borrow_mut().insert(conn, tx);
+    let (abandon, abandoned) = tokio::sync::oneshot::channel::<Bytes>();
+    // The last words, once the connection is abandoned. A `Writer` dropped without them (the
+    // connection closed as usual) abandons nothing: what is queued is still written.
+    let abandoned = async move {
+        match abandoned.await {
+            Ok(b) => b,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let queued = Rc::new(Cell::new(0usize));
+    let v2 = Rc::new(Cell::new(false));
+    ctx.writers.borrow_mut().insert(
+        conn,
+        Writer {
+            tx,
+            queued: queued.clone(),
+            abandon: Some(abandon),
+            v2: v2.clone(),
+        },
+    );
     tokio::task::spawn_local(async move {
+        tokio::pin!(abandoned);
         let mut out = BytesMut::new();
-        while let Some(b) = rx.recv().await {
-            out.extend_from_slice(&b);
-            while let Ok(more) = rx.try_recv() {
-                out.extend_from_slice(&more);
+        let last_words = loop {
+            tokio::select! {
+                biased;
+                last = &mut abandoned => break Some(last),
+                next = rx.recv() => {
+                    let Some(b) = next else { break None };
+                    out.extend_from_slice(&b);
+                    while let Ok(more) = rx.try_recv() {
+                        out.extend_from_slice(&more);
+                    }
+                    tokio::select! {
+                        biased;
+                        last = &mut abandoned => break Some(last),
+                        written = wr.write_all(&out) => if written.is_err() { break None },
+                    }
+                    queued.set(queued.get().saturating_sub(out.len()));
+                    out.clear();
+                }
             }
-            if wr.write_all(&out).await.is_err() {
-                break;
-            }
-            out.clear();
+        };
+        if let Some(b) = last_words {
+            // The rank reads nothing: its error reply goes out only if the socket has room
+            // for it now. Nothing waits on it.
+            let _ = tokio::time::timeout(std::time::Duration::ZERO, wr.write_all(&b)).await;
         }
         let _ = wr.shutdown().await;
     });
@@ -228,6 +342,7 @@ where
         }
         loop {
             let decoded = framing.decode(&mut buf);
+            v2.set(framing.is_v2());
             match decoded {
                 Ok(Some(req)) => ctx.engine.borrow_mut().handle(conn, req),
                 Ok(None) => break,
@@ -734,8 +849,10 @@ impl Node {
                         set("PMI_ID", r.to_string());
                     }
                     None => {
-                        let (a, b) = std::os::unix::net::UnixStream::pair()
-                            .map_err(|e| format!("cannot create a PMI socket on {host}: {e}"))?;
+                        let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| {
+                            proc::note_fd_error(&e);
+                            format!("cannot create a PMI socket on {host}: {e}")
+                        })?;
                         set("PMI_FD", b.as_raw_fd().to_string());
                         ours = Some(a);
                         theirs = Some(b.into());
@@ -750,8 +867,10 @@ impl Node {
                     pmi_fd: theirs,
                     stdin: r == 0,
                 };
-                let child = proc::spawn(launch)
-                    .map_err(|e| format!("cannot start rank {r} ({}) on {host}: {e}", a.program))?;
+                let child = proc::spawn(launch).map_err(|e| {
+                    proc::note_fd_error(&e);
+                    format!("cannot start rank {r} ({}) on {host}: {e}", a.program)
+                })?;
                 let pid = child.pid;
                 debug!(rank = r, pid, "started");
                 node.pids.push(pid);

@@ -380,7 +380,8 @@ impl Engine {
         }
     }
 
-    fn rank_of(&self, conn: ConnId) -> Option<usize> {
+    /// The rank `conn` serves, once known.
+    pub fn rank_of(&self, conn: ConnId) -> Option<usize> {
         self.conns.get(&conn).and_then(|c| c.rank)
     }
 

@@ -17,6 +17,48 @@ use std::process::ExitStatus;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
+/// Set once this process has been refused a file descriptor (`EMFILE`, `ENFILE`).
+static OUT_OF_FDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records `e` if it says this process (`EMFILE`) or the system (`ENFILE`) is out of file
+/// descriptors; true when it does. Everything that fails after that is most likely a
+/// consequence, and [`fd_cause`] says so first.
+pub fn note_fd_error(e: &io::Error) -> bool {
+    let out = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+    if out {
+        OUT_OF_FDS.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    out
+}
+
+/// `out of file descriptors (ulimit -n is N)` once this process ran out of them (see
+/// [`note_fd_error`]).
+pub fn fd_exhaustion() -> Option<String> {
+    if !OUT_OF_FDS.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `lim`.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    Some(if rc == 0 && lim.rlim_cur != libc::RLIM_INFINITY {
+        format!("out of file descriptors (ulimit -n is {})", lim.rlim_cur)
+    } else {
+        "out of file descriptors".to_string()
+    })
+}
+
+/// `what`, led by the cause when this process ran out of file descriptors: one line that
+/// names the limit first and the failure it caused after.
+pub fn fd_cause(what: String) -> String {
+    match fd_exhaustion() {
+        Some(cause) if !what.starts_with("out of file descriptors") => format!("{cause}: {what}"),
+        _ => what,
+    }
+}
+
 /// Variables a surrounding launcher may have set that must not reach our ranks: another
 /// launcher's PMI wiring, and PMIx variables (new MPICH clients refuse to start beside them).
 pub fn is_foreign_wiring(name: &str) -> bool {

@@ -315,6 +315,33 @@ fn pmi_failed_spawns_are_error_replies() {
     ctx.assert_no_leftovers();
 }
 
+/// A spawn of ten million processes is refused at once with an error reply (above
+/// `KAURI_SPAWN_MAX`, 65536 by default), and the spawning job goes on. (It used to plan ten
+/// million ranks: 1.5 GB and minutes before anything was said; the job timeout ends that run.)
+#[test]
+fn pmi_a_spawn_above_the_hard_limit_is_an_error_reply() {
+    let ctx = Ctx::new("pmi_spawn_hard_limit");
+    let d = ctx.pmi_dyn();
+    for v in ["1", "2"] {
+        let o = run(
+            kauri_job(&ctx, &["-n", "2", &d, "--pmi", v, "spawn", "10000000"])
+                .timeout(std::time::Duration::from_secs(60)),
+        );
+        let line = o
+            .stdout_lines()
+            .into_iter()
+            .find(|l| l.starts_with("spawn failed"))
+            .unwrap_or_else(|| panic!("PMI-{v}: no failure line\n{o}"))
+            .to_string();
+        assert!(
+            line.contains("10000000") && line.contains("KAURI_SPAWN_MAX"),
+            "PMI-{v}: names the size and the limit: {line}"
+        );
+        o.assert_code(3);
+    }
+    ctx.assert_no_leftovers();
+}
+
 /// A spawned job whose hosts form a chain (`-tree-width 1`: n3's agent is started by n2's)
 /// and whose deepest agent cannot be started: the spawn fails with an error reply and the
 /// spawning job goes on, as when a direct child of the root fails (it used to end the whole

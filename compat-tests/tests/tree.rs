@@ -1082,6 +1082,74 @@ fn fork_unauthenticated_connection_refused() {
     ctx.assert_no_leftovers();
 }
 
+/// 300 connections without the job key to the front end's agent port, then 100 more held
+/// open at once without a word, while the ranks wait: only the first 3 refusals are named
+/// (`kauri: refused a connection from …`), the rest come as summary lines (`kauri: refused N
+/// more connections (…)`) that count all 397; at most 64 handshakes are in progress at once,
+/// so of the 100 silent connections the excess is closed at once, counted as refused for
+/// that. (Every refusal used to print its own line.) The job goes on and succeeds.
+#[test]
+fn fork_refused_connections_are_summarised() {
+    let ctx = Ctx::new("fork_refused_summary");
+    let (ranks, agents) = (2, 2);
+    let args = fork_args(&fork_hosts(2, 0), false, &[], ranks, &[]);
+    let go = Go::new(&ctx);
+    let wait = ctx.script("wait_go.sh", WAIT_GO_SH);
+    let mut args = args.to_vec();
+    args.extend([wait.clone(), go.path(), ctx.prog("hello")]);
+    let h = spawn(kauri_job(&ctx, &args));
+    let tree = settle(&ctx, agents, ranks);
+    let fe = tree.front_end.unwrap();
+    let port = *listening(fe)
+        .first()
+        .unwrap_or_else(|| panic!("the front end (pid {fe}) listens on no TCP port"));
+    for _ in 0..300 {
+        poke(port);
+    }
+    // 100 silent connections at once; each is closed by kauri, at once or after the 10 s
+    // handshake limit.
+    let silent: Vec<TcpStream> = (0..100)
+        .map(|_| TcpStream::connect_timeout(&port, Duration::from_secs(10)).unwrap())
+        .collect();
+    for mut s in silent {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+        }
+    }
+    // Let the last summary (at most one per 5 s) come out before the job ends.
+    thread::sleep(Duration::from_secs(7));
+    go.release();
+    let o = join(h);
+    o.assert_success();
+    let named = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("kauri: refused a connection from "))
+        .count();
+    assert_eq!(named, 3, "only the first 3 refusals are named\n{o}");
+    let summaries: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("kauri: refused ") && l.contains(" more connection"))
+        .collect();
+    let counted: usize = summaries
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<usize>().ok())
+        .sum();
+    assert_eq!(counted, 397, "the summaries count every other refusal\n{o}");
+    assert!(
+        summaries
+            .iter()
+            .any(|l| l.contains("over the handshake limit (64 at once)")),
+        "connections beyond 64 handshakes at once are refused at once\n{o}"
+    );
+    ctx.assert_no_leftovers();
+}
+
 /// No command line of any process on the machine contains `KAURI_JOB_KEY` or the value of
 /// the job key while a job runs (values are taken from the environment of the test's
 /// processes, where a launcher may legitimately pass it). Returns how many key values were

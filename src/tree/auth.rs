@@ -19,8 +19,22 @@ pub fn new_key() -> io::Result<String> {
 
 /// A random nonce.
 pub fn nonce() -> io::Result<[u8; 32]> {
+    // getrandom(2), not /dev/urandom: a nonce must not need a file descriptor, which is
+    // exactly what runs out when many agents connect at once.
     let mut b = [0u8; 32];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut b)?;
+    let mut got = 0;
+    while got < b.len() {
+        // SAFETY: writes at most `b.len() - got` bytes into `b[got..]`.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        got += n as usize;
+    }
     Ok(b)
 }
 

@@ -138,6 +138,14 @@ pub enum Report {
         /// What was wrong.
         error: String,
     },
+    /// A rank did not read its PMI replies: its connection was closed once `queued` bytes
+    /// waited for it.
+    UnreadReplies {
+        /// The rank, when known.
+        rank: Option<usize>,
+        /// The bytes that waited.
+        queued: usize,
+    },
     /// The job cannot go on.
     Failed {
         /// One line saying why.

@@ -13,15 +13,24 @@ pub const KAURI: &str = env!("CARGO_BIN_EXE_kauri");
 /// the test fails.
 pub fn kauri(args: &[&str], stdin: Option<&[u8]>, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(KAURI);
-    cmd.args(args)
-        .envs(env.iter().copied())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).envs(env.iter().copied());
+    run_with(&mut cmd, stdin)
+}
+
+/// Runs `cmd` (a kauri, or a shell that runs one) under the same watchdog as [`kauri`].
+pub fn run_under_watchdog(cmd: &mut Command) -> Output {
+    run_with(cmd, None)
+}
+
+fn run_with(cmd: &mut Command, stdin: Option<&[u8]>) -> Output {
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_os_string()).collect();
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("start kauri");
     if let Some(data) = stdin {
         let mut i = child.stdin.take().unwrap();
