@@ -20,7 +20,7 @@ use crate::node::{Node, NodeEvent};
 use crate::pmi::Output;
 use crate::profile::{Clock, HostProfile};
 use crate::service::ServiceReply;
-use crate::tree::{Down, Report, Up};
+use crate::tree::{Down, HostStatus, RankStatus, Report, Up};
 use bytes::Bytes;
 use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
@@ -67,6 +67,8 @@ pub trait Host {
     fn service_reply(&self, req: u64, reply: ServiceReply);
     /// Send `sig` to every running rank.
     fn signal(&self, sig: i32);
+    /// Where each rank is, in rank order.
+    fn status(&self) -> Vec<RankStatus>;
     /// Rank 0's stdin, when rank 0 runs here and it was not taken yet.
     fn take_stdin(&mut self) -> Option<pipe::Sender>;
     /// After the last event: forward the rest of the output, kill what the ranks left.
@@ -98,6 +100,8 @@ pub trait Links {
     fn host(&self, id: u32) -> String;
     /// The hosts of the children that are not done.
     fn unfinished(&self) -> Vec<String>;
+    /// How many agents there are below, at every depth.
+    fn agents(&self) -> usize;
     /// When child `id`'s launch began and when it connected (for the startup profile).
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>);
 }
@@ -132,6 +136,9 @@ impl Host for Node {
     }
     fn signal(&self, sig: i32) {
         Node::signal(self, sig)
+    }
+    fn status(&self) -> Vec<RankStatus> {
+        Node::status(self)
     }
     fn take_stdin(&mut self) -> Option<pipe::Sender> {
         self.stdin.take()
@@ -174,6 +181,9 @@ impl Links for Children {
     }
     fn unfinished(&self) -> Vec<String> {
         Children::unfinished(self)
+    }
+    fn agents(&self) -> usize {
+        self.subtrees.iter().map(crate::plan::Subtree::agents).sum()
     }
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
         Children::timings(self, id)
@@ -411,7 +421,8 @@ impl<H: Host, L: Links> Branch<H, L> {
                     | Up::DmodexData { .. }
                     | Up::Reports(_)
                     | Up::Publish(_)
-                    | Up::Request { .. }),
+                    | Up::Request { .. }
+                    | Up::Status(_)),
                 ..
             } => Some(Out::Up(m)),
             HubEvent::Up { id, msg: Up::Done } => {
@@ -488,6 +499,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             }
             Down::Kill => self.kill(),
             Down::Reply { to, req, reply } => self.reply(to, req, reply),
+            Down::Status => return Some(Out::Up(Up::Status(vec![self.ask_status()]))),
             Down::Challenge { .. } | Down::Spec { .. } | Down::Heartbeat => {}
         }
         None
@@ -619,6 +631,36 @@ impl<H: Host, L: Links> Branch<H, L> {
             };
             self.kids.send(id, msg);
         }
+    }
+
+    /// Asks the children where their ranks are (their answers come up as `Up::Status`) and
+    /// says where this host's are.
+    pub fn ask_status(&mut self) -> HostStatus {
+        self.kids.broadcast(&Down::Status);
+        let ranks = self.node.as_ref().map(H::status).unwrap_or_default();
+        let in_fence = ranks
+            .iter()
+            .any(|r| matches!(r.pmi, crate::pmi::RankPmi::InFence(_)));
+        let fence = (in_fence || self.gather.under_way()).then(|| {
+            let waits: Vec<String> = self
+                .kids
+                .ids()
+                .into_iter()
+                .filter(|&id| self.gather.needs_child(id))
+                .map(|id| self.kids.host(id))
+                .collect();
+            (self.gather.epoch(), self.gather.needs_local(), waits)
+        });
+        HostStatus {
+            host: self.host.clone(),
+            ranks,
+            fence,
+        }
+    }
+
+    /// How many hosts this branch and its subtree have (the answers a status round waits for).
+    pub fn hosts(&self) -> usize {
+        1 + self.kids.agents()
     }
 
     /// Sends `sig` to every rank of this branch and below.

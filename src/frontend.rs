@@ -24,7 +24,7 @@ use crate::policy::{self, Ending, ExitVerdict};
 use crate::proc;
 use crate::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
 use crate::service::{Service, ServiceReply, SpawnDone};
-use crate::tree::{self, LaunchCost, Report, Up};
+use crate::tree::{self, HostStatus, LaunchCost, Report, Up};
 use bytes::Bytes;
 use pmi_wire::SpawnCommand;
 use std::net::IpAddr;
@@ -614,6 +614,86 @@ impl Cluster {
     }
 }
 
+/// How long the hang diagnosis waits for the hosts' answers.
+const STATUS_WAIT: Duration = Duration::from_secs(2);
+
+/// At most this many ranks are listed one per line; the rest are counted by state.
+const STATUS_LINES: usize = 32;
+
+/// A hang diagnosis under way.
+struct StatusRound {
+    /// When it prints what it has.
+    due: Instant,
+    /// How many hosts' answers it waits for.
+    want: usize,
+    /// The answers so far, with their job's index.
+    got: Vec<(usize, HostStatus)>,
+}
+
+/// The diagnosis, line by line: every rank's host, pid and PMI state (at most
+/// [`STATUS_LINES`] one per line, the rest counted by state), the ranks whose host did not
+/// answer, and what each open fence still waits for.
+fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>]) -> Vec<String> {
+    let mut lines = vec!["where the ranks were:".to_string()];
+    let mut seen: Vec<Vec<bool>> = jobs.iter().map(|r| vec![false; r.len()]).collect();
+    let mut rest: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut listed = 0;
+    let mut rows: Vec<(usize, &str, &crate::tree::RankStatus)> = got
+        .iter()
+        .flat_map(|(j, h)| h.ranks.iter().map(move |r| (*j, h.host.as_str(), r)))
+        .collect();
+    rows.sort_by_key(|(j, _, r)| (*j, r.rank));
+    for (j, host, r) in rows {
+        if let Some(s) = seen.get_mut(j).and_then(|v| v.get_mut(r.rank)) {
+            *s = true;
+        }
+        let state = r.pmi.to_string();
+        if listed < STATUS_LINES {
+            let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+            lines.push(format!("{} on {host}{pid}: {state}", who(j, r.rank)));
+            listed += 1;
+        } else {
+            *rest.entry(state).or_default() += 1;
+        }
+    }
+    if !rest.is_empty() {
+        let counts: Vec<String> = rest.iter().map(|(s, n)| format!("{s}: {n}")).collect();
+        lines.push(format!(
+            "and {} more ranks ({})",
+            rest.values().sum::<usize>(),
+            counts.join(", ")
+        ));
+    }
+    let mut silent: Vec<String> = Vec::new();
+    for (j, ranks) in jobs.iter().enumerate() {
+        for (r, st) in ranks.iter().enumerate() {
+            if !seen[j][r] && st.ended.is_none() && !silent.contains(&st.host) {
+                silent.push(st.host.clone());
+            }
+        }
+    }
+    if !silent.is_empty() {
+        lines.push(format!("no answer from the host(s) {}", silent.join(", ")));
+    }
+    for (_, h) in got {
+        if let Some((epoch, local, kids)) = &h.fence {
+            let mut waits = Vec::new();
+            if *local {
+                waits.push(format!("the ranks on {}", h.host));
+            }
+            waits.extend(kids.iter().map(|k| format!("the agent on {k}")));
+            if !waits.is_empty() {
+                lines.push(format!(
+                    "on {}, fence {epoch} waits for {}",
+                    h.host,
+                    waits.join(", ")
+                ));
+            }
+        }
+    }
+    lines
+}
+
 /// The channels every job's events flow into, each event tagged with its job.
 struct Wires {
     node: mpsc::UnboundedSender<(usize, NodeEvent)>,
@@ -906,6 +986,8 @@ enum Event {
     KillTimer,
     /// The agents had their time to answer after the kill.
     GiveUp,
+    /// The hosts had their time to say where their ranks are.
+    StatusDue,
 }
 
 /// The root's timers, as the inbox waits on them.
@@ -917,6 +999,8 @@ struct Timers {
     kill_at: Option<Instant>,
     /// When the root stops waiting for agents that have not answered the kill.
     leave_at: Option<Instant>,
+    /// When the hang diagnosis prints what it has, during one.
+    status_at: Option<Instant>,
 }
 
 /// Where the root's events come from: its channels, its signals, its timers. It only
@@ -938,6 +1022,7 @@ impl Inbox {
             timing,
             kill_at,
             leave_at,
+            status_at,
         } = timers;
         let signals = futures_signal(&mut self.signals);
         tokio::pin!(signals);
@@ -952,6 +1037,7 @@ impl Inbox {
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => Event::Timeout,
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => Event::KillTimer,
             _ = tokio::time::sleep_until(leave_at.unwrap_or_else(Instant::now)), if leave_at.is_some() => Event::GiveUp,
+            _ = tokio::time::sleep_until(status_at.unwrap_or_else(Instant::now)), if status_at.is_some() => Event::StatusDue,
         }
     }
 }
@@ -1052,6 +1138,8 @@ struct Root {
     timed_out: bool,
     /// The root stopped waiting for agents that never answered.
     gave_up: bool,
+    /// The hang diagnosis under way: the hosts' answers so far.
+    status: Option<StatusRound>,
     auto_cleanup: bool,
     /// `MPIEXEC_TIMEOUT`, for its message.
     timeout: Option<Duration>,
@@ -1166,6 +1254,7 @@ impl Root {
             leave_at: None,
             timed_out: false,
             gave_up: false,
+            status: None,
             auto_cleanup: spec.auto_cleanup,
             timeout: spec.timeout,
             clock,
@@ -1223,6 +1312,7 @@ impl Root {
             timing: !self.timed_out,
             kill_at: self.kill_at,
             leave_at: self.leave_at,
+            status_at: self.status.as_ref().map(|s| s.due),
         }
     }
 
@@ -1238,6 +1328,7 @@ impl Root {
             Event::Timeout => self.on_timeout(),
             Event::KillTimer => self.on_kill_timer(),
             Event::GiveUp => self.give_up(),
+            Event::StatusDue => self.print_status(),
         }
     }
 
@@ -1355,6 +1446,12 @@ impl Root {
             Up::Reports(reports) => {
                 for r in reports {
                     self.on_report(j, r);
+                }
+            }
+            Up::Status(hosts) => {
+                if let Some(round) = self.status.as_mut() {
+                    round.got.extend(hosts.into_iter().map(|h| (j, h)));
+                    self.status_complete();
                 }
             }
             Up::Hello { .. } | Up::Output { .. } | Up::Profile(_) | Up::Heartbeat | Up::Done => {}
@@ -1518,7 +1615,18 @@ impl Root {
         let secs = self.timeout.unwrap_or_default().as_secs();
         if self.ending.is_none() {
             eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT)");
-            self.teardown(Ending::Timeout);
+            // Where is everybody? The teardown follows the answers (or STATUS_WAIT).
+            let mut round = StatusRound {
+                due: Instant::now() + STATUS_WAIT,
+                want: 0,
+                got: Vec::new(),
+            };
+            for (j, job) in self.jobs.iter_mut().enumerate() {
+                round.want += job.branch.hosts();
+                round.got.push((j, job.branch.ask_status()));
+            }
+            self.status = Some(round);
+            self.status_complete();
             return;
         }
         eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT) during its teardown");
@@ -1526,6 +1634,26 @@ impl Root {
         self.kill_at = None;
         let soon = Instant::now() + Duration::from_secs(1);
         self.leave_at = Some(self.leave_at.map_or(soon, |t| t.min(soon)));
+    }
+
+    /// Prints the diagnosis once every host has answered.
+    fn status_complete(&mut self) {
+        if self.status.as_ref().is_some_and(|r| r.got.len() >= r.want) {
+            self.print_status();
+        }
+    }
+
+    /// Prints where the ranks were (what the hosts said, and which hosts did not answer),
+    /// then tears the job down.
+    fn print_status(&mut self) {
+        let Some(round) = self.status.take() else {
+            return;
+        };
+        let names: Vec<Vec<RankState>> = self.jobs.iter().map(|j| j.ranks.clone()).collect();
+        for line in status_lines(&round.got, &names) {
+            eprintln!("kauri:   {line}");
+        }
+        self.teardown(Ending::Timeout);
     }
 
     /// The agents had their time after the kill: name the ones that never answered and stop

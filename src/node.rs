@@ -1023,6 +1023,44 @@ impl Node {
         }
     }
 
+    /// Where each rank of this host is, in rank order (the hang diagnosis).
+    pub fn status(&self) -> Vec<crate::tree::RankStatus> {
+        use crate::pmi::RankPmi;
+        let running = self.running.borrow();
+        let pmix = self.ctx.pmix.borrow();
+        let states: Vec<(usize, RankPmi)> = match pmix.as_ref() {
+            None => self.ctx.engine.borrow().status(),
+            Some(p) => self
+                .ranks
+                .iter()
+                .map(|&r| {
+                    let s = if !running.contains_key(&r) {
+                        RankPmi::Exited
+                    } else if p.finalized.contains(&r) {
+                        RankPmi::Finalized
+                    } else if p.initialized.contains(&r) {
+                        RankPmi::Running
+                    } else {
+                        RankPmi::NotInitialized
+                    };
+                    (r, s)
+                })
+                .collect(),
+        };
+        states
+            .into_iter()
+            .map(|(rank, pmi)| crate::tree::RankStatus {
+                rank,
+                pid: running.get(&rank).copied(),
+                pmi: if running.contains_key(&rank) || pmi == RankPmi::Exited {
+                    pmi
+                } else {
+                    RankPmi::Exited
+                },
+            })
+            .collect()
+    }
+
     /// How many ranks are still running.
     pub fn running(&self) -> usize {
         self.running.borrow().len()

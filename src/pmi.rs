@@ -200,6 +200,39 @@ pub struct Engine {
     out: Vec<Output>,
 }
 
+/// Where a rank is, as its host's PMI engine sees it: what a hang diagnosis prints.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum RankPmi {
+    /// It has not finished the PMI handshake (or does not use PMI).
+    NotInitialized,
+    /// It uses PMI and waits for nothing from it.
+    Running,
+    /// It waits in fence `epoch` (counted from 0).
+    InFence(u64),
+    /// It waits for a node attribute that nobody has put yet.
+    WaitingAttr(String),
+    /// It waits for the front end's answer to a spawn, publish, unpublish or lookup.
+    WaitingRoot(String),
+    /// It called finalize.
+    Finalized,
+    /// Its process has ended.
+    Exited,
+}
+
+impl std::fmt::Display for RankPmi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RankPmi::NotInitialized => write!(f, "not in PMI yet"),
+            RankPmi::Running => write!(f, "running (in no PMI call)"),
+            RankPmi::InFence(e) => write!(f, "in fence {e}"),
+            RankPmi::WaitingAttr(k) => write!(f, "waiting for node attribute {k}"),
+            RankPmi::WaitingRoot(what) => write!(f, "waiting for its {what} to be answered"),
+            RankPmi::Finalized => write!(f, "finalized"),
+            RankPmi::Exited => write!(f, "exited"),
+        }
+    }
+}
+
 /// The kvsname under which a PMI-1 `put` is published at once instead of at the next fence.
 pub const PUBLISH_KVS: &str = "kauri.publish";
 
@@ -255,6 +288,51 @@ impl Engine {
     /// Takes everything the engine wants done, in order.
     pub fn drain(&mut self) -> Vec<Output> {
         std::mem::take(&mut self.out)
+    }
+
+    /// Where each local rank is, in rank order.
+    pub fn status(&self) -> Vec<(usize, RankPmi)> {
+        let waiting = |conn: ConnId| self.rank_of(conn);
+        let mut v: Vec<(usize, RankPmi)> = self
+            .ranks
+            .iter()
+            .map(|(&r, s)| {
+                let state = if s.exited {
+                    RankPmi::Exited
+                } else if s.finalized {
+                    RankPmi::Finalized
+                } else if self.in_fence.contains(&r) {
+                    RankPmi::InFence(self.epoch)
+                } else if let Some(k) = self.node_waiters.iter().find_map(|(k, ws)| {
+                    ws.iter()
+                        .any(|w| waiting(w.conn) == Some(r))
+                        .then(|| k.clone())
+                }) {
+                    RankPmi::WaitingAttr(k)
+                } else if let Some(a) = self
+                    .pending
+                    .values()
+                    .find_map(|(w, a)| (waiting(w.conn) == Some(r)).then_some(*a))
+                {
+                    RankPmi::WaitingRoot(
+                        match a {
+                            Asked::Spawn => "spawn",
+                            Asked::Publish => "publish",
+                            Asked::Unpublish => "unpublish",
+                            Asked::Lookup => "lookup",
+                        }
+                        .into(),
+                    )
+                } else if s.initialized {
+                    RankPmi::Running
+                } else {
+                    RankPmi::NotInitialized
+                };
+                (r, state)
+            })
+            .collect();
+        v.sort_by_key(|(r, _)| *r);
+        v
     }
 
     /// True when `rank` called finalize.
@@ -1049,6 +1127,50 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The engine says where each rank is: before init, in a fence, waiting for a node
+    /// attribute, finalized, exited.
+    #[test]
+    fn status_says_where_each_rank_is() {
+        let mut e = engine(4);
+        let mut f: Vec<Framing> = (0..4).map(|_| Framing::default()).collect();
+        feed(
+            &mut e,
+            &mut f[0],
+            0,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=barrier_in\n",
+        );
+        feed(
+            &mut e,
+            &mut f[1],
+            1,
+            b"cmd=init pmi_version=2 pmi_subversion=0\n",
+        );
+        feed(
+            &mut e,
+            &mut f[1],
+            1,
+            b"38    cmd=fullinit;pmirank=1;threaded=FALSE;37    cmd=info-getnodeattr;key=k;wait=TRUE;",
+        );
+        feed(
+            &mut e,
+            &mut f[2],
+            2,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=finalize\n",
+        );
+        e.rank_exited(3);
+        let _ = e.drain();
+        assert_eq!(
+            e.status(),
+            vec![
+                (0, RankPmi::InFence(0)),
+                (1, RankPmi::WaitingAttr("k".into())),
+                (2, RankPmi::Finalized),
+                (3, RankPmi::Exited),
+            ]
+        );
+        assert_eq!(RankPmi::InFence(0).to_string(), "in fence 0");
     }
 
     /// A merged delta from the tree that does not unpack fails the job and releases nobody.

@@ -177,3 +177,45 @@ fn ranks_that_compute_long_are_not_a_silent_host() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(common::lines(&o), vec!["done", "done", "done"]);
 }
+
+/// When `MPIEXEC_TIMEOUT` fires, kauri says where every rank was (host, pid, PMI state) and
+/// what the open fence still waits for, before it ends the job.
+#[test]
+fn a_timeout_says_where_the_ranks_were() {
+    let marker = format!("timeout-status-{}", std::process::id());
+    let prog = format!(
+        "if [ $KAURI_RANK = 0 ]; then {} kvs fence; else exec sleep 300; fi # {marker}",
+        common::KAURI
+    );
+    let o = kauri(
+        &[
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            &prog,
+        ],
+        None,
+        &[("MPIEXEC_TIMEOUT", "5"), ("KAURI_KILL_GRACE", "1")],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(255), "{err}");
+    assert!(err.contains("kauri: job timed out after 5 s"), "{err}");
+    let line = |want: &str| {
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with("kauri:   ") && l.contains(want)),
+            "no line with {want:?}: {err}"
+        )
+    };
+    line("rank 0 on a (pid ");
+    line("): in fence 0");
+    line("rank 1 on b (pid ");
+    line("): not in PMI yet");
+    line("fence 0 waits for the agent on b");
+    assert_none_left(&marker);
+}

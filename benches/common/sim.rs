@@ -275,6 +275,10 @@ impl Host for SimHost {
     fn service_reply(&self, _req: u64, _reply: ServiceReply) {}
     /// No process to signal.
     fn signal(&self, _sig: i32) {}
+    /// Virtual ranks have no PMI state to report.
+    fn status(&self) -> Vec<kauri::tree::RankStatus> {
+        Vec::new()
+    }
     /// No rank 0 process, no stdin.
     fn take_stdin(&mut self) -> Option<tokio::net::unix::pipe::Sender> {
         None
@@ -364,6 +368,9 @@ impl Links for SimLinks {
             .keys()
             .map(|&id| self.host(id))
             .collect()
+    }
+    fn agents(&self) -> usize {
+        self.below.len()
     }
     /// No launches to time.
     fn timings(&self, _id: u32) -> (Option<Instant>, Option<Instant>) {

@@ -7,6 +7,7 @@
 use crate::iofwd::Stream;
 use crate::kvs::{Delta, Packed};
 use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
+use crate::pmi::RankPmi;
 use crate::profile::HostProfile;
 use crate::service::{Service, ServiceReply};
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,8 @@ pub enum Down {
     },
     /// The parent is alive (sent every `KAURI_HEARTBEAT` seconds).
     Heartbeat,
+    /// Say where your ranks are (`Up::Status`), and ask the children: the hang diagnosis.
+    Status,
     /// Pairs published without a fence (`kauri kvs put`): commit them at once.
     Publish(Delta),
     /// PMIx fence `epoch` is complete everywhere: every host's blob, concatenated.
@@ -242,6 +245,32 @@ pub enum Up {
     Profile(Vec<HostProfile>),
     /// The agent is alive (sent every `KAURI_HEARTBEAT` seconds, whatever its ranks do).
     Heartbeat,
+    /// Where the ranks of one or more hosts are (an agent's own answer to `Down::Status`,
+    /// and its children's, passed up as they come).
+    Status(Vec<HostStatus>),
     /// Every rank of the subtree has ended and its output is sent; the agent is leaving.
     Done,
+}
+
+/// One host's answer to [`Down::Status`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostStatus {
+    /// The host.
+    pub host: String,
+    /// Its ranks, in rank order.
+    pub ranks: Vec<RankStatus>,
+    /// The fence under way on this host, if one is: its number, whether it still waits for
+    /// this host's own ranks, and the hosts of the children it still waits for.
+    pub fence: Option<(u64, bool, Vec<String>)>,
+}
+
+/// Where one rank is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankStatus {
+    /// The rank.
+    pub rank: usize,
+    /// Its pid while it runs.
+    pub pid: Option<u32>,
+    /// Its PMI state.
+    pub pmi: RankPmi,
 }
