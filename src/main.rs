@@ -36,6 +36,8 @@ fn main() -> ExitCode {
         }
     };
     logging(spec.verbose);
+    // What ranks start and leave behind, even with setsid, comes back to kauri to be ended.
+    kauri::proc::become_subreaper();
     if spec.verbose > 0 {
         // Agents log at the same level.
         std::env::set_var("KAURI_LOG", if spec.verbose > 1 { "debug" } else { "info" });
@@ -88,5 +90,6 @@ fn run_agent(args: &[String]) -> ExitCode {
         }
     };
     logging(0);
+    kauri::proc::become_subreaper();
     run_local(kauri::agent::run(a))
 }

@@ -379,13 +379,28 @@ pub fn signal_group(pgid: u32, sig: i32) {
     }
 }
 
+/// Makes this process the subreaper of its descendants (`PR_SET_CHILD_SUBREAPER`): a process
+/// a rank started that outlives it, even one that left the rank's session and group with
+/// `setsid` (a daemon), becomes this process's child instead of init's, so
+/// [`kill_leftovers`] finds it and nothing outlives the job. Best effort.
+pub fn become_subreaper() {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag and touches no memory.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
 /// Kills (`SIGKILL`) every process still in one of `pgids` and in our session or the session
 /// its rank leads (every rank leads one, see [`spawn`]): what ranks
-/// left behind. Scans `/proc`, so only groups that still have members are touched.
+/// left behind; and every child of ours (see [`become_subreaper`]) in a session of its own,
+/// which is a process a rank started that escaped with `setsid`. Scans `/proc`, so only
+/// groups that still have members are touched. Killed children of ours are reaped, so none
+/// is left a zombie. Returns how many processes it killed.
 pub fn kill_leftovers(pgids: &[u32]) -> usize {
-    // SAFETY: getsid(0) has no preconditions.
-    let sid = unsafe { libc::getsid(0) };
+    // SAFETY: getsid(0) and getpid have no preconditions.
+    let (sid, me) = unsafe { (libc::getsid(0), libc::getpid()) };
     let mut killed = 0;
+    let mut reap: Vec<i32> = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return 0;
     };
@@ -401,21 +416,46 @@ pub fn kill_leftovers(pgids: &[u32]) -> usize {
             continue;
         };
         let f: Vec<&str> = rest.split_whitespace().collect();
-        let (state, pgrp, session) = (f.first(), f.get(2), f.get(3));
-        let (Some(state), Some(Ok(pgrp)), Some(Ok(session))) = (
+        let (state, ppid, pgrp, session) = (f.first(), f.get(1), f.get(2), f.get(3));
+        let (Some(state), Some(Ok(ppid)), Some(Ok(pgrp)), Some(Ok(session))) = (
             state,
+            ppid.map(|s| s.parse::<i32>()),
             pgrp.map(|s| s.parse::<u32>()),
             session.map(|s| s.parse::<i32>()),
         ) else {
             continue;
         };
         let ours = session == sid || session as u32 == pgrp;
-        if *state != "Z" && ours && pgids.contains(&pgrp) {
-            // SAFETY: see signal_group.
+        let left = ours && pgids.contains(&pgrp);
+        // A child of ours in a session of its own: a rank's descendant that called setsid and
+        // was handed to us, the subreaper, when its parent ended. (Agents kauri launches stay
+        // in its session; ranks are waited for before this runs.)
+        let escaped = ppid == me && session != sid;
+        if *state != "Z" && (left || escaped) {
+            // SAFETY: see signal_group; a daemon leads its own group, which goes too.
             unsafe {
+                if escaped {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
                 libc::kill(pid, libc::SIGKILL);
             }
             killed += 1;
+        }
+        if ppid == me && (left || escaped) {
+            reap.push(pid);
+        }
+    }
+    // Our children among them become our zombies: reap them (they die at once; give a busy
+    // machine a second).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while !reap.is_empty() && std::time::Instant::now() < deadline {
+        // SAFETY: waitpid on a pid that is our child, with WNOHANG, writes only `status`.
+        reap.retain(|&pid| {
+            let mut status = 0;
+            unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == 0 }
+        });
+        if !reap.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
     killed

@@ -351,6 +351,26 @@ fn background_children_of_ranks_are_cleaned_up() {
     assert_no_leftovers(marker);
 }
 
+/// A daemon a rank starts with `setsid` leaves the rank's session and process group; kauri
+/// (and each agent) is the subreaper of its ranks' descendants, so the daemon comes back to
+/// it when its parent ends, and is killed and reaped with the job, on one host and on
+/// agents. (It used to outlive the job; Hydra's too.)
+#[test]
+fn descendants_that_escape_with_setsid_are_ended_too() {
+    let marker = "kauri-marker-setsid";
+    let prog = format!(
+        "setsid sh -c 'sleep 300; true {marker}' >/dev/null 2>&1 </dev/null & echo started"
+    );
+    for hosts in [&[][..], &["-launcher", "fork", "-hosts", "a,b"][..]] {
+        let mut args = hosts.to_vec();
+        args.extend(["-n", "2", "sh", "-c", &prog]);
+        let o = kauri(&args, None, &[]);
+        assert!(o.status.success(), "{hosts:?}: {}", stderr(&o));
+        assert_eq!(stdout_lines(&o), vec!["started", "started"]);
+        assert_no_leftovers(marker);
+    }
+}
+
 #[test]
 fn sigint_is_forwarded_and_ends_the_job() {
     let marker = "kauri-marker-sigint";
