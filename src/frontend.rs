@@ -1138,6 +1138,8 @@ struct Root {
     timed_out: bool,
     /// The root stopped waiting for agents that never answered.
     gave_up: bool,
+    /// A host was lost and the job went on without it (`-disable-auto-cleanup`).
+    lost: bool,
     /// The hang diagnosis under way: the hosts' answers so far.
     status: Option<StatusRound>,
     auto_cleanup: bool,
@@ -1254,6 +1256,7 @@ impl Root {
             leave_at: None,
             timed_out: false,
             gave_up: false,
+            lost: false,
             status: None,
             auto_cleanup: spec.auto_cleanup,
             timeout: spec.timeout,
@@ -1347,8 +1350,10 @@ impl Root {
         let size = self.jobs[0].plan.size;
         let summary: Vec<Vec<RankState>> = self.jobs.iter().map(|j| j.ranks.clone()).collect();
         let printer = self.printer.take();
+        // A host lost under -disable-auto-cleanup: the job did not end well, whatever the
+        // ranks that were left say.
         let (ending, fences, tree, clock) = (
-            self.ending,
+            self.ending.or(self.lost.then_some(Ending::Failed)),
             self.profile.take(),
             self.tree.clone(),
             self.clock,
@@ -1562,6 +1567,13 @@ impl Root {
                     // A host of a job being spawned cannot be reached: the spawn fails.
                     debug!(%host, "a host of a spawned job was lost");
                     self.fail_spawn(j, reason);
+                } else if !discarded && !self.auto_cleanup && self.ending.is_none() {
+                    // The user asked the job to go on when a part of it fails: without this
+                    // host. A fence that needs its ranks fails the job when it starts.
+                    eprintln!(
+                        "kauri: {reason}; the job goes on without it (-disable-auto-cleanup)"
+                    );
+                    self.lost = true;
                 } else if !discarded {
                     if self.ending.is_none() {
                         eprintln!("kauri: {reason}");

@@ -169,10 +169,10 @@ fn ranks_that_compute_long_are_not_a_silent_host() {
             "3",
             "sh",
             "-c",
-            "sleep 6; echo done",
+            "sleep 10; echo done",
         ],
         None,
-        &[("KAURI_HEARTBEAT", "0.1"), ("KAURI_HEARTBEAT_TIMEOUT", "2")],
+        &[("KAURI_HEARTBEAT", "0.2"), ("KAURI_HEARTBEAT_TIMEOUT", "4")],
     );
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(common::lines(&o), vec!["done", "done", "done"]);
@@ -217,5 +217,39 @@ fn a_timeout_says_where_the_ranks_were() {
     line("rank 1 on b (pid ");
     line("): not in PMI yet");
     line("fence 0 waits for the agent on b");
+    assert_none_left(&marker);
+}
+
+/// With `-disable-auto-cleanup` a lost host does not end the job: the others go on and finish
+/// (the loss is said in one line, and the status says the job did not end well).
+#[test]
+fn with_auto_cleanup_off_the_job_goes_on_without_a_lost_host() {
+    let marker = format!("goon-{}", std::process::id());
+    let prog = format!(
+        "if [ $KAURI_RANK = 1 ]; then kill -KILL $PPID; exec sleep 300; fi; sleep 2; echo survived # {marker}"
+    );
+    let o = kauri(
+        &[
+            "-disable-auto-cleanup",
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            &prog,
+        ],
+        None,
+        &[],
+    );
+    let err = stderr(&o);
+    assert_eq!(common::lines(&o), vec!["survived"], "{err}");
+    assert!(
+        err.contains("kauri: agent on b died; the job goes on without it (-disable-auto-cleanup)"),
+        "{err}"
+    );
+    assert_eq!(o.status.code(), Some(255), "{err}");
     assert_none_left(&marker);
 }
