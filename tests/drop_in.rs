@@ -14,24 +14,10 @@ fn stdout_lines(o: &Output) -> Vec<String> {
     common::lines(o)
 }
 
-/// Fails if any process whose command line holds `marker` is still alive.
+/// Fails if any process whose command line holds `marker` is still alive (after a moment).
 fn assert_no_leftovers(marker: &str) {
     std::thread::sleep(Duration::from_millis(200));
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) {
-                found.push(format!("{pid}: {cmd}"));
-            }
-        }
-    }
+    let found = common::marked(marker);
     assert!(found.is_empty(), "left behind: {found:?}");
 }
 

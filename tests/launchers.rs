@@ -8,13 +8,7 @@ use common::{kauri, lines, stderr};
 
 /// Writes an executable script into a fresh directory; returns (dir, script path).
 fn script(name: &str, body: &str) -> (std::path::PathBuf, String) {
-    let dir = std::env::temp_dir().join(format!("kauri-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    (dir, path.display().to_string())
+    common::script(name, name, body)
 }
 
 #[test]

@@ -4,18 +4,7 @@
 
 mod common;
 
-use common::{kauri, stderr, KAURI};
-
-/// A fresh directory for one test, and an executable script in it.
-fn script(test: &str, name: &str, body: &str) -> (std::path::PathBuf, String) {
-    let dir = std::env::temp_dir().join(format!("kauri-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    (dir, path.display().to_string())
-}
+use common::{kauri, script, stderr, KAURI};
 
 /// An agent wrapper that waits `secs` before it runs the agent, for the agents of `hosts`
 /// (a `case` pattern) only.
@@ -36,17 +25,7 @@ fn slow_agent(test: &str, hosts: &str, secs: u32) -> (std::path::PathBuf, String
 fn stdin_reaches_a_remote_rank_0_whose_agent_connects_late() {
     let (dir, agent) = slow_agent("stdin-late", "*", 2);
     let o = kauri(
-        &[
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b",
-            "-n",
-            "2",
-            "sh",
-            "-c",
-            "if [ $KAURI_RANK = 0 ]; then cat; fi",
-        ],
+        &common::on_fork_hosts("a,b", "2", "if [ $KAURI_RANK = 0 ]; then cat; fi"),
         Some(b"line one\nline two\n"),
         &[("KAURI_AGENT_PATH", &agent), ("MPIEXEC_TIMEOUT", "60")],
     );
@@ -71,17 +50,7 @@ fn an_agent_that_connects_after_the_teardown_starts_nothing() {
         started.display()
     );
     let o = kauri(
-        &[
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b",
-            "-n",
-            "2",
-            "sh",
-            "-c",
-            &prog,
-        ],
+        &common::on_fork_hosts("a,b", "2", &prog),
         None,
         &[("KAURI_AGENT_PATH", &agent)],
     );

@@ -5,43 +5,11 @@
 mod common;
 
 use common::{kauri, stderr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The processes whose command line holds `marker`.
-fn marked(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == std::process::id() {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) {
-                found.push(format!("{pid}: {cmd}"));
-            }
-        }
-    }
-    found
-}
-
-/// Fails if a process holding `marker` is still there after 20 s (killed agents and ranks go
-/// through their parents' death signals, which takes a moment on a busy machine).
+/// Fails if a process holding `marker` is still there after 20 s.
 fn assert_none_left(marker: &str) {
-    let start = Instant::now();
-    loop {
-        let left = marked(marker);
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "left behind: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    common::assert_none_left(marker, Duration::from_secs(20));
 }
 
 /// Rank 0 (host a) fails after a moment; rank 1 (host b) first stops its agent.
@@ -60,17 +28,7 @@ fn a_silent_agent_does_not_hold_the_teardown() {
     let marker = format!("teardown-silent-{}", std::process::id());
     let prog = stop_b_then_fail(&marker);
     let o = kauri(
-        &[
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b",
-            "-n",
-            "2",
-            "sh",
-            "-c",
-            &prog,
-        ],
+        &common::on_fork_hosts("a,b", "2", &prog),
         None,
         &[("KAURI_KILL_GRACE", "1"), ("KAURI_TEARDOWN_WAIT", "2")],
     );
@@ -90,17 +48,7 @@ fn the_timeout_bounds_a_teardown_too() {
     let marker = format!("teardown-timeout-{}", std::process::id());
     let prog = stop_b_then_fail(&marker);
     let o = kauri(
-        &[
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b",
-            "-n",
-            "2",
-            "sh",
-            "-c",
-            &prog,
-        ],
+        &common::on_fork_hosts("a,b", "2", &prog),
         None,
         &[
             ("KAURI_KILL_GRACE", "1"),
@@ -127,17 +75,7 @@ fn a_host_that_goes_silent_is_noticed() {
     let prog =
         format!("if [ $KAURI_RANK = 1 ]; then kill -STOP $PPID; fi; exec sleep 300 # {marker}");
     let o = kauri(
-        &[
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b",
-            "-n",
-            "2",
-            "sh",
-            "-c",
-            &prog,
-        ],
+        &common::on_fork_hosts("a,b", "2", &prog),
         None,
         &[
             ("KAURI_HEARTBEAT", "0.2"),
@@ -160,17 +98,7 @@ fn a_host_that_goes_silent_is_noticed() {
 #[test]
 fn ranks_that_compute_long_are_not_a_silent_host() {
     let o = kauri(
-        &[
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b,c",
-            "-n",
-            "3",
-            "sh",
-            "-c",
-            "sleep 10; echo done",
-        ],
+        &common::on_fork_hosts("a,b,c", "3", "sleep 10; echo done"),
         None,
         &[("KAURI_HEARTBEAT", "0.2"), ("KAURI_HEARTBEAT_TIMEOUT", "4")],
     );
@@ -188,17 +116,7 @@ fn a_timeout_says_where_the_ranks_were() {
         common::KAURI
     );
     let o = kauri(
-        &[
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b",
-            "-n",
-            "2",
-            "sh",
-            "-c",
-            &prog,
-        ],
+        &common::on_fork_hosts("a,b", "2", &prog),
         None,
         &[("MPIEXEC_TIMEOUT", "5"), ("KAURI_KILL_GRACE", "1")],
     );

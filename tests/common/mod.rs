@@ -77,3 +77,65 @@ pub fn lines(o: &Output) -> Vec<String> {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Writes an executable script `name` into a fresh directory for test `test`; returns (the
+/// directory, the script's path).
+pub fn script(test: &str, name: &str, body: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("kauri-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (dir, path.display().to_string())
+}
+
+/// The processes (but this one) whose command line holds `marker`, as `pid: command line`.
+pub fn marked(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == std::process::id() {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) {
+                found.push(format!("{pid}: {cmd}"));
+            }
+        }
+    }
+    found
+}
+
+/// Fails if a process holding `marker` is still there after `patience` (killed agents and
+/// ranks go through their parents' death signals, which takes a moment on a busy machine).
+pub fn assert_none_left(marker: &str, patience: Duration) {
+    let start = std::time::Instant::now();
+    loop {
+        let left = marked(marker);
+        if left.is_empty() {
+            return;
+        }
+        assert!(start.elapsed() < patience, "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The arguments of a job of `n` ranks of `sh -c PROG` over the simulated hosts `hosts`
+/// (`-launcher fork`, one agent process per host name).
+pub fn on_fork_hosts<'a>(hosts: &'a str, n: &'a str, prog: &'a str) -> Vec<&'a str> {
+    vec![
+        "-launcher",
+        "fork",
+        "-hosts",
+        hosts,
+        "-n",
+        n,
+        "sh",
+        "-c",
+        prog,
+    ]
+}
