@@ -1338,6 +1338,11 @@ impl Root {
     /// After the last event: forwards the last output, reports the ranks that failed, prints
     /// the startup profile, and returns kauri's exit status.
     async fn finish(mut self) -> i32 {
+        for j in &self.jobs {
+            if let Some(line) = j.branch.kids().refusal_summary() {
+                eprintln!("kauri: {line}");
+            }
+        }
         for j in self.jobs.iter_mut() {
             if self.gave_up {
                 // Ranks that did not die when killed may hold their pipes: do not wait long.

@@ -403,6 +403,12 @@ impl Children {
         self.subtrees.iter().all(|t| done.contains(&t.id))
     }
 
+    /// The summary of the refusals held for a summary that has not been printed yet (at the
+    /// end of the job, so that none goes unsaid).
+    pub fn refusal_summary(&self) -> Option<String> {
+        self.shared.refusals.borrow_mut().summary()
+    }
+
     /// The hosts of the children that are not finished.
     pub fn unfinished(&self) -> Vec<String> {
         let done = self.shared.done.borrow();
