@@ -394,12 +394,7 @@ impl Agent {
             self.up.send(&Up::Profile(all));
         }
         self.heartbeat.abort();
-        if let Some(line) = self.branch.kids().refusal_summary() {
-            self.up.send(&Up::Output {
-                stream: Stream::Stderr,
-                data: format!("kauri: {line}\n").into_bytes(),
-            });
-        }
+        self.send(self.branch.last_refusals());
         self.up.finish(&Up::Done);
         let Agent {
             writer, branch, up, ..

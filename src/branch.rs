@@ -102,6 +102,8 @@ pub trait Links {
     fn unfinished(&self) -> Vec<String>;
     /// How many agents there are below, at every depth.
     fn agents(&self) -> usize;
+    /// The summary line of the refused connections not told yet, if any.
+    fn refusal_summary(&self) -> Option<String>;
     /// When child `id`'s launch began and when it connected (for the startup profile).
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>);
 }
@@ -184,6 +186,9 @@ impl Links for Children {
     }
     fn agents(&self) -> usize {
         self.subtrees.iter().map(crate::plan::Subtree::agents).sum()
+    }
+    fn refusal_summary(&self) -> Option<String> {
+        Children::refusal_summary(self)
     }
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
         Children::timings(self, id)
@@ -694,6 +699,13 @@ impl<H: Host, L: Links> Branch<H, L> {
         if let Some(n) = &self.node {
             n.signal(libc::SIGKILL);
         }
+    }
+
+    /// At the end of the job: the refused connections not told yet, so none goes unsaid.
+    pub fn last_refusals(&self) -> Option<Out> {
+        self.kids
+            .refusal_summary()
+            .map(|line| Out::Refused { line })
     }
 
     /// After the last event: the rest of the local ranks' output is forwarded and what they

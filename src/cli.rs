@@ -313,14 +313,7 @@ impl Parser {
         allow_config: bool,
     ) -> Result<Option<Command>, UsageError> {
         let mut seg = Segment {
-            app: AppSpec {
-                nprocs: 0,
-                program: String::new(),
-                args: Vec::new(),
-                env: Vec::new(),
-                env_policy: None,
-                wdir: None,
-            },
+            app: AppSpec::default(),
         };
         let mut n_given = false;
         let first = self.segments.is_empty();

@@ -579,14 +579,7 @@ impl Cluster {
         }
         // Spawned ranks' environment: the launcher's, by the global policy, and -genv.
         let global = JobSpec {
-            apps: vec![crate::job::AppSpec {
-                nprocs: 0,
-                program: String::new(),
-                args: Vec::new(),
-                env: Vec::new(),
-                env_policy: None,
-                wdir: None,
-            }],
+            apps: vec![crate::job::AppSpec::default()],
             ..spec.clone()
         };
         Cluster {
@@ -1338,10 +1331,9 @@ impl Root {
     /// After the last event: forwards the last output, reports the ranks that failed, prints
     /// the startup profile, and returns kauri's exit status.
     async fn finish(mut self) -> i32 {
-        for j in &self.jobs {
-            if let Some(line) = j.branch.kids().refusal_summary() {
-                eprintln!("kauri: {line}");
-            }
+        for j in 0..self.jobs.len() {
+            let out = self.jobs[j].branch.last_refusals();
+            self.on_out(j, out);
         }
         for j in self.jobs.iter_mut() {
             if self.gave_up {

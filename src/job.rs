@@ -18,7 +18,7 @@ pub enum EnvPolicy {
 }
 
 /// One MPMD segment: the part of a command line between `:` separators.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AppSpec {
     /// How many ranks run this program (`-n`); 0 until decided when `-n` was not given and no
     /// host was named (the front end then uses the allocation's slots, or 1).

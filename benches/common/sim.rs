@@ -372,6 +372,10 @@ impl Links for SimLinks {
     fn agents(&self) -> usize {
         self.below.len()
     }
+    /// Nobody connects without the key here.
+    fn refusal_summary(&self) -> Option<String> {
+        None
+    }
     /// No launches to time.
     fn timings(&self, _id: u32) -> (Option<Instant>, Option<Instant>) {
         (None, None)

@@ -60,6 +60,15 @@ fn fields(o: &Outcome, prefix: &str) -> Vec<std::collections::BTreeMap<String, S
     v
 }
 
+/// pmi-dyn's `spawn failed: …` line (the spawn's error reply), under PMI-`v`.
+fn spawn_failed(o: &Outcome, v: &str) -> String {
+    o.stdout_lines()
+        .into_iter()
+        .find(|l| l.starts_with("spawn failed"))
+        .unwrap_or_else(|| panic!("PMI-{v}: no failure line\n{o}"))
+        .to_string()
+}
+
 /// A `kauri nameserver -port 0` for one test, killed when dropped.
 struct NameServer {
     child: Child,
@@ -272,12 +281,7 @@ fn pmi_failed_spawns_are_error_replies() {
                 &[&d, "--pmi", v, "spawn", "1", "host=elsewhere"],
             ),
         ));
-        let line = o
-            .stdout_lines()
-            .into_iter()
-            .find(|l| l.starts_with("spawn failed"))
-            .unwrap_or_else(|| panic!("PMI-{v}: no failure line\n{o}"))
-            .to_string();
+        let line = spawn_failed(&o, v);
         assert!(
             line.contains("elsewhere"),
             "PMI-{v}: names the host: {line}"
@@ -299,12 +303,7 @@ fn pmi_failed_spawns_are_error_replies() {
                 "1",
             ],
         ));
-        let line = o
-            .stdout_lines()
-            .into_iter()
-            .find(|l| l.starts_with("spawn failed"))
-            .unwrap_or_else(|| panic!("PMI-{v}: no failure line\n{o}"))
-            .to_string();
+        let line = spawn_failed(&o, v);
         assert!(line.contains("no/such/program"), "PMI-{v}: {line}");
         o.assert_code(3);
         assert!(
@@ -327,12 +326,7 @@ fn pmi_a_spawn_above_the_hard_limit_is_an_error_reply() {
             kauri_job(&ctx, &["-n", "2", &d, "--pmi", v, "spawn", "10000000"])
                 .timeout(std::time::Duration::from_secs(60)),
         );
-        let line = o
-            .stdout_lines()
-            .into_iter()
-            .find(|l| l.starts_with("spawn failed"))
-            .unwrap_or_else(|| panic!("PMI-{v}: no failure line\n{o}"))
-            .to_string();
+        let line = spawn_failed(&o, v);
         assert!(
             line.contains("10000000") && line.contains("KAURI_SPAWN_MAX"),
             "PMI-{v}: names the size and the limit: {line}"
@@ -368,12 +362,7 @@ fn pmi_a_spawned_jobs_lost_grandchild_fails_only_the_spawn() {
             &[&d, "--pmi", v, "spawn", "2", "hosts=n2,n3"],
         ));
         let o = run(kauri_job(&ctx, &args).env("KAURI_AGENT_PATH", &agent));
-        let line = o
-            .stdout_lines()
-            .into_iter()
-            .find(|l| l.starts_with("spawn failed"))
-            .unwrap_or_else(|| panic!("PMI-{v}: no failure line\n{o}"))
-            .to_string();
+        let line = spawn_failed(&o, v);
         assert!(line.contains("n3"), "PMI-{v}: names the host: {line}");
         // pmi-dyn exits 3 after a failed spawn, once the fence and finalize went through.
         o.assert_code(3);
