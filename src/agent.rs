@@ -368,8 +368,22 @@ impl Agent {
             }
             return Ok(());
         }
+        let stacks = matches!(msg, Down::Status { stacks: true });
         let out = self.branch.on_down(msg, frame);
-        self.send(out);
+        match out {
+            // The stacks take a while: the answer goes up when they are taken.
+            Some(Out::Up(Up::Status(mine))) if stacks => {
+                let up = self.up.clone();
+                tokio::task::spawn_local(async move {
+                    let mut all = Vec::with_capacity(mine.len());
+                    for h in mine {
+                        all.push(crate::status::add_stacks(h).await);
+                    }
+                    up.send(&Up::Status(all));
+                });
+            }
+            out => self.send(out),
+        }
         Ok(())
     }
 

@@ -504,7 +504,9 @@ impl<H: Host, L: Links> Branch<H, L> {
             }
             Down::Kill => self.kill(),
             Down::Reply { to, req, reply } => self.reply(to, req, reply),
-            Down::Status => return Some(Out::Up(Up::Status(vec![self.ask_status()]))),
+            Down::Status { stacks } => {
+                return Some(Out::Up(Up::Status(vec![self.ask_status(stacks)])))
+            }
             Down::Challenge { .. } | Down::Spec { .. } | Down::Heartbeat => {}
         }
         None
@@ -639,13 +641,17 @@ impl<H: Host, L: Links> Branch<H, L> {
     }
 
     /// Asks the children where their ranks are (their answers come up as `Up::Status`) and
-    /// says where this host's are.
-    pub fn ask_status(&mut self) -> HostStatus {
-        self.kids.broadcast(&Down::Status);
+    /// says where this host's are; `stacks`: the children add their stuck ranks' stacks (this
+    /// host's are the caller's to add, see [`crate::status::add_stacks`]).
+    pub fn ask_status(&mut self, stacks: bool) -> HostStatus {
+        self.kids.broadcast(&Down::Status { stacks });
         let ranks = self.node.as_ref().map(H::status).unwrap_or_default();
+        // Ranks in the fence being gathered here (not in one this host has sent up already,
+        // whose rest is up to the other hosts).
+        let epoch = self.gather.epoch();
         let in_fence = ranks
             .iter()
-            .any(|r| matches!(r.pmi, crate::pmi::RankPmi::InFence(_)));
+            .any(|r| r.pmi == crate::pmi::RankPmi::InFence(epoch));
         let fence = (in_fence || self.gather.under_way()).then(|| {
             let waits: Vec<String> = self
                 .kids
@@ -654,7 +660,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 .filter(|&id| self.gather.needs_child(id))
                 .map(|id| self.kids.host(id))
                 .collect();
-            (self.gather.epoch(), self.gather.needs_local(), waits)
+            (epoch, self.gather.needs_local(), waits)
         });
         HostStatus {
             host: self.host.clone(),

@@ -87,6 +87,8 @@ Usage: kauri [global options] [local options] PROGRAM [ARGS...] [: [local option
        kauri nameserver [-port P] [-bind ADDR] [-key SECRET]
                                                  serve MPI names to several kauri runs
        kauri kvs put|get|fence|barrier ...       a rank's key-value store from a shell
+       kauri --status [--stacks] [PID]           where the ranks of your running jobs are
+                                                 (and their stacks), from another shell
 
 Kauri launches parallel programs and serves them PMI-1 and PMI-2, like mpiexec.hydra,
 or PMIx (Open MPI 4.1 programs, started without mpirun).
@@ -133,6 +135,8 @@ Global options:
   -nameserver HOST[:PORT] publish/lookup names through a 'kauri nameserver' (default port
                           6392; also KAURI_NAMESERVER), shared with other kauri runs
   -disable-auto-cleanup   keep the job running when one process fails
+  -timeout-stacks         when MPIEXEC_TIMEOUT fires, also print the stack of every rank
+                          that is stuck (at most 8 per host; needs eu-stack or gdb there)
   -v, -verbose            log what kauri does (repeat for more)
   --profile[=json]        at exit, print on stderr when each phase of the job happened
                           (agents launched per tree level, ranks forked, PMI init, each
@@ -198,6 +202,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             cost_tree: false,
             launcher_exec: None,
             ml_env: false,
+            timeout_stacks: false,
             singleton: None,
             pmi: PmiChoice::Auto,
             profile: None,
@@ -433,6 +438,7 @@ impl Parser {
                 }
                 "-l" | "-prepend-rank" => self.spec.label = true,
                 "-ml-env" => self.spec.ml_env = true,
+                "-timeout-stacks" | "-get-stack-traces" => self.spec.timeout_stacks = true,
                 "-help-env" => return Ok(Some(Command::HelpEnv)),
                 "-pmi-port" => self.spec.pmi_port = true,
                 "-pmi" | "-mpi" => {

@@ -610,6 +610,9 @@ impl Cluster {
 /// How long the hang diagnosis waits for the hosts' answers.
 const STATUS_WAIT: Duration = Duration::from_secs(2);
 
+/// How long it waits when the hosts take their stuck ranks' stacks.
+const STACKS_WAIT: Duration = Duration::from_secs(25);
+
 /// At most this many ranks are listed one per line; the rest are counted by state.
 const STATUS_LINES: usize = 32;
 
@@ -621,13 +624,25 @@ struct StatusRound {
     want: usize,
     /// The answers so far, with their job's index.
     got: Vec<(usize, HostStatus)>,
+    /// Who waits for it.
+    for_whom: Vec<Asked>,
+}
+
+/// Who asked for a hang diagnosis.
+enum Asked {
+    /// `MPIEXEC_TIMEOUT` fired: print it, then end the job.
+    Timeout,
+    /// `SIGUSR1` to kauri: print it; the job goes on.
+    Signal,
+    /// `kauri --status` from another shell: send it there.
+    Client(tokio::sync::oneshot::Sender<Vec<String>>),
 }
 
 /// The diagnosis, line by line: every rank's host, pid and PMI state (at most
 /// [`STATUS_LINES`] one per line, the rest counted by state), the ranks whose host did not
 /// answer, and what each open fence still waits for.
 fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>]) -> Vec<String> {
-    let mut lines = vec!["where the ranks were:".to_string()];
+    let mut lines = Vec::new();
     let mut seen: Vec<Vec<bool>> = jobs.iter().map(|r| vec![false; r.len()]).collect();
     let mut rest: std::collections::BTreeMap<String, usize> = Default::default();
     let mut listed = 0;
@@ -667,6 +682,15 @@ fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>]) -> Vec<Str
     }
     if !silent.is_empty() {
         lines.push(format!("no answer from the host(s) {}", silent.join(", ")));
+    }
+    for (j, h) in got {
+        for r in &h.ranks {
+            if let Some(stack) = &r.stack {
+                let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                lines.push(format!("stack of {} on {}{pid}:", who(*j, r.rank), h.host));
+                lines.extend(stack.lines().map(|l| format!("  {l}")));
+            }
+        }
     }
     for (_, h) in got {
         if let Some((epoch, local, kids)) = &h.fence {
@@ -981,6 +1005,10 @@ enum Event {
     GiveUp,
     /// The hosts had their time to say where their ranks are.
     StatusDue,
+    /// `kauri --status` from another shell.
+    StatusAsk(crate::status::Ask),
+    /// Job `j`'s ranks here, with their stacks taken.
+    OwnStatus(usize, HostStatus),
 }
 
 /// The root's timers, as the inbox waits on them.
@@ -1006,6 +1034,10 @@ struct Inbox {
     closed: mpsc::UnboundedReceiver<()>,
     signals: Vec<(i32, tokio::signal::unix::Signal)>,
     deadline: Option<Instant>,
+    /// Requests from `kauri --status`.
+    asks: mpsc::UnboundedReceiver<crate::status::Ask>,
+    /// This host's own answers with stacks, once taken.
+    own: mpsc::UnboundedReceiver<(usize, HostStatus)>,
 }
 
 impl Inbox {
@@ -1026,6 +1058,8 @@ impl Inbox {
             Some((a, r)) = self.replies.recv() => Event::Reply(a, r),
             Some(chunk) = self.stdin.recv() => Event::Stdin(chunk),
             Some(()) = self.closed.recv() => Event::OutputClosed,
+            Some(ask) = self.asks.recv() => Event::StatusAsk(ask),
+            Some((j, h)) = self.own.recv() => Event::OwnStatus(j, h),
             sig = &mut signals => Event::Signal(sig),
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => Event::Timeout,
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => Event::KillTimer,
@@ -1135,6 +1169,14 @@ struct Root {
     lost: bool,
     /// The hang diagnosis under way: the hosts' answers so far.
     status: Option<StatusRound>,
+    /// Where this host's answers with stacks go, once taken.
+    own_status: mpsc::UnboundedSender<(usize, HostStatus)>,
+    /// `-timeout-stacks`: a timeout's diagnosis has the stuck ranks' stacks.
+    timeout_stacks: bool,
+    /// The socket `kauri --status` asks through (none when it could not be made).
+    _status_socket: Option<crate::status::Listener>,
+    /// The command line, for `kauri --status`.
+    command: String,
     auto_cleanup: bool,
     /// `MPIEXEC_TIMEOUT`, for its message.
     timeout: Option<Duration>,
@@ -1168,6 +1210,12 @@ impl Root {
         let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
         let (closed_tx, closed_rx) = mpsc::unbounded_channel::<()>();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        // `kauri --status` from another shell, and this host's answers with stacks.
+        let (asks_tx, asks_rx) = mpsc::unbounded_channel();
+        let status_socket = crate::status::Listener::start(asks_tx)
+            .map_err(|e| info!("no status socket: {e}"))
+            .ok();
+        let (own_status, own_rx) = mpsc::unbounded_channel();
         let printer = tokio::task::spawn_local(print_output(out_rx, stop_rx, closed_tx));
 
         let cost = (p.cost_tree && !p.remote.is_empty())
@@ -1251,6 +1299,10 @@ impl Root {
             gave_up: false,
             lost: false,
             status: None,
+            own_status,
+            timeout_stacks: spec.timeout_stacks,
+            _status_socket: status_socket,
+            command: std::env::args().collect::<Vec<_>>().join(" "),
             auto_cleanup: spec.auto_cleanup,
             timeout: spec.timeout,
             clock,
@@ -1288,6 +1340,8 @@ impl Root {
             closed: closed_rx,
             signals,
             deadline: spec.timeout.map(|t| Instant::now() + t),
+            asks: asks_rx,
+            own: own_rx,
         };
         if let Some(e) = start_error {
             eprintln!("kauri: {e}");
@@ -1325,6 +1379,10 @@ impl Root {
             Event::KillTimer => self.on_kill_timer(),
             Event::GiveUp => self.give_up(),
             Event::StatusDue => self.print_status(),
+            Event::StatusAsk(ask) => {
+                self.diagnose(Asked::Client(ask.reply), ask.stacks);
+            }
+            Event::OwnStatus(j, h) => self.status_answer(j, vec![h]),
         }
     }
 
@@ -1450,12 +1508,7 @@ impl Root {
                     self.on_report(j, r);
                 }
             }
-            Up::Status(hosts) => {
-                if let Some(round) = self.status.as_mut() {
-                    round.got.extend(hosts.into_iter().map(|h| (j, h)));
-                    self.status_complete();
-                }
-            }
+            Up::Status(hosts) => self.status_answer(j, hosts),
             Up::Hello { .. } | Up::Output { .. } | Up::Profile(_) | Up::Heartbeat | Up::Done => {}
         }
     }
@@ -1613,6 +1666,7 @@ impl Root {
                 self.signal_all(sig);
                 self.teardown(Ending::Signal(sig));
             }
+            libc::SIGUSR1 => self.diagnose(Asked::Signal, false),
             _ => self.signal_all(sig),
         }
     }
@@ -1624,18 +1678,8 @@ impl Root {
         let secs = self.timeout.unwrap_or_default().as_secs();
         if self.ending.is_none() {
             eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT)");
-            // Where is everybody? The teardown follows the answers (or STATUS_WAIT).
-            let mut round = StatusRound {
-                due: Instant::now() + STATUS_WAIT,
-                want: 0,
-                got: Vec::new(),
-            };
-            for (j, job) in self.jobs.iter_mut().enumerate() {
-                round.want += job.branch.hosts();
-                round.got.push((j, job.branch.ask_status()));
-            }
-            self.status = Some(round);
-            self.status_complete();
+            // Where is everybody? The teardown follows the answers (or the wait's end).
+            self.diagnose(Asked::Timeout, self.timeout_stacks);
             return;
         }
         eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT) during its teardown");
@@ -1645,6 +1689,44 @@ impl Root {
         self.leave_at = Some(self.leave_at.map_or(soon, |t| t.min(soon)));
     }
 
+    /// Asks every host of every job where its ranks are (with the stuck ranks' stacks when
+    /// `stacks`), for `whom`; joins the round under way, if one is.
+    fn diagnose(&mut self, whom: Asked, stacks: bool) {
+        if let Some(round) = self.status.as_mut() {
+            round.for_whom.push(whom);
+            return;
+        }
+        let wait = if stacks { STACKS_WAIT } else { STATUS_WAIT };
+        let mut round = StatusRound {
+            due: Instant::now() + wait,
+            want: 0,
+            got: Vec::new(),
+            for_whom: vec![whom],
+        };
+        for (j, job) in self.jobs.iter_mut().enumerate() {
+            round.want += job.branch.hosts();
+            let mine = job.branch.ask_status(stacks);
+            if stacks {
+                let tx = self.own_status.clone();
+                tokio::task::spawn_local(async move {
+                    let _ = tx.send((j, crate::status::add_stacks(mine).await));
+                });
+            } else {
+                round.got.push((j, mine));
+            }
+        }
+        self.status = Some(round);
+        self.status_complete();
+    }
+
+    /// Hosts' answers to the diagnosis under way (late ones, after it printed, are dropped).
+    fn status_answer(&mut self, j: usize, hosts: Vec<HostStatus>) {
+        if let Some(round) = self.status.as_mut() {
+            round.got.extend(hosts.into_iter().map(|h| (j, h)));
+            self.status_complete();
+        }
+    }
+
     /// Prints the diagnosis once every host has answered.
     fn status_complete(&mut self) {
         if self.status.as_ref().is_some_and(|r| r.got.len() >= r.want) {
@@ -1652,17 +1734,53 @@ impl Root {
         }
     }
 
-    /// Prints where the ranks were (what the hosts said, and which hosts did not answer),
-    /// then tears the job down.
+    /// Gives the diagnosis (what the hosts said, and which hosts did not answer) to whoever
+    /// asked: printed for a timeout (which then tears the job down) or a signal, sent to a
+    /// `kauri --status`.
     fn print_status(&mut self) {
         let Some(round) = self.status.take() else {
             return;
         };
         let names: Vec<Vec<RankState>> = self.jobs.iter().map(|j| j.ranks.clone()).collect();
-        for line in status_lines(&round.got, &names) {
-            eprintln!("kauri:   {line}");
+        let lines = status_lines(&round.got, &names);
+        let timeout = round.for_whom.iter().any(|w| matches!(w, Asked::Timeout));
+        let heading = if timeout {
+            "where the ranks were:"
+        } else {
+            "where the ranks are:"
+        };
+        let mut printed = false;
+        let mut timed_out = false;
+        for whom in round.for_whom {
+            match whom {
+                Asked::Timeout | Asked::Signal if !printed => {
+                    printed = true;
+                    eprintln!("kauri:   {heading}");
+                    for line in &lines {
+                        eprintln!("kauri:   {line}");
+                    }
+                    timed_out |= matches!(whom, Asked::Timeout);
+                }
+                Asked::Timeout => timed_out = true,
+                Asked::Signal => {}
+                Asked::Client(tx) => {
+                    let ranks: usize = names.iter().map(Vec::len).sum();
+                    let mut text = vec![format!(
+                        "kauri {} ({} job(s), {ranks} ranks, running for {:.0} s): {}",
+                        std::process::id(),
+                        names.len(),
+                        self.clock.now() as f64 / 1e6,
+                        self.command
+                    )];
+                    text.push(format!("  {heading}"));
+                    text.extend(lines.iter().map(|l| format!("  {l}")));
+                    let _ = tx.send(text);
+                }
+            }
         }
-        self.teardown(Ending::Timeout);
+        if timed_out {
+            self.teardown(Ending::Timeout);
+        }
     }
 
     /// The agents had their time after the kill: name the ones that never answered and stop

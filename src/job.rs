@@ -88,6 +88,9 @@ pub struct JobSpec {
     pub launcher_exec: Option<String>,
     /// Also set the variables ML launchers use (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, …).
     pub ml_env: bool,
+    /// `-timeout-stacks`: when `MPIEXEC_TIMEOUT` fires, the diagnosis has the stacks of the
+    /// ranks that are stuck.
+    pub timeout_stacks: bool,
     /// Serve a program that is already running, as rank 0 of a one-rank job (`-pmi_args`).
     pub singleton: Option<Singleton>,
     /// The wire-up protocol asked for (`--pmi`).

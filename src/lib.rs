@@ -56,4 +56,5 @@ pub mod policy;
 pub mod proc;
 pub mod profile;
 pub mod service;
+pub mod status;
 pub mod tree;

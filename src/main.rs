@@ -13,6 +13,12 @@ fn main() -> ExitCode {
         let rest = args[1..].to_vec();
         return run_local(async move { kauri::nameserver::run(&rest).await });
     }
+    if matches!(
+        args.first().map(String::as_str),
+        Some("--status" | "-status")
+    ) {
+        return ExitCode::from(kauri::status::run(&args[1..]) as u8);
+    }
     if args.first().map(String::as_str) == Some("kvs") {
         return ExitCode::from(kauri::kvs_cli::run(&args[1..]));
     }

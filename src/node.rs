@@ -1057,6 +1057,7 @@ impl Node {
                 } else {
                     RankPmi::Exited
                 },
+                stack: None,
             })
             .collect()
     }

@@ -43,7 +43,11 @@ pub enum Down {
     /// The parent is alive (sent every `KAURI_HEARTBEAT` seconds).
     Heartbeat,
     /// Say where your ranks are (`Up::Status`), and ask the children: the hang diagnosis.
-    Status,
+    Status {
+        /// Add the stacks of the ranks that are stuck (`-timeout-stacks`, `kauri --status
+        /// --stacks`).
+        stacks: bool,
+    },
     /// Pairs published without a fence (`kauri kvs put`): commit them at once.
     Publish(Delta),
     /// PMIx fence `epoch` is complete everywhere: every host's blob, concatenated.
@@ -273,4 +277,6 @@ pub struct RankStatus {
     pub pid: Option<u32>,
     /// Its PMI state.
     pub pmi: RankPmi,
+    /// Its stack, when asked for and the rank is stuck (capped; or why there is none).
+    pub stack: Option<String>,
 }

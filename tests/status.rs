@@ -1,0 +1,324 @@
+//! The hang diagnosis while the job runs: `kauri --status` from another shell, `SIGUSR1` to
+//! kauri, stacks with `-timeout-stacks`; and the status socket keeps other users out.
+
+mod common;
+
+use common::{assert_none_left, kauri, stderr, KAURI};
+use std::io::Read;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A fresh private directory to stand for the session's `$XDG_RUNTIME_DIR`, so tests that run
+/// at once each see their own jobs only.
+fn runtime_dir(test: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = std::env::temp_dir().join(format!("kauri-rt-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).unwrap();
+    d
+}
+
+/// A kauri job running in the background, its stderr collected as it comes.
+struct Job {
+    child: Child,
+    err: Arc<Mutex<String>>,
+    out: std::thread::JoinHandle<String>,
+}
+
+impl Job {
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Job {
+        let mut child = Command::new(KAURI)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start kauri");
+        let err = Arc::new(Mutex::new(String::new()));
+        let (mut e, sink) = (child.stderr.take().unwrap(), err.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = e.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        let mut o = child.stdout.take().unwrap();
+        let out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = o.read_to_string(&mut s);
+            s
+        });
+        Job { child, err, out }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn stderr(&self) -> String {
+        self.err.lock().unwrap().clone()
+    }
+
+    /// Waits (generously) until kauri's stderr has a line containing each of `want`.
+    fn wait_stderr(&self, want: &[&str]) {
+        let start = Instant::now();
+        loop {
+            let err = self.stderr();
+            if want.iter().all(|w| err.lines().any(|l| l.contains(w))) {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "no {want:?} on stderr: {err}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits for the end; (exit code, stdout, stderr).
+    fn end(mut self) -> (Option<i32>, String, String) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > Duration::from_secs(180) {
+                let _ = self.child.kill();
+                panic!("kauri did not end: {}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let out = self.out.join().unwrap();
+        // The stderr reader sees the end of the pipe soon after the exit.
+        std::thread::sleep(Duration::from_millis(200));
+        let err = self.err.lock().unwrap().clone();
+        (status.code(), out, err)
+    }
+}
+
+/// `kauri --status ARGS` with `env`.
+fn status(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(KAURI)
+        .arg("--status")
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run kauri --status")
+}
+
+/// Asks `kauri --status PID` until its answer has a line containing each of `want`.
+fn status_until(pid: u32, env: &[(&str, &str)], want: &[&str]) -> String {
+    let start = Instant::now();
+    loop {
+        let o = status(&[&pid.to_string()], env);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if o.status.success() && want.iter().all(|w| text.lines().any(|l| l.contains(w))) {
+            return text;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "kauri --status never said {want:?}; last: {text}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A two-host job whose rank 0 waits in a fence for rank 1, which waits for the file `go`
+/// before it enters: `kauri --status` from another shell and `SIGUSR1` both say rank 0 is in
+/// fence 0, rank 1 not yet in PMI, and the fence waits for host b; the job then ends well.
+#[test]
+fn status_from_another_shell_and_on_sigusr1_while_the_job_goes_on() {
+    let marker = format!("status-shell-{}", std::process::id());
+    let rt = runtime_dir("shell");
+    let go = rt.join("go");
+    let prog = format!(
+        "if [ $KAURI_RANK = 0 ]; then {KAURI} kvs fence; echo done0; \
+         else while [ ! -e {} ]; do sleep 0.1; done; {KAURI} kvs fence; echo done1; fi # {marker}",
+        go.display()
+    );
+    let env = [("XDG_RUNTIME_DIR", rt.to_str().unwrap())];
+    let job = Job::start(&common::on_fork_hosts("a,b", "2", &prog), &env);
+    let pid = job.pid();
+    let text = status_until(pid, &env, &["rank 0 on a (pid ", "): in fence 0"]);
+    eprintln!("kauri --status {pid}:\n{text}");
+    let first = text.lines().next().unwrap();
+    assert!(
+        first.starts_with(&format!("kauri {pid} (1 job(s), 2 ranks, running for ")),
+        "{text}"
+    );
+    assert!(first.contains(&marker), "the command line: {text}");
+    assert!(text.contains("  where the ranks are:"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("rank 1 on b (pid ") && l.ends_with("): not in PMI yet")),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.ends_with(", fence 0 waits for the agent on b")),
+        "{text}"
+    );
+    // Host a sent its part of fence 0 up: it waits for nothing of its own.
+    assert!(!text.contains("fence 1"), "{text}");
+    // Without a pid: every job of this user (here, this one).
+    let all = status(&[], &env);
+    assert!(all.status.success());
+    assert!(String::from_utf8_lossy(&all.stdout).starts_with(&format!("kauri {pid} ")));
+
+    // SIGUSR1: the same on kauri's stderr, and the job goes on.
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGUSR1) };
+    job.wait_stderr(&[
+        "kauri:   where the ranks are:",
+        ", fence 0 waits for the agent on b",
+    ]);
+    std::fs::write(&go, "").unwrap();
+    let (code, out, err) = job.end();
+    assert_eq!(code, Some(0), "{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["done0", "done1"], "{err}");
+    assert!(
+        !err.contains("timed out") && !err.contains("ending the job"),
+        "{err}"
+    );
+    // The socket is gone with the job, and nobody answers any more.
+    let sock = rt.join("kauri").join(format!("{pid}.sock"));
+    assert!(!sock.exists(), "{} left behind", sock.display());
+    let after = status(&[], &env);
+    assert_eq!(after.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&after.stderr).contains("no kauri job of yours"));
+    assert_none_left(&marker, Duration::from_secs(30));
+    let _ = std::fs::remove_dir_all(&rt);
+}
+
+/// `-timeout-stacks`: when `MPIEXEC_TIMEOUT` fires, the diagnosis has each stuck rank's stack,
+/// taken on its own host (here one simulated host each), before the job ends.
+#[test]
+fn a_timeout_with_stacks_shows_where_each_rank_sleeps() {
+    let marker = format!("status-stacks-{}", std::process::id());
+    let prog = format!("exec sleep 300 # {marker}");
+    let mut args = vec!["-timeout-stacks"];
+    args.extend(common::on_fork_hosts("a,b", "2", &prog));
+    let o = kauri(
+        &args,
+        None,
+        &[("MPIEXEC_TIMEOUT", "5"), ("KAURI_KILL_GRACE", "1")],
+    );
+    let err = stderr(&o);
+    eprintln!("{err}");
+    assert_eq!(o.status.code(), Some(255), "{err}");
+    assert!(
+        !err.contains("neither eu-stack nor gdb"),
+        "this test needs gdb or eu-stack (.ci/setup installs gdb): {err}"
+    );
+    for host in ["a", "b"] {
+        let head = err
+            .lines()
+            .position(|l| {
+                l.starts_with("kauri:   stack of rank ") && l.contains(&format!(" on {host} (pid "))
+            })
+            .unwrap_or_else(|| panic!("no stack from {host}: {err}"));
+        let frames: Vec<&str> = err
+            .lines()
+            .skip(head + 1)
+            .take_while(|l| l.starts_with("kauri:     "))
+            .collect();
+        assert!(
+            frames
+                .iter()
+                .any(|l| l.starts_with("kauri:     #0 ") && l.contains("sleep")),
+            "rank on {host}: no frame 0 in a sleep: {frames:?}"
+        );
+    }
+    assert_none_left(&marker, Duration::from_secs(30));
+}
+
+/// The status socket is the job's user's only: the directory keeps others out, and when it
+/// is opened up anyway, a connection of another user is refused with one line.
+#[test]
+fn another_user_cannot_ask_for_status() {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0
+        || !Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("skipped: needs root and setpriv");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let marker = format!("status-other-{}", std::process::id());
+    let rt = runtime_dir("other");
+    let go = rt.join("go");
+    let prog = format!(
+        "while [ ! -e {} ]; do sleep 0.1; done # {marker}",
+        go.display()
+    );
+    let env = [("XDG_RUNTIME_DIR", rt.to_str().unwrap())];
+    let job = Job::start(&["-n", "1", "sh", "-c", &prog], &env);
+    let pid = job.pid();
+    status_until(pid, &env, &["rank 0 on "]);
+    let as_nobody = || {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", KAURI])
+            .args(["--status", &pid.to_string()])
+            .env("XDG_RUNTIME_DIR", &rt)
+            .current_dir("/")
+            .output()
+            .unwrap()
+    };
+    // Open the test's runtime directory to nobody: kauri's own 0700 directory still stops it.
+    std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let o = as_nobody();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(o.stdout.is_empty(), "{o:?}");
+    // Open kauri's directory and socket too: kauri itself refuses the connection.
+    let dir = rt.join("kauri");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+    let sock = dir.join(format!("{pid}.sock"));
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = as_nobody();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(o.stdout.is_empty(), "nobody got an answer: {o:?}");
+    job.wait_stderr(&["kauri: refused a status request from uid 65534"]);
+    std::fs::write(&go, "").unwrap();
+    let (code, _, err) = job.end();
+    assert_eq!(code, Some(0), "{err}");
+    assert_none_left(&marker, Duration::from_secs(30));
+    let _ = std::fs::remove_dir_all(&rt);
+}
+
+/// A link planted where the status directory goes is not followed: the job runs without a
+/// status socket (and says so under `-v`), and nothing is made where the link points.
+#[test]
+fn a_planted_link_at_the_status_directory_is_not_followed() {
+    let rt = runtime_dir("planted");
+    let elsewhere = rt.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, rt.join("kauri")).unwrap();
+    let o = kauri(
+        &["-v", "-n", "1", "true"],
+        None,
+        &[("XDG_RUNTIME_DIR", rt.to_str().unwrap())],
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("no status socket") && l.contains("symbolic link")),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(&rt);
+}
