@@ -111,6 +111,7 @@ impl Table {
                 None => Err(format!("the name {name} is not published")),
             }),
             Service::Spawn { .. } => ServiceReply::Spawn(Err("not a name request".into())),
+            Service::JobOf { .. } => ServiceReply::Job(Err("not a name request".into())),
         }
     }
 
@@ -186,7 +187,9 @@ fn reply_line(r: &ServiceReply) -> String {
         ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) | ServiceReply::Spawn(Err(e)) => {
             format!("error {}\n", encode(e))
         }
-        ServiceReply::Spawn(Ok(_)) => "error not%20a%20name%20request\n".into(),
+        ServiceReply::Spawn(Ok(_)) | ServiceReply::Job(_) => {
+            "error not%20a%20name%20request\n".into()
+        }
     }
 }
 
@@ -402,6 +405,10 @@ impl Client {
                     Service::Lookup { name } => format!("lookup {}\n", encode(name)),
                     Service::Spawn { .. } => {
                         let _ = reply.send(ServiceReply::Spawn(Err("not a name request".into())));
+                        continue;
+                    }
+                    Service::JobOf { .. } => {
+                        let _ = reply.send(ServiceReply::Job(Err("not a name request".into())));
                         continue;
                     }
                 };

@@ -651,6 +651,7 @@ impl Engine {
         Ok(Service::Spawn {
             commands: spawn.commands,
             preput: spawn.preput,
+            pmix: None,
         })
     }
 

@@ -20,6 +20,14 @@ pub enum Service {
         commands: Vec<SpawnCommand>,
         /// Pairs for the new job's KVS.
         preput: Delta,
+        /// A PMIx client's spawn: the new job is a PMIx job.
+        pmix: Option<PmixSpawn>,
+    },
+    /// The plan of the job whose namespace (kvsname) is `nspace`: a PMIx server registers a
+    /// job its clients connect to (`PMIx_Connect`).
+    JobOf {
+        /// The job's namespace.
+        nspace: String,
     },
     /// Publish a service name.
     Publish {
@@ -49,6 +57,18 @@ pub enum ServiceReply {
     Done(Result<(), String>),
     /// A lookup's outcome: the port.
     Found(Result<String, String>),
+    /// The plan of a job ([`Service::JobOf`]).
+    Job(Result<Box<crate::plan::JobPlan>, String>),
+}
+
+/// What a PMIx spawn adds to its commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PmixSpawn {
+    /// Each command's variables for its processes' environment (Open MPI passes
+    /// `OMPI_PARENT_PORT` and its `OMPI_MCA_*` settings this way).
+    pub env: Vec<Vec<(String, String)>>,
+    /// The rank that asked (`PMIX_PARENT_ID`).
+    pub parent: u32,
 }
 
 /// A spawn that started.

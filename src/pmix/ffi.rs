@@ -31,6 +31,10 @@ pub const PMIX_ERROR: Status = -1;
 pub const PMIX_ERR_NOT_FOUND: Status = -46;
 /// The operation is not supported.
 pub const PMIX_ERR_NOT_SUPPORTED: Status = -47;
+/// A bad parameter.
+pub const PMIX_ERR_BAD_PARAM: Status = -27;
+/// A spawn failed.
+pub const PMIX_ERR_JOB_FAILED_TO_LAUNCH: Status = -181;
 /// The operation completed at once; no callback will follow.
 pub const PMIX_OPERATION_SUCCEEDED: Status = -157;
 /// The rank meaning "every rank of the namespace".
@@ -38,6 +42,7 @@ pub const PMIX_RANK_WILDCARD: u32 = 0xffff_fffe;
 
 const PMIX_BOOL: u16 = 1;
 const PMIX_STRING: u16 = 3;
+const PMIX_INT: u16 = 6;
 const PMIX_UINT16: u16 = 13;
 const PMIX_UINT32: u16 = 14;
 const PMIX_INFO: u16 = 24;
@@ -105,6 +110,38 @@ type pmix_modex_cbfunc_t = Option<
 type pmix_dmodex_response_fn_t =
     Option<unsafe extern "C" fn(Status, *mut c_char, usize, *mut c_void)>;
 
+/// `pmix_app_t`: one application of a spawn.
+#[repr(C)]
+struct pmix_app_t {
+    cmd: *mut c_char,
+    argv: *mut *mut c_char,
+    env: *mut *mut c_char,
+    cwd: *mut c_char,
+    maxprocs: c_int,
+    info: *mut pmix_info_t,
+    ninfo: usize,
+}
+
+type pmix_spawn_cbfunc_t = Option<unsafe extern "C" fn(Status, *mut c_char, *mut c_void)>;
+type SpawnFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *const pmix_info_t,
+    usize,
+    *const pmix_app_t,
+    usize,
+    pmix_spawn_cbfunc_t,
+    *mut c_void,
+) -> Status;
+/// `connect` and `disconnect`.
+type ConnectFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    usize,
+    *const pmix_info_t,
+    usize,
+    pmix_op_cbfunc_t,
+    *mut c_void,
+) -> Status;
+
 type ConnectedFn =
     unsafe extern "C" fn(*const pmix_proc_t, *mut c_void, pmix_op_cbfunc_t, *mut c_void) -> Status;
 type Connected2Fn = unsafe extern "C" fn(
@@ -143,8 +180,9 @@ type DmodexFn = unsafe extern "C" fn(
     *mut c_void,
 ) -> Status;
 
-/// `pmix_server_module_t` (the 4.0 layout: 28 function pointers). Kauri fills the first five
-/// and `client_connected2`; the others stay NULL ("not supported").
+/// `pmix_server_module_t` (the 4.0 layout: 28 function pointers). Kauri fills the first five,
+/// `spawn`, `connect`, `disconnect` and `client_connected2`; the others stay NULL ("not
+/// supported").
 #[repr(C)]
 struct pmix_server_module_t {
     client_connected: Option<ConnectedFn>,
@@ -152,8 +190,13 @@ struct pmix_server_module_t {
     abort: Option<AbortFn>,
     fence_nb: Option<FenceFn>,
     direct_modex: Option<DmodexFn>,
-    /// publish … fabric: 22 entries Kauri leaves NULL.
-    unused: [*const c_void; 22],
+    /// publish, lookup, unpublish.
+    names: [*const c_void; 3],
+    spawn: Option<SpawnFn>,
+    connect: Option<ConnectFn>,
+    disconnect: Option<ConnectFn>,
+    /// register_events … fabric: 16 entries Kauri leaves NULL.
+    unused: [*const c_void; 16],
     client_connected2: Option<Connected2Fn>,
 }
 
@@ -351,13 +394,127 @@ pub enum Upcall {
         /// Where the answer goes.
         reply: ModexReply,
     },
-    /// A local client wants the data of rank `rank`, which runs on another host.
+    /// A local client wants the data of rank `rank` of namespace `nspace` (this job's, or
+    /// one it connected to), which runs on another host.
     Dmodex {
+        /// The namespace of the rank.
+        nspace: String,
         /// The rank whose data is wanted.
         rank: u32,
         /// Where the answer goes.
         reply: ModexReply,
     },
+    /// A local client asks for a new job (`PMIx_Spawn`: `MPI_Comm_spawn`).
+    Spawn {
+        /// The rank that asked.
+        rank: u32,
+        /// The applications, in order.
+        apps: Vec<SpawnApp>,
+        /// The job-level directives (key, value as text where it is text).
+        job_info: Vec<(String, String)>,
+        /// Where the new namespace goes.
+        reply: SpawnReply,
+    },
+    /// Local clients connect to the processes `procs` (`PMIx_Connect`): every namespace named
+    /// must be known to this server before the answer.
+    Connect {
+        /// The processes (rank [`PMIX_RANK_WILDCARD`]: the whole namespace).
+        procs: Vec<(String, u32)>,
+        /// Where the answer goes.
+        reply: OpReply,
+    },
+    /// Every local participant entered a collective over `procs` that is not a fence over one
+    /// whole namespace: a fence over part of a namespace or over several (Open MPI's
+    /// `MPI_Comm_disconnect`), or `PMIx_Disconnect`. `data`: this server's contribution.
+    Collective {
+        /// The participants (rank [`PMIX_RANK_WILDCARD`]: the whole namespace).
+        procs: Vec<(String, u32)>,
+        /// This server's blob.
+        data: Vec<u8>,
+        /// Where the answer goes.
+        reply: CollectiveReply,
+    },
+}
+
+/// One application of a spawn, as the library passed it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SpawnApp {
+    /// The executable.
+    pub cmd: String,
+    /// Its arguments, without `argv[0]`.
+    pub args: Vec<String>,
+    /// Variables for its environment (`NAME=VALUE` split).
+    pub env: Vec<(String, String)>,
+    /// Its working directory, if given.
+    pub cwd: Option<String>,
+    /// How many processes.
+    pub maxprocs: u32,
+    /// Its directives (key, value as text where it is text).
+    pub info: Vec<(String, String)>,
+}
+
+/// The library's callback for a spawn, to be called once.
+#[derive(Debug)]
+pub struct SpawnReply {
+    cbfunc: unsafe extern "C" fn(Status, *mut c_char, *mut c_void),
+    cbdata: *mut c_void,
+}
+
+// SAFETY: as for ModexReply: the library accepts its callbacks from any thread.
+unsafe impl Send for SpawnReply {}
+
+impl SpawnReply {
+    /// Tells the library the spawn's outcome: the new namespace, or an error status.
+    pub fn reply(self, status: Status, nspace: &str) {
+        if FINALIZED.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut ns = nspace_buf(nspace);
+        // SAFETY: cbfunc/cbdata came from the library for exactly one call; the namespace
+        // buffer is valid for the call (the library copies it).
+        unsafe { (self.cbfunc)(status, ns.as_mut_ptr(), self.cbdata) };
+    }
+}
+
+/// The library's callback for an operation without data, to be called once.
+#[derive(Debug)]
+pub struct OpReply {
+    cbfunc: unsafe extern "C" fn(Status, *mut c_void),
+    cbdata: *mut c_void,
+}
+
+// SAFETY: as for ModexReply.
+unsafe impl Send for OpReply {}
+
+impl OpReply {
+    /// Tells the library the operation's outcome.
+    pub fn reply(self, status: Status) {
+        if FINALIZED.load(Ordering::SeqCst) {
+            return;
+        }
+        // SAFETY: cbfunc/cbdata came from the library for exactly one call.
+        unsafe { (self.cbfunc)(status, self.cbdata) };
+    }
+}
+
+/// How a collective is answered: a fence hands the library every contribution, a disconnect
+/// only a status.
+#[derive(Debug)]
+pub enum CollectiveReply {
+    /// `fence_nb`.
+    Fence(ModexReply),
+    /// `disconnect`.
+    Op(OpReply),
+}
+
+impl CollectiveReply {
+    /// Answers the collective.
+    pub fn reply(self, status: Status, data: Vec<u8>) {
+        match self {
+            CollectiveReply::Fence(r) => r.reply(status, data),
+            CollectiveReply::Op(r) => r.reply(status),
+        }
+    }
 }
 
 /// The library's callback for a fence or a direct-modex request, to be called once.
@@ -411,6 +568,18 @@ type Routes = Mutex<HashMap<String, mpsc::UnboundedSender<Upcall>>>;
 fn routes() -> &'static Routes {
     static R: OnceLock<Routes> = OnceLock::new();
     R.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Sends the upcalls of namespace `nspace` to `tx`, unless some channel takes them already;
+/// true when this one does now.
+pub fn route_if_none(nspace: &str, tx: mpsc::UnboundedSender<Upcall>) -> bool {
+    match routes().lock() {
+        Ok(mut r) if !r.contains_key(nspace) => {
+            r.insert(nspace.to_string(), tx);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Sends the upcalls of namespace `nspace` to `tx` (replacing an earlier route).
@@ -553,17 +722,8 @@ unsafe extern "C" fn up_fence(
     let Some(cbfunc) = cbfunc else {
         return PMIX_ERROR;
     };
-    if procs.is_null() || nprocs != 1 {
-        return PMIX_ERR_NOT_SUPPORTED;
-    }
-    // SAFETY: procs is non-NULL and points to nprocs (1) valid entries.
-    let Some((ns, rank)) = (unsafe { read_proc(procs) }) else {
-        return PMIX_ERROR;
-    };
-    if rank != PMIX_RANK_WILDCARD {
-        // Fences over part of a namespace are not supported (Open MPI 4.1 fences the job).
-        return PMIX_ERR_NOT_SUPPORTED;
-    }
+    // SAFETY: the library passes nprocs valid entries (or NULL).
+    let procs = unsafe { read_procs(procs, nprocs) };
     let blob = if data.is_null() || ndata == 0 {
         Vec::new()
     } else {
@@ -571,7 +731,214 @@ unsafe extern "C" fn up_fence(
         unsafe { std::slice::from_raw_parts(data.cast::<u8>(), ndata) }.to_vec()
     };
     let reply = ModexReply { cbfunc, cbdata };
-    if deliver(&ns, Upcall::Fence { data: blob, reply }) {
+    let up = match procs.as_slice() {
+        // The whole of one namespace: the job's own fence, a tree allgather.
+        [(_, PMIX_RANK_WILDCARD)] => Upcall::Fence { data: blob, reply },
+        [] => return PMIX_ERR_NOT_SUPPORTED,
+        _ => Upcall::Collective {
+            procs: procs.clone(),
+            data: blob,
+            reply: CollectiveReply::Fence(reply),
+        },
+    };
+    if deliver_any(&procs, up) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
+/// Reads `n` `pmix_proc_t`s the library passed in.
+///
+/// # Safety
+/// `p` must be NULL or point to `n` valid `pmix_proc_t`s.
+unsafe fn read_procs(p: *const pmix_proc_t, n: usize) -> Vec<(String, u32)> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: p points to n valid entries per this function's contract.
+    (0..n).filter_map(|i| unsafe { read_proc(p.add(i)) }).collect()
+}
+
+/// Delivers `up` to the first of `procs`' namespaces this process routes.
+fn deliver_any(procs: &[(String, u32)], up: Upcall) -> bool {
+    let Ok(r) = routes().lock() else { return false };
+    procs
+        .iter()
+        .find_map(|(ns, _)| r.get(ns))
+        .is_some_and(|tx| tx.send(up).is_ok())
+}
+
+/// Reads a C string the library passed in (`None` for NULL).
+///
+/// # Safety
+/// `p` must be NULL or a valid NUL-terminated string.
+unsafe fn read_str(p: *const c_char) -> Option<String> {
+    // SAFETY: per the contract.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Reads a NULL-terminated array of C strings.
+///
+/// # Safety
+/// `p` must be NULL or a valid NULL-terminated array of valid C strings.
+unsafe fn read_argv(p: *const *mut c_char) -> Vec<String> {
+    let mut out = Vec::new();
+    if p.is_null() {
+        return out;
+    }
+    for i in 0.. {
+        // SAFETY: the array is NULL-terminated; entries before the NULL are valid strings.
+        let s = unsafe { *p.add(i) };
+        if s.is_null() {
+            break;
+        }
+        // SAFETY: a valid string, per the contract.
+        out.extend(unsafe { read_str(s) });
+    }
+    out
+}
+
+/// Reads directives: each key with its value as text, for the value types a directive a
+/// launcher acts on has (strings, booleans, integers); other types give an empty value.
+///
+/// # Safety
+/// `p` must be NULL or point to `n` valid `pmix_info_t`s.
+unsafe fn read_infos(p: *const pmix_info_t, n: usize) -> Vec<(String, String)> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    (0..n)
+        .map(|i| {
+            // SAFETY: p points to n valid entries.
+            let info = unsafe { &*p.add(i) };
+            let key: Vec<u8> = info
+                .key
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            let v = &info.value;
+            // SAFETY: the union member read is the one the type tag names.
+            let text = unsafe {
+                match v.type_ {
+                    PMIX_STRING => read_str(v.data.string).unwrap_or_default(),
+                    PMIX_BOOL => v.data.flag.to_string(),
+                    PMIX_UINT16 => v.data.uint16.to_string(),
+                    PMIX_UINT32 | PMIX_PROC_RANK => v.data.uint32.to_string(),
+                    PMIX_INT => (v.data.uint32 as i32).to_string(),
+                    _ => String::new(),
+                }
+            };
+            (String::from_utf8_lossy(&key).into_owned(), text)
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn up_spawn(
+    proc_: *const pmix_proc_t,
+    job_info: *const pmix_info_t,
+    ninfo: usize,
+    apps: *const pmix_app_t,
+    napps: usize,
+    cbfunc: pmix_spawn_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let Some(cbfunc) = cbfunc else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes a valid proc (or NULL).
+    let Some((ns, rank)) = (unsafe { read_proc(proc_) }) else {
+        return PMIX_ERROR;
+    };
+    if apps.is_null() || napps == 0 {
+        return PMIX_ERR_BAD_PARAM;
+    }
+    let apps = (0..napps)
+        .map(|i| {
+            // SAFETY: apps points to napps valid entries, valid for this call; copied.
+            let a = unsafe { &*apps.add(i) };
+            // SAFETY: the library's strings and arrays, valid for this call.
+            let (cmd, argv, env, cwd, info) = unsafe {
+                (
+                    read_str(a.cmd).unwrap_or_default(),
+                    read_argv(a.argv),
+                    read_argv(a.env),
+                    read_str(a.cwd),
+                    read_infos(a.info, a.ninfo),
+                )
+            };
+            SpawnApp {
+                cmd,
+                args: argv.into_iter().skip(1).collect(),
+                env: env
+                    .iter()
+                    .filter_map(|e| e.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                cwd: cwd.filter(|c| !c.is_empty()),
+                maxprocs: a.maxprocs.max(0) as u32,
+                info,
+            }
+        })
+        .collect();
+    // SAFETY: the library's directives, valid for this call.
+    let job_info = unsafe { read_infos(job_info, ninfo) };
+    let reply = SpawnReply { cbfunc, cbdata };
+    let up = Upcall::Spawn {
+        rank,
+        apps,
+        job_info,
+        reply,
+    };
+    if deliver(&ns, up) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
+unsafe extern "C" fn up_connect(
+    procs: *const pmix_proc_t,
+    nprocs: usize,
+    _info: *const pmix_info_t,
+    _ninfo: usize,
+    cbfunc: pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let Some(cbfunc) = cbfunc else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes nprocs valid entries (or NULL).
+    let procs = unsafe { read_procs(procs, nprocs) };
+    let reply = OpReply { cbfunc, cbdata };
+    if deliver_any(&procs, Upcall::Connect { procs: procs.clone(), reply }) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
+unsafe extern "C" fn up_disconnect(
+    procs: *const pmix_proc_t,
+    nprocs: usize,
+    _info: *const pmix_info_t,
+    _ninfo: usize,
+    cbfunc: pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let Some(cbfunc) = cbfunc else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes nprocs valid entries (or NULL).
+    let procs = unsafe { read_procs(procs, nprocs) };
+    let up = Upcall::Collective {
+        procs: procs.clone(),
+        data: Vec::new(),
+        reply: CollectiveReply::Op(OpReply { cbfunc, cbdata }),
+    };
+    if deliver_any(&procs, up) {
         PMIX_SUCCESS
     } else {
         PMIX_ERR_NOT_FOUND
@@ -593,7 +960,12 @@ unsafe extern "C" fn up_dmodex(
         return PMIX_ERROR;
     };
     let reply = ModexReply { cbfunc, cbdata };
-    if deliver(&ns, Upcall::Dmodex { rank, reply }) {
+    let up = Upcall::Dmodex {
+        nspace: ns.clone(),
+        rank,
+        reply,
+    };
+    if deliver(&ns, up) {
         PMIX_SUCCESS
     } else {
         PMIX_ERR_NOT_FOUND
@@ -619,7 +991,11 @@ pub fn init(tmpdir: &str, host: &str) -> Result<(), String> {
         abort: Some(up_abort),
         fence_nb: Some(up_fence),
         direct_modex: Some(up_dmodex),
-        unused: [ptr::null(); 22],
+        names: [ptr::null(); 3],
+        spawn: Some(up_spawn),
+        connect: Some(up_connect),
+        disconnect: Some(up_disconnect),
+        unused: [ptr::null(); 16],
         client_connected2: Some(up_connected2),
     });
     let mut info = InfoArray::new(&[
@@ -848,6 +1224,8 @@ mod tests {
         assert_eq!(offset_of!(pmix_data_array_t, array), 16);
         assert_eq!(size_of::<pmix_server_module_t>(), 224);
         assert_eq!(offset_of!(pmix_server_module_t, client_connected2), 216);
+        assert_eq!(offset_of!(pmix_server_module_t, spawn), 64);
+        assert_eq!(size_of::<pmix_app_t>(), 56);
     }
 
     /// Compiles a probe against the installed headers and compares its numbers with ours.
@@ -874,6 +1252,7 @@ int main(void) {
   printf("%d %d %d %d %u\n", PMIX_SUCCESS, PMIX_ERROR, PMIX_ERR_NOT_FOUND, PMIX_ERR_NOT_SUPPORTED, PMIX_RANK_WILDCARD);
   printf("%d %d %d %d %d %d %d %d\n", PMIX_OPERATION_SUCCEEDED, PMIX_BOOL, PMIX_STRING, PMIX_UINT16, PMIX_UINT32, PMIX_INFO, PMIX_DATA_ARRAY, PMIX_PROC_RANK);
   printf("%d %d\n", PMIX_MAX_NSLEN, PMIX_MAX_KEYLEN);
+  printf("%zu %zu %zu %zu %zu %d %d %d\n", sizeof(pmix_app_t), offsetof(pmix_app_t, maxprocs), offsetof(pmix_app_t, ninfo), offsetof(pmix_server_module_t, spawn), offsetof(pmix_server_module_t, disconnect), PMIX_INT, PMIX_ERR_BAD_PARAM, PMIX_ERR_JOB_FAILED_TO_LAUNCH);
   return 0;
 }
 "#,
@@ -896,7 +1275,7 @@ int main(void) {
         let _ = std::fs::remove_dir_all(&dir);
         let got = String::from_utf8_lossy(&out.stdout).into_owned();
         let want = format!(
-            "{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {} {} {} {}\n{} {}\n",
+            "{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {} {} {} {}\n{} {}\n{} {} {} {} {} {} {} {}\n",
             size_of::<pmix_value_t>(),
             align_of::<pmix_value_t>(),
             offset_of!(pmix_value_t, data),
@@ -922,6 +1301,14 @@ int main(void) {
             PMIX_PROC_RANK,
             NSLEN - 1,
             KEYLEN - 1,
+            size_of::<pmix_app_t>(),
+            offset_of!(pmix_app_t, maxprocs),
+            offset_of!(pmix_app_t, ninfo),
+            offset_of!(pmix_server_module_t, spawn),
+            offset_of!(pmix_server_module_t, disconnect),
+            PMIX_INT,
+            PMIX_ERR_BAD_PARAM,
+            PMIX_ERR_JOB_FAILED_TO_LAUNCH,
         );
         assert_eq!(got, want);
     }
