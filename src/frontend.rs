@@ -18,12 +18,13 @@ use crate::hub::{Children, HubEvent};
 use crate::iofwd::Stream;
 use crate::job::{EnvPolicy, HostSpec, JobSpec, Placement, PmiChoice};
 use crate::kvs::Delta;
+use crate::nameserver::{Refusal, Waiting};
 use crate::node::{is_local, local_host, Node, NodeEvent};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::policy::{self, Ending, ExitVerdict};
 use crate::proc;
 use crate::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
-use crate::service::{Service, ServiceReply, SpawnDone};
+use crate::service::{Service, ServiceReply, SpawnDone, Wait};
 use crate::tree::{self, HostStatus, LaunchCost, Report, Up};
 use bytes::Bytes;
 use pmi_wire::SpawnCommand;
@@ -1174,6 +1175,8 @@ struct Root {
     jobs: Vec<JobRun>,
     cluster: Cluster,
     names: Names,
+    /// Lookups waiting for a name nobody published yet (the run's own table).
+    waiting: Waiting<Asker>,
     wires: Wires,
     svc_tx: mpsc::UnboundedSender<(Asker, ServiceReply)>,
     /// Requests for the root, served after the event that brought them (a spawn starts a job,
@@ -1318,6 +1321,7 @@ impl Root {
             jobs: vec![first],
             cluster,
             names,
+            waiting: Waiting::default(),
             wires,
             svc_tx,
             requests: Vec::new(),
@@ -2065,7 +2069,25 @@ impl Root {
                 s => match &mut self.names {
                     Names::Own(t) => {
                         let reply = t.apply(0, &s);
-                        self.answer(asker, reply);
+                        let now = std::time::Instant::now();
+                        match (&s, &reply) {
+                            // Nobody published the name yet: a lookup that waits is answered
+                            // by the publish.
+                            (Service::Lookup { name, wait }, ServiceReply::Found(Err(e)))
+                                if *wait != Wait::No && Refusal::of(e) == Refusal::NotPublished =>
+                            {
+                                debug!(%name, ?wait, "a lookup waits for its name");
+                                self.waiting.add(name, asker, *wait, now);
+                            }
+                            (Service::Publish { name, port, .. }, ServiceReply::Done(Ok(()))) => {
+                                let waiting = self.waiting.published(name, now);
+                                self.answer(asker, reply);
+                                for w in waiting {
+                                    self.answer(w, ServiceReply::Found(Ok(port.clone())));
+                                }
+                            }
+                            _ => self.answer(asker, reply),
+                        }
                     }
                     Names::Server(c) => {
                         let (c, tx) = (c.clone(), self.svc_tx.clone());

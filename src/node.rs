@@ -8,15 +8,18 @@
 //! A PMIx job ([`JobPlan::pmix`]) has no PMI sockets: its ranks reach this process's PMIx
 //! server ([`crate::pmix`]) with the environment the library makes for them, and the
 //! library's upcalls (connect, finalize, abort, fence, direct modex) come back here on a
-//! channel and become the same [`NodeEvent`]s as the PMI engine's outputs.
+//! channel and become the same [`NodeEvent`]s as the PMI engine's outputs; its publish, lookup
+//! and unpublish become the same name requests as PMI's (one per name, answered through
+//! [`Node::service_reply`]).
 
 use crate::events::JobTx;
 use crate::iofwd;
 use crate::iofwd::Stream;
 use crate::plan::{Adopt, HostPlan, JobPlan};
 use crate::pmi::{ConnId, Engine, Framing, JobInfo, Output};
-use crate::pmix::{self, CollectiveReply, ModexReply, OpReply, SpawnReply, Upcall};
+use crate::pmix::{self, CollectiveReply, LookupReply, ModexReply, OpReply, SpawnReply, Upcall};
 use crate::proc::{self, Launch};
+use crate::service::{Service, ServiceReply, Wait};
 use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -25,7 +28,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, watch};
@@ -127,7 +130,31 @@ struct PmixState {
     collectives: HashMap<String, std::collections::VecDeque<CollectiveReply>>,
     /// Other jobs' namespaces this node registered for a connect (deregistered with its own).
     foreign: Vec<String>,
+    /// Publish, lookup and unpublish calls waiting for the name table's answers.
+    next_call: u64,
+    calls: HashMap<u64, NameCall>,
+    /// The requests sent for them (ids with [`PMIX_REQUEST`] set): request -> (call, index
+    /// of its name in the call).
+    next_request: u64,
+    requests: HashMap<u64, (u64, usize)>,
 }
+
+/// The bit that marks the id of a request made for a PMIx client (the PMI engine numbers its
+/// own from 0), so the front end's answer finds its way back ([`Node::service_reply`]).
+const PMIX_REQUEST: u64 = 1 << 63;
+
+/// A PMIx publish, lookup or unpublish: one request per name, one callback for the call.
+struct NameCall {
+    batch: pmix::names::Batch,
+    reply: NameReply,
+}
+
+/// The library's callback for a [`NameCall`].
+enum NameReply {
+    Op(OpReply),
+    Lookup(LookupReply),
+}
+
 
 /// Request ids at and above this one are the PMIx server's (below: the PMI engine's).
 const PMIX_REQUESTS: u64 = 1 << 62;
@@ -259,7 +286,7 @@ struct Ctx {
 
 impl Ctx {
     /// Handles the PMIx upcalls already queued (so a rank's finalize is seen before its exit).
-    fn drain_upcalls(&self) {
+    fn drain_upcalls(self: &Rc<Self>) {
         let mut got = Vec::new();
         if let Some(rx) = self.upcalls.borrow_mut().as_mut() {
             while let Ok(u) = rx.try_recv() {
@@ -271,7 +298,68 @@ impl Ctx {
         }
     }
 
-    fn upcall(&self, u: Upcall) {
+    fn upcall(self: &Rc<Self>, u: Upcall) {
+        use pmix::ffi::{PMIX_ERR_BAD_PARAM, PMIX_ERR_NOT_SUPPORTED};
+        use pmix::names::{lookup_wait, publish_items};
+        let me = |rank: u32| {
+            let ns = self.pmix.borrow().as_ref().map(|p| p.nspace.clone());
+            Some(format!("{}:{rank}", ns.unwrap_or_default()))
+        };
+        let u = match u {
+            Upcall::Publish { rank, info, reply } => {
+                let items = match publish_items(&info) {
+                    Ok(items) => items,
+                    Err(status) => return reply.done(status),
+                };
+                let by = me(rank);
+                let asks = items
+                    .into_iter()
+                    .map(|(name, port)| {
+                        let s = Service::Publish {
+                            name: name.clone(),
+                            port,
+                            by: by.clone(),
+                        };
+                        (name, s)
+                    })
+                    .collect();
+                return self.ask_names(asks, NameReply::Op(reply), Wait::No);
+            }
+            Upcall::Unpublish {
+                rank, keys, reply, ..
+            } => {
+                if keys.is_empty() {
+                    // "Everything this process published": the table is not kept by process.
+                    return reply.done(PMIX_ERR_NOT_SUPPORTED);
+                }
+                let by = me(rank);
+                let asks = keys
+                    .into_iter()
+                    .map(|name| {
+                        let s = Service::Unpublish {
+                            name: name.clone(),
+                            by: by.clone(),
+                        };
+                        (name, s)
+                    })
+                    .collect();
+                return self.ask_names(asks, NameReply::Op(reply), Wait::No);
+            }
+            Upcall::Lookup {
+                keys, info, reply, ..
+            } => {
+                if keys.is_empty() {
+                    return reply.done(PMIX_ERR_BAD_PARAM, &[], "");
+                }
+                let wait = lookup_wait(&info);
+                let asks = keys
+                    .into_iter()
+                    .map(|name| (name.clone(), Service::Lookup { name, wait }))
+                    .collect();
+                return self.ask_names(asks, NameReply::Lookup(reply), wait);
+            }
+            u => u,
+        };
         let mut st = self.pmix.borrow_mut();
         let Some(st) = st.as_mut() else { return };
         let ev = match u {
@@ -301,7 +389,7 @@ impl Ctx {
                 unknown.sort();
                 unknown.dedup();
                 if unknown.is_empty() {
-                    reply.reply(pmix::ffi::PMIX_SUCCESS);
+                    reply.done(pmix::ffi::PMIX_SUCCESS);
                     return;
                 }
                 let cid = st.next_req;
@@ -369,6 +457,7 @@ impl Ctx {
                 st.fences.insert(epoch, reply);
                 NodeEvent::PmixFence { epoch, data }
             }
+            Upcall::Publish { .. } | Upcall::Unpublish { .. } | Upcall::Lookup { .. } => return,
             Upcall::Dmodex {
                 nspace,
                 rank,
@@ -389,6 +478,83 @@ impl Ctx {
             }
         };
         let _ = self.events.send(ev);
+    }
+
+    /// Sends one name request per `(name, request)` of a PMIx call up to the front end (as
+    /// the PMI engine's requests go); `reply` answers the call once every name is answered,
+    /// or when a lookup's wait is over.
+    fn ask_names(self: &Rc<Self>, asks: Vec<(String, Service)>, reply: NameReply, wait: Wait) {
+        let call = {
+            let mut st = self.pmix.borrow_mut();
+            let Some(st) = st.as_mut() else { return };
+            let call = st.next_call;
+            st.next_call += 1;
+            let mut names = Vec::with_capacity(asks.len());
+            for (i, (name, service)) in asks.into_iter().enumerate() {
+                let id = PMIX_REQUEST | st.next_request;
+                st.next_request += 1;
+                st.requests.insert(id, (call, i));
+                names.push(name);
+                let _ = self
+                    .events
+                    .send(NodeEvent::Engine(Output::Request { id, service }));
+            }
+            let batch = pmix::names::Batch::new(names);
+            st.calls.insert(call, NameCall { batch, reply });
+            call
+        };
+        if let Wait::For(ms) = wait {
+            let ctx: Weak<Ctx> = Rc::downgrade(self);
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                if let Some(c) = ctx.upgrade() {
+                    debug!(call, ms, "a PMIx lookup's wait is over");
+                    c.name_call_done(call, pmix::ffi::PMIX_ERR_TIMEOUT, Vec::new());
+                }
+            });
+        }
+    }
+
+    /// The front end's answer to name request `id` (see [`Ctx::ask_names`]).
+    fn name_reply(&self, id: u64, reply: &ServiceReply) {
+        let done = {
+            let mut st = self.pmix.borrow_mut();
+            let Some(st) = st.as_mut() else { return };
+            let Some((call, i)) = st.requests.remove(&id) else {
+                return; // its call ended already (a lookup's wait was over)
+            };
+            let Some(c) = st.calls.get_mut(&call) else {
+                return;
+            };
+            c.batch
+                .answer(i, pmix::names::result_of(reply))
+                .map(|(status, found)| (call, status, found))
+        };
+        if let Some((call, status, found)) = done {
+            self.name_call_done(call, status, found);
+        }
+    }
+
+    /// Ends name call `call` (if it has not ended): its callback gets `status` and, for a
+    /// lookup, the names found.
+    fn name_call_done(&self, call: u64, status: i32, found: Vec<(String, String)>) {
+        let (c, nspace) = {
+            let mut st = self.pmix.borrow_mut();
+            let Some(st) = st.as_mut() else { return };
+            let Some(c) = st.calls.remove(&call) else {
+                return;
+            };
+            st.requests.retain(|_, (k, _)| *k != call);
+            (c, st.nspace.clone())
+        };
+        debug!(call, status, found = found.len(), "PMIx name call done");
+        // Outside the borrows: the library may take its time in the callback.
+        match c.reply {
+            NameReply::Op(r) => r.done(status),
+            // The publisher's process is not kept with the name: the answers are said to
+            // come from the asker's own namespace.
+            NameReply::Lookup(r) => r.done(status, &found, &nspace),
+        }
     }
 
     /// Writes replies; hands everything else to the node's owner.
@@ -622,7 +788,7 @@ async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, Str
 /// Reports that rank `r` (pid `pid`) ended: the engine's view first (it knows who waits in a
 /// fence here), then the event, with the status `status` gives knowing whether it finalized.
 fn rank_ended(
-    c: &Ctx,
+    c: &Rc<Ctx>,
     ev: &JobTx<NodeEvent>,
     running: &RefCell<HashMap<usize, u32>>,
     r: usize,
@@ -697,6 +863,10 @@ fn start_pmix(
         fences: HashMap::new(),
         next_dmodex: 0,
         dmodex: HashMap::new(),
+        next_call: 0,
+        calls: HashMap::new(),
+        next_request: 0,
+        requests: HashMap::new(),
     });
     *ctx.upcalls.borrow_mut() = Some(rx);
     let mut env = HashMap::new();
@@ -1191,10 +1361,10 @@ impl Node {
         let (reply, _, err) = p.connects.remove(&cid).expect("the connect is there");
         drop(st);
         match err {
-            None => reply.reply(pmix::ffi::PMIX_SUCCESS),
+            None => reply.done(pmix::ffi::PMIX_SUCCESS),
             Some(e) => {
                 eprintln!("kauri: a PMIx connect failed: {e}");
-                reply.reply(pmix::ffi::PMIX_ERR_NOT_FOUND)
+                reply.done(pmix::ffi::PMIX_ERR_NOT_FOUND)
             }
         }
     }
@@ -1236,8 +1406,12 @@ impl Node {
         }
     }
 
-    /// Hands the front end's answer to a request back to the engine that asked.
-    pub fn service_reply(&self, id: u64, reply: crate::service::ServiceReply) {
+    /// Hands the front end's answer to a request back to the engine (or PMIx client) that
+    /// asked.
+    pub fn service_reply(&self, id: u64, reply: ServiceReply) {
+        if id & PMIX_REQUEST != 0 {
+            return self.ctx.name_reply(id, &reply);
+        }
         if id >= PMIX_REQUESTS {
             self.ctx.drain_upcalls();
             return self.pmix_service_reply(id, reply);

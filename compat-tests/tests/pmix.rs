@@ -10,6 +10,9 @@
 //! * `direct_modex_*`: Open MPI's asynchronous modex (no data in the fence), so every peer's
 //!   data is fetched on demand through the tree.
 //! * `choice_*`: `--pmi` and `auto`: which variables reach a rank.
+//! * `names_*`: `MPI_Publish_name`/`MPI_Lookup_name`/`MPI_Unpublish_name` and a waiting
+//!   `PMIx_Lookup` (`PMIX_WAIT`) through the run's name table, and an upcall kauri does not
+//!   implement (`PMIx_Spawn`) refused and said once under `-v`.
 //! * `netns_*`: **root**, the 3 network-namespace hosts of `tree.rs` (`netns/hosts.sh`, an
 //!   sshd in each): `-launcher ssh`, so each host's agent and PMIx server run in a network
 //!   of their own and Open MPI's TCP traffic between hosts crosses the bridge. sshd passes
@@ -99,12 +102,25 @@ fn mpirun(ctx: &Ctx, n: usize, prog: &str, env: &[(&str, &str)]) -> Outcome {
 /// `-launcher ssh` (the `netns_*` tests, one at a time) the system's directories are checked
 /// too: agents started by sshd do not see the test's `TMPDIR`.
 fn kauri(ctx: &Ctx, args: &[&str], n: usize, prog: &str, env: &[(&str, &str)]) -> Outcome {
+    kauri_with(ctx, args, n, prog, &[], env)
+}
+
+/// [`kauri`], the program given arguments `prog_args`.
+fn kauri_with(
+    ctx: &Ctx,
+    args: &[&str],
+    n: usize,
+    prog: &str,
+    prog_args: &[&str],
+    env: &[(&str, &str)],
+) -> Outcome {
     let over_ssh = args.windows(2).any(|w| w == ["-launcher", "ssh"]);
     let before = over_ssh.then(kauri_system_entries);
     let s = Scratch::new(ctx);
     let n = n.to_string();
     let mut a: Vec<&str> = args.to_vec();
     a.extend(["-n", &n, prog]);
+    a.extend(prog_args);
     let job = ctx
         .job(Launcher::Kauri, &a)
         .program(ctx.kauri())
@@ -361,6 +377,86 @@ fn direct_modex_two_hosts_ring() {
         );
     }
     ctx.assert_no_leftovers();
+}
+
+/// `ompi_names`'s lines common to both launchers, for `n` ranks: the name is not there, then
+/// (rank 0 publishing late) every other rank's waiting PMIx lookup gets it, every rank finds
+/// it, a stranger's unpublish leaves it, its publisher's withdraws it.
+fn names_lines(n: usize) -> Vec<String> {
+    let mut v = vec![
+        "ompi_names: rank 0: publish: MPI_SUCCESS".to_string(),
+        "ompi_names: rank 0: unpublish: MPI_SUCCESS".to_string(),
+    ];
+    for r in 0..n {
+        let p = format!("ompi_names: rank {r}:");
+        v.push(format!("{p} lookup before the publish: MPI_ERR_NAME"));
+        if r > 0 {
+            v.push(format!("{p} waited for the name: SUCCESS port-of-rank-0"));
+        }
+        v.push(format!("{p} lookup: MPI_SUCCESS port-of-rank-0"));
+        v.push(format!(
+            "{p} lookup after a stranger's unpublish: MPI_SUCCESS port-of-rank-0"
+        ));
+        v.push(format!("{p} lookup after the unpublish: MPI_ERR_NAME"));
+    }
+    v
+}
+
+/// Publish, lookup (waiting, with `PMIX_WAIT`) and unpublish of Open MPI ranks through the
+/// run's name table, against mpirun.openmpi's (its HNP's data server: no `ompi-server`
+/// needed within one mpirun). kauri runs `ompi_names strict` under `-v`: the answers mpirun
+/// words otherwise are checked against kauri's rules (a second publish is refused; only the
+/// publisher may unpublish, the name stays; a `PMIX_TIMEOUT` ends a wait), and the upcall it
+/// does not implement (`PMIx_Spawn`, twice) is said once on stderr.
+fn names(name: &str, args: &[&str]) {
+    let n = 4;
+    let ctx = Ctx::new(name);
+    let p = ctx.ompi_prog("ompi_names");
+    let m = mpirun(&ctx, n, &p, &[]);
+    let mut a = vec!["-v"];
+    a.extend(args);
+    let k = kauri_with(&ctx, &a, n, &p, &["strict"], &[]);
+    assert_eq!(m.code, Some(0), "mpirun.openmpi failed\n{m}");
+    assert_eq!(k.code, Some(0), "kauri failed\n{k}");
+    assert_lines("mpirun.openmpi", &m, names_lines(n));
+    let (strict, common): (Vec<String>, Vec<String>) = sorted(&k)
+        .into_iter()
+        .partition(|l| l.starts_with("strict:"));
+    let mut want = names_lines(n);
+    want.sort();
+    assert_eq!(common, want, "kauri: wrong stdout\n{k}");
+    let last = n - 1;
+    let mut want_strict = vec![
+        "strict: rank 0: publish again: MPI_ERR_FILE_EXISTS".to_string(),
+        // PMIX_ERR_NO_PERMISSIONS, which Open MPI 4.1 maps to OPAL_ERR_UNREACH.
+        format!("strict: rank {last}: unpublish of rank 0's name: MPI_ERR_INTERN"),
+        format!("strict: rank {last}: wait for a name nobody publishes: TIMEOUT"),
+        "strict: rank 0: spawn 1: NOT-SUPPORTED".to_string(),
+        "strict: rank 0: spawn 2: NOT-SUPPORTED".to_string(),
+    ];
+    want_strict.sort();
+    assert_eq!(strict, want_strict, "kauri: wrong strict lines\n{k}");
+    let said = k
+        .stderr
+        .lines()
+        .filter(|l| {
+            l.starts_with("kauri: PMIx upcall spawn from ") && l.ends_with(":0 is not supported")
+        })
+        .count();
+    assert_eq!(said, 1, "kauri: the unsupported spawn is said once\n{k}");
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn names_one_host() {
+    names("pmix_names", ONE_HOST);
+}
+
+/// Ranks 0 and 1 on n1, 2 and 3 on n2: the waiting lookups of n2 and the stranger's
+/// unpublish cross the tree.
+#[test]
+fn names_two_hosts() {
+    names("pmix_names_two_hosts", TWO_HOSTS_BLOCK);
 }
 
 /// Whether a failed run is Open MPI 4.1.4's own async-modex race: MPI_Init's PML add_procs

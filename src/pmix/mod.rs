@@ -7,14 +7,19 @@
 //! each rank's environment comes from the library ([`ffi::setup_fork`]). What the library asks
 //! of its host arrives as [`Upcall`]s on the namespace's channel and is handled by the
 //! [`Node`](crate::node::Node): a fence is a tree allgather of the hosts' opaque blobs, a
-//! direct-modex request is routed through the tree to the host of the rank in question.
+//! direct-modex request is routed through the tree to the host of the rank in question;
+//! publish, lookup and unpublish are requests to the run's name table, as PMI's are
+//! ([`names`]).
 //!
 //! This module decides *what* is registered (plain data, testable); [`ffi`] is the only place
 //! that talks to the C library.
 
 pub mod ffi;
+pub mod names;
 
-pub use ffi::{CollectiveReply, ModexReply, OpReply, SpawnApp, SpawnReply, Status, Upcall, Val};
+pub use ffi::{
+    CollectiveReply, LookupReply, ModexReply, OpReply, SpawnApp, SpawnReply, Status, Upcall, Val,
+};
 
 use crate::plan::{HostPlan, JobPlan};
 use std::path::{Path, PathBuf};
