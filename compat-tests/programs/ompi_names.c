@@ -15,7 +15,10 @@
  * stranger's unpublish (refused), and a PMIX_WAIT lookup with PMIX_TIMEOUT=1 of a name nobody
  * publishes (it times out). mpirun.openmpi 4.1 accepts the first two and waits for ever on
  * the third, so its runs leave "strict" out. Then rank 0 calls PMIx_Spawn twice, which kauri
- * does not implement: both fail (kauri says so once under -v). */
+ * does not implement: both fail (kauri says so once under -v); and, given a second argument
+ * FILE, creates FILE and registers it for cleanup with PMIx_Job_control (PMIX_REGISTER_CLEANUP,
+ * as Open MPI registers its session directory: the PMIx library removes it when the job
+ * ends), then asks for a pause, which kauri does not implement. */
 #include <mpi.h>
 #include <pmix.h>
 #include <stdio.h>
@@ -149,6 +152,21 @@ int main(int argc, char **argv)
             printf("strict: rank 0: spawn %d: %s\n", i + 1, PMIx_Error_string(st));
         }
         PMIX_APP_DESTRUCT(&app);
+        if (argc > 2) {
+            FILE *f = fopen(argv[2], "w");
+            if (f)
+                fclose(f);
+            pmix_info_t info;
+            bool yes = true;
+            PMIX_INFO_LOAD(&info, PMIX_REGISTER_CLEANUP, argv[2], PMIX_STRING);
+            st = PMIx_Job_control(&me, 1, &info, 1, NULL, NULL);
+            printf("strict: rank 0: register a file for cleanup: %s\n", PMIx_Error_string(st));
+            PMIX_INFO_DESTRUCT(&info);
+            PMIX_INFO_LOAD(&info, PMIX_JOB_CTRL_PAUSE, &yes, PMIX_BOOL);
+            st = PMIx_Job_control(&me, 1, &info, 1, NULL, NULL);
+            printf("strict: rank 0: pause: %s\n", PMIx_Error_string(st));
+            PMIX_INFO_DESTRUCT(&info);
+        }
     }
     fflush(stdout);
     MPI_Barrier(MPI_COMM_WORLD);

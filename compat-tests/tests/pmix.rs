@@ -406,8 +406,10 @@ fn names_lines(n: usize) -> Vec<String> {
 /// run's name table, against mpirun.openmpi's (its HNP's data server: no `ompi-server`
 /// needed within one mpirun). kauri runs `ompi_names strict` under `-v`: the answers mpirun
 /// words otherwise are checked against kauri's rules (a second publish is refused; only the
-/// publisher may unpublish, the name stays; a `PMIX_TIMEOUT` ends a wait), and the upcall it
-/// does not implement (`PMIx_Spawn`, twice) is said once on stderr.
+/// publisher may unpublish, the name stays; a `PMIX_TIMEOUT` ends a wait), an upcall it does
+/// not implement (`PMIx_Spawn`, twice) is said once on stderr, and a cleanup registration
+/// (`PMIx_Job_control`, as Open MPI's `MPI_Init` makes) is served by the library: the file is
+/// gone after the run.
 fn names(name: &str, args: &[&str]) {
     let n = 4;
     let ctx = Ctx::new(name);
@@ -415,7 +417,9 @@ fn names(name: &str, args: &[&str]) {
     let m = mpirun(&ctx, n, &p, &[]);
     let mut a = vec!["-v"];
     a.extend(args);
-    let k = kauri_with(&ctx, &a, n, &p, &["strict"], &[]);
+    let victim = ctx.dir.join("cleaned-up-by-pmix");
+    let v = victim.to_string_lossy();
+    let k = kauri_with(&ctx, &a, n, &p, &["strict", &v], &[]);
     assert_eq!(m.code, Some(0), "mpirun.openmpi failed\n{m}");
     assert_eq!(k.code, Some(0), "kauri failed\n{k}");
     assert_lines("mpirun.openmpi", &m, names_lines(n));
@@ -433,17 +437,26 @@ fn names(name: &str, args: &[&str]) {
         format!("strict: rank {last}: wait for a name nobody publishes: TIMEOUT"),
         "strict: rank 0: spawn 1: NOT-SUPPORTED".to_string(),
         "strict: rank 0: spawn 2: NOT-SUPPORTED".to_string(),
+        "strict: rank 0: register a file for cleanup: SUCCESS".to_string(),
+        "strict: rank 0: pause: NOT-SUPPORTED".to_string(),
     ];
     want_strict.sort();
     assert_eq!(strict, want_strict, "kauri: wrong strict lines\n{k}");
-    let said = k
-        .stderr
-        .lines()
-        .filter(|l| {
-            l.starts_with("kauri: PMIx upcall spawn from ") && l.ends_with(":0 is not supported")
-        })
-        .count();
-    assert_eq!(said, 1, "kauri: the unsupported spawn is said once\n{k}");
+    for upcall in ["spawn", "job_control"] {
+        let said = k
+            .stderr
+            .lines()
+            .filter(|l| {
+                l.starts_with(&format!("kauri: PMIx upcall {upcall} from "))
+                    && l.ends_with(":0 is not supported")
+            })
+            .count();
+        assert_eq!(said, 1, "kauri: the unsupported {upcall} is said once\n{k}");
+    }
+    assert!(
+        !victim.exists(),
+        "kauri: the file registered for cleanup is still there\n{k}"
+    );
     ctx.assert_no_leftovers();
 }
 
