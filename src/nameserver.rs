@@ -124,13 +124,15 @@ const NOT_YOURS: &str = "only its publisher may unpublish it";
 const NOT_PUBLISHED: &str = "is not published";
 
 impl Refusal {
-    /// The kind of refusal `reason` (the text of an error reply) tells.
+    /// The kind of refusal `reason` (the text of an error reply) tells. [`Table`] ends each
+    /// refusal with its kind's words, after the name, so a name holding those words is not
+    /// mistaken for them.
     pub fn of(reason: &str) -> Refusal {
-        if reason.contains(EXISTS) {
+        if reason.ends_with(EXISTS) {
             Refusal::Exists
-        } else if reason.contains(NOT_YOURS) {
+        } else if reason.ends_with(NOT_YOURS) {
             Refusal::NotYours
-        } else if reason.contains(NOT_PUBLISHED) {
+        } else if reason.ends_with(NOT_PUBLISHED) {
             Refusal::NotPublished
         } else {
             Refusal::Other
@@ -801,6 +803,12 @@ mod tests {
         assert_eq!(
             Refusal::of("the name server at h:1 is unreachable"),
             Refusal::Other
+        );
+        // A name made of a refusal's words does not change the refusal.
+        let odd = "x is already published";
+        assert_eq!(
+            refusal(t.apply(0, &Service::lookup(odd.into()))),
+            Refusal::NotPublished
         );
     }
 

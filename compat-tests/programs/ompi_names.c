@@ -15,7 +15,14 @@
  * stranger's unpublish (refused), and a PMIX_WAIT lookup with PMIX_TIMEOUT=1 of a name nobody
  * publishes (it times out). mpirun.openmpi 4.1 accepts the first two and waits for ever on
  * the third, so its runs leave "strict" out. Then rank 0 calls PMIx_Spawn twice, which kauri
- * does not implement: both fail (kauri says so once under -v). */
+ * does not implement: both fail (kauri says so once under -v); and, given a second argument
+ * FILE, creates FILE and registers it for cleanup with PMIx_Job_control (PMIX_REGISTER_CLEANUP,
+ * as Open MPI registers its session directory: the PMIx library removes it when the job
+ * ends), then asks for a pause, which kauri does not implement.
+ *
+ * With the argument "bridge" (any number of ranks, rank 0 acts), to meet a PMI program of
+ * another run through a name server: publishes "from-pmix" (port "port-of-pmix"), waits with
+ * PMIX_WAIT for "from-pmi", unpublishes "from-pmix". */
 #include <mpi.h>
 #include <pmix.h>
 #include <stdio.h>
@@ -76,15 +83,29 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    if (size < 2) {
-        fprintf(stderr, "ompi_names: needs 2 ranks or more\n");
-        MPI_Abort(MPI_COMM_WORLD, 2);
-    }
     /* Open MPI is a PMIx client already: this only counts one more user of its library. */
     pmix_status_t st = PMIx_Init(&me, NULL, 0);
     if (st != PMIX_SUCCESS) {
         fprintf(stderr, "ompi_names: PMIx_Init: %s\n", PMIx_Error_string(st));
         MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    if (argc > 1 && strcmp(argv[1], "bridge") == 0) {
+        if (rank == 0) {
+            rc = MPI_Publish_name("from-pmix", MPI_INFO_NULL, "port-of-pmix");
+            printf("bridge: publish from-pmix: %s\n", mpi_err(rc));
+            fflush(stdout);
+            st = wait_for("from-pmi", 0, port, sizeof port);
+            printf("bridge: waited for from-pmi: %s %s\n", PMIx_Error_string(st), port);
+            rc = MPI_Unpublish_name("from-pmix", MPI_INFO_NULL, "port-of-pmix");
+            printf("bridge: unpublish from-pmix: %s\n", mpi_err(rc));
+        }
+        PMIx_Finalize(NULL, 0);
+        MPI_Finalize();
+        return 0;
+    }
+    if (size < 2) {
+        fprintf(stderr, "ompi_names: needs 2 ranks or more\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
     }
 
     rc = MPI_Lookup_name(SVC, MPI_INFO_NULL, port);
@@ -149,6 +170,21 @@ int main(int argc, char **argv)
             printf("strict: rank 0: spawn %d: %s\n", i + 1, PMIx_Error_string(st));
         }
         PMIX_APP_DESTRUCT(&app);
+        if (argc > 2) {
+            FILE *f = fopen(argv[2], "w");
+            if (f)
+                fclose(f);
+            pmix_info_t info;
+            bool yes = true;
+            PMIX_INFO_LOAD(&info, PMIX_REGISTER_CLEANUP, argv[2], PMIX_STRING);
+            st = PMIx_Job_control(&me, 1, &info, 1, NULL, NULL);
+            printf("strict: rank 0: register a file for cleanup: %s\n", PMIx_Error_string(st));
+            PMIX_INFO_DESTRUCT(&info);
+            PMIX_INFO_LOAD(&info, PMIX_JOB_CTRL_PAUSE, &yes, PMIX_BOOL);
+            st = PMIx_Job_control(&me, 1, &info, 1, NULL, NULL);
+            printf("strict: rank 0: pause: %s\n", PMIx_Error_string(st));
+            PMIX_INFO_DESTRUCT(&info);
+        }
     }
     fflush(stdout);
     MPI_Barrier(MPI_COMM_WORLD);

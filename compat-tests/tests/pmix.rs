@@ -12,7 +12,8 @@
 //! * `choice_*`: `--pmi` and `auto`: which variables reach a rank.
 //! * `names_*`: `MPI_Publish_name`/`MPI_Lookup_name`/`MPI_Unpublish_name` and a waiting
 //!   `PMIx_Lookup` (`PMIX_WAIT`) through the run's name table, and an upcall kauri does not
-//!   implement (`PMIx_Spawn`) refused and said once under `-v`.
+//!   implement (`PMIx_Spawn`) refused and said once under `-v`; names shared with PMI programs
+//!   of other runs through `kauri nameserver`.
 //! * `netns_*`: **root**, the 3 network-namespace hosts of `tree.rs` (`netns/hosts.sh`, an
 //!   sshd in each): `-launcher ssh`, so each host's agent and PMIx server run in a network
 //!   of their own and Open MPI's TCP traffic between hosts crosses the bridge. sshd passes
@@ -406,8 +407,10 @@ fn names_lines(n: usize) -> Vec<String> {
 /// run's name table, against mpirun.openmpi's (its HNP's data server: no `ompi-server`
 /// needed within one mpirun). kauri runs `ompi_names strict` under `-v`: the answers mpirun
 /// words otherwise are checked against kauri's rules (a second publish is refused; only the
-/// publisher may unpublish, the name stays; a `PMIX_TIMEOUT` ends a wait), and the upcall it
-/// does not implement (`PMIx_Spawn`, twice) is said once on stderr.
+/// publisher may unpublish, the name stays; a `PMIX_TIMEOUT` ends a wait), an upcall it does
+/// not implement (`PMIx_Spawn`, twice) is said once on stderr, and a cleanup registration
+/// (`PMIx_Job_control`, as Open MPI's `MPI_Init` makes) is served by the library: the file is
+/// gone after the run.
 fn names(name: &str, args: &[&str]) {
     let n = 4;
     let ctx = Ctx::new(name);
@@ -415,7 +418,9 @@ fn names(name: &str, args: &[&str]) {
     let m = mpirun(&ctx, n, &p, &[]);
     let mut a = vec!["-v"];
     a.extend(args);
-    let k = kauri_with(&ctx, &a, n, &p, &["strict"], &[]);
+    let victim = ctx.dir.join("cleaned-up-by-pmix");
+    let v = victim.to_string_lossy();
+    let k = kauri_with(&ctx, &a, n, &p, &["strict", &v], &[]);
     assert_eq!(m.code, Some(0), "mpirun.openmpi failed\n{m}");
     assert_eq!(k.code, Some(0), "kauri failed\n{k}");
     assert_lines("mpirun.openmpi", &m, names_lines(n));
@@ -433,17 +438,26 @@ fn names(name: &str, args: &[&str]) {
         format!("strict: rank {last}: wait for a name nobody publishes: TIMEOUT"),
         "strict: rank 0: spawn 1: NOT-SUPPORTED".to_string(),
         "strict: rank 0: spawn 2: NOT-SUPPORTED".to_string(),
+        "strict: rank 0: register a file for cleanup: SUCCESS".to_string(),
+        "strict: rank 0: pause: NOT-SUPPORTED".to_string(),
     ];
     want_strict.sort();
     assert_eq!(strict, want_strict, "kauri: wrong strict lines\n{k}");
-    let said = k
-        .stderr
-        .lines()
-        .filter(|l| {
-            l.starts_with("kauri: PMIx upcall spawn from ") && l.ends_with(":0 is not supported")
-        })
-        .count();
-    assert_eq!(said, 1, "kauri: the unsupported spawn is said once\n{k}");
+    for upcall in ["spawn", "job_control"] {
+        let said = k
+            .stderr
+            .lines()
+            .filter(|l| {
+                l.starts_with(&format!("kauri: PMIx upcall {upcall} from "))
+                    && l.ends_with(":0 is not supported")
+            })
+            .count();
+        assert_eq!(said, 1, "kauri: the unsupported {upcall} is said once\n{k}");
+    }
+    assert!(
+        !victim.exists(),
+        "kauri: the file registered for cleanup is still there\n{k}"
+    );
     ctx.assert_no_leftovers();
 }
 
@@ -457,6 +471,159 @@ fn names_one_host() {
 #[test]
 fn names_two_hosts() {
     names("pmix_names_two_hosts", TWO_HOSTS_BLOCK);
+}
+
+/// A `kauri nameserver -port 0` for one test, killed when dropped.
+struct NameServer {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl NameServer {
+    fn start(ctx: &Ctx) -> NameServer {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(ctx.kauri())
+            .args(["nameserver", "-port", "0", "-bind", "127.0.0.1"])
+            .env(compat_tests::MARKER_VAR, &ctx.marker)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start kauri nameserver");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read the nameserver's first line");
+        let addr = line
+            .trim()
+            .strip_prefix("kauri nameserver listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        NameServer { child, addr }
+    }
+}
+
+impl Drop for NameServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// kauri with `args` in the background, outside the harness's one-job-at-a-time lock (the
+/// jobs it meets run meanwhile), its scratch directories as [`kauri`]'s; killed after 180 s.
+/// Its pid, and a handle that joins to (exit code, stdout, stderr).
+fn background(
+    ctx: &Ctx,
+    args: &[&str],
+) -> (u32, std::thread::JoinHandle<(Option<i32>, String, String)>) {
+    let s = Scratch::new(ctx);
+    let child = std::process::Command::new(ctx.kauri())
+        .args(args)
+        .env(compat_tests::MARKER_VAR, &ctx.marker)
+        .env("TMPDIR", &s.tmp)
+        .env("KAURI_PMIX_SHM_DIR", &s.shm)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start kauri");
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if rx
+            .recv_timeout(std::time::Duration::from_secs(180))
+            .is_err()
+        {
+            compat_tests::signal_pid(pid, "KILL");
+        }
+    });
+    let h = std::thread::spawn(move || {
+        let out = child.wait_with_output().expect("wait for kauri");
+        let _ = tx.send(());
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    });
+    (pid, h)
+}
+
+/// A PMIx program and PMI programs of separate runs see one name table (`kauri
+/// nameserver`): Open MPI's rank publishes and then waits (`PMIX_WAIT`, which through a name
+/// server is kauri asking it again) for a name; a PMI-2 program of another run finds the
+/// first name; a PMI-1 program of a third run then publishes the second, and the waiting rank
+/// gets it. The PMI-1 run holds its name until the test ends it.
+#[test]
+fn names_meet_pmi_through_the_nameserver() {
+    let ctx = Ctx::new("pmix_names_pmi");
+    let ns = NameServer::start(&ctx);
+    let p = ctx.ompi_prog("ompi_names");
+    let d = ctx.pmi_dyn();
+    let (_, pmix) = background(&ctx, &["-nameserver", &ns.addr, "-n", "1", &p, "bridge"]);
+    // PMI-2, until the PMIx rank has published (it holds the name until it got its answer).
+    let found = run(
+        "kauri (PMI-2 lookup)",
+        ctx.job(
+            Launcher::Kauri,
+            &[
+                "-nameserver",
+                &ns.addr,
+                "-n",
+                "1",
+                &d,
+                "--pmi",
+                "2",
+                "lookup",
+                "from-pmix",
+                "--wait",
+                "60",
+            ],
+        )
+        .program(ctx.kauri()),
+    );
+    assert_eq!(found.code, Some(0), "{found}");
+    assert!(
+        found.stdout.contains("found from-pmix=port-of-pmix"),
+        "the PMI-2 run finds the PMIx rank's name\n{found}"
+    );
+    // PMI-1 publishes and holds the name (120 s) until the test ends its run.
+    let (pmi_pid, pmi) = background(
+        &ctx,
+        &[
+            "-nameserver",
+            &ns.addr,
+            "-n",
+            "1",
+            &d,
+            "publish",
+            "from-pmi",
+            "port-of-pmi",
+            "120",
+        ],
+    );
+    let (code, out, err) = pmix.join().unwrap();
+    eprintln!("=== kauri (PMIx bridge)\n{out}{err}");
+    compat_tests::signal_pid(pmi_pid, "TERM");
+    let (_, pmi_out, pmi_err) = pmi.join().unwrap();
+    eprintln!("=== kauri (PMI-1 publish, ended by the test)\n{pmi_out}{pmi_err}");
+    assert_eq!(code, Some(0), "the PMIx run failed\n{out}{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "bridge: publish from-pmix: MPI_SUCCESS",
+            "bridge: waited for from-pmi: SUCCESS port-of-pmi",
+            "bridge: unpublish from-pmix: MPI_SUCCESS",
+        ],
+        "the PMIx run: wrong stdout\n{err}"
+    );
+    let left: Vec<String> = ["tmp", "shm"]
+        .iter()
+        .flat_map(|d| walk(&ctx.dir.join(d)))
+        .collect();
+    assert!(left.is_empty(), "kauri left files behind: {left:?}");
+    drop(ns);
+    ctx.assert_no_leftovers();
 }
 
 /// Whether a failed run is Open MPI 4.1.4's own async-modex race: MPI_Init's PML add_procs

@@ -1,7 +1,8 @@
 //! PMIx publish, lookup and unpublish as kauri's name requests: what a client's `pmix_info_t`s
-//! ask for ([`publish_items`], [`lookup_wait`]), how each name becomes one [`Service`] request
-//! to the run's name table (the same table, or `kauri nameserver`, that PMI-1/PMI-2 ranks use),
-//! and how the answers to one call's names make its one PMIx status ([`Batch`]).
+//! ask for ([`publish_items`], [`lookup_wait`]), how each name becomes one
+//! [`Service`](crate::service::Service) request to the run's name table (the same table, or
+//! `kauri nameserver`, that PMI-1/PMI-2 ranks use), and how the answers to one call's names
+//! make its one PMIx status ([`Batch`]).
 //!
 //! Plain data: the host ([`crate::node`]) sends the requests up the tree and calls the
 //! library's callback; nothing here touches the library.
