@@ -155,7 +155,6 @@ enum NameReply {
     Lookup(LookupReply),
 }
 
-
 /// Request ids at and above this one are the PMIx server's (below: the PMI engine's).
 const PMIX_REQUESTS: u64 = 1 << 62;
 
@@ -422,7 +421,10 @@ impl Ctx {
                         mine
                     })
                     .collect();
-                st.collectives.entry(sig.clone()).or_default().push_back(reply);
+                st.collectives
+                    .entry(sig.clone())
+                    .or_default()
+                    .push_back(reply);
                 NodeEvent::PmixCollective {
                     sig,
                     procs,
@@ -1339,12 +1341,13 @@ impl Node {
             return;
         };
         let registered = match reply {
-            ServiceReply::Job(Ok(plan)) => pmix::register_foreign(&plan, p.upcall_tx.clone())
-                .map(|mine| {
+            ServiceReply::Job(Ok(plan)) => {
+                pmix::register_foreign(&plan, p.upcall_tx.clone()).map(|mine| {
                     if mine {
                         p.foreign.push(plan.kvsname.clone());
                     }
-                }),
+                })
+            }
             ServiceReply::Job(Err(e)) => Err(e),
             other => Err(format!("answered with {other:?}")),
         };

@@ -14,8 +14,8 @@
  * each line starting "strict:": a second publish of the name (refused), the status of the
  * stranger's unpublish (refused), and a PMIX_WAIT lookup with PMIX_TIMEOUT=1 of a name nobody
  * publishes (it times out). mpirun.openmpi 4.1 accepts the first two and waits for ever on
- * the third, so its runs leave "strict" out. Then rank 0 calls PMIx_Spawn twice, which kauri
- * does not implement: both fail (kauri says so once under -v); and, given a second argument
+ * the third, so its runs leave "strict" out. Then rank 0 calls PMIx_Allocation_request twice,
+ * which kauri does not implement: both fail (kauri says so once under -v); and, given a second argument
  * FILE, creates FILE and registers it for cleanup with PMIx_Job_control (PMIX_REGISTER_CLEANUP,
  * as Open MPI registers its session directory: the PMIx library removes it when the job
  * ends), then asks for a pause, which kauri does not implement.
@@ -160,16 +160,12 @@ int main(int argc, char **argv)
                PMIx_Error_string(st));
     }
     if (strict && rank == 0) {
-        pmix_app_t app;
-        char nspace[PMIX_MAX_NSLEN + 1];
-        PMIX_APP_CONSTRUCT(&app);
-        app.cmd = strdup("/bin/true");
-        app.maxprocs = 1;
         for (int i = 0; i < 2; i++) {
-            st = PMIx_Spawn(NULL, 0, &app, 1, nspace);
-            printf("strict: rank 0: spawn %d: %s\n", i + 1, PMIx_Error_string(st));
+            pmix_info_t *results = NULL;
+            size_t nresults = 0;
+            st = PMIx_Allocation_request(PMIX_ALLOC_NEW, NULL, 0, &results, &nresults);
+            printf("strict: rank 0: allocate %d: %s\n", i + 1, PMIx_Error_string(st));
         }
-        PMIX_APP_DESTRUCT(&app);
         if (argc > 2) {
             FILE *f = fopen(argv[2], "w");
             if (f)

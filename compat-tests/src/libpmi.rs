@@ -25,6 +25,7 @@ const OMPI_PROGRAMS: &[&str] = &[
     "ompi_allreduce",
     "ompi_abort",
     "ompi_segv",
+    "ompi_dynamic",
 ];
 /// Open MPI programs that also call OpenPMIx directly (`pkg-config pmix`: the library Open
 /// MPI's own PMIx component uses).

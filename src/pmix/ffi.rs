@@ -658,7 +658,6 @@ pub enum InfoVal {
     Other(u16),
 }
 
-
 /// One application of a spawn, as the library passed it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SpawnApp {
@@ -1048,7 +1047,9 @@ unsafe fn read_procs(p: *const pmix_proc_t, n: usize) -> Vec<(String, u32)> {
         return Vec::new();
     }
     // SAFETY: p points to n valid entries per this function's contract.
-    (0..n).filter_map(|i| unsafe { read_proc(p.add(i)) }).collect()
+    (0..n)
+        .filter_map(|i| unsafe { read_proc(p.add(i)) })
+        .collect()
 }
 
 /// Delivers `up` to the first of `procs`' namespaces this process routes.
@@ -1185,7 +1186,13 @@ unsafe extern "C" fn up_connect(
     // SAFETY: the library passes nprocs valid entries (or NULL).
     let procs = unsafe { read_procs(procs, nprocs) };
     let reply = OpReply { cbfunc, cbdata };
-    if deliver_any(&procs, Upcall::Connect { procs: procs.clone(), reply }) {
+    if deliver_any(
+        &procs,
+        Upcall::Connect {
+            procs: procs.clone(),
+            reply,
+        },
+    ) {
         PMIX_SUCCESS
     } else {
         PMIX_ERR_NOT_FOUND
@@ -1437,9 +1444,6 @@ unsafe fn unsupported(upcall: &'static str, proc_: *const pmix_proc_t) -> Status
     }
     PMIX_ERR_NOT_SUPPORTED
 }
-
-
-
 
 unsafe extern "C" fn up_notify_event(
     _code: Status,
