@@ -57,6 +57,8 @@ pub trait Host {
     fn fence_done(&self, epoch: u64, delta: &Packed);
     /// PMIx fence `epoch` is complete everywhere: every host's blob.
     fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>);
+    /// PMIx collective `sig` is complete (or failed, `status`): every contribution.
+    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>);
     /// Serve local `rank`'s PMIx data to request `req` of agent `to`.
     fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64);
     /// The answer to this host's direct-modex request `req`.
@@ -123,6 +125,9 @@ impl Host for Node {
     }
     fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>) {
         Node::pmix_fence_done(self, epoch, data)
+    }
+    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>) {
+        Node::pmix_collective_done(self, sig, status, data)
     }
     fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
         Node::pmix_dmodex_serve(self, rank, to, req)
@@ -334,10 +339,22 @@ impl<H: Host, L: Links> Branch<H, L> {
                 let (epoch, data) = self.pmix_gather.local(epoch, data)?;
                 Some(Out::Up(Up::PmixFence { epoch, data }))
             }
-            NodeEvent::PmixDmodex { id, rank } => Some(Out::Up(Up::Dmodex {
+            NodeEvent::PmixDmodex { id, rank, nspace } => Some(Out::Up(Up::Dmodex {
                 from: self.id,
                 req: id,
                 rank,
+                nspace,
+            })),
+            NodeEvent::PmixCollective {
+                sig,
+                procs,
+                covered,
+                data,
+            } => Some(Out::Up(Up::PmixCollective {
+                sig,
+                procs,
+                covered,
+                data,
             })),
             NodeEvent::DmodexServed {
                 to,
@@ -424,6 +441,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 msg:
                     m @ (Up::Dmodex { .. }
                     | Up::DmodexData { .. }
+                    | Up::PmixCollective { .. }
                     | Up::Reports(_)
                     | Up::Publish(_)
                     | Up::Request { .. }
@@ -489,6 +507,9 @@ impl<H: Host, L: Links> Branch<H, L> {
             Down::FenceDone { epoch, delta } => self.fence_done(epoch, delta, Some(frame)),
             Down::PmixFenceDone { epoch, data } => self.pmix_fence_done(epoch, data, Some(frame)),
             Down::DmodexServe { from, req, rank } => return self.dmodex_serve(from, req, rank),
+            Down::PmixCollectiveDone { sig, status, data } => {
+                self.pmix_collective_done(sig, status, data)
+            }
             Down::DmodexData {
                 to,
                 req,
@@ -540,6 +561,16 @@ impl<H: Host, L: Links> Branch<H, L> {
         if let (Some(n), Down::PmixFenceDone { data, .. }) = (&self.node, msg) {
             n.pmix_fence_done(epoch, data);
         }
+    }
+
+    /// PMIx collective `sig` is complete (or failed): down to every host below, and to this
+    /// host's server if it has a part in it.
+    pub fn pmix_collective_done(&mut self, sig: String, status: i32, data: Vec<u8>) {
+        if let Some(n) = &self.node {
+            n.pmix_collective_done(&sig, status, data.clone());
+        }
+        self.kids
+            .broadcast(&Down::PmixCollectiveDone { sig, status, data });
     }
 
     /// Pairs published without a fence: committed on this host and every host below.

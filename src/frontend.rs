@@ -18,12 +18,13 @@ use crate::hub::{Children, HubEvent};
 use crate::iofwd::Stream;
 use crate::job::{EnvPolicy, HostSpec, JobSpec, Placement, PmiChoice};
 use crate::kvs::Delta;
+use crate::nameserver::{Refusal, Waiting};
 use crate::node::{is_local, local_host, Node, NodeEvent};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::policy::{self, Ending, ExitVerdict};
 use crate::proc;
 use crate::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
-use crate::service::{Service, ServiceReply, SpawnDone};
+use crate::service::{Service, ServiceReply, SpawnDone, Wait};
 use crate::tree::{self, HostStatus, LaunchCost, Report, Up};
 use bytes::Bytes;
 use pmi_wire::SpawnCommand;
@@ -628,6 +629,26 @@ struct StatusRound {
     for_whom: Vec<Asked>,
 }
 
+/// The agent id a direct-modex request carries when the front end asks one job's tree for
+/// the data of a rank on behalf of another job's (see [`Root::cross_dmodex`]).
+const CROSS_JOB: u32 = u32::MAX - 1;
+
+/// A PMIx collective over several jobs (or part of one) at the front end: which ranks it
+/// waits for, which have come, and their contributions.
+#[derive(Debug, Default)]
+struct Collective {
+    /// The participants: (job, rank).
+    want: std::collections::HashSet<(usize, usize)>,
+    /// Those whose server contributed.
+    have: std::collections::HashSet<(usize, usize)>,
+    /// The jobs that take part (their trees get the result).
+    jobs: std::collections::BTreeSet<usize>,
+    /// The contributions so far, concatenated.
+    data: Vec<u8>,
+    /// Why it cannot complete (a participant of no job of this run).
+    failed: Option<String>,
+}
+
 /// Who asked for a hang diagnosis.
 enum Asked {
     /// `MPIEXEC_TIMEOUT` fired: print it, then end the job.
@@ -829,6 +850,7 @@ fn plan_spawn(
     spawner: &JobPlan,
     commands: &[SpawnCommand],
     preput: Delta,
+    pmix: Option<&crate::service::PmixSpawn>,
 ) -> Result<(JobPlan, Option<HostPlan>, Vec<HostPlan>), String> {
     let total: u64 = commands.iter().map(|c| u64::from(c.nprocs)).sum();
     if total == 0 {
@@ -879,6 +901,11 @@ fn plan_spawn(
                 }
                 other => debug!(key = other, value = %v, "spawn: info key ignored"),
             }
+        }
+        // A PMIx client's variables for the command (Open MPI's OMPI_PARENT_PORT, …).
+        for (k, v) in pmix.and_then(|p| p.env.get(i)).into_iter().flatten() {
+            env.retain(|(n, _)| n != k);
+            env.push((k.clone(), v.clone()));
         }
         for _ in 0..c.nprocs {
             let free = (0..candidates.len())
@@ -931,8 +958,8 @@ fn plan_spawn(
         adopt: None,
         simulated_hosts: cluster.launch.kind == "fork",
         rank_node: placement.node.iter().map(|&n| n as u32).collect(),
-        // Spawned by a PMI client: PMI.
-        pmix: false,
+        // Spawned by a PMI client: PMI; by a PMIx client: PMIx.
+        pmix: pmix.is_some(),
         profile: false,
     };
     let (mut local, mut remote) = (None, Vec::new());
@@ -1148,11 +1175,18 @@ struct Root {
     jobs: Vec<JobRun>,
     cluster: Cluster,
     names: Names,
+    /// Lookups waiting for a name nobody published yet (the run's own table).
+    waiting: Waiting<Asker>,
     wires: Wires,
     svc_tx: mpsc::UnboundedSender<(Asker, ServiceReply)>,
     /// Requests for the root, served after the event that brought them (a spawn starts a job,
     /// which waits).
     requests: Vec<(Asker, Service)>,
+    /// Direct-modex requests for a rank of another job than the asker's, by the id the
+    /// other job's tree knows them by: (the asker's job, agent, request id).
+    cross_dmodex: std::collections::HashMap<u64, (usize, u32, u64)>,
+    /// PMIx collectives over several jobs or part of one, by signature.
+    collectives: std::collections::HashMap<String, Collective>,
     ending: Option<Ending>,
     /// When the ranks get SIGKILL, once the teardown began.
     kill_at: Option<Instant>,
@@ -1287,9 +1321,12 @@ impl Root {
             jobs: vec![first],
             cluster,
             names,
+            waiting: Waiting::default(),
             wires,
             svc_tx,
             requests: Vec::new(),
+            cross_dmodex: Default::default(),
+            collectives: Default::default(),
             ending: None,
             kill_at: None,
             grace: Duration::from_millis(p.job.kill_grace_ms),
@@ -1485,9 +1522,30 @@ impl Root {
             }
             Up::PmixFence { epoch, data } => branch.pmix_fence_done(epoch, data, None),
             Up::Publish(delta) => branch.publish(delta),
-            Up::Dmodex { from, req, rank } => {
+            Up::Dmodex {
+                from,
+                req,
+                rank,
+                nspace: None,
+            } => {
                 let out = branch.dmodex_serve(from, req, rank);
                 self.on_out(j, out);
+            }
+            Up::Dmodex {
+                from,
+                req,
+                rank,
+                nspace: Some(ns),
+            } => self.cross_dmodex(j, from, req, rank, &ns),
+            Up::DmodexData {
+                to: CROSS_JOB,
+                req,
+                status,
+                data,
+            } => {
+                if let Some((k, from, asked)) = self.cross_dmodex.remove(&req) {
+                    self.jobs[k].branch.dmodex_data(from, asked, status, data);
+                }
             }
             Up::DmodexData {
                 to,
@@ -1495,6 +1553,12 @@ impl Root {
                 status,
                 data,
             } => branch.dmodex_data(to, req, status, data),
+            Up::PmixCollective {
+                sig,
+                procs,
+                covered,
+                data,
+            } => self.collective(sig, &procs, &covered, data),
             Up::Request { from, req, service } => self.requests.push((
                 Asker {
                     job: j,
@@ -1898,16 +1962,132 @@ impl Root {
         None
     }
 
+    /// The job whose namespace (kvsname) is `nspace`.
+    fn job_named(&self, nspace: &str) -> Option<usize> {
+        self.jobs.iter().position(|j| j.plan.kvsname == nspace)
+    }
+
+    /// Agent `from` of job `j` wants the PMIx data of `rank` of namespace `nspace`, another
+    /// job's (one its ranks connected to): asked through that job's tree, under an id of its
+    /// own; the answer comes up that tree to [`CROSS_JOB`] and goes down `j`'s to the asker.
+    fn cross_dmodex(&mut self, j: usize, from: u32, req: u64, rank: usize, nspace: &str) {
+        let Some(k) = self.job_named(nspace) else {
+            let none = crate::pmix::ffi::PMIX_ERR_NOT_FOUND;
+            return self.jobs[j].branch.dmodex_data(from, req, none, Vec::new());
+        };
+        if k == j {
+            let out = self.jobs[j].branch.dmodex_serve(from, req, rank);
+            return self.on_out(j, out);
+        }
+        let id = (0..)
+            .find(|i| !self.cross_dmodex.contains_key(i))
+            .expect("a free id");
+        self.cross_dmodex.insert(id, (j, from, req));
+        let out = self.jobs[k].branch.dmodex_serve(CROSS_JOB, id, rank);
+        self.on_out(k, out);
+    }
+
+    /// One server's part of PMIx collective `sig` over `procs`: it covers the participants
+    /// `covered`. Once every participant is covered, every host of every job taking part gets
+    /// the contributions (the hosts with a part in it answer their server).
+    fn collective(
+        &mut self,
+        sig: String,
+        procs: &[(String, u32)],
+        covered: &[(String, u32)],
+        data: Vec<u8>,
+    ) {
+        let wild = crate::pmix::ffi::PMIX_RANK_WILDCARD;
+        if !self.collectives.contains_key(&sig) {
+            let mut c = Collective::default();
+            for (ns, r) in procs {
+                let Some(k) = self.job_named(ns) else {
+                    c.failed
+                        .get_or_insert(format!("{ns} is no job of this run"));
+                    continue;
+                };
+                c.jobs.insert(k);
+                if *r == wild {
+                    c.want.extend((0..self.jobs[k].plan.size).map(|r| (k, r)));
+                } else {
+                    c.want.insert((k, *r as usize));
+                }
+            }
+            self.collectives.insert(sig.clone(), c);
+        }
+        let mut names = std::collections::HashMap::new();
+        for (ns, r) in covered {
+            let k = *names
+                .entry(ns.clone())
+                .or_insert_with(|| self.job_named(ns));
+            if let Some(k) = k {
+                self.collectives
+                    .get_mut(&sig)
+                    .expect("made above")
+                    .have
+                    .insert((k, *r as usize));
+            }
+        }
+        let c = self.collectives.get_mut(&sig).expect("made above");
+        c.data.extend_from_slice(&data);
+        if c.failed.is_none() && !c.want.is_subset(&c.have) {
+            return;
+        }
+        let c = self.collectives.remove(&sig).expect("made above");
+        let status = match &c.failed {
+            None => crate::pmix::ffi::PMIX_SUCCESS,
+            Some(why) => {
+                eprintln!("kauri: a PMIx collective cannot complete: {why}");
+                crate::pmix::ffi::PMIX_ERR_NOT_FOUND
+            }
+        };
+        debug!(%sig, jobs = c.jobs.len(), "PMIx collective complete");
+        for k in c.jobs {
+            self.jobs[k]
+                .branch
+                .pmix_collective_done(sig.clone(), status, c.data.clone());
+        }
+    }
+
     /// Serves the requests the last event brought: spawns start their job here; the name
     /// service answers from the run's table or asks the shared server.
     async fn serve_requests(&mut self) {
         for (asker, service) in std::mem::take(&mut self.requests) {
             match service {
-                Service::Spawn { commands, preput } => self.spawn(asker, &commands, preput).await,
+                Service::Spawn {
+                    commands,
+                    preput,
+                    pmix,
+                } => self.spawn(asker, &commands, preput, pmix).await,
+                Service::JobOf { nspace } => {
+                    let plan = self
+                        .job_named(&nspace)
+                        .map(|k| Box::new(self.jobs[k].plan.clone()))
+                        .ok_or(format!("no job of this run is named {nspace}"));
+                    self.answer(asker, ServiceReply::Job(plan));
+                }
                 s => match &mut self.names {
                     Names::Own(t) => {
                         let reply = t.apply(0, &s);
-                        self.answer(asker, reply);
+                        let now = std::time::Instant::now();
+                        match (&s, &reply) {
+                            // Nobody published the name yet: a lookup that waits is answered
+                            // by the publish.
+                            (Service::Lookup { name, wait }, ServiceReply::Found(Err(e)))
+                                if *wait != Wait::No && Refusal::of(e) == Refusal::NotPublished =>
+                            {
+                                debug!(%name, ?wait, "a lookup waits for its name");
+                                self.waiting.add(name, asker, *wait, now);
+                            }
+                            (Service::Publish { name, port, .. }, ServiceReply::Done(Ok(()))) => {
+                                let waiting = self.waiting.published(name, now);
+                                self.answer(asker, reply);
+                                for w in waiting {
+                                    self.answer(w, ServiceReply::Found(Ok(port.clone())));
+                                }
+                            }
+                            _ => self.answer(asker, reply),
+                        }
                     }
                     Names::Server(c) => {
                         let (c, tx) = (c.clone(), self.svc_tx.clone());
@@ -1923,13 +2103,20 @@ impl Root {
 
     /// Starts the job a rank asked for; the answer goes back once every host started its
     /// ranks, or at once when it cannot start.
-    async fn spawn(&mut self, asker: Asker, commands: &[SpawnCommand], preput: Delta) {
+    async fn spawn(
+        &mut self,
+        asker: Asker,
+        commands: &[SpawnCommand],
+        preput: Delta,
+        pmix: Option<crate::service::PmixSpawn>,
+    ) {
         if self.ending.is_some() {
             let reply = ServiceReply::Spawn(Err("the run is ending".into()));
             return self.answer(asker, reply);
         }
         let spawner = &self.jobs[asker.job].plan;
-        let (plan, local, remote) = match plan_spawn(&mut self.cluster, spawner, commands, preput) {
+        let planned = plan_spawn(&mut self.cluster, spawner, commands, preput, pmix.as_ref());
+        let (plan, local, remote) = match planned {
             Ok(x) => x,
             Err(e) => return self.answer(asker, ServiceReply::Spawn(Err(e))),
         };

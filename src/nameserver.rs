@@ -7,16 +7,24 @@
 //! space, each field percent-encoded (`%`, space, CR and LF, so any name or port fits):
 //!
 //! ```text
-//! auth KEY            ->  ok            | error REASON, and the connection is closed
-//! publish NAME PORT   ->  ok            | error REASON
-//! unpublish NAME      ->  ok            | error REASON
-//! lookup NAME         ->  ok PORT       | error REASON
+//! auth KEY                 ->  ok            | error REASON, and the connection is closed
+//! publish NAME PORT [BY]   ->  ok            | error REASON
+//! unpublish NAME [BY]      ->  ok            | error REASON
+//! lookup NAME              ->  ok PORT       | error REASON
 //! ```
 //!
 //! A name belongs to the connection that published it: only that connection may unpublish it
 //! (another gets an error and the name stays), and it is withdrawn when that connection
 //! closes: a kauri run holds one connection for its whole life, so the names of a run that
-//! ended (or crashed) never point at ports nobody listens on.
+//! ended (or crashed) never point at ports nobody listens on. `BY` names the process that
+//! published (a PMIx client, `nspace:rank`): such a name may be unpublished only with the same
+//! `BY`. PMI ranks send none; their names belong to the run.
+//!
+//! A lookup that waits for its name (PMIx `PMIX_WAIT`) is answered at once by the server;
+//! [`Client::ask`] asks again, at growing intervals up to [`WAIT_POLL_MAX`], until the name is
+//! there or the wait is over (one connection serves a run's requests in order, so the server
+//! cannot hold a request back without holding back the run's publish). The run's own table
+//! answers a waiting lookup when the name is published ([`Waiting`]).
 //!
 //! A server started with `-key SECRET` (or `KAURI_NAMESERVER_KEY=SECRET`) wants `auth SECRET`
 //! as each connection's first line: any other first line, or another secret, gets one
@@ -25,11 +33,11 @@
 //! `-nameserver`) sends `KAURI_NAMESERVER_KEY` when it is set. The key travels in clear: it
 //! keeps out who does not know it, not who can read the network.
 
-use crate::service::{Service, ServiceReply};
+use crate::service::{Service, ServiceReply, Wait};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -40,6 +48,10 @@ pub const DEFAULT_PORT: u16 = 6392;
 
 /// The longest request line the server reads.
 const LINE_MAX: usize = 64 * 1024;
+
+/// The longest pause between two lookups of a name a waiting lookup asks `kauri nameserver`
+/// for again ([`Client::ask`]).
+pub const WAIT_POLL_MAX: Duration = Duration::from_secs(1);
 
 /// Percent-encodes `%`, white space and control characters.
 pub fn encode(s: &str) -> String {
@@ -78,45 +90,154 @@ pub fn decode(s: &str) -> Result<String, String> {
     String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8 once decoded"))
 }
 
-/// A table of published names. `owner` tells who published each (a connection).
+/// A table of published names. `owner` tells who published each (a connection), and `by`
+/// which process of it, if a PMIx client did.
 #[derive(Debug, Default)]
 pub struct Table {
-    names: HashMap<String, (String, u64)>,
+    names: HashMap<String, Entry>,
+}
+
+/// One published name.
+#[derive(Debug)]
+struct Entry {
+    port: String,
+    owner: u64,
+    by: Option<String>,
+}
+
+/// Why a name request was refused, read back from its reason (which travels as text, through
+/// the tree and the name-server protocol): [`Table`] words every refusal so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The name is published already.
+    Exists,
+    /// Someone else published the name: only they may unpublish it.
+    NotYours,
+    /// Nobody published the name.
+    NotPublished,
+    /// Anything else (an unreachable name server, a refused key, …).
+    Other,
+}
+
+const EXISTS: &str = "is already published";
+const NOT_YOURS: &str = "only its publisher may unpublish it";
+const NOT_PUBLISHED: &str = "is not published";
+
+impl Refusal {
+    /// The kind of refusal `reason` (the text of an error reply) tells. [`Table`] ends each
+    /// refusal with its kind's words, after the name, so a name holding those words is not
+    /// mistaken for them.
+    pub fn of(reason: &str) -> Refusal {
+        if reason.ends_with(EXISTS) {
+            Refusal::Exists
+        } else if reason.ends_with(NOT_YOURS) {
+            Refusal::NotYours
+        } else if reason.ends_with(NOT_PUBLISHED) {
+            Refusal::NotPublished
+        } else {
+            Refusal::Other
+        }
+    }
 }
 
 impl Table {
     /// Answers one request on behalf of `owner`.
     pub fn apply(&mut self, owner: u64, s: &Service) -> ServiceReply {
         match s {
-            Service::Publish { name, port } => {
+            Service::Publish { name, port, by } => {
                 ServiceReply::Done(if self.names.contains_key(name) {
-                    Err(format!("the name {name} is already published"))
+                    Err(format!("the name {name} {EXISTS}"))
                 } else {
-                    self.names.insert(name.clone(), (port.clone(), owner));
+                    let e = Entry {
+                        port: port.clone(),
+                        owner,
+                        by: by.clone(),
+                    };
+                    self.names.insert(name.clone(), e);
                     Ok(())
                 })
             }
-            Service::Unpublish { name } => ServiceReply::Done(match self.names.get(name) {
-                Some((_, o)) if *o == owner => {
+            Service::Unpublish { name, by } => ServiceReply::Done(match self.names.get(name) {
+                Some(e) if e.owner == owner && e.by == *by => {
                     self.names.remove(name);
                     Ok(())
                 }
-                Some(_) => Err(format!(
-                    "the name {name} was published by another client; only it may unpublish it"
+                Some(e) => Err(format!(
+                    "the name {name} was published by {}; {NOT_YOURS}",
+                    match (&e.by, e.owner == owner) {
+                        (Some(p), true) => format!("process {p}"),
+                        (None, true) => "a PMI rank".to_string(),
+                        (_, false) => "another client".to_string(),
+                    }
                 )),
-                None => Err(format!("the name {name} is not published")),
+                None => Err(format!("the name {name} {NOT_PUBLISHED}")),
             }),
-            Service::Lookup { name } => ServiceReply::Found(match self.names.get(name) {
-                Some((port, _)) => Ok(port.clone()),
-                None => Err(format!("the name {name} is not published")),
+            Service::Lookup { name, .. } => ServiceReply::Found(match self.names.get(name) {
+                Some(e) => Ok(e.port.clone()),
+                None => Err(format!("the name {name} {NOT_PUBLISHED}")),
             }),
             Service::Spawn { .. } => ServiceReply::Spawn(Err("not a name request".into())),
+            Service::JobOf { .. } => ServiceReply::Job(Err("not a name request".into())),
         }
     }
 
     /// Withdraws every name `owner` published.
     pub fn forget(&mut self, owner: u64) {
-        self.names.retain(|_, (_, o)| *o != owner);
+        self.names.retain(|_, e| e.owner != owner);
+    }
+}
+
+/// Lookups that wait for a name nobody published yet ([`Wait`]), each with its asker `W`: the
+/// run's own table answers them when the name is published. A lookup whose wait is over is
+/// dropped then (its host has answered its client with a timeout already).
+#[derive(Debug)]
+pub struct Waiting<W> {
+    names: HashMap<String, Vec<(W, Option<Instant>)>>,
+}
+
+impl<W> Default for Waiting<W> {
+    fn default() -> Self {
+        Waiting {
+            names: HashMap::new(),
+        }
+    }
+}
+
+impl<W> Waiting<W> {
+    /// Parks `asker`'s lookup of `name`, which waits as `wait` says from `now` (a lookup that
+    /// does not wait is not parked).
+    pub fn add(&mut self, name: &str, asker: W, wait: Wait, now: Instant) {
+        let until = match wait {
+            Wait::No => return,
+            Wait::Forever => None,
+            Wait::For(ms) => Some(now + Duration::from_millis(ms)),
+        };
+        self.names
+            .entry(name.to_string())
+            .or_default()
+            .push((asker, until));
+    }
+
+    /// `name` was published at `now`: the askers still waiting for it, in the order they
+    /// asked.
+    pub fn published(&mut self, name: &str, now: Instant) -> Vec<W> {
+        self.names
+            .remove(name)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, until)| until.is_none_or(|t| now <= t))
+            .map(|(w, _)| w)
+            .collect()
+    }
+
+    /// How many lookups wait.
+    pub fn len(&self) -> usize {
+        self.names.values().map(Vec::len).sum()
+    }
+
+    /// True when no lookup waits.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
     }
 }
 
@@ -131,13 +252,13 @@ pub fn parse_request(line: &str) -> Result<Service, String> {
         "publish" => Service::Publish {
             name: field("name")?,
             port: field("port")?,
+            by: f.next().map(decode).transpose()?,
         },
         "unpublish" => Service::Unpublish {
             name: field("name")?,
+            by: f.next().map(decode).transpose()?,
         },
-        "lookup" => Service::Lookup {
-            name: field("name")?,
-        },
+        "lookup" => Service::lookup(field("name")?),
         "" => return Err("empty request".into()),
         v => {
             return Err(format!(
@@ -186,7 +307,9 @@ fn reply_line(r: &ServiceReply) -> String {
         ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) | ServiceReply::Spawn(Err(e)) => {
             format!("error {}\n", encode(e))
         }
-        ServiceReply::Spawn(Ok(_)) => "error not%20a%20name%20request\n".into(),
+        ServiceReply::Spawn(Ok(_)) | ServiceReply::Job(_) => {
+            "error not%20a%20name%20request\n".into()
+        }
     }
 }
 
@@ -394,14 +517,24 @@ impl Client {
                 tokio::net::tcp::OwnedWriteHalf,
             )> = None;
             while let Some((req, reply)) = rx.recv().await {
+                let by = |b: &Option<String>| b.as_ref().map(|b| format!(" {}", encode(b)));
                 let line = match &req {
-                    Service::Publish { name, port } => {
-                        format!("publish {} {}\n", encode(name), encode(port))
+                    Service::Publish { name, port, by: b } => format!(
+                        "publish {} {}{}\n",
+                        encode(name),
+                        encode(port),
+                        by(b).unwrap_or_default()
+                    ),
+                    Service::Unpublish { name, by: b } => {
+                        format!("unpublish {}{}\n", encode(name), by(b).unwrap_or_default())
                     }
-                    Service::Unpublish { name } => format!("unpublish {}\n", encode(name)),
-                    Service::Lookup { name } => format!("lookup {}\n", encode(name)),
+                    Service::Lookup { name, .. } => format!("lookup {}\n", encode(name)),
                     Service::Spawn { .. } => {
                         let _ = reply.send(ServiceReply::Spawn(Err("not a name request".into())));
+                        continue;
+                    }
+                    Service::JobOf { .. } => {
+                        let _ = reply.send(ServiceReply::Job(Err("not a name request".into())));
                         continue;
                     }
                 };
@@ -477,8 +610,31 @@ impl Client {
         Client { tx }
     }
 
-    /// Sends one request and waits for its answer.
+    /// Sends one request and waits for its answer. A lookup that waits ([`Wait`]) is asked
+    /// again while its name is not published and its wait is not over: after 50 ms, then at
+    /// intervals doubling up to [`WAIT_POLL_MAX`].
     pub async fn ask(&self, s: Service) -> ServiceReply {
+        let wait = match &s {
+            Service::Lookup { wait, .. } => *wait,
+            _ => Wait::No,
+        };
+        let until = match wait {
+            Wait::For(ms) => Some(Instant::now() + Duration::from_millis(ms)),
+            _ => None,
+        };
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let r = self.ask_once(s.clone()).await;
+            let unpublished = matches!(&r, ServiceReply::Found(Err(e)) if Refusal::of(e) == Refusal::NotPublished);
+            if !unpublished || wait == Wait::No || until.is_some_and(|t| Instant::now() >= t) {
+                return r;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(WAIT_POLL_MAX);
+        }
+    }
+
+    async fn ask_once(&self, s: Service) -> ServiceReply {
         let (tx, rx) = oneshot::channel();
         let lookup = matches!(s, Service::Lookup { .. });
         if self.tx.send((s, tx)).is_ok() {
@@ -515,15 +671,30 @@ mod tests {
     fn requests_parse_and_bad_ones_say_why() {
         assert_eq!(
             parse_request("publish a%20b p").unwrap(),
+            Service::publish("a b".into(), "p".into())
+        );
+        assert_eq!(
+            parse_request("publish a p ns%3A0").unwrap(),
             Service::Publish {
-                name: "a b".into(),
-                port: "p".into()
+                name: "a".into(),
+                port: "p".into(),
+                by: Some("ns:0".into())
+            }
+        );
+        assert_eq!(
+            parse_request("unpublish a ns%3A0").unwrap(),
+            Service::Unpublish {
+                name: "a".into(),
+                by: Some("ns:0".into())
             }
         );
         assert_eq!(
             parse_request("lookup x").unwrap(),
-            Service::Lookup { name: "x".into() }
+            Service::lookup("x".into())
         );
+        assert!(parse_request("publish a p by extra")
+            .unwrap_err()
+            .contains("too many"));
         assert!(parse_request("publish onlyname")
             .unwrap_err()
             .contains("missing port"));
@@ -539,39 +710,128 @@ mod tests {
     #[test]
     fn table_refuses_duplicates_and_strangers_and_forgets_an_owner() {
         let mut t = Table::default();
-        let p = |n: &str| Service::Publish {
-            name: n.into(),
-            port: format!("port-{n}"),
-        };
+        let p = |n: &str| Service::publish(n.into(), format!("port-{n}"));
         assert_eq!(t.apply(1, &p("a")), ServiceReply::Done(Ok(())));
         assert!(matches!(t.apply(2, &p("a")), ServiceReply::Done(Err(e)) if e.contains("already")));
         assert_eq!(t.apply(2, &p("b")), ServiceReply::Done(Ok(())));
         assert_eq!(
-            t.apply(3, &Service::Lookup { name: "a".into() }),
+            t.apply(3, &Service::lookup("a".into())),
             ServiceReply::Found(Ok("port-a".into()))
         );
         t.forget(1);
         assert!(matches!(
-            t.apply(3, &Service::Lookup { name: "a".into() }),
+            t.apply(3, &Service::lookup("a".into())),
             ServiceReply::Found(Err(_))
         ));
         assert!(matches!(
-            t.apply(3, &Service::Unpublish { name: "zz".into() }),
+            t.apply(3, &Service::unpublish("zz".into())),
             ServiceReply::Done(Err(_))
         ));
         // A name is its publisher's: another owner's unpublish is refused, the name stays.
         assert!(matches!(
-            t.apply(3, &Service::Unpublish { name: "b".into() }),
+            t.apply(3, &Service::unpublish("b".into())),
             ServiceReply::Done(Err(e)) if e.contains("another")
         ));
         assert_eq!(
-            t.apply(3, &Service::Lookup { name: "b".into() }),
+            t.apply(3, &Service::lookup("b".into())),
             ServiceReply::Found(Ok("port-b".into()))
         );
         assert_eq!(
-            t.apply(2, &Service::Unpublish { name: "b".into() }),
+            t.apply(2, &Service::unpublish("b".into())),
             ServiceReply::Done(Ok(()))
         );
+    }
+
+    /// A PMIx publisher's name is its own: neither another process of the run nor a PMI rank
+    /// of it may unpublish it, and a PMIx process may not unpublish a PMI rank's name. Every
+    /// refusal reads back as its kind.
+    #[test]
+    fn a_pmix_name_belongs_to_its_process() {
+        let mut t = Table::default();
+        let by = |r: u32| Some(format!("ns:{r}"));
+        let publish = |n: &str, b| Service::Publish {
+            name: n.into(),
+            port: format!("port-{n}"),
+            by: b,
+        };
+        let unpublish = |n: &str, b| Service::Unpublish {
+            name: n.into(),
+            by: b,
+        };
+        let refusal = |r: ServiceReply| match r {
+            ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) => Refusal::of(&e),
+            other => panic!("not a refusal: {other:?}"),
+        };
+        assert_eq!(t.apply(0, &publish("x", by(0))), ServiceReply::Done(Ok(())));
+        assert_eq!(
+            t.apply(0, &publish("pmi", None)),
+            ServiceReply::Done(Ok(()))
+        );
+        assert_eq!(refusal(t.apply(0, &publish("x", by(1)))), Refusal::Exists);
+        assert_eq!(
+            refusal(t.apply(0, &unpublish("x", by(1)))),
+            Refusal::NotYours
+        );
+        assert_eq!(
+            refusal(t.apply(0, &unpublish("x", None))),
+            Refusal::NotYours
+        );
+        assert_eq!(
+            refusal(t.apply(0, &unpublish("pmi", by(0)))),
+            Refusal::NotYours
+        );
+        assert_eq!(
+            refusal(t.apply(1, &unpublish("x", by(0)))),
+            Refusal::NotYours
+        );
+        assert_eq!(
+            t.apply(0, &Service::lookup("x".into())),
+            ServiceReply::Found(Ok("port-x".into()))
+        );
+        assert_eq!(
+            t.apply(0, &unpublish("x", by(0))),
+            ServiceReply::Done(Ok(()))
+        );
+        assert_eq!(
+            refusal(t.apply(0, &Service::lookup("x".into()))),
+            Refusal::NotPublished
+        );
+        assert_eq!(
+            refusal(t.apply(0, &unpublish("x", by(0)))),
+            Refusal::NotPublished
+        );
+        assert_eq!(
+            Refusal::of("the name server at h:1 is unreachable"),
+            Refusal::Other
+        );
+        // A name made of a refusal's words does not change the refusal.
+        let odd = "x is already published";
+        assert_eq!(
+            refusal(t.apply(0, &Service::lookup(odd.into()))),
+            Refusal::NotPublished
+        );
+    }
+
+    /// Waiting lookups are answered when their name is published, in the order they came;
+    /// one whose wait is over is dropped; one that does not wait is never parked.
+    #[test]
+    fn waiting_lookups_are_released_by_the_publish() {
+        let t0 = Instant::now();
+        let mut w = Waiting::default();
+        w.add("a", 1, Wait::Forever, t0);
+        w.add("a", 2, Wait::For(1_000), t0);
+        w.add("a", 3, Wait::For(10), t0);
+        w.add("a", 4, Wait::No, t0);
+        w.add("b", 5, Wait::Forever, t0);
+        assert_eq!(w.len(), 4);
+        assert_eq!(
+            w.published("a", t0 + Duration::from_millis(500)),
+            vec![1, 2]
+        );
+        assert_eq!(w.published("a", t0), Vec::<i32>::new());
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.published("b", t0 + Duration::from_secs(3600)), vec![5]);
+        assert!(w.is_empty());
     }
 
     #[test]

@@ -8,15 +8,18 @@
 //! A PMIx job ([`JobPlan::pmix`]) has no PMI sockets: its ranks reach this process's PMIx
 //! server ([`crate::pmix`]) with the environment the library makes for them, and the
 //! library's upcalls (connect, finalize, abort, fence, direct modex) come back here on a
-//! channel and become the same [`NodeEvent`]s as the PMI engine's outputs.
+//! channel and become the same [`NodeEvent`]s as the PMI engine's outputs; its publish, lookup
+//! and unpublish become the same name requests as PMI's (one per name, answered through
+//! [`Node::service_reply`]).
 
 use crate::events::JobTx;
 use crate::iofwd;
 use crate::iofwd::Stream;
 use crate::plan::{Adopt, HostPlan, JobPlan};
 use crate::pmi::{ConnId, Engine, Framing, JobInfo, Output};
-use crate::pmix::{self, ModexReply, Upcall};
+use crate::pmix::{self, CollectiveReply, LookupReply, ModexReply, OpReply, SpawnReply, Upcall};
 use crate::proc::{self, Launch};
+use crate::service::{Service, ServiceReply, Wait};
 use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
@@ -25,7 +28,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, watch};
@@ -73,6 +76,21 @@ pub enum NodeEvent {
         id: u64,
         /// The rank whose data is wanted.
         rank: usize,
+        /// Its namespace, when it is another job's (one a local client connected to).
+        nspace: Option<String>,
+    },
+    /// Every local participant of a PMIx collective that is not this job's own fence (a
+    /// fence over part of a namespace or several, a disconnect) entered it; answer with
+    /// [`Node::pmix_collective_done`] and `sig`.
+    PmixCollective {
+        /// The collective's signature: its participants, sorted.
+        sig: String,
+        /// The participants (rank [`pmix::ffi::PMIX_RANK_WILDCARD`]: a whole namespace).
+        procs: Vec<(String, u32)>,
+        /// The participants that are clients of this process's server.
+        covered: Vec<(String, u32)>,
+        /// This server's contribution.
+        data: Vec<u8>,
     },
     /// This host's PMIx server answered [`Node::pmix_dmodex_serve`]: the data of one of its
     /// ranks, for request `req` of agent `to`.
@@ -97,6 +115,103 @@ struct PmixState {
     fences: HashMap<u64, ModexReply>,
     next_dmodex: u64,
     dmodex: HashMap<u64, ModexReply>,
+    /// The channel the namespace's upcalls come on (another job's namespace registered here
+    /// for a connect sends its direct-modex requests to it too).
+    upcall_tx: mpsc::UnboundedSender<Upcall>,
+    /// The next id of a request to the front end ([`PMIX_REQUESTS`] and up).
+    next_req: u64,
+    /// Spawns the front end has not answered, by request id.
+    spawns: HashMap<u64, SpawnReply>,
+    /// Connects waiting for the plans of the jobs they name: request id -> connect.
+    plans_asked: HashMap<u64, u64>,
+    /// Those connects: the library's callback, how many plans are still due, the first error.
+    connects: HashMap<u64, (OpReply, usize, Option<String>)>,
+    /// Collectives under way, by signature (one at a time per signature and participant).
+    collectives: HashMap<String, std::collections::VecDeque<CollectiveReply>>,
+    /// Other jobs' namespaces this node registered for a connect (deregistered with its own).
+    foreign: Vec<String>,
+    /// Publish, lookup and unpublish calls waiting for the name table's answers.
+    next_call: u64,
+    calls: HashMap<u64, NameCall>,
+    /// The requests sent for them (ids with [`PMIX_REQUEST`] set): request -> (call, index
+    /// of its name in the call).
+    next_request: u64,
+    requests: HashMap<u64, (u64, usize)>,
+}
+
+/// The bit that marks the id of a request made for a PMIx client (the PMI engine numbers its
+/// own from 0), so the front end's answer finds its way back ([`Node::service_reply`]).
+const PMIX_REQUEST: u64 = 1 << 63;
+
+/// A PMIx publish, lookup or unpublish: one request per name, one callback for the call.
+struct NameCall {
+    batch: pmix::names::Batch,
+    reply: NameReply,
+}
+
+/// The library's callback for a [`NameCall`].
+enum NameReply {
+    Op(OpReply),
+    Lookup(LookupReply),
+}
+
+/// Request ids at and above this one are the PMIx server's (below: the PMI engine's).
+const PMIX_REQUESTS: u64 = 1 << 62;
+
+/// Where a PMIx spawn's directive goes among a spawn command's info keys (as a PMI spawn
+/// spells them); `None`: not acted on.
+fn spawn_info_key(key: &str, value: &str) -> Option<(String, String)> {
+    let k = match key {
+        "pmix.host" | "pmix.addhost" => "host",
+        "pmix.hostfile" | "pmix.addhostfile" => "hostfile",
+        "pmix.wdir" => "wdir",
+        "pmix.prefix" => return Some(("path".into(), format!("{value}/bin"))),
+        _ => return None,
+    };
+    Some((k.into(), value.to_string()))
+}
+
+/// A PMIx spawn's applications as the commands of a spawn request.
+fn spawn_service(rank: u32, apps: Vec<pmix::SpawnApp>) -> crate::service::Service {
+    let mut env = Vec::with_capacity(apps.len());
+    let commands = apps
+        .into_iter()
+        .map(|a| {
+            let mut info: Vec<(String, String)> = a
+                .info
+                .iter()
+                .filter_map(|(k, v)| {
+                    let mapped = spawn_info_key(k, v);
+                    if mapped.is_none() {
+                        tracing::info!(key = %k, value = %v, "PMIx spawn: directive not acted on");
+                    }
+                    mapped
+                })
+                .collect();
+            if let Some(cwd) = a.cwd.filter(|_| !info.iter().any(|(k, _)| k == "wdir")) {
+                info.push(("wdir".into(), cwd));
+            }
+            env.push(a.env);
+            pmi_wire::SpawnCommand {
+                execname: a.cmd,
+                nprocs: a.maxprocs,
+                args: a.args,
+                info,
+            }
+        })
+        .collect();
+    crate::service::Service::Spawn {
+        commands,
+        preput: Default::default(),
+        pmix: Some(crate::service::PmixSpawn { env, parent: rank }),
+    }
+}
+
+/// A collective's signature: its participants, sorted, as text.
+fn collective_sig(procs: &[(String, u32)]) -> String {
+    let mut v: Vec<String> = procs.iter().map(|(n, r)| format!("{n}:{r}")).collect();
+    v.sort();
+    v.join(",")
 }
 
 /// The most reply bytes queued for one PMI connection. A rank past it does not read its
@@ -170,7 +285,7 @@ struct Ctx {
 
 impl Ctx {
     /// Handles the PMIx upcalls already queued (so a rank's finalize is seen before its exit).
-    fn drain_upcalls(&self) {
+    fn drain_upcalls(self: &Rc<Self>) {
         let mut got = Vec::new();
         if let Some(rx) = self.upcalls.borrow_mut().as_mut() {
             while let Ok(u) = rx.try_recv() {
@@ -182,10 +297,141 @@ impl Ctx {
         }
     }
 
-    fn upcall(&self, u: Upcall) {
+    fn upcall(self: &Rc<Self>, u: Upcall) {
+        use pmix::ffi::{PMIX_ERR_BAD_PARAM, PMIX_ERR_NOT_SUPPORTED};
+        use pmix::names::{lookup_wait, publish_items};
+        let me = |rank: u32| {
+            let ns = self.pmix.borrow().as_ref().map(|p| p.nspace.clone());
+            Some(format!("{}:{rank}", ns.unwrap_or_default()))
+        };
+        let u = match u {
+            Upcall::Publish { rank, info, reply } => {
+                let items = match publish_items(&info) {
+                    Ok(items) => items,
+                    Err(status) => return reply.done(status),
+                };
+                let by = me(rank);
+                let asks = items
+                    .into_iter()
+                    .map(|(name, port)| {
+                        let s = Service::Publish {
+                            name: name.clone(),
+                            port,
+                            by: by.clone(),
+                        };
+                        (name, s)
+                    })
+                    .collect();
+                return self.ask_names(asks, NameReply::Op(reply), Wait::No);
+            }
+            Upcall::Unpublish {
+                rank, keys, reply, ..
+            } => {
+                if keys.is_empty() {
+                    // "Everything this process published": the table is not kept by process.
+                    return reply.done(PMIX_ERR_NOT_SUPPORTED);
+                }
+                let by = me(rank);
+                let asks = keys
+                    .into_iter()
+                    .map(|name| {
+                        let s = Service::Unpublish {
+                            name: name.clone(),
+                            by: by.clone(),
+                        };
+                        (name, s)
+                    })
+                    .collect();
+                return self.ask_names(asks, NameReply::Op(reply), Wait::No);
+            }
+            Upcall::Lookup {
+                keys, info, reply, ..
+            } => {
+                if keys.is_empty() {
+                    return reply.done(PMIX_ERR_BAD_PARAM, &[], "");
+                }
+                let wait = lookup_wait(&info);
+                let asks = keys
+                    .into_iter()
+                    .map(|name| (name.clone(), Service::Lookup { name, wait }))
+                    .collect();
+                return self.ask_names(asks, NameReply::Lookup(reply), wait);
+            }
+            u => u,
+        };
         let mut st = self.pmix.borrow_mut();
         let Some(st) = st.as_mut() else { return };
         let ev = match u {
+            Upcall::Spawn {
+                rank,
+                apps,
+                job_info,
+                reply,
+            } => {
+                for (k, v) in &job_info {
+                    debug!(key = %k, value = %v, "PMIx spawn: job directive");
+                }
+                let id = st.next_req;
+                st.next_req += 1;
+                st.spawns.insert(id, reply);
+                NodeEvent::Engine(Output::Request {
+                    id,
+                    service: spawn_service(rank, apps),
+                })
+            }
+            Upcall::Connect { procs, reply } => {
+                let mut unknown: Vec<String> = procs
+                    .iter()
+                    .map(|(n, _)| n.clone())
+                    .filter(|n| !pmix::registered(n))
+                    .collect();
+                unknown.sort();
+                unknown.dedup();
+                if unknown.is_empty() {
+                    reply.done(pmix::ffi::PMIX_SUCCESS);
+                    return;
+                }
+                let cid = st.next_req;
+                st.next_req += 1;
+                st.connects.insert(cid, (reply, unknown.len(), None));
+                for nspace in unknown {
+                    let id = st.next_req;
+                    st.next_req += 1;
+                    st.plans_asked.insert(id, cid);
+                    let _ = self.events.send(NodeEvent::Engine(Output::Request {
+                        id,
+                        service: crate::service::Service::JobOf { nspace },
+                    }));
+                }
+                return;
+            }
+            Upcall::Collective { procs, data, reply } => {
+                let sig = collective_sig(&procs);
+                let covered = procs
+                    .iter()
+                    .flat_map(|(n, r)| {
+                        let local = pmix::local_ranks(n);
+                        let mine: Vec<(String, u32)> = if *r == pmix::ffi::PMIX_RANK_WILDCARD {
+                            local.into_iter().map(|l| (n.clone(), l)).collect()
+                        } else if local.contains(r) {
+                            vec![(n.clone(), *r)]
+                        } else {
+                            Vec::new()
+                        };
+                        mine
+                    })
+                    .collect();
+                st.collectives
+                    .entry(sig.clone())
+                    .or_default()
+                    .push_back(reply);
+                NodeEvent::PmixCollective {
+                    sig,
+                    procs,
+                    covered,
+                    data,
+                }
+            }
             Upcall::Connected { rank } => {
                 st.initialized.insert(rank as usize);
                 NodeEvent::Engine(Output::Initialized {
@@ -213,7 +459,12 @@ impl Ctx {
                 st.fences.insert(epoch, reply);
                 NodeEvent::PmixFence { epoch, data }
             }
-            Upcall::Dmodex { rank, reply } => {
+            Upcall::Publish { .. } | Upcall::Unpublish { .. } | Upcall::Lookup { .. } => return,
+            Upcall::Dmodex {
+                nspace,
+                rank,
+                reply,
+            } => {
                 let id = st.next_dmodex;
                 st.next_dmodex += 1;
                 debug!(
@@ -224,10 +475,88 @@ impl Ctx {
                 NodeEvent::PmixDmodex {
                     id,
                     rank: rank as usize,
+                    nspace: (nspace != st.nspace).then_some(nspace),
                 }
             }
         };
         let _ = self.events.send(ev);
+    }
+
+    /// Sends one name request per `(name, request)` of a PMIx call up to the front end (as
+    /// the PMI engine's requests go); `reply` answers the call once every name is answered,
+    /// or when a lookup's wait is over.
+    fn ask_names(self: &Rc<Self>, asks: Vec<(String, Service)>, reply: NameReply, wait: Wait) {
+        let call = {
+            let mut st = self.pmix.borrow_mut();
+            let Some(st) = st.as_mut() else { return };
+            let call = st.next_call;
+            st.next_call += 1;
+            let mut names = Vec::with_capacity(asks.len());
+            for (i, (name, service)) in asks.into_iter().enumerate() {
+                let id = PMIX_REQUEST | st.next_request;
+                st.next_request += 1;
+                st.requests.insert(id, (call, i));
+                names.push(name);
+                let _ = self
+                    .events
+                    .send(NodeEvent::Engine(Output::Request { id, service }));
+            }
+            let batch = pmix::names::Batch::new(names);
+            st.calls.insert(call, NameCall { batch, reply });
+            call
+        };
+        if let Wait::For(ms) = wait {
+            let ctx: Weak<Ctx> = Rc::downgrade(self);
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                if let Some(c) = ctx.upgrade() {
+                    debug!(call, ms, "a PMIx lookup's wait is over");
+                    c.name_call_done(call, pmix::ffi::PMIX_ERR_TIMEOUT, Vec::new());
+                }
+            });
+        }
+    }
+
+    /// The front end's answer to name request `id` (see [`Ctx::ask_names`]).
+    fn name_reply(&self, id: u64, reply: &ServiceReply) {
+        let done = {
+            let mut st = self.pmix.borrow_mut();
+            let Some(st) = st.as_mut() else { return };
+            let Some((call, i)) = st.requests.remove(&id) else {
+                return; // its call ended already (a lookup's wait was over)
+            };
+            let Some(c) = st.calls.get_mut(&call) else {
+                return;
+            };
+            c.batch
+                .answer(i, pmix::names::result_of(reply))
+                .map(|(status, found)| (call, status, found))
+        };
+        if let Some((call, status, found)) = done {
+            self.name_call_done(call, status, found);
+        }
+    }
+
+    /// Ends name call `call` (if it has not ended): its callback gets `status` and, for a
+    /// lookup, the names found.
+    fn name_call_done(&self, call: u64, status: i32, found: Vec<(String, String)>) {
+        let (c, nspace) = {
+            let mut st = self.pmix.borrow_mut();
+            let Some(st) = st.as_mut() else { return };
+            let Some(c) = st.calls.remove(&call) else {
+                return;
+            };
+            st.requests.retain(|_, (k, _)| *k != call);
+            (c, st.nspace.clone())
+        };
+        debug!(call, status, found = found.len(), "PMIx name call done");
+        // Outside the borrows: the library may take its time in the callback.
+        match c.reply {
+            NameReply::Op(r) => r.done(status),
+            // The publisher's process is not kept with the name: the answers are said to
+            // come from the asker's own namespace.
+            NameReply::Lookup(r) => r.done(status, &found, &nspace),
+        }
     }
 
     /// Writes replies; hands everything else to the node's owner.
@@ -461,7 +790,7 @@ async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, Str
 /// Reports that rank `r` (pid `pid`) ended: the engine's view first (it knows who waits in a
 /// fence here), then the event, with the status `status` gives knowing whether it finalized.
 fn rank_ended(
-    c: &Ctx,
+    c: &Rc<Ctx>,
     ev: &JobTx<NodeEvent>,
     running: &RefCell<HashMap<usize, u32>>,
     r: usize,
@@ -519,9 +848,16 @@ fn start_pmix(
         .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
     let info = pmix::JobInfo::new(job, me, &places.tmpdir.to_string_lossy());
     let (tx, rx) = mpsc::unbounded_channel();
-    pmix::register(&info, tx)
+    pmix::register(&info, tx.clone())
         .map_err(|e| format!("cannot register the job with the PMIx server on {host}: {e}"))?;
     *ctx.pmix.borrow_mut() = Some(PmixState {
+        upcall_tx: tx.clone(),
+        next_req: PMIX_REQUESTS,
+        spawns: HashMap::new(),
+        plans_asked: HashMap::new(),
+        connects: HashMap::new(),
+        collectives: HashMap::new(),
+        foreign: Vec::new(),
         nspace: job.kvsname.clone(),
         initialized: HashSet::new(),
         finalized: HashSet::new(),
@@ -529,6 +865,10 @@ fn start_pmix(
         fences: HashMap::new(),
         next_dmodex: 0,
         dmodex: HashMap::new(),
+        next_call: 0,
+        calls: HashMap::new(),
+        next_request: 0,
+        requests: HashMap::new(),
     });
     *ctx.upcalls.borrow_mut() = Some(rx);
     let mut env = HashMap::new();
@@ -960,6 +1300,78 @@ impl Node {
         }
     }
 
+    /// Answers the local PMIx server's collective `sig` (see [`NodeEvent::PmixCollective`]);
+    /// nothing when none is under way here.
+    pub fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>) {
+        self.ctx.drain_upcalls();
+        let reply = self.ctx.pmix.borrow_mut().as_mut().and_then(|p| {
+            let q = p.collectives.get_mut(sig)?;
+            let r = q.pop_front();
+            if q.is_empty() {
+                p.collectives.remove(sig);
+            }
+            r
+        });
+        if let Some(reply) = reply {
+            reply.reply(status, data);
+        }
+    }
+
+    /// The front end's answer to one of the PMIx server's requests.
+    fn pmix_service_reply(&self, id: u64, reply: crate::service::ServiceReply) {
+        use crate::service::ServiceReply;
+        let mut st = self.ctx.pmix.borrow_mut();
+        let Some(p) = st.as_mut() else { return };
+        if let Some(r) = p.spawns.remove(&id) {
+            drop(st);
+            match reply {
+                ServiceReply::Spawn(Ok(done)) => r.reply(pmix::ffi::PMIX_SUCCESS, &done.jobid),
+                ServiceReply::Spawn(Err(e)) => {
+                    eprintln!("kauri: a PMIx spawn failed: {e}");
+                    r.reply(pmix::ffi::PMIX_ERR_JOB_FAILED_TO_LAUNCH, "")
+                }
+                other => {
+                    debug!(?other, "PMIx spawn answered with something else");
+                    r.reply(pmix::ffi::PMIX_ERROR, "")
+                }
+            }
+            return;
+        }
+        let Some(cid) = p.plans_asked.remove(&id) else {
+            return;
+        };
+        let registered = match reply {
+            ServiceReply::Job(Ok(plan)) => {
+                pmix::register_foreign(&plan, p.upcall_tx.clone()).map(|mine| {
+                    if mine {
+                        p.foreign.push(plan.kvsname.clone());
+                    }
+                })
+            }
+            ServiceReply::Job(Err(e)) => Err(e),
+            other => Err(format!("answered with {other:?}")),
+        };
+        let Some(c) = p.connects.get_mut(&cid) else {
+            return;
+        };
+        c.1 -= 1;
+        if let Err(e) = registered {
+            c.2.get_or_insert(e);
+        }
+        if c.1 > 0 {
+            return;
+        }
+        let (reply, _, err) = p.connects.remove(&cid).expect("the connect is there");
+        drop(st);
+        match err {
+            None => reply.done(pmix::ffi::PMIX_SUCCESS),
+            Some(e) => {
+                eprintln!("kauri: a PMIx connect failed: {e}");
+                reply.done(pmix::ffi::PMIX_ERR_NOT_FOUND)
+            }
+        }
+    }
+
     /// How many ranks this host runs.
     pub fn ranks(&self) -> usize {
         self.ranks.len()
@@ -997,8 +1409,16 @@ impl Node {
         }
     }
 
-    /// Hands the front end's answer to a request back to the engine that asked.
-    pub fn service_reply(&self, id: u64, reply: crate::service::ServiceReply) {
+    /// Hands the front end's answer to a request back to the engine (or PMIx client) that
+    /// asked.
+    pub fn service_reply(&self, id: u64, reply: ServiceReply) {
+        if id & PMIX_REQUEST != 0 {
+            return self.ctx.name_reply(id, &reply);
+        }
+        if id >= PMIX_REQUESTS {
+            self.ctx.drain_upcalls();
+            return self.pmix_service_reply(id, reply);
+        }
         self.ctx.engine.borrow_mut().service_reply(id, reply);
         self.ctx.dispatch();
     }
@@ -1070,9 +1490,17 @@ impl Node {
     /// After every rank ended: kills what they left in their process groups, then forwards
     /// the rest of their output (see [`iofwd::forward_lines`]).
     pub async fn drain(self) {
-        let nspace = self.ctx.pmix.borrow().as_ref().map(|p| p.nspace.clone());
-        if let Some(ns) = nspace {
+        let names = self
+            .ctx
+            .pmix
+            .borrow()
+            .as_ref()
+            .map(|p| (p.nspace.clone(), p.foreign.clone()));
+        if let Some((ns, foreign)) = names {
             pmix::deregister(&ns);
+            for f in foreign {
+                pmix::deregister(&f);
+            }
         }
         let left = proc::kill_leftovers(&self.pids);
         if left > 0 {

@@ -651,6 +651,7 @@ impl Engine {
         Ok(Service::Spawn {
             commands: spawn.commands,
             preput: spawn.preput,
+            pmix: None,
         })
     }
 
@@ -842,11 +843,7 @@ impl Engine {
                     thrid: None,
                     v2: false,
                 };
-                let s = Service::Publish {
-                    name: service,
-                    port,
-                };
-                return self.ask(w, Asked::Publish, s);
+                return self.ask(w, Asked::Publish, Service::publish(service, port));
             }
             Q::UnpublishName { service } => {
                 let w = Waiter {
@@ -854,7 +851,7 @@ impl Engine {
                     thrid: None,
                     v2: false,
                 };
-                return self.ask(w, Asked::Unpublish, Service::Unpublish { name: service });
+                return self.ask(w, Asked::Unpublish, Service::unpublish(service));
             }
             Q::LookupName { service } => {
                 let w = Waiter {
@@ -862,7 +859,7 @@ impl Engine {
                     thrid: None,
                     v2: false,
                 };
-                return self.ask(w, Asked::Lookup, Service::Lookup { name: service });
+                return self.ask(w, Asked::Lookup, Service::lookup(service));
             }
             Q::Abort { exitcode, message } => {
                 self.out.push(Output::Abort {
@@ -1025,7 +1022,7 @@ impl Engine {
                     thrid,
                     v2: true,
                 };
-                return self.ask(w, Asked::Publish, Service::Publish { name, port });
+                return self.ask(w, Asked::Publish, Service::publish(name, port));
             }
             Q::NameUnpublish { name } => {
                 let w = Waiter {
@@ -1033,7 +1030,7 @@ impl Engine {
                     thrid,
                     v2: true,
                 };
-                return self.ask(w, Asked::Unpublish, Service::Unpublish { name });
+                return self.ask(w, Asked::Unpublish, Service::unpublish(name));
             }
             Q::NameLookup { name } => {
                 let w = Waiter {
@@ -1041,7 +1038,7 @@ impl Engine {
                     thrid,
                     v2: true,
                 };
-                return self.ask(w, Asked::Lookup, Service::Lookup { name });
+                return self.ask(w, Asked::Lookup, Service::lookup(name));
             }
             Q::Spawn(spawn) => match Self::spawn_request(spawn) {
                 Ok(s) => {

@@ -2,6 +2,10 @@
 //! publish, unpublish, lookup), sent up the tree by the host whose rank asked, and their
 //! answers ([`ServiceReply`]), sent back down to it.
 //!
+//! PMI-1/PMI-2 ranks and PMIx ranks share the name requests: a PMIx publisher names itself
+//! ([`Service::Publish::by`]: only it may unpublish the name), and a PMIx lookup may wait for a
+//! name nobody published yet ([`Wait`]).
+//!
 //! Plain data with serde derives. The sans-IO PMI engine (`pmi`), the PMIx glue and the name
 //! server (`nameserver`) speak it without knowing about links, framing or sockets: this module
 //! may not import `tree` (the link messages in `tree::msg` carry these types, not the other way
@@ -20,6 +24,14 @@ pub enum Service {
         commands: Vec<SpawnCommand>,
         /// Pairs for the new job's KVS.
         preput: Delta,
+        /// A PMIx client's spawn: the new job is a PMIx job.
+        pmix: Option<PmixSpawn>,
+    },
+    /// The plan of the job whose namespace (kvsname) is `nspace`: a PMIx server registers a
+    /// job its clients connect to (`PMIx_Connect`).
+    JobOf {
+        /// The job's namespace.
+        nspace: String,
     },
     /// Publish a service name.
     Publish {
@@ -27,17 +39,62 @@ pub enum Service {
         name: String,
         /// Its port.
         port: String,
+        /// The process that publishes it (`nspace:rank`, a PMIx client), or `None` for a PMI
+        /// rank, whose names belong to the run (or, through `kauri nameserver`, to the run's
+        /// connection). Only the same publisher may unpublish the name.
+        by: Option<String>,
     },
     /// Withdraw a service name.
     Unpublish {
         /// The name.
         name: String,
+        /// Who asks (see [`Service::Publish::by`]).
+        by: Option<String>,
     },
     /// Look a service name up.
     Lookup {
         /// The name.
         name: String,
+        /// Whether to wait for a name that is not published yet.
+        wait: Wait,
     },
+}
+
+/// Whether a lookup waits for its name to be published (PMIx's `PMIX_WAIT`, with
+/// `PMIX_TIMEOUT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Wait {
+    /// A name nobody published is an error at once (PMI, and PMIx without `PMIX_WAIT`).
+    No,
+    /// The answer comes when the name is published.
+    Forever,
+    /// As `Forever`, for at most this many milliseconds; the asking host answers its client
+    /// with a timeout when they are over.
+    For(u64),
+}
+
+impl Service {
+    /// A PMI rank's publish: the name belongs to the run.
+    pub fn publish(name: String, port: String) -> Service {
+        Service::Publish {
+            name,
+            port,
+            by: None,
+        }
+    }
+
+    /// A PMI rank's unpublish.
+    pub fn unpublish(name: String) -> Service {
+        Service::Unpublish { name, by: None }
+    }
+
+    /// A PMI rank's lookup: it does not wait.
+    pub fn lookup(name: String) -> Service {
+        Service::Lookup {
+            name,
+            wait: Wait::No,
+        }
+    }
 }
 
 /// The front end's answer to a [`Service`] request.
@@ -49,6 +106,18 @@ pub enum ServiceReply {
     Done(Result<(), String>),
     /// A lookup's outcome: the port.
     Found(Result<String, String>),
+    /// The plan of a job ([`Service::JobOf`]).
+    Job(Result<Box<crate::plan::JobPlan>, String>),
+}
+
+/// What a PMIx spawn adds to its commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PmixSpawn {
+    /// Each command's variables for its processes' environment (Open MPI passes
+    /// `OMPI_PARENT_PORT` and its `OMPI_MCA_*` settings this way).
+    pub env: Vec<Vec<(String, String)>>,
+    /// The rank that asked (`PMIX_PARENT_ID`).
+    pub parent: u32,
 }
 
 /// A spawn that started.

@@ -68,12 +68,20 @@ impl Listener {
     /// Must run inside a `LocalSet`.
     pub fn start(asks: mpsc::UnboundedSender<Ask>) -> Result<Listener, String> {
         let dir = socket_dir();
-        crate::pmix::create_private_dir(&dir)?;
         let path = dir.join(format!("{}.sock", std::process::id()));
-        // A socket left by an earlier process that had this pid (the directory is ours).
-        let _ = std::fs::remove_file(&path);
-        let listener = tokio::net::UnixListener::bind(&path)
-            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        // Another kauri may remove the directory when it leaves (it does once it is empty):
+        // then make it again.
+        let mut tries = 0;
+        let listener = loop {
+            crate::pmix::create_private_dir(&dir)?;
+            // A socket left by an earlier process that had this pid (the directory is ours).
+            let _ = std::fs::remove_file(&path);
+            match tokio::net::UnixListener::bind(&path) {
+                Ok(l) => break l,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
+                Err(e) => return Err(format!("cannot listen on {}: {e}", path.display())),
+            }
+        };
         // The directory keeps others out already; the socket's own mode says so too.
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
@@ -91,6 +99,10 @@ impl Drop for Listener {
     fn drop(&mut self) {
         self.task.abort();
         let _ = std::fs::remove_file(&self.path);
+        // The directory too when no other job of the user's uses it (rmdir fails otherwise).
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -320,7 +332,7 @@ async fn stack_of(tool: &str, path: &Path, pid: u32) -> String {
     };
     let text = String::from_utf8_lossy(&out.stdout);
     let errs = String::from_utf8_lossy(&out.stderr);
-    trim_stack(&text).unwrap_or_else(|| {
+    trim_stack(&text, pid).unwrap_or_else(|| {
         let why = errs
             .lines()
             .chain(text.lines())
@@ -331,13 +343,30 @@ async fn stack_of(tool: &str, path: &Path, pid: u32) -> String {
     })
 }
 
-/// The frames and thread headers of a debugger's output, each cut to a sane width, at most
-/// [`STACK_LINES`] of them; `None` when there is none.
-fn trim_stack(text: &str) -> Option<String> {
-    let kept: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with('#') || l.starts_with("Thread ") || l.starts_with("TID "))
-        .collect();
+/// The frames and thread headers of a debugger's output, the main thread's (thread `pid`)
+/// first (gdb lists it last, after the runtime's progress threads), each line cut to a sane
+/// width, at most [`STACK_LINES`] of them; `None` when there is none.
+fn trim_stack(text: &str, pid: u32) -> Option<String> {
+    let mut threads: Vec<Vec<&str>> = Vec::new();
+    for l in text.lines() {
+        if l.starts_with("Thread ") || l.starts_with("TID ") {
+            threads.push(vec![l]);
+        } else if l.starts_with('#') {
+            match threads.last_mut() {
+                Some(t) => t.push(l),
+                None => threads.push(vec![l]),
+            }
+        }
+    }
+    let main = |t: &Vec<&str>| {
+        let h = t[0];
+        h.contains(&format!("(LWP {pid})")) || h.starts_with(&format!("TID {pid}:"))
+    };
+    if let Some(i) = threads.iter().position(main) {
+        let t = threads.remove(i);
+        threads.insert(0, t);
+    }
+    let kept: Vec<&str> = threads.into_iter().flatten().collect();
     if !kept.iter().any(|l| l.starts_with('#')) {
         return None;
     }
@@ -369,7 +398,7 @@ mod tests {
             #0  0x00007f in clock_nanosleep () from /lib/libc.so.6\n\
             #1  0x00007f in nanosleep () from /lib/libc.so.6\n\
             [Inferior 1 (process 42) detached]\n";
-        let s = trim_stack(gdb).unwrap();
+        let s = trim_stack(gdb, 42).unwrap();
         assert_eq!(s.lines().count(), 3, "{s}");
         assert!(s.starts_with("Thread 1"));
         assert!(s.ends_with("nanosleep () from /lib/libc.so.6"));
@@ -381,7 +410,7 @@ mod tests {
         for i in 0..100 {
             t.push_str(&format!("#{i} {}\n", "x".repeat(500)));
         }
-        let s = trim_stack(&t).unwrap();
+        let s = trim_stack(&t, 1).unwrap();
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines.len(), STACK_LINES + 1);
         assert_eq!(lines[STACK_LINES], "… 76 more lines");
@@ -390,7 +419,25 @@ mod tests {
 
     #[test]
     fn no_frames_is_no_stack() {
-        assert_eq!(trim_stack("ptrace: Operation not permitted.\n"), None);
-        assert_eq!(trim_stack("Thread 1 (LWP 3):\n"), None);
+        assert_eq!(trim_stack("ptrace: Operation not permitted.\n", 1), None);
+        assert_eq!(trim_stack("Thread 1 (LWP 3):\n", 3), None);
+    }
+
+    #[test]
+    fn the_main_thread_comes_first() {
+        let gdb = "Thread 2 (Thread 0x7f (LWP 43) \"progress\"):\n\
+            #0  epoll_wait ()\n\
+            Thread 1 (Thread 0x7e (LWP 42) \"app\"):\n\
+            #0  MPI_Recv ()\n\
+            #1  main ()\n";
+        let s = trim_stack(gdb, 42).unwrap();
+        let lines: Vec<&str> = s.lines().collect();
+        assert!(lines[0].contains("(LWP 42)"), "{s}");
+        assert_eq!(lines[1], "#0  MPI_Recv ()");
+        assert_eq!(lines[3], "Thread 2 (Thread 0x7f (LWP 43) \"progress\"):");
+        let eu = "PID 42 - process\nTID 43:\n#0  0x1 epoll_wait\nTID 42:\n#0  0x2 main\n";
+        assert!(trim_stack(eu, 42)
+            .unwrap()
+            .starts_with("TID 42:\n#0  0x2 main"));
     }
 }

@@ -194,6 +194,10 @@ fn status_from_another_shell_and_on_sigusr1_while_the_job_goes_on() {
     // The socket is gone with the job, and nobody answers any more.
     let sock = rt.join("kauri").join(format!("{pid}.sock"));
     assert!(!sock.exists(), "{} left behind", sock.display());
+    assert!(
+        !rt.join("kauri").exists(),
+        "the socket's directory is left behind"
+    );
     let after = status(&[], &env);
     assert_eq!(after.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&after.stderr).contains("no kauri job of yours"));

@@ -264,6 +264,7 @@ impl Host for SimHost {
     }
     /// The sim runs PMI-1 fences only.
     fn pmix_fence_done(&self, _epoch: u64, _data: Vec<u8>) {}
+    fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>) {}
     /// No PMIx server to serve from.
     fn pmix_dmodex_serve(&self, _rank: usize, _to: u32, _req: u64) {}
     /// No PMIx client waits for it.

@@ -25,7 +25,11 @@ const OMPI_PROGRAMS: &[&str] = &[
     "ompi_allreduce",
     "ompi_abort",
     "ompi_segv",
+    "ompi_dynamic",
 ];
+/// Open MPI programs that also call OpenPMIx directly (`pkg-config pmix`: the library Open
+/// MPI's own PMIx component uses).
+const OMPI_PMIX_PROGRAMS: &[&str] = &["ompi_names"];
 /// Programs compiled with `cc` against Kauri's `libpmi.so` (`-lpmi`) or `libpmi2.so`
 /// (`-lpmi2`).
 const LIBPMI_PROGRAMS: &[(&str, &str)] = &[
@@ -153,6 +157,18 @@ fn build_ompi_programs() -> Result<PathBuf, String> {
     let src = Path::new(crate::PROGRAMS_DIR);
     for p in OMPI_PROGRAMS {
         compile(&mpicc, &src.join(format!("{p}.c")), &bin.join(p), &[])?;
+    }
+    let pmix = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "pmix"])
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .ok_or("pkg-config pmix failed: install the Debian package `libpmix-dev`")?;
+    let pmix = String::from_utf8_lossy(&pmix.stdout).into_owned();
+    let flags: Vec<&str> = pmix.split_whitespace().collect();
+    for p in OMPI_PMIX_PROGRAMS {
+        compile(&mpicc, &src.join(format!("{p}.c")), &bin.join(p), &flags)?;
     }
     Ok(bin)
 }

@@ -31,16 +31,42 @@ pub const PMIX_ERROR: Status = -1;
 pub const PMIX_ERR_NOT_FOUND: Status = -46;
 /// The operation is not supported.
 pub const PMIX_ERR_NOT_SUPPORTED: Status = -47;
+/// A spawn failed.
+pub const PMIX_ERR_JOB_FAILED_TO_LAUNCH: Status = -181;
 /// The operation completed at once; no callback will follow.
 pub const PMIX_OPERATION_SUCCEEDED: Status = -157;
+/// The name exists already (a publish of a published name).
+pub const PMIX_ERR_EXISTS: Status = -11;
+/// A value of the wrong type (a published value that is not a string).
+pub const PMIX_ERR_TYPE_MISMATCH: Status = -18;
+/// The caller may not do this (an unpublish of someone else's name).
+pub const PMIX_ERR_NO_PERMISSIONS: Status = -23;
+/// The operation did not complete in the time given (a lookup's `PMIX_TIMEOUT`).
+pub const PMIX_ERR_TIMEOUT: Status = -24;
+/// A bad argument (a publish with no data, a lookup with no key).
+pub const PMIX_ERR_BAD_PARAM: Status = -27;
 /// The rank meaning "every rank of the namespace".
 pub const PMIX_RANK_WILDCARD: u32 = 0xffff_fffe;
+/// The rank meaning "no rank in particular".
+pub const PMIX_RANK_UNDEF: u32 = u32::MAX;
 
 const PMIX_BOOL: u16 = 1;
 const PMIX_STRING: u16 = 3;
+const PMIX_SIZE: u16 = 4;
+const PMIX_INT: u16 = 6;
+const PMIX_INT8: u16 = 7;
+const PMIX_INT16: u16 = 8;
+const PMIX_INT32: u16 = 9;
+const PMIX_INT64: u16 = 10;
+const PMIX_UINT: u16 = 11;
+const PMIX_UINT8: u16 = 12;
 const PMIX_UINT16: u16 = 13;
 const PMIX_UINT32: u16 = 14;
+const PMIX_UINT64: u16 = 15;
+const PMIX_PERSIST: u16 = 30;
+const PMIX_DATA_RANGE: u16 = 33;
 const PMIX_INFO: u16 = 24;
+const PMIX_BYTE_OBJECT: u16 = 27;
 const PMIX_DATA_ARRAY: u16 = 39;
 const PMIX_PROC_RANK: u16 = 40;
 
@@ -63,16 +89,34 @@ struct pmix_data_array_t {
     array: *mut c_void,
 }
 
-/// The members of `pmix_value_t`'s union that Kauri writes, padded to the union's size.
+/// The members of `pmix_value_t`'s union that Kauri writes or reads, padded to the union's
+/// size.
 #[repr(C)]
 #[derive(Clone, Copy)]
 union pmix_value_data {
     flag: bool,
     string: *mut c_char,
+    size: usize,
+    integer: c_int,
+    int8: i8,
+    int16: i16,
+    int32: i32,
+    int64: i64,
+    uint8: u8,
     uint16: u16,
     uint32: u32,
+    uint64: u64,
     darray: *mut pmix_data_array_t,
+    bo: pmix_byte_object_t,
     _size: [u64; 3],
+}
+
+/// `pmix_byte_object_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct pmix_byte_object_t {
+    bytes: *mut c_char,
+    size: usize,
 }
 
 /// `pmix_value_t`.
@@ -90,7 +134,17 @@ struct pmix_info_t {
     value: pmix_value_t,
 }
 
+/// `pmix_pdata_t`: one answer of a lookup (who published, the key, the value).
+#[repr(C)]
+struct pmix_pdata_t {
+    proc_: pmix_proc_t,
+    key: [c_char; KEYLEN],
+    value: pmix_value_t,
+}
+
 type pmix_op_cbfunc_t = Option<unsafe extern "C" fn(Status, *mut c_void)>;
+type pmix_lookup_cbfunc_t =
+    Option<unsafe extern "C" fn(Status, *mut pmix_pdata_t, usize, *mut c_void)>;
 type pmix_release_cbfunc_t = Option<unsafe extern "C" fn(*mut c_void)>;
 type pmix_modex_cbfunc_t = Option<
     unsafe extern "C" fn(
@@ -104,6 +158,38 @@ type pmix_modex_cbfunc_t = Option<
 >;
 type pmix_dmodex_response_fn_t =
     Option<unsafe extern "C" fn(Status, *mut c_char, usize, *mut c_void)>;
+
+/// `pmix_app_t`: one application of a spawn.
+#[repr(C)]
+struct pmix_app_t {
+    cmd: *mut c_char,
+    argv: *mut *mut c_char,
+    env: *mut *mut c_char,
+    cwd: *mut c_char,
+    maxprocs: c_int,
+    info: *mut pmix_info_t,
+    ninfo: usize,
+}
+
+type pmix_spawn_cbfunc_t = Option<unsafe extern "C" fn(Status, *mut c_char, *mut c_void)>;
+type SpawnFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *const pmix_info_t,
+    usize,
+    *const pmix_app_t,
+    usize,
+    pmix_spawn_cbfunc_t,
+    *mut c_void,
+) -> Status;
+/// `connect` and `disconnect`.
+type ConnectFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    usize,
+    *const pmix_info_t,
+    usize,
+    pmix_op_cbfunc_t,
+    *mut c_void,
+) -> Status;
 
 type ConnectedFn =
     unsafe extern "C" fn(*const pmix_proc_t, *mut c_void, pmix_op_cbfunc_t, *mut c_void) -> Status;
@@ -143,8 +229,120 @@ type DmodexFn = unsafe extern "C" fn(
     *mut c_void,
 ) -> Status;
 
-/// `pmix_server_module_t` (the 4.0 layout: 28 function pointers). Kauri fills the first five
-/// and `client_connected2`; the others stay NULL ("not supported").
+type PublishFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *const pmix_info_t,
+    usize,
+    pmix_op_cbfunc_t,
+    *mut c_void,
+) -> Status;
+type LookupFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *mut *mut c_char,
+    *const pmix_info_t,
+    usize,
+    pmix_lookup_cbfunc_t,
+    *mut c_void,
+) -> Status;
+type UnpublishFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *mut *mut c_char,
+    *const pmix_info_t,
+    usize,
+    pmix_op_cbfunc_t,
+    *mut c_void,
+) -> Status;
+// The upcalls Kauri answers "not supported": only the arguments it reads are typed; the
+// others are pointers (`*const c_void`) or integers of their C width.
+type NotifyFn = unsafe extern "C" fn(
+    Status,
+    *const pmix_proc_t,
+    u8,
+    *mut pmix_info_t,
+    usize,
+    pmix_op_cbfunc_t,
+    *mut c_void,
+) -> Status;
+type QueryFn = unsafe extern "C" fn(
+    *mut pmix_proc_t,
+    *mut c_void,
+    usize,
+    *const c_void,
+    *mut c_void,
+) -> Status;
+type AllocFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    u8,
+    *const pmix_info_t,
+    usize,
+    *const c_void,
+    *mut c_void,
+) -> Status;
+type JobControlFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *const pmix_proc_t,
+    usize,
+    *const pmix_info_t,
+    usize,
+    *const c_void,
+    *mut c_void,
+) -> Status;
+type MonitorFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *const pmix_info_t,
+    Status,
+    *const pmix_info_t,
+    usize,
+    *const c_void,
+    *mut c_void,
+) -> Status;
+type GetCredFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *const pmix_info_t,
+    usize,
+    *const c_void,
+    *mut c_void,
+) -> Status;
+type ValidateCredFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *const c_void,
+    *const pmix_info_t,
+    usize,
+    *const c_void,
+    *mut c_void,
+) -> Status;
+type IofPullFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    usize,
+    *const pmix_info_t,
+    usize,
+    u16,
+    pmix_op_cbfunc_t,
+    *mut c_void,
+) -> Status;
+type StdinFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *const pmix_proc_t,
+    usize,
+    *const pmix_info_t,
+    usize,
+    *const c_void,
+    pmix_op_cbfunc_t,
+    *mut c_void,
+) -> Status;
+type FabricFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    c_int,
+    *const pmix_info_t,
+    usize,
+    *const c_void,
+    *mut c_void,
+) -> Status;
+
+/// `pmix_server_module_t` (the 4.0 layout: 28 function pointers). Every entry is Kauri's
+/// except six it leaves NULL on purpose, because OpenPMIx 4.2 does better without them (see
+/// `docs/pmix.md`, "The server module"): `register_events`, `deregister_events`, `listener`,
+/// `tool_connected`, `log` and `group`, typed here as plain pointers.
 #[repr(C)]
 struct pmix_server_module_t {
     client_connected: Option<ConnectedFn>,
@@ -152,8 +350,28 @@ struct pmix_server_module_t {
     abort: Option<AbortFn>,
     fence_nb: Option<FenceFn>,
     direct_modex: Option<DmodexFn>,
-    /// publish … fabric: 22 entries Kauri leaves NULL.
-    unused: [*const c_void; 22],
+    publish: Option<PublishFn>,
+    lookup: Option<LookupFn>,
+    unpublish: Option<UnpublishFn>,
+    spawn: Option<SpawnFn>,
+    connect: Option<ConnectFn>,
+    disconnect: Option<ConnectFn>,
+    register_events: *const c_void,
+    deregister_events: *const c_void,
+    listener: *const c_void,
+    notify_event: Option<NotifyFn>,
+    query: Option<QueryFn>,
+    tool_connected: *const c_void,
+    log: *const c_void,
+    allocate: Option<AllocFn>,
+    job_control: Option<JobControlFn>,
+    monitor: Option<MonitorFn>,
+    get_credential: Option<GetCredFn>,
+    validate_credential: Option<ValidateCredFn>,
+    iof_pull: Option<IofPullFn>,
+    push_stdin: Option<StdinFn>,
+    group: *const c_void,
+    fabric: Option<FabricFn>,
     client_connected2: Option<Connected2Fn>,
 }
 
@@ -351,13 +569,242 @@ pub enum Upcall {
         /// Where the answer goes.
         reply: ModexReply,
     },
-    /// A local client wants the data of rank `rank`, which runs on another host.
+    /// A local client wants the data of rank `rank` of namespace `nspace` (this job's, or
+    /// one it connected to), which runs on another host.
     Dmodex {
+        /// The namespace of the rank.
+        nspace: String,
         /// The rank whose data is wanted.
         rank: u32,
         /// Where the answer goes.
         reply: ModexReply,
     },
+    /// A local client asks for a new job (`PMIx_Spawn`: `MPI_Comm_spawn`).
+    Spawn {
+        /// The rank that asked.
+        rank: u32,
+        /// The applications, in order.
+        apps: Vec<SpawnApp>,
+        /// The job-level directives (key, value as text where it is text).
+        job_info: Vec<(String, String)>,
+        /// Where the new namespace goes.
+        reply: SpawnReply,
+    },
+    /// Local clients connect to the processes `procs` (`PMIx_Connect`): every namespace named
+    /// must be known to this server before the answer.
+    Connect {
+        /// The processes (rank [`PMIX_RANK_WILDCARD`]: the whole namespace).
+        procs: Vec<(String, u32)>,
+        /// Where the answer goes.
+        reply: OpReply,
+    },
+    /// Every local participant entered a collective over `procs` that is not a fence over one
+    /// whole namespace: a fence over part of a namespace or over several (Open MPI's
+    /// `MPI_Comm_disconnect`), or `PMIx_Disconnect`. `data`: this server's contribution.
+    Collective {
+        /// The participants (rank [`PMIX_RANK_WILDCARD`]: the whole namespace).
+        procs: Vec<(String, u32)>,
+        /// This server's blob.
+        data: Vec<u8>,
+        /// Where the answer goes.
+        reply: CollectiveReply,
+    },
+    /// A local client publishes: `info` holds its data (key: the name, value: the port) and
+    /// its directives (`pmix.range`, `pmix.persist`, and `pmix.euid` added by the library).
+    Publish {
+        /// Its rank.
+        rank: u32,
+        /// Data and directives, as passed.
+        info: Vec<(String, InfoVal)>,
+        /// Where the answer goes.
+        reply: OpReply,
+    },
+    /// A local client withdraws names it published.
+    Unpublish {
+        /// Its rank.
+        rank: u32,
+        /// The names.
+        keys: Vec<String>,
+        /// Its directives.
+        info: Vec<(String, InfoVal)>,
+        /// Where the answer goes.
+        reply: OpReply,
+    },
+    /// A local client looks names up.
+    Lookup {
+        /// Its rank.
+        rank: u32,
+        /// The names.
+        keys: Vec<String>,
+        /// Its directives (`pmix.wait`, `pmix.timeout`, `pmix.range`, …).
+        info: Vec<(String, InfoVal)>,
+        /// Where the answer goes.
+        reply: LookupReply,
+    },
+}
+
+/// A value a client passed in a `pmix_info_t`, as far as Kauri reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InfoVal {
+    /// `PMIX_STRING` (NULL reads as empty).
+    Str(String),
+    /// `PMIX_BOOL`.
+    Bool(bool),
+    /// Any integer type (`PMIX_INT`, `PMIX_UINT32`, `PMIX_DATA_RANGE`, `PMIX_PERSIST`, …).
+    Int(i64),
+    /// `PMIX_BYTE_OBJECT`: opaque bytes (Open MPI publishes its communicator-id exchange so).
+    Bytes(Vec<u8>),
+    /// Any other type: its `pmix_data_type_t`.
+    Other(u16),
+}
+
+/// One application of a spawn, as the library passed it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SpawnApp {
+    /// The executable.
+    pub cmd: String,
+    /// Its arguments, without `argv[0]`.
+    pub args: Vec<String>,
+    /// Variables for its environment (`NAME=VALUE` split).
+    pub env: Vec<(String, String)>,
+    /// Its working directory, if given.
+    pub cwd: Option<String>,
+    /// How many processes.
+    pub maxprocs: u32,
+    /// Its directives (key, value as text where it is text).
+    pub info: Vec<(String, String)>,
+}
+
+/// The library's callback for a spawn, to be called once.
+#[derive(Debug)]
+pub struct SpawnReply {
+    cbfunc: unsafe extern "C" fn(Status, *mut c_char, *mut c_void),
+    cbdata: *mut c_void,
+}
+
+// SAFETY: as for ModexReply: the library accepts its callbacks from any thread.
+unsafe impl Send for SpawnReply {}
+
+impl SpawnReply {
+    /// Tells the library the spawn's outcome: the new namespace, or an error status.
+    pub fn reply(self, status: Status, nspace: &str) {
+        if FINALIZED.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut ns = nspace_buf(nspace);
+        // SAFETY: cbfunc/cbdata came from the library for exactly one call; the namespace
+        // buffer is valid for the call (the library copies it).
+        unsafe { (self.cbfunc)(status, ns.as_mut_ptr(), self.cbdata) };
+    }
+}
+
+/// The library's callback for an operation with no data back (publish, unpublish), to be
+/// called once.
+#[derive(Debug)]
+pub struct OpReply {
+    cbfunc: unsafe extern "C" fn(Status, *mut c_void),
+    cbdata: *mut c_void,
+}
+
+// SAFETY: as for ModexReply: the library accepts the callback from any thread.
+unsafe impl Send for OpReply {}
+
+impl OpReply {
+    /// Completes the operation with `status`.
+    pub fn done(self, status: Status) {
+        if FINALIZED.load(Ordering::SeqCst) {
+            return;
+        }
+        // SAFETY: cbfunc/cbdata came from the library for exactly one call.
+        unsafe { (self.cbfunc)(status, self.cbdata) };
+    }
+}
+
+/// How a collective is answered: a fence hands the library every contribution, a disconnect
+/// only a status.
+#[derive(Debug)]
+pub enum CollectiveReply {
+    /// `fence_nb`.
+    Fence(ModexReply),
+    /// `disconnect`.
+    Op(OpReply),
+}
+
+impl CollectiveReply {
+    /// Answers the collective.
+    pub fn reply(self, status: Status, data: Vec<u8>) {
+        match self {
+            CollectiveReply::Fence(r) => r.reply(status, data),
+            CollectiveReply::Op(r) => r.done(status),
+        }
+    }
+}
+
+/// The library's callback for a lookup, to be called once.
+#[derive(Debug)]
+pub struct LookupReply {
+    cbfunc: unsafe extern "C" fn(Status, *mut pmix_pdata_t, usize, *mut c_void),
+    cbdata: *mut c_void,
+}
+
+// SAFETY: as for ModexReply: the library accepts the callback from any thread.
+unsafe impl Send for LookupReply {}
+
+impl LookupReply {
+    /// Completes the lookup: `found` holds each name and its port (string values), each
+    /// said to come from `publisher` (a namespace) and rank `PMIX_RANK_UNDEF`.
+    pub fn done(self, status: Status, found: &[(String, String)], publisher: &str) {
+        if FINALIZED.load(Ordering::SeqCst) {
+            return;
+        }
+        // A value published as bytes goes back as bytes; a port as a string.
+        let values: Vec<Result<CString, Vec<u8>>> = found
+            .iter()
+            .map(|(_, p)| match crate::pmix::names::decode_bytes(p) {
+                Some(b) => Err(b),
+                None => Ok(c_string(p)),
+            })
+            .collect();
+        let mut data: Vec<pmix_pdata_t> = found
+            .iter()
+            .zip(&values)
+            .map(|((k, _), v)| {
+                let value = match v {
+                    Ok(p) => pmix_value_t {
+                        type_: PMIX_STRING,
+                        data: pmix_value_data {
+                            string: p.as_ptr() as *mut c_char,
+                        },
+                    },
+                    Err(b) => pmix_value_t {
+                        type_: PMIX_BYTE_OBJECT,
+                        data: pmix_value_data {
+                            bo: pmix_byte_object_t {
+                                bytes: b.as_ptr() as *mut c_char,
+                                size: b.len(),
+                            },
+                        },
+                    },
+                };
+                let mut d = pmix_pdata_t {
+                    proc_: proc_t(publisher, PMIX_RANK_UNDEF),
+                    key: [0; KEYLEN],
+                    value,
+                };
+                fill(&mut d.key, k);
+                d
+            })
+            .collect();
+        let (ptr, n) = if data.is_empty() {
+            (ptr::null_mut(), 0)
+        } else {
+            (data.as_mut_ptr(), data.len())
+        };
+        // SAFETY: cbfunc/cbdata came from the library for exactly one call; the array and the
+        // strings it points to live until the call returns, and the library packs them into
+        // its reply during the call (it keeps no pointer to them).
+        unsafe { (self.cbfunc)(status, ptr, n, self.cbdata) };
+    }
 }
 
 /// The library's callback for a fence or a direct-modex request, to be called once.
@@ -411,6 +858,18 @@ type Routes = Mutex<HashMap<String, mpsc::UnboundedSender<Upcall>>>;
 fn routes() -> &'static Routes {
     static R: OnceLock<Routes> = OnceLock::new();
     R.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Sends the upcalls of namespace `nspace` to `tx`, unless some channel takes them already;
+/// true when this one does now.
+pub fn route_if_none(nspace: &str, tx: mpsc::UnboundedSender<Upcall>) -> bool {
+    match routes().lock() {
+        Ok(mut r) if !r.contains_key(nspace) => {
+            r.insert(nspace.to_string(), tx);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// Sends the upcalls of namespace `nspace` to `tx` (replacing an earlier route).
@@ -553,17 +1012,8 @@ unsafe extern "C" fn up_fence(
     let Some(cbfunc) = cbfunc else {
         return PMIX_ERROR;
     };
-    if procs.is_null() || nprocs != 1 {
-        return PMIX_ERR_NOT_SUPPORTED;
-    }
-    // SAFETY: procs is non-NULL and points to nprocs (1) valid entries.
-    let Some((ns, rank)) = (unsafe { read_proc(procs) }) else {
-        return PMIX_ERROR;
-    };
-    if rank != PMIX_RANK_WILDCARD {
-        // Fences over part of a namespace are not supported (Open MPI 4.1 fences the job).
-        return PMIX_ERR_NOT_SUPPORTED;
-    }
+    // SAFETY: the library passes nprocs valid entries (or NULL).
+    let procs = unsafe { read_procs(procs, nprocs) };
     let blob = if data.is_null() || ndata == 0 {
         Vec::new()
     } else {
@@ -571,7 +1021,203 @@ unsafe extern "C" fn up_fence(
         unsafe { std::slice::from_raw_parts(data.cast::<u8>(), ndata) }.to_vec()
     };
     let reply = ModexReply { cbfunc, cbdata };
-    if deliver(&ns, Upcall::Fence { data: blob, reply }) {
+    let up = match procs.as_slice() {
+        // The whole of one namespace: the job's own fence, a tree allgather.
+        [(_, PMIX_RANK_WILDCARD)] => Upcall::Fence { data: blob, reply },
+        [] => return PMIX_ERR_NOT_SUPPORTED,
+        _ => Upcall::Collective {
+            procs: procs.clone(),
+            data: blob,
+            reply: CollectiveReply::Fence(reply),
+        },
+    };
+    if deliver_any(&procs, up) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
+/// Reads `n` `pmix_proc_t`s the library passed in.
+///
+/// # Safety
+/// `p` must be NULL or point to `n` valid `pmix_proc_t`s.
+unsafe fn read_procs(p: *const pmix_proc_t, n: usize) -> Vec<(String, u32)> {
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: p points to n valid entries per this function's contract.
+    (0..n)
+        .filter_map(|i| unsafe { read_proc(p.add(i)) })
+        .collect()
+}
+
+/// Delivers `up` to the first of `procs`' namespaces this process routes.
+fn deliver_any(procs: &[(String, u32)], up: Upcall) -> bool {
+    let Ok(r) = routes().lock() else { return false };
+    procs
+        .iter()
+        .find_map(|(ns, _)| r.get(ns))
+        .is_some_and(|tx| tx.send(up).is_ok())
+}
+
+/// Reads a C string the library passed in (`None` for NULL).
+///
+/// # Safety
+/// `p` must be NULL or a valid NUL-terminated string.
+unsafe fn read_str(p: *const c_char) -> Option<String> {
+    // SAFETY: per the contract.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Reads a NULL-terminated array of C strings.
+///
+/// # Safety
+/// `p` must be NULL or a valid NULL-terminated array of valid C strings.
+unsafe fn read_argv(p: *const *mut c_char) -> Vec<String> {
+    let mut out = Vec::new();
+    if p.is_null() {
+        return out;
+    }
+    for i in 0.. {
+        // SAFETY: the array is NULL-terminated; entries before the NULL are valid strings.
+        let s = unsafe { *p.add(i) };
+        if s.is_null() {
+            break;
+        }
+        // SAFETY: a valid string, per the contract.
+        out.extend(unsafe { read_str(s) });
+    }
+    out
+}
+
+/// Directives as text: each key with its value written out where it is a string, a boolean
+/// or an integer (what a directive a launcher acts on holds), empty otherwise.
+fn infos_text(infos: Vec<(String, InfoVal)>) -> Vec<(String, String)> {
+    infos
+        .into_iter()
+        .map(|(k, v)| {
+            let text = match v {
+                InfoVal::Str(s) => s,
+                InfoVal::Bool(b) => b.to_string(),
+                InfoVal::Int(n) => n.to_string(),
+                InfoVal::Bytes(_) | InfoVal::Other(_) => String::new(),
+            };
+            (k, text)
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn up_spawn(
+    proc_: *const pmix_proc_t,
+    job_info: *const pmix_info_t,
+    ninfo: usize,
+    apps: *const pmix_app_t,
+    napps: usize,
+    cbfunc: pmix_spawn_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let Some(cbfunc) = cbfunc else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes a valid proc (or NULL).
+    let Some((ns, rank)) = (unsafe { read_proc(proc_) }) else {
+        return PMIX_ERROR;
+    };
+    if apps.is_null() || napps == 0 {
+        return PMIX_ERR_BAD_PARAM;
+    }
+    let apps = (0..napps)
+        .map(|i| {
+            // SAFETY: apps points to napps valid entries, valid for this call; copied.
+            let a = unsafe { &*apps.add(i) };
+            // SAFETY: the library's strings and arrays, valid for this call.
+            let (cmd, argv, env, cwd, info) = unsafe {
+                (
+                    read_str(a.cmd).unwrap_or_default(),
+                    read_argv(a.argv),
+                    read_argv(a.env),
+                    read_str(a.cwd),
+                    infos_text(read_infos(a.info, a.ninfo)),
+                )
+            };
+            SpawnApp {
+                cmd,
+                args: argv.into_iter().skip(1).collect(),
+                env: env
+                    .iter()
+                    .filter_map(|e| e.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                cwd: cwd.filter(|c| !c.is_empty()),
+                maxprocs: a.maxprocs.max(0) as u32,
+                info,
+            }
+        })
+        .collect();
+    // SAFETY: the library's directives, valid for this call.
+    let job_info = infos_text(unsafe { read_infos(job_info, ninfo) });
+    let reply = SpawnReply { cbfunc, cbdata };
+    let up = Upcall::Spawn {
+        rank,
+        apps,
+        job_info,
+        reply,
+    };
+    if deliver(&ns, up) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
+unsafe extern "C" fn up_connect(
+    procs: *const pmix_proc_t,
+    nprocs: usize,
+    _info: *const pmix_info_t,
+    _ninfo: usize,
+    cbfunc: pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let Some(cbfunc) = cbfunc else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes nprocs valid entries (or NULL).
+    let procs = unsafe { read_procs(procs, nprocs) };
+    let reply = OpReply { cbfunc, cbdata };
+    if deliver_any(
+        &procs,
+        Upcall::Connect {
+            procs: procs.clone(),
+            reply,
+        },
+    ) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
+unsafe extern "C" fn up_disconnect(
+    procs: *const pmix_proc_t,
+    nprocs: usize,
+    _info: *const pmix_info_t,
+    _ninfo: usize,
+    cbfunc: pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let Some(cbfunc) = cbfunc else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes nprocs valid entries (or NULL).
+    let procs = unsafe { read_procs(procs, nprocs) };
+    let up = Upcall::Collective {
+        procs: procs.clone(),
+        data: Vec::new(),
+        reply: CollectiveReply::Op(OpReply { cbfunc, cbdata }),
+    };
+    if deliver_any(&procs, up) {
         PMIX_SUCCESS
     } else {
         PMIX_ERR_NOT_FOUND
@@ -593,11 +1239,336 @@ unsafe extern "C" fn up_dmodex(
         return PMIX_ERROR;
     };
     let reply = ModexReply { cbfunc, cbdata };
-    if deliver(&ns, Upcall::Dmodex { rank, reply }) {
+    let up = Upcall::Dmodex {
+        nspace: ns.clone(),
+        rank,
+        reply,
+    };
+    if deliver(&ns, up) {
         PMIX_SUCCESS
     } else {
         PMIX_ERR_NOT_FOUND
     }
+}
+
+/// Reads `n` `pmix_info_t`s the library passed in.
+///
+/// # Safety
+/// `info` must be NULL or point to `n` valid entries.
+unsafe fn read_infos(info: *const pmix_info_t, n: usize) -> Vec<(String, InfoVal)> {
+    if info.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: info points to n valid entries per this function's contract.
+    let infos = unsafe { std::slice::from_raw_parts(info, n) };
+    infos
+        .iter()
+        .map(|i| {
+            let key: Vec<u8> = i
+                .key
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            let d = &i.value.data;
+            // SAFETY: each arm reads the union member the value's type says is there.
+            let v = unsafe {
+                match i.value.type_ {
+                    PMIX_STRING if d.string.is_null() => InfoVal::Str(String::new()),
+                    PMIX_STRING => {
+                        InfoVal::Str(CStr::from_ptr(d.string).to_string_lossy().into_owned())
+                    }
+                    PMIX_BOOL => InfoVal::Bool(d.flag),
+                    PMIX_INT => InfoVal::Int(i64::from(d.integer)),
+                    PMIX_INT8 => InfoVal::Int(i64::from(d.int8)),
+                    PMIX_INT16 => InfoVal::Int(i64::from(d.int16)),
+                    PMIX_INT32 => InfoVal::Int(i64::from(d.int32)),
+                    PMIX_INT64 => InfoVal::Int(d.int64),
+                    PMIX_UINT | PMIX_UINT32 => InfoVal::Int(i64::from(d.uint32)),
+                    PMIX_UINT8 | PMIX_PERSIST | PMIX_DATA_RANGE => InfoVal::Int(i64::from(d.uint8)),
+                    PMIX_UINT16 => InfoVal::Int(i64::from(d.uint16)),
+                    PMIX_UINT64 => InfoVal::Int(d.uint64 as i64),
+                    PMIX_SIZE => InfoVal::Int(d.size as i64),
+                    PMIX_BYTE_OBJECT if d.bo.bytes.is_null() => InfoVal::Bytes(Vec::new()),
+                    PMIX_BYTE_OBJECT => InfoVal::Bytes(
+                        std::slice::from_raw_parts(d.bo.bytes.cast::<u8>(), d.bo.size).to_vec(),
+                    ),
+                    t => InfoVal::Other(t),
+                }
+            };
+            (String::from_utf8_lossy(&key).into_owned(), v)
+        })
+        .collect()
+}
+
+/// Reads a NULL-terminated array of C strings (`char **keys`).
+///
+/// # Safety
+/// `keys` must be NULL or a NULL-terminated array of valid C strings.
+unsafe fn read_keys(keys: *mut *mut c_char) -> Vec<String> {
+    let mut out = Vec::new();
+    if keys.is_null() {
+        return out;
+    }
+    let mut i = 0;
+    loop {
+        // SAFETY: the array is NULL-terminated per this function's contract.
+        let k = unsafe { *keys.add(i) };
+        if k.is_null() {
+            return out;
+        }
+        // SAFETY: k is a valid C string per this function's contract.
+        out.push(unsafe { CStr::from_ptr(k) }.to_string_lossy().into_owned());
+        i += 1;
+    }
+}
+
+unsafe extern "C" fn up_publish(
+    proc_: *const pmix_proc_t,
+    info: *const pmix_info_t,
+    ninfo: usize,
+    cbfunc: pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let Some(cbfunc) = cbfunc else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes a valid proc (or NULL).
+    let Some((ns, rank)) = (unsafe { read_proc(proc_) }) else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes ninfo valid entries.
+    let info = unsafe { read_infos(info, ninfo) };
+    let reply = OpReply { cbfunc, cbdata };
+    if deliver(&ns, Upcall::Publish { rank, info, reply }) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
+unsafe extern "C" fn up_unpublish(
+    proc_: *const pmix_proc_t,
+    keys: *mut *mut c_char,
+    info: *const pmix_info_t,
+    ninfo: usize,
+    cbfunc: pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let Some(cbfunc) = cbfunc else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes a valid proc (or NULL).
+    let Some((ns, rank)) = (unsafe { read_proc(proc_) }) else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes a NULL-terminated key array (or NULL) and ninfo entries.
+    let (keys, info) = unsafe { (read_keys(keys), read_infos(info, ninfo)) };
+    let reply = OpReply { cbfunc, cbdata };
+    let up = Upcall::Unpublish {
+        rank,
+        keys,
+        info,
+        reply,
+    };
+    if deliver(&ns, up) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
+unsafe extern "C" fn up_lookup(
+    proc_: *const pmix_proc_t,
+    keys: *mut *mut c_char,
+    info: *const pmix_info_t,
+    ninfo: usize,
+    cbfunc: pmix_lookup_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let Some(cbfunc) = cbfunc else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes a valid proc (or NULL).
+    let Some((ns, rank)) = (unsafe { read_proc(proc_) }) else {
+        return PMIX_ERROR;
+    };
+    // SAFETY: the library passes a NULL-terminated key array (or NULL) and ninfo entries.
+    let (keys, info) = unsafe { (read_keys(keys), read_infos(info, ninfo)) };
+    let reply = LookupReply { cbfunc, cbdata };
+    let up = Upcall::Lookup {
+        rank,
+        keys,
+        info,
+        reply,
+    };
+    if deliver(&ns, up) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
+/// The upcalls already reported as not supported (each once per process).
+static REFUSED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// The line under `-v` for an upcall Kauri does not implement, the first time it comes.
+pub fn unsupported_line(upcall: &str, who: Option<(String, u32)>) -> String {
+    let who = match who {
+        None => "?".to_string(),
+        Some((ns, PMIX_RANK_WILDCARD)) => format!("{ns}:*"),
+        Some((ns, PMIX_RANK_UNDEF)) => format!("{ns}:undef"),
+        Some((ns, r)) => format!("{ns}:{r}"),
+    };
+    format!("kauri: PMIx upcall {upcall} from {who} is not supported")
+}
+
+/// Answers an upcall Kauri does not implement: `PMIX_ERR_NOT_SUPPORTED`, returned at once (so
+/// the library calls no callback and answers its client itself), said on stderr under `-v` the
+/// first time this process gets it.
+///
+/// # Safety
+/// `proc_` must be NULL or point to a valid `pmix_proc_t`.
+unsafe fn unsupported(upcall: &'static str, proc_: *const pmix_proc_t) -> Status {
+    let first = REFUSED.lock().is_ok_and(|mut seen| {
+        let new = !seen.contains(&upcall);
+        if new {
+            seen.push(upcall);
+        }
+        new
+    });
+    if first && tracing::enabled!(tracing::Level::INFO) {
+        // SAFETY: per this function's contract.
+        let who = unsafe { read_proc(proc_) };
+        eprintln!("{}", unsupported_line(upcall, who));
+    }
+    PMIX_ERR_NOT_SUPPORTED
+}
+
+unsafe extern "C" fn up_notify_event(
+    _code: Status,
+    source: *const pmix_proc_t,
+    _range: u8,
+    _info: *mut pmix_info_t,
+    _ninfo: usize,
+    _cbfunc: pmix_op_cbfunc_t,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes a valid source (or NULL).
+    unsafe { unsupported("notify_event", source) }
+}
+
+unsafe extern "C" fn up_query(
+    proct: *mut pmix_proc_t,
+    _queries: *mut c_void,
+    _nqueries: usize,
+    _cbfunc: *const c_void,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes a valid proc (or NULL).
+    unsafe { unsupported("query", proct) }
+}
+
+unsafe extern "C" fn up_allocate(
+    client: *const pmix_proc_t,
+    _directive: u8,
+    _data: *const pmix_info_t,
+    _ndata: usize,
+    _cbfunc: *const c_void,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes a valid proc (or NULL).
+    unsafe { unsupported("allocate", client) }
+}
+
+unsafe extern "C" fn up_job_control(
+    requestor: *const pmix_proc_t,
+    _targets: *const pmix_proc_t,
+    _ntargets: usize,
+    _directives: *const pmix_info_t,
+    _ndirs: usize,
+    _cbfunc: *const c_void,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes a valid proc (or NULL).
+    unsafe { unsupported("job_control", requestor) }
+}
+
+unsafe extern "C" fn up_monitor(
+    requestor: *const pmix_proc_t,
+    _monitor: *const pmix_info_t,
+    _error: Status,
+    _directives: *const pmix_info_t,
+    _ndirs: usize,
+    _cbfunc: *const c_void,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes a valid proc (or NULL).
+    unsafe { unsupported("monitor", requestor) }
+}
+
+unsafe extern "C" fn up_get_credential(
+    proc_: *const pmix_proc_t,
+    _directives: *const pmix_info_t,
+    _ndirs: usize,
+    _cbfunc: *const c_void,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes a valid proc (or NULL).
+    unsafe { unsupported("get_credential", proc_) }
+}
+
+unsafe extern "C" fn up_validate_credential(
+    proc_: *const pmix_proc_t,
+    _cred: *const c_void,
+    _directives: *const pmix_info_t,
+    _ndirs: usize,
+    _cbfunc: *const c_void,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes a valid proc (or NULL).
+    unsafe { unsupported("validate_credential", proc_) }
+}
+
+unsafe extern "C" fn up_iof_pull(
+    procs: *const pmix_proc_t,
+    nprocs: usize,
+    _directives: *const pmix_info_t,
+    _ndirs: usize,
+    _channels: u16,
+    _cbfunc: pmix_op_cbfunc_t,
+    _cbdata: *mut c_void,
+) -> Status {
+    let first = if nprocs > 0 { procs } else { ptr::null() };
+    // SAFETY: procs points to nprocs valid entries; the first is read, if any.
+    unsafe { unsupported("iof_pull", first) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn up_push_stdin(
+    source: *const pmix_proc_t,
+    _targets: *const pmix_proc_t,
+    _ntargets: usize,
+    _directives: *const pmix_info_t,
+    _ndirs: usize,
+    _bo: *const c_void,
+    _cbfunc: pmix_op_cbfunc_t,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes a valid proc (or NULL).
+    unsafe { unsupported("push_stdin", source) }
+}
+
+unsafe extern "C" fn up_fabric(
+    requestor: *const pmix_proc_t,
+    _op: c_int,
+    _directives: *const pmix_info_t,
+    _ndirs: usize,
+    _cbfunc: *const c_void,
+    _cbdata: *mut c_void,
+) -> Status {
+    // SAFETY: the library passes a valid proc (or NULL).
+    unsafe { unsupported("fabric", requestor) }
 }
 
 static INITIALIZED: Mutex<bool> = Mutex::new(false);
@@ -619,7 +1590,28 @@ pub fn init(tmpdir: &str, host: &str) -> Result<(), String> {
         abort: Some(up_abort),
         fence_nb: Some(up_fence),
         direct_modex: Some(up_dmodex),
-        unused: [ptr::null(); 22],
+        publish: Some(up_publish),
+        lookup: Some(up_lookup),
+        unpublish: Some(up_unpublish),
+        spawn: Some(up_spawn),
+        connect: Some(up_connect),
+        disconnect: Some(up_disconnect),
+        register_events: ptr::null(),
+        deregister_events: ptr::null(),
+        listener: ptr::null(),
+        notify_event: Some(up_notify_event),
+        query: Some(up_query),
+        tool_connected: ptr::null(),
+        log: ptr::null(),
+        allocate: Some(up_allocate),
+        job_control: Some(up_job_control),
+        monitor: Some(up_monitor),
+        get_credential: Some(up_get_credential),
+        validate_credential: Some(up_validate_credential),
+        iof_pull: Some(up_iof_pull),
+        push_stdin: Some(up_push_stdin),
+        group: ptr::null(),
+        fabric: Some(up_fabric),
         client_connected2: Some(up_connected2),
     });
     let mut info = InfoArray::new(&[
@@ -847,7 +1839,14 @@ mod tests {
         assert_eq!(offset_of!(pmix_data_array_t, size), 8);
         assert_eq!(offset_of!(pmix_data_array_t, array), 16);
         assert_eq!(size_of::<pmix_server_module_t>(), 224);
+        assert_eq!(offset_of!(pmix_server_module_t, publish), 40);
+        assert_eq!(offset_of!(pmix_server_module_t, fabric), 208);
         assert_eq!(offset_of!(pmix_server_module_t, client_connected2), 216);
+        assert_eq!(offset_of!(pmix_server_module_t, spawn), 64);
+        assert_eq!(size_of::<pmix_app_t>(), 56);
+        assert_eq!(size_of::<pmix_pdata_t>(), 808);
+        assert_eq!(offset_of!(pmix_pdata_t, key), 260);
+        assert_eq!(offset_of!(pmix_pdata_t, value), 776);
     }
 
     /// Compiles a probe against the installed headers and compares its numbers with ours.
@@ -874,6 +1873,26 @@ int main(void) {
   printf("%d %d %d %d %u\n", PMIX_SUCCESS, PMIX_ERROR, PMIX_ERR_NOT_FOUND, PMIX_ERR_NOT_SUPPORTED, PMIX_RANK_WILDCARD);
   printf("%d %d %d %d %d %d %d %d\n", PMIX_OPERATION_SUCCEEDED, PMIX_BOOL, PMIX_STRING, PMIX_UINT16, PMIX_UINT32, PMIX_INFO, PMIX_DATA_ARRAY, PMIX_PROC_RANK);
   printf("%d %d\n", PMIX_MAX_NSLEN, PMIX_MAX_KEYLEN);
+  pmix_server_module_t m;
+  size_t slots[] = {
+    offsetof(pmix_server_module_t, publish), offsetof(pmix_server_module_t, lookup),
+    offsetof(pmix_server_module_t, unpublish), offsetof(pmix_server_module_t, spawn),
+    offsetof(pmix_server_module_t, connect), offsetof(pmix_server_module_t, disconnect),
+    offsetof(pmix_server_module_t, register_events),
+    offsetof(pmix_server_module_t, deregister_events), offsetof(pmix_server_module_t, listener),
+    offsetof(pmix_server_module_t, notify_event), offsetof(pmix_server_module_t, query),
+    offsetof(pmix_server_module_t, tool_connected), offsetof(pmix_server_module_t, log),
+    offsetof(pmix_server_module_t, allocate), offsetof(pmix_server_module_t, job_control),
+    offsetof(pmix_server_module_t, monitor), offsetof(pmix_server_module_t, get_credential),
+    offsetof(pmix_server_module_t, validate_credential),
+    offsetof(pmix_server_module_t, iof_pull), offsetof(pmix_server_module_t, push_stdin),
+    offsetof(pmix_server_module_t, group), offsetof(pmix_server_module_t, fabric) };
+  (void)m;
+  for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) printf("%zu ", slots[i]);
+  printf("\n%zu %zu %zu %zu\n", sizeof(pmix_pdata_t), offsetof(pmix_pdata_t, proc), offsetof(pmix_pdata_t, key), offsetof(pmix_pdata_t, value));
+  printf("%d %d %d %d %d %u\n", PMIX_ERR_EXISTS, PMIX_ERR_TYPE_MISMATCH, PMIX_ERR_NO_PERMISSIONS, PMIX_ERR_TIMEOUT, PMIX_ERR_BAD_PARAM, PMIX_RANK_UNDEF);
+  printf("%d %d %d %d %d %d %d %d %d %d %d %d\n", PMIX_SIZE, PMIX_INT, PMIX_INT8, PMIX_INT16, PMIX_INT32, PMIX_INT64, PMIX_UINT, PMIX_UINT8, PMIX_UINT64, PMIX_PERSIST, PMIX_DATA_RANGE, (int)sizeof(pmix_data_range_t) + 100 * (int)sizeof(pmix_iof_channel_t) + 10000 * (int)sizeof(pmix_alloc_directive_t) + 1000000 * (int)sizeof(pmix_fabric_operation_t));
+  printf("%zu %zu %zu %zu %zu %d %d %d\n", sizeof(pmix_app_t), offsetof(pmix_app_t, maxprocs), offsetof(pmix_app_t, ninfo), offsetof(pmix_server_module_t, spawn), offsetof(pmix_server_module_t, disconnect), PMIX_INT, PMIX_ERR_BAD_PARAM, PMIX_ERR_JOB_FAILED_TO_LAUNCH);
   return 0;
 }
 "#,
@@ -895,8 +1914,42 @@ int main(void) {
         let out = std::process::Command::new(&exe).output().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         let got = String::from_utf8_lossy(&out.stdout).into_owned();
+        let slots = [
+            offset_of!(pmix_server_module_t, publish),
+            offset_of!(pmix_server_module_t, lookup),
+            offset_of!(pmix_server_module_t, unpublish),
+            offset_of!(pmix_server_module_t, spawn),
+            offset_of!(pmix_server_module_t, connect),
+            offset_of!(pmix_server_module_t, disconnect),
+            offset_of!(pmix_server_module_t, register_events),
+            offset_of!(pmix_server_module_t, deregister_events),
+            offset_of!(pmix_server_module_t, listener),
+            offset_of!(pmix_server_module_t, notify_event),
+            offset_of!(pmix_server_module_t, query),
+            offset_of!(pmix_server_module_t, tool_connected),
+            offset_of!(pmix_server_module_t, log),
+            offset_of!(pmix_server_module_t, allocate),
+            offset_of!(pmix_server_module_t, job_control),
+            offset_of!(pmix_server_module_t, monitor),
+            offset_of!(pmix_server_module_t, get_credential),
+            offset_of!(pmix_server_module_t, validate_credential),
+            offset_of!(pmix_server_module_t, iof_pull),
+            offset_of!(pmix_server_module_t, push_stdin),
+            offset_of!(pmix_server_module_t, group),
+            offset_of!(pmix_server_module_t, fabric),
+        ];
+        let slots: String = slots.iter().map(|o| format!("{o} ")).collect();
+        // The integer types the "not supported" upcalls take by value: pmix_data_range_t
+        // (u8), pmix_iof_channel_t (u16), pmix_alloc_directive_t (u8),
+        // pmix_fabric_operation_t (an enum: int).
+        let widths = size_of::<u8>()
+            + 100 * size_of::<u16>()
+            + 10_000 * size_of::<u8>()
+            + 1_000_000 * size_of::<c_int>();
         let want = format!(
-            "{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {} {} {} {}\n{} {}\n",
+            "{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {} {} {} {}\n{} {}\n\
+             {slots}\n{} {} {} {}\n{} {} {} {} {} {}\n{} {} {} {} {} {} {} {} {} {} {} {widths}\n\
+             {} {} {} {} {} {} {} {}\n",
             size_of::<pmix_value_t>(),
             align_of::<pmix_value_t>(),
             offset_of!(pmix_value_t, data),
@@ -922,8 +1975,113 @@ int main(void) {
             PMIX_PROC_RANK,
             NSLEN - 1,
             KEYLEN - 1,
+            size_of::<pmix_pdata_t>(),
+            offset_of!(pmix_pdata_t, proc_),
+            offset_of!(pmix_pdata_t, key),
+            offset_of!(pmix_pdata_t, value),
+            PMIX_ERR_EXISTS,
+            PMIX_ERR_TYPE_MISMATCH,
+            PMIX_ERR_NO_PERMISSIONS,
+            PMIX_ERR_TIMEOUT,
+            PMIX_ERR_BAD_PARAM,
+            PMIX_RANK_UNDEF,
+            PMIX_SIZE,
+            PMIX_INT,
+            PMIX_INT8,
+            PMIX_INT16,
+            PMIX_INT32,
+            PMIX_INT64,
+            PMIX_UINT,
+            PMIX_UINT8,
+            PMIX_UINT64,
+            PMIX_PERSIST,
+            PMIX_DATA_RANGE,
+            size_of::<pmix_app_t>(),
+            offset_of!(pmix_app_t, maxprocs),
+            offset_of!(pmix_app_t, ninfo),
+            offset_of!(pmix_server_module_t, spawn),
+            offset_of!(pmix_server_module_t, disconnect),
+            PMIX_INT,
+            PMIX_ERR_BAD_PARAM,
+            PMIX_ERR_JOB_FAILED_TO_LAUNCH,
         );
         assert_eq!(got, want);
+    }
+
+    /// What a client passes (built here as the library would) reads back as Rust values:
+    /// strings, NULL strings, bools, integers of each width, other types by number.
+    #[test]
+    fn infos_and_keys_read_back() {
+        let a = InfoArray::new(&[
+            ("svc".into(), Val::Str("port 0".into())),
+            ("pmix.wait".into(), Val::Bool(true)),
+            ("pmix.euid".into(), Val::U32(1000)),
+            ("pmix.lrank".into(), Val::U16(7)),
+        ]);
+        let mut infos = a.infos;
+        let mut extra = |t: u16, d: pmix_value_data| {
+            let mut i = pmix_info_t {
+                key: [0; KEYLEN],
+                flags: 0,
+                value: pmix_value_t { type_: t, data: d },
+            };
+            fill(&mut i.key, "k");
+            infos.push(i);
+        };
+        extra(PMIX_INT, pmix_value_data { integer: -5 });
+        extra(PMIX_DATA_RANGE, pmix_value_data { uint8: 2 });
+        extra(PMIX_INT64, pmix_value_data { int64: -1 << 40 });
+        extra(
+            PMIX_STRING,
+            pmix_value_data {
+                string: ptr::null_mut(),
+            },
+        );
+        extra(PMIX_DATA_ARRAY, pmix_value_data { _size: [0; 3] });
+        // SAFETY: infos holds infos.len() entries built above; the strings live in `a`'s
+        // other fields, moved nowhere.
+        let got = unsafe { read_infos(infos.as_ptr(), infos.len()) };
+        let vals: Vec<InfoVal> = got.iter().map(|(_, v)| v.clone()).collect();
+        assert_eq!(got[0].0, "svc");
+        assert_eq!(
+            vals,
+            [
+                InfoVal::Str("port 0".into()),
+                InfoVal::Bool(true),
+                InfoVal::Int(1000),
+                InfoVal::Int(7),
+                InfoVal::Int(-5),
+                InfoVal::Int(2),
+                InfoVal::Int(-1 << 40),
+                InfoVal::Str(String::new()),
+                InfoVal::Other(PMIX_DATA_ARRAY),
+            ]
+        );
+        // SAFETY: NULL is allowed.
+        assert!(unsafe { read_infos(ptr::null(), 3) }.is_empty());
+        let k = [c_string("a"), c_string("b c")];
+        let mut argv: Vec<*mut c_char> = k.iter().map(|c| c.as_ptr() as *mut c_char).collect();
+        argv.push(ptr::null_mut());
+        // SAFETY: a NULL-terminated array of the strings in `k`.
+        assert_eq!(unsafe { read_keys(argv.as_mut_ptr()) }, ["a", "b c"]);
+        // SAFETY: NULL is allowed.
+        assert!(unsafe { read_keys(ptr::null_mut()) }.is_empty());
+    }
+
+    #[test]
+    fn unsupported_upcalls_name_their_caller() {
+        assert_eq!(
+            unsupported_line("spawn", Some(("kauri_1_x".into(), 3))),
+            "kauri: PMIx upcall spawn from kauri_1_x:3 is not supported"
+        );
+        assert_eq!(
+            unsupported_line("query", Some(("ns".into(), PMIX_RANK_WILDCARD))),
+            "kauri: PMIx upcall query from ns:* is not supported"
+        );
+        assert_eq!(
+            unsupported_line("iof_pull", None),
+            "kauri: PMIx upcall iof_pull from ? is not supported"
+        );
     }
 
     #[test]

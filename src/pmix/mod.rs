@@ -7,14 +7,19 @@
 //! each rank's environment comes from the library ([`ffi::setup_fork`]). What the library asks
 //! of its host arrives as [`Upcall`]s on the namespace's channel and is handled by the
 //! [`Node`](crate::node::Node): a fence is a tree allgather of the hosts' opaque blobs, a
-//! direct-modex request is routed through the tree to the host of the rank in question.
+//! direct-modex request is routed through the tree to the host of the rank in question;
+//! publish, lookup and unpublish are requests to the run's name table, as PMI's are
+//! ([`names`]).
 //!
 //! This module decides *what* is registered (plain data, testable); [`ffi`] is the only place
 //! that talks to the C library.
 
 pub mod ffi;
+pub mod names;
 
-pub use ffi::{ModexReply, Status, Upcall, Val};
+pub use ffi::{
+    CollectiveReply, LookupReply, ModexReply, OpReply, SpawnApp, SpawnReply, Status, Upcall, Val,
+};
 
 use crate::plan::{HostPlan, JobPlan};
 use std::path::{Path, PathBuf};
@@ -30,6 +35,40 @@ struct Dirs {
 }
 
 static DIRS: Mutex<Option<Dirs>> = Mutex::new(None);
+
+/// The namespaces registered with this process's server, each with its local ranks (none for
+/// a namespace registered only because a local client connected to it).
+static NSPACES: Mutex<Vec<(String, Vec<u32>)>> = Mutex::new(Vec::new());
+
+/// Whether namespace `nspace` is registered with this process's server.
+pub fn registered(nspace: &str) -> bool {
+    NSPACES
+        .lock()
+        .map(|v| v.iter().any(|(n, _)| n == nspace))
+        .unwrap_or(false)
+}
+
+/// The ranks of namespace `nspace` that are clients of this process's server.
+pub fn local_ranks(nspace: &str) -> Vec<u32> {
+    NSPACES
+        .lock()
+        .ok()
+        .and_then(|v| v.iter().find(|(n, _)| n == nspace).map(|(_, r)| r.clone()))
+        .unwrap_or_default()
+}
+
+fn remember(nspace: &str, local: &[u32]) {
+    if let Ok(mut v) = NSPACES.lock() {
+        v.retain(|(n, _)| n != nspace);
+        v.push((nspace.to_string(), local.to_vec()));
+    }
+}
+
+fn forget(nspace: &str) {
+    if let Ok(mut v) = NSPACES.lock() {
+        v.retain(|(n, _)| n != nspace);
+    }
+}
 
 /// A short stable tag for a job's tmp directory name (a Unix socket path must stay short).
 fn tag(kvsname: &str) -> String {
@@ -196,6 +235,30 @@ fn kv(k: &str, v: Val) -> (String, Val) {
 }
 
 impl JobInfo {
+    /// The job information of `job` for a host that runs none of its ranks (see
+    /// [`register_foreign`]): everything but what describes this host.
+    pub fn foreign(job: &JobPlan) -> JobInfo {
+        let none = HostPlan {
+            host: String::new(),
+            node: usize::MAX,
+            index: usize::MAX,
+            ranks: Vec::new(),
+        };
+        let mut j = JobInfo::new(job, &none, "");
+        const THIS_HOST: [&str; 8] = [
+            "pmix.hname",
+            "pmix.nodeid",
+            "pmix.local.size",
+            "pmix.node.size",
+            "pmix.lpeers",
+            "pmix.lldr",
+            "pmix.tmpdir",
+            "pmix.nsdir",
+        ];
+        j.info.retain(|(k, _)| !THIS_HOST.contains(&k.as_str()));
+        j
+    }
+
     /// The job information of `job` as host `me` registers it: session, job, per-app,
     /// per-node and per-process entries, in the keys and types of OpenPMIx 4 (what PRRTE
     /// and Slurm's `mpi/pmix` register, and what Open MPI 4.1's `ext3x` reads).
@@ -350,12 +413,34 @@ pub fn register(
     });
     if done.is_err() {
         ffi::unroute(&job.nspace);
+    } else {
+        remember(&job.nspace, &job.local);
     }
     done
 }
 
+/// Registers job `job`, which has no rank on this host, because a local client connected to
+/// it (`PMIx_Connect`, `MPI_Comm_accept`/`connect` and the parent side of a spawn): its clients
+/// can then resolve the job's information, and ask for its ranks' data (a direct modex that
+/// reaches `tx` unless the namespace's own channel is here). False when it was registered
+/// already.
+pub fn register_foreign(
+    job: &JobPlan,
+    tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
+) -> Result<bool, String> {
+    if registered(&job.kvsname) {
+        return Ok(false);
+    }
+    let info = JobInfo::foreign(job);
+    ffi::register_nspace(&info.nspace, 0, &info.info)?;
+    ffi::route_if_none(&info.nspace, tx);
+    remember(&info.nspace, &[]);
+    Ok(true)
+}
+
 /// Forgets a namespace: no more upcalls, the library's data about it released.
 pub fn deregister(nspace: &str) {
+    forget(nspace);
     ffi::unroute(nspace);
     ffi::deregister_nspace(nspace);
 }

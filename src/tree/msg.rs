@@ -58,6 +58,18 @@ pub enum Down {
         #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,
     },
+    /// PMIx collective `sig` is complete: every participant's contribution, concatenated (an
+    /// empty one and an error status when it cannot complete). Sent down every tree of the
+    /// jobs that take part; the hosts with a part in it answer their server.
+    PmixCollectiveDone {
+        /// The participants, sorted, as text.
+        sig: String,
+        /// The PMIx status.
+        status: i32,
+        /// The contributions.
+        #[serde(with = "crate::kvs::byte_string")]
+        data: Vec<u8>,
+    },
     /// Ask the PMIx server hosting `rank` for its data (direct modex), for agent `from`;
     /// routed down towards the agent that runs `rank`.
     DmodexServe {
@@ -212,6 +224,22 @@ pub enum Up {
         req: u64,
         /// The rank whose data is wanted.
         rank: usize,
+        /// Its namespace when it is another job's (one a local client connected to).
+        nspace: Option<String>,
+    },
+    /// A host's part of a PMIx collective that is not its job's own fence (over part of a
+    /// namespace, or several: a disconnect), relayed up unchanged: the front end counts the
+    /// participants each server covers.
+    PmixCollective {
+        /// The participants, sorted, as text.
+        sig: String,
+        /// The participants (rank `PMIX_RANK_WILDCARD`: a whole namespace).
+        procs: Vec<(String, u32)>,
+        /// The participants that are clients of the sender's server.
+        covered: Vec<(String, u32)>,
+        /// The sender's contribution.
+        #[serde(with = "crate::kvs::byte_string")]
+        data: Vec<u8>,
     },
     /// A direct-modex answer for the front end to route down to agent `to`.
     DmodexData {
