@@ -220,7 +220,7 @@ impl Agent {
 
         // The link up: control messages first, the ranks' output in runs.
         let (up, queue) = tree::link();
-        let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
+        let (out_tx, out_rx) = crate::iofwd::output_queue();
         let writer = tokio::task::spawn_local(queue.write(wr, None, Some(out_rx)));
         // Beating from now on: starting the children and the ranks may take a while.
         let heartbeat =

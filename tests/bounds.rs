@@ -1,10 +1,14 @@
 //! Bounded resources against a broken or hostile peer, driven as a user would: a rank that
 //! never reads its PMI replies, a host without enough file descriptors, a rank that floods
-//! its output. Memory is read from kauri's own `/proc/PID/status` (`VmHWM`, the peak RSS).
+//! its output. Memory is read from kauri's own `/proc/PID/status` (`VmHWM`, the peak RSS, or
+//! `VmRSS` sampled while the job runs, for kauri and its agents).
 
 mod common;
 
 use common::{kauri, stderr};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// The `VmHWM` (peak resident set, in kB) a rank printed for its parent, kauri.
 fn hwm_kb(o: &std::process::Output) -> u64 {
@@ -74,4 +78,140 @@ fn out_of_file_descriptors_is_one_line_naming_the_limit() {
 /// Runs `sh -c cmd` (kauri inside it) under the same watchdog as [`kauri`].
 fn kauri_sh(cmd: &str) -> std::process::Output {
     common::run_under_watchdog(std::process::Command::new("sh").args(["-c", cmd]))
+}
+
+/// Two ranks that each write 200 MB to stdout without a newline, while nothing reads kauri's stdout for 4 s and then a reader drains it: the ranks'
+/// pipes stop being read while kauri's output queue is full, so the peak resident set of
+/// kauri and of each agent stays under 48 MB; every byte arrives, the status is 0, nothing is
+/// left. Once on one host, once over two fork hosts (the agents' uplinks). (Before the output
+/// queues were bounded in bytes as well as in lines: peaks of 77 MB on one host, 84 MB for
+/// the front end and 70-76 MB for each agent over two hosts.)
+#[test]
+fn a_rank_that_floods_its_output_costs_kauri_bounded_memory() {
+    const EACH: u64 = 200_000_000;
+    const BOUND_KB: u64 = 48 * 1024;
+    let marker = format!("flood-{}", std::process::id());
+    // One endless line: the longest messages (pieces of 64 KiB), so the most bytes per line.
+    let prog = format!("head -c {EACH} /dev/zero | tr '\\0' x # {marker}");
+    let one_host = vec!["-n", "2", "sh", "-c", &prog];
+    let two_hosts = common::on_fork_hosts("a,b", "2", &prog);
+    for (name, args, agents) in [("one host", one_host, 0), ("two fork hosts", two_hosts, 2)] {
+        let (bytes, status, peaks) = flood(&args, Duration::from_secs(4));
+        eprintln!("{name}: {bytes} bytes, {status}, peak RSS (kB) by pid: {peaks:?}");
+        assert!(status.success(), "{name}: {status}");
+        assert_eq!(bytes, 2 * EACH, "{name}: every byte arrives");
+        assert_eq!(
+            peaks.len(),
+            1 + agents,
+            "{name}: kauri and its agents sampled"
+        );
+        for (pid, kb) in &peaks {
+            assert!(*kb < BOUND_KB, "{name}: process {pid} reached {kb} kB");
+        }
+        common::assert_none_left(&marker, Duration::from_secs(20));
+    }
+}
+
+/// Runs kauri with `args`, its stdout a pipe nobody reads for `stall`, then read to its end;
+/// meanwhile samples every 100 ms the `VmRSS` of kauri and of the kauri processes below it
+/// (its agents). Returns the bytes read, the exit status and each process's peak (kB). A job
+/// still running after 600 s is killed and the test fails.
+fn flood(args: &[&str], stall: Duration) -> (u64, std::process::ExitStatus, Vec<(u32, u64)>) {
+    let mut child = Command::new(common::KAURI)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start kauri");
+    let pid = child.id();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let sampler = std::thread::spawn(move || {
+        let mut peaks = std::collections::BTreeMap::new();
+        let mut waited = Duration::ZERO;
+        loop {
+            for p in kauri_tree(pid) {
+                if let Some(kb) = status_kb(p, "VmRSS:") {
+                    let peak = peaks.entry(p).or_insert(0);
+                    *peak = kb.max(*peak);
+                }
+            }
+            match stop_rx.recv_timeout(Duration::from_millis(100)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return (peaks, false),
+            }
+            waited += Duration::from_millis(100);
+            if waited > Duration::from_secs(600) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                return (peaks, true);
+            }
+        }
+    });
+    std::thread::sleep(stall);
+    let mut out = child.stdout.take().unwrap();
+    let (mut bytes, mut buf) = (0u64, vec![0u8; 64 * 1024]);
+    loop {
+        match out.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("reading kauri's stdout: {e}"),
+        }
+    }
+    let status = child.wait().unwrap();
+    let _ = stop_tx.send(());
+    let (peaks, killed) = sampler.join().unwrap();
+    assert!(!killed, "kauri {args:?} did not end in 600 s");
+    (bytes, status, peaks.into_iter().collect())
+}
+
+/// `pid` and the processes below it named `kauri` (its agents, with `-launcher fork`).
+fn kauri_tree(pid: u32) -> Vec<u32> {
+    let mut parent = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        // /proc/P/stat: "P (comm) S PPID ...", comm may hold spaces: split after its ')'.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some((head, tail)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let comm = head.split_once('(').map_or("", |(_, c)| c);
+        let ppid = tail.split_whitespace().nth(1).and_then(|v| v.parse().ok());
+        if let Some(pp) = ppid {
+            parent.insert(p, (pp, comm == "kauri"));
+        }
+    }
+    let below = |mut p: u32| loop {
+        match parent.get(&p) {
+            Some((pp, _)) if *pp == pid => return true,
+            Some((pp, _)) if *pp > 1 => p = *pp,
+            _ => return false,
+        }
+    };
+    let mut found = vec![pid];
+    found.extend(
+        parent
+            .iter()
+            .filter(|(p, (_, is_kauri))| *is_kauri && below(**p))
+            .map(|(p, _)| *p),
+    );
+    found
+}
+
+/// A `kB` field (`VmRSS:`, `VmHWM:`) of `/proc/PID/status`.
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }

@@ -9,8 +9,9 @@
 //! the same bytes are queued for each ([`Link::send_frame`]).
 //!
 //! An agent's link to its parent also carries its ranks' output ([`Queue::write`]'s
-//! `output`): whole lines from a bounded channel, so a parent that reads slowly slows the
-//! ranks' pipes rather than filling memory. Control frames go first; output goes in runs of
+//! `output`): whole lines from an output queue bounded in lines and in bytes
+//! ([`crate::iofwd::output_queue`]), so a parent that reads slowly slows the ranks' pipes
+//! rather than filling memory. Control frames go first; output goes in runs of
 //! up to 64 KiB per stream; the last frame ([`Link::finish`], the agent's `Done`) goes after
 //! every line still queued.
 //!
