@@ -277,7 +277,7 @@ impl Agent {
         }
         // The link's liveness: a heartbeat up, and a parent silent too long is a parent gone.
         if let Some(s) = silence {
-            tree::link::keepalive(rd.as_ref(), s);
+            tree::link::keepalive(rd.as_ref(), s, tree::link::End::Child);
         }
         let (down_tx, down_rx) = mpsc::unbounded_channel::<Result<(Down, Bytes), String>>();
         tokio::task::spawn_local(async move {

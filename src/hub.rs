@@ -531,7 +531,7 @@ async fn serve_child(
     }
     let (every, silence) = (plan.heartbeat(), plan.silence());
     if let Some(s) = silence {
-        tree::link::keepalive(rd.as_ref(), s);
+        tree::link::keepalive(rd.as_ref(), s, tree::link::End::Parent);
     }
     let spec = tree::encode(&Down::Spec {
         id,

@@ -80,12 +80,16 @@ fn kauri_sh(cmd: &str) -> std::process::Output {
     common::run_under_watchdog(std::process::Command::new("sh").args(["-c", cmd]))
 }
 
-/// Two ranks that each write 200 MB to stdout without a newline, while nothing reads kauri's stdout for 4 s and then a reader drains it: the ranks'
-/// pipes stop being read while kauri's output queue is full, so the peak resident set of
-/// kauri and of each agent stays under 48 MB; every byte arrives, the status is 0, nothing is
-/// left. Once on one host, once over two fork hosts (the agents' uplinks). (Before the output
-/// queues were bounded in bytes as well as in lines: peaks of 77 MB on one host, 84 MB for
-/// the front end and 70-76 MB for each agent over two hosts.)
+/// Two ranks that each write 200 MB to stdout without a newline, while nothing reads kauri's
+/// stdout for a while and then a reader drains it: the ranks' pipes stop being read while
+/// kauri's output queue is full, so the peak resident set of kauri and of each agent stays
+/// under 48 MB; every byte arrives, the status is 0, nothing is left. Once on one host
+/// (unread for 4 s), once over two fork hosts (the agents' uplinks), unread for 12 s with
+/// links that are lost after 6 s of silence: a throttled uplink is not a lost one. (Before
+/// the output queues were bounded in bytes as well as in lines: peaks of 80 MB on one host,
+/// 84 MB for the front end and 70-76 MB for each agent over two hosts. Before the uplink
+/// dropped `TCP_USER_TIMEOUT`: `kauri: agent on a died` once its window had been closed 6 s,
+/// status 255, 7 MB of the 200 MB printed.)
 #[test]
 fn a_rank_that_floods_its_output_costs_kauri_bounded_memory() {
     const EACH: u64 = 200_000_000;
@@ -95,8 +99,12 @@ fn a_rank_that_floods_its_output_costs_kauri_bounded_memory() {
     let prog = format!("head -c {EACH} /dev/zero | tr '\\0' x # {marker}");
     let one_host = vec!["-n", "2", "sh", "-c", &prog];
     let two_hosts = common::on_fork_hosts("a,b", "2", &prog);
-    for (name, args, agents) in [("one host", one_host, 0), ("two fork hosts", two_hosts, 2)] {
-        let (bytes, status, peaks) = flood(&args, Duration::from_secs(4));
+    let short_timers = [("KAURI_HEARTBEAT", "1"), ("KAURI_HEARTBEAT_TIMEOUT", "6")];
+    for (name, args, agents, stall, env) in [
+        ("one host", one_host, 0, 4, &[][..]),
+        ("two fork hosts", two_hosts, 2, 12, &short_timers[..]),
+    ] {
+        let (bytes, status, peaks) = flood(&args, env, Duration::from_secs(stall));
         eprintln!("{name}: {bytes} bytes, {status}, peak RSS (kB) by pid: {peaks:?}");
         assert!(status.success(), "{name}: {status}");
         assert_eq!(bytes, 2 * EACH, "{name}: every byte arrives");
@@ -112,13 +120,18 @@ fn a_rank_that_floods_its_output_costs_kauri_bounded_memory() {
     }
 }
 
-/// Runs kauri with `args`, its stdout a pipe nobody reads for `stall`, then read to its end;
-/// meanwhile samples every 100 ms the `VmRSS` of kauri and of the kauri processes below it
-/// (its agents). Returns the bytes read, the exit status and each process's peak (kB). A job
-/// still running after 600 s is killed and the test fails.
-fn flood(args: &[&str], stall: Duration) -> (u64, std::process::ExitStatus, Vec<(u32, u64)>) {
+/// Runs kauri with `args` and `env`, its stdout a pipe nobody reads for `stall`, then read to
+/// its end; meanwhile samples every 100 ms the `VmRSS` of kauri and of its agents. Returns
+/// the bytes read, the exit status and each process's peak (kB). A job still running after
+/// 600 s is killed and the test fails.
+fn flood(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stall: Duration,
+) -> (u64, std::process::ExitStatus, Vec<(u32, u64)>) {
     let mut child = Command::new(common::KAURI)
         .args(args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -130,7 +143,7 @@ fn flood(args: &[&str], stall: Duration) -> (u64, std::process::ExitStatus, Vec<
         let mut peaks = std::collections::BTreeMap::new();
         let mut waited = Duration::ZERO;
         loop {
-            for p in kauri_tree(pid) {
+            for p in kauri_and_agents(pid) {
                 if let Some(kb) = status_kb(p, "VmRSS:") {
                     let peak = peaks.entry(p).or_insert(0);
                     *peak = kb.max(*peak);
@@ -166,9 +179,10 @@ fn flood(args: &[&str], stall: Duration) -> (u64, std::process::ExitStatus, Vec<
     (bytes, status, peaks.into_iter().collect())
 }
 
-/// `pid` and the processes below it named `kauri` (its agents, with `-launcher fork`).
-fn kauri_tree(pid: u32) -> Vec<u32> {
-    let mut parent = std::collections::HashMap::new();
+/// `pid` and its agents: its children that run `kauri agent` (with `-launcher fork`; a child
+/// forked for a rank is still `kauri` until it execs, and is left out).
+fn kauri_and_agents(pid: u32) -> Vec<u32> {
+    let mut found = vec![pid];
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
             continue;
@@ -177,29 +191,15 @@ fn kauri_tree(pid: u32) -> Vec<u32> {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
             continue;
         };
-        let Some((head, tail)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let comm = head.split_once('(').map_or("", |(_, c)| c);
-        let ppid = tail.split_whitespace().nth(1).and_then(|v| v.parse().ok());
-        if let Some(pp) = ppid {
-            parent.insert(p, (pp, comm == "kauri"));
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, tail)| tail.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let argv = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        let is_agent = argv.split(|&b| b == 0).nth(1) == Some(b"agent");
+        if ppid == Some(pid) && is_agent {
+            found.push(p);
         }
     }
-    let below = |mut p: u32| loop {
-        match parent.get(&p) {
-            Some((pp, _)) if *pp == pid => return true,
-            Some((pp, _)) if *pp > 1 => p = *pp,
-            _ => return false,
-        }
-    };
-    let mut found = vec![pid];
-    found.extend(
-        parent
-            .iter()
-            .filter(|(p, (_, is_kauri))| *is_kauri && below(**p))
-            .map(|(p, _)| *p),
-    );
     found
 }
 
