@@ -211,7 +211,7 @@ impl Table {
                 Some((_, o)) if *o == owner => {
                     self.names.remove(name);
                     if let Some(n) = self.held.get_mut(&owner) {
-                        *n -= 1;
+                        *n = n.saturating_sub(1);
                     }
                     Ok(())
                 }
