@@ -220,7 +220,7 @@ impl Agent {
 
         // The link up: control messages first, the ranks' output in runs.
         let (up, queue) = tree::link();
-        let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
+        let (out_tx, out_rx) = crate::iofwd::output_queue();
         let writer = tokio::task::spawn_local(queue.write(wr, None, Some(out_rx)));
         // Beating from now on: starting the children and the ranks may take a while.
         let heartbeat =
@@ -277,7 +277,7 @@ impl Agent {
         }
         // The link's liveness: a heartbeat up, and a parent silent too long is a parent gone.
         if let Some(s) = silence {
-            tree::link::keepalive(rd.as_ref(), s);
+            tree::link::keepalive(rd.as_ref(), s, tree::link::End::Child);
         }
         let (down_tx, down_rx) = mpsc::unbounded_channel::<Result<(Down, Bytes), String>>();
         tokio::task::spawn_local(async move {

@@ -736,7 +736,7 @@ fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>]) -> Vec<Str
 struct Wires {
     node: mpsc::UnboundedSender<(usize, NodeEvent)>,
     hub: mpsc::UnboundedSender<(usize, HubEvent)>,
-    out: mpsc::Sender<(Stream, Bytes)>,
+    out: crate::iofwd::OutputSender,
 }
 
 /// Starts job `idx`'s agents and, if it has ranks here, its local ranks. The error is a start
@@ -1241,7 +1241,7 @@ impl Root {
         info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
 
         // Output: everything the ranks and agents write, printed whole line by whole line.
-        let (out_tx, out_rx) = mpsc::channel::<(Stream, Bytes)>(1024);
+        let (out_tx, out_rx) = crate::iofwd::output_queue();
         let (closed_tx, closed_rx) = mpsc::unbounded_channel::<()>();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         // `kauri --status` from another shell, and this host's answers with stacks.

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 /// What the children did.
@@ -233,7 +233,7 @@ impl Children {
         key: String,
         ip: IpAddr,
         events: JobTx<HubEvent>,
-        out: mpsc::Sender<(Stream, Bytes)>,
+        out: crate::iofwd::OutputSender,
     ) -> Result<Children, String> {
         let mut c = Children::none();
         if subtrees.is_empty() {
@@ -456,7 +456,7 @@ async fn serve_child(
     handshake: tokio::sync::OwnedSemaphorePermit,
     shared: Rc<Shared>,
     events: JobTx<HubEvent>,
-    out: mpsc::Sender<(Stream, Bytes)>,
+    out: crate::iofwd::OutputSender,
     key: String,
     plan: LaunchPlan,
     job: Rc<JobPlan>,
@@ -531,7 +531,7 @@ async fn serve_child(
     }
     let (every, silence) = (plan.heartbeat(), plan.silence());
     if let Some(s) = silence {
-        tree::link::keepalive(rd.as_ref(), s);
+        tree::link::keepalive(rd.as_ref(), s, tree::link::End::Parent);
     }
     let spec = tree::encode(&Down::Spec {
         id,
@@ -572,7 +572,7 @@ async fn serve_child(
         match next {
             Ok(Some(Up::Heartbeat)) => {}
             Ok(Some(Up::Output { stream, data })) => {
-                if out.send((stream, Bytes::from(data))).await.is_err() {
+                if out.send(stream, Bytes::from(data)).await.is_err() {
                     break;
                 }
             }
@@ -608,7 +608,7 @@ async fn launch_batch(
     batch: Vec<Target>,
     shared: Rc<Shared>,
     events: JobTx<HubEvent>,
-    out: mpsc::Sender<(Stream, Bytes)>,
+    out: crate::iofwd::OutputSender,
     key: String,
     plan: LaunchPlan,
     parent: String,
@@ -691,7 +691,7 @@ async fn launch_batch(
                         }
                     }
                     let _ = out
-                        .send((Stream::Stderr, Bytes::from(format!("{l}\n"))))
+                        .send(Stream::Stderr, Bytes::from(format!("{l}\n")))
                         .await;
                 }
             });

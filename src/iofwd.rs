@@ -4,11 +4,18 @@
 //! Each rank stream is read by its own task, cut at newlines, and each complete line goes as
 //! one message to a single writer task per destination, so lines of two ranks never interleave.
 //! A line longer than [`LINE_MAX`] is passed on in pieces rather than held without bound.
+//!
+//! The lines wait for their writer in an output queue ([`output_queue`]) bounded in bytes as
+//! well as in lines: a sender waits while [`OUTPUT_QUEUE_BYTES`] are queued, so a rank that
+//! writes faster than kauri's stdout (or a parent's link) drains stops being read, its pipe
+//! fills and the rank blocks in `write`, and kauri's memory stays bounded whatever the lines'
+//! length. The front end and every agent hold one queue each.
 
 use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 /// Which output stream a run of lines came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -22,6 +29,66 @@ pub enum Stream {
 /// The longest line held back waiting for its newline.
 pub const LINE_MAX: usize = 64 * 1024;
 
+/// The most bytes of output an output queue holds; a sender waits beyond it (a line longer
+/// than this waits until the queue is empty).
+pub const OUTPUT_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The most lines (or runs of lines from an agent) an output queue holds.
+pub const OUTPUT_QUEUE_LINES: usize = 1024;
+
+/// The sending end of an output queue ([`output_queue`]): cheap to clone, and its
+/// [`send`](OutputSender::send) waits while the queue is full, in lines or in bytes.
+#[derive(Clone, Debug)]
+pub struct OutputSender {
+    tx: mpsc::Sender<(Stream, Bytes)>,
+    budget: Arc<Semaphore>,
+}
+
+/// The bytes of one queued message, holding their share of the queue's byte budget until the
+/// receiver drops them.
+struct Budgeted {
+    data: Bytes,
+    _share: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+/// A new output queue: at most [`OUTPUT_QUEUE_LINES`] messages and [`OUTPUT_QUEUE_BYTES`]
+/// bytes wait in it. The receiver sees plain `(Stream, Bytes)`; the bytes go back to the
+/// budget when it drops them.
+pub fn output_queue() -> (OutputSender, mpsc::Receiver<(Stream, Bytes)>) {
+    let (tx, rx) = mpsc::channel(OUTPUT_QUEUE_LINES);
+    let budget = Arc::new(Semaphore::new(OUTPUT_QUEUE_BYTES));
+    (OutputSender { tx, budget }, rx)
+}
+
+impl OutputSender {
+    /// Queues `data` of `stream`, waiting while the queue is full. An error: the receiver is
+    /// gone.
+    pub async fn send(
+        &self,
+        stream: Stream,
+        data: Bytes,
+    ) -> Result<(), mpsc::error::SendError<()>> {
+        let share = data.len().min(OUTPUT_QUEUE_BYTES) as u32;
+        let Ok(share) = self.budget.clone().acquire_many_owned(share).await else {
+            return Err(mpsc::error::SendError(())); // never closed
+        };
+        let data = Bytes::from_owner(Budgeted {
+            data,
+            _share: share,
+        });
+        self.tx
+            .send((stream, data))
+            .await
+            .map_err(|_| mpsc::error::SendError(()))
+    }
+}
+
 /// How long a forwarder keeps reading, once the job has ended, while nothing arrives: a pipe
 /// can be held open by a process that escaped the rank's process group.
 pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
@@ -34,7 +101,7 @@ pub async fn forward_lines<R: AsyncRead + Unpin>(
     mut r: R,
     stream: Stream,
     prefix: Option<Bytes>,
-    out: mpsc::Sender<(Stream, Bytes)>,
+    out: OutputSender,
     mut ended: watch::Receiver<bool>,
 ) {
     let mut buf = BytesMut::with_capacity(8192);
@@ -79,11 +146,11 @@ pub async fn forward_lines<R: AsyncRead + Unpin>(
 }
 
 async fn send(
-    out: &mpsc::Sender<(Stream, Bytes)>,
+    out: &OutputSender,
     stream: Stream,
     prefix: &Option<Bytes>,
     line: &[u8],
-) -> Result<(), mpsc::error::SendError<(Stream, Bytes)>> {
+) -> Result<(), mpsc::error::SendError<()>> {
     let msg = match prefix {
         None => Bytes::copy_from_slice(line),
         Some(p) => {
@@ -93,7 +160,7 @@ async fn send(
             m.freeze()
         }
     };
-    out.send((stream, msg)).await
+    out.send(stream, msg).await
 }
 
 /// Writes every message from `rx` to `w` until all senders are gone; an error (a closed pipe)
@@ -134,7 +201,7 @@ mod tests {
 
     #[tokio::test]
     async fn lines_are_whole_and_labelled() {
-        let (tx, mut rx) = mpsc::channel(16);
+        let (tx, mut rx) = output_queue();
         let (_end_tx, end_rx) = watch::channel(false);
         let input: &[u8] = b"one\ntwo\nthree";
         forward_lines(
@@ -155,7 +222,7 @@ mod tests {
 
     #[tokio::test]
     async fn long_lines_are_cut_not_buffered_forever() {
-        let (tx, mut rx) = mpsc::channel(1024);
+        let (tx, mut rx) = output_queue();
         let (_end_tx, end_rx) = watch::channel(false);
         let input = vec![b'x'; LINE_MAX * 2 + 10];
         forward_lines(&input[..], Stream::Stderr, None, tx, end_rx).await;

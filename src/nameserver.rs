@@ -32,6 +32,17 @@
 //! `ok` whatever it holds, so a client may always send it. [`Client`] (kauri's front end with
 //! `-nameserver`) sends `KAURI_NAMESERVER_KEY` when it is set. The key travels in clear: it
 //! keeps out who does not know it, not who can read the network.
+//!
+//! What one client can make the server hold is bounded ([`Limits`]): a request line is read
+//! only up to [`LINE_MAX`] bytes (a longer one gets an error naming the limit, and the
+//! connection is closed: the rest of it cannot be told from a next request); a client may
+//! hold [`NAMES_PER_CLIENT_MAX`] names and the server [`NAMES_MAX`] (a publish beyond either
+//! gets an error naming the limit, the connection is served on); [`CLIENTS_MAX`] clients are
+//! served at once (one more gets an error and is closed). A reply is written before the next
+//! request is read, so a client that does not read its replies stops being read once its
+//! socket's buffers are full: no reply queue grows. The server's memory is at most about
+//! `LINE_MAX × (NAMES_MAX + 2 × CLIENTS_MAX)`, 150 MiB with the defaults; one client's share
+//! is at most `LINE_MAX × (NAMES_PER_CLIENT_MAX + 2)`, 8 MiB.
 
 use crate::service::{Service, ServiceReply, Wait};
 use std::cell::RefCell;
@@ -46,8 +57,69 @@ use tracing::debug;
 /// The port `kauri nameserver` listens on by default (Hydra's nameserver's).
 pub const DEFAULT_PORT: u16 = 6392;
 
-/// The longest request line the server reads.
-const LINE_MAX: usize = 64 * 1024;
+/// The longest request line the server reads, its newline included: a name and a port of
+/// 1024 bytes each (`MPI_MAX_PORT_NAME` is 256 in MPICH, 1024 in Open MPI) fit even with
+/// every byte percent-encoded.
+pub const LINE_MAX: usize = 8 * 1024;
+
+/// The most names one client (one connection: a kauri run) may hold at once; a job that
+/// publishes more sets [`MAX_NAMES_PER_CLIENT_VAR`].
+pub const NAMES_PER_CLIENT_MAX: usize = 1024;
+
+/// The most names the server holds, from all its clients ([`MAX_NAMES_VAR`]).
+pub const NAMES_MAX: usize = 16 * 1024;
+
+/// The most clients served at once ([`MAX_CLIENTS_VAR`]).
+pub const CLIENTS_MAX: usize = 1024;
+
+/// The environment variable that overrides [`NAMES_MAX`].
+pub const MAX_NAMES_VAR: &str = "KAURI_NAMESERVER_MAX_NAMES";
+
+/// The environment variable that overrides [`NAMES_PER_CLIENT_MAX`].
+pub const MAX_NAMES_PER_CLIENT_VAR: &str = "KAURI_NAMESERVER_MAX_NAMES_PER_CLIENT";
+
+/// The environment variable that overrides [`CLIENTS_MAX`].
+pub const MAX_CLIENTS_VAR: &str = "KAURI_NAMESERVER_MAX_CLIENTS";
+
+/// What `kauri nameserver` holds at most: names in all, names per client, clients at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The most names held ([`NAMES_MAX`]).
+    pub names: usize,
+    /// The most names one client holds ([`NAMES_PER_CLIENT_MAX`]).
+    pub names_per_client: usize,
+    /// The most clients served at once ([`CLIENTS_MAX`]).
+    pub clients: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            names: NAMES_MAX,
+            names_per_client: NAMES_PER_CLIENT_MAX,
+            clients: CLIENTS_MAX,
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, each overridden by its environment variable when set; the error names a
+    /// variable that is not a positive number.
+    pub fn from_env() -> Result<Limits, String> {
+        let read = |var: &str, default: usize| match std::env::var(var) {
+            Err(_) => Ok(default),
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!("{var} must be a positive number, not {v:?}")),
+            },
+        };
+        Ok(Limits {
+            names: read(MAX_NAMES_VAR, NAMES_MAX)?,
+            names_per_client: read(MAX_NAMES_PER_CLIENT_VAR, NAMES_PER_CLIENT_MAX)?,
+            clients: read(MAX_CLIENTS_VAR, CLIENTS_MAX)?,
+        })
+    }
+}
 
 /// The longest pause between two lookups of a name a waiting lookup asks `kauri nameserver`
 /// for again ([`Client::ask`]).
@@ -91,10 +163,23 @@ pub fn decode(s: &str) -> Result<String, String> {
 }
 
 /// A table of published names. `owner` tells who published each (a connection), and `by`
-/// which process of it, if a PMIx client did.
-#[derive(Debug, Default)]
+/// which process of it, if a PMIx client did. The [`Default`] table holds any number (a kauri
+/// run's own, fed by its ranks, whose PMI lines are bounded); [`Table::bounded`] is the name
+/// server's.
+#[derive(Debug)]
 pub struct Table {
     names: HashMap<String, Entry>,
+    /// How many names each owner holds.
+    held: HashMap<u64, usize>,
+    /// The most names held, in all and per owner.
+    max: usize,
+    max_per_owner: usize,
+}
+
+impl Default for Table {
+    fn default() -> Table {
+        Table::bounded(usize::MAX, usize::MAX)
+    }
 }
 
 /// One published name.
@@ -141,12 +226,37 @@ impl Refusal {
 }
 
 impl Table {
+    /// A table that holds at most `max` names, `max_per_owner` of them from one owner; a
+    /// publish beyond either is an error reply naming the limit (and its variable, the name
+    /// server's).
+    pub fn bounded(max: usize, max_per_owner: usize) -> Table {
+        Table {
+            names: HashMap::new(),
+            held: HashMap::new(),
+            max,
+            max_per_owner,
+        }
+    }
+
     /// Answers one request on behalf of `owner`.
     pub fn apply(&mut self, owner: u64, s: &Service) -> ServiceReply {
         match s {
             Service::Publish { name, port, by } => {
+                let held = self.held.get(&owner).copied().unwrap_or(0);
                 ServiceReply::Done(if self.names.contains_key(name) {
                     Err(format!("the name {name} {EXISTS}"))
+                } else if self.names.len() >= self.max {
+                    Err(format!(
+                        "the name server holds {} names, the most it may ({MAX_NAMES_VAR}); \
+                         none can be published until some are withdrawn",
+                        self.max
+                    ))
+                } else if held >= self.max_per_owner {
+                    Err(format!(
+                        "this client holds {} names, the most one client may \
+                         ({MAX_NAMES_PER_CLIENT_VAR}); unpublish one first",
+                        self.max_per_owner
+                    ))
                 } else {
                     let e = Entry {
                         port: port.clone(),
@@ -154,12 +264,16 @@ impl Table {
                         by: by.clone(),
                     };
                     self.names.insert(name.clone(), e);
+                    self.held.insert(owner, held + 1);
                     Ok(())
                 })
             }
             Service::Unpublish { name, by } => ServiceReply::Done(match self.names.get(name) {
                 Some(e) if e.owner == owner && e.by == *by => {
                     self.names.remove(name);
+                    if let Some(n) = self.held.get_mut(&owner) {
+                        *n = n.saturating_sub(1);
+                    }
                     Ok(())
                 }
                 Some(e) => Err(format!(
@@ -184,6 +298,7 @@ impl Table {
     /// Withdraws every name `owner` published.
     pub fn forget(&mut self, owner: u64) {
         self.names.retain(|_, e| e.owner != owner);
+        self.held.remove(&owner);
     }
 }
 
@@ -313,11 +428,15 @@ fn reply_line(r: &ServiceReply) -> String {
     }
 }
 
-/// Serves the name-server protocol on `listener` until the task is dropped; with `key`, each
-/// connection must present it first (`auth KEY`).
-pub async fn serve(listener: TcpListener, key: Option<String>) {
+/// Serves the name-server protocol on `listener` until the task is dropped, within
+/// `limits`; with `key`, each connection must present it first (`auth KEY`).
+pub async fn serve(listener: TcpListener, key: Option<String>, limits: Limits) {
     let key: Option<Rc<str>> = key.map(Into::into);
-    let table = Rc::new(RefCell::new(Table::default()));
+    let table = Rc::new(RefCell::new(Table::bounded(
+        limits.names,
+        limits.names_per_client,
+    )));
+    let clients = Rc::new(std::cell::Cell::new(0usize));
     let mut next = 0u64;
     loop {
         let (sock, addr) = match listener.accept().await {
@@ -328,9 +447,23 @@ pub async fn serve(listener: TcpListener, key: Option<String>) {
                 continue;
             }
         };
+        if clients.get() >= limits.clients {
+            // One reply if the socket takes it at once (never waiting on a client), closed.
+            let e = format!(
+                "the name server serves {} clients, the most it may at once ({MAX_CLIENTS_VAR}); \
+                 try again later",
+                limits.clients
+            );
+            let _ = sock.try_write(format!("error {}\n", encode(&e)).as_bytes());
+            debug!(%addr, "refused a client: {e}");
+            continue;
+        }
+        clients.set(clients.get() + 1);
         next += 1;
-        let (owner, table, key) = (next, table.clone(), key.clone());
+        let (owner, table, key, clients) = (next, table.clone(), key.clone(), clients.clone());
         tokio::task::spawn_local(async move {
+            // Counted out however the task ends (the server dropped included).
+            let _client = Counted(clients);
             debug!(%addr, owner, "client connected");
             let mut authenticated = key.is_none();
             let (rd, mut wr) = sock.into_split();
@@ -349,7 +482,12 @@ pub async fn serve(listener: TcpListener, key: Option<String>) {
                 let reply = if n > LINE_MAX {
                     // Too long: answer once, then drop the client (the rest of its line
                     // cannot be told from a next request).
-                    let _ = wr.write_all(b"error request%20line%20too%20long\n").await;
+                    let e = format!(
+                        "a request line longer than {LINE_MAX} bytes; closing the connection"
+                    );
+                    let _ = wr
+                        .write_all(format!("error {}\n", encode(&e)).as_bytes())
+                        .await;
                     break;
                 } else {
                     let text = String::from_utf8_lossy(&line);
@@ -383,10 +521,26 @@ pub async fn serve(listener: TcpListener, key: Option<String>) {
     }
 }
 
+/// Drops a client from the count of those served when its task ends.
+struct Counted(Rc<std::cell::Cell<usize>>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
 /// `kauri nameserver [-port P] [-bind ADDR] [-key SECRET]`: runs the server in the
-/// foreground (the key may come from [`KEY_VAR`] instead). Prints one line,
-/// `kauri nameserver listening on ADDR:PORT`, once it listens.
+/// foreground (the key may come from [`KEY_VAR`] instead, the [`Limits`] from their
+/// variables). Prints one line, `kauri nameserver listening on ADDR:PORT`, once it listens.
 pub async fn run(args: &[String]) -> i32 {
+    let limits = match Limits::from_env() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("kauri nameserver: {e}");
+            return 2;
+        }
+    };
     let (mut port, mut bind) = (DEFAULT_PORT, "0.0.0.0".to_string());
     let mut key = key_from_env();
     let mut it = args.iter();
@@ -421,6 +575,7 @@ pub async fn run(args: &[String]) -> i32 {
             },
             "h" | "help" => {
                 println!("usage: kauri nameserver [-port P (default {DEFAULT_PORT})] [-bind ADDR (default 0.0.0.0)] [-key SECRET (or {KEY_VAR}): clients must present it]");
+                println!("limits: {MAX_CLIENTS_VAR} (default {CLIENTS_MAX}) clients at once, {MAX_NAMES_VAR} (default {NAMES_MAX}) names, {MAX_NAMES_PER_CLIENT_VAR} (default {NAMES_PER_CLIENT_MAX}) per client; request lines of at most {LINE_MAX} bytes");
                 return 0;
             }
             _ => {
@@ -445,7 +600,7 @@ pub async fn run(args: &[String]) -> i32 {
     let _ = std::io::stdout().flush();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     tokio::select! {
-        _ = serve(listener, key) => 0,
+        _ = serve(listener, key, limits) => 0,
         _ = tokio::signal::ctrl_c() => 0,
         _ = async { match &mut term { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => 0,
     }
@@ -832,6 +987,31 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert_eq!(w.published("b", t0 + Duration::from_secs(3600)), vec![5]);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn a_bounded_table_refuses_past_its_limits_and_frees_places() {
+        let mut t = Table::bounded(3, 2);
+        let p = |n: &str| Service::Publish {
+            name: n.into(),
+            port: "p".into(),
+            by: None,
+        };
+        let refused = |r: ServiceReply, var: &str| matches!(r, ServiceReply::Done(Err(e)) if e.contains(&format!("({var})")));
+        assert_eq!(t.apply(1, &p("a")), ServiceReply::Done(Ok(())));
+        assert_eq!(t.apply(1, &p("b")), ServiceReply::Done(Ok(())));
+        assert!(refused(t.apply(1, &p("c")), MAX_NAMES_PER_CLIENT_VAR));
+        assert_eq!(t.apply(2, &p("c")), ServiceReply::Done(Ok(())));
+        assert!(refused(t.apply(3, &p("d")), MAX_NAMES_VAR));
+        // An unpublish frees a place for its owner; an owner gone frees all of its.
+        assert_eq!(
+            t.apply(1, &Service::unpublish("a".into())),
+            ServiceReply::Done(Ok(()))
+        );
+        assert_eq!(t.apply(1, &p("a2")), ServiceReply::Done(Ok(())));
+        t.forget(1);
+        assert_eq!(t.apply(3, &p("d")), ServiceReply::Done(Ok(())));
+        assert_eq!(t.apply(3, &p("e")), ServiceReply::Done(Ok(())));
     }
 
     #[test]

@@ -975,7 +975,7 @@ impl Node {
         job: &JobPlan,
         me: &HostPlan,
         events: JobTx<NodeEvent>,
-        out: mpsc::Sender<(Stream, Bytes)>,
+        out: iofwd::OutputSender,
     ) -> Result<Node, String> {
         let host = me.host.clone();
         // Resolve the programs of the segments that run here.

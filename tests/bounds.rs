@@ -1,10 +1,14 @@
 //! Bounded resources against a broken or hostile peer, driven as a user would: a rank that
 //! never reads its PMI replies, a host without enough file descriptors, a rank that floods
-//! its output. Memory is read from kauri's own `/proc/PID/status` (`VmHWM`, the peak RSS).
+//! its output. Memory is read from kauri's own `/proc/PID/status` (`VmHWM`, the peak RSS, or
+//! `VmRSS` sampled while the job runs, for kauri and its agents).
 
 mod common;
 
 use common::{kauri, stderr};
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 /// The `VmHWM` (peak resident set, in kB) a rank printed for its parent, kauri.
 fn hwm_kb(o: &std::process::Output) -> u64 {
@@ -74,4 +78,140 @@ fn out_of_file_descriptors_is_one_line_naming_the_limit() {
 /// Runs `sh -c cmd` (kauri inside it) under the same watchdog as [`kauri`].
 fn kauri_sh(cmd: &str) -> std::process::Output {
     common::run_under_watchdog(std::process::Command::new("sh").args(["-c", cmd]))
+}
+
+/// Two ranks that each write 200 MB to stdout without a newline, while nothing reads kauri's
+/// stdout for a while and then a reader drains it: the ranks' pipes stop being read while
+/// kauri's output queue is full, so the peak resident set of kauri and of each agent stays
+/// under 48 MB; every byte arrives, the status is 0, nothing is left. Once on one host
+/// (unread for 4 s), once over two fork hosts (the agents' uplinks), unread for 12 s with
+/// links that are lost after 6 s of silence: a throttled uplink is not a lost one. (Before
+/// the output queues were bounded in bytes as well as in lines: peaks of 80 MB on one host,
+/// 84 MB for the front end and 70-76 MB for each agent over two hosts. Before the uplink
+/// dropped `TCP_USER_TIMEOUT`: `kauri: agent on a died` once its window had been closed 6 s,
+/// status 255, 7 MB of the 200 MB printed.)
+#[test]
+fn a_rank_that_floods_its_output_costs_kauri_bounded_memory() {
+    const EACH: u64 = 200_000_000;
+    const BOUND_KB: u64 = 48 * 1024;
+    let marker = format!("flood-{}", std::process::id());
+    // One endless line: the longest messages (pieces of 64 KiB), so the most bytes per line.
+    let prog = format!("head -c {EACH} /dev/zero | tr '\\0' x # {marker}");
+    let one_host = vec!["-n", "2", "sh", "-c", &prog];
+    let two_hosts = common::on_fork_hosts("a,b", "2", &prog);
+    let short_timers = [("KAURI_HEARTBEAT", "1"), ("KAURI_HEARTBEAT_TIMEOUT", "6")];
+    for (name, args, agents, stall, env) in [
+        ("one host", one_host, 0, 4, &[][..]),
+        ("two fork hosts", two_hosts, 2, 12, &short_timers[..]),
+    ] {
+        let (bytes, status, peaks) = flood(&args, env, Duration::from_secs(stall));
+        eprintln!("{name}: {bytes} bytes, {status}, peak RSS (kB) by pid: {peaks:?}");
+        assert!(status.success(), "{name}: {status}");
+        assert_eq!(bytes, 2 * EACH, "{name}: every byte arrives");
+        assert_eq!(
+            peaks.len(),
+            1 + agents,
+            "{name}: kauri and its agents sampled"
+        );
+        for (pid, kb) in &peaks {
+            assert!(*kb < BOUND_KB, "{name}: process {pid} reached {kb} kB");
+        }
+        common::assert_none_left(&marker, Duration::from_secs(20));
+    }
+}
+
+/// Runs kauri with `args` and `env`, its stdout a pipe nobody reads for `stall`, then read to
+/// its end; meanwhile samples every 100 ms the `VmRSS` of kauri and of its agents. Returns
+/// the bytes read, the exit status and each process's peak (kB). A job still running after
+/// 600 s is killed and the test fails.
+fn flood(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stall: Duration,
+) -> (u64, std::process::ExitStatus, Vec<(u32, u64)>) {
+    let mut child = Command::new(common::KAURI)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start kauri");
+    let pid = child.id();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let sampler = std::thread::spawn(move || {
+        let mut peaks = std::collections::BTreeMap::new();
+        let mut waited = Duration::ZERO;
+        loop {
+            for p in kauri_and_agents(pid) {
+                if let Some(kb) = status_kb(p, "VmRSS:") {
+                    let peak = peaks.entry(p).or_insert(0);
+                    *peak = kb.max(*peak);
+                }
+            }
+            match stop_rx.recv_timeout(Duration::from_millis(100)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                _ => return (peaks, false),
+            }
+            waited += Duration::from_millis(100);
+            if waited > Duration::from_secs(600) {
+                // SAFETY: kill has no memory-safety preconditions.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                return (peaks, true);
+            }
+        }
+    });
+    std::thread::sleep(stall);
+    let mut out = child.stdout.take().unwrap();
+    let (mut bytes, mut buf) = (0u64, vec![0u8; 64 * 1024]);
+    loop {
+        match out.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("reading kauri's stdout: {e}"),
+        }
+    }
+    let status = child.wait().unwrap();
+    let _ = stop_tx.send(());
+    let (peaks, killed) = sampler.join().unwrap();
+    assert!(!killed, "kauri {args:?} did not end in 600 s");
+    (bytes, status, peaks.into_iter().collect())
+}
+
+/// `pid` and its agents: its children that run `kauri agent` (with `-launcher fork`; a child
+/// forked for a rank is still `kauri` until it execs, and is left out).
+fn kauri_and_agents(pid: u32) -> Vec<u32> {
+    let mut found = vec![pid];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        // /proc/P/stat: "P (comm) S PPID ...", comm may hold spaces: split after its ')'.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, tail)| tail.split_whitespace().nth(1)?.parse::<u32>().ok());
+        let argv = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        let is_agent = argv.split(|&b| b == 0).nth(1) == Some(b"agent");
+        if ppid == Some(pid) && is_agent {
+            found.push(p);
+        }
+    }
+    found
+}
+
+/// A `kB` field (`VmRSS:`, `VmHWM:`) of `/proc/PID/status`.
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }

@@ -9,8 +9,9 @@
 //! the same bytes are queued for each ([`Link::send_frame`]).
 //!
 //! An agent's link to its parent also carries its ranks' output ([`Queue::write`]'s
-//! `output`): whole lines from a bounded channel, so a parent that reads slowly slows the
-//! ranks' pipes rather than filling memory. Control frames go first; output goes in runs of
+//! `output`): whole lines from an output queue bounded in lines and in bytes
+//! ([`crate::iofwd::output_queue`]), so a parent that reads slowly slows the ranks' pipes
+//! rather than filling memory. Control frames go first; output goes in runs of
 //! up to 64 KiB per stream; the last frame ([`Link::finish`], the agent's `Done`) goes after
 //! every line still queued.
 //!
@@ -107,11 +108,25 @@ pub async fn beat<M: Serialize>(link: Link, msg: M, every: Duration) {
     }
 }
 
-/// Turns on TCP keepalive for a link's socket, and bounds how long sent data may stay
-/// unacknowledged (`TCP_USER_TIMEOUT`), both scaled to `silence`: a peer whose host vanished
-/// from the network (no FIN, no RST) then fails the link's reads and writes instead of
-/// holding them for many minutes. Best effort: an error is ignored.
-pub fn keepalive(sock: &tokio::net::TcpStream, silence: Duration) {
+/// Which end of a link a socket is (for [`keepalive`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The parent's: it writes control messages, which the child always reads.
+    Parent,
+    /// The child's (the uplink): it writes the ranks' output too, which the parent stops
+    /// reading while its own output is slow (a terminal nobody reads).
+    Child,
+}
+
+/// Turns on TCP keepalive for a link's socket, scaled to `silence`, and on the parent's end
+/// also bounds how long sent data may stay unacknowledged (`TCP_USER_TIMEOUT`): a peer whose
+/// host vanished from the network (no FIN, no RST) then fails the link's reads and writes
+/// instead of holding them for many minutes. Not on the child's end: Linux also ends a
+/// connection whose peer's receive window stays closed longer than `TCP_USER_TIMEOUT`, even
+/// while the peer answers every probe, and the uplink's window is closed for as long as the
+/// parent's output is throttled; a parent that vanished is noticed by its heartbeats' silence
+/// instead. Best effort: an error is ignored.
+pub fn keepalive(sock: &tokio::net::TcpStream, silence: Duration, end: End) {
     use std::os::fd::AsRawFd;
     let fd = sock.as_raw_fd();
     let secs = silence.as_secs().max(3) as libc::c_int;
@@ -132,11 +147,13 @@ pub fn keepalive(sock: &tokio::net::TcpStream, silence: Duration) {
     set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, (secs / 3).max(1));
     set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, (secs / 6).max(1));
     set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3);
-    set(
-        libc::IPPROTO_TCP,
-        libc::TCP_USER_TIMEOUT,
-        secs.saturating_mul(1000),
-    );
+    if end == End::Parent {
+        set(
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            secs.saturating_mul(1000),
+        );
+    }
 }
 
 /// What the writer does next.
