@@ -71,6 +71,8 @@ ONE_NODE_ONLY = {
         "Debian's Open MPI 4.1.4 has only osc/sm and osc/rdma: between nodes joined by TCP "
         "neither serves MPI_Win_allocate (MPI_ERR_WIN)",
 }
+# Seconds a launcher has after SIGTERM (on a timeout) before its session is killed.
+TERM_GRACE = 20
 # Seconds each group's launcher may run (2 busy cores: generous).
 TIMEOUT = {"main": 900, "test_spawn": 240, "test_dynproc": 240}
 # The runs of a mode: (launcher, np, groups). Two hangs that cost a run its whole timeout
@@ -215,8 +217,15 @@ def run_group(a, launcher, np, group, test_dir, outdir):
             status = p.wait(timeout=timeout)
             timed_out = False
         except subprocess.TimeoutExpired:
-            kill_group(p)
-            status = p.wait()
+            # SIGTERM to the launcher first: kauri and mpirun then end their ranks and
+            # remove their files (a SIGKILL would leave kauri's PMIx directories and Open
+            # MPI's shared-memory segments behind); the whole session goes after a grace.
+            p.terminate()
+            try:
+                status = p.wait(timeout=TERM_GRACE)
+            except subprocess.TimeoutExpired:
+                kill_group(p)
+                status = p.wait()
             timed_out = True
     secs = round(time.time() - t0, 1)
     kill_group(p)  # whatever the ranks left in the launcher's session
