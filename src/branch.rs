@@ -307,6 +307,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 status,
                 initialized,
                 finalized,
+                ran_alone,
             } => {
                 self.local_left = self.local_left.saturating_sub(1);
                 if let Some(p) = self.prof.as_mut() {
@@ -321,6 +322,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                     finalized,
                     initialized,
                     in_teardown: self.ending,
+                    ran_alone,
                 }];
                 reports.extend(self.stuck_fence());
                 Some(Out::Up(Up::Reports(reports)))

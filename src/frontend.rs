@@ -16,7 +16,7 @@ use crate::branch::{Branch, Out};
 use crate::events::{self, JobTx};
 use crate::hub::{Children, HubEvent};
 use crate::iofwd::Stream;
-use crate::job::{EnvPolicy, HostSpec, JobSpec, Placement, PmiChoice};
+use crate::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
 use crate::kvs::Delta;
 use crate::nameserver::{Refusal, Waiting};
 use crate::node::{is_local, local_host, Node, NodeEvent};
@@ -51,6 +51,8 @@ struct RankState {
     during_teardown: bool,
     initialized: bool,
     finalized: bool,
+    /// It never spoke PMI or PMIx and ran as an Open MPI singleton.
+    ran_alone: bool,
 }
 
 /// A job name unique across concurrent launches on this host.
@@ -62,31 +64,93 @@ fn kvsname(host: &str) -> String {
     format!("kauri_{}_{nanos:x}_{host}", std::process::id())
 }
 
-/// Whether a job is served PMIx: as asked, or (`auto`) when a segment's program is linked
-/// to Open MPI 4's `libmpi.so.40` or to `libpmix`, unless the job is set up for Open MPI's
-/// PMI-1 path (`FLUX_PMI_LIBRARY_PATH` in its environment).
-fn use_pmix(choice: PmiChoice, apps: &[AppPlan]) -> bool {
-    let flux = apps.iter().any(AppPlan::uses_open_mpi_flux);
+/// How a job is wired up: as asked, or (`auto`) from what its segments' programs are linked
+/// to and what their arguments name ([`segment_evidence`], [`crate::job::auto_wiring`]);
+/// a job set up for Open MPI's PMI-1 path (`FLUX_PMI_LIBRARY_PATH` in its environment) is
+/// PMI.
+fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> Wiring {
     match choice {
-        PmiChoice::Pmix => true,
-        PmiChoice::Pmi1 | PmiChoice::Pmi2 => false,
-        PmiChoice::Auto if flux => false,
-        PmiChoice::Auto => apps.iter().any(|a| {
-            let path = a
-                .env
-                .iter()
-                .find(|(k, _)| k == "PATH")
-                .map(|(_, v)| v.as_str());
-            let Ok(p) = proc::resolve(&a.program, path, std::path::Path::new(&a.wdir)) else {
-                return false;
-            };
-            let mut head = Vec::new();
-            let read = std::fs::File::open(&p).and_then(|f| {
-                std::io::Read::read_to_end(&mut std::io::Read::take(f, 64 << 20), &mut head)
-            });
-            read.is_ok() && crate::job::wants_pmix(&crate::job::needed_libraries(&head))
-        }),
+        PmiChoice::Pmix => Wiring::Pmix,
+        PmiChoice::Pmi1 | PmiChoice::Pmi2 => Wiring::Pmi,
+        PmiChoice::Auto if apps.iter().any(AppPlan::uses_open_mpi_flux) => Wiring::Pmi,
+        PmiChoice::Auto => {
+            let found: Vec<Evidence> = apps.iter().map(segment_evidence).collect();
+            debug!(?found, "--pmi=auto");
+            crate::job::auto_wiring(&found)
+        }
     }
+}
+
+/// The most bytes of a script (or of a file an argument names that is not an ELF program)
+/// searched for [`crate::job::MPI_MARKERS`].
+const SCRIPT_HEAD: u64 = 64 << 10;
+
+/// The most bytes of an ELF program read for its dynamic section.
+const ELF_HEAD: u64 = 64 << 20;
+
+/// What one segment's program is linked to, and, for a program linked to no MPI (an
+/// interpreter, a shell, a wrapper such as `env` or `valgrind`, a script, a static binary),
+/// what lies past it: an MPI marker in its arguments (`python3 -c 'from mpi4py …'`), in the
+/// script it is, or in a script an argument names (`python3 prog.py`, `bash -c "julia x.jl"`),
+/// or a program an argument names that is linked to an MPI (`valgrind ./app`). Only regular
+/// files are opened, and only their first bytes read.
+fn segment_evidence(a: &AppPlan) -> Evidence {
+    use crate::job::{arg_words, mentions_mpi, needed_libraries, wants_pmi, wants_pmix};
+    let path = a
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let wdir = std::path::Path::new(&a.wdir);
+    let head = |p: &std::path::Path, max: u64| -> Vec<u8> {
+        let mut b = Vec::new();
+        if std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
+            let _ = std::fs::File::open(p)
+                .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, max), &mut b));
+        }
+        b
+    };
+    // What one file is: (linked to Open MPI, linked to another MPI or PMI, mentions an MPI).
+    let inspect = |p: &std::path::Path| -> (bool, bool, bool) {
+        let start = head(p, 4);
+        if start == b"\x7fELF" {
+            let libs = needed_libraries(&head(p, ELF_HEAD));
+            (wants_pmix(&libs), wants_pmi(&libs), false)
+        } else if start.is_empty() {
+            (false, false, false)
+        } else {
+            (false, false, mentions_mpi(&head(p, SCRIPT_HEAD)))
+        }
+    };
+    if let Ok(p) = proc::resolve(&a.program, path, wdir) {
+        match inspect(&p) {
+            (true, _, _) => return Evidence::Pmix,
+            (_, true, _) => return Evidence::Pmi,
+            (_, _, true) => return Evidence::Beyond,
+            _ => {}
+        }
+    }
+    if a.args.iter().any(|s| mentions_mpi(s.as_bytes())) {
+        return Evidence::Beyond;
+    }
+    // kauri itself (`sh -c 'kauri kvs get …'`) is linked to libpmix but speaks PMI.
+    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+    for w in arg_words(&a.args) {
+        let file = wdir.join(w);
+        let found = if std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
+            Some(file)
+        } else if !w.contains('/') {
+            proc::resolve(w, path, wdir).ok()
+        } else {
+            None
+        };
+        if let Some(f) = found.filter(|f| std::fs::canonicalize(f).ok() != me) {
+            if let (true, _, _) | (_, true, _) | (_, _, true) = inspect(&f) {
+                return Evidence::Beyond;
+            }
+        }
+    }
+    Evidence::None
 }
 
 /// Gives every segment that uses Open MPI's `flux` path (`FLUX_PMI_LIBRARY_PATH` set) a
@@ -365,7 +429,8 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             pid,
         });
     let name = kvsname(me);
-    let pmix = use_pmix(spec.pmi, &apps);
+    let wiring = wiring(spec.pmi, &apps);
+    let pmix = wiring != Wiring::Pmi;
     if !pmix {
         add_flux_job_id(&mut apps, &name);
     }
@@ -396,6 +461,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         simulated_hosts: kind == "fork",
         rank_node,
         pmix,
+        pmi_too: wiring == Wiring::Both,
         profile: spec.profile.is_some(),
     };
     let (mut local, mut remote) = (None, Vec::new());
@@ -960,6 +1026,7 @@ fn plan_spawn(
         rank_node: placement.node.iter().map(|&n| n as u32).collect(),
         // Spawned by a PMI client: PMI; by a PMIx client: PMIx.
         pmix: pmix.is_some(),
+        pmi_too: false,
         profile: false,
     };
     let (mut local, mut remote) = (None, Vec::new());
@@ -1440,6 +1507,12 @@ impl Root {
         }
         let profile = self.jobs[0].branch.take_profile();
         let size = self.jobs[0].plan.size;
+        let program = self.jobs[0]
+            .plan
+            .apps
+            .first()
+            .map(|a| a.program.clone())
+            .unwrap_or_default();
         let summary: Vec<Vec<RankState>> = self.jobs.iter().map(|j| j.ranks.clone()).collect();
         let printer = self.printer.take();
         // A host lost under -disable-auto-cleanup: the job did not end well, whatever the
@@ -1474,6 +1547,13 @@ impl Root {
                     );
                     worst = worst.max(status);
                 }
+            }
+        }
+        if let Some(first) = summary.first() {
+            let spoke = first.iter().filter(|s| s.initialized).count();
+            let alone = first.iter().filter(|s| s.ran_alone).count();
+            if let Some(line) = policy::ran_alone(size, spoke, alone, &program) {
+                eprintln!("{line}");
             }
         }
         if let (Some((format, fences)), Some((here, below))) = (fences, profile) {
@@ -1589,6 +1669,7 @@ impl Root {
                 finalized,
                 initialized,
                 in_teardown,
+                ran_alone,
             } => {
                 if let Some(n) = self.cluster.hosts.iter().position(|h| h.name == host) {
                     self.cluster.in_use[n] = self.cluster.in_use[n].saturating_sub(1);
@@ -1604,6 +1685,7 @@ impl Root {
                     during_teardown: in_teardown || discarded,
                     initialized,
                     finalized,
+                    ran_alone,
                 };
                 if discarded {
                     return;

@@ -228,6 +228,81 @@ pub fn wants_pmix(needed: &[String]) -> bool {
         .any(|l| l.starts_with("libmpi.so.40") || l.starts_with("libpmix.so"))
 }
 
+/// True when a program naming these libraries wires up through PMI-1/PMI-2: MPICH and its
+/// ABI (`libmpich`, `libmpi.so.12`: MPICH, MVAPICH, Intel MPI) or a PMI client library.
+pub fn wants_pmi(needed: &[String]) -> bool {
+    needed.iter().any(|l| {
+        l.starts_with("libmpich")
+            || l.starts_with("libmpi.so.12")
+            || l.starts_with("libpmi.so")
+            || l.starts_with("libpmi2.so")
+    })
+}
+
+/// How `--pmi=auto` wires a job up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wiring {
+    /// PMI-1/PMI-2 only.
+    Pmi,
+    /// PMIx only.
+    Pmix,
+    /// PMIx and PMI-1/PMI-2 side by side: the program is not linked to an MPI itself but
+    /// something it runs may be (an interpreter's MPI module, a wrapped program).
+    Both,
+}
+
+/// What reading one segment found (see [`Wiring`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evidence {
+    /// The program itself is linked to Open MPI 4 or to `libpmix`.
+    Pmix,
+    /// The program itself is linked to an MPICH-ABI MPI or to a PMI library.
+    Pmi,
+    /// The program is not linked to an MPI, but its arguments, or the scripts and programs
+    /// they name, use one.
+    Beyond,
+    /// Nothing points to an MPI.
+    None,
+}
+
+/// The job's wiring under `--pmi=auto`, from each segment's evidence: PMIx when a program
+/// is linked to Open MPI, both when an MPI was found past a program, else PMI.
+pub fn auto_wiring(segments: &[Evidence]) -> Wiring {
+    if segments.contains(&Evidence::Pmix) {
+        Wiring::Pmix
+    } else if segments.contains(&Evidence::Beyond) {
+        Wiring::Both
+    } else {
+        Wiring::Pmi
+    }
+}
+
+/// Words in a script or in an argument that say an MPI is used from an interpreter:
+/// Python's mpi4py, Julia's MPI.jl, R's Rmpi and pbdMPI.
+pub const MPI_MARKERS: &[&str] = &["mpi4py", "using MPI", "import MPI", "Rmpi", "pbdMPI"];
+
+/// True when `text` (a script, an argument such as `python3 -c CODE`'s) names one of the
+/// [`MPI_MARKERS`].
+pub fn mentions_mpi(text: &[u8]) -> bool {
+    MPI_MARKERS
+        .iter()
+        .any(|m| text.windows(m.len()).any(|w| w == m.as_bytes()))
+}
+
+/// The most words of the arguments that [`arg_words`] returns.
+pub const ARG_WORDS_MAX: usize = 64;
+
+/// The words of a segment's arguments that may name a file: each argument split at
+/// white space and shell punctuation (`bash -c "./app x"`, `env A=1 ./app`), without
+/// options (`-x`), at most [`ARG_WORDS_MAX`].
+pub fn arg_words(args: &[String]) -> Vec<&str> {
+    args.iter()
+        .flat_map(|a| a.split(|c: char| c.is_whitespace() || ";&|()<>'\"`=".contains(c)))
+        .filter(|w| !w.is_empty() && !w.starts_with('-'))
+        .take(ARG_WORDS_MAX)
+        .collect()
+}
+
 impl JobSpec {
     /// The total number of ranks.
     pub fn size(&self) -> usize {
@@ -442,6 +517,36 @@ mod tests {
     }
 
     #[test]
+    fn auto_wiring_from_the_segments() {
+        use Evidence as E;
+        assert_eq!(auto_wiring(&[E::None]), Wiring::Pmi);
+        assert_eq!(auto_wiring(&[E::Pmi]), Wiring::Pmi);
+        assert_eq!(auto_wiring(&[E::Pmix]), Wiring::Pmix);
+        assert_eq!(auto_wiring(&[E::Beyond]), Wiring::Both);
+        assert_eq!(auto_wiring(&[E::Pmi, E::Beyond]), Wiring::Both);
+        assert_eq!(auto_wiring(&[E::Beyond, E::Pmix, E::None]), Wiring::Pmix);
+    }
+
+    #[test]
+    fn markers_and_argument_words() {
+        assert!(mentions_mpi(b"from mpi4py import MPI\n"));
+        assert!(mentions_mpi(b"using MPI\nMPI.Init()"));
+        assert!(mentions_mpi(b"library(Rmpi)"));
+        assert!(!mentions_mpi(b"import os; print(os.environ['KAURI_RANK'])"));
+        assert!(!mentions_mpi(b"mpi"));
+        let args: Vec<String> = ["-u", "prog.py", "--in=data.txt", "./a b;./c|d", "X=1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            arg_words(&args),
+            ["prog.py", "data.txt", "./a", "b", "./c", "d", "X", "1"]
+        );
+        let many = vec!["w ".repeat(100)];
+        assert_eq!(arg_words(&many).len(), ARG_WORDS_MAX);
+    }
+
+    #[test]
     fn needed_libraries_of_a_real_program_and_of_garbage() {
         let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let libs = needed_libraries(&me);
@@ -459,6 +564,11 @@ mod tests {
         let _ = needed_libraries(&junk);
         assert!(needed_libraries(b"#!/bin/sh\necho hi\n").is_empty());
         assert!(wants_pmix(&["libmpi.so.40".to_string()]));
+        assert!(wants_pmi(&["libmpich.so.12".to_string()]));
+        assert!(!wants_pmi(&[
+            "libmpi.so.40".to_string(),
+            "libc.so.6".to_string()
+        ]));
         assert!(wants_pmix(&["libpmix.so.2".to_string()]));
         assert!(!wants_pmix(&["libmpi.so.12".to_string()]));
     }

@@ -23,6 +23,7 @@
 //!   ├── service   requests only the front end answers (spawn, publish, lookup), their replies
 //!   ├── plan      the job plan sent down the tree: the job, each host's ranks, the subtrees
 //!   ├── pmix      the PMIx server (OpenPMIx library, by FFI) for PMIx jobs
+//!   ├── ompi      the trace an Open MPI process that ran alone leaves (a mis-wired job)
 //!   └── kvs       one job's key-value store: pending puts, committed pairs
 //!  pmi-wire     (crate) the PMI-1 and PMI-2 codecs
 //! ```
@@ -48,6 +49,7 @@ pub mod kvs_cli;
 pub mod launch;
 pub mod nameserver;
 pub mod node;
+pub mod ompi;
 pub mod peer;
 pub mod plan;
 pub mod pmi;

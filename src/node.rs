@@ -50,6 +50,8 @@ pub enum NodeEvent {
         initialized: bool,
         /// It had called finalize.
         finalized: bool,
+        /// It never spoke PMI or PMIx and ran as an Open MPI singleton ([`crate::ompi`]).
+        ran_alone: bool,
     },
     /// Something from the PMI engine: `FenceReady`, `Abort`, `Failed`, `ProtocolError`,
     /// `Initialized`, `Finalized` (for a PMIx job: the same, from the PMIx server).
@@ -281,6 +283,9 @@ struct Ctx {
     next_conn: Cell<ConnId>,
     pmix: RefCell<Option<PmixState>>,
     upcalls: RefCell<Option<mpsc::UnboundedReceiver<Upcall>>>,
+    /// Ends of ranks that never spoke PMI or PMIx looked at for an Open MPI singleton's
+    /// daemon ([`crate::ompi`]).
+    alone_checks: Cell<u32>,
 }
 
 impl Ctx {
@@ -803,10 +808,23 @@ fn rank_ended(
     let (initialized, finalized) = {
         let mut e = c.engine.borrow_mut();
         e.rank_exited(r);
-        match c.pmix.borrow().as_ref() {
+        // A rank of a job served both speaks one of them: either counts.
+        let (pi, pf) = match c.pmix.borrow().as_ref() {
             Some(p) => (p.initialized.contains(&r), p.finalized.contains(&r)),
-            None => (e.initialized(r), e.finalized(r)),
-        }
+            None => (false, false),
+        };
+        (pi || e.initialized(r), pf || e.finalized(r))
+    };
+    // A rank that never spoke PMI or PMIx may have been an Open MPI singleton: a few such
+    // ends are looked at, until one is found (one says enough).
+    let ran_alone = !initialized && c.alone_checks.get() < crate::ompi::CHECKS_MAX && {
+        let found = crate::ompi::singleton_daemon();
+        c.alone_checks.set(if found {
+            crate::ompi::CHECKS_MAX
+        } else {
+            c.alone_checks.get() + 1
+        });
+        found
     };
     // The end first, then what the engine makes of it ("rank 1 exited before PMI init while
     // 1 rank(s) wait in a fence"): the front end must see a rank's own failure as the cause
@@ -817,6 +835,7 @@ fn rank_ended(
         status: status(finalized),
         initialized,
         finalized,
+        ran_alone,
     });
     c.dispatch();
 }
@@ -1026,6 +1045,7 @@ impl Node {
             next_conn: Cell::new(job.size as ConnId),
             pmix: RefCell::new(None),
             upcalls: RefCell::new(None),
+            alone_checks: Cell::new(0),
         });
         let pmix_env = if job.pmix {
             start_pmix(&ctx, job, me)?
@@ -1117,9 +1137,9 @@ impl Node {
                         debug!(pid, "the singleton ended");
                         // Its exit status is its own parent's to read; kauri knows whether it
                         // finalized.
-                        rank_ended(&c, &ev, &running, r, pid, |finalized| {
-                            ExitStatus::from_raw(if finalized { 0 } else { 1 << 8 })
-                        });
+                        let status =
+                            |finalized| ExitStatus::from_raw(if finalized { 0 } else { 1 << 8 });
+                        rank_ended(&c, &ev, &running, r, pid, status);
                     });
                     continue;
                 }
@@ -1127,7 +1147,7 @@ impl Node {
                 let mut env: Vec<(OsString, OsString)> =
                     a.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
                 let mut set = |k: &str, v: String| env.push((k.into(), v.into()));
-                if !job.pmix {
+                if job.serves_pmi() {
                     set("PMI_RANK", r.to_string());
                     set("PMI_SIZE", job.size.to_string());
                     set("MPI_LOCALNRANKS", nlocal.to_string());
@@ -1159,7 +1179,7 @@ impl Node {
                 set("KAURI_HOST", host.clone());
                 set("KAURI_HOSTS", job.hosts.join(","));
                 set("KAURI_JOBID", job.kvsname.clone());
-                if job.spawner.is_some() && !job.pmix {
+                if job.spawner.is_some() && job.serves_pmi() {
                     set("PMI_SPAWNED", "1".into());
                 }
                 // As Hydra does: MPICH's ch3 then listens and connects on the address of the host
@@ -1183,7 +1203,7 @@ impl Node {
                 let mut ours = None;
                 let mut theirs: Option<OwnedFd> = None;
                 match &port {
-                    _ if job.pmix => {}
+                    _ if !job.serves_pmi() => {}
                     Some(addr) => {
                         set("PMI_PORT", addr.clone());
                         set("PMI_ID", r.to_string());
@@ -1448,12 +1468,20 @@ impl Node {
         use crate::pmi::RankPmi;
         let running = self.running.borrow();
         let pmix = self.ctx.pmix.borrow();
+        let engine = self.ctx.engine.borrow().status();
         let states: Vec<(usize, RankPmi)> = match pmix.as_ref() {
-            None => self.ctx.engine.borrow().status(),
+            None => engine,
             Some(p) => self
                 .ranks
                 .iter()
                 .map(|&r| {
+                    // A job served both: a rank that never spoke PMIx may be in PMI.
+                    let in_pmi = || {
+                        engine
+                            .iter()
+                            .find(|(e, _)| *e == r)
+                            .map_or(RankPmi::NotInitialized, |(_, s)| s.clone())
+                    };
                     let s = if !running.contains_key(&r) {
                         RankPmi::Exited
                     } else if p.finalized.contains(&r) {
@@ -1461,7 +1489,7 @@ impl Node {
                     } else if p.initialized.contains(&r) {
                         RankPmi::Running
                     } else {
-                        RankPmi::NotInitialized
+                        in_pmi()
                     };
                     (r, s)
                 })

@@ -81,8 +81,19 @@ pub struct JobPlan {
     pub rank_node: Vec<u32>,
     /// Serve the ranks PMIx (a PMIx server in every agent) instead of PMI-1/PMI-2.
     pub pmix: bool,
+    /// With `pmix`: serve PMI-1/PMI-2 too, side by side (`--pmi=auto` for a program that is
+    /// not linked to an MPI itself but runs one: an interpreter's MPI module, a wrapped
+    /// program). Each rank speaks whichever its MPI library speaks.
+    pub pmi_too: bool,
     /// Record the startup profile and send it up before `Done`.
     pub profile: bool,
+}
+
+impl JobPlan {
+    /// Whether the ranks get a PMI-1/PMI-2 connection (`PMI_FD` or `PMI_PORT`).
+    pub fn serves_pmi(&self) -> bool {
+        !self.pmix || self.pmi_too
+    }
 }
 
 /// A program that is already running and asked for a process manager (`-pmi_args`): the

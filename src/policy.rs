@@ -84,6 +84,23 @@ pub fn rank_failure(code: Option<i32>, signal: Option<i32>) -> Option<(i32, Stri
     }
 }
 
+/// The line kauri prints when a job of `size` ranks (more than one) ended with no rank
+/// ever speaking PMI or PMIx and `alone` of them (at least; a host looks at a few) were seen
+/// to run as Open MPI singletons ([`crate::ompi`]): each ran as a
+/// world of one, almost surely because `program` is not linked to Open MPI and
+/// `--pmi=auto` (or `--pmi=pmi1`) served PMI. `None` otherwise: a job of env-only programs
+/// (`hostname`, a shell script) never speaks PMI and leaves no singleton, and is not
+/// warned about.
+pub fn ran_alone(size: usize, spoke: usize, alone: usize, program: &str) -> Option<String> {
+    (size > 1 && spoke == 0 && alone > 0).then(|| {
+        format!(
+            "kauri: the {size} ranks never spoke PMI or PMIx and ran as Open MPI singletons, \
+             a world of 1 each ({program} is not linked to Open MPI, so it was served PMI): \
+             use --pmi=pmix"
+        )
+    })
+}
+
 /// kauri's exit status: the abort code (`& 0xff`) after an abort; 255 after a timeout, or a
 /// failure no rank's status explains; 128+N after signal N to kauri (SIGPIPE's when its
 /// output closed); otherwise `worst`, the highest rank status. Hydra 4.0.2 ORs statuses
@@ -174,5 +191,22 @@ mod tests {
             11,
             "a failed rank's own status"
         );
+    }
+
+    #[test]
+    fn ran_alone_only_when_nobody_spoke_and_singletons_ran() {
+        let line = ran_alone(4, 0, 4, "python3").unwrap();
+        assert!(
+            line.contains("the 4 ranks") && line.contains("--pmi=pmix"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'));
+        assert_eq!(
+            ran_alone(1, 0, 1, "python3"),
+            None,
+            "a world of one is right"
+        );
+        assert_eq!(ran_alone(4, 0, 0, "hostname"), None, "env-only programs");
+        assert_eq!(ran_alone(4, 2, 2, "sh"), None, "some ranks spoke PMI");
     }
 }

@@ -60,7 +60,7 @@ pub fn fd_cause(what: String) -> String {
 }
 
 /// Variables a surrounding launcher may have set that must not reach our ranks: another
-/// launcher's PMI wiring, and PMIx variables (new MPICH clients refuse to start beside them).
+/// launcher's PMI wiring, and its PMIx variables (they would point a rank at its server).
 pub fn is_foreign_wiring(name: &str) -> bool {
     matches!(
         name,

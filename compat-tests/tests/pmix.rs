@@ -12,8 +12,13 @@
 //! * `choice_*`: `--pmi` and `auto`: which variables reach a rank.
 //! * `names_*`: `MPI_Publish_name`/`MPI_Lookup_name`/`MPI_Unpublish_name` and a waiting
 //!   `PMIx_Lookup` (`PMIX_WAIT`) through the run's name table, and an upcall kauri does not
-//!   implement (`PMIx_Spawn`) refused and said once under `-v`; names shared with PMI programs
+//!   implement (`PMIx_Allocation_request`) refused and said once under `-v`; names shared with PMI programs
 //!   of other runs through `kauri nameserver`.
+//! * `dynamic_*`: `MPI_Comm_spawn`, `spawn_multiple`, nested spawns and connect/accept
+//!   between jobs of one run (`ompi_dynamic`).
+//! * `auto_*`: `auto` past the program: `python3` with mpi4py (issue #17), wrapped MPICH
+//!   and Open MPI programs, served PMIx and PMI side by side; `singletons_*`: the line kauri
+//!   prints when Open MPI ranks served PMI ran alone.
 //! * `netns_*`: **root**, the 3 network-namespace hosts of `tree.rs` (`netns/hosts.sh`, an
 //!   sshd in each): `-launcher ssh`, so each host's agent and PMIx server run in a network
 //!   of their own and Open MPI's TCP traffic between hosts crosses the bridge. sshd passes
@@ -29,7 +34,7 @@
 
 use compat_tests::libpmi::{mpirun_openmpi, ompi_hello_lines as hello_lines};
 use compat_tests::{
-    kauri_system_entries, kauri_system_leftovers, netns_hosts, netns_turn, Ctx, Job, Launcher,
+    kauri_system_entries, kauri_system_leftovers, netns_hosts, netns_turn, Ch3, Ctx, Job, Launcher,
     NetnsHosts, Outcome,
 };
 use std::path::{Path, PathBuf};
@@ -107,6 +112,11 @@ fn mpirun_with(
 /// too: agents started by sshd do not see the test's `TMPDIR`.
 fn kauri(ctx: &Ctx, args: &[&str], n: usize, prog: &str, env: &[(&str, &str)]) -> Outcome {
     kauri_with(ctx, args, n, prog, &[], env)
+}
+
+/// [`kauri`] with a program and its arguments.
+fn kauri_argv(ctx: &Ctx, args: &[&str], n: usize, argv: &[&str], env: &[(&str, &str)]) -> Outcome {
+    kauri_with(ctx, args, n, argv[0], &argv[1..], env)
 }
 
 /// [`kauri`], the program given arguments `prog_args`.
@@ -758,6 +768,154 @@ fn choice_auto_and_bad_values() {
         bad.stderr.contains("auto, pmi1, pmi2 or pmix") && bad.stdout.is_empty(),
         "{bad}"
     );
+    ctx.assert_no_leftovers();
+}
+
+// ---------------------------------------------------------------------------------------
+// Interpreters and wrappers: `--pmi=auto` looking past the program
+
+/// The interpreter Debian's `python3-mpi4py` (Open MPI 4.1) is built for: a `python3`
+/// earlier in `PATH` (pyenv, a venv) may not have it.
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Fails the test unless `PYTHON` imports mpi4py (`.ci/setup` installs `python3-mpi4py`).
+fn need_mpi4py() {
+    let ok = std::process::Command::new(PYTHON)
+        .args(["-c", "import mpi4py"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "{PYTHON} cannot import mpi4py: apt-get install python3-mpi4py (.ci/setup)"
+    );
+}
+
+const WORLD4: &str = "from mpi4py import MPI; c = MPI.COMM_WORLD; \
+                      print('rank', c.Get_rank(), 'of', c.Get_size()); \
+                      assert c.Get_size() == 4";
+
+fn world_lines(n: usize) -> Vec<String> {
+    (0..n).map(|r| format!("rank {r} of {n}")).collect()
+}
+
+/// Issue #17's test: `kauri -n 4 python3 -c 'from mpi4py import MPI; …'` with no flag is
+/// one world of 4 (`python3` is linked to no MPI; `auto` finds mpi4py in the argument and
+/// serves PMIx beside PMI), on one host and on two simulated hosts; and a script that
+/// imports mpi4py, named as the interpreter's argument, is found too.
+#[test]
+fn auto_python_mpi4py_is_one_world() {
+    need_mpi4py();
+    let ctx = Ctx::new("pmix_auto_python");
+    for args in [ONE_HOST, TWO_HOSTS_BLOCK] {
+        let k = kauri_argv(&ctx, args, 4, &[PYTHON, "-c", WORLD4], &[]);
+        assert_eq!(k.code, Some(0), "{k}");
+        assert_lines("kauri", &k, world_lines(4));
+        assert!(!k.stderr.contains("singleton"), "{k}");
+    }
+    let script = ctx.script("world.py", &WORLD4.replace("; ", "\n"));
+    let k = kauri_argv(&ctx, ONE_HOST, 4, &[PYTHON, "-u", &script], &[]);
+    assert_eq!(k.code, Some(0), "{k}");
+    assert_lines("kauri", &k, world_lines(4));
+    ctx.assert_no_leftovers();
+}
+
+/// A job served both: every rank has the PMI variables and the PMIx ones; an interpreter
+/// whose arguments name no MPI stays a PMI job with no PMIx variable (and no PMIx server).
+#[test]
+fn auto_both_and_plain_interpreter_variables() {
+    let ctx = Ctx::new("pmix_auto_both_vars");
+    let show = "import os; print(sorted(k for k in os.environ if k.startswith(('PMI', 'MPI_'))))";
+    let both = format!("{show} # mpi4py");
+    let k = kauri_argv(&ctx, ONE_HOST, 2, &[PYTHON, "-c", &both], &[]);
+    assert_eq!(k.code, Some(0), "{k}");
+    for v in [
+        "'PMI_FD'",
+        "'PMI_RANK'",
+        "'PMIX_NAMESPACE'",
+        "'PMIX_SERVER_URI2'",
+    ] {
+        assert_eq!(k.stdout.matches(v).count(), 2, "{v} missing\n{k}");
+    }
+    let k = kauri_argv(&ctx, ONE_HOST, 2, &[PYTHON, "-c", show], &[]);
+    assert_eq!(k.code, Some(0), "{k}");
+    assert_eq!(k.stdout.matches("'PMI_FD'").count(), 2, "{k}");
+    assert_eq!(k.stdout.matches("PMIX_").count(), 0, "{k}");
+    ctx.assert_no_leftovers();
+}
+
+/// MPICH programs behind a wrapper (`sh -c 'exec ./hello'`: the argument names a program
+/// linked to MPICH) are served both, and still run: MPICH 4.0.2's clients (Debian's
+/// ch4:ucx over PMI-1, ch3 over PMI-1 and PMI-2) ignore the PMIx variables. So do Open MPI
+/// programs behind the same wrapper, which speak PMIx and ignore `PMI_FD`.
+#[test]
+fn auto_wrapped_mpich_and_open_mpi_programs() {
+    let ctx = Ctx::new("pmix_auto_wrapped");
+    let mut progs = vec![ctx.prog("hello")];
+    progs.extend(Ch3::BOTH.map(|b| ctx.ch3_prog(b, "hello")));
+    for p in &progs {
+        for args in [ONE_HOST, TWO_HOSTS_BLOCK] {
+            let cmd = format!("test -n \"$PMIX_NAMESPACE\" && test -n \"$PMI_FD\" && exec {p}");
+            let k = kauri_argv(&ctx, args, 4, &["sh", "-c", &cmd], &[]);
+            assert_eq!(k.code, Some(0), "{p}: {k}");
+            let want: Vec<String> = (0..4).map(|r| format!("hello rank {r} of 4")).collect();
+            let got: Vec<String> = sorted(&k)
+                .iter()
+                .map(|l| l.split(" on ").next().unwrap_or("").to_string())
+                .collect();
+            assert_eq!(got, want, "{p}\n{k}");
+        }
+    }
+    let p = ctx.ompi_prog("ompi_hello");
+    let cmd = format!("test -n \"$PMI_FD\" && exec {p}");
+    let k = kauri_argv(&ctx, ONE_HOST, 2, &["sh", "-c", &cmd], &[]);
+    assert_eq!(k.code, Some(0), "{k}");
+    assert_lines("kauri", &k, hello_lines(&[0, 0]));
+    ctx.assert_no_leftovers();
+}
+
+/// The warning: an Open MPI program served PMI (here by `--pmi=pmi1`, as `auto` would for
+/// an interpreter whose MPI it cannot see) runs as singletons, and kauri says so in one
+/// line naming `--pmi=pmix`; programs that never speak PMI and are not Open MPI (`sh`, a
+/// plain Python program) get no such line.
+#[test]
+fn singletons_are_named_in_one_line() {
+    need_mpi4py();
+    let ctx = Ctx::new("pmix_singleton_warning");
+    let tmp = ctx.dir.join("singleton-tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let job = ctx
+        .job(
+            Launcher::Kauri,
+            &[
+                "--pmi=pmi1",
+                "-n",
+                "3",
+                PYTHON,
+                "-c",
+                "from mpi4py import MPI",
+            ],
+        )
+        .program(ctx.kauri())
+        // Open MPI singletons leave session directories: not in the test's scratch.
+        .env("TMPDIR", &tmp.to_string_lossy());
+    let k = run("kauri --pmi=pmi1", job);
+    assert_eq!(k.code, Some(0), "{k}");
+    let lines: Vec<&str> = k
+        .stderr
+        .lines()
+        .filter(|l| l.contains("Open MPI singletons"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{k}");
+    assert!(
+        lines[0].starts_with("kauri: the 3 ranks never spoke PMI"),
+        "{k}"
+    );
+    assert!(lines[0].contains("--pmi=pmix"), "{k}");
+    for argv in [&["sh", "-c", "true"][..], &[PYTHON, "-c", "print(1)"]] {
+        let k = kauri_argv(&ctx, ONE_HOST, 3, argv, &[]);
+        assert_eq!(k.code, Some(0), "{k}");
+        assert!(!k.stderr.contains("singleton"), "{argv:?}: {k}");
+    }
     ctx.assert_no_leftovers();
 }
 

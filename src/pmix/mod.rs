@@ -530,6 +530,7 @@ mod tests {
             simulated_hosts: false,
             rank_node,
             pmix: true,
+            pmi_too: false,
             profile: false,
         }
     }

@@ -140,6 +140,8 @@ pub enum Report {
         /// Its host had already begun tearing the job down when it ended (so it is a
         /// casualty of the teardown, not a cause).
         in_teardown: bool,
+        /// It never spoke PMI or PMIx and ran as an Open MPI singleton ([`crate::ompi`]).
+        ran_alone: bool,
     },
     /// A rank asked to end the job.
     Abort {
