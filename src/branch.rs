@@ -57,6 +57,9 @@ pub trait Host {
     fn fence_done(&self, epoch: u64, delta: &Packed);
     /// PMIx fence `epoch` is complete everywhere: every host's blob.
     fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>);
+    /// Tell the local clients of the job's PMIx server that `ranks` failed with `status`
+    /// (nothing where no PMIx server serves the job).
+    fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>);
     /// Serve local `rank`'s PMIx data to request `req` of agent `to`.
     fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64);
     /// The answer to this host's direct-modex request `req`.
@@ -90,6 +93,8 @@ pub trait Links {
     fn route(&self, to: u32, msg: Down) -> bool;
     /// The child whose subtree runs `rank`.
     fn child_with_rank(&self, rank: usize) -> Option<u32>;
+    /// Every rank in the subtree of child `id`.
+    fn ranks_below(&self, id: u32) -> Vec<usize>;
     /// Child `id` said `Done` or is lost: nothing more goes to it.
     fn mark_done(&self, id: u32);
     /// Every child is done.
@@ -123,6 +128,9 @@ impl Host for Node {
     }
     fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>) {
         Node::pmix_fence_done(self, epoch, data)
+    }
+    fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
+        Node::pmix_failure(self, status, ranks, exit_code)
     }
     fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
         Node::pmix_dmodex_serve(self, rank, to, req)
@@ -168,6 +176,9 @@ impl Links for Children {
     }
     fn child_with_rank(&self, rank: usize) -> Option<u32> {
         Children::child_with_rank(self, rank)
+    }
+    fn ranks_below(&self, id: u32) -> Vec<usize> {
+        Children::ranks_below(self, id)
     }
     fn mark_done(&self, id: u32) {
         Children::mark_done(self, id)
@@ -448,9 +459,14 @@ impl<H: Host, L: Links> Branch<H, L> {
             HubEvent::Up { .. } => None,
             HubEvent::Lost { id, reason } => {
                 let host = self.kids.host(id);
+                let ranks = self.kids.ranks_below(id);
                 self.kids.mark_done(id);
                 self.finished.push(id);
-                report(Report::Lost { host, reason })
+                report(Report::Lost {
+                    host,
+                    reason,
+                    ranks,
+                })
             }
             HubEvent::Refused { line } => Some(Out::Refused { line }),
         }
@@ -496,6 +512,11 @@ impl<H: Host, L: Links> Branch<H, L> {
                 data,
             } => self.dmodex_data(to, req, status, data),
             Down::Publish(delta) => self.publish(delta),
+            Down::PmixFailure {
+                status,
+                ranks,
+                exit_code,
+            } => self.pmix_failure(status, ranks, exit_code, Some(frame)),
             Down::Stdin(data) => self.stdin(Some(data)),
             Down::StdinEof => self.stdin(None),
             Down::Signal(sig) => self.signal(sig),
@@ -539,6 +560,31 @@ impl<H: Host, L: Links> Branch<H, L> {
         }
         if let (Some(n), Down::PmixFenceDone { data, .. }) = (&self.node, msg) {
             n.pmix_fence_done(epoch, data);
+        }
+    }
+
+    /// Ranks of a PMIx job failed: every host below is told (`frame`, when it came from the
+    /// parent, as it came), then this host's PMIx server tells its local clients. A
+    /// `Teardown` sent after this reaches every host after it, and the local clients are told
+    /// before this host's ranks are signalled.
+    pub fn pmix_failure(
+        &mut self,
+        status: i32,
+        ranks: Vec<usize>,
+        exit_code: Option<i32>,
+        frame: Option<Bytes>,
+    ) {
+        debug!(host = %self.host, status, ?ranks, "PMIx failure event");
+        match frame {
+            Some(f) => self.kids.broadcast_frame(&f),
+            None => self.kids.broadcast(&Down::PmixFailure {
+                status,
+                ranks: ranks.clone(),
+                exit_code,
+            }),
+        }
+        if let Some(n) = &self.node {
+            n.pmix_failure(status, &ranks, exit_code);
         }
     }
 
