@@ -1402,6 +1402,12 @@ impl Root {
                 j.branch.drain().await;
             }
         }
+        // The ranks of a lost agent started by `-launcher fork` are adopted by this process
+        // (the subreaper): killed and reaped here, or nobody would.
+        let adopted = proc::kill_leftovers(&[]);
+        if adopted > 0 {
+            debug!(adopted, "killed the ranks of lost agents");
+        }
         let profile = self.jobs[0].branch.take_profile();
         let size = self.jobs[0].plan.size;
         let summary: Vec<Vec<RankState>> = self.jobs.iter().map(|j| j.ranks.clone()).collect();
