@@ -6,7 +6,8 @@
 //!   job.
 //! * [`libpmi_bin`]: `pmi1_check`, `pmi2_check`, `pmi1_spawn`, `pmi2_spawn`, compiled with `cc` against those
 //!   libraries and the headers of `contrib/libpmi/include` (rpath to the run directory).
-//! * [`ompi_bin`]: the Open MPI programs (`ompi_*.c`), compiled with `mpicc.openmpi`.
+//! * [`ompi_bin`]: the Open MPI programs (`ompi_*.c`), compiled with `mpicc.openmpi` (and
+//!   `ompi_failure` linked to `libpmix` too).
 //! * [`flux_job_id`], [`remove_vader_segments`]: what Open MPI's `flux` component needs per
 //!   job and what it leaves behind when a job dies.
 //! * [`ompi_hello_lines`]: what `ompi_hello` prints for a placement.
@@ -26,6 +27,9 @@ const OMPI_PROGRAMS: &[&str] = &[
     "ompi_abort",
     "ompi_segv",
 ];
+/// Programs compiled with `mpicc.openmpi` and linked to OpenPMIx as well (its flags from
+/// `pkg-config pmix`): they call PMIx next to MPI.
+const OMPI_PMIX_PROGRAMS: &[&str] = &["ompi_failure"];
 /// Programs compiled with `cc` against Kauri's `libpmi.so` (`-lpmi`) or `libpmi2.so`
 /// (`-lpmi2`).
 const LIBPMI_PROGRAMS: &[(&str, &str)] = &[
@@ -153,6 +157,19 @@ fn build_ompi_programs() -> Result<PathBuf, String> {
     let src = Path::new(crate::PROGRAMS_DIR);
     for p in OMPI_PROGRAMS {
         compile(&mpicc, &src.join(format!("{p}.c")), &bin.join(p), &[])?;
+    }
+    let pmix = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "pmix"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .ok_or(
+            "pkg-config pmix failed: install the Debian packages `pkg-config` and `libpmix-dev`",
+        )?;
+    let flags = String::from_utf8_lossy(&pmix.stdout).into_owned();
+    let flags: Vec<&str> = flags.split_whitespace().collect();
+    for p in OMPI_PMIX_PROGRAMS {
+        compile(&mpicc, &src.join(format!("{p}.c")), &bin.join(p), &flags)?;
     }
     Ok(bin)
 }
