@@ -59,6 +59,9 @@ pub trait Host {
     fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>);
     /// PMIx collective `sig` is complete (or failed, `status`): every contribution.
     fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>);
+    /// Tell the local clients of the job's PMIx server that `ranks` failed with `status`
+    /// (nothing where no PMIx server serves the job).
+    fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>);
     /// Serve local `rank`'s PMIx data to request `req` of agent `to`.
     fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64);
     /// The answer to this host's direct-modex request `req`.
@@ -92,6 +95,8 @@ pub trait Links {
     fn route(&self, to: u32, msg: Down) -> bool;
     /// The child whose subtree runs `rank`.
     fn child_with_rank(&self, rank: usize) -> Option<u32>;
+    /// Every rank in the subtree of child `id`.
+    fn ranks_below(&self, id: u32) -> Vec<usize>;
     /// Child `id` said `Done` or is lost: nothing more goes to it.
     fn mark_done(&self, id: u32);
     /// Every child is done.
@@ -128,6 +133,9 @@ impl Host for Node {
     }
     fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>) {
         Node::pmix_collective_done(self, sig, status, data)
+    }
+    fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
+        Node::pmix_failure(self, status, ranks, exit_code)
     }
     fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
         Node::pmix_dmodex_serve(self, rank, to, req)
@@ -173,6 +181,9 @@ impl Links for Children {
     }
     fn child_with_rank(&self, rank: usize) -> Option<u32> {
         Children::child_with_rank(self, rank)
+    }
+    fn ranks_below(&self, id: u32) -> Vec<usize> {
+        Children::ranks_below(self, id)
     }
     fn mark_done(&self, id: u32) {
         Children::mark_done(self, id)
@@ -468,9 +479,14 @@ impl<H: Host, L: Links> Branch<H, L> {
             HubEvent::Up { .. } => None,
             HubEvent::Lost { id, reason } => {
                 let host = self.kids.host(id);
+                let ranks = self.kids.ranks_below(id);
                 self.kids.mark_done(id);
                 self.finished.push(id);
-                report(Report::Lost { host, reason })
+                report(Report::Lost {
+                    host,
+                    reason,
+                    ranks,
+                })
             }
             HubEvent::Refused { line } => Some(Out::Refused { line }),
         }
@@ -519,6 +535,11 @@ impl<H: Host, L: Links> Branch<H, L> {
                 data,
             } => self.dmodex_data(to, req, status, data),
             Down::Publish(delta) => self.publish(delta),
+            Down::PmixFailure {
+                status,
+                ranks,
+                exit_code,
+            } => self.pmix_failure(status, ranks, exit_code, Some(frame)),
             Down::Stdin(data) => self.stdin(Some(data)),
             Down::StdinEof => self.stdin(None),
             Down::Signal(sig) => self.signal(sig),
@@ -573,6 +594,31 @@ impl<H: Host, L: Links> Branch<H, L> {
         }
         self.kids
             .broadcast(&Down::PmixCollectiveDone { sig, status, data });
+    }
+
+    /// Ranks of a PMIx job failed: every host below is told (`frame`, when it came from the
+    /// parent, as it came), then this host's PMIx server tells its local clients. A
+    /// `Teardown` sent after this reaches every host after it, and the local clients are told
+    /// before this host's ranks are signalled.
+    pub fn pmix_failure(
+        &mut self,
+        status: i32,
+        ranks: Vec<usize>,
+        exit_code: Option<i32>,
+        frame: Option<Bytes>,
+    ) {
+        debug!(host = %self.host, status, ?ranks, "PMIx failure event");
+        match frame {
+            Some(f) => self.kids.broadcast_frame(&f),
+            None => self.kids.broadcast(&Down::PmixFailure {
+                status,
+                ranks: ranks.clone(),
+                exit_code,
+            }),
+        }
+        if let Some(n) = &self.node {
+            n.pmix_failure(status, &ranks, exit_code);
+        }
     }
 
     /// Pairs published without a fence: committed on this host and every host below.
@@ -767,5 +813,160 @@ impl<H: Host, L: Links> Branch<H, L> {
             p.fork_start_us = Some(start_us);
             p.forked_us = Some(end_us);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    /// What the fakes were asked to do, in order.
+    type Log = Rc<RefCell<Vec<String>>>;
+
+    struct FakeHost(Log);
+
+    impl Host for FakeHost {
+        fn ranks(&self) -> usize {
+            1
+        }
+        fn running(&self) -> usize {
+            1
+        }
+        fn has_rank(&self, rank: usize) -> bool {
+            rank == 0
+        }
+        fn fence_done(&self, _: u64, _: &Packed) {}
+        fn pmix_fence_done(&self, _: u64, _: Vec<u8>) {}
+        fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>) {}
+        fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
+            self.0
+                .borrow_mut()
+                .push(format!("notify {status} {ranks:?} {exit_code:?}"));
+        }
+        fn pmix_dmodex_serve(&self, _: usize, _: u32, _: u64) {}
+        fn pmix_dmodex_reply(&self, _: u64, _: i32, _: Vec<u8>) {}
+        fn publish(&self, _: Delta) {}
+        fn service_reply(&self, _: u64, _: ServiceReply) {}
+        fn signal(&self, sig: i32) {
+            self.0.borrow_mut().push(format!("signal {sig}"));
+        }
+        fn status(&self) -> Vec<RankStatus> {
+            Vec::new()
+        }
+        fn take_stdin(&mut self) -> Option<pipe::Sender> {
+            None
+        }
+        async fn drain(self) {}
+    }
+
+    /// One child, id 1, whose subtree runs ranks 1 and 2.
+    struct FakeLinks(Log);
+
+    impl Links for FakeLinks {
+        fn ids(&self) -> Vec<u32> {
+            vec![1]
+        }
+        fn send(&self, id: u32, msg: Down) {
+            self.0.borrow_mut().push(format!("send {id} {msg:?}"));
+        }
+        fn broadcast(&self, msg: &Down) {
+            self.0.borrow_mut().push(format!("broadcast {msg:?}"));
+        }
+        fn broadcast_frame(&self, frame: &Bytes) {
+            let msg: Down = bincode::deserialize(&frame[4..]).expect("a frame");
+            self.0.borrow_mut().push(format!("frame {msg:?}"));
+        }
+        fn route(&self, _: u32, _: Down) -> bool {
+            true
+        }
+        fn child_with_rank(&self, rank: usize) -> Option<u32> {
+            (1..=2).contains(&rank).then_some(1)
+        }
+        fn ranks_below(&self, id: u32) -> Vec<usize> {
+            if id == 1 {
+                vec![1, 2]
+            } else {
+                Vec::new()
+            }
+        }
+        fn mark_done(&self, _: u32) {}
+        fn all_done(&self) -> bool {
+            false
+        }
+        fn close(&self) {}
+        fn host(&self, id: u32) -> String {
+            format!("h{id}")
+        }
+        fn unfinished(&self) -> Vec<String> {
+            Vec::new()
+        }
+        fn agents(&self) -> usize {
+            1
+        }
+        fn refusal_summary(&self) -> Option<String> {
+            None
+        }
+        fn timings(&self, _: u32) -> (Option<Instant>, Option<Instant>) {
+            (None, None)
+        }
+    }
+
+    fn branch(log: &Log) -> Branch<FakeHost, FakeLinks> {
+        Branch::new(
+            2,
+            "h2".into(),
+            Some(FakeHost(log.clone())),
+            FakeLinks(log.clone()),
+            true,
+            Clock::start(),
+            None,
+        )
+    }
+
+    /// A failure event from the parent goes on to the children as it came, then to this
+    /// host's clients; the teardown after it reaches the children after it, and this host's
+    /// ranks are signalled after their server told them.
+    #[test]
+    fn a_failure_event_goes_down_before_the_teardown() {
+        let log: Log = Rc::default();
+        let mut b = branch(&log);
+        let msg = Down::PmixFailure {
+            status: -402,
+            ranks: vec![3],
+            exit_code: Some(137),
+        };
+        let frame = crate::tree::encode(&msg).expect("encodes");
+        assert_eq!(b.on_down(msg.clone(), frame), None);
+        assert!(b.teardown());
+        assert_eq!(
+            *log.borrow(),
+            [
+                format!("frame {msg:?}"),
+                "notify -402 [3] Some(137)".to_string(),
+                format!("broadcast {:?}", Down::Teardown),
+                format!("signal {}", libc::SIGTERM),
+            ]
+        );
+    }
+
+    /// A lost child's report names the ranks of its subtree, for the root to tell the others.
+    #[test]
+    fn a_lost_child_is_reported_with_its_ranks() {
+        let log: Log = Rc::default();
+        let mut b = branch(&log);
+        let out = b.on_child(HubEvent::Lost {
+            id: 1,
+            reason: "agent on h1 died".into(),
+        });
+        assert_eq!(
+            out,
+            Some(Out::Up(Up::Reports(vec![Report::Lost {
+                host: "h1".into(),
+                reason: "agent on h1 died".into(),
+                ranks: vec![1, 2],
+            }])))
+        );
     }
 }

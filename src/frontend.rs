@@ -21,6 +21,7 @@ use crate::kvs::Delta;
 use crate::nameserver::{Refusal, Waiting};
 use crate::node::{is_local, local_host, Node, NodeEvent};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
+use crate::pmix::Failure;
 use crate::policy::{self, Ending, ExitVerdict};
 use crate::proc;
 use crate::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
@@ -1505,6 +1506,12 @@ impl Root {
                 j.branch.drain().await;
             }
         }
+        // The ranks of a lost agent started by `-launcher fork` are adopted by this process
+        // (the subreaper): killed and reaped here, or nobody would.
+        let adopted = proc::kill_leftovers(&[]);
+        if adopted > 0 {
+            debug!(adopted, "killed the ranks of lost agents");
+        }
         let profile = self.jobs[0].branch.take_profile();
         let size = self.jobs[0].plan.size;
         let program = self.jobs[0]
@@ -1694,14 +1701,22 @@ impl Root {
                     job.ranks.iter().enumerate().any(|(r, s)| {
                         r != rank && s.initialized && !s.finalized && s.ended.is_none()
                     });
-                match policy::on_exit(
+                let verdict = policy::on_exit(
                     code,
                     initialized,
                     finalized,
                     self.ending.is_some(),
                     self.auto_cleanup,
                     others_in_pmi,
-                ) {
+                );
+                // The other ranks hear of an abnormal end first (with -disable-auto-cleanup,
+                // instead of the teardown).
+                let abnormal = code != Some(0) || matches!(verdict, ExitVerdict::LeftPmi(_));
+                if abnormal && !in_teardown && self.ending.is_none() {
+                    self.pmix_failure(j, Failure::Ended { code, signal }, vec![rank]);
+                }
+                let job = &self.jobs[j];
+                match verdict {
                     ExitVerdict::Nothing => {}
                     ExitVerdict::Failed => self.teardown(Ending::Failed),
                     ExitVerdict::LeftPmi(what) => {
@@ -1732,6 +1747,11 @@ impl Root {
                         s.host,
                         policy::left_pmi(s.initialized)
                     );
+                    let left = Failure::Ended {
+                        code: Some(0),
+                        signal: None,
+                    };
+                    self.pmix_failure(j, left, vec![g]);
                     self.teardown(Ending::Failed);
                 }
             }
@@ -1758,7 +1778,19 @@ impl Root {
                 }
                 self.teardown(Ending::Failed);
             }
-            Report::Lost { host, reason } => {
+            Report::Lost {
+                host,
+                reason,
+                ranks,
+            } => {
+                if self.jobs[j].answer.is_none() && !discarded && self.ending.is_none() {
+                    // Its ranks (and those of the hosts below it) are gone with it.
+                    let gone: Vec<usize> = ranks
+                        .into_iter()
+                        .filter(|&r| self.jobs[j].ranks.get(r).is_some_and(|s| s.ended.is_none()))
+                        .collect();
+                    self.pmix_failure(j, Failure::Lost, gone);
+                }
                 if self.jobs[j].answer.is_some() {
                     // A host of a job being spawned cannot be reached: the spawn fails.
                     debug!(%host, "a host of a spawned job was lost");
@@ -1972,6 +2004,18 @@ impl Root {
         for j in &mut self.jobs {
             j.branch.kill();
         }
+    }
+
+    /// Tells every host of job `j`, when it is a PMIx job, that `ranks` failed: their PMIx
+    /// servers notify their local clients. Called before the teardown the failure may bring,
+    /// which follows it down the same links.
+    fn pmix_failure(&mut self, j: usize, failure: Failure, ranks: Vec<usize>) {
+        let job = &mut self.jobs[j];
+        if !job.plan.pmix || ranks.is_empty() {
+            return;
+        }
+        let (status, exit_code) = failure.event();
+        job.branch.pmix_failure(status, ranks, exit_code, None);
     }
 
     /// Ends the run: `SIGTERM` to every rank of every job, `SIGKILL` after the grace. The

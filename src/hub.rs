@@ -376,6 +376,15 @@ impl Children {
         }
     }
 
+    /// Every rank in the subtree of child `id` (empty for an unknown child).
+    pub fn ranks_below(&self, id: u32) -> Vec<usize> {
+        self.subtrees
+            .iter()
+            .find(|t| t.id == id)
+            .map(crate::plan::Subtree::ranks)
+            .unwrap_or_default()
+    }
+
     /// The child whose subtree runs `rank`.
     pub fn child_with_rank(&self, rank: usize) -> Option<u32> {
         self.subtrees

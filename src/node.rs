@@ -1392,6 +1392,23 @@ impl Node {
         }
     }
 
+    /// Tells the local clients of this host's PMIx server that `ranks` of the job failed with
+    /// `status`: one event per rank, each from that rank (see
+    /// [`pmix::ffi::notify_failure`]). Returns once the library has handed them to its
+    /// clients, so a signal sent after this call follows them. Nothing for a PMI job.
+    pub fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
+        let nspace = self.ctx.pmix.borrow().as_ref().map(|p| p.nspace.clone());
+        let Some(nspace) = nspace else { return };
+        for &r in ranks {
+            if let Err(e) = pmix::ffi::notify_failure(&nspace, r as u32, status, exit_code) {
+                warn!(
+                    "cannot tell the ranks on {} that rank {r} failed: {e}",
+                    self.host
+                );
+            }
+        }
+    }
+
     /// How many ranks this host runs.
     pub fn ranks(&self) -> usize {
         self.ranks.len()

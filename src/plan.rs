@@ -137,6 +137,15 @@ impl Subtree {
             || self.children.iter().any(|c| c.contains_rank(rank))
     }
 
+    /// Every rank in this subtree, its root's first.
+    pub fn ranks(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.plan.ranks.iter().map(|r| r.rank).collect();
+        for c in &self.children {
+            v.extend(c.ranks());
+        }
+        v
+    }
+
     /// True when agent `id` is this subtree's root or below it.
     pub fn contains_agent(&self, id: u32) -> bool {
         self.id == id || self.children.iter().any(|c| c.contains_agent(id))

@@ -265,6 +265,8 @@ impl Host for SimHost {
     /// The sim runs PMI-1 fences only.
     fn pmix_fence_done(&self, _epoch: u64, _data: Vec<u8>) {}
     fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>) {}
+    /// No PMIx server to tell.
+    fn pmix_failure(&self, _status: i32, _ranks: &[usize], _exit_code: Option<i32>) {}
     /// No PMIx server to serve from.
     fn pmix_dmodex_serve(&self, _rank: usize, _to: u32, _req: u64) {}
     /// No PMIx client waits for it.
@@ -351,6 +353,20 @@ impl Links for SimLinks {
     fn child_with_rank(&self, rank: usize) -> Option<u32> {
         let agent = (rank / self.ranks.max(1) + 1) as u32;
         self.below.get(&agent).copied()
+    }
+    fn ranks_below(&self, id: u32) -> Vec<usize> {
+        let n = self.ranks.max(1);
+        let mut agents: Vec<u32> = self
+            .below
+            .iter()
+            .filter(|&(_, &c)| c == id)
+            .map(|(&a, _)| a)
+            .collect();
+        agents.sort_unstable();
+        agents
+            .into_iter()
+            .flat_map(|a| (a as usize - 1) * n..a as usize * n)
+            .collect()
     }
     fn mark_done(&self, id: u32) {
         self.links.borrow_mut().remove(&id);

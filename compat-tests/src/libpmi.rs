@@ -6,7 +6,8 @@
 //!   job.
 //! * [`libpmi_bin`]: `pmi1_check`, `pmi2_check`, `pmi1_spawn`, `pmi2_spawn`, compiled with `cc` against those
 //!   libraries and the headers of `contrib/libpmi/include` (rpath to the run directory).
-//! * [`ompi_bin`]: the Open MPI programs (`ompi_*.c`), compiled with `mpicc.openmpi`.
+//! * [`ompi_bin`]: the Open MPI programs (`ompi_*.c`), compiled with `mpicc.openmpi` (and
+//!   `ompi_failure` linked to `libpmix` too).
 //! * [`flux_job_id`], [`remove_vader_segments`]: what Open MPI's `flux` component needs per
 //!   job and what it leaves behind when a job dies.
 //! * [`ompi_hello_lines`]: what `ompi_hello` prints for a placement.
@@ -29,7 +30,7 @@ const OMPI_PROGRAMS: &[&str] = &[
 ];
 /// Open MPI programs that also call OpenPMIx directly (`pkg-config pmix`: the library Open
 /// MPI's own PMIx component uses).
-const OMPI_PMIX_PROGRAMS: &[&str] = &["ompi_names"];
+const OMPI_PMIX_PROGRAMS: &[&str] = &["ompi_names", "ompi_failure"];
 /// Programs compiled with `cc` against Kauri's `libpmi.so` (`-lpmi`) or `libpmi2.so`
 /// (`-lpmi2`).
 const LIBPMI_PROGRAMS: &[(&str, &str)] = &[

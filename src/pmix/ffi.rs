@@ -1820,6 +1820,100 @@ pub fn dmodex_request(nspace: &str, rank: u32, done: DmodexDone) -> Result<(), S
     Ok(())
 }
 
+// ---------------------------------------------------------------------------------------
+// Failure events: `PMIx_Notify_event`, kauri telling its local clients that a rank of their
+// job ended abnormally or was lost with its host (see docs/pmix.md, "Failure events").
+
+/// A process ended by calling `PMIx_Abort`, or (Open MPI 4.1's and kauri's use) exited with
+/// a non-zero status.
+pub const PMIX_ERR_PROC_ABORTED: Status = -7;
+/// A process exited without calling `PMIx_Finalize` while the others still needed it.
+pub const PMIX_ERR_PROC_TERM_WO_SYNC: Status = -200;
+/// A process was killed by a signal.
+pub const PMIX_ERR_PROC_ABORTED_BY_SIG: Status = -402;
+/// The connection to a process was lost (kauri: its host's agent was).
+pub const PMIX_ERR_LOST_CONNECTION: Status = -61;
+
+const PMIX_PROC: u16 = 22;
+/// `pmix_data_range_t` `PMIX_RANGE_CUSTOM`: the targets are in `PMIX_EVENT_CUSTOM_RANGE`.
+const PMIX_RANGE_CUSTOM: u8 = 6;
+
+extern "C" {
+    fn PMIx_Notify_event(
+        status: Status,
+        source: *const pmix_proc_t,
+        range: u8,
+        info: *const pmix_info_t,
+        ninfo: usize,
+        cbfunc: pmix_op_cbfunc_t,
+        cbdata: *mut c_void,
+    ) -> Status;
+}
+
+/// One `pmix_info_t` with key `key`, type `type_` and the bytes `data`.
+fn raw_info(key: &str, type_: u16, data: pmix_value_data) -> pmix_info_t {
+    let mut info = pmix_info_t {
+        key: [0; KEYLEN],
+        flags: 0,
+        value: pmix_value_t { type_, data },
+    };
+    fill(&mut info.key, key);
+    info
+}
+
+/// Tells this server's local clients of namespace `nspace` that its rank `rank` failed with
+/// `status` (one of the `PMIX_ERR_*` above), as PRRTE does: the source is that rank, the
+/// range every rank of the namespace (`PMIX_RANGE_CUSTOM` with `PMIX_EVENT_CUSTOM_RANGE`
+/// `{nspace, PMIX_RANK_WILDCARD}`), `PMIX_EVENT_AFFECTED_PROC` names the rank and
+/// `PMIX_EXIT_CODE` carries `exit_code` when there is one. `PMIX_EVENT_NON_DEFAULT` keeps
+/// the event from default handlers (Open MPI 4.1's aborts the process). Returns once the
+/// library has handed the event to its clients' connections.
+pub fn notify_failure(
+    nspace: &str,
+    rank: u32,
+    status: Status,
+    exit_code: Option<i32>,
+) -> Result<(), String> {
+    if !running() {
+        return Err("the PMIx server is not running".into());
+    }
+    let source = proc_t(nspace, rank);
+    let everyone = proc_t(nspace, PMIX_RANK_WILDCARD);
+    // A pointer is one u64 on LP64 (the layouts test), so it is written through `_size`.
+    let ptr_data = |p: &pmix_proc_t| pmix_value_data {
+        _size: [p as *const pmix_proc_t as u64, 0, 0],
+    };
+    let mut info = vec![
+        raw_info("pmix.evproc", PMIX_PROC, ptr_data(&source)),
+        raw_info("pmix.evrange", PMIX_PROC, ptr_data(&everyone)),
+        raw_info("pmix.evnondef", PMIX_BOOL, pmix_value_data { flag: true }),
+    ];
+    if let Some(code) = exit_code {
+        // A C int and a u32 share their four bytes.
+        let data = pmix_value_data {
+            uint32: code as u32,
+        };
+        info.push(raw_info("pmix.exit.code", PMIX_INT, data));
+    }
+    wait_op("PMIx_Notify_event", |cb, data| {
+        // SAFETY: source, everyone and info (whose PMIX_PROC values point at them) stay
+        // alive until this function returns, after the completion callback ran.
+        unsafe {
+            PMIx_Notify_event(
+                status,
+                &source,
+                PMIX_RANGE_CUSTOM,
+                info.as_ptr(),
+                info.len(),
+                cb,
+                data,
+            )
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2082,6 +2176,59 @@ int main(void) {
             unsupported_line("iof_pull", None),
             "kauri: PMIx upcall iof_pull from ? is not supported"
         );
+    }
+
+    /// The failure events' codes and types, against the installed headers.
+    #[test]
+    fn failure_codes_match_the_c_headers() {
+        let Ok(flags) = std::process::Command::new("pkg-config")
+            .args(["--cflags", "pmix"])
+            .output()
+        else {
+            eprintln!("pkg-config not found: skipped");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("kauri-pmix-codes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("codes.c");
+        std::fs::write(
+            &src,
+            r#"#include <stdio.h>
+#include <pmix_server.h>
+int main(void) {
+  printf("%d %d %d %d %d %d %d\n", PMIX_ERR_PROC_ABORTED, PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_ERR_PROC_ABORTED_BY_SIG, PMIX_ERR_LOST_CONNECTION, PMIX_INT, PMIX_PROC, PMIX_RANGE_CUSTOM);
+  printf("%s %s %s %s\n", PMIX_EVENT_AFFECTED_PROC, PMIX_EVENT_CUSTOM_RANGE, PMIX_EVENT_NON_DEFAULT, PMIX_EXIT_CODE);
+  return 0;
+}
+"#,
+        )
+        .unwrap();
+        let exe = dir.join("codes");
+        let cflags = String::from_utf8_lossy(&flags.stdout).into_owned();
+        let built = std::process::Command::new("cc")
+            .args(cflags.split_whitespace())
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .status();
+        if !matches!(built, Ok(s) if s.success()) {
+            let _ = std::fs::remove_dir_all(&dir);
+            eprintln!("no C compiler or no PMIx headers: skipped");
+            return;
+        }
+        let out = std::process::Command::new(&exe).output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let want = format!(
+            "{} {} {} {} {} {} {}\npmix.evproc pmix.evrange pmix.evnondef pmix.exit.code\n",
+            PMIX_ERR_PROC_ABORTED,
+            PMIX_ERR_PROC_TERM_WO_SYNC,
+            PMIX_ERR_PROC_ABORTED_BY_SIG,
+            PMIX_ERR_LOST_CONNECTION,
+            PMIX_INT,
+            PMIX_PROC,
+            PMIX_RANGE_CUSTOM,
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want);
     }
 
     #[test]

@@ -438,6 +438,40 @@ pub fn register_foreign(
     Ok(true)
 }
 
+/// How the job's other ranks are told that a rank failed: a rank's abnormal end or its
+/// host's loss, in the PMIx event kauri sends (see docs/pmix.md, "Failure events").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// It ended: `code` when it exited, `signal` when a signal killed it. An exit with code 0
+    /// is a failure only when it left without finalizing while others use PMIx.
+    Ended {
+        /// Its exit code.
+        code: Option<i32>,
+        /// The signal that killed it.
+        signal: Option<i32>,
+    },
+    /// Its host's agent was lost.
+    Lost,
+}
+
+impl Failure {
+    /// The event's status and its `PMIX_EXIT_CODE`: a signal is
+    /// `PMIX_ERR_PROC_ABORTED_BY_SIG` (exit code 128 + N, as PRRTE gives it), a non-zero
+    /// exit `PMIX_ERR_PROC_ABORTED` (Open MPI 4.1's mpirun's code for any failed process),
+    /// an exit 0 without finalize `PMIX_ERR_PROC_TERM_WO_SYNC`, a lost host
+    /// `PMIX_ERR_LOST_CONNECTION` (no exit code: nobody saw the ranks end).
+    pub fn event(self) -> (Status, Option<i32>) {
+        match self {
+            Failure::Ended {
+                signal: Some(s), ..
+            } => (ffi::PMIX_ERR_PROC_ABORTED_BY_SIG, Some(128 + s)),
+            Failure::Ended { code: Some(0), .. } => (ffi::PMIX_ERR_PROC_TERM_WO_SYNC, Some(0)),
+            Failure::Ended { code, .. } => (ffi::PMIX_ERR_PROC_ABORTED, code),
+            Failure::Lost => (ffi::PMIX_ERR_LOST_CONNECTION, None),
+        }
+    }
+}
+
 /// Forgets a namespace: no more upcalls, the library's data about it released.
 pub fn deregister(nspace: &str) {
     forget(nspace);
@@ -597,6 +631,22 @@ mod tests {
         };
         let j = JobInfo::new(&job, &me, "/tmp");
         assert_eq!(get(&j.info, "pmix.pdata").len(), 3);
+    }
+
+    #[test]
+    fn failures_and_their_events() {
+        let ended = |code, signal| Failure::Ended { code, signal }.event();
+        assert_eq!(
+            ended(None, Some(9)),
+            (ffi::PMIX_ERR_PROC_ABORTED_BY_SIG, Some(137))
+        );
+        assert_eq!(ended(Some(3), None), (ffi::PMIX_ERR_PROC_ABORTED, Some(3)));
+        assert_eq!(
+            ended(Some(0), None),
+            (ffi::PMIX_ERR_PROC_TERM_WO_SYNC, Some(0))
+        );
+        assert_eq!(ended(None, None), (ffi::PMIX_ERR_PROC_ABORTED, None));
+        assert_eq!(Failure::Lost.event(), (ffi::PMIX_ERR_LOST_CONNECTION, None));
     }
 
     #[test]

@@ -92,6 +92,17 @@ pub enum Down {
         #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,
     },
+    /// Ranks of a PMIx job failed (ended abnormally, or were lost with their host): every
+    /// host that serves the job's namespace tells its local clients with one PMIx event per
+    /// rank. Sent before the `Teardown` it may precede (the links keep their order).
+    PmixFailure {
+        /// The PMIx status of the events (`PMIX_ERR_PROC_ABORTED_BY_SIG`, …).
+        status: i32,
+        /// The ranks.
+        ranks: Vec<usize>,
+        /// Their exit code (`PMIX_EXIT_CODE`), when there is one.
+        exit_code: Option<i32>,
+    },
     /// Bytes for rank 0's stdin (routed to the agent that hosts rank 0).
     Stdin(Vec<u8>),
     /// End of rank 0's stdin.
@@ -179,6 +190,9 @@ pub enum Report {
         host: String,
         /// One line for the user.
         reason: String,
+        /// The ranks of its subtree (its own and those of the agents below it): they are lost
+        /// with it.
+        ranks: Vec<usize>,
     },
     /// An agent started its host's ranks, or could not (`error`).
     NodeStarted {
