@@ -865,7 +865,10 @@ fn start_pmix(
     let host = &me.host;
     let places = pmix::start(&job.kvsname, me.node, host)
         .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
-    let info = pmix::JobInfo::new(job, me, &places.tmpdir.to_string_lossy());
+    let tmpdir = places.tmpdir.to_string_lossy();
+    pmix::create_private_dir(std::path::Path::new(&pmix::nsdir(&tmpdir, &job.kvsname)))
+        .map_err(|e| format!("cannot make the job's PMIx directory on {host}: {e}"))?;
+    let info = pmix::JobInfo::new(job, me, &tmpdir);
     let (tx, rx) = mpsc::unbounded_channel();
     pmix::register(&info, tx.clone())
         .map_err(|e| format!("cannot register the job with the PMIx server on {host}: {e}"))?;

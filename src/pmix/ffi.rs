@@ -1614,11 +1614,21 @@ pub fn init(tmpdir: &str, host: &str) -> Result<(), String> {
         fabric: Some(up_fabric),
         client_connected2: Some(up_connected2),
     });
-    let mut info = InfoArray::new(&[
+    let items = vec![
         ("pmix.srvr.tmpdir".into(), Val::Str(tmpdir.into())),
         ("pmix.sys.tmpdir".into(), Val::Str(tmpdir.into())),
         ("pmix.hname".into(), Val::Str(host.into())),
-    ]);
+    ];
+    // The job data store: `hash` (each client gets its data over its socket), unless the
+    // user chose one (PMIX_MCA_gds). OpenPMIx 4.2.2's shared-memory stores (ds12, ds21) fail
+    // a second job spawned into the same server ("PMIX ERROR … gds_ds12_lock_pthread.c",
+    // NOT_AVAILABLE: its ranks cannot read their peers' data and abort; mpi4py's test_spawn).
+    // (The library reads it from the environment when it starts; the process is single
+    // threaded until then, and its ranks' environments are made without it.)
+    if std::env::var_os("PMIX_MCA_gds").is_none() {
+        std::env::set_var("PMIX_MCA_gds", "hash");
+    }
+    let mut info = InfoArray::new(&items);
     // SAFETY: module and info are valid for the call; the library copies the module (it is
     // also leaked below, so it outlives the library either way) and the info values.
     let rc = unsafe { PMIx_server_init(&mut *module, info.infos.as_mut_ptr(), info.infos.len()) };

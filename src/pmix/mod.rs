@@ -212,6 +212,12 @@ pub fn shutdown() {
     }
 }
 
+/// The directory of job `kvsname` in a server's directory `tmpdir` (`PMIX_NSDIR`): one per
+/// job, since several jobs may share a server.
+pub fn nsdir(tmpdir: &str, kvsname: &str) -> String {
+    format!("{tmpdir}/ns-{}", tag(kvsname))
+}
+
 /// What the library is told about one job on one host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobInfo {
@@ -326,7 +332,10 @@ impl JobInfo {
             kv("pmix.nlist", Val::Str(node_list)),
             kv("pmix.spawned", Val::Bool(job.spawner.is_some())),
             kv("pmix.tmpdir", Val::Str(tmpdir.to_string())),
-            kv("pmix.nsdir", Val::Str(tmpdir.to_string())),
+            // The job's own directory in it: Open MPI makes its job session directory there
+            // and registers it for removal at the job's end; jobs of one server (spawned
+            // ones) sharing one, a job's end removed it under the next job's feet.
+            kv("pmix.nsdir", Val::Str(nsdir(tmpdir, &job.kvsname))),
             // This host.
             kv("pmix.hname", Val::Str(me.host.clone())),
             kv("pmix.nodeid", Val::U32(me.index as u32)),
