@@ -1366,6 +1366,46 @@ fn set_up_slurm() -> Result<SlurmLocal, String> {
     })
 }
 
+/// A `kauri nameserver -port 0 -bind 127.0.0.1` for one test (marked as the test's), killed
+/// when dropped.
+pub struct NameServer {
+    child: std::process::Child,
+    /// Where it listens, `127.0.0.1:PORT`, as it said on its first line.
+    pub addr: String,
+}
+
+impl NameServer {
+    /// Starts it and reads where it listens.
+    pub fn start(ctx: &Ctx) -> NameServer {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(ctx.kauri())
+            .args(["nameserver", "-port", "0", "-bind", "127.0.0.1"])
+            .env(MARKER_VAR, &ctx.marker)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start kauri nameserver");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read the nameserver's first line");
+        let addr = line
+            .trim()
+            .strip_prefix("kauri nameserver listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        NameServer { child, addr }
+    }
+}
+
+impl Drop for NameServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

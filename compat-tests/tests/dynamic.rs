@@ -13,9 +13,8 @@
 //! Simulated hosts are `-launcher fork` agents (`n1` …). Every test checks the exit status and
 //! ends with the leftover check.
 
-use compat_tests::{Ch3, Ctx, Job, Launcher, Outcome};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use compat_tests::{Ch3, Ctx, Job, Launcher, NameServer, Outcome};
+use std::process::{Command, Stdio};
 
 fn kauri_job<S: AsRef<str>>(ctx: &Ctx, args: &[S]) -> Job {
     ctx.job(Launcher::Kauri, args).program(ctx.kauri())
@@ -67,42 +66,6 @@ fn spawn_failed(o: &Outcome, v: &str) -> String {
         .find(|l| l.starts_with("spawn failed"))
         .unwrap_or_else(|| panic!("PMI-{v}: no failure line\n{o}"))
         .to_string()
-}
-
-/// A `kauri nameserver -port 0` for one test, killed when dropped.
-struct NameServer {
-    child: Child,
-    addr: String,
-}
-
-impl NameServer {
-    fn start(ctx: &Ctx) -> NameServer {
-        let mut child = Command::new(ctx.kauri())
-            .args(["nameserver", "-port", "0", "-bind", "127.0.0.1"])
-            .env(compat_tests::MARKER_VAR, &ctx.marker)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start kauri nameserver");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read the nameserver's first line");
-        let addr = line
-            .trim()
-            .strip_prefix("kauri nameserver listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        NameServer { child, addr }
-    }
-}
-
-impl Drop for NameServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Runs kauri in the background, outside the harness's one-job-at-a-time lock (the job it

@@ -41,7 +41,7 @@
 use compat_tests::libpmi::{mpirun_openmpi, ompi_hello_lines as hello_lines};
 use compat_tests::{
     kauri_system_entries, kauri_system_leftovers, netns_hosts, netns_turn, Ch3, Ctx, Job, Launcher,
-    NetnsHosts, Outcome,
+    NameServer, NetnsHosts, Outcome,
 };
 use std::path::{Path, PathBuf};
 
@@ -522,42 +522,6 @@ fn names_one_host() {
 #[test]
 fn names_two_hosts() {
     names("pmix_names_two_hosts", TWO_HOSTS_BLOCK);
-}
-
-/// A `kauri nameserver -port 0` for one test, killed when dropped.
-struct NameServer {
-    child: std::process::Child,
-    addr: String,
-}
-
-impl NameServer {
-    fn start(ctx: &Ctx) -> NameServer {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(ctx.kauri())
-            .args(["nameserver", "-port", "0", "-bind", "127.0.0.1"])
-            .env(compat_tests::MARKER_VAR, &ctx.marker)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("start kauri nameserver");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read the nameserver's first line");
-        let addr = line
-            .trim()
-            .strip_prefix("kauri nameserver listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .to_string();
-        NameServer { child, addr }
-    }
-}
-
-impl Drop for NameServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// kauri with `args` in the background, outside the harness's one-job-at-a-time lock (the
