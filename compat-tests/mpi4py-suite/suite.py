@@ -529,6 +529,9 @@ def main():
     pl.add_argument("--mode", choices=sorted(MODES), default="ci")
     sub.add_parser("selftest", help="check the parser and the comparison (no run)")
     a = p.parse_args()
+    if getattr(a, "kauri", None):
+        # Groups run in their own work directories: a relative path would not resolve there.
+        a.kauri = os.path.abspath(a.kauri)
     if a.cmd == "run":
         cmd_run(a)
         return 0
