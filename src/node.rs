@@ -173,6 +173,18 @@ fn spawn_info_key(key: &str, value: &str) -> Option<(String, String)> {
     Some((k.into(), value.to_string()))
 }
 
+/// Variables kauri sets for each rank from what its host is (see [`Node::start`]).
+const PER_HOST_VARS: [&str; 2] = [VADER_DIR_VAR, YIELD_VAR];
+
+/// Whether `k=v`, in a PMIx spawn's environment, is one of [`PER_HOST_VARS`] as kauri set it
+/// for the parent rank: Open MPI copies every `OMPI_MCA_*` variable of the parent into its
+/// spawn's environment, and a child on another host must have its own host's value (two
+/// simulated hosts' children that shared one shared-memory directory shared their vader
+/// segments). The user's own setting, in this process's environment too, is kept.
+fn set_per_host(k: &str, v: &str) -> bool {
+    PER_HOST_VARS.contains(&k) && std::env::var(k).map_or(true, |mine| mine != v)
+}
+
 /// A PMIx spawn's applications as the commands of a spawn request.
 fn spawn_service(rank: u32, apps: Vec<pmix::SpawnApp>) -> crate::service::Service {
     let mut env = Vec::with_capacity(apps.len());
@@ -193,7 +205,12 @@ fn spawn_service(rank: u32, apps: Vec<pmix::SpawnApp>) -> crate::service::Servic
             if let Some(cwd) = a.cwd.filter(|_| !info.iter().any(|(k, _)| k == "wdir")) {
                 info.push(("wdir".into(), cwd));
             }
-            env.push(a.env);
+            env.push(
+                a.env
+                    .into_iter()
+                    .filter(|(k, v)| !set_per_host(k, v))
+                    .collect(),
+            );
             pmi_wire::SpawnCommand {
                 execname: a.cmd,
                 nprocs: a.maxprocs,
@@ -966,6 +983,9 @@ impl Drop for ShmDir {
 /// The variable that tells Open MPI where its shared-memory segments go.
 const VADER_DIR_VAR: &str = "OMPI_MCA_btl_vader_backing_directory";
 
+/// Open MPI's variable that makes waiting ranks yield their core.
+const YIELD_VAR: &str = "OMPI_MCA_mpi_yield_when_idle";
+
 /// True when `name` means this machine.
 pub fn is_local(name: &str, me: &str) -> bool {
     name == "localhost"
@@ -1163,14 +1183,8 @@ impl Node {
                     set(VADER_DIR_VAR, d.display().to_string());
                 }
                 let open_mpi = job.pmix || a.uses_open_mpi_flux();
-                if yield_idle
-                    && open_mpi
-                    && !a
-                        .env
-                        .iter()
-                        .any(|(k, _)| k == "OMPI_MCA_mpi_yield_when_idle")
-                {
-                    set("OMPI_MCA_mpi_yield_when_idle", "1".into());
+                if yield_idle && open_mpi && !a.env.iter().any(|(k, _)| k == YIELD_VAR) {
+                    set(YIELD_VAR, "1".into());
                 }
 
                 set("KAURI_RANK", r.to_string());

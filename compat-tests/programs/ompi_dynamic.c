@@ -9,6 +9,9 @@
  *                           connects (connect/accept between two unrelated jobs)
  *   ompi_dynamic unplaceable a spawn on a host that is not in the run fails with an error
  *                           class, and the world goes on
+ *   ompi_dynamic dirs       the world spawns 2 children; parents and children print their host
+ *                           (KAURI_HOST) and shared-memory directory
+ *                           (OMPI_MCA_btl_vader_backing_directory): kauri-only
  * Every line printed is the same whatever the launcher; each ends with a disconnect. */
 #include <mpi.h>
 #include <stdio.h>
@@ -29,6 +32,12 @@ static void report_to_parent(MPI_Comm parent, int v) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) MPI_Send(&v, 1, MPI_INT, 0, 1, parent);
     MPI_Comm_disconnect(&parent);
+}
+
+static void print_dirs(const char *who) {
+    const char *h = getenv("KAURI_HOST"), *d = getenv("OMPI_MCA_btl_vader_backing_directory");
+    printf("dirs: %s on %s: %s\n", who, h ? h : "?", d ? d : "none");
+    fflush(stdout);
 }
 
 static int child(char *self, MPI_Comm parent, int argc, char **argv) {
@@ -56,6 +65,9 @@ static int child(char *self, MPI_Comm parent, int argc, char **argv) {
         report_to_parent(parent, v + 1);
     } else if (!strcmp(role, "grandchild-nested")) {
         report_to_parent(parent, 42);
+    } else if (!strcmp(role, "child-dirs")) {
+        print_dirs("child");
+        report_to_parent(parent, 1);
     } else if (!strcmp(role, "server")) {
         char port[MPI_MAX_PORT_NAME];
         MPI_Comm client;
@@ -119,6 +131,12 @@ int main(int argc, char **argv) {
             printf("spawn: parent world of %d: %d children, sum of their ranks %d\n", size,
                    rsize, sum);
         }
+        MPI_Comm_disconnect(&inter);
+    } else if (!strcmp(mode, "dirs")) {
+        int v;
+        print_dirs("parent");
+        spawn_self(argv[0], "child-dirs", 2, &inter);
+        if (rank == 0) MPI_Recv(&v, 1, MPI_INT, 0, 1, inter, MPI_STATUS_IGNORE);
         MPI_Comm_disconnect(&inter);
     } else if (!strcmp(mode, "multiple")) {
         char *cmds[2] = {argv[0], argv[0]};

@@ -1098,6 +1098,50 @@ fn dynamic_connect_accept_two_hosts() {
     dynamic("pmix_dyn_siblings_2h", "siblings", TWO_HOSTS_CYCLIC);
 }
 
+/// The ranks of a job, parent or spawned, on different hosts never share a shared-memory
+/// directory. Open MPI copies its parent's `OMPI_MCA_*` variables into a spawn's environment, so
+/// the children once all got parent rank 0's host's directory: two children on two
+/// simulated hosts, both local rank 0 of their job, then shared one vader segment (its name
+/// is the hostname, the job and the local rank), and some twenty spawns into mpi4py's
+/// `test_spawn` one of them died of SIGSEGV in `mca_btl_vader_poll_handle_frag`.
+#[test]
+fn dynamic_children_get_their_own_hosts_shared_memory_directory() {
+    let ctx = Ctx::new("pmix_dyn_dirs");
+    let p = ctx.ompi_prog("ompi_dynamic");
+    let k = kauri_with(&ctx, TWO_HOSTS_CYCLIC, 2, &p, &["dirs"], &[]);
+    assert_eq!(k.code, Some(0), "kauri failed\n{k}");
+    // Each job's ranks by host: (parent or child, host) -> directory.
+    let mut dirs: Vec<(String, String, String)> = Vec::new();
+    for l in k.stdout.lines().filter_map(|l| l.strip_prefix("dirs: ")) {
+        let (who, dir) = l.split_once(": ").expect("who: dir");
+        let (job, host) = who.split_once(" on ").expect("job on host");
+        dirs.push((job.into(), host.into(), dir.into()));
+    }
+    dirs.sort();
+    let hosts = |job: &str| -> Vec<(String, String)> {
+        let v = dirs.iter().filter(|(j, _, _)| j == job);
+        v.map(|(_, h, d)| (h.clone(), d.clone())).collect()
+    };
+    for job in ["child", "parent"] {
+        let h = hosts(job);
+        assert_eq!(h.len(), 2, "two {job} ranks\n{k}");
+        assert_eq!(
+            (h[0].0.as_str(), h[1].0.as_str()),
+            ("n1", "n2"),
+            "{job}: a rank on each host\n{k}"
+        );
+        assert!(
+            h.iter().all(|(_, d)| d != "none"),
+            "{job}: a directory each\n{k}"
+        );
+        assert_ne!(
+            h[0].1, h[1].1,
+            "{job}: the ranks on n1 and n2 share a directory\n{k}"
+        );
+    }
+    ctx.assert_no_leftovers();
+}
+
 /// A spawn kauri cannot place (a host that is not in the run) fails that call with an error
 /// class and one line saying why, and the world goes on. At 1 rank: Open MPI 4.1 itself
 /// leaves the other ranks of a larger world waiting in `MPI_Comm_spawn` when the root's spawn
