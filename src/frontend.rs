@@ -457,6 +457,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         hosts: used.iter().map(|&n| hosts[n].name.clone()).collect(),
         master,
         spawner: None,
+        parent_rank: None,
         preput: Vec::new(),
         adopt,
         simulated_hosts: kind == "fork",
@@ -910,8 +911,28 @@ fn named_hosts(cluster: &Cluster, names: &[String]) -> Result<Vec<usize>, String
     Ok(out)
 }
 
+/// Reads a spawn's `ppr` directive, `N:n` or `N:node` (Open MPI's `npernode` and `pernode`
+/// arrive so): N processes per host.
+fn parse_ppr(v: &str) -> Result<u64, String> {
+    let (n, obj) = v.split_once(':').unwrap_or((v, "node"));
+    let n: u64 = n
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("spawn: ppr {v}: not a count of processes"))?;
+    match obj.trim() {
+        "n" | "node" => Ok(n),
+        other => Err(format!(
+            "spawn: ppr {v}: only per node is supported, not per {other}"
+        )),
+    }
+}
+
 /// Plans a spawned job: its ranks go round-robin over the free slots of the run's hosts (or
-/// of the hosts its info keys name), oversubscribing in turn when every slot is taken.
+/// of the hosts its info keys name), oversubscribing in turn when every slot is taken. A
+/// command's `map-by slot` fills each host's free slots before the next; its `ppr N:n`
+/// places N of its processes on each host in order (an error when the hosts are too few).
 fn plan_spawn(
     cluster: &mut Cluster,
     spawner: &JobPlan,
@@ -938,8 +959,23 @@ fn plan_spawn(
         let mut candidates: Vec<usize> = (0..nhosts).collect();
         let mut env = cluster.env.clone();
         let mut wdir = cluster.cwd.clone();
+        let mut per_node: Option<u64> = None;
+        let mut by_slot = false;
         for (k, v) in &c.info {
             match k.as_str() {
+                // Open MPI's npernode/pernode/ppr (PMIX_PPR: "N:n" or "N:node").
+                "ppr" => per_node = Some(parse_ppr(v)?),
+                // Open MPI's map_by (PMIX_MAPBY): node (the default here), or slot and its
+                // spellings (fill each host's slots before the next host).
+                "map-by" | "map_by" => match v.split(':').next().unwrap_or("") {
+                    "node" => by_slot = false,
+                    "slot" | "core" | "hwthread" | "socket" | "package" | "numa" => by_slot = true,
+                    other => {
+                        return Err(format!(
+                            "spawn: map-by {other} is not supported (node or slot)"
+                        ))
+                    }
+                },
                 "host" | "hosts" => {
                     let names: Vec<String> = v.split(',').map(str::to_string).collect();
                     candidates = named_hosts(cluster, &names)?;
@@ -974,11 +1010,33 @@ fn plan_spawn(
             env.retain(|(n, _)| n != k);
             env.push((k.clone(), v.clone()));
         }
+        if let Some(ppn) = per_node {
+            let room = ppn.saturating_mul(candidates.len() as u64);
+            if u64::from(c.nprocs) > room {
+                return Err(format!(
+                    "spawn of {} processes at {ppn} per host needs more hosts than the {} it may use",
+                    c.nprocs,
+                    candidates.len()
+                ));
+            }
+        }
+        // This command's processes on each host so far (for ppr).
+        let mut mine = vec![0u64; nhosts];
         for _ in 0..c.nprocs {
-            let free = (0..candidates.len())
-                .map(|k| candidates[(cluster.cursor + k) % candidates.len()])
-                .find(|&n| cluster.in_use[n] < cluster.hosts[n].slots);
-            let n = free.unwrap_or(candidates[cluster.cursor % candidates.len()]);
+            let n = if let Some(ppn) = per_node {
+                // In host order, each up to ppn processes of this command.
+                *candidates
+                    .iter()
+                    .find(|&&n| mine[n] < ppn)
+                    .expect("room was checked")
+            } else {
+                let start = if by_slot { 0 } else { cluster.cursor };
+                let free = (0..candidates.len())
+                    .map(|k| candidates[(start + k) % candidates.len()])
+                    .find(|&n| cluster.in_use[n] < cluster.hosts[n].slots);
+                free.unwrap_or(candidates[cluster.cursor % candidates.len()])
+            };
+            mine[n] += 1;
             cluster.in_use[n] += 1;
             cluster.cursor = candidates.iter().position(|&h| h == n).map_or(0, |p| p + 1);
             node_of.push(n);
@@ -1021,6 +1079,7 @@ fn plan_spawn(
             .collect(),
         master: None,
         spawner: Some(spawner.kvsname.clone()),
+        parent_rank: pmix.map(|p| p.parent),
         preput,
         adopt: None,
         simulated_hosts: cluster.launch.kind == "fork",
@@ -2274,5 +2333,20 @@ impl Root {
             }
             Err((e, None)) => self.answer(asker, ServiceReply::Spawn(Err(e))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_ppr;
+
+    #[test]
+    fn ppr_is_a_count_per_node() {
+        assert_eq!(parse_ppr("2:n"), Ok(2));
+        assert_eq!(parse_ppr("1:node"), Ok(1));
+        assert_eq!(parse_ppr("3"), Ok(3));
+        assert!(parse_ppr("0:n").is_err());
+        assert!(parse_ppr("x:n").is_err());
+        assert!(parse_ppr("2:socket").unwrap_err().contains("per socket"));
     }
 }

@@ -168,6 +168,8 @@ fn spawn_info_key(key: &str, value: &str) -> Option<(String, String)> {
         "pmix.hostfile" | "pmix.addhostfile" => "hostfile",
         "pmix.wdir" => "wdir",
         "pmix.prefix" => return Some(("path".into(), format!("{value}/bin"))),
+        "pmix.ppr" => "ppr",
+        "pmix.mapby" => "map-by",
         _ => return None,
     };
     Some((k.into(), value.to_string()))
@@ -186,7 +188,20 @@ fn set_per_host(k: &str, v: &str) -> bool {
 }
 
 /// A PMIx spawn's applications as the commands of a spawn request.
-fn spawn_service(rank: u32, apps: Vec<pmix::SpawnApp>) -> crate::service::Service {
+fn spawn_service(
+    rank: u32,
+    apps: Vec<pmix::SpawnApp>,
+    job_info: &[(String, String)],
+) -> crate::service::Service {
+    // Job-level directives (Open MPI sends npernode and map_by so) hold for every command
+    // that does not say otherwise.
+    let job_wide: Vec<(String, String)> = job_info
+        .iter()
+        .filter_map(|(k, v)| match k.as_str() {
+            "pmix.ppr" | "pmix.mapby" => spawn_info_key(k, v),
+            _ => None,
+        })
+        .collect();
     let mut env = Vec::with_capacity(apps.len());
     let commands = apps
         .into_iter()
@@ -204,6 +219,11 @@ fn spawn_service(rank: u32, apps: Vec<pmix::SpawnApp>) -> crate::service::Servic
                 .collect();
             if let Some(cwd) = a.cwd.filter(|_| !info.iter().any(|(k, _)| k == "wdir")) {
                 info.push(("wdir".into(), cwd));
+            }
+            for (k, v) in &job_wide {
+                if !info.iter().any(|(n, _)| n == k) {
+                    info.push((k.clone(), v.clone()));
+                }
             }
             env.push(
                 a.env
@@ -391,14 +411,16 @@ impl Ctx {
                 reply,
             } => {
                 for (k, v) in &job_info {
-                    debug!(key = %k, value = %v, "PMIx spawn: job directive");
+                    if !matches!(k.as_str(), "pmix.ppr" | "pmix.mapby") {
+                        tracing::info!(key = %k, value = %v, "PMIx spawn: job directive not acted on");
+                    }
                 }
                 let id = st.next_req;
                 st.next_req += 1;
                 st.spawns.insert(id, reply);
                 NodeEvent::Engine(Output::Request {
                     id,
-                    service: spawn_service(rank, apps),
+                    service: spawn_service(rank, apps, &job_info),
                 })
             }
             Upcall::Connect { procs, reply } => {

@@ -70,6 +70,10 @@ pub struct JobPlan {
     pub master: Option<(String, u16)>,
     /// The kvsname of the job that spawned this one (`None` for the job the user started).
     pub spawner: Option<String>,
+    /// The rank of the spawner that asked for this job, where known (a PMIx spawn:
+    /// `PMIX_PARENT_ID`).
+    #[serde(default)]
+    pub parent_rank: Option<u32>,
     /// Pairs in the job's KVS before any rank starts (a spawn's preput keys).
     pub preput: Delta,
     /// A running program to serve as rank 0 instead of starting one (a singleton).

@@ -9,11 +9,16 @@
  *                           connects (connect/accept between two unrelated jobs)
  *   ompi_dynamic unplaceable a spawn on a host that is not in the run fails with an error
  *                           class, and the world goes on
+ *   ompi_dynamic placed KEY VALUE N  the world spawns N children with info KEY=VALUE (npernode,
+ *                           map_by, ...); each prints its host (KAURI_HOST, else the processor
+ *                           name)
  *   ompi_dynamic dirs       the world spawns 2 children; parents and children print their host
  *                           (KAURI_HOST) and shared-memory directory
- *                           (OMPI_MCA_btl_vader_backing_directory): kauri-only
+ *                           (OMPI_MCA_btl_vader_backing_directory), the children whether
+ *                           PMIX_PARENT_ID names parent rank 0: kauri-only
  * Every line printed is the same whatever the launcher; each ends with a disconnect. */
 #include <mpi.h>
+#include <pmix.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,8 +70,32 @@ static int child(char *self, MPI_Comm parent, int argc, char **argv) {
         report_to_parent(parent, v + 1);
     } else if (!strcmp(role, "grandchild-nested")) {
         report_to_parent(parent, 42);
+    } else if (!strcmp(role, "child-placed")) {
+        char name[MPI_MAX_PROCESSOR_NAME];
+        int len;
+        const char *h = getenv("KAURI_HOST");
+        MPI_Get_processor_name(name, &len);
+        printf("placed: child %d of %d on %s\n", rank, size, h ? h : name);
+        fflush(stdout);
+        report_to_parent(parent, 1);
     } else if (!strcmp(role, "child-dirs")) {
+        /* The parent job's namespace came as argv[2]. */
+        pmix_proc_t me, job;
+        pmix_value_t *v = NULL;
         print_dirs("child");
+        if (PMIx_Init(&me, NULL, 0) != PMIX_SUCCESS) {
+            printf("dirs: child %d: PMIx_Init failed\n", rank);
+        } else {
+            PMIX_PROC_LOAD(&job, me.nspace, PMIX_RANK_WILDCARD);
+            pmix_status_t rc = PMIx_Get(&job, PMIX_PARENT_ID, NULL, 0, &v);
+            if (rc != PMIX_SUCCESS || v->type != PMIX_PROC)
+                printf("dirs: child %d: no PMIX_PARENT_ID (%s)\n", rank, PMIx_Error_string(rc));
+            else
+                printf("dirs: child %d: parent %s rank %u\n", rank,
+                       strcmp(v->data.proc->nspace, argv[2]) ? "another job" : "the world",
+                       v->data.proc->rank);
+            PMIx_Finalize(NULL, 0);
+        }
         report_to_parent(parent, 1);
     } else if (!strcmp(role, "server")) {
         char port[MPI_MAX_PORT_NAME];
@@ -132,10 +161,22 @@ int main(int argc, char **argv) {
                    rsize, sum);
         }
         MPI_Comm_disconnect(&inter);
+    } else if (!strcmp(mode, "placed") && argc > 4) {
+        MPI_Info info;
+        char *args[] = {"child-placed", NULL};
+        int n = atoi(argv[4]), errs[64], v;
+        MPI_Info_create(&info);
+        MPI_Info_set(info, argv[2], argv[3]);
+        MPI_Comm_spawn(argv[0], args, n, info, 0, MPI_COMM_WORLD, &inter, errs);
+        MPI_Info_free(&info);
+        if (rank == 0) MPI_Recv(&v, 1, MPI_INT, 0, 1, inter, MPI_STATUS_IGNORE);
+        MPI_Comm_disconnect(&inter);
     } else if (!strcmp(mode, "dirs")) {
-        int v;
+        int v, errs[2];
+        const char *ns = getenv("PMIX_NAMESPACE");
+        char *args[] = {"child-dirs", (char *)(ns ? ns : "?"), NULL};
         print_dirs("parent");
-        spawn_self(argv[0], "child-dirs", 2, &inter);
+        MPI_Comm_spawn(argv[0], args, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter, errs);
         if (rank == 0) MPI_Recv(&v, 1, MPI_INT, 0, 1, inter, MPI_STATUS_IGNORE);
         MPI_Comm_disconnect(&inter);
     } else if (!strcmp(mode, "multiple")) {

@@ -26,11 +26,10 @@ const OMPI_PROGRAMS: &[&str] = &[
     "ompi_allreduce",
     "ompi_abort",
     "ompi_segv",
-    "ompi_dynamic",
 ];
 /// Open MPI programs that also call OpenPMIx directly (`pkg-config pmix`: the library Open
 /// MPI's own PMIx component uses).
-const OMPI_PMIX_PROGRAMS: &[&str] = &["ompi_names", "ompi_failure"];
+const OMPI_PMIX_PROGRAMS: &[&str] = &["ompi_names", "ompi_failure", "ompi_dynamic"];
 /// Programs compiled with `cc` against Kauri's `libpmi.so` (`-lpmi`) or `libpmi2.so`
 /// (`-lpmi2`).
 const LIBPMI_PROGRAMS: &[(&str, &str)] = &[

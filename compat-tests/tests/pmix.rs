@@ -1099,7 +1099,7 @@ fn dynamic_connect_accept_two_hosts() {
 }
 
 /// The ranks of a job, parent or spawned, on different hosts never share a shared-memory
-/// directory. Open MPI copies its parent's `OMPI_MCA_*` variables into a spawn's environment, so
+/// directory, and a spawned job's `PMIX_PARENT_ID` names the rank that spawned it. Open MPI copies its parent's `OMPI_MCA_*` variables into a spawn's environment, so
 /// the children once all got parent rank 0's host's directory: two children on two
 /// simulated hosts, both local rank 0 of their job, then shared one vader segment (its name
 /// is the hostname, the job and the local rank), and some twenty spawns into mpi4py's
@@ -1113,6 +1113,9 @@ fn dynamic_children_get_their_own_hosts_shared_memory_directory() {
     // Each job's ranks by host: (parent or child, host) -> directory.
     let mut dirs: Vec<(String, String, String)> = Vec::new();
     for l in k.stdout.lines().filter_map(|l| l.strip_prefix("dirs: ")) {
+        if !l.contains(" on ") {
+            continue; // a child's PMIX_PARENT_ID line
+        }
         let (who, dir) = l.split_once(": ").expect("who: dir");
         let (job, host) = who.split_once(" on ").expect("job on host");
         dirs.push((job.into(), host.into(), dir.into()));
@@ -1139,6 +1142,79 @@ fn dynamic_children_get_their_own_hosts_shared_memory_directory() {
             "{job}: the ranks on n1 and n2 share a directory\n{k}"
         );
     }
+    // And the spawned job knows its parent: PMIX_PARENT_ID.
+    let mut parents: Vec<&str> = k
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("dirs: child ") && l.contains("parent"))
+        .collect();
+    parents.sort();
+    assert_eq!(
+        parents,
+        [
+            "dirs: child 0: parent the world rank 0",
+            "dirs: child 1: parent the world rank 0"
+        ],
+        "PMIX_PARENT_ID\n{k}"
+    );
+    ctx.assert_no_leftovers();
+}
+
+/// How many of `o`'s `placed:` children ran on each host.
+fn placed(o: &Outcome) -> Vec<(String, usize)> {
+    let mut m: std::collections::BTreeMap<String, usize> = Default::default();
+    for l in o.stdout.lines().filter(|l| l.starts_with("placed: child ")) {
+        *m.entry(l.rsplit(' ').next().unwrap().to_string())
+            .or_default() += 1;
+    }
+    m.into_iter().collect()
+}
+
+/// Open MPI's spawn info keys `npernode` and `map_by` (job directives `PMIX_PPR` and
+/// `PMIX_MAPBY`) place the children: 4 children at `npernode 1` over 3 simulated hosts fail
+/// the spawn (and only it), at `npernode 2` they fill n1 and n2; `map_by slot` fills n1's
+/// 4 slots before n2; `map_by node` goes round the hosts.
+#[test]
+fn dynamic_spawn_directives_place_the_children() {
+    let ctx = Ctx::new("pmix_dyn_placed");
+    let p = ctx.ompi_prog("ompi_dynamic");
+    let hosts = &["-launcher", "fork", "-hosts", "n1:4,n2:4,n3:4"];
+    let run = |k: &str, v: &str, n: &str| kauri_with(&ctx, hosts, 1, &p, &["placed", k, v, n], &[]);
+    let count = |v: &[(&str, usize)]| -> Vec<(String, usize)> {
+        v.iter().map(|(h, n)| (h.to_string(), *n)).collect()
+    };
+    let o = run("npernode", "1", "4");
+    assert_ne!(o.code, Some(0), "npernode 1: 4 children on 3 hosts\n{o}");
+    assert!(
+        o.stderr
+            .lines()
+            .any(|l| l.starts_with("kauri: a PMIx spawn failed: ")
+                && l.contains("at 1 per host needs more hosts than the 3")),
+        "npernode 1: the cause is said\n{o}"
+    );
+    assert_eq!(placed(&o), count(&[]), "npernode 1\n{o}");
+    let o = run("npernode", "2", "4");
+    assert_eq!(o.code, Some(0), "npernode 2\n{o}");
+    assert_eq!(
+        placed(&o),
+        count(&[("n1", 2), ("n2", 2)]),
+        "npernode 2\n{o}"
+    );
+    let o = run("map_by", "slot", "4");
+    assert_eq!(o.code, Some(0), "map_by slot\n{o}");
+    // The parent holds one of n1's 4 slots.
+    assert_eq!(
+        placed(&o),
+        count(&[("n1", 3), ("n2", 1)]),
+        "map_by slot\n{o}"
+    );
+    let o = run("map_by", "node", "3");
+    assert_eq!(o.code, Some(0), "map_by node\n{o}");
+    assert_eq!(
+        placed(&o),
+        count(&[("n1", 1), ("n2", 1), ("n3", 1)]),
+        "map_by node\n{o}"
+    );
     ctx.assert_no_leftovers();
 }
 

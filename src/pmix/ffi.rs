@@ -430,6 +430,8 @@ pub enum Val {
     Bool(bool),
     /// `PMIX_DATA_ARRAY` of `PMIX_INFO`: a nested list of keys and values.
     Infos(Vec<(String, Val)>),
+    /// `PMIX_PROC`: a process, by namespace and rank.
+    Proc(String, u32),
 }
 
 /// A `pmix_info_t` array built from Rust values, with everything it points to. It must
@@ -441,6 +443,9 @@ struct InfoArray {
     #[allow(clippy::vec_box)]
     _arrays: Vec<Box<pmix_data_array_t>>,
     _nested: Vec<InfoArray>,
+    // Boxed for the same reason.
+    #[allow(clippy::vec_box)]
+    _procs: Vec<Box<pmix_proc_t>>,
 }
 
 fn c_string(s: &str) -> CString {
@@ -462,6 +467,7 @@ impl InfoArray {
             _strings: Vec::new(),
             _arrays: Vec::new(),
             _nested: Vec::new(),
+            _procs: Vec::new(),
         };
         for (k, v) in items {
             let mut info = pmix_info_t {
@@ -495,6 +501,13 @@ impl InfoArray {
                     a._arrays.push(arr);
                     a._nested.push(nested);
                     (PMIX_DATA_ARRAY, pmix_value_data { darray: p })
+                }
+                Val::Proc(ns, r) => {
+                    let p = Box::new(proc_t(ns, *r));
+                    let ptr = &*p as *const pmix_proc_t as u64;
+                    a._procs.push(p);
+                    // A pointer is one u64 on LP64 (the layouts test).
+                    (PMIX_PROC, pmix_value_data { _size: [ptr, 0, 0] })
                 }
             };
             info.value.type_ = t;

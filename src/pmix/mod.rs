@@ -347,6 +347,10 @@ impl JobInfo {
                 Val::Rank(local.iter().copied().min().unwrap_or(0)),
             ),
         ];
+        if let (Some(ns), Some(r)) = (&job.spawner, job.parent_rank) {
+            // PMIX_PARENT_ID: the process whose spawn started this job.
+            info.push(kv("pmix.parent", Val::Proc(ns.clone(), r)));
+        }
         for (a, (&first, &n)) in app_first.iter().zip(&app_size).enumerate() {
             info.push(kv(
                 "pmix.app.arr",
@@ -568,6 +572,7 @@ mod tests {
             hosts: hosts.iter().map(|h| h.to_string()).collect(),
             master: None,
             spawner: None,
+            parent_rank: None,
             preput: vec![],
             adopt: None,
             simulated_hosts: false,
