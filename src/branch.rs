@@ -72,6 +72,8 @@ pub trait Host {
     fn service_reply(&self, req: u64, reply: ServiceReply);
     /// Send `sig` to every running rank.
     fn signal(&self, sig: i32);
+    /// Send `sig` to the running ranks among `ranks`.
+    fn signal_ranks(&self, sig: i32, ranks: &[usize]);
     /// Where each rank is, in rank order.
     fn status(&self) -> Vec<RankStatus>;
     /// Rank 0's stdin, when rank 0 runs here and it was not taken yet.
@@ -151,6 +153,9 @@ impl Host for Node {
     }
     fn signal(&self, sig: i32) {
         Node::signal(self, sig)
+    }
+    fn signal_ranks(&self, sig: i32, ranks: &[usize]) {
+        Node::signal_ranks(self, sig, ranks)
     }
     fn status(&self) -> Vec<RankStatus> {
         Node::status(self)
@@ -543,6 +548,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             Down::Stdin(data) => self.stdin(Some(data)),
             Down::StdinEof => self.stdin(None),
             Down::Signal(sig) => self.signal(sig),
+            Down::SignalRanks { sig, ranks } => self.signal_ranks(sig, ranks),
             Down::Teardown => {
                 self.teardown();
             }
@@ -761,6 +767,28 @@ impl<H: Host, L: Links> Branch<H, L> {
         }
     }
 
+    /// Sends `sig` to the ranks `ranks` wherever they run in this branch: each child whose
+    /// subtree runs some of them gets those; this host signals its own.
+    pub fn signal_ranks(&mut self, sig: i32, ranks: Vec<usize>) {
+        let mut below: Vec<(u32, Vec<usize>)> = Vec::new();
+        let mut here = Vec::new();
+        for r in ranks {
+            match self.kids.child_with_rank(r) {
+                Some(id) => match below.iter_mut().find(|(c, _)| *c == id) {
+                    Some((_, v)) => v.push(r),
+                    None => below.push((id, vec![r])),
+                },
+                None => here.push(r),
+            }
+        }
+        for (id, ranks) in below {
+            self.kids.send(id, Down::SignalRanks { sig, ranks });
+        }
+        if let (Some(n), false) = (&self.node, here.is_empty()) {
+            n.signal_ranks(sig, &here);
+        }
+    }
+
     /// Begins the teardown here and below: `SIGTERM` to the ranks, `Teardown` to the
     /// children (a child that has not connected yet is turned away when it does). True the
     /// first time, when the caller arms its kill timer.
@@ -851,6 +879,9 @@ mod tests {
         fn service_reply(&self, _: u64, _: ServiceReply) {}
         fn signal(&self, sig: i32) {
             self.0.borrow_mut().push(format!("signal {sig}"));
+        }
+        fn signal_ranks(&self, sig: i32, ranks: &[usize]) {
+            self.0.borrow_mut().push(format!("signal {sig} {ranks:?}"));
         }
         fn status(&self) -> Vec<RankStatus> {
             Vec::new()

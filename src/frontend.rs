@@ -2244,6 +2244,15 @@ impl Root {
                     preput,
                     pmix,
                 } => self.spawn(asker, &commands, preput, pmix).await,
+                Service::Terminate {
+                    procs,
+                    by,
+                    status,
+                    message,
+                } => {
+                    let reply = self.terminate(&procs, &by, status, &message);
+                    self.answer(asker, ServiceReply::Done(reply));
+                }
                 Service::JobOf { nspace } => {
                     let plan = self
                         .job_named(&nspace)
@@ -2284,6 +2293,58 @@ impl Root {
                 },
             }
         }
+    }
+
+    /// `PMIx_Abort` of some processes by `by`: one line, then `SIGKILL` to each (a rank of
+    /// `PMIX_RANK_WILDCARD`: every rank of that namespace) down its job's tree. What follows is what
+    /// follows any rank killed by a signal (the job ends, unless `-disable-auto-cleanup`).
+    fn terminate(
+        &mut self,
+        procs: &[(String, u32)],
+        by: &str,
+        status: i32,
+        message: &str,
+    ) -> Result<(), String> {
+        let mut by_job: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (ns, r) in procs {
+            let k = self
+                .job_named(ns)
+                .ok_or(format!("no job of this run is named {ns}"))?;
+            let size = self.jobs[k].plan.size;
+            let ranks: Vec<usize> = if *r == crate::pmix::ffi::PMIX_RANK_WILDCARD {
+                (0..size).collect()
+            } else if (*r as usize) < size {
+                vec![*r as usize]
+            } else {
+                return Err(format!("{ns} has no rank {r}"));
+            };
+            match by_job.iter_mut().find(|(j, _)| *j == k) {
+                Some((_, v)) => v.extend(ranks),
+                None => by_job.push((k, ranks)),
+            }
+        }
+        let what: Vec<String> = by_job
+            .iter()
+            .map(|(k, ranks)| {
+                let list: Vec<String> = ranks.iter().map(usize::to_string).collect();
+                format!("{} rank(s) {}", self.jobs[*k].plan.kvsname, list.join(","))
+            })
+            .collect();
+        let why = if message.is_empty() {
+            String::new()
+        } else {
+            format!(": {message}")
+        };
+        eprintln!(
+            "kauri: {by} called PMIx_Abort (status {status}) on {}{why}",
+            what.join("; ")
+        );
+        for (k, mut ranks) in by_job {
+            ranks.sort_unstable();
+            ranks.dedup();
+            self.jobs[k].branch.signal_ranks(libc::SIGKILL, ranks);
+        }
+        Ok(())
     }
 
     /// Starts the job a rank asked for; the answer goes back once every host started its

@@ -292,6 +292,7 @@ impl Table {
             }),
             Service::Spawn { .. } => ServiceReply::Spawn(Err("not a name request".into())),
             Service::JobOf { .. } => ServiceReply::Job(Err("not a name request".into())),
+            Service::Terminate { .. } => ServiceReply::Done(Err("not a name request".into())),
         }
     }
 
@@ -690,6 +691,10 @@ impl Client {
                     }
                     Service::JobOf { .. } => {
                         let _ = reply.send(ServiceReply::Job(Err("not a name request".into())));
+                        continue;
+                    }
+                    Service::Terminate { .. } => {
+                        let _ = reply.send(ServiceReply::Done(Err("not a name request".into())));
                         continue;
                     }
                 };

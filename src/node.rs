@@ -124,6 +124,8 @@ struct PmixState {
     next_req: u64,
     /// Spawns the front end has not answered, by request id.
     spawns: HashMap<u64, SpawnReply>,
+    /// `PMIx_Abort`s of some processes the front end has not answered, by request id.
+    terminates: HashMap<u64, pmix::ffi::OpReply>,
     /// Connects waiting for the plans of the jobs they name: request id -> connect.
     plans_asked: HashMap<u64, u64>,
     /// Those connects: the library's callback, how many plans are still due, the first error.
@@ -492,6 +494,27 @@ impl Ctx {
                 rank,
                 status,
                 message,
+                procs,
+                reply: Some(reply),
+            } => {
+                let id = st.next_req;
+                st.next_req += 1;
+                st.terminates.insert(id, reply);
+                NodeEvent::Engine(Output::Request {
+                    id,
+                    service: Service::Terminate {
+                        procs,
+                        by: format!("{}:{rank}", st.nspace),
+                        status,
+                        message,
+                    },
+                })
+            }
+            Upcall::Abort {
+                rank,
+                status,
+                message,
+                ..
             } => NodeEvent::Engine(Output::Abort {
                 rank: Some(rank as usize),
                 code: status,
@@ -915,6 +938,7 @@ fn start_pmix(
         upcall_tx: tx.clone(),
         next_req: PMIX_REQUESTS,
         spawns: HashMap::new(),
+        terminates: HashMap::new(),
         plans_asked: HashMap::new(),
         connects: HashMap::new(),
         collectives: HashMap::new(),
@@ -1381,6 +1405,17 @@ impl Node {
         use crate::service::ServiceReply;
         let mut st = self.ctx.pmix.borrow_mut();
         let Some(p) = st.as_mut() else { return };
+        if let Some(r) = p.terminates.remove(&id) {
+            drop(st);
+            let status = match reply {
+                ServiceReply::Done(Ok(())) => pmix::ffi::PMIX_SUCCESS,
+                other => {
+                    debug!(?other, "PMIx abort of processes refused");
+                    pmix::ffi::PMIX_ERROR
+                }
+            };
+            return r.done(status);
+        }
         if let Some(r) = p.spawns.remove(&id) {
             drop(st);
             match reply {
@@ -1512,6 +1547,21 @@ impl Node {
         for &pid in self.running.borrow().values() {
             if Some(pid) == self.adopted {
                 // A singleton's process group is its shell's job, kauri included.
+                proc::signal_pid(pid, sig);
+            } else {
+                proc::signal_group(pid, sig);
+            }
+        }
+    }
+
+    /// Sends `sig` to the process groups of the ranks `ranks` that run here.
+    pub fn signal_ranks(&self, sig: i32, ranks: &[usize]) {
+        for (r, &pid) in self.running.borrow().iter() {
+            if !ranks.contains(r) {
+                continue;
+            }
+            debug!(rank = r, pid, sig, "signalling a rank");
+            if Some(pid) == self.adopted {
                 proc::signal_pid(pid, sig);
             } else {
                 proc::signal_group(pid, sig);

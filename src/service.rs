@@ -33,6 +33,20 @@ pub enum Service {
         /// The job's namespace.
         nspace: String,
     },
+    /// Terminate processes (`PMIx_Abort` with a list of processes): `SIGKILL` to each,
+    /// after a line that says who asked and why. Answered with `Done` once they have been
+    /// signalled.
+    Terminate {
+        /// The processes, as namespace (kvsname) and rank (`PMIX_RANK_WILDCARD`: every rank
+        /// of it).
+        procs: Vec<(String, u32)>,
+        /// Who asked: `namespace:rank`.
+        by: String,
+        /// The status it gave.
+        status: i32,
+        /// Its message.
+        message: String,
+    },
     /// Publish a service name.
     Publish {
         /// The name.

@@ -11,6 +11,8 @@
  *   exit0  exit(0) without MPI_Finalize
  *   agent  SIGKILL to its parent (under kauri -launcher fork, its host's agent), then to
  *          itself: its host is lost
+ *   abortproc  rank 0 calls PMIx_Abort(7, ..., {the last rank}) and the last rank waits to
+ *          be killed; rank 0 prints "ompi_failure: rank 0 aborted the last rank: STATUS"
  *
  * and every other rank waits (polling, at most SECONDS, 60 by default) for the handler to run, then prints
  *
@@ -110,6 +112,17 @@ int main(int argc, char **argv)
         }
     }
     MPI_Barrier(MPI_COMM_WORLD);
+    if (0 == strcmp(mode, "abortproc") && rank == 0) {
+        pmix_proc_t last;
+        PMIX_PROC_LOAD(&last, me.nspace, size - 1);
+        pmix_status_t rc = PMIx_Abort(7, "ompi_failure: rank 0 aborts the last rank", &last, 1);
+        printf("ompi_failure: rank 0 aborted the last rank: %s\n", PMIx_Error_string(rc));
+        fflush(stdout);
+    }
+    if (0 == strcmp(mode, "abortproc") && rank == size - 1) {
+        fflush(stdout);
+        for (;;) pause();
+    }
     if (rank == size - 1) {
         fflush(stdout);
         if (0 == strcmp(mode, "exit3")) {

@@ -1396,6 +1396,51 @@ fn one_host_failure_event_signal() {
     ctx.assert_no_leftovers();
 }
 
+/// `PMIx_Abort` with a list of processes: rank 0 of 4 aborts rank 3, on the other host.
+/// Rank 3 alone is killed (`SIGKILL`, after one line naming who asked and why); rank 0's call
+/// returns; every survivor sees PMIX_ERR_PROC_ABORTED_BY_SIG about rank 3; then the job ends
+/// as after any rank killed by a signal (status 9), or, with `-disable-auto-cleanup`, the
+/// survivors run to their end. (Open MPI 4.1 itself never passes a list: its
+/// `ompi_rte_abort_peers` is empty; a PMIx client or Open MPI 5 does.)
+#[test]
+fn two_hosts_abort_of_one_process() {
+    let ctx = Ctx::new("pmix_two_hosts_abort_procs");
+    let p = ctx.ompi_prog("ompi_failure");
+    let saw = "saw PROC-ABORTED-BY-SIG source=3 affected=3 exit=137";
+    let (torn, kept) = kauri_failure(
+        &ctx,
+        &p,
+        "abortproc",
+        "handler",
+        TWO_HOSTS_BLOCK,
+        4,
+        saw,
+        9,
+        false,
+        None,
+    );
+    for o in [&torn, &kept] {
+        assert!(
+            o.stdout
+                .contains("ompi_failure: rank 0 aborted the last rank: SUCCESS"),
+            "rank 0's PMIx_Abort returned\n{o}"
+        );
+        let said: Vec<&str> = o
+            .stderr
+            .lines()
+            .filter(|l| l.contains("called PMIx_Abort"))
+            .collect();
+        assert_eq!(said.len(), 1, "one line for the abort\n{o}");
+        assert!(
+            said[0].starts_with("kauri: ")
+                && said[0].contains(":0 called PMIx_Abort (status 7) on ")
+                && said[0].ends_with(" rank(s) 3: ompi_failure: rank 0 aborts the last rank"),
+            "the abort's line\n{o}"
+        );
+    }
+    ctx.assert_no_leftovers();
+}
+
 /// Rank 3 of 4, on the second host, exits with code 3 without finalizing: every other rank,
 /// on both hosts, sees PMIX_ERR_PROC_ABORTED with exit code 3; status 3.
 #[test]

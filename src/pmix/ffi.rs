@@ -573,6 +573,11 @@ pub enum Upcall {
         status: i32,
         /// Its message.
         message: String,
+        /// The processes to terminate (rank [`PMIX_RANK_WILDCARD`]: a whole namespace);
+        /// empty: the caller's whole job.
+        procs: Vec<(String, u32)>,
+        /// Where the answer goes (the library waits for it before it releases the caller).
+        reply: Option<OpReply>,
     },
     /// Every local client entered a fence over the whole namespace: `data` is this host's
     /// contribution; answer with every host's contributions, concatenated.
@@ -978,8 +983,8 @@ unsafe extern "C" fn up_abort(
     _obj: *mut c_void,
     status: c_int,
     msg: *const c_char,
-    _procs: *mut pmix_proc_t,
-    _nprocs: usize,
+    procs: *mut pmix_proc_t,
+    nprocs: usize,
     cbfunc: pmix_op_cbfunc_t,
     cbdata: *mut c_void,
 ) -> Status {
@@ -987,6 +992,8 @@ unsafe extern "C" fn up_abort(
     let Some((ns, rank)) = (unsafe { read_proc(proc_) }) else {
         return PMIX_ERROR;
     };
+    // SAFETY: the library passes nprocs valid procs (or NULL).
+    let procs = unsafe { read_procs(procs, nprocs) };
     let message = if msg.is_null() {
         String::new()
     } else {
@@ -995,12 +1002,28 @@ unsafe extern "C" fn up_abort(
             .to_string_lossy()
             .into_owned()
     };
+    if !procs.is_empty() {
+        // Some processes: answered once the front end has signalled them.
+        deliver(
+            &ns,
+            Upcall::Abort {
+                rank,
+                status,
+                message,
+                procs,
+                reply: cbfunc.map(|cbfunc| OpReply { cbfunc, cbdata }),
+            },
+        );
+        return PMIX_SUCCESS;
+    }
     deliver(
         &ns,
         Upcall::Abort {
             rank,
             status,
             message,
+            procs,
+            reply: None,
         },
     );
     // The client is released and exits by itself; the job's teardown is under way.

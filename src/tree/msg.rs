@@ -109,6 +109,14 @@ pub enum Down {
     StdinEof,
     /// Forward a signal to every rank.
     Signal(i32),
+    /// Send signal `sig` to the ranks `ranks` of the job (wherever they run: each host signals
+    /// its own).
+    SignalRanks {
+        /// The signal.
+        sig: i32,
+        /// The ranks.
+        ranks: Vec<usize>,
+    },
     /// End the job: SIGTERM, the grace period, SIGKILL.
     Teardown,
     /// Kill every rank now.
