@@ -278,6 +278,7 @@ impl Host for SimHost {
     fn service_reply(&self, _req: u64, _reply: ServiceReply) {}
     /// No process to signal.
     fn signal(&self, _sig: i32) {}
+    fn signal_ranks(&self, _sig: i32, _ranks: &[usize]) {}
     /// Virtual ranks have no PMI state to report.
     fn status(&self) -> Vec<kauri::tree::RankStatus> {
         Vec::new()
