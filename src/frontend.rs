@@ -2253,6 +2253,14 @@ impl Root {
                     let reply = self.terminate(&procs, &by, status, &message);
                     self.answer(asker, ServiceReply::Done(reply));
                 }
+                Service::Jobs => {
+                    let jobs = self
+                        .jobs
+                        .iter()
+                        .map(|j| (j.plan.kvsname.clone(), j.plan.size))
+                        .collect();
+                    self.answer(asker, ServiceReply::Jobs(jobs));
+                }
                 Service::JobOf { nspace } => {
                     let plan = self
                         .job_named(&nspace)

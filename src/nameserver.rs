@@ -293,6 +293,7 @@ impl Table {
             Service::Spawn { .. } => ServiceReply::Spawn(Err("not a name request".into())),
             Service::JobOf { .. } => ServiceReply::Job(Err("not a name request".into())),
             Service::Terminate { .. } => ServiceReply::Done(Err("not a name request".into())),
+            Service::Jobs => ServiceReply::Jobs(Vec::new()),
         }
     }
 
@@ -423,7 +424,7 @@ fn reply_line(r: &ServiceReply) -> String {
         ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) | ServiceReply::Spawn(Err(e)) => {
             format!("error {}\n", encode(e))
         }
-        ServiceReply::Spawn(Ok(_)) | ServiceReply::Job(_) => {
+        ServiceReply::Spawn(Ok(_)) | ServiceReply::Job(_) | ServiceReply::Jobs(_) => {
             "error not%20a%20name%20request\n".into()
         }
     }
@@ -695,6 +696,10 @@ impl Client {
                     }
                     Service::Terminate { .. } => {
                         let _ = reply.send(ServiceReply::Done(Err("not a name request".into())));
+                        continue;
+                    }
+                    Service::Jobs => {
+                        let _ = reply.send(ServiceReply::Jobs(Vec::new()));
                         continue;
                     }
                 };

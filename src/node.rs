@@ -126,6 +126,8 @@ struct PmixState {
     spawns: HashMap<u64, SpawnReply>,
     /// `PMIx_Abort`s of some processes the front end has not answered, by request id.
     terminates: HashMap<u64, pmix::ffi::OpReply>,
+    /// Queries waiting for the run's jobs, by request id: the queries and their answer.
+    queries: HashMap<u64, (Vec<pmix::ffi::Query>, pmix::ffi::QueryReply)>,
     /// Connects waiting for the plans of the jobs they name: request id -> connect.
     plans_asked: HashMap<u64, u64>,
     /// Those connects: the library's callback, how many plans are still due, the first error.
@@ -246,6 +248,60 @@ fn spawn_service(
         preput: Default::default(),
         pmix: Some(crate::service::PmixSpawn { env, parent: rank }),
     }
+}
+
+/// Answers a client's queries from the run's `jobs` (namespace, size), `own` being the
+/// asker's namespace: `PMIX_QUERY_NAMESPACES` (every job of the run, comma-separated),
+/// `PMIX_JOB_SIZE` (of the namespace a `PMIX_NSPACE` qualifier names; the library does not
+/// say who asked, so without one it is not known), and the process sets and groups kauri has none of
+/// (`PMIX_QUERY_NUM_PSETS`/`PMIX_QUERY_NUM_GROUPS` 0, `PMIX_QUERY_PSET_NAMES` empty).
+/// Returns the status (`PMIX_SUCCESS`, `PMIX_ERR_PARTIAL_SUCCESS` when some keys are not
+/// known, `PMIX_ERR_NOT_FOUND` when none is) and the answers, each under its key.
+fn answer_queries(
+    queries: &[pmix::ffi::Query],
+    jobs: &[(String, usize)],
+) -> (i32, Vec<(String, pmix::ffi::Val)>) {
+    use pmix::ffi::{InfoVal, Val};
+    let (mut answers, mut missed) = (Vec::new(), 0);
+    for q in queries {
+        let nspace = q
+            .qualifiers
+            .iter()
+            .find_map(|(k, v)| match (k.as_str(), v) {
+                ("pmix.nspace", InfoVal::Str(s)) => Some(s.as_str()),
+                _ => None,
+            });
+        for key in &q.keys {
+            let v = match key.as_str() {
+                "pmix.qry.ns" => Some(Val::Str(
+                    jobs.iter()
+                        .map(|(n, _)| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                )),
+                "pmix.job.size" => jobs
+                    .iter()
+                    .find(|(n, _)| Some(n.as_str()) == nspace)
+                    .map(|(_, s)| Val::U32(*s as u32)),
+                "pmix.qry.psetnum" | "pmix.qry.pgrpnum" => Some(Val::Size(0)),
+                "pmix.qry.psets" => Some(Val::Str(String::new())),
+                _ => None,
+            };
+            match v {
+                Some(v) => answers.push((key.clone(), v)),
+                None => {
+                    debug!(%key, ?nspace, "PMIx query: not known");
+                    missed += 1;
+                }
+            }
+        }
+    }
+    let status = match (answers.is_empty(), missed) {
+        (_, 0) => pmix::ffi::PMIX_SUCCESS,
+        (true, _) => pmix::ffi::PMIX_ERR_NOT_FOUND,
+        (false, _) => pmix::ffi::PMIX_ERR_PARTIAL_SUCCESS,
+    };
+    (status, answers)
 }
 
 /// A collective's signature: its participants, sorted, as text.
@@ -488,6 +544,20 @@ impl Ctx {
                 st.finalized.insert(rank as usize);
                 NodeEvent::Engine(Output::Finalized {
                     rank: rank as usize,
+                })
+            }
+            Upcall::Query {
+                rank,
+                queries,
+                reply,
+            } => {
+                debug!(rank, ?queries, "PMIx query");
+                let id = st.next_req;
+                st.next_req += 1;
+                st.queries.insert(id, (queries, reply));
+                NodeEvent::Engine(Output::Request {
+                    id,
+                    service: Service::Jobs,
                 })
             }
             Upcall::Abort {
@@ -939,6 +1009,7 @@ fn start_pmix(
         next_req: PMIX_REQUESTS,
         spawns: HashMap::new(),
         terminates: HashMap::new(),
+        queries: HashMap::new(),
         plans_asked: HashMap::new(),
         connects: HashMap::new(),
         collectives: HashMap::new(),
@@ -1405,6 +1476,18 @@ impl Node {
         use crate::service::ServiceReply;
         let mut st = self.ctx.pmix.borrow_mut();
         let Some(p) = st.as_mut() else { return };
+        if let Some((queries, r)) = p.queries.remove(&id) {
+            drop(st);
+            let jobs = match reply {
+                ServiceReply::Jobs(j) => j,
+                other => {
+                    debug!(?other, "PMIx query answered with something else");
+                    Vec::new()
+                }
+            };
+            let (status, answers) = answer_queries(&queries, &jobs);
+            return r.done(status, &answers);
+        }
         if let Some(r) = p.terminates.remove(&id) {
             drop(st);
             let status = match reply {

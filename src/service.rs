@@ -33,6 +33,8 @@ pub enum Service {
         /// The job's namespace.
         nspace: String,
     },
+    /// The jobs of the run: each one's namespace (kvsname) and size (a PMIx query).
+    Jobs,
     /// Terminate processes (`PMIx_Abort` with a list of processes): `SIGKILL` to each,
     /// after a line that says who asked and why. Answered with `Done` once they have been
     /// signalled.
@@ -122,6 +124,8 @@ pub enum ServiceReply {
     Found(Result<String, String>),
     /// The plan of a job ([`Service::JobOf`]).
     Job(Result<Box<crate::plan::JobPlan>, String>),
+    /// The jobs of the run ([`Service::Jobs`]): namespace and size, in the order they started.
+    Jobs(Vec<(String, usize)>),
 }
 
 /// What a PMIx spawn adds to its commands.

@@ -1218,6 +1218,38 @@ fn dynamic_spawn_directives_place_the_children() {
     ctx.assert_no_leftovers();
 }
 
+/// `PMIx_Query_info` for what Open MPI programs and tools ask a launcher: the run's
+/// namespaces, a namespace's size, its process sets (none), on one host and on two
+/// simulated hosts (rank 0 on the first, its query served there). A key kauri does not
+/// answer (`pmix.qry.nsinfo`) is NOT-FOUND. mpirun.openmpi 4.1 (ORTE) answers none of
+/// them; its lines are shown, not held against it.
+#[test]
+fn query_namespaces_job_size_and_psets() {
+    let ctx = Ctx::new("pmix_query");
+    let p = ctx.ompi_prog("ompi_query");
+    let want = |n: usize| {
+        vec![
+            "ompi_query: pmix.job.size: SUCCESS 3".to_string(),
+            format!("ompi_query: pmix.qry.ns: SUCCESS {n} namespace(s), mine listed"),
+            "ompi_query: pmix.qry.nsinfo: NOT-FOUND".to_string(),
+            "ompi_query: pmix.qry.psetnum: SUCCESS 0".to_string(),
+            "ompi_query: pmix.qry.psets: SUCCESS ''".to_string(),
+        ]
+    };
+    let m = mpirun(&ctx, 3, &p, &[]);
+    assert_eq!(m.code, Some(0), "mpirun.openmpi failed\n{m}");
+    for args in [ONE_HOST, TWO_HOSTS_CYCLIC] {
+        let k = kauri(&ctx, args, 3, &p, &[]);
+        assert_eq!(k.code, Some(0), "kauri {args:?} failed\n{k}");
+        assert_eq!(
+            sorted(&k),
+            want(1),
+            "kauri {args:?}\n{k}\n(mpirun.openmpi:\n{m})"
+        );
+    }
+    ctx.assert_no_leftovers();
+}
+
 /// A spawn kauri cannot place (a host that is not in the run) fails that call with an error
 /// class and one line saying why, and the world goes on. At 1 rank: Open MPI 4.1 itself
 /// leaves the other ranks of a larger world waiting in `MPI_Comm_spawn` when the root's spawn

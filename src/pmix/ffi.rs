@@ -31,6 +31,8 @@ pub const PMIX_ERROR: Status = -1;
 pub const PMIX_ERR_NOT_FOUND: Status = -46;
 /// The operation is not supported.
 pub const PMIX_ERR_NOT_SUPPORTED: Status = -47;
+/// `PMIX_ERR_PARTIAL_SUCCESS`: some of what was asked is answered.
+pub const PMIX_ERR_PARTIAL_SUCCESS: Status = -52;
 /// A spawn failed.
 pub const PMIX_ERR_JOB_FAILED_TO_LAUNCH: Status = -181;
 /// The operation completed at once; no callback will follow.
@@ -432,6 +434,8 @@ pub enum Val {
     Infos(Vec<(String, Val)>),
     /// `PMIX_PROC`: a process, by namespace and rank.
     Proc(String, u32),
+    /// `PMIX_SIZE`.
+    Size(usize),
 }
 
 /// A `pmix_info_t` array built from Rust values, with everything it points to. It must
@@ -502,6 +506,7 @@ impl InfoArray {
                     a._nested.push(nested);
                     (PMIX_DATA_ARRAY, pmix_value_data { darray: p })
                 }
+                Val::Size(x) => (PMIX_SIZE, pmix_value_data { size: *x }),
                 Val::Proc(ns, r) => {
                     let p = Box::new(proc_t(ns, *r));
                     let ptr = &*p as *const pmix_proc_t as u64;
@@ -648,6 +653,16 @@ pub enum Upcall {
         /// Where the answer goes.
         reply: OpReply,
     },
+    /// A local client asks what the library could not answer itself (`PMIx_Query_info`).
+    /// The library does not say which client: the upcall goes to one job of the server.
+    Query {
+        /// The rank the library named (its own).
+        rank: u32,
+        /// The queries.
+        queries: Vec<Query>,
+        /// Where the answers go.
+        reply: QueryReply,
+    },
     /// A local client looks names up.
     Lookup {
         /// Its rank.
@@ -659,6 +674,60 @@ pub enum Upcall {
         /// Where the answer goes.
         reply: LookupReply,
     },
+}
+
+/// One query of a `PMIx_Query_info`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Query {
+    /// The keys asked for (`PMIX_QUERY_NAMESPACES`, `PMIX_JOB_SIZE`, …).
+    pub keys: Vec<String>,
+    /// Its qualifiers (`PMIX_NSPACE`, …).
+    pub qualifiers: Vec<(String, InfoVal)>,
+}
+
+/// The library's callback for a query, to be called once.
+#[derive(Debug)]
+pub struct QueryReply {
+    cbfunc: unsafe extern "C" fn(
+        Status,
+        *mut pmix_info_t,
+        usize,
+        *mut c_void,
+        pmix_release_cbfunc_t,
+        *mut c_void,
+    ),
+    cbdata: *mut c_void,
+}
+
+// SAFETY: as for ModexReply: the library accepts the callback from any thread.
+unsafe impl Send for QueryReply {}
+
+unsafe extern "C" fn release_infos(p: *mut c_void) {
+    if !p.is_null() {
+        // SAFETY: p is the Box<InfoArray> leaked in `QueryReply::done`, released once by the
+        // library when it is done with the answers.
+        drop(unsafe { Box::from_raw(p.cast::<InfoArray>()) });
+    }
+}
+
+impl QueryReply {
+    /// Answers the query with `status` and `answers` (each a queried key and its value).
+    /// They stay alive until the library releases them.
+    pub fn done(self, status: Status, answers: &[(String, Val)]) {
+        if FINALIZED.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut a = Box::new(InfoArray::new(answers));
+        let (ptr, n) = if a.infos.is_empty() {
+            (std::ptr::null_mut(), 0)
+        } else {
+            (a.infos.as_mut_ptr(), a.infos.len())
+        };
+        let keep = Box::into_raw(a).cast::<c_void>();
+        // SAFETY: cbfunc/cbdata came from the library for exactly one call; the answers live
+        // until it calls release_infos with `keep`.
+        unsafe { (self.cbfunc)(status, ptr, n, self.cbdata, Some(release_infos), keep) };
+    }
 }
 
 /// A value a client passed in a `pmix_info_t`, as far as Kauri reads it.
@@ -1097,6 +1166,15 @@ fn deliver_any(procs: &[(String, u32)], up: Upcall) -> bool {
         .is_some_and(|tx| tx.send(up).is_ok())
 }
 
+/// Delivers `up` to the job that registered first of those this server serves (the
+/// upcalls that do not name a client: the library passes them its own name).
+fn deliver_first(up: Upcall) -> bool {
+    let Ok(r) = routes().lock() else { return false };
+    r.iter()
+        .min_by(|a, b| a.0.cmp(b.0))
+        .is_some_and(|(_, tx)| tx.send(up).is_ok())
+}
+
 /// Reads a C string the library passed in (`None` for NULL).
 ///
 /// # Safety
@@ -1494,15 +1572,72 @@ unsafe extern "C" fn up_notify_event(
     unsafe { unsupported("notify_event", source) }
 }
 
+/// `pmix_query_t`.
+#[repr(C)]
+struct pmix_query_t {
+    keys: *mut *mut c_char,
+    qualifiers: *mut pmix_info_t,
+    nqual: usize,
+}
+
 unsafe extern "C" fn up_query(
     proct: *mut pmix_proc_t,
-    _queries: *mut c_void,
-    _nqueries: usize,
-    _cbfunc: *const c_void,
-    _cbdata: *mut c_void,
+    queries: *mut c_void,
+    nqueries: usize,
+    cbfunc: *const c_void,
+    cbdata: *mut c_void,
 ) -> Status {
+    // The library passes its own name, not the client's (OpenPMIx 4.2, `request_help`).
     // SAFETY: the library passes a valid proc (or NULL).
-    unsafe { unsupported("query", proct) }
+    let rank = unsafe { read_proc(proct) }.map_or(PMIX_RANK_WILDCARD, |(_, r)| r);
+    if cbfunc.is_null() {
+        return PMIX_ERROR;
+    }
+    let mut list = Vec::with_capacity(nqueries);
+    let qs: &[pmix_query_t] = if queries.is_null() || nqueries == 0 {
+        &[]
+    } else {
+        // SAFETY: the library passes nqueries valid queries.
+        unsafe { std::slice::from_raw_parts(queries.cast::<pmix_query_t>(), nqueries) }
+    };
+    for q in qs {
+        let mut keys = Vec::new();
+        let mut k = q.keys;
+        // SAFETY: keys is a NULL-terminated argv of NUL-terminated strings (or NULL).
+        while !k.is_null() && !unsafe { *k }.is_null() {
+            keys.push(unsafe { CStr::from_ptr(*k) }.to_string_lossy().into_owned());
+            k = unsafe { k.add(1) };
+        }
+        list.push(Query {
+            keys,
+            // SAFETY: qualifiers holds nqual valid infos (or is NULL).
+            qualifiers: unsafe { read_infos(q.qualifiers, q.nqual) },
+        });
+    }
+    // SAFETY: the library's info callback, as pmix_info_cbfunc_t.
+    let cbfunc = unsafe {
+        std::mem::transmute::<
+            *const c_void,
+            unsafe extern "C" fn(
+                Status,
+                *mut pmix_info_t,
+                usize,
+                *mut c_void,
+                pmix_release_cbfunc_t,
+                *mut c_void,
+            ),
+        >(cbfunc)
+    };
+    let up = Upcall::Query {
+        rank,
+        queries: list,
+        reply: QueryReply { cbfunc, cbdata },
+    };
+    if deliver_first(up) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_SUPPORTED
+    }
 }
 
 unsafe extern "C" fn up_allocate(

@@ -114,7 +114,7 @@ pub fn result_of(reply: &ServiceReply) -> Result<Option<String>, Status> {
         ServiceReply::Done(Ok(())) => Ok(None),
         ServiceReply::Found(Ok(port)) => Ok(Some(port.clone())),
         ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) => Err(refused(e)),
-        ServiceReply::Spawn(_) | ServiceReply::Job(_) => Err(PMIX_ERROR),
+        ServiceReply::Spawn(_) | ServiceReply::Job(_) | ServiceReply::Jobs(_) => Err(PMIX_ERROR),
     }
 }
 
