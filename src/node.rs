@@ -1729,3 +1729,53 @@ impl Node {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pmix::ffi::{InfoVal, Query, Val};
+
+    #[test]
+    fn queries_are_answered_from_the_runs_jobs() {
+        let jobs = vec![("j1".to_string(), 4), ("j1_s1".to_string(), 2)];
+        let q = |keys: &[&str], ns: Option<&str>| Query {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            qualifiers: ns
+                .map(|n| vec![("pmix.nspace".to_string(), InfoVal::Str(n.into()))])
+                .unwrap_or_default(),
+        };
+        let (status, a) = answer_queries(&[q(&["pmix.qry.ns", "pmix.qry.psetnum"], None)], &jobs);
+        assert_eq!(status, pmix::ffi::PMIX_SUCCESS);
+        assert_eq!(
+            a,
+            vec![
+                ("pmix.qry.ns".into(), Val::Str("j1,j1_s1".into())),
+                ("pmix.qry.psetnum".into(), Val::Size(0)),
+            ]
+        );
+        let (status, a) = answer_queries(&[q(&["pmix.job.size"], Some("j1_s1"))], &jobs);
+        assert_eq!(
+            (status, a),
+            (
+                pmix::ffi::PMIX_SUCCESS,
+                vec![("pmix.job.size".into(), Val::U32(2))]
+            )
+        );
+        // Unqualified, the size is not known (the library does not say who asks).
+        let (status, _) = answer_queries(&[q(&["pmix.job.size"], None)], &jobs);
+        assert_eq!(status, pmix::ffi::PMIX_ERR_NOT_FOUND);
+        let (status, a) = answer_queries(&[q(&["pmix.qry.nsinfo", "pmix.qry.psets"], None)], &jobs);
+        assert_eq!(status, pmix::ffi::PMIX_ERR_PARTIAL_SUCCESS);
+        assert_eq!(a, vec![("pmix.qry.psets".into(), Val::Str(String::new()))]);
+    }
+
+    #[test]
+    fn a_spawn_drops_only_the_per_host_variables_kauri_set() {
+        // Not in this process's environment: kauri set it for the parent.
+        assert!(set_per_host(VADER_DIR_VAR, "/dev/shm/kauri-x-n0-1"));
+        assert!(set_per_host(YIELD_VAR, "1"));
+        // Anything else is the program's.
+        assert!(!set_per_host("OMPI_MCA_btl", "self,tcp"));
+        assert!(!set_per_host("OMPI_PARENT_PORT", "x"));
+    }
+}
