@@ -113,6 +113,11 @@ Global options:
   -launcher-exec PATH     the launcher program (e.g. a wrapper around ssh)
   -map-by node|slot       deal ranks round-robin over hosts (node) or fill each host (slot,
                           the default)
+  -bind-to OBJ[:N]        bind each rank to N (default 1) of its host's OBJ: none (the
+                          default), hwthread, core, l1cache, l2cache, l3cache, socket, numa
+  -map-by OBJ             deal each host's ranks over its OBJ (same names) before binding;
+                          alone, it also binds to OBJ
+  -report-bindings        print each rank's CPUs as it starts
   -tree-width K|flat|cost agents start their own children in a K-ary tree (default 8), or
                           where each starts soonest by the launch cost measured at start
   -configfile FILE        read segments from FILE, one per line
@@ -177,6 +182,10 @@ struct Parser {
     configfile: Option<PathBuf>,
     n_given: Vec<bool>,
     profile_given: bool,
+    /// `-map-by` a topology object.
+    map_kind: Option<crate::bind::Kind>,
+    /// `-bind-to` was given (`none` included).
+    bind_given: bool,
 }
 
 /// Parses `args` (without the program name).
@@ -198,6 +207,8 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             timeout: None,
             verbose: 0,
             map_by_node: false,
+            binding: None,
+            report_bindings: false,
             tree_width: None,
             cost_tree: false,
             launcher_exec: None,
@@ -211,6 +222,8 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         configfile: None,
         n_given: Vec::new(),
         profile_given: false,
+        map_kind: None,
+        bind_given: false,
     };
     if args.is_empty() {
         return err("no program given (try kauri -h)");
@@ -262,6 +275,20 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         }
     }
     p.spec.timeout = timeout_from_env()?;
+    if let Some(kind) = p.map_kind {
+        match (&mut p.spec.binding, p.bind_given) {
+            (Some(b), _) => b.map = Some(kind),
+            // -map-by OBJECT alone binds to the objects it maps to; -bind-to none does not.
+            (None, false) => {
+                p.spec.binding = Some(crate::bind::Binding {
+                    kind,
+                    count: 1,
+                    map: None,
+                })
+            }
+            (None, true) => {}
+        }
+    }
     if !p.profile_given {
         if let Ok(v) = std::env::var("KAURI_PROFILE") {
             p.spec.profile =
@@ -401,12 +428,28 @@ impl Parser {
                 }
                 "-map-by" => {
                     let v = value(&name)?;
-                    self.spec.map_by_node = match v.as_str() {
-                        "node" | "host" => true,
-                        "slot" | "core" => false,
-                        _ => return err(format!("-map-by {v:?}: use node or slot")),
-                    };
+                    match v.as_str() {
+                        "node" | "host" => self.spec.map_by_node = true,
+                        "slot" => self.spec.map_by_node = false,
+                        k => match crate::bind::Kind::parse(k) {
+                            // Ranks dealt over the host's objects of this kind: binds them
+                            // (to those objects unless -bind-to says otherwise).
+                            Some(kind) => self.map_kind = Some(kind),
+                            None => {
+                                return err(format!(
+                                    "-map-by {v:?}: use node or slot (hosts), or hwthread, \
+                                     core, l1cache, l2cache, l3cache, socket or numa"
+                                ))
+                            }
+                        },
+                    }
                 }
+                "-bind-to" | "-binding" => {
+                    let v = value(&name)?;
+                    self.bind_given = true;
+                    self.spec.binding = crate::bind::Binding::parse(&v).map_err(UsageError)?;
+                }
+                "-report-bindings" => self.spec.report_bindings = true,
                 "-profile" => {
                     // Only an inline value (`--profile=json`): a separate word would be the
                     // program.

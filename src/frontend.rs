@@ -465,6 +465,8 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         pmix,
         pmi_too: wiring == Wiring::Both,
         profile: spec.profile.is_some(),
+        binding: spec.binding,
+        report_bindings: spec.report_bindings,
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
@@ -1088,6 +1090,8 @@ fn plan_spawn(
         pmix: pmix.is_some(),
         pmi_too: false,
         profile: false,
+        binding: None,
+        report_bindings: false,
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (index, &n) in used.iter().enumerate() {

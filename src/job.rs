@@ -80,6 +80,10 @@ pub struct JobSpec {
     pub verbose: u8,
     /// Place ranks round-robin over hosts (`-map-by node`) instead of filling each host.
     pub map_by_node: bool,
+    /// Bind each rank to CPUs of its host (`-bind-to`, `-map-by` a topology object).
+    pub binding: Option<crate::bind::Binding>,
+    /// Print each rank's CPUs as it starts (`-report-bindings`).
+    pub report_bindings: bool,
     /// Width of the agent tree (`-tree-width`); `Some(0)` is flat.
     pub tree_width: Option<usize>,
     /// Shape the tree by measured launch cost instead (`-tree-width cost`).

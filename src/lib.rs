@@ -37,6 +37,7 @@
 
 pub mod agent;
 pub mod allocation;
+pub mod bind;
 pub mod branch;
 pub mod cli;
 pub mod events;

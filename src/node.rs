@@ -1261,6 +1261,34 @@ impl Node {
         // The ranks forked so far; their ends are watched only once all have started.
         let mut forked: Vec<(usize, u32, proc::ExitWatch)> = Vec::new();
         let started: Result<(), String> = async {
+            // Each local rank's CPUs (-bind-to), by local id.
+            let cpus_of: Vec<Vec<usize>> = match &job.binding {
+                None => Vec::new(),
+                Some(b) => {
+                    let what = format!("-bind-to {}", b.kind.name());
+                    let topo = crate::bind::Topology::read(&crate::bind::allowed_cpus())
+                        .map_err(|e| format!("{what}: cannot read the topology of {host}: {e}"))?;
+                    let (sets, wrapped) = topo.place(b, nlocal);
+                    if wrapped {
+                        let places = topo.objects(b.kind).len() / b.count.max(1);
+                        eprintln!(
+                            "kauri: {what}: {nlocal} ranks on {host} and {} place(s) for them: \
+                             ranks share them, in turn",
+                            places.max(1)
+                        );
+                    }
+                    sets
+                }
+            };
+            if job.report_bindings {
+                for rp in &me.ranks {
+                    let cpus = cpus_of.get(rp.local_id).map_or_else(
+                        || "not bound".to_string(),
+                        |c| format!("bound to CPUs {}", crate::bind::cpu_list(c)),
+                    );
+                    eprintln!("kauri: rank {} on {host}: {cpus}", rp.rank);
+                }
+            }
             for rp in &me.ranks {
                 let r = rp.rank;
                 if let (true, Some(a)) = (adopting(r), &job.adopt) {
@@ -1360,6 +1388,7 @@ impl Node {
                     wdir: PathBuf::from(&a.wdir),
                     pmi_fd: theirs,
                     stdin: r == 0,
+                    cpus: cpus_of.get(rp.local_id).map(|c| crate::bind::cpu_set(c)),
                 };
                 let child = proc::spawn(launch).map_err(|e| {
                     proc::note_fd_error(&e);

@@ -91,6 +91,12 @@ pub struct JobPlan {
     pub pmi_too: bool,
     /// Record the startup profile and send it up before `Done`.
     pub profile: bool,
+    /// Bind each rank to CPUs of its host (`-bind-to`).
+    #[serde(default)]
+    pub binding: Option<crate::bind::Binding>,
+    /// Print each rank's CPUs as it starts (`-report-bindings`).
+    #[serde(default)]
+    pub report_bindings: bool,
 }
 
 impl JobPlan {

@@ -130,6 +130,8 @@ pub struct Launch {
     pub pmi_fd: Option<OwnedFd>,
     /// Give the rank a pipe as stdin (rank 0); otherwise `/dev/null`.
     pub stdin: bool,
+    /// Bind the rank to these CPUs (`sched_setaffinity` before exec); `None`: inherit.
+    pub cpus: Option<libc::cpu_set_t>,
 }
 
 /// A started rank: its pid, the parent's ends of its stdio pipes, and a way to await its end.
@@ -257,6 +259,8 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
         (OwnedFd::from(null), None)
     };
     let pmi = l.pmi_fd.as_ref().map(|f| f.as_raw_fd());
+    let cpus = l.cpus;
+    let bind_msg = b"kauri: cannot bind the rank to its CPUs\n";
     let (fd_out, fd_err, fd_in) = (out_w.as_raw_fd(), err_w.as_raw_fd(), in_r.as_raw_fd());
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
@@ -291,6 +295,12 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
             }
             if let Some(fd) = pmi {
                 libc::fcntl(fd, libc::F_SETFD, 0);
+            }
+            if let Some(set) = &cpus {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                    libc::write(2, bind_msg.as_ptr().cast(), bind_msg.len());
+                    libc::_exit(126);
+                }
             }
             if libc::chdir(wdir.as_ptr()) != 0 {
                 libc::write(2, fail_msg.as_ptr().cast(), fail_msg.len());

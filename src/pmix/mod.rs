@@ -580,6 +580,8 @@ mod tests {
             pmix: true,
             pmi_too: false,
             profile: false,
+            binding: None,
+            report_bindings: false,
         }
     }
 
