@@ -180,7 +180,7 @@ impl Agent {
             .await
             .map_err(|e| format!("cannot connect to its parent {}: {e}", args.parent))?;
         let _ = sock.set_nodelay(true);
-        let my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
+        let mut my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
         let (mut rd, mut wr) = sock.into_split();
         let id = args.id.unwrap_or(u32::MAX);
         let nonce = match tree::recv_limited::<_, Down>(&mut rd, tree::HANDSHAKE_FRAME_MAX).await {
@@ -212,6 +212,14 @@ impl Agent {
         };
         let host = me.host.clone();
         debug!(%host, ranks = me.ranks.len(), children = children.len(), "agent starting");
+        // -iface: the children connect to this host's address of the interface, where it
+        // has one (else to the address its parent reached it at).
+        if let (Some(i), false) = (&job.iface, children.is_empty()) {
+            match crate::iface::address(i) {
+                Ok(ip) => my_ip = ip,
+                Err(e) => debug!("-iface {i}: {e}; the children connect to {my_ip}"),
+            }
+        }
         let (every, silence) = (launch.heartbeat(), launch.silence());
         let prof = job.profile.then(|| HostProfile {
             ranks: me.ranks.len() as u32,

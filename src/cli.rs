@@ -118,6 +118,8 @@ Global options:
   -map-by OBJ             deal each host's ranks over its OBJ (same names) before binding;
                           alone, it also binds to OBJ
   -report-bindings        print each rank's CPUs as it starts
+  -iface NAME             use network interface NAME (also HYDRA_IFACE): agents connect
+                          back to its address, and MPI programs are told to use it
   -tree-width K|flat|cost agents start their own children in a K-ary tree (default 8), or
                           where each starts soonest by the launch cost measured at start
   -configfile FILE        read segments from FILE, one per line
@@ -209,6 +211,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             map_by_node: false,
             binding: None,
             report_bindings: false,
+            iface: None,
             tree_width: None,
             cost_tree: false,
             launcher_exec: None,
@@ -275,6 +278,11 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         }
     }
     p.spec.timeout = timeout_from_env()?;
+    if p.spec.iface.is_none() {
+        p.spec.iface = std::env::var("HYDRA_IFACE")
+            .ok()
+            .filter(|v| !v.trim().is_empty());
+    }
     if let Some(kind) = p.map_kind {
         match (&mut p.spec.binding, p.bind_given) {
             (Some(b), _) => b.map = Some(kind),
@@ -450,6 +458,7 @@ impl Parser {
                     self.spec.binding = crate::bind::Binding::parse(&v).map_err(UsageError)?;
                 }
                 "-report-bindings" => self.spec.report_bindings = true,
+                "-iface" => self.spec.iface = Some(value(&name)?),
                 "-profile" => {
                     // Only an inline value (`--profile=json`): a separate word would be the
                     // program.

@@ -214,7 +214,8 @@ fn env_secs(var: &str, default: f64) -> Duration {
 }
 
 /// The address agents connect back to: `KAURI_ADDR`, else the local end of the route to the
-/// first remote host (a UDP `connect` sends nothing), else loopback.
+/// first remote host (a UDP `connect` sends nothing), else loopback. (`-iface` overrides
+/// it with the interface's address.)
 fn advertise(first_remote: Option<&str>, fork: bool) -> IpAddr {
     if let Some(ip) = std::env::var("KAURI_ADDR")
         .ok()
@@ -467,6 +468,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         profile: spec.profile.is_some(),
         binding: spec.binding,
         report_bindings: spec.report_bindings,
+        iface: spec.iface.clone(),
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
@@ -1092,6 +1094,7 @@ fn plan_spawn(
         profile: false,
         binding: None,
         report_bindings: false,
+        iface: spawner.iface.clone(),
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (index, &n) in used.iter().enumerate() {
@@ -1369,6 +1372,13 @@ impl Root {
             eprintln!("kauri: {e}");
             STATUS_LAUNCHER
         })?;
+        let iface_ip = match &spec.iface {
+            None => None,
+            Some(i) => Some(crate::iface::address(i).map_err(|e| {
+                eprintln!("kauri: -iface {i}: {e}");
+                STATUS_LAUNCHER
+            })?),
+        };
         info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
 
         // Output: everything the ranks and agents write, printed whole line by whole line.
@@ -1392,7 +1402,10 @@ impl Root {
                 "launch cost"
             );
         }
-        let cluster = Cluster::new(spec, &p, &me, cost);
+        let mut cluster = Cluster::new(spec, &p, &me, cost);
+        if let Some(ip) = iface_ip {
+            cluster.ip = ip;
+        }
         let names = match spec
             .nameserver
             .clone()

@@ -84,6 +84,9 @@ pub struct JobSpec {
     pub binding: Option<crate::bind::Binding>,
     /// Print each rank's CPUs as it starts (`-report-bindings`).
     pub report_bindings: bool,
+    /// The network interface to use (`-iface`, `HYDRA_IFACE`): agents connect back to its
+    /// address and the ranks' MPI is told its name.
+    pub iface: Option<String>,
     /// Width of the agent tree (`-tree-width`); `Some(0)` is flat.
     pub tree_width: Option<usize>,
     /// Shape the tree by measured launch cost instead (`-tree-width cost`).

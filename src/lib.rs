@@ -43,6 +43,7 @@ pub mod cli;
 pub mod events;
 pub mod frontend;
 pub mod hub;
+pub mod iface;
 pub mod iofwd;
 pub mod job;
 pub mod kvs;

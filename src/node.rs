@@ -835,6 +835,9 @@ where
 /// MPICH ch3's variable for the host name or address it listens and connects on.
 const ICH3_IFACE: &str = "MPIR_CVAR_CH3_INTERFACE_HOSTNAME";
 
+/// MPICH's variable naming the network interface its TCP transport uses (`-iface`).
+const NEMESIS_IFACE: &str = "MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE";
+
 /// The longest a singleton may take to answer the `singinit` exchange.
 const SINGINIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -1346,7 +1349,21 @@ impl Node {
                 }
                 // As Hydra does: MPICH's ch3 then listens and connects on the address of the host
                 // as named (on loopback for simulated hosts) instead of picking an interface.
-                if !a.env.iter().any(|(k, _)| k == ICH3_IFACE) {
+                // -iface, as Hydra: MPICH's TCP transport is given the interface by name
+                // (each rank finds its own host's address of it) instead of a host name; Open
+                // MPI's the same way.
+                if let Some(i) = &job.iface {
+                    let by_name: &[&str] = if open_mpi {
+                        &["OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"]
+                    } else {
+                        &[NEMESIS_IFACE]
+                    };
+                    for k in by_name {
+                        if !a.env.iter().any(|(n, _)| n == k) {
+                            set(k, i.clone());
+                        }
+                    }
+                } else if !a.env.iter().any(|(k, _)| k == ICH3_IFACE) {
                     let iface = if job.simulated_hosts {
                         "127.0.0.1"
                     } else {

@@ -97,6 +97,10 @@ pub struct JobPlan {
     /// Print each rank's CPUs as it starts (`-report-bindings`).
     #[serde(default)]
     pub report_bindings: bool,
+    /// The network interface to use (`-iface`): agents with children advertise their address
+    /// of it, and the ranks' MPI is told its name.
+    #[serde(default)]
+    pub iface: Option<String>,
 }
 
 impl JobPlan {

@@ -8,7 +8,7 @@
 //! ("APPLICATION TIMED OUT" on stderr); a rank exiting before MPI_Init -> Hydra hangs until
 //! MPIEXEC_TIMEOUT (255).
 
-use compat_tests::{assert_same_stdout, expand_mapping, Ctx, Launcher, Outcome};
+use compat_tests::{assert_same_stdout, expand_mapping, Ch3, Ctx, Launcher, Outcome};
 
 /// Hydra 4.0.2's status when a rank calls MPI_Abort(MPI_COMM_WORLD, 7) (PMI-1 client).
 const HYDRA_ABORT_STATUS: i32 = 7;
@@ -167,6 +167,56 @@ fn ring_n4() {
     );
     assert_same_stdout(&hydra, &kauri);
     ctx.assert_no_leftovers();
+}
+
+/// `-iface lo` (and `HYDRA_IFACE=lo`): MPICH's ch3 TCP transport is told the interface by
+/// name, as Hydra tells it, and a ring of 4 runs over it under both launchers; an interface
+/// that does not exist fails the run with one line under kauri (Hydra fails too).
+#[test]
+fn iface_ring_ch3() {
+    let ctx = Ctx::new("iface_ring");
+    let prog = ctx.ch3_prog(Ch3::Pmi1, "ring");
+    let (hydra, kauri) = both(
+        |l| ctx.job(l, &["-iface", "lo", "-n", "4", &prog]),
+        |o| {
+            o.assert_success();
+            assert_lines(o, vec!["ring: ok size=4 rounds=10 token=100".into()]);
+        },
+    );
+    assert_same_stdout(&hydra, &kauri);
+    let by_env = ctx
+        .job(Launcher::Kauri, &["-n", "4", &prog])
+        .env("HYDRA_IFACE", "lo")
+        .run();
+    by_env.assert_success();
+    assert_lines(&by_env, vec!["ring: ok size=4 rounds=10 token=100".into()]);
+    for l in [Launcher::Hydra, Launcher::Kauri] {
+        let o = ctx.job(l, &["-iface", "nosuch0", "-n", "2", &prog]).run();
+        assert_ne!(o.code, Some(0), "an unknown interface was taken\n{o}");
+        if l == Launcher::Kauri {
+            assert_eq!(
+                o.stderr.lines().collect::<Vec<_>>(),
+                vec![format!(
+                    "kauri: -iface nosuch0: no interface nosuch0 on {} (there are: {})",
+                    hostname(),
+                    interfaces()
+                )],
+                "{o}"
+            );
+        }
+    }
+    ctx.assert_no_leftovers();
+}
+
+/// This machine's interfaces, sorted, comma-separated.
+fn interfaces() -> String {
+    let mut v: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .expect("/sys/class/net")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v.join(", ")
 }
 
 #[test]

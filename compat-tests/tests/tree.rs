@@ -1319,6 +1319,36 @@ fn netns_hello_ppn2() {
     ctx.assert_no_leftovers();
 }
 
+/// `-iface BRIDGE`: the agents on the namespace hosts connect back to this machine's
+/// address on that interface, even with `KAURI_ADDR` pointing where they cannot reach
+/// (loopback; without `-iface` the agents are refused there): the interface decides. Each
+/// rank is told the interface by name (`MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE`, as Hydra
+/// does) and no host address.
+#[test]
+fn netns_iface_decides_where_agents_connect() {
+    let hosts = netns_hosts();
+    let ctx = Ctx::new("netns_iface");
+    let list = hosts.addrs.join(",");
+    let w = ctx.script(
+        "iface.sh",
+        "#!/bin/sh\necho \"$KAURI_RANK ${MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE:-none} \
+         ${MPIR_CVAR_CH3_INTERFACE_HOSTNAME:-none}\"\n",
+    );
+    let o = run(kauri_job(
+        &ctx,
+        &ssh_args(&hosts, &list, &["-iface", &hosts.bridge], 3, &[&w]),
+    )
+    .env("KAURI_ADDR", "127.0.0.1"));
+    o.assert_success();
+    let mut got: Vec<String> = o.stdout.lines().map(str::to_string).collect();
+    got.sort();
+    let want: Vec<String> = (0..3)
+        .map(|r| format!("{r} {} none", hosts.bridge))
+        .collect();
+    assert_eq!(got, want, "{o}");
+    ctx.assert_no_leftovers();
+}
+
 /// `-f FILE` (`A1 slots=2`, `A2:1`, `A3`), `-map-by node`, `KAURI_ADDR` set to the bridge
 /// address; pmi-load v2 and libpmi2 (node attributes per real host), hostnames per rank.
 #[test]

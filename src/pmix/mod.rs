@@ -582,6 +582,7 @@ mod tests {
             profile: false,
             binding: None,
             report_bindings: false,
+            iface: None,
         }
     }
 
