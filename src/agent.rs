@@ -278,6 +278,7 @@ impl Agent {
         report(Report::NodeStarted {
             host: host.clone(),
             error,
+            procs: node.as_ref().map(|n| n.procs.clone()).unwrap_or_default(),
         });
         let mut branch = Branch::new(my_id, host.clone(), node, kids, true, clock, prof);
         if started {

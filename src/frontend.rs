@@ -575,6 +575,9 @@ struct JobRun {
     start_error: Option<String>,
     /// A spawned job that failed to start and was killed: its ranks' ends count for nothing.
     discarded: bool,
+    /// Its ranks started so far, for the debugger's process table (the first job's; taken
+    /// when the table is filled).
+    procs: Vec<crate::mpir::Proc>,
 }
 
 impl JobRun {
@@ -862,7 +865,21 @@ async fn start_job(
             Err(e) => (None, Some(crate::proc::fd_cause(e))),
         },
     };
+    let host = cluster.me.clone();
+    let procs = node
+        .iter()
+        .flat_map(|n| n.procs.iter())
+        .map(|(rank, pid, exe)| crate::mpir::Proc {
+            rank: *rank,
+            host: local
+                .as_ref()
+                .map_or_else(|| host.clone(), |hp| hp.host.clone()),
+            executable: exe.clone(),
+            pid: *pid,
+        })
+        .collect();
     let run = JobRun {
+        procs,
         branch: Branch::new(0, cluster.me.clone(), node, kids, false, clock, prof),
         plan,
         ranks,
@@ -1527,6 +1544,9 @@ impl Root {
         if let Some(e) = start_error {
             eprintln!("kauri: {e}");
             root.teardown(Ending::Failed);
+        } else {
+            // Every rank here, and no host elsewhere: the table is complete now.
+            root.mpir_check(0);
         }
         Ok((root, inbox))
     }
@@ -1843,6 +1863,7 @@ impl Root {
                     format!(": {message}")
                 };
                 eprintln!("kauri: {who} aborted the job with code {code}{msg}");
+                crate::mpir::aborting(&format!("{who} aborted the job with code {code}{msg}"));
                 self.teardown(Ending::Abort(code));
             }
             Report::Failed { reason } => {
@@ -1885,7 +1906,16 @@ impl Root {
                     self.teardown(Ending::Failed);
                 }
             }
-            Report::NodeStarted { host, error } => {
+            Report::NodeStarted { host, error, procs } => {
+                self.jobs[j]
+                    .procs
+                    .extend(procs.into_iter().map(|(rank, pid, exe)| crate::mpir::Proc {
+                        rank,
+                        host: host.clone(),
+                        executable: exe,
+                        pid,
+                    }));
+                self.mpir_check(j);
                 if let Some(e) = self.node_started(j, error) {
                     if self.ending.is_none() {
                         eprintln!("kauri: {e}; ending the job");
@@ -2162,6 +2192,17 @@ impl Root {
         }
         self.check_spawn(idx);
         None
+    }
+
+    /// Fills the debugger's process table (MPIR) once every host of the first job has
+    /// started its ranks: the table covers the job the user started, as mpiexec's does.
+    fn mpir_check(&mut self, j: usize) {
+        let job = &mut self.jobs[j];
+        let all_in = job.procs.len() == job.plan.size;
+        if j != 0 || !all_in {
+            return;
+        }
+        crate::mpir::publish(std::mem::take(&mut job.procs));
     }
 
     /// The job whose namespace (kvsname) is `nspace`.

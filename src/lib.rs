@@ -49,6 +49,7 @@ pub mod job;
 pub mod kvs;
 pub mod kvs_cli;
 pub mod launch;
+pub mod mpir;
 pub mod nameserver;
 pub mod node;
 pub mod ompi;

@@ -1089,6 +1089,8 @@ pub struct Node {
     ranks: Vec<usize>,
     /// Open MPI's shared-memory directory for ranks on the flux path, removed with the node.
     _vader: Option<ShmDir>,
+    /// Each rank started: rank, pid, executable (the debugger's process table).
+    pub procs: Vec<(usize, u32, String)>,
 }
 
 /// A directory removed (with what is in it) when dropped.
@@ -1254,6 +1256,7 @@ impl Node {
             adopted: None,
             ranks: me.ranks.iter().map(|r| r.rank).collect(),
             _vader: vader.clone().map(ShmDir),
+            procs: Vec::new(),
         };
         let nlocal = me.ranks.len();
         // Open MPI ranks busy-poll while they wait; when there are more ranks than cores here
@@ -1301,6 +1304,9 @@ impl Node {
                     tokio::task::spawn_local(serve_conn(ctx.clone(), conn, stream));
                     node.adopted = Some(a.pid);
                     node.running.borrow_mut().insert(r, a.pid);
+                    let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
+                        .map_or_else(|_| "singleton".into(), |p| p.display().to_string());
+                    node.procs.push((r, a.pid, exe));
                     let (ev, c, running) = (events.clone(), ctx.clone(), node.running.clone());
                     let (pid, watch) = (a.pid, proc::ForeignWatch::new(a.pid));
                     tokio::task::spawn_local(async move {
@@ -1413,6 +1419,8 @@ impl Node {
                 })?;
                 let pid = child.pid;
                 debug!(rank = r, pid, "started");
+                node.procs
+                    .push((r, pid, programs[&rp.app].display().to_string()));
                 node.pids.push(pid);
                 node.running.borrow_mut().insert(r, pid);
                 if let Some(sock) = ours {

@@ -208,6 +208,9 @@ pub enum Report {
         host: String,
         /// Why its ranks could not start.
         error: Option<String>,
+        /// Each rank started: rank, pid, executable (the debugger's process table).
+        #[serde(default)]
+        procs: Vec<(usize, u32, String)>,
     },
 }
 
