@@ -14,14 +14,14 @@ const SCRIPT: &str = concat!(
     "/contrib/gdb/mpir-proctable.gdb"
 );
 
+/// What gdb read: rank -> (host, executable, pid).
+type Table = BTreeMap<usize, (String, String, u32)>;
+/// What the ranks said: rank -> (host, pid).
+type Truth = BTreeMap<usize, (String, u32)>;
+
 /// Runs `kauri ARGS sh -c 'echo me RANK PID HOST'` under gdb with the script; returns the
-/// table gdb printed and what the ranks printed, each rank -> (host, pid).
-fn table_and_truth(
-    args: &[&str],
-) -> (
-    BTreeMap<usize, (String, String, u32)>,
-    BTreeMap<usize, (String, u32)>,
-) {
+/// table gdb printed and what the ranks printed.
+fn table_and_truth(args: &[&str]) -> (Table, Truth) {
     let mut cmd = Command::new("gdb");
     cmd.args(["-q", "-batch", "-x", SCRIPT, "--args", common::KAURI]);
     cmd.args(args);
