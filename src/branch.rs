@@ -244,6 +244,8 @@ pub struct Branch<H = Node, L = Children> {
     finished: Vec<u32>,
     /// A PMI fence was found that can never complete (reported once).
     fence_stuck: bool,
+    /// The same for the PMIx fence under way.
+    pmix_fence_stuck: bool,
     clock: Clock,
     /// The startup profile of this host, when the job records one.
     prof: Option<HostProfile>,
@@ -279,6 +281,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             ending: false,
             finished: Vec::new(),
             fence_stuck: false,
+            pmix_fence_stuck: false,
             clock,
             prof,
             below: Vec::new(),
@@ -341,6 +344,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                     ran_alone,
                 }];
                 reports.extend(self.stuck_fence());
+                reports.extend(self.stuck_pmix_fence());
                 Some(Out::Up(Up::Reports(reports)))
             }
             NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
@@ -353,10 +357,10 @@ impl<H: Host, L: Links> Branch<H, L> {
                     None => self.stuck_fence().and_then(report),
                 }
             }
-            NodeEvent::PmixFence { epoch, data } => {
-                let (epoch, data) = self.pmix_gather.local(epoch, data)?;
-                Some(Out::Up(Up::PmixFence { epoch, data }))
-            }
+            NodeEvent::PmixFence { epoch, data } => match self.pmix_gather.local(epoch, data) {
+                Some((epoch, data)) => Some(Out::Up(Up::PmixFence { epoch, data })),
+                None => self.stuck_pmix_fence().and_then(report),
+            },
             NodeEvent::PmixDmodex { id, rank, nspace } => Some(Out::Up(Up::Dmodex {
                 from: self.id,
                 req: id,
@@ -451,10 +455,10 @@ impl<H: Host, L: Links> Branch<H, L> {
             HubEvent::Up {
                 id,
                 msg: Up::PmixFence { epoch, data },
-            } => {
-                let (epoch, data) = self.pmix_gather.child(id, epoch, data)?;
-                Some(Out::Up(Up::PmixFence { epoch, data }))
-            }
+            } => match self.pmix_gather.child(id, epoch, data) {
+                Some((epoch, data)) => Some(Out::Up(Up::PmixFence { epoch, data })),
+                None => self.stuck_pmix_fence().and_then(report),
+            },
             HubEvent::Up {
                 msg:
                     m @ (Up::Dmodex { .. }
@@ -469,7 +473,12 @@ impl<H: Host, L: Links> Branch<H, L> {
             HubEvent::Up { id, msg: Up::Done } => {
                 self.kids.mark_done(id);
                 self.finished.push(id);
-                self.stuck_fence().and_then(report)
+                let stuck: Vec<Report> = self
+                    .stuck_fence()
+                    .into_iter()
+                    .chain(self.stuck_pmix_fence())
+                    .collect();
+                (!stuck.is_empty()).then_some(Out::Up(Up::Reports(stuck)))
             }
             HubEvent::Up {
                 id,
@@ -487,11 +496,15 @@ impl<H: Host, L: Links> Branch<H, L> {
                 let ranks = self.kids.ranks_below(id);
                 self.kids.mark_done(id);
                 self.finished.push(id);
-                report(Report::Lost {
+                // Lost first: a fence that waited for the host can then never complete.
+                let mut reports = vec![Report::Lost {
                     host,
                     reason,
                     ranks,
-                })
+                }];
+                reports.extend(self.stuck_fence());
+                reports.extend(self.stuck_pmix_fence());
+                Some(Out::Up(Up::Reports(reports)))
             }
             HubEvent::Refused { line } => Some(Out::Refused { line }),
         }
@@ -520,6 +533,37 @@ impl<H: Host, L: Links> Branch<H, L> {
         self.fence_stuck = true;
         Some(Report::Failed {
             reason: format!("fence {} can never complete: {why}", self.gather.epoch()),
+        })
+    }
+
+    /// A PMIx fence under way here that can never complete, once: every rank of this host has
+    /// ended without entering it, or a child that has not contributed to it is finished or
+    /// lost. The PMIx servers' clients would wait for it forever (`-disable-auto-cleanup`
+    /// keeps a job going after a lost host, and Open MPI's `MPI_Finalize` begins with a fence
+    /// over the whole job): like a PMI fence, it ends the job with the reason.
+    fn stuck_pmix_fence(&mut self) -> Option<Report> {
+        if self.pmix_fence_stuck || self.ending || !self.pmix_gather.under_way() {
+            return None;
+        }
+        let why = if self.node.is_some() && self.local_left == 0 && self.pmix_gather.needs_local() {
+            format!("every rank on {} ended before entering it", self.host)
+        } else {
+            let id = self
+                .finished
+                .iter()
+                .copied()
+                .find(|&id| self.pmix_gather.needs_child(id))?;
+            format!(
+                "the ranks on {} (and the hosts below it) ended or were lost before entering it",
+                self.kids.host(id)
+            )
+        };
+        self.pmix_fence_stuck = true;
+        Some(Report::Failed {
+            reason: format!(
+                "PMIx fence {} can never complete: {why}",
+                self.pmix_gather.epoch()
+            ),
         })
     }
 

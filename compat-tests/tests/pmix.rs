@@ -1545,6 +1545,51 @@ fn two_hosts_failure_event_lost_host() {
     ctx.assert_no_leftovers();
 }
 
+/// A lost host under `-disable-auto-cleanup`, and survivors whose `MPI_Finalize` begins with
+/// a PMIx fence over the whole job (no `async_mpi_finalize`): the fence needs the lost
+/// host's rank and can never complete. Kauri says so and ends the job, as it does for a PMI
+/// fence, instead of leaving the survivors in `MPI_Finalize` until `MPIEXEC_TIMEOUT` (which
+/// is what happened: the timeout here is a bound for a run where that comes back, not a
+/// measure).
+#[test]
+fn two_hosts_pmix_fence_after_a_lost_host_ends_the_job() {
+    let ctx = Ctx::new("pmix_fence_lost_host");
+    let p = ctx.ompi_prog("ompi_failure");
+    let s = Scratch::new(&ctx);
+    let mut a: Vec<String> = TWO_HOSTS_BLOCK.iter().map(|x| x.to_string()).collect();
+    a.extend(
+        [
+            "-disable-auto-cleanup",
+            "-n",
+            "3",
+            &p,
+            "agent",
+            "handler",
+            EVENT_WAIT_S,
+        ]
+        .map(String::from),
+    );
+    let job = s.apply(ctx.job(Launcher::Kauri, &a).program(ctx.kauri()));
+    let o = run("kauri", job.env("MPIEXEC_TIMEOUT", "300"));
+    s.forget_killed_agent(1);
+    s.assert_empty(&o);
+    let want: Vec<String> = (0..2)
+        .map(|r| format!("ompi_failure: rank {r} saw LOST_CONNECTION source=2 affected=2 exit=-"))
+        .collect();
+    assert_eq!(saw_lines(&o), want, "the survivors' events\n{o}");
+    assert!(
+        o.stderr.lines().any(|l| l.starts_with("kauri: PMIx fence ")
+            && l.contains("can never complete: the ranks on n2")),
+        "the stuck fence is said\n{o}"
+    );
+    assert!(
+        !o.stderr.contains("timed out"),
+        "it waited for the timeout\n{o}"
+    );
+    assert_ne!(o.code, Some(0), "{o}");
+    ctx.assert_no_leftovers();
+}
+
 /// Spawn over ssh between network-namespace hosts: the children's agents are started over
 /// ssh too.
 #[test]
