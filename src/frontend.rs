@@ -1032,12 +1032,16 @@ fn plan_spawn(
             env.push((k.clone(), v.clone()));
         }
         if let Some(ppn) = per_node {
-            let room = ppn.saturating_mul(candidates.len() as u64);
+            // A host named twice is one host.
+            let mut distinct = candidates.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let room = ppn.saturating_mul(distinct.len() as u64);
             if u64::from(c.nprocs) > room {
                 return Err(format!(
                     "spawn of {} processes at {ppn} per host needs more hosts than the {} it may use",
                     c.nprocs,
-                    candidates.len()
+                    distinct.len()
                 ));
             }
         }
@@ -1045,11 +1049,12 @@ fn plan_spawn(
         let mut mine = vec![0u64; nhosts];
         for _ in 0..c.nprocs {
             let n = if let Some(ppn) = per_node {
-                // In host order, each up to ppn processes of this command.
-                *candidates
-                    .iter()
-                    .find(|&&n| mine[n] < ppn)
-                    .expect("room was checked")
+                // In host order, each up to ppn processes of this command (there is room:
+                // checked above).
+                match candidates.iter().find(|&&n| mine[n] < ppn) {
+                    Some(&n) => n,
+                    None => return Err("spawn: no host has room left".into()),
+                }
             } else {
                 let start = if by_slot { 0 } else { cluster.cursor };
                 let free = (0..candidates.len())
