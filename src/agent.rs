@@ -344,6 +344,7 @@ impl Agent {
                 let line = format!("kauri: {line}\n");
                 self.up.send(&Up::Output {
                     stream: Stream::Stderr,
+                    file: None,
                     data: line.into_bytes(),
                 });
             }

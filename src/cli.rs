@@ -124,6 +124,14 @@ Global options:
                           where each starts soonest by the launch cost measured at start
   -configfile FILE        read segments from FILE, one per line
   -l, -prepend-rank       prefix every output line with [RANK]
+  -prepend-pattern PAT    prefix every output line with PAT, in which %r is the rank, %g
+                          the job (0, or n for the n-th spawned job), %p the host's number
+                          among the job's hosts, %h its name, %t the seconds since the
+                          start, %% a %
+  -outfile-pattern PAT    write each rank's stdout to the file PAT names (same %
+                          specifiers; relative to kauri's directory, emptied at the start)
+  -errfile-pattern PAT    write each rank's stderr to the file PAT names
+  -output-from RANK       show (or write to files) only this rank's output
   -ml-env                 also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
                           MASTER_ADDR and MASTER_PORT (see --help-env)
   -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
@@ -201,6 +209,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             env_policy: EnvPolicy::All,
             wdir: None,
             label: false,
+            output: Default::default(),
             pmi_port: false,
             launcher: None,
             auto_cleanup: true,
@@ -488,7 +497,40 @@ impl Parser {
                     }
                     self.configfile = Some(PathBuf::from(value(&name)?));
                 }
-                "-l" | "-prepend-rank" => self.spec.label = true,
+                "-l" | "-prepend-rank" => {
+                    if self.spec.output.prepend.is_some() {
+                        if allow_config {
+                            return err(PREFIX_TWICE);
+                        }
+                    } else {
+                        self.spec.label = true
+                    }
+                }
+                "-prepend-pattern" => {
+                    let p = pattern(&name, &value(&name)?)?;
+                    if self.spec.label || self.spec.output.prepend.is_some() {
+                        if allow_config {
+                            return err(PREFIX_TWICE);
+                        }
+                    } else {
+                        self.spec.output.prepend = Some(p);
+                    }
+                }
+                "-outfile-pattern" | "-outfile" => {
+                    let p = pattern(&name, &value(&name)?)?;
+                    once(&mut self.spec.output.outfile, p, &name, allow_config)?;
+                }
+                "-errfile-pattern" => {
+                    let p = pattern(&name, &value(&name)?)?;
+                    once(&mut self.spec.output.errfile, p, &name, allow_config)?;
+                }
+                "-output-from" => {
+                    let v = value(&name)?;
+                    let r = v
+                        .parse::<usize>()
+                        .map_err(|_| UsageError(format!("-output-from {v:?}: not a rank")))?;
+                    once(&mut self.spec.output.output_from, r, &name, allow_config)?;
+                }
                 "-ml-env" => self.spec.ml_env = true,
                 "-timeout-stacks" | "-get-stack-traces" => self.spec.timeout_stacks = true,
                 "-help-env" => return Ok(Some(Command::HelpEnv)),
@@ -546,6 +588,33 @@ impl Parser {
         self.segments.push(seg.app);
         self.n_given.push(n_given);
         Ok(None)
+    }
+}
+
+/// The error for a line prefix given twice.
+const PREFIX_TWICE: &str =
+    "-prepend-pattern and -l (-prepend-rank) both set the line prefix: give one of them";
+
+/// Parses the pattern of option `name`.
+fn pattern(name: &str, v: &str) -> Result<crate::output::Pattern, UsageError> {
+    crate::output::Pattern::parse(v).map_err(|e| UsageError(format!("{name}: {e}")))
+}
+
+/// Sets an option that may be given once: twice on the command line is an error (as in
+/// Hydra); in a configfile (`on_command_line` false), a value already set wins.
+fn once<T>(
+    slot: &mut Option<T>,
+    v: T,
+    name: &str,
+    on_command_line: bool,
+) -> Result<(), UsageError> {
+    match slot {
+        Some(_) if on_command_line => err(format!("{name} given twice")),
+        Some(_) => Ok(()),
+        None => {
+            *slot = Some(v);
+            Ok(())
+        }
     }
 }
 
@@ -739,6 +808,45 @@ mod tests {
         assert!(fails("-n x ./a").contains("not a number"));
         assert!(fails("-n 1 a : -n 1").contains("no program"));
         assert!(fails("-hosts a:0 ./x").contains("bad slot count"));
+    }
+
+    #[test]
+    fn output_options() {
+        use crate::output::Pattern;
+        let s = run(
+            "-prepend-pattern [%r@%h] -outfile-pattern o.%r -errfile-pattern e.%r -output-from 1 a",
+        );
+        assert_eq!(s.output.prepend, Some(Pattern::parse("[%r@%h]").unwrap()));
+        assert_eq!(s.output.outfile, Some(Pattern::parse("o.%r").unwrap()));
+        assert_eq!(s.output.errfile, Some(Pattern::parse("e.%r").unwrap()));
+        assert_eq!(s.output.output_from, Some(1));
+        assert!(!s.label);
+        assert!(fails("-l -prepend-pattern x a").contains("give one"));
+        assert!(fails("-prepend-pattern x -prepend-rank a").contains("give one"));
+        assert!(fails("-outfile-pattern o.%x a").contains("-outfile-pattern: unknown specifier %x"));
+        assert!(fails("-errfile-pattern e.% a").contains("lone %"));
+        assert!(fails("-output-from x a").contains("not a rank"));
+        assert!(fails("-output-from 1 -output-from 2 a").contains("given twice"));
+        assert!(fails("-outfile-pattern a -outfile b a").contains("given twice"));
+    }
+
+    #[test]
+    fn configfile_keeps_the_command_lines_output_options() {
+        let dir = std::env::temp_dir().join(format!("kauri-cfo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("cfg");
+        std::fs::write(&f, "-l -output-from 2 -outfile-pattern c.%r -n 1 ./a\n").unwrap();
+        let s = run(&format!(
+            "-prepend-pattern P -output-from 1 -configfile {}",
+            f.display()
+        ));
+        assert_eq!(s.output.output_from, Some(1));
+        assert!(!s.label, "-l in the configfile yields to -prepend-pattern");
+        assert_eq!(
+            s.output.outfile,
+            Some(crate::output::Pattern::parse("c.%r").unwrap())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

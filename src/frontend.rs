@@ -15,11 +15,12 @@
 use crate::branch::{Branch, Out};
 use crate::events::{self, JobTx};
 use crate::hub::{Children, HubEvent};
-use crate::iofwd::Stream;
+use crate::iofwd::{Dest, Stream};
 use crate::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
 use crate::kvs::Delta;
 use crate::nameserver::{Refusal, Waiting};
 use crate::node::{is_local, local_host, Node, NodeEvent};
+use crate::output::{Files, OutputOptions, OutputPlan};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::pmix::Failure;
 use crate::policy::{self, Ending, ExitVerdict};
@@ -307,6 +308,15 @@ struct Plan {
     served_here: Option<usize>,
 }
 
+/// The output options of `spec`: `-l` is the prefix `[%r] `, as in Hydra.
+fn output_options(spec: &JobSpec) -> OutputOptions {
+    let mut o = spec.output.clone();
+    if spec.label && o.prepend.is_none() {
+        o.prepend = crate::output::Pattern::parse("[%r] ").ok();
+    }
+    o
+}
+
 fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     let mut launcher = spec.launcher.clone();
     let mut hosts: Vec<HostSpec> = spec.hosts.clone();
@@ -337,6 +347,13 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     }
     let spec = &spec;
     let size = spec.size();
+    if let Some(r) = spec.output.output_from.filter(|&r| r >= size) {
+        return Err(format!(
+            "-output-from {r}: the job has {size} rank{} (0 to {})",
+            if size == 1 { "" } else { "s" },
+            size - 1
+        ));
+    }
     let hosts_named = !hosts.is_empty();
     if hosts.is_empty() {
         hosts.push(HostSpec {
@@ -452,7 +469,11 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         appnum: appnum.clone(),
         process_mapping: placement.process_mapping(),
         apps,
-        label: spec.label,
+        output: OutputPlan {
+            options: output_options(spec),
+            pgid: 0,
+            start_unix_ms: crate::output::unix_ms(),
+        },
         pmi_port: spec.pmi_port,
         kill_grace_ms: env_secs("KAURI_KILL_GRACE", 3.0).as_millis() as u64,
         hosts: used.iter().map(|&n| hosts[n].name.clone()).collect(),
@@ -623,7 +644,8 @@ struct Cluster {
     env: Vec<(String, String)>,
     cwd: PathBuf,
     universe_size: i64,
-    label: bool,
+    /// The run's output options, and when it started (`%t`).
+    output: OutputPlan,
     pmi_port: bool,
     kill_grace_ms: u64,
     jobs_started: usize,
@@ -674,7 +696,7 @@ impl Cluster {
             env: segment_env(&global, 0),
             cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
             universe_size: p.job.universe_size,
-            label: p.job.label,
+            output: p.job.output.clone(),
             pmi_port: p.job.pmi_port,
             kill_grace_ms: p.job.kill_grace_ms,
             jobs_started: 0,
@@ -1096,7 +1118,10 @@ fn plan_spawn(
         appnum: appnum.clone(),
         process_mapping: placement.process_mapping(),
         apps,
-        label: cluster.label,
+        output: OutputPlan {
+            pgid: cluster.jobs_started as u32,
+            ..cluster.output.clone()
+        },
         pmi_port: cluster.pmi_port,
         kill_grace_ms: cluster.kill_grace_ms,
         hosts: used
@@ -1176,8 +1201,9 @@ enum Event {
     Reply(Asker, ServiceReply),
     /// Input for rank 0 of the first job (`None`: its end).
     Stdin(Option<Vec<u8>>),
-    /// kauri's stdout is closed.
-    OutputClosed,
+    /// kauri's stdout is closed (`Ending::OutputClosed`), or an output file failed
+    /// (`Ending::Failed`).
+    Output(Ending),
     /// A signal to kauri.
     Signal(i32),
     /// `MPIEXEC_TIMEOUT` ran out.
@@ -1214,7 +1240,7 @@ struct Inbox {
     hub: events::Receiver<HubEvent>,
     replies: mpsc::UnboundedReceiver<(Asker, ServiceReply)>,
     stdin: mpsc::Receiver<Option<Vec<u8>>>,
-    closed: mpsc::UnboundedReceiver<()>,
+    closed: mpsc::UnboundedReceiver<Ending>,
     signals: Vec<(i32, tokio::signal::unix::Signal)>,
     deadline: Option<Instant>,
     /// Requests from `kauri --status`.
@@ -1240,7 +1266,7 @@ impl Inbox {
             Some((j, ev)) = self.hub.recv() => Event::Child(j, ev),
             Some((a, r)) = self.replies.recv() => Event::Reply(a, r),
             Some(chunk) = self.stdin.recv() => Event::Stdin(chunk),
-            Some(()) = self.closed.recv() => Event::OutputClosed,
+            Some(e) = self.closed.recv() => Event::Output(e),
             Some(ask) = self.asks.recv() => Event::StatusAsk(ask),
             Some((j, h)) = self.own.recv() => Event::OwnStatus(j, h),
             sig = &mut signals => Event::Signal(sig),
@@ -1268,14 +1294,19 @@ async fn futures_signal(signals: &mut [(i32, tokio::signal::unix::Signal)]) -> i
     .await
 }
 
-/// Prints what the ranks and agents write, whole lines as they come; once `stop` fires, what
-/// is still queued and no more. A failed write to stdout is told on `closed` (the job ends),
-/// and stdout is not written again.
+/// Prints what the ranks and agents write, whole lines as they come, and writes the lines
+/// bound for output files to `files`; once `stop` fires, what is still queued and no more. A
+/// failed write to stdout is told on `closed` (the job ends), and stdout is not written again.
+/// A file that cannot be created or written is one line on stderr and ends the job as a
+/// failure (its later lines are dropped, the others' still written); it returns whether one
+/// failed.
 async fn print_output(
-    mut out: mpsc::Receiver<(Stream, Bytes)>,
+    mut out: mpsc::Receiver<(Dest, Bytes)>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
-    closed: mpsc::UnboundedSender<()>,
-) {
+    closed: mpsc::UnboundedSender<Ending>,
+    mut files: Files,
+) -> bool {
+    let mut file_failed = false;
     let (mut so, mut se) = (tokio::io::stdout(), tokio::io::stderr());
     let mut stdout_ok = true;
     let mut stopping = false;
@@ -1292,12 +1323,24 @@ async fn print_output(
                 }
             }
         };
-        let Some((stream, data)) = next else { break };
-        match stream {
+        let Some((dest, data)) = next else { break };
+        if let Some(path) = &dest.file {
+            // The first failure only: the job ends with it, and any other is its echo.
+            if let Err(e) = files.write(path, &data).await {
+                if !file_failed {
+                    let _ = se.write_all(format!("kauri: {e}\n").as_bytes()).await;
+                    let _ = se.flush().await;
+                    file_failed = true;
+                    let _ = closed.send(Ending::Failed);
+                }
+            }
+            continue;
+        }
+        match dest.stream {
             Stream::Stdout if stdout_ok => {
                 if so.write_all(&data).await.is_err() || so.flush().await.is_err() {
                     stdout_ok = false;
-                    let _ = closed.send(());
+                    let _ = closed.send(Ending::OutputClosed);
                 }
             }
             Stream::Stdout => {}
@@ -1307,6 +1350,8 @@ async fn print_output(
             }
         }
     }
+    files.close().await;
+    file_failed
 }
 
 /// Reads kauri's stdin for a rank 0 on another host, in chunks; `None` at its end.
@@ -1377,7 +1422,7 @@ struct Root {
     tree: String,
     /// The output printer and the signal that stops it once everything is sent.
     printer: Option<(
-        tokio::task::JoinHandle<()>,
+        tokio::task::JoinHandle<bool>,
         tokio::sync::oneshot::Sender<()>,
     )>,
 }
@@ -1402,10 +1447,21 @@ impl Root {
             })?),
         };
         info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
+        // The output files the patterns name, created before anything starts: a directory
+        // that does not exist fails the run here, with one line.
+        let job = &p.job;
+        let paths = crate::output::files_of_job(&job.output, job.size, |r| {
+            let n = job.rank_node[r];
+            (n, job.hosts[n as usize].as_str())
+        });
+        let files = Files::create(&paths).map_err(|e| {
+            eprintln!("kauri: {e}");
+            STATUS_LAUNCHER
+        })?;
 
         // Output: everything the ranks and agents write, printed whole line by whole line.
         let (out_tx, out_rx) = crate::iofwd::output_queue();
-        let (closed_tx, closed_rx) = mpsc::unbounded_channel::<()>();
+        let (closed_tx, closed_rx) = mpsc::unbounded_channel::<Ending>();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         // `kauri --status` from another shell, and this host's answers with stacks.
         let (asks_tx, asks_rx) = mpsc::unbounded_channel();
@@ -1413,7 +1469,7 @@ impl Root {
             .map_err(|e| info!("no status socket: {e}"))
             .ok();
         let (own_status, own_rx) = mpsc::unbounded_channel();
-        let printer = tokio::task::spawn_local(print_output(out_rx, stop_rx, closed_tx));
+        let printer = tokio::task::spawn_local(print_output(out_rx, stop_rx, closed_tx, files));
 
         let cost = (p.cost_tree && !p.remote.is_empty())
             .then(|| launch_cost(&p.launch, &p.remote[0].host));
@@ -1579,7 +1635,7 @@ impl Root {
             Event::Child(j, ev) => self.on_child(j, ev),
             Event::Reply(a, reply) => self.answer(a, reply),
             Event::Stdin(chunk) => self.jobs[0].branch.stdin(chunk),
-            Event::OutputClosed => self.teardown(Ending::OutputClosed),
+            Event::Output(e) => self.teardown(e),
             Event::Signal(sig) => self.on_signal(sig),
             Event::Timeout => self.on_timeout(),
             Event::KillTimer => self.on_kill_timer(),
@@ -1634,9 +1690,12 @@ impl Root {
         // Every sender of output goes with the jobs and the wires; the printer then empties
         // its queue and ends.
         drop(self);
+        let mut ending = ending;
         if let Some((printer, stop)) = printer {
             let _ = stop.send(());
-            let _ = printer.await;
+            if printer.await.unwrap_or(false) {
+                ending = ending.or(Some(Ending::Failed));
+            }
         }
         let end_us = clock.now();
         let mut worst = 0;

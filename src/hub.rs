@@ -580,8 +580,12 @@ async fn serve_child(
         };
         match next {
             Ok(Some(Up::Heartbeat)) => {}
-            Ok(Some(Up::Output { stream, data })) => {
-                if out.send(stream, Bytes::from(data)).await.is_err() {
+            Ok(Some(Up::Output { stream, file, data })) => {
+                let dest = crate::iofwd::Dest {
+                    stream,
+                    file: file.map(Into::into),
+                };
+                if out.send(dest, Bytes::from(data)).await.is_err() {
                     break;
                 }
             }

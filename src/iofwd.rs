@@ -1,5 +1,6 @@
-//! Output forwarding: rank stdout/stderr to kauri's, whole lines at a time, optionally labelled
-//! `[rank] ` as Hydra's `-prepend-rank` does; and kauri's stdin to rank 0.
+//! Output forwarding: rank stdout/stderr to kauri's, whole lines at a time, labelled and routed
+//! as the output options say (`-l`, `-prepend-pattern`, `-outfile-pattern`, `-output-from`: see
+//! [`crate::output`]); and kauri's stdin to rank 0.
 //!
 //! Each rank stream is read by its own task, cut at newlines, and each complete line goes as
 //! one message to a single writer task per destination, so lines of two ranks never interleave.
@@ -7,10 +8,11 @@
 //!
 //! The lines wait for their writer in an output queue ([`output_queue`]) bounded in bytes as
 //! well as in lines: a sender waits while [`OUTPUT_QUEUE_BYTES`] are queued, so a rank that
-//! writes faster than kauri's stdout (or a parent's link) drains stops being read, its pipe
-//! fills and the rank blocks in `write`, and kauri's memory stays bounded whatever the lines'
-//! length. The front end and every agent hold one queue each.
+//! writes faster than kauri's stdout (or a parent's link, or an output file) drains stops being
+//! read, its pipe fills and the rank blocks in `write`, and kauri's memory stays bounded
+//! whatever the lines' length. The front end and every agent hold one queue each.
 
+use crate::output::Route;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +26,22 @@ pub enum Stream {
     Stdout,
     /// The ranks' stderr.
     Stderr,
+}
+
+/// Where queued output goes: one of kauri's streams, or the output file a pattern named for
+/// the rank that wrote it (`-outfile-pattern`, `-errfile-pattern`), by its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dest {
+    /// The stream the lines came from (and go to, without a file).
+    pub stream: Stream,
+    /// The file they go to instead, relative to the front end's working directory.
+    pub file: Option<Arc<str>>,
+}
+
+impl From<Stream> for Dest {
+    fn from(stream: Stream) -> Dest {
+        Dest { stream, file: None }
+    }
 }
 
 /// The longest line held back waiting for its newline.
@@ -40,7 +58,7 @@ pub const OUTPUT_QUEUE_LINES: usize = 1024;
 /// [`send`](OutputSender::send) waits while the queue is full, in lines or in bytes.
 #[derive(Clone, Debug)]
 pub struct OutputSender {
-    tx: mpsc::Sender<(Stream, Bytes)>,
+    tx: mpsc::Sender<(Dest, Bytes)>,
     budget: Arc<Semaphore>,
 }
 
@@ -58,20 +76,20 @@ impl AsRef<[u8]> for Budgeted {
 }
 
 /// A new output queue: at most [`OUTPUT_QUEUE_LINES`] messages and [`OUTPUT_QUEUE_BYTES`]
-/// bytes wait in it. The receiver sees plain `(Stream, Bytes)`; the bytes go back to the
+/// bytes wait in it. The receiver sees plain `(Dest, Bytes)`; the bytes go back to the
 /// budget when it drops them.
-pub fn output_queue() -> (OutputSender, mpsc::Receiver<(Stream, Bytes)>) {
+pub fn output_queue() -> (OutputSender, mpsc::Receiver<(Dest, Bytes)>) {
     let (tx, rx) = mpsc::channel(OUTPUT_QUEUE_LINES);
     let budget = Arc::new(Semaphore::new(OUTPUT_QUEUE_BYTES));
     (OutputSender { tx, budget }, rx)
 }
 
 impl OutputSender {
-    /// Queues `data` of `stream`, waiting while the queue is full. An error: the receiver is
-    /// gone.
+    /// Queues `data` for `dest` (a [`Stream`] for kauri's own), waiting while the queue is
+    /// full. An error: the receiver is gone.
     pub async fn send(
         &self,
-        stream: Stream,
+        dest: impl Into<Dest>,
         data: Bytes,
     ) -> Result<(), mpsc::error::SendError<()>> {
         let share = data.len().min(OUTPUT_QUEUE_BYTES) as u32;
@@ -83,7 +101,7 @@ impl OutputSender {
             _share: share,
         });
         self.tx
-            .send((stream, data))
+            .send((dest.into(), data))
             .await
             .map_err(|_| mpsc::error::SendError(()))
     }
@@ -93,14 +111,14 @@ impl OutputSender {
 /// can be held open by a process that escaped the rank's process group.
 pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
 
-/// Reads `r` to its end, sending each line (with `prefix` before it) to `out`. A last line
-/// without a newline is sent as it is. Once `ended` turns true, a read that brings nothing for
-/// [`DRAIN_IDLE`] ends it; sends are never cut short, so a slow reader of kauri's output loses
-/// nothing.
+/// Reads `r` to its end, sending each line to `out` as `route` says (its prefix before it, to
+/// its file or to `stream`; nowhere when it drops them). A last line without a newline is sent
+/// as it is. Once `ended` turns true, a read that brings nothing for [`DRAIN_IDLE`] ends it;
+/// sends are never cut short, so a slow reader of kauri's output loses nothing.
 pub async fn forward_lines<R: AsyncRead + Unpin>(
     mut r: R,
     stream: Stream,
-    prefix: Option<Bytes>,
+    route: Route,
     out: OutputSender,
     mut ended: watch::Receiver<bool>,
 ) {
@@ -108,13 +126,13 @@ pub async fn forward_lines<R: AsyncRead + Unpin>(
     loop {
         while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
             let line = buf.split_to(nl + 1);
-            if send(&out, stream, &prefix, &line).await.is_err() {
+            if send(&out, stream, &route, &line).await.is_err() {
                 return;
             }
         }
         if buf.len() >= LINE_MAX {
             let piece = buf.split();
-            if send(&out, stream, &prefix, &piece).await.is_err() {
+            if send(&out, stream, &route, &piece).await.is_err() {
                 return;
             }
         }
@@ -141,26 +159,33 @@ pub async fn forward_lines<R: AsyncRead + Unpin>(
         }
     }
     if !buf.is_empty() {
-        let _ = send(&out, stream, &prefix, &buf).await;
+        let _ = send(&out, stream, &route, &buf).await;
     }
 }
 
 async fn send(
     out: &OutputSender,
     stream: Stream,
-    prefix: &Option<Bytes>,
+    route: &Route,
     line: &[u8],
 ) -> Result<(), mpsc::error::SendError<()>> {
-    let msg = match prefix {
+    if route.drop {
+        return Ok(());
+    }
+    let msg = match route.prefix.as_ref().map(|p| p.now()) {
         None => Bytes::copy_from_slice(line),
         Some(p) => {
             let mut m = BytesMut::with_capacity(p.len() + line.len());
-            m.extend_from_slice(p);
+            m.extend_from_slice(p.as_bytes());
             m.extend_from_slice(line);
             m.freeze()
         }
     };
-    out.send(stream, msg).await
+    let dest = Dest {
+        stream,
+        file: route.file.as_ref().map(|f| f.now()),
+    };
+    out.send(dest, msg).await
 }
 
 /// Writes every message from `rx` to `w` until all senders are gone; an error (a closed pipe)
@@ -198,23 +223,20 @@ pub async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(mut r: R, mut w: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::{OutputPlan, Pattern};
 
     #[tokio::test]
     async fn lines_are_whole_and_labelled() {
         let (tx, mut rx) = output_queue();
         let (_end_tx, end_rx) = watch::channel(false);
         let input: &[u8] = b"one\ntwo\nthree";
-        forward_lines(
-            input,
-            Stream::Stdout,
-            Some(Bytes::from_static(b"[3] ")),
-            tx,
-            end_rx,
-        )
-        .await;
+        let mut plan = OutputPlan::default();
+        plan.options.prepend = Some(Pattern::parse("[%r] ").unwrap());
+        let route = Route::new(&plan, true, 3, 0, "a");
+        forward_lines(input, Stream::Stdout, route, tx, end_rx).await;
         let mut got = Vec::new();
-        while let Some((s, b)) = rx.recv().await {
-            assert_eq!(s, Stream::Stdout);
+        while let Some((d, b)) = rx.recv().await {
+            assert_eq!(d, Dest::from(Stream::Stdout));
             got.push(String::from_utf8(b.to_vec()).unwrap());
         }
         assert_eq!(got, vec!["[3] one\n", "[3] two\n", "[3] three"]);
@@ -225,12 +247,36 @@ mod tests {
         let (tx, mut rx) = output_queue();
         let (_end_tx, end_rx) = watch::channel(false);
         let input = vec![b'x'; LINE_MAX * 2 + 10];
-        forward_lines(&input[..], Stream::Stderr, None, tx, end_rx).await;
+        forward_lines(&input[..], Stream::Stderr, Route::default(), tx, end_rx).await;
         let mut total = 0;
         while let Some((_, b)) = rx.recv().await {
             assert!(b.len() <= LINE_MAX + 8192);
             total += b.len();
         }
         assert_eq!(total, input.len());
+    }
+
+    #[tokio::test]
+    async fn files_and_dropped_ranks() {
+        let mut plan = OutputPlan::default();
+        plan.options.outfile = Some(Pattern::parse("o.%r").unwrap());
+        plan.options.output_from = Some(1);
+        let (_end_tx, end_rx) = watch::channel(false);
+        let (tx, mut rx) = output_queue();
+        let dropped = Route::new(&plan, true, 0, 0, "a");
+        forward_lines(
+            &b"zero\n"[..],
+            Stream::Stdout,
+            dropped,
+            tx.clone(),
+            end_rx.clone(),
+        )
+        .await;
+        let kept = Route::new(&plan, true, 1, 0, "a");
+        forward_lines(&b"one\n"[..], Stream::Stdout, kept, tx, end_rx).await;
+        let (dest, line) = rx.recv().await.unwrap();
+        assert_eq!(dest.file.as_deref(), Some("o.1"));
+        assert_eq!(&line[..], b"one\n");
+        assert!(rx.recv().await.is_none(), "rank 0's line is dropped");
     }
 }

@@ -62,6 +62,8 @@ pub struct JobSpec {
     pub wdir: Option<PathBuf>,
     /// Prefix every output line with `[rank] ` (`-l`).
     pub label: bool,
+    /// `-prepend-pattern`, `-outfile-pattern`, `-errfile-pattern`, `-output-from`.
+    pub output: crate::output::OutputOptions,
     /// Serve PMI over loopback TCP (`PMI_PORT`/`PMI_ID`) instead of an inherited socket.
     pub pmi_port: bool,
     /// The launcher asked for (`-launcher`); `None` chooses by itself.

@@ -17,6 +17,7 @@
 //!   │   └── peer    the uid owning the other end of a loopback connection (`-pmi-port`)
 //!   ├── proc      rank processes: program lookup, environment, PMI socket, process groups
 //!   ├── iofwd     whole-line stdout/stderr forwarding, stdin to rank 0
+//!   ├── output    the output options: Hydra's patterns, `-output-from`, the output files
 //!   ├── profile   the startup profile (`--profile`): per-host records, the job's phases
 //!   ├── nameserver  publish/lookup: the run's table, `kauri nameserver`, its client
 //!   ├── pmi       the sans-IO PMI engine: requests in, effects out
@@ -53,6 +54,7 @@ pub mod mpir;
 pub mod nameserver;
 pub mod node;
 pub mod ompi;
+pub mod output;
 pub mod peer;
 pub mod plan;
 pub mod pmi;

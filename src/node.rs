@@ -15,6 +15,7 @@
 use crate::events::JobTx;
 use crate::iofwd;
 use crate::iofwd::Stream;
+use crate::output::Route;
 use crate::plan::{Adopt, HostPlan, JobPlan};
 use crate::pmi::{ConnId, Engine, Framing, JobInfo, Output};
 use crate::pmix::{self, CollectiveReply, LookupReply, ModexReply, OpReply, SpawnReply, Upcall};
@@ -1436,16 +1437,18 @@ impl Node {
                         Err(e) => warn!("rank {r}: cannot serve PMI: {e}"),
                     }
                 }
-                let label = job.label.then(|| Bytes::from(format!("[{r}] ")));
+                let proxy = job.rank_node.get(r).copied().unwrap_or(0);
                 for (stream, reader) in [
                     (Stream::Stdout, child.stdout),
                     (Stream::Stderr, child.stderr),
                 ] {
+                    let stdout = stream == Stream::Stdout;
+                    let route = Route::new(&job.output, stdout, r, proxy, &host);
                     node.forwarders
                         .push(tokio::task::spawn_local(iofwd::forward_lines(
                             reader,
                             stream,
-                            label.clone(),
+                            route,
                             out.clone(),
                             ended_rx.clone(),
                         )));

@@ -58,8 +58,8 @@ pub struct JobPlan {
     pub process_mapping: String,
     /// The segments.
     pub apps: Vec<AppPlan>,
-    /// Prefix output lines with `[rank] `.
-    pub label: bool,
+    /// How the ranks' output lines are labelled, kept and routed to files.
+    pub output: crate::output::OutputPlan,
     /// Serve PMI over loopback TCP instead of `PMI_FD`.
     pub pmi_port: bool,
     /// Grace between SIGTERM and SIGKILL at teardown, in milliseconds.

@@ -137,6 +137,61 @@ fn hello_labels() {
     ctx.assert_no_leftovers();
 }
 
+/// `-outfile-pattern`, `-errfile-pattern` and `-prepend-pattern`: the same files, named the
+/// same, with the same lines as Hydra's, and nothing on the terminal.
+#[test]
+fn hello_output_files() {
+    let ctx = Ctx::new("hello_output_files");
+    let prog = ctx.prog("hello");
+    let files = ctx.dir.join("files");
+    let args = [
+        "-n",
+        "3",
+        "-prepend-pattern",
+        "[%r@%h %g/%p] ",
+        "-outfile-pattern",
+        "files/out.%r.%g.%p.%h",
+        "-errfile-pattern",
+        "files/err.%r",
+        &prog,
+    ];
+    // Each file's name and its lines, sorted.
+    let run = |l: Launcher| {
+        let _ = std::fs::remove_dir_all(&files);
+        std::fs::create_dir_all(&files).unwrap();
+        let o = ctx.job(l, &args).run();
+        eprintln!("=== {l}\n{o}");
+        o.assert_success();
+        assert_eq!(o.stdout, "", "{l}: lines reached the terminal");
+        let mut got: Vec<(String, Vec<String>)> = std::fs::read_dir(&files)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let text = std::fs::read_to_string(e.path()).unwrap();
+                let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+                lines.sort();
+                (e.file_name().to_string_lossy().into_owned(), lines)
+            })
+            .filter(|(_, lines)| !lines.is_empty())
+            .collect();
+        got.sort();
+        got
+    };
+    let hydra = run(Launcher::Hydra);
+    let kauri = run(Launcher::Kauri);
+    let host = hostname();
+    assert_eq!(hydra.len(), 3, "{hydra:?}");
+    for (r, (name, lines)) in hydra.iter().enumerate() {
+        assert_eq!(name, &format!("out.{r}.0.0.{host}"));
+        assert_eq!(
+            lines,
+            &[format!("[{r}@{host} 0/0] hello rank {r} of 3 on {host}")]
+        );
+    }
+    assert_eq!(kauri, hydra, "kauri's files differ from mpiexec.hydra's");
+    ctx.assert_no_leftovers();
+}
+
 /// MPMD: `-n 1 prog : -n 2 prog` is one job of 3 ranks.
 #[test]
 fn hello_mpmd() {

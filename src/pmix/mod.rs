@@ -566,7 +566,7 @@ mod tests {
                 env: vec![],
                 wdir: "/".into(),
             }],
-            label: false,
+            output: Default::default(),
             pmi_port: false,
             kill_grace_ms: 0,
             hosts: hosts.iter().map(|h| h.to_string()).collect(),

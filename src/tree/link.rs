@@ -20,7 +20,7 @@
 
 use super::frame::encode;
 use super::msg::Up;
-use crate::iofwd::Stream;
+use crate::iofwd::Dest;
 use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 use std::time::Duration;
@@ -173,14 +173,14 @@ impl Queue {
         mut self,
         mut wr: W,
         first: Option<Bytes>,
-        mut output: Option<mpsc::Receiver<(Stream, Bytes)>>,
+        mut output: Option<mpsc::Receiver<(Dest, Bytes)>>,
     ) {
         if let Some(f) = first {
             if wr.write_all(&f).await.is_err() {
                 return;
             }
         }
-        let mut held: Option<(Stream, Bytes)> = None;
+        let mut held: Option<(Dest, Bytes)> = None;
         loop {
             let next = if let Some(h) = held.take() {
                 Next::Output(output_run(h, output.as_mut(), &mut held))
@@ -225,9 +225,7 @@ impl Queue {
 }
 
 /// The next run of output, or `None` once every sender is gone (never, without output).
-async fn recv_output(
-    output: &mut Option<mpsc::Receiver<(Stream, Bytes)>>,
-) -> Option<(Stream, Bytes)> {
+async fn recv_output(output: &mut Option<mpsc::Receiver<(Dest, Bytes)>>) -> Option<(Dest, Bytes)> {
     match output {
         Some(o) => o.recv().await,
         None => std::future::pending().await,
@@ -237,8 +235,8 @@ async fn recv_output(
 /// Writes every line of output already queued; false when a write failed.
 async fn flush_output<W: AsyncWrite + Unpin>(
     wr: &mut W,
-    mut output: Option<&mut mpsc::Receiver<(Stream, Bytes)>>,
-    held: &mut Option<(Stream, Bytes)>,
+    mut output: Option<&mut mpsc::Receiver<(Dest, Bytes)>>,
+    held: &mut Option<(Dest, Bytes)>,
 ) -> bool {
     loop {
         let first = match held.take() {
@@ -255,19 +253,19 @@ async fn flush_output<W: AsyncWrite + Unpin>(
     }
 }
 
-/// One encoded `Output` message: `first` and whatever lines of the same stream are already
-/// queued, up to 64 KiB; a line of the other stream is held for the next run.
+/// One encoded `Output` message: `first` and whatever lines for the same destination are
+/// already queued, up to 64 KiB; a line for another is held for the next run.
 fn output_run(
-    first: (Stream, Bytes),
-    output: Option<&mut mpsc::Receiver<(Stream, Bytes)>>,
-    held: &mut Option<(Stream, Bytes)>,
+    first: (Dest, Bytes),
+    output: Option<&mut mpsc::Receiver<(Dest, Bytes)>>,
+    held: &mut Option<(Dest, Bytes)>,
 ) -> Bytes {
-    let (stream, bytes) = first;
+    let (dest, bytes) = first;
     let mut data = BytesMut::from(&bytes[..]);
     if let Some(out) = output {
         while data.len() < OUTPUT_RUN {
             match out.try_recv() {
-                Ok((s, more)) if s == stream => data.extend_from_slice(&more),
+                Ok((d, more)) if d == dest => data.extend_from_slice(&more),
                 Ok(other) => {
                     *held = Some(other);
                     break;
@@ -277,7 +275,8 @@ fn output_run(
         }
     }
     let msg = Up::Output {
-        stream,
+        stream: dest.stream,
+        file: dest.file.map(|f| f.to_string()),
         data: data.to_vec(),
     };
     // Output is at most 64 KiB plus one line: it always encodes.
@@ -294,7 +293,7 @@ mod tests {
     async fn written(
         queue: Queue,
         first: Option<Bytes>,
-        output: Option<mpsc::Receiver<(Stream, Bytes)>>,
+        output: Option<mpsc::Receiver<(Dest, Bytes)>>,
     ) -> Vec<Up> {
         let (a, mut b) = tokio::io::duplex(1 << 20);
         queue.write(a, first, output).await;
@@ -324,29 +323,40 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn output_is_batched_per_stream_and_the_last_frame_goes_after_it() {
+    async fn output_is_batched_per_destination_and_the_last_frame_goes_after_it() {
+        use crate::iofwd::Stream;
         let (link, queue) = link();
         let (out_tx, out_rx) = mpsc::channel(16);
-        for (s, l) in [
-            (Stream::Stdout, "a\n"),
-            (Stream::Stdout, "b\n"),
-            (Stream::Stderr, "e\n"),
-            (Stream::Stdout, "c\n"),
+        let file = |f: &str| Dest {
+            stream: Stream::Stdout,
+            file: Some(f.into()),
+        };
+        for (d, l) in [
+            (Stream::Stdout.into(), "a\n"),
+            (Stream::Stdout.into(), "b\n"),
+            (Stream::Stderr.into(), "e\n"),
+            (Stream::Stdout.into(), "c\n"),
+            (file("o.1"), "f\n"),
+            (file("o.1"), "g\n"),
+            (file("o.2"), "h\n"),
         ] {
-            out_tx.send((s, Bytes::from(l))).await.unwrap();
+            out_tx.send((d, Bytes::from(l))).await.unwrap();
         }
         assert!(link.finish(&Up::Done));
         let got = written(queue, None, Some(out_rx)).await;
-        let out = |stream, d: &str| Up::Output {
+        let out = |stream, file: Option<&str>, d: &str| Up::Output {
             stream,
+            file: file.map(str::to_string),
             data: d.as_bytes().to_vec(),
         };
         assert_eq!(
             got,
             vec![
-                out(Stream::Stdout, "a\nb\n"),
-                out(Stream::Stderr, "e\n"),
-                out(Stream::Stdout, "c\n"),
+                out(Stream::Stdout, None, "a\nb\n"),
+                out(Stream::Stderr, None, "e\n"),
+                out(Stream::Stdout, None, "c\n"),
+                out(Stream::Stdout, Some("o.1"), "f\ng\n"),
+                out(Stream::Stdout, Some("o.2"), "h\n"),
                 Up::Done
             ]
         );

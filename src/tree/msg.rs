@@ -293,6 +293,8 @@ pub enum Up {
     Output {
         /// Which stream.
         stream: Stream,
+        /// The output file they go to instead (`-outfile-pattern`, `-errfile-pattern`).
+        file: Option<String>,
         /// The bytes.
         #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,

@@ -1,0 +1,400 @@
+//! Hydra's output options: the patterns of `-prepend-pattern`, `-outfile-pattern` and
+//! `-errfile-pattern` ([`Pattern`]: `%r` rank, `%g` process group, `%p` proxy, `%h` host,
+//! `%t` seconds since the start, `%%`), `-output-from` ([`OutputOptions`]), what becomes of
+//! each line of one rank's stream ([`Route`]), and the output files the front end writes
+//! ([`Files`]).
+//!
+//! As in Hydra, a host's agent labels its ranks' lines and drops those `-output-from` does not
+//! want; the lines bound for a file travel up the tree with the file's name, and the front end
+//! opens and writes the files, relative to its own working directory (not the ranks'). The
+//! patterns and routes are plain data; only [`Files`] does I/O, and the forwarding itself
+//! lives in `iofwd`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+
+/// One piece of a [`Pattern`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+enum Piece {
+    /// Text as it is (`%%` is one `%` here).
+    Text(String),
+    /// `%r`: the rank, in its job (`MPI_COMM_WORLD`).
+    Rank,
+    /// `%g`: the process group: 0 for the job the user started, n for the n-th spawned job.
+    Group,
+    /// `%p`: the proxy, Hydra's word for a host's agent: the index of the rank's host among the
+    /// hosts of its job (`KAURI_NODE`).
+    Proxy,
+    /// `%h`: the rank's host, as given to kauri.
+    Host,
+    /// `%t`: whole seconds since kauri started.
+    Time,
+}
+
+/// A Hydra output pattern, parsed: text with `%r`, `%g`, `%p`, `%h`, `%t` and `%%`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pattern {
+    pieces: Vec<Piece>,
+}
+
+/// One rank's values for a [`Pattern`]'s specifiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin<'a> {
+    /// `%r`.
+    pub rank: usize,
+    /// `%g`.
+    pub pgid: u32,
+    /// `%p`.
+    pub proxy: u32,
+    /// `%h`.
+    pub host: &'a str,
+}
+
+impl Pattern {
+    /// Parses `text`. An unknown specifier or a `%` at the end is an error, as in Hydra (which
+    /// finds out at the first line of output; kauri before it starts anything).
+    pub fn parse(text: &str) -> Result<Pattern, String> {
+        let mut pieces = Vec::new();
+        let mut lit = String::new();
+        let mut chars = text.chars();
+        while let Some(c) = chars.next() {
+            if c != '%' {
+                lit.push(c);
+                continue;
+            }
+            let piece = match chars.next() {
+                Some('%') => {
+                    lit.push('%');
+                    continue;
+                }
+                Some('r') => Piece::Rank,
+                Some('g') => Piece::Group,
+                Some('p') => Piece::Proxy,
+                Some('h') => Piece::Host,
+                Some('t') => Piece::Time,
+                Some(other) => {
+                    return Err(format!(
+                        "unknown specifier %{other} in {text:?} (use %r, %g, %p, %h, %t or %%)"
+                    ))
+                }
+                None => return Err(format!("{text:?} ends with a lone % (write %% for a %)")),
+            };
+            if !lit.is_empty() {
+                pieces.push(Piece::Text(std::mem::take(&mut lit)));
+            }
+            pieces.push(piece);
+        }
+        if !lit.is_empty() {
+            pieces.push(Piece::Text(lit));
+        }
+        Ok(Pattern { pieces })
+    }
+
+    /// Whether it counts seconds (`%t`), so that it must be expanded again for every line.
+    pub fn has_time(&self) -> bool {
+        self.pieces.contains(&Piece::Time)
+    }
+
+    /// The text for `o`, `seconds` after the start.
+    pub fn expand(&self, o: &Origin, seconds: u64) -> String {
+        let mut s = String::new();
+        for p in &self.pieces {
+            match p {
+                Piece::Text(t) => s.push_str(t),
+                Piece::Rank => s.push_str(&o.rank.to_string()),
+                Piece::Group => s.push_str(&o.pgid.to_string()),
+                Piece::Proxy => s.push_str(&o.proxy.to_string()),
+                Piece::Host => s.push_str(o.host),
+                Piece::Time => s.push_str(&seconds.to_string()),
+            }
+        }
+        s
+    }
+}
+
+/// What the user asked of the ranks' output (`-prepend-pattern` or `-l`, `-outfile-pattern`,
+/// `-errfile-pattern`, `-output-from`), for every job of the run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputOptions {
+    /// Put before every line, of both streams and in files too (`-l` is `[%r] `).
+    pub prepend: Option<Pattern>,
+    /// The file each rank's stdout goes to instead of kauri's.
+    pub outfile: Option<Pattern>,
+    /// The file each rank's stderr goes to instead of kauri's.
+    pub errfile: Option<Pattern>,
+    /// Only this rank's output is kept (of every job); the others' is read and dropped, files
+    /// or not.
+    pub output_from: Option<usize>,
+}
+
+/// One job's output as its hosts need it: the run's options and the job's values for `%g`
+/// and `%t`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputPlan {
+    /// The run's options.
+    pub options: OutputOptions,
+    /// The job's process group (`%g`): 0 for the job the user started.
+    pub pgid: u32,
+    /// When kauri started, in milliseconds since the Unix epoch (`%t` counts from it on every
+    /// host's clock).
+    pub start_unix_ms: u64,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A [`Pattern`] for one rank: expanded once, or at every use when it counts seconds.
+#[derive(Debug, Clone)]
+pub struct RankPattern {
+    pattern: Pattern,
+    rank: usize,
+    pgid: u32,
+    proxy: u32,
+    host: String,
+    start_unix_ms: u64,
+    fixed: Option<Arc<str>>,
+}
+
+impl RankPattern {
+    /// `pattern` with rank `rank`'s values.
+    pub fn new(pattern: &Pattern, plan: &OutputPlan, rank: usize, proxy: u32, host: &str) -> Self {
+        let mut p = RankPattern {
+            pattern: pattern.clone(),
+            rank,
+            pgid: plan.pgid,
+            proxy,
+            host: host.to_string(),
+            start_unix_ms: plan.start_unix_ms,
+            fixed: None,
+        };
+        if !pattern.has_time() {
+            p.fixed = Some(p.expand().into());
+        }
+        p
+    }
+
+    fn expand(&self) -> String {
+        let o = Origin {
+            rank: self.rank,
+            pgid: self.pgid,
+            proxy: self.proxy,
+            host: &self.host,
+        };
+        let seconds = unix_ms().saturating_sub(self.start_unix_ms) / 1000;
+        self.pattern.expand(&o, seconds)
+    }
+
+    /// The text now.
+    pub fn now(&self) -> Arc<str> {
+        match &self.fixed {
+            Some(f) => f.clone(),
+            None => self.expand().into(),
+        }
+    }
+}
+
+/// What becomes of the lines of one rank's stdout or stderr.
+#[derive(Debug, Clone, Default)]
+pub struct Route {
+    /// Dropped: `-output-from` names another rank (the stream is still read to its end).
+    pub drop: bool,
+    /// Put before every line.
+    pub prefix: Option<RankPattern>,
+    /// The file the lines go to, instead of kauri's stream.
+    pub file: Option<RankPattern>,
+}
+
+impl Route {
+    /// The route of rank `rank`'s `stdout` (else stderr) in a job with `plan`; the rank runs on
+    /// `host`, the job's host number `proxy`.
+    pub fn new(plan: &OutputPlan, stdout: bool, rank: usize, proxy: u32, host: &str) -> Route {
+        let o = &plan.options;
+        let file = if stdout { &o.outfile } else { &o.errfile };
+        let bind = |p: &Pattern| RankPattern::new(p, plan, rank, proxy, host);
+        Route {
+            drop: o.output_from.is_some_and(|r| r != rank),
+            prefix: o.prepend.as_ref().map(bind),
+            file: file.as_ref().map(bind),
+        }
+    }
+}
+
+/// The files the ranks of a job with `plan` write to, as far as they are known before it
+/// starts: those of every rank whose output is kept, for patterns without `%t`. `origin(r)`:
+/// rank `r`'s proxy and host. Each file once, in rank order.
+pub fn files_of_job<'a>(
+    plan: &OutputPlan,
+    size: usize,
+    origin: impl Fn(usize) -> (u32, &'a str),
+) -> Vec<(String, &'static str)> {
+    let o = &plan.options;
+    let mut seen = std::collections::HashSet::new();
+    let mut files = Vec::new();
+    for (pattern, option) in [
+        (&o.outfile, "-outfile-pattern"),
+        (&o.errfile, "-errfile-pattern"),
+    ] {
+        let Some(p) = pattern.as_ref().filter(|p| !p.has_time()) else {
+            continue;
+        };
+        for rank in (0..size).filter(|&r| o.output_from.is_none_or(|k| k == r)) {
+            let (proxy, host) = origin(rank);
+            let o = Origin {
+                rank,
+                pgid: plan.pgid,
+                proxy,
+                host,
+            };
+            let path = p.expand(&o, 0);
+            if seen.insert(path.clone()) {
+                files.push((path, option));
+            }
+        }
+    }
+    files
+}
+
+/// The output files the front end writes, by name (relative to its working directory). A
+/// file is created (or emptied) when first opened, readable and writable by the user only,
+/// as Hydra creates it; Hydra does not empty an old file but writes over its start, which
+/// leaves the end of a longer old output behind.
+#[derive(Debug, Default)]
+pub struct Files {
+    open: HashMap<Arc<str>, Option<tokio::fs::File>>,
+}
+
+fn options() -> std::fs::OpenOptions {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create(true).truncate(true).mode(0o600);
+    o
+}
+
+impl Files {
+    /// Creates the files `paths` names, each with the option that named it for the error.
+    pub fn create(paths: &[(String, &str)]) -> Result<Files, String> {
+        let mut files = Files::default();
+        for (path, option) in paths {
+            let f = options()
+                .open(path)
+                .map_err(|e| format!("{option}: cannot create {path}: {e}"))?;
+            files
+                .open
+                .insert(path.as_str().into(), Some(tokio::fs::File::from_std(f)));
+        }
+        Ok(files)
+    }
+
+    /// Appends `data` to the file `path`, opening it first if it is not open yet. An error is
+    /// one line for the user, told once per file: the file's later lines are dropped.
+    pub async fn write(&mut self, path: &Arc<str>, data: &[u8]) -> Result<(), String> {
+        if !self.open.contains_key(path) {
+            let opened = tokio::fs::OpenOptions::from(options()).open(&**path).await;
+            match opened {
+                Ok(f) => self.open.insert(path.clone(), Some(f)),
+                Err(e) => {
+                    self.open.insert(path.clone(), None);
+                    return Err(format!("cannot create output file {path}: {e}"));
+                }
+            };
+        }
+        let Some(Some(f)) = self.open.get_mut(path) else {
+            return Ok(());
+        };
+        let written = match f.write_all(data).await {
+            Ok(()) => f.flush().await,
+            Err(e) => Err(e),
+        };
+        written.map_err(|e| {
+            self.open.insert(path.clone(), None);
+            format!("cannot write output file {path}: {e}")
+        })
+    }
+
+    /// Flushes and closes every file.
+    pub async fn close(self) {
+        for (_, f) in self.open {
+            if let Some(mut f) = f {
+                let _ = f.flush().await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin() -> Origin<'static> {
+        Origin {
+            rank: 3,
+            pgid: 1,
+            proxy: 2,
+            host: "n7",
+        }
+    }
+
+    #[test]
+    fn specifiers_expand_as_in_hydra() {
+        let p = Pattern::parse("out.%r.%g.%p.%h.%t-100%%").unwrap();
+        assert_eq!(p.expand(&origin(), 42), "out.3.1.2.n7.42-100%");
+        assert!(p.has_time());
+        let p = Pattern::parse("[%r] ").unwrap();
+        assert!(!p.has_time());
+        assert_eq!(p.expand(&origin(), 0), "[3] ");
+        assert_eq!(Pattern::parse("").unwrap().expand(&origin(), 0), "");
+        assert_eq!(
+            Pattern::parse("%%r").unwrap().expand(&origin(), 0),
+            "%r",
+            "%% is a literal %, not the start of a specifier"
+        );
+    }
+
+    #[test]
+    fn bad_patterns_say_why() {
+        assert!(Pattern::parse("out.%x").unwrap_err().contains("%x"));
+        assert!(Pattern::parse("out.%").unwrap_err().contains("lone %"));
+    }
+
+    #[test]
+    fn routes_follow_the_options() {
+        let plan = OutputPlan {
+            options: OutputOptions {
+                prepend: Some(Pattern::parse("%h:%r ").unwrap()),
+                outfile: Some(Pattern::parse("o.%r").unwrap()),
+                errfile: None,
+                output_from: Some(1),
+            },
+            pgid: 0,
+            start_unix_ms: unix_ms(),
+        };
+        let out = Route::new(&plan, true, 1, 0, "a");
+        assert!(!out.drop);
+        assert_eq!(&*out.prefix.unwrap().now(), "a:1 ");
+        assert_eq!(&*out.file.unwrap().now(), "o.1");
+        let err = Route::new(&plan, false, 1, 0, "a");
+        assert!(err.file.is_none());
+        assert!(Route::new(&plan, true, 0, 0, "a").drop);
+    }
+
+    #[test]
+    fn a_job_knows_its_files_before_it_starts() {
+        let mut plan = OutputPlan::default();
+        plan.options.outfile = Some(Pattern::parse("o.%h").unwrap());
+        plan.options.errfile = Some(Pattern::parse("e.%r").unwrap());
+        let hosts = ["a", "b"];
+        let files = files_of_job(&plan, 3, |r| ((r % 2) as u32, hosts[r % 2]));
+        let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(names, ["o.a", "o.b", "e.0", "e.1", "e.2"]);
+        plan.options.output_from = Some(2);
+        plan.options.outfile = Some(Pattern::parse("o.%t").unwrap());
+        let files = files_of_job(&plan, 3, |r| ((r % 2) as u32, hosts[r % 2]));
+        assert_eq!(files, vec![("e.2".to_string(), "-errfile-pattern")]);
+    }
+}

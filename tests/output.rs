@@ -1,0 +1,423 @@
+//! The output options driven through the real `kauri` binary, with shell programs as ranks:
+//! `-outfile-pattern`, `-errfile-pattern`, `-prepend-pattern` (and `-l`), `-output-from`, on
+//! one host and on simulated hosts (`-launcher fork`), with the errors a bad pattern or a
+//! missing directory gets. (What these check was compared with `mpiexec.hydra` 4.0.2.)
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+mod common;
+
+use common::{kauri, stderr, KAURI};
+
+/// A rank that writes two lines on stdout around one on stderr.
+const TWO_AND_ONE: &str =
+    "echo \"out $PMI_RANK a\"; echo \"err $PMI_RANK\" >&2; echo \"out $PMI_RANK b\"";
+
+/// A fresh directory for test `name`.
+fn fresh_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kauri-output-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs kauri with `args` in the directory `cwd`.
+fn kauri_in(cwd: &Path, args: &[&str]) -> Output {
+    common::run_under_watchdog(Command::new(KAURI).args(args).current_dir(cwd))
+}
+
+fn read(dir: &Path, name: &str) -> String {
+    std::fs::read_to_string(dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The names of the files in `dir`, sorted.
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// This machine's host name, as `%h` has it for a job on this host alone.
+fn hostname() -> String {
+    let o = Command::new("hostname").output().unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+#[test]
+fn outfile_and_errfile_patterns_write_one_file_per_rank() {
+    let dir = fresh_dir("files");
+    let wdir = dir.join("ranks-run-here");
+    std::fs::create_dir_all(&wdir).unwrap();
+    // A longer file from an earlier run is emptied, not written over (Hydra leaves its end).
+    std::fs::write(
+        dir.join("out.1"),
+        "an old line that is longer than the new ones\n",
+    )
+    .unwrap();
+    let o = kauri_in(
+        &dir,
+        &[
+            "-n",
+            "3",
+            "-wdir",
+            wdir.to_str().unwrap(),
+            "-outfile-pattern",
+            "out.%r",
+            "-errfile-pattern",
+            "err.%r",
+            "sh",
+            "-c",
+            TWO_AND_ONE,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        o.stdout.is_empty(),
+        "{:?}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    for r in 0..3 {
+        assert_eq!(
+            read(&dir, &format!("out.{r}")),
+            format!("out {r} a\nout {r} b\n")
+        );
+        assert_eq!(read(&dir, &format!("err.{r}")), format!("err {r}\n"));
+        // A new file is the user's alone, as Hydra creates it.
+        let mode = std::fs::metadata(dir.join(format!("err.{r}"))).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+    }
+    // Relative to kauri's directory, not the ranks'.
+    assert!(names(&wdir).is_empty(), "{:?}", names(&wdir));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn only_the_outfile_pattern_leaves_stderr_on_the_terminal() {
+    let dir = fresh_dir("outonly");
+    let o = kauri_in(
+        &dir,
+        &[
+            "-n",
+            "2",
+            "-outfile-pattern",
+            "o.%r",
+            "sh",
+            "-c",
+            TWO_AND_ONE,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+    let mut err: Vec<&str> = std::str::from_utf8(&o.stderr).unwrap().lines().collect();
+    err.sort();
+    assert_eq!(err, ["err 0", "err 1"]);
+    assert_eq!(names(&dir), ["o.0", "o.1"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn host_proxy_and_group_expand_on_one_host() {
+    let dir = fresh_dir("onehost");
+    let o = kauri_in(
+        &dir,
+        &[
+            "-n",
+            "2",
+            "-outfile-pattern",
+            "o.%h.%p.%g.%r",
+            "-errfile-pattern",
+            "e-%%-%r",
+            "sh",
+            "-c",
+            TWO_AND_ONE,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let h = hostname();
+    assert_eq!(
+        names(&dir),
+        [
+            "e-%-0",
+            "e-%-1",
+            &format!("o.{h}.0.0.0"),
+            &format!("o.{h}.0.0.1")
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn patterns_on_two_simulated_hosts() {
+    let dir = fresh_dir("twohosts");
+    let mut args = vec![
+        "-outfile-pattern",
+        "o.%h.%p.%g.%r",
+        "-errfile-pattern",
+        "e.%h",
+    ];
+    args.extend(common::on_fork_hosts("a,b", "4", TWO_AND_ONE));
+    let o = kauri_in(&dir, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout.is_empty() && o.stderr.is_empty(), "{}", stderr(&o));
+    // Ranks go round the hosts: 0 and 2 on a (its proxy 0), 1 and 3 on b (proxy 1).
+    assert_eq!(
+        names(&dir),
+        [
+            "e.a",
+            "e.b",
+            "o.a.0.0.0",
+            "o.a.0.0.2",
+            "o.b.1.0.1",
+            "o.b.1.0.3"
+        ]
+    );
+    for (r, h, p) in [(0, "a", 0), (1, "b", 1), (2, "a", 0), (3, "b", 1)] {
+        let f = format!("o.{h}.{p}.0.{r}");
+        assert_eq!(read(&dir, &f), format!("out {r} a\nout {r} b\n"), "{f}");
+    }
+    // One file for a host's ranks: whole lines of both.
+    for (h, ranks) in [("a", ["0", "2"]), ("b", ["1", "3"])] {
+        let mut lines: Vec<String> = read(&dir, &format!("e.{h}"))
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        assert_eq!(lines, ranks.map(|r| format!("err {r}")), "e.{h}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A rank that writes many long lines, each in several pieces, on both streams.
+const LONG_LINES: &str = "for i in $(seq 1 40); do \
+     printf 'x%.0s' $(seq 1 300); printf ' %s-%s' $PMI_RANK $i; printf 'y%.0s' $(seq 1 300); echo; \
+     printf 'e%s-%s' $PMI_RANK $i >&2; echo >&2; \
+     done";
+
+#[test]
+fn prepend_pattern_prefixes_every_whole_line() {
+    let mut args = vec!["-prepend-pattern", "[%r@%h] "];
+    args.extend(common::on_fork_hosts("a,b", "4", LONG_LINES));
+    let o = kauri(&args, None, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let host = |r: usize| if r % 2 == 0 { "a" } else { "b" };
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut seen = [0; 4];
+    for line in out.lines() {
+        let (prefix, rest) = line.split_once("] ").expect(line);
+        let (r, h) = prefix.trim_start_matches('[').split_once('@').expect(line);
+        let r: usize = r.parse().expect(line);
+        assert_eq!(h, host(r), "{line}");
+        // Never cut by another rank's bytes.
+        let i = seen[r] + 1;
+        let want = format!("{} {r}-{i}{}", "x".repeat(300), "y".repeat(300));
+        assert_eq!(rest, want, "rank {r}'s line {i}");
+        seen[r] = i;
+    }
+    assert_eq!(seen, [40; 4]);
+    let err = stderr(&o);
+    for r in 0..4 {
+        let mine: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with(&format!("[{r}@{}] ", host(r))))
+            .collect();
+        assert_eq!(mine.len(), 40, "{err}");
+        assert_eq!(mine[39], format!("[{r}@{}] e{r}-40", host(r)));
+    }
+}
+
+#[test]
+fn prepend_pattern_goes_into_files_and_counts_seconds() {
+    let dir = fresh_dir("prefixfile");
+    let o = kauri_in(
+        &dir,
+        &[
+            "-n",
+            "2",
+            "-prepend-pattern",
+            "%t|%g|",
+            "-outfile-pattern",
+            "o.%r",
+            "sh",
+            "-c",
+            TWO_AND_ONE,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    for r in 0..2 {
+        let text = read(&dir, &format!("o.{r}"));
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        for (line, end) in lines.iter().zip(["a", "b"]) {
+            let (secs, rest) = line.split_once('|').expect(line);
+            assert!(secs.parse::<u64>().is_ok(), "{line}");
+            assert_eq!(rest, format!("0|out {r} {end}"));
+        }
+    }
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(err
+        .lines()
+        .all(|l| l.ends_with("|0|err 0") || l.ends_with("|0|err 1")));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn prepend_rank_still_labels_and_conflicts_with_a_pattern() {
+    let o = kauri(
+        &["-prepend-rank", "-n", "2", "sh", "-c", TWO_AND_ONE],
+        None,
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        common::lines(&o),
+        ["[0] out 0 a", "[0] out 0 b", "[1] out 1 a", "[1] out 1 b"]
+    );
+    // As in Hydra, -l and -prepend-pattern both set the prefix: an error, one line.
+    let o = kauri(
+        &["-l", "-prepend-pattern", "%r: ", "-n", "1", "true"],
+        None,
+        &[],
+    );
+    assert!(!o.status.success());
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("give one"), "{}", stderr(&o));
+}
+
+#[test]
+fn output_from_shows_only_that_rank() {
+    let o = kauri(
+        &["-n", "3", "-output-from", "1", "sh", "-c", TWO_AND_ONE],
+        None,
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(common::lines(&o), ["out 1 a", "out 1 b"]);
+    assert_eq!(stderr(&o), "err 1\n");
+    // On simulated hosts, labelled, with the rank's lines in a file: no other rank's file.
+    let dir = fresh_dir("outputfrom");
+    let mut args = vec!["-output-from", "1", "-l", "-outfile-pattern", "o.%r"];
+    args.extend(common::on_fork_hosts("a,b", "4", TWO_AND_ONE));
+    let o = kauri_in(&dir, &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
+    assert_eq!(stderr(&o), "[1] err 1\n");
+    assert_eq!(names(&dir), ["o.1"]);
+    assert_eq!(read(&dir, "o.1"), "[1] out 1 a\n[1] out 1 b\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A rank the job does not have.
+    let o = kauri(&["-n", "2", "-output-from", "2", "true"], None, &[]);
+    assert!(!o.status.success());
+    assert_eq!(
+        stderr(&o),
+        "kauri: -output-from 2: the job has 2 ranks (0 to 1)\n"
+    );
+}
+
+#[test]
+fn a_directory_that_does_not_exist_fails_with_one_line() {
+    let dir = fresh_dir("nodir");
+    let marker = "kauri-marker-output-nodir";
+    let prog = format!("echo started; sleep 300 # {marker}");
+    // Known before the start: nothing runs.
+    let o = kauri_in(
+        &dir,
+        &[
+            "-n",
+            "2",
+            "-errfile-pattern",
+            "no/such/dir/e.%r",
+            "sh",
+            "-c",
+            &prog,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(255));
+    assert!(o.stdout.is_empty());
+    assert_eq!(
+        stderr(&o),
+        "kauri: -errfile-pattern: cannot create no/such/dir/e.0: No such file or directory (os error 2)\n"
+    );
+    common::assert_none_left(marker, Duration::from_secs(30));
+    // Known only at the first line (%t): the job is ended, on simulated hosts too.
+    let mut args = vec!["-outfile-pattern", "no/such/dir/o.%r.%t"];
+    args.extend(common::on_fork_hosts("a,b", "2", &prog));
+    let o = kauri_in(&dir, &args);
+    assert_eq!(o.status.code(), Some(255), "{}", stderr(&o));
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines[0].starts_with("kauri: cannot create output file no/such/dir/o."),
+        "{err}"
+    );
+    assert!(
+        !err.contains("started") && lines[1..].iter().all(|l| !l.contains("output file")),
+        "{err}"
+    );
+    common::assert_none_left(marker, Duration::from_secs(30));
+    assert!(names(&dir).is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_patterns_are_one_line() {
+    for (args, want) in [
+        (
+            ["-outfile-pattern", "o.%x"],
+            "kauri: -outfile-pattern: unknown specifier %x in \"o.%x\" (use %r, %g, %p, %h, %t or %%)\n",
+        ),
+        (
+            ["-prepend-pattern", "%r%"],
+            "kauri: -prepend-pattern: \"%r%\" ends with a lone % (write %% for a %)\n",
+        ),
+        (
+            ["-output-from", "one"],
+            "kauri: -output-from \"one\": not a rank\n",
+        ),
+    ] {
+        let mut a = args.to_vec();
+        a.extend(["-n", "1", "true"]);
+        let o = kauri(&a, None, &[]);
+        assert!(!o.status.success(), "{args:?}");
+        assert_eq!(stderr(&o), want);
+    }
+}
+
+/// A rank that spawns two processes through PMI-1 (`mcmd=spawn`), speaking it with the
+/// shell over its `PMI_FD`.
+const SPAWNER: &str = "printf 'cmd=init pmi_version=1 pmi_subversion=1\\n' >&$PMI_FD; read -r a <&$PMI_FD
+printf 'mcmd=spawn\\nnprocs=2\\nexecname=sh\\ntotspawns=1\\nspawnssofar=1\\nargcnt=2\\narg1=-c\\narg2=echo child $PMI_RANK\\npreput_num=0\\ninfo_num=0\\nendcmd\\n' >&$PMI_FD
+read -r b <&$PMI_FD; echo \"parent: $b\"
+printf 'cmd=finalize\\n' >&$PMI_FD; read -r c <&$PMI_FD";
+
+#[test]
+fn a_spawned_job_is_group_one() {
+    let dir = fresh_dir("spawn");
+    let o = kauri_in(
+        &dir,
+        &[
+            "-n",
+            "1",
+            "-prepend-pattern",
+            "[%g:%r] ",
+            "-outfile-pattern",
+            "o.%g.%r",
+            "bash",
+            "-c",
+            SPAWNER,
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(names(&dir), ["o.0.0", "o.1.0", "o.1.1"]);
+    assert_eq!(read(&dir, "o.0.0"), "[0:0] parent: cmd=spawn_result rc=0\n");
+    assert_eq!(read(&dir, "o.1.0"), "[1:0] child 0\n");
+    assert_eq!(read(&dir, "o.1.1"), "[1:1] child 1\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
