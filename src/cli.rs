@@ -296,18 +296,17 @@ fn timeout_from_env() -> Result<Option<Duration>, UsageError> {
     }
 }
 
-/// Splits `--name=value` and `-name=value`; turns `--name` into `-name`.
+/// Splits `--name=value` and `-name=value`; turns `--name` (any number of dashes) into
+/// `-name`, and the name to lower case (Hydra matches names with `strcasecmp`: `-NP 4` is
+/// `-np 4`) except `-V`, kauri's `--version`.
 fn normalize(arg: &str) -> (String, Option<String>) {
-    let a = arg.strip_prefix('-').unwrap_or(arg);
-    let a = if a.starts_with('-') {
-        a.to_string()
-    } else {
-        format!("-{a}")
-    };
-    match a.split_once('=') {
+    let a = format!("-{}", arg.trim_start_matches('-'));
+    let (n, v) = match a.split_once('=') {
         Some((n, v)) => (n.to_string(), Some(v.to_string())),
         None => (a, None),
-    }
+    };
+    let n = if n == "-V" { n } else { n.to_ascii_lowercase() };
+    (n, v)
 }
 
 impl Parser {
@@ -639,6 +638,17 @@ mod tests {
         assert_eq!(s.apps[1].args, vec!["q"]);
         assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
         assert!(s.label);
+    }
+
+    #[test]
+    fn hydra_spellings() {
+        let s = run("---genv A 1 -NP=3 --L -GENVNONE --Env=B 2 a");
+        assert_eq!(s.apps[0].nprocs, 3);
+        assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
+        assert_eq!(s.apps[0].env, vec![("B".to_string(), "2".to_string())]);
+        assert_eq!(s.env_policy, EnvPolicy::None);
+        assert!(s.label);
+        assert_eq!(parse(&["-V".into()]).unwrap(), Command::Version);
     }
 
     #[test]
