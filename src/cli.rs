@@ -6,6 +6,7 @@
 //! the next MPMD segment; `-configfile` reads segments one per line. Everything after a
 //! segment's program, up to `:`, is the program's own arguments.
 
+use crate::hydra_env::HydraEnv;
 use crate::job::{AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice};
 use crate::profile::ProfileFormat;
 use std::path::{Path, PathBuf};
@@ -177,6 +178,8 @@ struct Parser {
     configfile: Option<PathBuf>,
     n_given: Vec<bool>,
     profile_given: bool,
+    /// `-genvall`, `-genvnone` or `-genvlist` was given (it wins over `HYDRA_ENV`).
+    genv_policy_given: bool,
 }
 
 /// Parses `args` (without the program name).
@@ -206,11 +209,13 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             singleton: None,
             pmi: PmiChoice::Auto,
             profile: None,
+            port_range: None,
         },
         segments: Vec::new(),
         configfile: None,
         n_given: Vec::new(),
         profile_given: false,
+        genv_policy_given: false,
     };
     if args.is_empty() {
         return err("no program given (try kauri -h)");
@@ -254,6 +259,8 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
     if p.segments.is_empty() {
         return err("no program given (try kauri -h)");
     }
+    let hydra = HydraEnv::read(&|k| std::env::var(k).ok()).map_err(UsageError)?;
+    apply_hydra_env(&mut p.spec, p.genv_policy_given, hydra)?;
     if p.spec.universe_size.is_none() {
         if let Ok(v) = std::env::var("KAURI_USIZE") {
             if !v.trim().is_empty() {
@@ -283,6 +290,33 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
     }
     p.spec.apps = p.segments;
     Ok(Command::Run(Box::new(p.spec)))
+}
+
+/// Fills in what the command line left to Hydra's environment (see [`crate::hydra_env`]):
+/// the hosts (not for a singleton, which runs here), the launcher and its program, the
+/// inheritance policy (`genv_given`: `-genvall`, `-genvnone` or `-genvlist` was given), the
+/// output prefix and the port range.
+fn apply_hydra_env(spec: &mut JobSpec, genv_given: bool, env: HydraEnv) -> Result<(), UsageError> {
+    if spec.hosts.is_empty() && spec.singleton.is_none() {
+        if let Some((var, file)) = &env.host_file {
+            spec.hosts = read_hostfile(Path::new(file))
+                .map_err(|e| UsageError(format!("{var}: {}", e.0)))?;
+        }
+    }
+    if spec.launcher.is_none() {
+        spec.launcher = env.launcher;
+    }
+    if spec.launcher_exec.is_none() {
+        spec.launcher_exec = env.launcher_exec;
+    }
+    if !genv_given {
+        if let Some(policy) = env.env_policy {
+            spec.env_policy = policy;
+        }
+    }
+    spec.label |= env.label;
+    spec.port_range = env.port_range;
+    Ok(())
 }
 
 fn timeout_from_env() -> Result<Option<Duration>, UsageError> {
@@ -340,6 +374,8 @@ impl Parser {
                         .ok_or_else(|| UsageError(format!("{what} needs a value"))),
                 }
             };
+            self.genv_policy_given |=
+                matches!(name.as_str(), "-genvall" | "-genvnone" | "-genvlist");
             match name.as_str() {
                 "-h" | "-help" => return Ok(Some(Command::Help)),
                 "-version" | "-V" => return Ok(Some(Command::Version)),
@@ -649,6 +685,41 @@ mod tests {
         assert_eq!(s.env_policy, EnvPolicy::None);
         assert!(s.label);
         assert_eq!(parse(&["-V".into()]).unwrap(), Command::Version);
+    }
+
+    #[test]
+    fn hydra_env_fills_only_what_the_command_line_left() {
+        let env = HydraEnv {
+            launcher: Some("ssh".into()),
+            launcher_exec: Some("/x/ssh".into()),
+            env_policy: Some(EnvPolicy::None),
+            label: true,
+            ..HydraEnv::default()
+        };
+        let mut s = run("-launcher fork -genvall -n 1 a");
+        apply_hydra_env(&mut s, true, env.clone()).unwrap();
+        assert_eq!(s.launcher.as_deref(), Some("fork"));
+        assert_eq!(s.launcher_exec.as_deref(), Some("/x/ssh"));
+        assert_eq!(s.env_policy, EnvPolicy::All);
+        assert!(s.label);
+        let mut s = run("-launcher-exec /y -n 1 a");
+        apply_hydra_env(&mut s, false, env).unwrap();
+        assert_eq!(s.launcher.as_deref(), Some("ssh"));
+        assert_eq!(s.launcher_exec.as_deref(), Some("/y"));
+        assert_eq!(s.env_policy, EnvPolicy::None);
+        let mut s = run("-hosts h -n 1 a");
+        let bad = HydraEnv {
+            host_file: Some(("HYDRA_HOST_FILE", "/nonexistent/h".into())),
+            ..HydraEnv::default()
+        };
+        apply_hydra_env(&mut s, false, bad.clone()).unwrap();
+        assert_eq!(s.hosts[0].name, "h");
+        let mut s = run("-n 1 a");
+        let e = apply_hydra_env(&mut s, false, bad).unwrap_err().0;
+        assert!(
+            e.starts_with("HYDRA_HOST_FILE: cannot read hostfile"),
+            "{e}"
+        );
     }
 
     #[test]

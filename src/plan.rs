@@ -91,6 +91,8 @@ pub struct JobPlan {
     pub pmi_too: bool,
     /// Record the startup profile and send it up before `Done`.
     pub profile: bool,
+    /// The ports the agent and PMI listeners keep to (`MPIEXEC_PORT_RANGE`); `None`: any.
+    pub port_range: Option<crate::ports::PortRange>,
 }
 
 impl JobPlan {

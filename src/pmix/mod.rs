@@ -580,6 +580,7 @@ mod tests {
             pmix: true,
             pmi_too: false,
             profile: false,
+            port_range: None,
         }
     }
 
