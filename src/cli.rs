@@ -19,7 +19,7 @@ pub enum Command {
     Run(Box<JobSpec>),
     /// Print the usage text.
     Help,
-    /// Print the variables ranks get.
+    /// Print the variables ranks get, and the Hydra variables kauri reads.
     HelpEnv,
     /// Print the version.
     Version,
@@ -80,6 +80,35 @@ Calls from one rank share its PMI socket: run them one after another, not in par
 program that starts `kauri kvs` must pass PMI_FD on (Python: subprocess's close_fds=False, or
 pass_fds=[int(os.environ[\"PMI_FD\"])]). A rank may exit after any call, but a rank that
 exits while others wait in a fence it never entered ends the job.
+
+Kauri itself reads Hydra's variables, as mpiexec.hydra 4 does: the command line first, then
+the variable (of several names, the first set wins):
+
+  HYDRA_HOST_FILE, I_MPI_HYDRA_HOST_FILE
+                          the hosts, from a file as with -f (not with -f or -hosts; before
+                          a Slurm or PBS allocation)
+  HYDRA_LAUNCHER, HYDRA_BOOTSTRAP, I_MPI_HYDRA_BOOTSTRAP
+                          the launcher, as -launcher
+  HYDRA_LAUNCHER_EXEC, HYDRA_BOOTSTRAP_EXEC, I_MPI_HYDRA_BOOTSTRAP_EXEC
+                          the launcher's program, as -launcher-exec
+  KAURI_LAUNCHER_ARGS, HYDRA_LAUNCHER_EXTRA_ARGS, I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS
+                          extra arguments for the launcher command (ssh options, say);
+                          Hydra's names are split on spaces
+  HYDRA_ENV=all|none      which of kauri's variables ranks inherit, as -genvall/-genvnone
+                          (not with -genvall, -genvnone, -genvlist, or a segment's -env*)
+  MPIEXEC_PORT_RANGE=LOW:HIGH
+                          every TCP port kauri listens on (agent ports, -pmi-port's PMI
+                          ports; -ml-env's MASTER_PORT) is taken from this range; Hydra's
+                          other names are read first: MPIR_CVAR_CH3_PORT_RANGE,
+                          MPIR_PARAM_CH3_PORT_RANGE, MPICH_CH3_PORT_RANGE, MPIR_CVAR_PORTRANGE,
+                          MPIR_CVAR_PORT_RANGE, MPIR_PARAM_PORTRANGE, MPIR_PARAM_PORT_RANGE,
+                          MPICH_PORTRANGE, MPICH_PORT_RANGE, MPIEXEC_PORTRANGE (not yet the
+                          PMIx server's own port)
+  MPIEXEC_PREFIX_DEFAULT  when set, output lines get the [rank] prefix, as with -l
+  MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds
+  KAURI_NAMESERVER, HYDRA_NAMESERVER
+                          the name server, as -nameserver
+(kauri -h lists kauri's own KAURI_* variables.)
 ";
 
 /// The usage text of `kauri -h`.
@@ -143,11 +172,15 @@ Global options:
                           (agents launched per tree level, ranks forked, PMI init, each
                           fence's time and bytes, finalize, teardown): a table, or JSON
   -h, --help              this text
-  --help-env              the variables every process gets
+  --help-env              the variables every process gets, and Hydra's that kauri reads
   --version               kauri's version
 
 Environment:
   MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds (exit status 255)
+  HYDRA_HOST_FILE, HYDRA_LAUNCHER, HYDRA_LAUNCHER_EXEC, HYDRA_LAUNCHER_EXTRA_ARGS,
+  HYDRA_ENV, MPIEXEC_PORT_RANGE, MPIEXEC_PREFIX_DEFAULT, I_MPI_HYDRA_*
+                          Hydra's variables, where the command line says nothing (see
+                          --help-env)
   KAURI_KILL_GRACE=SECS   grace between SIGTERM and SIGKILL at teardown (default 3)
   KAURI_TEARDOWN_WAIT=SECS  after the kill, how long to wait for silent agents (default 5)
   KAURI_HEARTBEAT=SECS    heartbeat period on every tree link (default 5)
@@ -158,7 +191,8 @@ Environment:
   KAURI_USIZE=N           the universe size, like -usize (a singleton's only way to set it)
   KAURI_LAUNCH_COST=S,L   for -tree-width cost: a launch's serial and total cost in ms
                           (default: measured by one launch of 'kauri --version')
-  KAURI_LAUNCHER_ARGS=..  extra arguments for the launcher (e.g. ssh options)
+  KAURI_LAUNCHER_ARGS=..  extra arguments for the launcher (e.g. ssh options; before
+                          HYDRA_LAUNCHER_EXTRA_ARGS)
   KAURI_AGENT_PATH=PATH   kauri's path on the other hosts (default: this kauri's path)
   KAURI_ADDR=IP           the address agents connect back to (default: the local address
                           of the route to the first remote host)

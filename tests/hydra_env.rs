@@ -319,6 +319,29 @@ fn hydra_env_none_drops_the_launchers_variables() {
 }
 
 #[test]
+fn help_lists_hydras_variables() {
+    let o = kauri(&["--help-env"], None, &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    for v in [
+        "HYDRA_HOST_FILE",
+        "I_MPI_HYDRA_HOST_FILE",
+        "HYDRA_LAUNCHER",
+        "HYDRA_BOOTSTRAP",
+        "I_MPI_HYDRA_BOOTSTRAP",
+        "HYDRA_LAUNCHER_EXEC",
+        "HYDRA_BOOTSTRAP_EXEC",
+        "I_MPI_HYDRA_BOOTSTRAP_EXEC",
+        "HYDRA_LAUNCHER_EXTRA_ARGS",
+        "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS",
+        "HYDRA_ENV",
+        "MPIEXEC_PORT_RANGE",
+        "MPIEXEC_PREFIX_DEFAULT",
+    ] {
+        assert!(text.contains(v), "{v} missing from --help-env");
+    }
+}
+
+#[test]
 fn prefix_default_labels_output_lines() {
     let o = kauri(
         &["-n", "2", "sh", "-c", "echo hi"],
