@@ -98,12 +98,11 @@ the variable (of several names, the first set wins):
                           (not with -genvall, -genvnone, -genvlist, or a segment's -env*)
   MPIEXEC_PORT_RANGE=LOW:HIGH
                           every TCP port kauri listens on (agent ports, -pmi-port's PMI
-                          ports; -ml-env's MASTER_PORT) is taken from this range; Hydra's
-                          other names are read first: MPIR_CVAR_CH3_PORT_RANGE,
+                          ports, PMIx servers; -ml-env's MASTER_PORT) is taken from this
+                          range; Hydra's other names are read first: MPIR_CVAR_CH3_PORT_RANGE,
                           MPIR_PARAM_CH3_PORT_RANGE, MPICH_CH3_PORT_RANGE, MPIR_CVAR_PORTRANGE,
                           MPIR_CVAR_PORT_RANGE, MPIR_PARAM_PORTRANGE, MPIR_PARAM_PORT_RANGE,
-                          MPICH_PORTRANGE, MPICH_PORT_RANGE, MPIEXEC_PORTRANGE (not yet the
-                          PMIx server's own port)
+                          MPICH_PORTRANGE, MPICH_PORT_RANGE, MPIEXEC_PORTRANGE
   MPIEXEC_PREFIX_DEFAULT  when set, output lines get the [rank] prefix, as with -l
   MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds
   KAURI_NAMESERVER, HYDRA_NAMESERVER

@@ -902,7 +902,7 @@ fn start_pmix(
     me: &HostPlan,
 ) -> Result<HashMap<usize, Vec<(String, String)>>, String> {
     let host = &me.host;
-    let places = pmix::start(&job.kvsname, me.node, host)
+    let places = pmix::start(&job.kvsname, me.node, host, job.port_range.as_ref())
         .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
     let tmpdir = places.tmpdir.to_string_lossy();
     pmix::create_private_dir(std::path::Path::new(&pmix::nsdir(&tmpdir, &job.kvsname)))

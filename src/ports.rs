@@ -4,9 +4,10 @@
 //! This module owns the range ([`PortRange`]: its parsing and where it came from) and the one
 //! way to open a listener in it ([`listen`], [`listen_async`]). Every listener kauri opens for
 //! itself goes through here: the agent port of the front end and of every agent, the PMI port
-//! of `-pmi-port`; `MASTER_PORT` of `-ml-env` is chosen from the range too. (Not yet the
-//! PMIx server's loopback port: OpenPMIx takes one port, not a range, and aborts the process
-//! when that port is taken by the time it binds.) It knows nothing of jobs or trees.
+//! of `-pmi-port`, the PMIx server's loopback port ([`with_free_port`]: OpenPMIx takes one
+//! port, not a range, and aborts the process when that port is taken by the time it binds);
+//! `MASTER_PORT` of `-ml-env` is chosen from the range too. It knows nothing of jobs or
+//! trees.
 
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -90,11 +91,16 @@ impl std::fmt::Display for PortRange {
 
 /// Listens on `ip` at the lowest free port of `range` (as Hydra does), or at any port the
 /// system picks when there is no range. A range whose every port is taken is an error that
-/// names it.
+/// names it. With a range, the search holds the range's [`RangeLock`].
 pub fn listen(ip: IpAddr, range: Option<&PortRange>) -> io::Result<TcpListener> {
     let Some(r) = range else {
         return TcpListener::bind(SocketAddr::new(ip, 0));
     };
+    let _lock = RangeLock::take(r)?;
+    lowest(ip, r)
+}
+
+fn lowest(ip: IpAddr, r: &PortRange) -> io::Result<TcpListener> {
     for port in r.low..=r.high {
         match TcpListener::bind(SocketAddr::new(ip, port)) {
             Ok(l) => return Ok(l),
@@ -106,6 +112,63 @@ pub fn listen(ip: IpAddr, range: Option<&PortRange>) -> io::Result<TcpListener> 
         io::ErrorKind::AddrInUse,
         format!("every port of {r} is taken"),
     ))
+}
+
+/// Runs `bind` with the lowest port of `range` that is free on loopback, for a listener
+/// kauri does not open itself (the PMIx server's): the range's [`RangeLock`] is held until
+/// `bind` returns, so no other kauri process on this machine takes the port meanwhile.
+pub fn with_free_port<T>(
+    range: &PortRange,
+    bind: impl FnOnce(u16) -> Result<T, String>,
+) -> Result<T, String> {
+    let lock = RangeLock::take(range).map_err(|e| format!("{range}: {e}"))?;
+    let port = lowest(std::net::Ipv4Addr::LOCALHOST.into(), range)
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let out = bind(port);
+    drop(lock);
+    out
+}
+
+/// A machine-wide lock on one port range (`flock` on `$TMPDIR/kauri-ports-LOW-HIGH.lock`),
+/// held while a kauri process looks for a free port and binds it: simulated hosts on one
+/// machine start at once, and a library that binds a port it was told (OpenPMIx) must not
+/// find it taken. Released when dropped.
+pub struct RangeLock(std::fs::File);
+
+impl RangeLock {
+    /// Waits for the lock of `range`.
+    pub fn take(range: &PortRange) -> io::Result<RangeLock> {
+        use std::os::fd::AsRawFd;
+        let path =
+            std::env::temp_dir().join(format!("kauri-ports-{}-{}.lock", range.low, range.high));
+        // Another user's lock file can still be locked through a read-only descriptor.
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .or_else(|_| std::fs::File::open(&path))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        loop {
+            // SAFETY: flock on a descriptor this File owns; no memory is passed.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(RangeLock(f));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Drop for RangeLock {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: as in `take`; closing the file would release it too.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
 }
 
 /// [`listen`], for tokio.
@@ -122,6 +185,7 @@ pub fn free_port(range: Option<&PortRange>) -> io::Result<u16> {
     let Some(r) = range else {
         return Ok(listen(any, None)?.local_addr()?.port());
     };
+    let _lock = RangeLock::take(r)?;
     for port in (r.low..=r.high).rev() {
         if TcpListener::bind(SocketAddr::new(any, port)).is_ok() {
             return Ok(port);

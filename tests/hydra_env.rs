@@ -455,6 +455,39 @@ fn every_listener_keeps_to_the_port_range() {
 }
 
 #[test]
+fn the_pmix_servers_keep_to_the_port_range() {
+    let (low, high) = free_range(12);
+    let range = format!("{low}:{high}");
+    // Three simulated hosts, each agent with its own PMIx server, started at once; then this
+    // host alone (the front end's own server).
+    for hosts in [
+        &["-launcher", "fork", "-hosts", "a,b,c", "-n", "3"][..],
+        &["-n", "2"][..],
+    ] {
+        let mut args = vec!["--pmi=pmix"];
+        args.extend_from_slice(hosts);
+        args.extend([
+            "sh",
+            "-c",
+            "echo ${PMIX_SERVER_URI4##*:} ${PMIX_MCA_ptl_base_ipv4_port:-unset}",
+        ]);
+        let o = kauri(&args, None, &[("MPIEXEC_PORT_RANGE", &range)]);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let out = lines(&o);
+        assert!(!out.is_empty(), "{args:?}");
+        for l in &out {
+            let (port, var) = l.split_once(' ').unwrap();
+            let port: u16 = port.parse().unwrap_or_else(|_| panic!("{l}"));
+            assert!(
+                (low..=high).contains(&port),
+                "PMIx port {port} outside {range}"
+            );
+            assert_eq!(var, "unset", "the library's variable leaked to a rank");
+        }
+    }
+}
+
+#[test]
 fn a_bad_or_full_port_range_is_one_line() {
     for bad in ["9000", "9000-9100", "x:y", "9100:9000", "0:10", "1:99999"] {
         let o = kauri(&["-n", "1", "true"], None, &[("MPIEXEC_PORT_RANGE", bad)]);
