@@ -239,7 +239,9 @@ mod tests {
                 break PortRange::parse("T", &format!("{a}:{}", a + 1)).unwrap();
             }
         };
+        let lock_file = std::env::temp_dir().join(format!("kauri-ports-{}-{}.lock", r.low, r.high));
         let Ok(first) = listen(lo, Some(&r)) else {
+            let _ = std::fs::remove_file(&lock_file);
             return; // taken meanwhile by another program: nothing to learn
         };
         assert!(r.contains(first.local_addr().unwrap().port()));
@@ -249,5 +251,6 @@ mod tests {
             let e = listen(lo, Some(&r)).unwrap_err();
             assert!(e.to_string().contains("every port of T="), "{e}");
         }
+        let _ = std::fs::remove_file(&lock_file);
     }
 }

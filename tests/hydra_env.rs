@@ -390,6 +390,12 @@ fn free_range(n: u16) -> (u16, u16) {
     }
 }
 
+/// Removes the lock file kauri keeps for the range `low:high` (see `ports::RangeLock`).
+fn forget_range(low: u16, high: u16) {
+    let _ =
+        std::fs::remove_file(std::env::temp_dir().join(format!("kauri-ports-{low}-{high}.lock")));
+}
+
 #[test]
 fn every_listener_keeps_to_the_port_range() {
     let (low, high) = free_range(12);
@@ -452,6 +458,7 @@ fn every_listener_keeps_to_the_port_range() {
     assert!(o.status.success(), "{}", stderr(&o));
     let port: u16 = lines(&o)[0].rsplit(':').next().unwrap().parse().unwrap();
     assert!((low..=high).contains(&port), "{port}");
+    forget_range(low, high);
 }
 
 #[test]
@@ -485,6 +492,7 @@ fn the_pmix_servers_keep_to_the_port_range() {
             assert_eq!(var, "unset", "the library's variable leaked to a rank");
         }
     }
+    forget_range(low, high);
 }
 
 #[test]
@@ -518,4 +526,5 @@ fn a_bad_or_full_port_range_is_one_line() {
     );
     assert_eq!(e.lines().count(), 1, "{e}");
     drop(held);
+    forget_range(p, p);
 }
