@@ -6,6 +6,7 @@
 //! the next MPMD segment; `-configfile` reads segments one per line. Everything after a
 //! segment's program, up to `:`, is the program's own arguments.
 
+use crate::hydra_env::HydraEnv;
 use crate::job::{AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice};
 use crate::profile::ProfileFormat;
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ pub enum Command {
     Run(Box<JobSpec>),
     /// Print the usage text.
     Help,
-    /// Print the variables ranks get.
+    /// Print the variables ranks get, and the Hydra variables kauri reads.
     HelpEnv,
     /// Print the version.
     Version,
@@ -79,6 +80,34 @@ Calls from one rank share its PMI socket: run them one after another, not in par
 program that starts `kauri kvs` must pass PMI_FD on (Python: subprocess's close_fds=False, or
 pass_fds=[int(os.environ[\"PMI_FD\"])]). A rank may exit after any call, but a rank that
 exits while others wait in a fence it never entered ends the job.
+
+Kauri itself reads Hydra's variables, as mpiexec.hydra 4 does: the command line first, then
+the variable (of several names, the first set wins):
+
+  HYDRA_HOST_FILE, I_MPI_HYDRA_HOST_FILE
+                          the hosts, from a file as with -f (not with -f or -hosts; before
+                          a Slurm or PBS allocation)
+  HYDRA_LAUNCHER, HYDRA_BOOTSTRAP, I_MPI_HYDRA_BOOTSTRAP
+                          the launcher, as -launcher
+  HYDRA_LAUNCHER_EXEC, HYDRA_BOOTSTRAP_EXEC, I_MPI_HYDRA_BOOTSTRAP_EXEC
+                          the launcher's program, as -launcher-exec
+  KAURI_LAUNCHER_ARGS, HYDRA_LAUNCHER_EXTRA_ARGS, I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS
+                          extra arguments for the launcher command (ssh options, say);
+                          Hydra's names are split on spaces
+  HYDRA_ENV=all|none      which of kauri's variables ranks inherit, as -genvall/-genvnone
+                          (not with -genvall, -genvnone, -genvlist, or a segment's -env*)
+  MPIEXEC_PORT_RANGE=LOW:HIGH
+                          every TCP port kauri listens on (agent ports, -pmi-port's PMI
+                          ports, PMIx servers; -ml-env's MASTER_PORT) is taken from this
+                          range; Hydra's other names are read first: MPIR_CVAR_CH3_PORT_RANGE,
+                          MPIR_PARAM_CH3_PORT_RANGE, MPICH_CH3_PORT_RANGE, MPIR_CVAR_PORTRANGE,
+                          MPIR_CVAR_PORT_RANGE, MPIR_PARAM_PORTRANGE, MPIR_PARAM_PORT_RANGE,
+                          MPICH_PORTRANGE, MPICH_PORT_RANGE, MPIEXEC_PORTRANGE
+  MPIEXEC_PREFIX_DEFAULT  when set, output lines get the [rank] prefix, as with -l
+  MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds
+  KAURI_NAMESERVER, HYDRA_NAMESERVER
+                          the name server, as -nameserver
+(kauri -h lists kauri's own KAURI_* variables.)
 ";
 
 /// The usage text of `kauri -h`.
@@ -157,11 +186,15 @@ Global options:
                           (agents launched per tree level, ranks forked, PMI init, each
                           fence's time and bytes, finalize, teardown): a table, or JSON
   -h, --help              this text
-  --help-env              the variables every process gets
+  --help-env              the variables every process gets, and Hydra's that kauri reads
   --version               kauri's version
 
 Environment:
   MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds (exit status 255)
+  HYDRA_HOST_FILE, HYDRA_LAUNCHER, HYDRA_LAUNCHER_EXEC, HYDRA_LAUNCHER_EXTRA_ARGS,
+  HYDRA_ENV, MPIEXEC_PORT_RANGE, MPIEXEC_PREFIX_DEFAULT, I_MPI_HYDRA_*
+                          Hydra's variables, where the command line says nothing (see
+                          --help-env)
   KAURI_KILL_GRACE=SECS   grace between SIGTERM and SIGKILL at teardown (default 3)
   KAURI_TEARDOWN_WAIT=SECS  after the kill, how long to wait for silent agents (default 5)
   KAURI_HEARTBEAT=SECS    heartbeat period on every tree link (default 5)
@@ -172,7 +205,8 @@ Environment:
   KAURI_USIZE=N           the universe size, like -usize (a singleton's only way to set it)
   KAURI_LAUNCH_COST=S,L   for -tree-width cost: a launch's serial and total cost in ms
                           (default: measured by one launch of 'kauri --version')
-  KAURI_LAUNCHER_ARGS=..  extra arguments for the launcher (e.g. ssh options)
+  KAURI_LAUNCHER_ARGS=..  extra arguments for the launcher (e.g. ssh options; before
+                          HYDRA_LAUNCHER_EXTRA_ARGS)
   KAURI_AGENT_PATH=PATH   kauri's path on the other hosts (default: this kauri's path)
   KAURI_ADDR=IP           the address agents connect back to (default: the local address
                           of the route to the first remote host)
@@ -196,6 +230,8 @@ struct Parser {
     map_kind: Option<crate::bind::Kind>,
     /// `-bind-to` was given (`none` included).
     bind_given: bool,
+    /// `-genvall`, `-genvnone` or `-genvlist` was given (it wins over `HYDRA_ENV`).
+    genv_policy_given: bool,
 }
 
 /// Parses `args` (without the program name).
@@ -229,6 +265,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             singleton: None,
             pmi: PmiChoice::Auto,
             profile: None,
+            port_range: None,
         },
         segments: Vec::new(),
         configfile: None,
@@ -236,6 +273,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         profile_given: false,
         map_kind: None,
         bind_given: false,
+        genv_policy_given: false,
     };
     if args.is_empty() {
         return err("no program given (try kauri -h)");
@@ -279,6 +317,8 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
     if p.segments.is_empty() {
         return err("no program given (try kauri -h)");
     }
+    let hydra = HydraEnv::read(&|k| std::env::var(k).ok()).map_err(UsageError)?;
+    apply_hydra_env(&mut p.spec, p.genv_policy_given, hydra)?;
     if p.spec.universe_size.is_none() {
         if let Ok(v) = std::env::var("KAURI_USIZE") {
             if !v.trim().is_empty() {
@@ -329,6 +369,33 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
     Ok(Command::Run(Box::new(p.spec)))
 }
 
+/// Fills in what the command line left to Hydra's environment (see [`crate::hydra_env`]):
+/// the hosts (not for a singleton, which runs here), the launcher and its program, the
+/// inheritance policy (`genv_given`: `-genvall`, `-genvnone` or `-genvlist` was given), the
+/// output prefix and the port range.
+fn apply_hydra_env(spec: &mut JobSpec, genv_given: bool, env: HydraEnv) -> Result<(), UsageError> {
+    if spec.hosts.is_empty() && spec.singleton.is_none() {
+        if let Some((var, file)) = &env.host_file {
+            spec.hosts = read_hostfile(Path::new(file))
+                .map_err(|e| UsageError(format!("{var}: {}", e.0)))?;
+        }
+    }
+    if spec.launcher.is_none() {
+        spec.launcher = env.launcher;
+    }
+    if spec.launcher_exec.is_none() {
+        spec.launcher_exec = env.launcher_exec;
+    }
+    if !genv_given {
+        if let Some(policy) = env.env_policy {
+            spec.env_policy = policy;
+        }
+    }
+    spec.label |= env.label;
+    spec.port_range = env.port_range;
+    Ok(())
+}
+
 fn timeout_from_env() -> Result<Option<Duration>, UsageError> {
     match std::env::var("MPIEXEC_TIMEOUT") {
         Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
@@ -340,18 +407,17 @@ fn timeout_from_env() -> Result<Option<Duration>, UsageError> {
     }
 }
 
-/// Splits `--name=value` and `-name=value`; turns `--name` into `-name`.
+/// Splits `--name=value` and `-name=value`; turns `--name` (any number of dashes) into
+/// `-name`, and the name to lower case (Hydra matches names with `strcasecmp`: `-NP 4` is
+/// `-np 4`) except `-V`, kauri's `--version`.
 fn normalize(arg: &str) -> (String, Option<String>) {
-    let a = arg.strip_prefix('-').unwrap_or(arg);
-    let a = if a.starts_with('-') {
-        a.to_string()
-    } else {
-        format!("-{a}")
-    };
-    match a.split_once('=') {
+    let a = format!("-{}", arg.trim_start_matches('-'));
+    let (n, v) = match a.split_once('=') {
         Some((n, v)) => (n.to_string(), Some(v.to_string())),
         None => (a, None),
-    }
+    };
+    let n = if n == "-V" { n } else { n.to_ascii_lowercase() };
+    (n, v)
 }
 
 impl Parser {
@@ -385,6 +451,8 @@ impl Parser {
                         .ok_or_else(|| UsageError(format!("{what} needs a value"))),
                 }
             };
+            self.genv_policy_given |=
+                matches!(name.as_str(), "-genvall" | "-genvnone" | "-genvlist");
             match name.as_str() {
                 "-h" | "-help" => return Ok(Some(Command::Help)),
                 "-version" | "-V" => return Ok(Some(Command::Version)),
@@ -760,6 +828,52 @@ mod tests {
         assert_eq!(s.apps[1].args, vec!["q"]);
         assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
         assert!(s.label);
+    }
+
+    #[test]
+    fn hydra_spellings() {
+        let s = run("---genv A 1 -NP=3 --L -GENVNONE --Env=B 2 a");
+        assert_eq!(s.apps[0].nprocs, 3);
+        assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
+        assert_eq!(s.apps[0].env, vec![("B".to_string(), "2".to_string())]);
+        assert_eq!(s.env_policy, EnvPolicy::None);
+        assert!(s.label);
+        assert_eq!(parse(&["-V".into()]).unwrap(), Command::Version);
+    }
+
+    #[test]
+    fn hydra_env_fills_only_what_the_command_line_left() {
+        let env = HydraEnv {
+            launcher: Some("ssh".into()),
+            launcher_exec: Some("/x/ssh".into()),
+            env_policy: Some(EnvPolicy::None),
+            label: true,
+            ..HydraEnv::default()
+        };
+        let mut s = run("-launcher fork -genvall -n 1 a");
+        apply_hydra_env(&mut s, true, env.clone()).unwrap();
+        assert_eq!(s.launcher.as_deref(), Some("fork"));
+        assert_eq!(s.launcher_exec.as_deref(), Some("/x/ssh"));
+        assert_eq!(s.env_policy, EnvPolicy::All);
+        assert!(s.label);
+        let mut s = run("-launcher-exec /y -n 1 a");
+        apply_hydra_env(&mut s, false, env).unwrap();
+        assert_eq!(s.launcher.as_deref(), Some("ssh"));
+        assert_eq!(s.launcher_exec.as_deref(), Some("/y"));
+        assert_eq!(s.env_policy, EnvPolicy::None);
+        let mut s = run("-hosts h -n 1 a");
+        let bad = HydraEnv {
+            host_file: Some(("HYDRA_HOST_FILE", "/nonexistent/h".into())),
+            ..HydraEnv::default()
+        };
+        apply_hydra_env(&mut s, false, bad.clone()).unwrap();
+        assert_eq!(s.hosts[0].name, "h");
+        let mut s = run("-n 1 a");
+        let e = apply_hydra_env(&mut s, false, bad).unwrap_err().0;
+        assert!(
+            e.starts_with("HYDRA_HOST_FILE: cannot read hostfile"),
+            "{e}"
+        );
     }
 
     #[test]

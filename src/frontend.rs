@@ -413,10 +413,8 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         } else {
             hosts[n0].name.clone()
         };
-        let port = std::net::TcpListener::bind("0.0.0.0:0")
-            .and_then(|l| l.local_addr())
-            .map_err(|e| format!("cannot find a free port for MASTER_PORT: {e}"))?
-            .port();
+        let port = crate::ports::free_port(spec.port_range.as_ref())
+            .map_err(|e| format!("cannot find a free port for MASTER_PORT: {e}"))?;
         Some((addr, port))
     } else {
         None
@@ -490,6 +488,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         binding: spec.binding,
         report_bindings: spec.report_bindings,
         iface: spec.iface.clone(),
+        port_range: spec.port_range.clone(),
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
@@ -531,11 +530,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     let launch = LaunchPlan {
         kind: kind.clone(),
         exec,
-        extra_args: std::env::var("KAURI_LAUNCHER_ARGS")
-            .unwrap_or_default()
-            .split_whitespace()
-            .map(str::to_string)
-            .collect(),
+        extra_args: crate::hydra_env::launcher_extra_args(&|k| std::env::var(k).ok()),
         agent_path: std::env::var("KAURI_AGENT_PATH").unwrap_or(self_path),
         connect_timeout_s: env_secs("KAURI_CONNECT_TIMEOUT", 60.0).as_secs().max(1),
         max_concurrent: std::env::var("KAURI_LAUNCH_CONCURRENCY")
@@ -651,6 +646,8 @@ struct Cluster {
     jobs_started: usize,
     /// The most processes one spawn may start (`KAURI_SPAWN_MAX`).
     spawn_max: u64,
+    /// The ports listeners keep to (`MPIEXEC_PORT_RANGE`).
+    port_range: Option<crate::ports::PortRange>,
 }
 
 /// The most processes one spawn may start unless `KAURI_SPAWN_MAX` says otherwise. A spawn
@@ -701,6 +698,7 @@ impl Cluster {
             kill_grace_ms: p.job.kill_grace_ms,
             jobs_started: 0,
             spawn_max: spawn_max(),
+            port_range: p.job.port_range.clone(),
         }
     }
 }
@@ -1142,6 +1140,7 @@ fn plan_spawn(
         binding: None,
         report_bindings: false,
         iface: spawner.iface.clone(),
+        port_range: cluster.port_range.clone(),
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (index, &n) in used.iter().enumerate() {

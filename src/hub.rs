@@ -27,7 +27,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncBufReadExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
@@ -247,9 +247,9 @@ impl Children {
             c.shared.links.borrow_mut().insert(t.id, link);
             c.shared.queued.borrow_mut().insert(t.id, queue);
         }
-        let listener = TcpListener::bind((IpAddr::from([0u8, 0, 0, 0]), 0))
-            .await
-            .map_err(|e| format!("cannot listen for agents: {e}"))?;
+        let listener =
+            crate::ports::listen_async(IpAddr::from([0u8, 0, 0, 0]), job.port_range.as_ref())
+                .map_err(|e| format!("cannot listen for agents: {e}"))?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let parent = SocketAddr::new(ip, port).to_string();
         info!(%parent, children = subtrees.len(), "listening for agents");

@@ -106,6 +106,8 @@ pub struct JobSpec {
     pub pmi: PmiChoice,
     /// Print the startup profile at exit (`--profile`, `KAURI_PROFILE`).
     pub profile: Option<crate::profile::ProfileFormat>,
+    /// The ports every listener of the run keeps to (`MPIEXEC_PORT_RANGE`); `None`: any.
+    pub port_range: Option<crate::ports::PortRange>,
 }
 
 /// A singleton: an MPI program started without a launcher that now needs one. Its PMI-1

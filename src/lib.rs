@@ -3,7 +3,8 @@
 //! A request flows through these layers (arrows point down only):
 //!
 //! ```text
-//!  cli          the Hydra command line -> JobSpec; allocation: hosts from Slurm/PBS
+//!  cli          the Hydra command line -> JobSpec; allocation: hosts from Slurm/PBS;
+//!               hydra_env: what Hydra's variables (HYDRA_HOST_FILE, ...) add to it
 //!  job          JobSpec, placement, PMI_process_mapping
 //!  frontend     the root of the tree: plans the job, prints output, decides teardown and
 //!               the exit status
@@ -24,6 +25,7 @@
 //!   ├── service   requests only the front end answers (spawn, publish, lookup), their replies
 //!   ├── plan      the job plan sent down the tree: the job, each host's ranks, the subtrees
 //!   ├── pmix      the PMIx server (OpenPMIx library, by FFI) for PMIx jobs
+//!   ├── ports     the TCP ports kauri listens on, inside MPIEXEC_PORT_RANGE when set
 //!   ├── ompi      the trace an Open MPI process that ran alone leaves (a mis-wired job)
 //!   └── kvs       one job's key-value store: pending puts, committed pairs
 //!  pmi-wire     (crate) the PMI-1 and PMI-2 codecs
@@ -44,6 +46,7 @@ pub mod cli;
 pub mod events;
 pub mod frontend;
 pub mod hub;
+pub mod hydra_env;
 pub mod iface;
 pub mod iofwd;
 pub mod job;
@@ -60,6 +63,7 @@ pub mod plan;
 pub mod pmi;
 pub mod pmix;
 pub mod policy;
+pub mod ports;
 pub mod proc;
 pub mod profile;
 pub mod service;

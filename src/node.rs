@@ -999,7 +999,7 @@ fn start_pmix(
     me: &HostPlan,
 ) -> Result<HashMap<usize, Vec<(String, String)>>, String> {
     let host = &me.host;
-    let places = pmix::start(&job.kvsname, me.node, host)
+    let places = pmix::start(&job.kvsname, me.node, host, job.port_range.as_ref())
         .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
     let tmpdir = places.tmpdir.to_string_lossy();
     pmix::create_private_dir(std::path::Path::new(&pmix::nsdir(&tmpdir, &job.kvsname)))
@@ -1199,9 +1199,11 @@ impl Node {
             HashMap::new()
         };
         let port = if job.pmi_port {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .map_err(|e| format!("cannot listen for PMI on loopback on {host}: {e}"))?;
+            let l = crate::ports::listen_async(
+                std::net::Ipv4Addr::LOCALHOST.into(),
+                job.port_range.as_ref(),
+            )
+            .map_err(|e| format!("cannot listen for PMI on loopback on {host}: {e}"))?;
             let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
             let c = ctx.clone();
             tokio::task::spawn_local(async move {

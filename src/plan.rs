@@ -101,6 +101,8 @@ pub struct JobPlan {
     /// of it, and the ranks' MPI is told its name.
     #[serde(default)]
     pub iface: Option<String>,
+    /// The ports the agent and PMI listeners keep to (`MPIEXEC_PORT_RANGE`); `None`: any.
+    pub port_range: Option<crate::ports::PortRange>,
 }
 
 impl JobPlan {

@@ -1745,9 +1745,14 @@ unsafe extern "C" fn up_fabric(
 static INITIALIZED: Mutex<bool> = Mutex::new(false);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
 
+/// The library's parameter for the loopback TCP port its clients connect to.
+pub const PORT_VAR: &str = "PMIX_MCA_ptl_base_ipv4_port";
+
 /// Starts the server library once per process, its rendezvous and shared-memory files under
-/// `tmpdir`, the host called `host`. Later calls return at once.
-pub fn init(tmpdir: &str, host: &str) -> Result<(), String> {
+/// `tmpdir`, the host called `host`, listening on loopback at `port` (else where the library
+/// chooses, or where the user's `PMIX_MCA_ptl_base_ipv4_port` says). Later calls return at
+/// once.
+pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
     let mut done = INITIALIZED.lock().map_err(|_| "PMIx state poisoned")?;
     if *done {
         return Ok(());
@@ -1799,10 +1804,19 @@ pub fn init(tmpdir: &str, host: &str) -> Result<(), String> {
     if std::env::var_os("PMIX_MCA_gds").is_none() {
         std::env::set_var("PMIX_MCA_gds", "hash");
     }
+    // The port, the same way; taken away again once the library has read it, so that agents
+    // this process starts (simulated hosts) do not inherit it.
+    let port = port.filter(|_| std::env::var_os(PORT_VAR).is_none());
+    if let Some(p) = port {
+        std::env::set_var(PORT_VAR, p.to_string());
+    }
     let mut info = InfoArray::new(&items);
     // SAFETY: module and info are valid for the call; the library copies the module (it is
     // also leaked below, so it outlives the library either way) and the info values.
     let rc = unsafe { PMIx_server_init(&mut *module, info.infos.as_mut_ptr(), info.infos.len()) };
+    if port.is_some() {
+        std::env::remove_var(PORT_VAR);
+    }
     check("PMIx_server_init", rc)?;
     Box::leak(module);
     *done = true;

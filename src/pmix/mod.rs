@@ -99,9 +99,15 @@ pub struct Places {
 }
 
 /// Starts this process's PMIx server (once) for node `node` of job `kvsname`, named `host`
-/// (`PMIX_HOSTNAME`). Everything it and the ranks put in its directories is removed by
+/// (`PMIX_HOSTNAME`), its loopback TCP port inside `range` when one is set
+/// (`MPIEXEC_PORT_RANGE`). Everything it and the ranks put in its directories is removed by
 /// [`shutdown`].
-pub fn start(kvsname: &str, node: usize, host: &str) -> Result<Places, String> {
+pub fn start(
+    kvsname: &str,
+    node: usize,
+    host: &str,
+    range: Option<&crate::ports::PortRange>,
+) -> Result<Places, String> {
     let mut dirs = DIRS.lock().map_err(|_| "PMIx state poisoned".to_string())?;
     if let Some(d) = dirs.as_ref().filter(|_| ffi::running()) {
         return Ok(Places {
@@ -120,7 +126,12 @@ pub fn start(kvsname: &str, node: usize, host: &str) -> Result<Places, String> {
         job,
         shm: shm.clone(),
     });
-    ffi::init(&mine.to_string_lossy(), host)?;
+    let tmpdir = mine.to_string_lossy();
+    match range {
+        Some(r) => crate::ports::with_free_port(r, |port| ffi::init(&tmpdir, host, Some(port)))
+            .map_err(|e| format!("PMIx server: {e}"))?,
+        None => ffi::init(&tmpdir, host, None)?,
+    }
     Ok(Places { tmpdir: mine, shm })
 }
 
@@ -583,6 +594,7 @@ mod tests {
             binding: None,
             report_bindings: false,
             iface: None,
+            port_range: None,
         }
     }
 
