@@ -131,43 +131,40 @@ pub fn with_free_port<T>(
     out
 }
 
-/// A machine-wide lock on one port range (`flock` on `$TMPDIR/kauri-ports-LOW-HIGH.lock`),
-/// held while a kauri process looks for a free port and binds it: simulated hosts on one
-/// machine start at once, and a library that binds a port it was told (OpenPMIx) must not
-/// find it taken. Released when dropped.
-pub struct RangeLock(std::fs::File);
+/// A lock on one port range, for every kauri process of this machine's network namespace
+/// (where ports are shared): an abstract Unix socket named `kauri-ports-LOW-HIGH`, bound while
+/// a kauri process looks for a free port and binds it (simulated hosts on one machine start at
+/// once, and a library that binds a port it was told, OpenPMIx, must not find it taken). The
+/// kernel releases it when the socket closes, even after a crash, and it leaves no file.
+/// Released when dropped.
+pub struct RangeLock(#[allow(dead_code)] std::os::unix::net::UnixListener);
+
+/// How long [`RangeLock::take`] waits for another process to release the lock.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl RangeLock {
-    /// Waits for the lock of `range`.
+    /// Waits for the lock of `range` (at most a minute: another process holds a port range's
+    /// lock only while it binds).
     pub fn take(range: &PortRange) -> io::Result<RangeLock> {
-        use std::os::fd::AsRawFd;
-        let path =
-            std::env::temp_dir().join(format!("kauri-ports-{}-{}.lock", range.low, range.high));
-        // Another user's lock file can still be locked through a read-only descriptor.
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .or_else(|_| std::fs::File::open(&path))
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("kauri-ports-{}-{}", range.low, range.high);
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+        let start = std::time::Instant::now();
         loop {
-            // SAFETY: flock on a descriptor this File owns; no memory is passed.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(RangeLock(f));
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match std::os::unix::net::UnixListener::bind_addr(&addr) {
+                Ok(l) => return Ok(RangeLock(l)),
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && start.elapsed() < LOCK_WAIT => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("another process has held the lock @{name} for a minute"),
+                    ))
+                }
+                Err(e) => return Err(e),
             }
         }
-    }
-}
-
-impl Drop for RangeLock {
-    fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: as in `take`; closing the file would release it too.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 
@@ -239,9 +236,7 @@ mod tests {
                 break PortRange::parse("T", &format!("{a}:{}", a + 1)).unwrap();
             }
         };
-        let lock_file = std::env::temp_dir().join(format!("kauri-ports-{}-{}.lock", r.low, r.high));
         let Ok(first) = listen(lo, Some(&r)) else {
-            let _ = std::fs::remove_file(&lock_file);
             return; // taken meanwhile by another program: nothing to learn
         };
         assert!(r.contains(first.local_addr().unwrap().port()));
@@ -251,6 +246,5 @@ mod tests {
             let e = listen(lo, Some(&r)).unwrap_err();
             assert!(e.to_string().contains("every port of T="), "{e}");
         }
-        let _ = std::fs::remove_file(&lock_file);
     }
 }
