@@ -8,7 +8,12 @@
 //!   launchers, each with its MPI.
 //! * `pmi`: every rank runs `pmi-load` (pmi-wire's rank program: each round it puts K keys of V
 //!   bytes, fences, reads G peers' keys, checking every value), PMI-1 and PMI-2, N = 16, 64,
-//!   256, 1024. Open MPI's launcher serves no PMI-1/PMI-2, so it has no column here.
+//!   256, 1024: `light` (K=1 V=64 R=10 G=16) and, for PMI-1, `allgather` (K=1 V=512 R=3,
+//!   every rank reads every other rank's key). Open MPI's launcher serves no PMI-1/PMI-2, so
+//!   it has no column here. For PMI-1 the **floor** runs too: `pmi-floor` (pmi-wire's minimal
+//!   launcher and PMI-1 server: one thread, one epoll loop, one read per readiness, one write
+//!   per batch of replies, a plain hash table, no output forwarding), the least any launcher
+//!   could cost here; the table gives each launcher's time over the floor's.
 //! * `hosts`: H simulated hosts with 4 ranks each running `pmi-load` (5 rounds, one 64-byte key,
 //!   4 gets), H = 4, 8, 16, 32, 64: kauri's fork launcher, and kauri and Hydra through a local
 //!   stand-in for ssh that sleeps 20 ms (tree width 8 for kauri). See `benches/tree.rs` for
@@ -191,9 +196,15 @@ fn table(
     timeout: Duration,
 ) -> Table {
     let names: Vec<&str> = launchers.iter().map(|l| l.name).collect();
-    let extra: String = names[1..]
+    // kauri over each other launcher; with a floor, every other launcher over it too.
+    let floor = names.iter().position(|&n| n == "floor");
+    let mut pairs: Vec<(usize, usize)> = (1..names.len()).map(|i| (0, i)).collect();
+    if let Some(f) = floor {
+        pairs.extend((1..names.len()).filter(|&i| i != f).map(|i| (i, f)));
+    }
+    let extra: String = pairs
         .iter()
-        .map(|n| format!(" {} / {n} |", names[0]))
+        .map(|&(a, b)| format!(" {} / {} |", names[a], names[b]))
         .collect();
     let mut text = header(xlabel, &names, &extra);
     let mut stopped: Vec<Option<String>> = vec![None; launchers.len()];
@@ -214,8 +225,8 @@ fn table(
         for c in &cells {
             let _ = write!(line, " {} |", c.text());
         }
-        for m in &meds[1..] {
-            let _ = write!(line, " {} |", ratio(meds[0], *m));
+        for &(a, b) in &pairs {
+            let _ = write!(line, " {} |", ratio(meds[a], meds[b]));
         }
         let _ = writeln!(line, " {load} |");
         print!("{line}");
@@ -299,28 +310,58 @@ fn kauri_and_hydra(bins: &Bins) -> Vec<Launcher> {
     v
 }
 
-fn pmi(bins: &Bins, pmi: u8, runs: usize, timeout: Duration) -> Table {
-    let launchers = kauri_and_hydra(bins);
+/// A `pmi-load` workload: its name and its arguments besides `--pmi`.
+struct Load {
+    name: &'static str,
+    /// (K keys, V bytes, R rounds, G gets or `all`).
+    args: (usize, usize, usize, &'static str),
+}
+
+/// The light workload (every launcher's daily wire-up) and the allgather one.
+const LIGHT: Load = Load {
+    name: "light",
+    args: (1, 64, 10, "16"),
+};
+const ALLGATHER: Load = Load {
+    name: "allgather",
+    args: (1, 512, 3, "all"),
+};
+
+fn pmi(bins: &Bins, pmi: u8, w: &Load, runs: usize, timeout: Duration) -> Table {
+    let mut launchers = kauri_and_hydra(bins);
+    if pmi == 1 {
+        launchers.push(Launcher {
+            name: "floor",
+            argv: vec![bins.floor.display().to_string()],
+            env: vec![],
+        });
+    }
     let sizes = list("--sizes", &[16, 64, 256, 1024]);
-    println!("\npmi-load, PMI-{pmi}, K=1 V=64 R=10 G=16\n");
+    let (k, v, r, g) = w.args;
+    let what = format!("pmi-load {}, PMI-{pmi} (K={k} V={v} R={r} G={g})", w.name);
+    println!("\n{what}\n");
     let load = bins.load.display().to_string();
+    let slug = match w.name {
+        "light" => format!("pmi{pmi}"),
+        other => format!("pmi{pmi}-{other}"),
+    };
     table(
-        &format!("pmi-load, PMI-{pmi} (K=1 V=64 R=10 G=16)"),
-        &format!("pmi{pmi}"),
+        &what,
+        &slug,
         "ranks",
         &launchers,
         &sizes,
         |l, n| {
             let mut a = l.argv.clone();
             a.extend(["-n".into(), n.to_string(), load.clone()]);
-            for (k, v) in [
+            for (key, val) in [
                 ("--pmi", pmi.to_string()),
-                ("--keys", "1".into()),
-                ("--vsize", "64".into()),
-                ("--rounds", "10".into()),
-                ("--gets", "16".into()),
+                ("--keys", k.to_string()),
+                ("--vsize", v.to_string()),
+                ("--rounds", r.to_string()),
+                ("--gets", g.to_string()),
             ] {
-                a.extend([k.to_string(), v]);
+                a.extend([key.to_string(), val]);
             }
             a.push("--quiet".into());
             a
@@ -449,7 +490,7 @@ fn write_docs(tables: &[Table], runs: usize, timeout: Duration) {
 fn main() {
     let runs: usize = opt("--runs").and_then(|v| v.parse().ok()).unwrap_or(5);
     let timeout = Duration::from_secs(opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(60));
-    let workloads = opt("--workloads").unwrap_or_else(|| "hello,pmi,hosts".into());
+    let workloads = opt("--workloads").unwrap_or_else(|| "hello,pmi,allgather,hosts".into());
     let bins = build();
     let mut tables = Vec::new();
     for w in workloads.split(',') {
@@ -462,11 +503,12 @@ fn main() {
             },
             "pmi" => {
                 for p in list("--pmi", &[1, 2]) {
-                    tables.push(pmi(&bins, p as u8, runs, timeout));
+                    tables.push(pmi(&bins, p as u8, &LIGHT, runs, timeout));
                 }
             }
+            "allgather" => tables.push(pmi(&bins, 1, &ALLGATHER, runs, timeout)),
             "hosts" => tables.push(hosts(&bins, runs, timeout)),
-            other => println!("unknown workload {other:?} (hello, pmi, hosts)"),
+            other => println!("unknown workload {other:?} (hello, pmi, allgather, hosts)"),
         }
     }
     if std::env::args().any(|a| a == "--write-docs") {

@@ -15,6 +15,8 @@ pub struct Bins {
     pub kauri: PathBuf,
     /// pmi-wire's rank program.
     pub load: PathBuf,
+    /// pmi-wire's minimal PMI-1 server and launcher: the floor.
+    pub floor: PathBuf,
     /// The target directory (for scratch files).
     pub target: PathBuf,
 }
@@ -36,6 +38,7 @@ pub fn build() -> Bins {
     Bins {
         kauri: dir.join("kauri"),
         load: dir.join("pmi-load"),
+        floor: dir.join("pmi-floor"),
         target,
     }
 }
