@@ -61,6 +61,81 @@ pub fn detect() -> Result<Option<Allocation>, String> {
     Ok(None)
 }
 
+/// Variables of a Slurm job that describe srun's tasks and steps, not kauri's ranks, and that
+/// ranks therefore do not inherit inside a Slurm job: Hydra's slurm bootstrap list
+/// (`SLURM_JOBID`, `SLURM_NODELIST`, `SLURM_TASKS_PER_NODE`, `SLURM_PROCID`, `SLURM_LOCALID`,
+/// `SLURM_NODEID`, `SLURM_NNODES`, `SLURM_NPROCS`, `SLURM_CPUS_ON_NODE`, the CPU and memory
+/// binding settings, …) and every step variable (`SLURM_STEP_*`, `SLURM_STEPID`, `SLURM_NTASKS`,
+/// `SLURM_GTIDS`, `SLURM_SRUN_COMM_*`, `SLURM_TASK_PID`, …). With them, Open MPI believes
+/// srun started it (`SLURM_STEP_ID`, `SLURM_STEP_NUM_TASKS`) and wires up through Slurm
+/// instead of its process manager, and rank-detecting libraries read srun's rank and size.
+/// The job's own description (`SLURM_JOB_ID`, `SLURM_JOB_NODELIST`, `SLURM_CONF`,
+/// `SLURM_SUBMIT_DIR`, …) stays.
+pub fn is_slurm_task_var(name: &str) -> bool {
+    const HYDRA: [&str; 43] = [
+        "SLURM_ACCOUNT",
+        "SLURM_CPU_BIND",
+        "SLURM_CPUS_PER_TASK",
+        "SLURM_CONN_TYPE",
+        "SLURM_CORE_FORMAT",
+        "SLURM_DEBUG",
+        "SLURMD_DEBUG",
+        "SLURM_DISABLE_STATUS",
+        "SLURM_DISTRIBUTION",
+        "SLURM_GEOMETRY",
+        "SLURM_LABELIO",
+        "SLURM_MEM_BIND",
+        "SLURM_NETWORK",
+        "SLURM_NNODES",
+        "SLURM_NO_ROTATE",
+        "SLURM_NPROCS",
+        "SLURM_OVERCOMMIT",
+        "SLURM_PARTITION",
+        "SLURM_REMOTE_CWD",
+        "SLURM_SRUN_COMM_IFHN",
+        "SLURM_STDERRMODE",
+        "SLURM_STDINMODE",
+        "SLURM_STDOUTMODE",
+        "SLURM_TASK_EPILOG",
+        "SLURM_TASK_PROLOG",
+        "SLURM_TIMELIMIT",
+        "SLURM_WAIT",
+        "SLURM_CPU_BIND_VERBOSE",
+        "SLURM_CPU_BIND_TYPE",
+        "SLURM_CPU_BIND_LIST",
+        "SLURM_CPUS_ON_NODE",
+        "SLURM_JOBID",
+        "SLURM_LAUNCH_NODE_IPADDR",
+        "SLURM_LOCALID",
+        "SLURM_MEM_BIND_VERBOSE",
+        "SLURM_MEM_BIND_TYPE",
+        "SLURM_MEM_BIND_LIST",
+        "SLURM_NODEID",
+        "SLURM_NODELIST",
+        "SLURM_PROCID",
+        "SLURM_TASKS_PER_NODE",
+        "MAX_TASKS_PER_NODE",
+        "SLURM_HOSTFILE",
+    ];
+    const STEP: [&str; 11] = [
+        "SLURM_STEPID",
+        "SLURM_NTASKS",
+        "SLURM_NTASKS_PER_NODE",
+        "SLURM_GTIDS",
+        "SLURM_TASK_PID",
+        "SLURM_PRIO_PROCESS",
+        "SLURM_SRUN_COMM_HOST",
+        "SLURM_SRUN_COMM_PORT",
+        "SLURM_MPI_TYPE",
+        "SLURM_UMASK",
+        "SLURMD_NODENAME",
+    ];
+    name.starts_with("SLURM_STEP_")
+        || name.starts_with("SLURM_PMI")
+        || HYDRA.contains(&name)
+        || STEP.contains(&name)
+}
+
 /// Adds `slots` on `name`, to the host's entry when it has one (a host listed twice, as in
 /// several queues of a Grid Engine job, keeps its first place).
 fn add_slots(hosts: &mut Vec<HostSpec>, name: &str, slots: usize) {
@@ -240,6 +315,29 @@ mod tests {
         HostSpec {
             name: name.into(),
             slots,
+        }
+    }
+
+    #[test]
+    fn slurm_task_variables() {
+        for gone in [
+            "SLURM_JOBID",
+            "SLURM_PROCID",
+            "SLURM_STEP_ID",
+            "SLURM_STEP_NUM_TASKS",
+            "SLURM_NTASKS",
+            "SLURM_PMIXP_ABORT_AGENT_PORT",
+        ] {
+            assert!(is_slurm_task_var(gone), "{gone}");
+        }
+        for kept in [
+            "SLURM_JOB_ID",
+            "SLURM_JOB_NODELIST",
+            "SLURM_CONF",
+            "SLURM_SUBMIT_DIR",
+            "PATH",
+        ] {
+            assert!(!is_slurm_task_var(kept), "{kept}");
         }
     }
 

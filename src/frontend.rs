@@ -171,13 +171,17 @@ fn add_flux_job_id(apps: &mut [AppPlan], kvsname: &str) {
 fn segment_env(spec: &JobSpec, app: usize) -> Vec<(String, String)> {
     let a = &spec.apps[app];
     let policy = a.env_policy.as_ref().unwrap_or(&spec.env_policy);
+    // Inside a Slurm job, what describes srun's tasks and steps (not ours) stays behind, as
+    // Hydra's slurm bootstrap leaves it; a variable named in -genvlist/-envlist still passes.
+    let in_slurm_job =
+        std::env::var_os("SLURM_JOB_ID").is_some() || std::env::var_os("SLURM_JOBID").is_some();
     let mut env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, _)| {
             !proc::is_foreign_wiring(k)
                 && !k.starts_with("KAURI_JOB_KEY")
                 && match policy {
-                    EnvPolicy::All => true,
+                    EnvPolicy::All => !(in_slurm_job && crate::allocation::is_slurm_task_var(k)),
                     EnvPolicy::None => false,
                     EnvPolicy::List(l) => l.iter().any(|n| n == k),
                 }

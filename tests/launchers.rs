@@ -266,6 +266,64 @@ fn pbs_agents_through_pbs_tmrsh_else_ssh() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A stand-in srun: `--version` and `--help` as Slurm `VERSION` (the environment's
+/// `FAKE_SRUN_VERSION`) would answer, any other call logged to `calls` and run here, once
+/// per node of `--nodelist`, as that node (`SLURMD_NODENAME`).
+const FAKE_SRUN: &str = r#"#!/bin/sh
+d=$(dirname "$0")
+case "$1" in
+--version) echo "slurm $FAKE_SRUN_VERSION"; exit 0 ;;
+--help)
+    echo "Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]]"
+    case "$FAKE_SRUN_VERSION" in 2[3-9].1*|2[4-9].*) echo "      --external-launcher     run as an external launcher" ;; esac
+    echo "  -N, --nodes=N               number of nodes on which to run"
+    exit 0 ;;
+esac
+echo "$*" >> "$d/calls"
+nodes=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --nodes|--ntasks|--ntasks-per-node) shift 2 ;;
+    --nodelist=*) nodes=${1#--nodelist=}; shift ;;
+    -*) shift ;;
+    *) break ;;
+    esac
+done
+for n in $(echo "$nodes" | tr ',' ' '); do
+    SLURMD_NODENAME=$n "$@" &
+done
+wait
+"#;
+
+#[test]
+fn slurm_external_launcher_when_srun_has_it() {
+    for (version, want) in [("23.11.4", true), ("22.05.8", false)] {
+        let (dir, srun) = script(&format!("srun-fake-{version}"), FAKE_SRUN);
+        let o = kauri(
+            &["-launcher-exec", &srun, "sh", "-c", WHERE],
+            None,
+            &[
+                ("SLURM_JOB_NODELIST", "f[1-2]"),
+                ("SLURM_TASKS_PER_NODE", "1(x2)"),
+                ("FAKE_SRUN_VERSION", version),
+                ("KAURI_ADDR", "127.0.0.1"),
+            ],
+        );
+        assert!(o.status.success(), "{version}: {}", stderr(&o));
+        assert_eq!(lines(&o), vec!["0 f1", "1 f2"], "{version}");
+        let c = calls(&dir);
+        assert_eq!(c.len(), 1, "one srun step for both agents: {c:?}");
+        assert_eq!(
+            c[0].starts_with("--external-launcher --nodes 2 --ntasks 2 "),
+            want,
+            "slurm {version}: {}",
+            c[0]
+        );
+        assert!(c[0].contains("--nodelist=f1,f2 "), "{}", c[0]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 #[test]
 fn a_malformed_allocation_is_one_line() {
     let (dir, _) = script("bad-allocations", "#!/bin/sh\n");

@@ -13,7 +13,7 @@
 //! A missing tool or package is a test failure naming the package, never a skip. Every test
 //! asserts the exit status and ends with the leftover check.
 
-use compat_tests::{sge_local, Ctx, Job, Launcher, Outcome};
+use compat_tests::{sge_local, slurm_local, Ctx, Job, Launcher, Outcome};
 
 fn run(job: Job) -> Outcome {
     let o = job.run();
@@ -126,5 +126,93 @@ fn sge_mpich_hello() {
         ],
         "{o}"
     );
+    ctx.assert_no_leftovers();
+}
+
+// =======================================================================================
+// Slurm (root)
+
+/// `env.sh`: the rank's `SLURM_*` variables, one `env: NAME` line each.
+const ENV_SH: &str = r#"#!/bin/sh
+env | sed -n 's/^\(SLURM_[A-Z_]*\)=.*/env: \1/p' | sort
+echo "env: done"
+"#;
+
+/// Under `salloc … kauri -launcher slurm`, ranks do not inherit what describes srun's tasks
+/// and steps (`SLURM_JOBID`, `SLURM_NODELIST`, `SLURM_NTASKS`, `SLURM_TASKS_PER_NODE`, …
+/// from salloc; `SLURM_STEP_ID`, `SLURM_PROCID`, … as a batch step or an enclosing srun
+/// would set them, set here by hand on salloc's command line), and do keep the job's own
+/// `SLURM_JOB_ID` and `SLURM_JOB_NODELIST`.
+#[test]
+fn slurm_ranks_do_not_see_task_variables() {
+    let slurm = slurm_local();
+    let ctx = Ctx::new("slurm_env");
+    let e = ctx.script("env.sh", ENV_SH);
+    let in_salloc = |job: Job| {
+        let mut job = job
+            .wrapped(&["salloc", "-Q", "-N1", "-n4"])
+            .env("SLURM_CONF", &slurm.conf.to_string_lossy());
+        for (k, v) in [
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_STEPID", "0"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_STEP_NUM_TASKS", "1"),
+            ("SLURM_STEP_NODELIST", "kslurm1"),
+        ] {
+            job = job.env(k, v);
+        }
+        job
+    };
+    let seen = |o: &Outcome| -> Vec<String> {
+        o.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("env: "))
+            .map(str::to_string)
+            .collect()
+    };
+    let gone = [
+        "SLURM_JOBID",
+        "SLURM_NODELIST",
+        "SLURM_NNODES",
+        "SLURM_NPROCS",
+        "SLURM_NTASKS",
+        "SLURM_TASKS_PER_NODE",
+        "SLURM_STEP_ID",
+        "SLURM_STEPID",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+        "SLURM_STEP_NUM_TASKS",
+        "SLURM_STEP_NODELIST",
+    ];
+    // The control: the same script straight under salloc sees every one of them.
+    let o = run(in_salloc(
+        ctx.job(Launcher::Kauri, &[] as &[&str]).program(&e),
+    ));
+    o.assert_success();
+    let control = seen(&o);
+    for g in gone {
+        assert!(
+            control.iter().any(|l| l == g),
+            "salloc did not set {g}\n{o}"
+        );
+    }
+    let o = run(in_salloc(kauri_job(
+        &ctx,
+        &["-launcher", "slurm", "-n", "2", e.as_str()],
+    )));
+    o.assert_success();
+    let seen = seen(&o);
+    assert_eq!(seen.iter().filter(|l| *l == "done").count(), 2, "{o}");
+    for g in gone {
+        assert!(!seen.iter().any(|l| l == g), "a rank sees {g}\n{o}");
+    }
+    for kept in ["SLURM_JOB_ID", "SLURM_JOB_NODELIST"] {
+        assert_eq!(
+            seen.iter().filter(|l| *l == kept).count(),
+            2,
+            "every rank keeps {kept}\n{o}"
+        );
+    }
     ctx.assert_no_leftovers();
 }

@@ -25,7 +25,7 @@ pub use fork::Fork;
 pub use lsf::Lsf;
 pub use pbs::Pbs;
 pub use sge::Sge;
-pub use slurm::Slurm;
+pub use slurm::{srun_has_external_launcher, Slurm};
 pub use ssh::Ssh;
 
 /// Every launcher's name, as `-launcher` takes it.
