@@ -1,12 +1,18 @@
 //! Hosts from a resource manager's allocation, used when the command line names none:
-//! Slurm (`SLURM_JOB_NODELIST` with `SLURM_TASKS_PER_NODE`) and PBS (`PBS_NODEFILE`).
+//! Slurm (`SLURM_JOB_NODELIST` with `SLURM_TASKS_PER_NODE`), Grid Engine (`PE_HOSTFILE` in a
+//! parallel environment, with `JOB_ID`), LSF (`LSB_MCPU_HOSTS`) and PBS/Torque
+//! (`PBS_NODEFILE`), looked for in that order. A file or variable that does not parse is one
+//! error line naming it, the line and what was expected.
+//!
+//! Reads the environment and the files it names; starts nothing (the launchers in `launch`
+//! do).
 
 use crate::job::HostSpec;
 
 /// The allocation kauri runs in, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocation {
-    /// `slurm` or `pbs`.
+    /// `slurm`, `sge`, `lsf` or `pbs`: also the name of the launcher that starts agents in it.
     pub manager: &'static str,
     /// Its hosts and slots.
     pub hosts: Vec<HostSpec>,
@@ -30,28 +36,183 @@ pub fn detect() -> Result<Option<Allocation>, String> {
             hosts,
         }));
     }
+    if let (Ok(path), Ok(_)) = (std::env::var("PE_HOSTFILE"), std::env::var("JOB_ID")) {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read PE_HOSTFILE {path}: {e}"))?;
+        return Ok(Some(Allocation {
+            manager: "sge",
+            hosts: parse_pe_hostfile(&text).map_err(|e| format!("PE_HOSTFILE {path}: {e}"))?,
+        }));
+    }
+    if let Ok(list) = std::env::var("LSB_MCPU_HOSTS") {
+        return Ok(Some(Allocation {
+            manager: "lsf",
+            hosts: parse_lsb_mcpu_hosts(&list)?,
+        }));
+    }
     if let Ok(path) = std::env::var("PBS_NODEFILE") {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read PBS_NODEFILE {path}: {e}"))?;
-        let mut hosts: Vec<HostSpec> = Vec::new();
-        for name in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            match hosts.iter_mut().find(|h| h.name == name) {
-                Some(h) => h.slots += 1,
-                None => hosts.push(HostSpec {
-                    name: name.to_string(),
-                    slots: 1,
-                }),
-            }
-        }
-        if hosts.is_empty() {
-            return Err(format!("PBS_NODEFILE {path} lists no host"));
-        }
         return Ok(Some(Allocation {
             manager: "pbs",
-            hosts,
+            hosts: parse_pbs_nodefile(&text).map_err(|e| format!("PBS_NODEFILE {path}: {e}"))?,
         }));
     }
     Ok(None)
+}
+
+/// Variables of a Slurm job that describe srun's tasks and steps, not kauri's ranks, and that
+/// ranks therefore do not inherit inside a Slurm job: Hydra's slurm bootstrap list
+/// (`SLURM_JOBID`, `SLURM_NODELIST`, `SLURM_TASKS_PER_NODE`, `SLURM_PROCID`, `SLURM_LOCALID`,
+/// `SLURM_NODEID`, `SLURM_NNODES`, `SLURM_NPROCS`, `SLURM_CPUS_ON_NODE`, the CPU and memory
+/// binding settings, …) and every step variable (`SLURM_STEP_*`, `SLURM_STEPID`, `SLURM_NTASKS`,
+/// `SLURM_GTIDS`, `SLURM_SRUN_COMM_*`, `SLURM_TASK_PID`, …). With them, Open MPI believes
+/// srun started it (`SLURM_STEP_ID`, `SLURM_STEP_NUM_TASKS`) and wires up through Slurm
+/// instead of its process manager, and rank-detecting libraries read srun's rank and size.
+/// The job's own description (`SLURM_JOB_ID`, `SLURM_JOB_NODELIST`, `SLURM_CONF`,
+/// `SLURM_SUBMIT_DIR`, …) stays.
+pub fn is_slurm_task_var(name: &str) -> bool {
+    const HYDRA: [&str; 43] = [
+        "SLURM_ACCOUNT",
+        "SLURM_CPU_BIND",
+        "SLURM_CPUS_PER_TASK",
+        "SLURM_CONN_TYPE",
+        "SLURM_CORE_FORMAT",
+        "SLURM_DEBUG",
+        "SLURMD_DEBUG",
+        "SLURM_DISABLE_STATUS",
+        "SLURM_DISTRIBUTION",
+        "SLURM_GEOMETRY",
+        "SLURM_LABELIO",
+        "SLURM_MEM_BIND",
+        "SLURM_NETWORK",
+        "SLURM_NNODES",
+        "SLURM_NO_ROTATE",
+        "SLURM_NPROCS",
+        "SLURM_OVERCOMMIT",
+        "SLURM_PARTITION",
+        "SLURM_REMOTE_CWD",
+        "SLURM_SRUN_COMM_IFHN",
+        "SLURM_STDERRMODE",
+        "SLURM_STDINMODE",
+        "SLURM_STDOUTMODE",
+        "SLURM_TASK_EPILOG",
+        "SLURM_TASK_PROLOG",
+        "SLURM_TIMELIMIT",
+        "SLURM_WAIT",
+        "SLURM_CPU_BIND_VERBOSE",
+        "SLURM_CPU_BIND_TYPE",
+        "SLURM_CPU_BIND_LIST",
+        "SLURM_CPUS_ON_NODE",
+        "SLURM_JOBID",
+        "SLURM_LAUNCH_NODE_IPADDR",
+        "SLURM_LOCALID",
+        "SLURM_MEM_BIND_VERBOSE",
+        "SLURM_MEM_BIND_TYPE",
+        "SLURM_MEM_BIND_LIST",
+        "SLURM_NODEID",
+        "SLURM_NODELIST",
+        "SLURM_PROCID",
+        "SLURM_TASKS_PER_NODE",
+        "MAX_TASKS_PER_NODE",
+        "SLURM_HOSTFILE",
+    ];
+    const STEP: [&str; 11] = [
+        "SLURM_STEPID",
+        "SLURM_NTASKS",
+        "SLURM_NTASKS_PER_NODE",
+        "SLURM_GTIDS",
+        "SLURM_TASK_PID",
+        "SLURM_PRIO_PROCESS",
+        "SLURM_SRUN_COMM_HOST",
+        "SLURM_SRUN_COMM_PORT",
+        "SLURM_MPI_TYPE",
+        "SLURM_UMASK",
+        "SLURMD_NODENAME",
+    ];
+    name.starts_with("SLURM_STEP_")
+        || name.starts_with("SLURM_PMI")
+        || HYDRA.contains(&name)
+        || STEP.contains(&name)
+}
+
+/// Adds `slots` on `name`, to the host's entry when it has one (a host listed twice, as in
+/// several queues of a Grid Engine job, keeps its first place).
+fn add_slots(hosts: &mut Vec<HostSpec>, name: &str, slots: usize) {
+    match hosts.iter_mut().find(|h| h.name == name) {
+        Some(h) => h.slots += slots,
+        None => hosts.push(HostSpec {
+            name: name.to_string(),
+            slots,
+        }),
+    }
+}
+
+/// A slot count: a positive integer.
+fn slot_count(word: &str) -> Option<usize> {
+    word.parse::<usize>().ok().filter(|&n| n > 0)
+}
+
+/// Parses a Grid Engine PE host file: one `HOST SLOTS QUEUE PROCESSOR-RANGE` line per queue
+/// instance (only the first two words are used).
+pub fn parse_pe_hostfile(text: &str) -> Result<Vec<HostSpec>, String> {
+    let mut hosts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words[..] {
+            [] => continue,
+            [host, slots, ..] if slot_count(slots).is_some() => {
+                add_slots(&mut hosts, host, slot_count(slots).unwrap_or(1))
+            }
+            _ => {
+                return Err(format!(
+                    "line {}: expected \"HOST SLOTS QUEUE PROCESSORS\", got {:?}",
+                    i + 1,
+                    line
+                ))
+            }
+        }
+    }
+    if hosts.is_empty() {
+        return Err("lists no host".into());
+    }
+    Ok(hosts)
+}
+
+/// Parses LSF's `LSB_MCPU_HOSTS`: `HOST1 N1 HOST2 N2 ...`.
+pub fn parse_lsb_mcpu_hosts(list: &str) -> Result<Vec<HostSpec>, String> {
+    let words: Vec<&str> = list.split_whitespace().collect();
+    let bad = || format!("LSB_MCPU_HOSTS {list:?}: expected \"HOST1 N1 HOST2 N2 ...\"");
+    if words.is_empty() || words.len() % 2 != 0 {
+        return Err(bad());
+    }
+    let mut hosts = Vec::new();
+    for pair in words.chunks(2) {
+        add_slots(&mut hosts, pair[0], slot_count(pair[1]).ok_or_else(bad)?);
+    }
+    Ok(hosts)
+}
+
+/// Parses a PBS/Torque node file: one host name per line, one line per slot.
+pub fn parse_pbs_nodefile(text: &str) -> Result<Vec<HostSpec>, String> {
+    let mut hosts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        match line.split_whitespace().collect::<Vec<_>>()[..] {
+            [] => continue,
+            [name] => add_slots(&mut hosts, name, 1),
+            _ => {
+                return Err(format!(
+                    "line {}: expected one host name, got {:?}",
+                    i + 1,
+                    line
+                ))
+            }
+        }
+    }
+    if hosts.is_empty() {
+        return Err("lists no host".into());
+    }
+    Ok(hosts)
 }
 
 /// Expands a Slurm host list: `node[01-03,07],login1` -> node01 node02 node03 node07 login1.
@@ -148,6 +309,72 @@ mod tests {
         assert_eq!(expand_hostlist("a[9-10]b").unwrap(), vec!["a9b", "a10b"]);
         assert!(expand_hostlist("n[3-1]").is_err());
         assert!(expand_hostlist("n[1-").is_err());
+    }
+
+    fn h(name: &str, slots: usize) -> HostSpec {
+        HostSpec {
+            name: name.into(),
+            slots,
+        }
+    }
+
+    #[test]
+    fn slurm_task_variables() {
+        for gone in [
+            "SLURM_JOBID",
+            "SLURM_PROCID",
+            "SLURM_STEP_ID",
+            "SLURM_STEP_NUM_TASKS",
+            "SLURM_NTASKS",
+            "SLURM_PMIXP_ABORT_AGENT_PORT",
+        ] {
+            assert!(is_slurm_task_var(gone), "{gone}");
+        }
+        for kept in [
+            "SLURM_JOB_ID",
+            "SLURM_JOB_NODELIST",
+            "SLURM_CONF",
+            "SLURM_SUBMIT_DIR",
+            "PATH",
+        ] {
+            assert!(!is_slurm_task_var(kept), "{kept}");
+        }
+    }
+
+    #[test]
+    fn pe_hostfiles() {
+        let text = "n1 2 all.q@n1 UNDEFINED\nn2 1 all.q@n2 <NULL>\n\nn1 1 big.q@n1 0,1\n";
+        assert_eq!(
+            parse_pe_hostfile(text).unwrap(),
+            vec![h("n1", 3), h("n2", 1)]
+        );
+        assert_eq!(parse_pe_hostfile("n1 4").unwrap(), vec![h("n1", 4)]);
+        let e = parse_pe_hostfile("n1 2 q UNDEFINED\nn2 two q UNDEFINED\n").unwrap_err();
+        assert!(e.starts_with("line 2: expected"), "{e}");
+        assert!(parse_pe_hostfile("n1\n").is_err());
+        assert!(parse_pe_hostfile("n1 0 q x\n").is_err());
+        assert!(parse_pe_hostfile("\n").is_err());
+    }
+
+    #[test]
+    fn lsb_mcpu_hosts() {
+        assert_eq!(
+            parse_lsb_mcpu_hosts("a 2 b 1 a 1").unwrap(),
+            vec![h("a", 3), h("b", 1)]
+        );
+        assert!(parse_lsb_mcpu_hosts("a 2 b").is_err());
+        assert!(parse_lsb_mcpu_hosts("a b").is_err());
+        assert!(parse_lsb_mcpu_hosts(" ").is_err());
+    }
+
+    #[test]
+    fn pbs_nodefiles() {
+        assert_eq!(
+            parse_pbs_nodefile("p1\np1\n\np2\n").unwrap(),
+            vec![h("p1", 2), h("p2", 1)]
+        );
+        assert!(parse_pbs_nodefile("p1 np=2\n").is_err());
+        assert!(parse_pbs_nodefile("").is_err());
     }
 
     #[test]

@@ -137,8 +137,10 @@ Global options:
   -hosts H1[:N],H2[:N]    hosts to run on, with slot counts
   -f, -hostfile FILE      hosts from a file: 'host', 'host:N' or 'host slots=N' per line
   -ppn N                  processes per host
-  -launcher NAME          how to reach hosts: ssh (default), rsh, slurm (inside an
-                          allocation), fork (every host simulated by a local agent)
+  -launcher NAME          how to reach hosts: ssh (default), rsh, slurm (srun), sge
+                          (qrsh -inherit), lsf (blaunch), pbs (pbs_tmrsh, else ssh), fork
+                          (every host simulated by a local agent); inside a Slurm, Grid
+                          Engine, LSF or PBS job its hosts and its launcher are the default
   -launcher-exec PATH     the launcher program (e.g. a wrapper around ssh)
   -map-by node|slot       deal ranks round-robin over hosts (node) or fill each host (slot,
                           the default)

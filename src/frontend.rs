@@ -172,13 +172,17 @@ fn add_flux_job_id(apps: &mut [AppPlan], kvsname: &str) {
 fn segment_env(spec: &JobSpec, app: usize) -> Vec<(String, String)> {
     let a = &spec.apps[app];
     let policy = a.env_policy.as_ref().unwrap_or(&spec.env_policy);
+    // Inside a Slurm job, what describes srun's tasks and steps (not ours) stays behind, as
+    // Hydra's slurm bootstrap leaves it; a variable named in -genvlist/-envlist still passes.
+    let in_slurm_job =
+        std::env::var_os("SLURM_JOB_ID").is_some() || std::env::var_os("SLURM_JOBID").is_some();
     let mut env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .filter(|(k, _)| {
             !proc::is_foreign_wiring(k)
                 && !k.starts_with("KAURI_JOB_KEY")
                 && match policy {
-                    EnvPolicy::All => true,
+                    EnvPolicy::All => !(in_slurm_job && crate::allocation::is_slurm_task_var(k)),
                     EnvPolicy::None => false,
                     EnvPolicy::List(l) => l.iter().any(|n| n == k),
                 }
@@ -327,11 +331,10 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         launcher = Some("fork".into());
     } else if hosts.is_empty() {
         if let Some(a) = crate::allocation::detect()? {
-            if launcher.is_none()
-                && a.manager == "slurm"
-                && a.hosts.iter().any(|h| !is_local(&h.name, me))
-            {
-                launcher = Some("slurm".into());
+            // The manager's own launcher starts agents inside its job, as Hydra picks its
+            // bootstrap: slurm, sge, lsf, pbs.
+            if launcher.is_none() && a.hosts.iter().any(|h| !is_local(&h.name, me)) {
+                launcher = Some(a.manager.into());
             }
             hosts = a.hosts;
         }
@@ -361,9 +364,19 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             slots: size,
         });
     }
-    let kind = launcher.unwrap_or_else(|| "ssh".into());
-    if !["ssh", "rsh", "fork", "slurm"].contains(&kind.as_str()) {
-        return Err(format!("unknown launcher {kind:?} (ssh, rsh, slurm, fork)"));
+    let mut kind = launcher.unwrap_or_else(|| "ssh".into());
+    if !crate::launch::NAMES.contains(&kind.as_str()) {
+        return Err(format!(
+            "unknown launcher {kind:?} ({})",
+            crate::launch::NAMES.join(", ")
+        ));
+    }
+    // PBS without pbs_tmrsh (Torque, say): ssh, as Hydra built without TM does.
+    let pbs_tmrsh = (kind == "pbs" && spec.launcher_exec.is_none())
+        .then(|| crate::launch::in_path("pbs_tmrsh"))
+        .flatten();
+    if kind == "pbs" && spec.launcher_exec.is_none() && pbs_tmrsh.is_none() {
+        kind = "ssh".into();
     }
     let slots: Vec<usize> = hosts.iter().map(|h| spec.ppn.unwrap_or(h.slots)).collect();
     let placement = if spec.map_by_node {
@@ -524,6 +537,9 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         .clone()
         .unwrap_or_else(|| match kind.as_str() {
             "slurm" => "srun".into(),
+            "sge" => crate::launch::Sge::default_exec(),
+            "lsf" => crate::launch::Lsf::default_exec(),
+            "pbs" => pbs_tmrsh.clone().unwrap_or_else(|| "pbs_tmrsh".into()),
             "fork" => self_path.clone(),
             k => k.to_string(),
         });
@@ -540,7 +556,10 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         heartbeat_ms: env_secs("KAURI_HEARTBEAT", 5.0).as_millis() as u64,
         silence_ms: env_secs("KAURI_HEARTBEAT_TIMEOUT", 30.0).as_millis() as u64,
     };
-    let width = if kind == "slurm" {
+    // The resource managers' launchers start every agent from here (as Hydra does): a flat
+    // tree.
+    let rm_launcher = ["slurm", "sge", "lsf", "pbs"].contains(&kind.as_str());
+    let width = if rm_launcher {
         0
     } else {
         spec.tree_width
@@ -555,7 +574,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             })
             .unwrap_or(DEFAULT_TREE_WIDTH)
     };
-    let cost_tree = kind != "slurm"
+    let cost_tree = !rm_launcher
         && (spec.cost_tree
             || (spec.tree_width.is_none()
                 && std::env::var("KAURI_TREE_WIDTH").is_ok_and(|v| v.trim() == "cost")));
@@ -1661,6 +1680,11 @@ impl Root {
             } else {
                 j.branch.drain().await;
             }
+        }
+        // A resource manager's launcher tells the manager how its agent ended: let it (a
+        // killed qrsh -inherit fails the whole Grid Engine job).
+        if ["slurm", "sge", "lsf", "pbs"].contains(&self.cluster.launch.kind.as_str()) {
+            crate::hub::launchers_ended(Duration::from_secs(10)).await;
         }
         // The ranks of a lost agent started by `-launcher fork` are adopted by this process
         // (the subreaper): killed and reaped here, or nobody would.

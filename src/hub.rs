@@ -714,6 +714,7 @@ async fn launch_batch(
                 // Running: the links report from now on. Free the launch slot; reap the
                 // launcher when it ends.
                 drop(permit.take());
+                let _running = RunningLauncher::new();
                 let _ = child.wait().await;
                 return;
             }
@@ -752,6 +753,39 @@ async fn launch_batch(
                 ));
             }
         }
+    }
+}
+
+/// Launcher processes whose agents connected and that have not ended yet.
+static RUNNING_LAUNCHERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts one launcher process in [`RUNNING_LAUNCHERS`] while it lives.
+struct RunningLauncher;
+
+impl RunningLauncher {
+    fn new() -> RunningLauncher {
+        RUNNING_LAUNCHERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        RunningLauncher
+    }
+}
+
+impl Drop for RunningLauncher {
+    fn drop(&mut self) {
+        RUNNING_LAUNCHERS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Waits, at most `patience`, until every launcher process this process started has ended
+/// (the agents it stands for said `Done` and are leaving). A resource manager's launcher
+/// (`qrsh -inherit`, `srun`, `blaunch`) reports its task's end to the manager when it ends:
+/// killed before that, the manager counts the task as failed (Grid Engine then fails the
+/// whole job: "tightly integrated parallel task … failed - killing job").
+pub async fn launchers_ended(patience: Duration) {
+    let deadline = tokio::time::Instant::now() + patience;
+    while RUNNING_LAUNCHERS.load(std::sync::atomic::Ordering::SeqCst) > 0
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

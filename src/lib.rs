@@ -3,15 +3,16 @@
 //! A request flows through these layers (arrows point down only):
 //!
 //! ```text
-//!  cli          the Hydra command line -> JobSpec; allocation: hosts from Slurm/PBS;
-//!               hydra_env: what Hydra's variables (HYDRA_HOST_FILE, ...) add to it
+//!  cli          the Hydra command line -> JobSpec; allocation: hosts from Slurm, Grid
+//!               Engine, LSF or PBS; hydra_env: what Hydra's variables
+//!               (HYDRA_HOST_FILE, ...) add to it
 //!  job          JobSpec, placement, PMI_process_mapping
 //!  frontend     the root of the tree: plans the job, prints output, decides teardown and
 //!               the exit status
 //!  agent        `kauri agent`, one per other host: relays between its parent, its children
 //!               and its host's ranks
 //!   ├── hub       a parent's links to its child agents; the fence gather
-//!   ├── launch    Launcher plugins: fork, ssh/rsh, slurm
+//!   ├── launch    Launcher plugins: fork, ssh/rsh, slurm, sge, lsf, pbs
 //!   ├── tree      the links' vocabulary: messages (msg), framing (frame), the job-key
 //!   │             handshake (auth), the tree's shape (shape)
 //!   ├── node      one host's ranks: start, serve PMI, forward output, report ends

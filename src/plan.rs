@@ -176,7 +176,7 @@ impl Subtree {
 /// How agents reach hosts; sent down so every agent launches its children the same way.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchPlan {
-    /// `fork`, `ssh`, `rsh` or `slurm`.
+    /// `fork`, `ssh`, `rsh`, `slurm`, `sge`, `lsf` or `pbs`.
     pub kind: String,
     /// The launcher program (`ssh`, a wrapper, …).
     pub exec: String,

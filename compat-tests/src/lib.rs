@@ -1366,6 +1366,100 @@ fn set_up_slurm() -> Result<SlurmLocal, String> {
     })
 }
 
+/// `sge/sge-local.sh`.
+pub const SGE_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/sge/sge-local.sh");
+
+/// A one-host Grid Engine made by `sge/sge-local.sh`.
+#[derive(Debug, Clone)]
+pub struct SgeLocal {
+    /// Its state directory (`SGE_LOCAL_DIR`).
+    pub dir: String,
+    /// The name Grid Engine knows this host by (`SGE_LOCAL_NAME`, default `kauri-sge1`): not
+    /// this machine's name, so that a launcher inside a job takes it for another host, and
+    /// resolving to 127.0.0.2 in the cell's own view of /etc/hosts.
+    pub host: String,
+    /// Its parallel environment (`kauri`: `control_slaves TRUE`).
+    pub pe: String,
+}
+
+impl SgeLocal {
+    /// The argv that runs a command as an interactive job in the parallel environment with
+    /// `slots` slots: `sge-local.sh exec qrsh -pe PE SLOTS -cwd -V`, the command to follow.
+    /// qrsh passes the command's words to a remote shell joined by spaces (as rsh does): keep
+    /// them free of spaces and quotes.
+    pub fn qrsh_pe(&self, slots: usize) -> Vec<String> {
+        [
+            "env",
+            &format!("SGE_LOCAL_DIR={}", self.dir),
+            &format!("SGE_LOCAL_NAME={}", self.host),
+            "bash",
+            SGE_SCRIPT,
+            "exec",
+            "qrsh",
+            "-pe",
+            &self.pe,
+            &slots.to_string(),
+            "-cwd",
+            "-V",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    }
+}
+
+/// The local Grid Engine, started by the first caller in this test binary (`stop`, then
+/// `start`) and stopped when the binary exits. State under `SGE_LOCAL_DIR` (default
+/// `/tmp/kauri-compat-sge`); its ports `SGE_LOCAL_QMASTER_PORT`/`SGE_LOCAL_EXECD_PORT` pass
+/// through. Needs root and Debian's `gridengine-master`, `gridengine-exec`,
+/// `gridengine-client`.
+pub fn sge_local() -> SgeLocal {
+    static SGE: OnceLock<Result<SgeLocal, String>> = OnceLock::new();
+    match SGE.get_or_init(set_up_sge) {
+        Ok(s) => s.clone(),
+        Err(e) => panic!("local Grid Engine unavailable: {e}"),
+    }
+}
+
+fn set_up_sge() -> Result<SgeLocal, String> {
+    if !is_root() {
+        return Err("these tests need root (sge_qmaster, sge_execd)".into());
+    }
+    require_tools(&[
+        ("/usr/lib/gridengine/sge_qmaster", "gridengine-master"),
+        ("/usr/lib/gridengine/sge_execd", "gridengine-exec"),
+        ("/usr/lib/gridengine/qrsh", "gridengine-client"),
+        ("/usr/lib/gridengine/qconf", "gridengine-client"),
+        ("unshare", "util-linux"),
+    ])?;
+    let dir = std::env::var("SGE_LOCAL_DIR").unwrap_or_else(|_| "/tmp/kauri-compat-sge".into());
+    let host = std::env::var("SGE_LOCAL_NAME").unwrap_or_else(|_| "kauri-sge1".into());
+    let mut env = vec![
+        ("SGE_LOCAL_DIR".to_string(), dir.clone()),
+        ("SGE_LOCAL_NAME".to_string(), host.clone()),
+    ];
+    for k in ["SGE_LOCAL_QMASTER_PORT", "SGE_LOCAL_EXECD_PORT"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.to_string(), v));
+        }
+    }
+    hold_lock(Path::new(&format!("{dir}.lock")))?;
+    let script = Path::new(SGE_SCRIPT);
+    let _ = run_script(script, "stop", &env);
+    {
+        let env = env.clone();
+        at_exit(Box::new(move || {
+            let _ = run_script(Path::new(SGE_SCRIPT), "stop", &env);
+        }));
+    }
+    run_script(script, "start", &env)?;
+    Ok(SgeLocal {
+        dir,
+        host,
+        pe: "kauri".into(),
+    })
+}
+
 /// A `kauri nameserver -port 0 -bind 127.0.0.1` for one test (marked as the test's), killed
 /// when dropped.
 pub struct NameServer {

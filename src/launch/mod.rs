@@ -3,11 +3,18 @@
 //!
 //! A launcher starts a process that is, or leads to, `kauri agent …` on the host, and hands
 //! the job key to it without putting it on a command line: in the environment where the
-//! launcher carries the environment (fork, Slurm), on the first line of stdin where it does
-//! not (ssh, rsh). The caller watches the started process: if it ends before the agent
-//! connects back, its last line on stderr says why.
+//! launcher carries the environment (fork, Slurm, Grid Engine, LSF, PBS), on the first line
+//! of stdin where it does not (ssh, rsh). The caller watches the started process: if it ends
+//! before the agent connects back, its last line on stderr says why.
+//!
+//! The resource managers' own launchers (`srun`, `qrsh -inherit`, `blaunch`, `pbs_tmrsh`)
+//! start agents inside the job's allocation, so the manager accounts for them and kills them
+//! with the job.
 
 mod fork;
+mod lsf;
+mod pbs;
+mod sge;
 mod slurm;
 mod ssh;
 
@@ -15,8 +22,14 @@ use crate::plan::LaunchPlan;
 use std::io;
 
 pub use fork::Fork;
-pub use slurm::Slurm;
+pub use lsf::Lsf;
+pub use pbs::Pbs;
+pub use sge::Sge;
+pub use slurm::{srun_has_external_launcher, Slurm};
 pub use ssh::Ssh;
+
+/// Every launcher's name, as `-launcher` takes it.
+pub const NAMES: [&str; 7] = ["ssh", "rsh", "slurm", "sge", "lsf", "pbs", "fork"];
 
 /// The environment variable that carries the job key to an agent.
 pub const KEY_VAR: &str = "KAURI_JOB_KEY";
@@ -51,10 +64,61 @@ pub fn for_plan(plan: &LaunchPlan) -> Result<Box<dyn Launcher>, String> {
         "fork" => Ok(Box::new(Fork { plan: plan.clone() })),
         "ssh" | "rsh" => Ok(Box::new(Ssh { plan: plan.clone() })),
         "slurm" => Ok(Box::new(Slurm { plan: plan.clone() })),
-        other => Err(format!(
-            "unknown launcher {other:?} (fork, ssh, rsh, slurm)"
-        )),
+        "sge" => Ok(Box::new(Sge { plan: plan.clone() })),
+        "lsf" => Ok(Box::new(Lsf { plan: plan.clone() })),
+        "pbs" => Ok(Box::new(Pbs { plan: plan.clone() })),
+        other => Err(format!("unknown launcher {other:?} ({})", NAMES.join(", "))),
     }
+}
+
+/// Starts one agent per target as `EXEC ARGS… EXTRA… HOST KAURI agent …`, the way the
+/// resource managers' rsh-like launchers take a command (`qrsh -inherit`, `blaunch`,
+/// `pbs_tmrsh`): the job key in the environment, which they carry to the task, stdin
+/// `/dev/null`. With `quote`, each word of the agent's command line is quoted for the remote
+/// shell the launcher runs it with.
+pub fn per_host(
+    plan: &LaunchPlan,
+    args: &[&str],
+    quote: bool,
+    targets: &[Target],
+    parent: &str,
+    key: &str,
+) -> io::Result<Vec<Started>> {
+    targets
+        .iter()
+        .map(|t| {
+            let words = std::iter::once(plan.agent_path.clone())
+                .chain(agent_args(t, parent))
+                .map(|w| if quote { shell_quote(&w) } else { w });
+            let mut cmd = command(&plan.exec);
+            cmd.args(args)
+                .args(&plan.extra_args)
+                .arg(&t.host)
+                .args(words)
+                .env(KEY_VAR, key)
+                .stdin(std::process::Stdio::null());
+            Ok(Started {
+                ids: vec![t.id],
+                child: cmd.spawn()?,
+            })
+        })
+        .collect()
+}
+
+/// `program` found in `PATH`, as `execvp` would find it.
+pub fn in_path(program: &str) -> Option<String> {
+    std::env::var("PATH")
+        .ok()?
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| std::path::Path::new(d).join(program))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| {
+                m.is_file()
+                    && std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0
+            })
+        })
+        .map(|p| p.display().to_string())
 }
 
 /// The arguments of `kauri agent` for one target.
