@@ -510,25 +510,36 @@ impl<H: Host, L: Links> Branch<H, L> {
         }
     }
 
-    /// A PMI fence under way here that can never complete, once: every rank of this host has
-    /// ended without entering it, or a child that has not contributed to it is finished.
-    /// (A rank that ends while other ranks of its host wait is the engine's to report.)
-    fn stuck_fence(&mut self) -> Option<Report> {
-        if self.fence_stuck || self.ending || !self.gather.under_way() {
+    /// Why `gather`'s fence under way here can never complete: every rank of this host has
+    /// ended without entering it (`None` inside), or child `Some(id)`, which has not
+    /// contributed, is finished or lost. `None` while it still can.
+    fn why_stuck<T: crate::hub::Contribution>(&self, gather: &Gather<T>) -> Option<Option<u32>> {
+        if self.ending || !gather.under_way() {
             return None;
         }
-        let why = if self.node.is_some() && self.local_left == 0 && self.gather.needs_local() {
-            format!("every rank on {} ended before entering it", self.host)
-        } else {
-            let id = self
-                .finished
-                .iter()
-                .copied()
-                .find(|&id| self.gather.needs_child(id))?;
-            format!(
+        if self.node.is_some() && self.local_left == 0 && gather.needs_local() {
+            return Some(None);
+        }
+        let id = self
+            .finished
+            .iter()
+            .copied()
+            .find(|&id| gather.needs_child(id))?;
+        Some(Some(id))
+    }
+
+    /// A PMI fence under way here that can never complete, once (see [`Branch::why_stuck`]).
+    /// (A rank that ends while other ranks of its host wait is the engine's to report.)
+    fn stuck_fence(&mut self) -> Option<Report> {
+        if self.fence_stuck {
+            return None;
+        }
+        let why = match self.why_stuck(&self.gather)? {
+            None => format!("every rank on {} ended before entering it", self.host),
+            Some(id) => format!(
                 "every rank on {} (and the hosts below it) ended before entering it",
                 self.kids.host(id)
-            )
+            ),
         };
         self.fence_stuck = true;
         Some(Report::Failed {
@@ -536,27 +547,20 @@ impl<H: Host, L: Links> Branch<H, L> {
         })
     }
 
-    /// A PMIx fence under way here that can never complete, once: every rank of this host has
-    /// ended without entering it, or a child that has not contributed to it is finished or
-    /// lost. The PMIx servers' clients would wait for it forever (`-disable-auto-cleanup`
-    /// keeps a job going after a lost host, and Open MPI's `MPI_Finalize` begins with a fence
-    /// over the whole job): like a PMI fence, it ends the job with the reason.
+    /// A PMIx fence under way here that can never complete, once (see [`Branch::why_stuck`]).
+    /// The PMIx servers' clients would wait for it forever (`-disable-auto-cleanup` keeps a
+    /// job going after a lost host, and Open MPI's `MPI_Finalize` begins with a fence over the
+    /// whole job): like a PMI fence, it ends the job with the reason.
     fn stuck_pmix_fence(&mut self) -> Option<Report> {
-        if self.pmix_fence_stuck || self.ending || !self.pmix_gather.under_way() {
+        if self.pmix_fence_stuck {
             return None;
         }
-        let why = if self.node.is_some() && self.local_left == 0 && self.pmix_gather.needs_local() {
-            format!("every rank on {} ended before entering it", self.host)
-        } else {
-            let id = self
-                .finished
-                .iter()
-                .copied()
-                .find(|&id| self.pmix_gather.needs_child(id))?;
-            format!(
+        let why = match self.why_stuck(&self.pmix_gather)? {
+            None => format!("every rank on {} ended before entering it", self.host),
+            Some(id) => format!(
                 "the ranks on {} (and the hosts below it) ended or were lost before entering it",
                 self.kids.host(id)
-            )
+            ),
         };
         self.pmix_fence_stuck = true;
         Some(Report::Failed {

@@ -1994,15 +1994,18 @@ impl Root {
                 }
             }
             Report::NodeStarted { host, error, procs } => {
-                self.jobs[j]
-                    .procs
-                    .extend(procs.into_iter().map(|(rank, pid, exe)| crate::mpir::Proc {
-                        rank,
-                        host: host.clone(),
-                        executable: exe,
-                        pid,
-                    }));
-                self.mpir_check(j);
+                // The debugger's table covers the first job only.
+                if j == 0 {
+                    self.jobs[j]
+                        .procs
+                        .extend(procs.into_iter().map(|(rank, pid, exe)| crate::mpir::Proc {
+                            rank,
+                            host: host.clone(),
+                            executable: exe,
+                            pid,
+                        }));
+                    self.mpir_check(j);
+                }
                 if let Some(e) = self.node_started(j, error) {
                     if self.ending.is_none() {
                         eprintln!("kauri: {e}; ending the job");
