@@ -9,6 +9,9 @@
 
 use crate::job::HostSpec;
 
+/// The resource managers whose allocations [`detect`] reads, in the order it looks.
+pub const MANAGERS: [&str; 4] = ["slurm", "sge", "lsf", "pbs"];
+
 /// The allocation kauri runs in, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocation {

@@ -27,6 +27,11 @@ pub enum Command {
     Man(&'static str),
     /// Print the completion script for a shell (`--completions SHELL`).
     Completions(String),
+    /// Print what this kauri serves and was built with (`-info`); `json`: as JSON (`--json`).
+    Info {
+        /// `-info --json`.
+        json: bool,
+    },
 }
 
 /// A command line Kauri cannot act on; the message is one line for the user.
@@ -455,6 +460,15 @@ impl Parser {
                         }
                     };
                 }
+                "-info" => {
+                    let rest: Vec<String> = it.by_ref().map(|w| normalize(w).0).collect();
+                    return match rest.as_slice() {
+                        [] => Ok(Some(Command::Info { json: false })),
+                        [j] if j == "-json" => Ok(Some(Command::Info { json: true })),
+                        _ => err("-info takes only --json"),
+                    };
+                }
+                "-json" => return err("--json goes with -info: kauri -info --json"),
                 "-completions" => {
                     let shell = value(&name)?;
                     if !crate::doc::complete::SHELLS.contains(&shell.as_str()) {

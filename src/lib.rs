@@ -7,6 +7,7 @@
 //!               Engine, LSF or PBS; hydra_env: what Hydra's variables
 //!               (HYDRA_HOST_FILE, ...) add to it
 //!  doc          the pages: -h, the manual pages and the shell completions, from one table
+//!  info         --version and -info: the build stamp, what kauri serves and was built with
 //!  job          JobSpec, placement, PMI_process_mapping
 //!  frontend     the root of the tree: plans the job, prints output, decides teardown and
 //!               the exit status
@@ -51,6 +52,7 @@ pub mod frontend;
 pub mod hub;
 pub mod hydra_env;
 pub mod iface;
+pub mod info;
 pub mod iofwd;
 pub mod job;
 pub mod kvs;

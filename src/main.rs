@@ -32,7 +32,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {
-            println!("kauri {}", env!("CARGO_PKG_VERSION"));
+            println!("{}", kauri::info::version_line());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Man(page)) => {
@@ -44,6 +44,15 @@ fn main() -> ExitCode {
         Ok(Command::Completions(shell)) => {
             if let Some(script) = kauri::doc::complete::script(&shell) {
                 print!("{script}");
+            }
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Info { json }) => {
+            let info = kauri::info::gather();
+            if json {
+                println!("{}", info.json());
+            } else {
+                print!("{}", info.text());
             }
             return ExitCode::SUCCESS;
         }

@@ -236,6 +236,10 @@ impl std::fmt::Display for RankPmi {
 /// The kvsname under which a PMI-1 `put` is published at once instead of at the next fence.
 pub const PUBLISH_KVS: &str = "kauri.publish";
 
+/// The PMI versions the engine serves, as `(version, subversion)`: what it answers a
+/// client's `cmd=init pmi_version=V` with (`kauri -info` prints them).
+pub const SERVED_VERSIONS: [(u32, u32); 2] = [(1, 1), (2, 0)];
+
 /// Keys that are job attributes, served read-only from [`JobInfo`].
 const MAPPING_KEY: &str = "PMI_process_mapping";
 
@@ -1202,6 +1206,19 @@ mod tests {
             !out.iter().any(|o| matches!(o, Output::Send { .. })),
             "a rank was released: {out:?}"
         );
+    }
+
+    #[test]
+    fn init_answers_the_served_versions() {
+        for (v, sub) in SERVED_VERSIONS {
+            let mut e = engine(1);
+            let mut f = Framing::default();
+            let line = format!("cmd=init pmi_version={v} pmi_subversion=9\n");
+            feed(&mut e, &mut f, 0, line.as_bytes());
+            let (sent, _) = settle(&mut e);
+            let want = format!("cmd=response_to_init rc=0 pmi_version={v} pmi_subversion={sub}");
+            assert!(sent[&0].contains(&want), "{}", sent[&0]);
+        }
     }
 
     #[test]

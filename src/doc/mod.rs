@@ -15,7 +15,7 @@ pub mod complete;
 mod pages;
 pub mod roff;
 
-pub use pages::{KAURI, KAURI_AGENT, KAURI_KVS, KAURI_NAMESERVER};
+pub use pages::{KAURI, KAURI_AGENT, KAURI_KVS, KAURI_NAMESERVER, MAP_BY, OBJECTS};
 
 /// How an option takes its argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -298,6 +298,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn binding_words_are_the_parsers() {
+        for o in OBJECTS {
+            assert!(crate::bind::Binding::parse(o).is_ok(), "-bind-to {o}");
+        }
+        for m in MAP_BY.iter().skip(2) {
+            assert!(crate::bind::Kind::parse(m).is_some(), "-map-by {m}");
+        }
+        assert_eq!(&MAP_BY[..2], &["node", "slot"]);
     }
 
     #[test]

@@ -5,13 +5,13 @@
 
 use super::{Arg, Block, Example, Item, Opt, OptSection, Page, Values};
 
-/// The topology objects `-bind-to` and `-map-by` take.
-const OBJECTS: &[&str] = &[
+/// The topology objects `-bind-to` takes.
+pub const OBJECTS: &[&str] = &[
     "none", "hwthread", "core", "l1cache", "l2cache", "l3cache", "socket", "numa",
 ];
 
-/// What `-map-by` takes.
-const MAP_BY: &[&str] = &[
+/// What `-map-by` takes: hosts or slots, or the topology objects.
+pub const MAP_BY: &[&str] = &[
     "node", "slot", "hwthread", "core", "l1cache", "l2cache", "l3cache", "socket", "numa",
 ];
 
@@ -272,6 +272,12 @@ const GLOBAL: &[Opt] = &[
         aliases: &["-V"],
         ..flag(&["--version"], "kauri's version")
     },
+    flag(
+        &["-info"],
+        "what this kauri serves and was built with: PMI and PMIx versions,\n\
+         launchers, resource managers, binding, PMI client libraries",
+    ),
+    flag(&["--json"], "with -info: print it as one JSON object"),
     Opt {
         names: &["--help-man"],
         aliases: &[],
@@ -574,6 +580,10 @@ pub static KAURI: Page = Page {
         Item {
             label: "kauri --status [--stacks] [PID]",
             help: "where the ranks of your running jobs are\n(and their stacks), from another shell",
+        },
+        Item {
+            label: "kauri -info [--json]",
+            help: "what this kauri serves and was built with",
         },
         Item {
             label: "kauri --help-man [PAGE] | --completions bash|zsh|fish",

@@ -415,6 +415,7 @@ extern "C" {
         cbdata: *mut c_void,
     ) -> Status;
     fn PMIx_Error_string(status: Status) -> *const c_char;
+    fn PMIx_Get_version() -> *const c_char;
 }
 
 /// A value of the job information handed to [`register_nspace`].
@@ -536,6 +537,18 @@ fn nspace_buf(nspace: &str) -> [c_char; NSLEN] {
     let mut b = [0; NSLEN];
     fill(&mut b, nspace);
     b
+}
+
+/// The PMIx library's own version line (`OpenPMIx 4.2.2, ...`), as `PMIx_Get_version` gives it.
+pub fn library_version() -> String {
+    // SAFETY: PMIx_Get_version takes nothing and returns a pointer to a static NUL-terminated
+    // string (or NULL); it needs no initialised library.
+    let p = unsafe { PMIx_Get_version() };
+    if p.is_null() {
+        return "unknown".into();
+    }
+    // SAFETY: p is non-NULL and points to a static C string owned by the library.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
 /// The library's name for a status.
