@@ -39,6 +39,10 @@ impl AgentArgs {
         let (mut parent, mut id, mut host, mut slurm) = (None, None, None, false);
         let mut it = args.iter();
         while let Some(a) = it.next() {
+            // The page's table is the one list of arguments (`kauri --help-man kauri-agent`).
+            if crate::doc::KAURI_AGENT.find(a).is_none() {
+                return Err(format!("unknown agent argument {a}"));
+            }
             let mut val = || it.next().cloned().ok_or(format!("{a} needs a value"));
             match a.as_str() {
                 "--parent" => parent = Some(val()?),
@@ -428,5 +432,38 @@ impl Agent {
         drop((branch, up));
         let _ = writer.await;
         debug!(%host, "agent leaving");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every argument of the `kauri-agent` page is parsed, and one outside it is unknown.
+    #[test]
+    fn every_page_argument_is_parsed() {
+        for o in crate::doc::KAURI_AGENT.opts() {
+            for name in o.all_names() {
+                let mut a = vec![name.to_string()];
+                a.extend((0..o.arg.words()).map(|_| "1".to_string()));
+                if let Err(e) = AgentArgs::parse(&a) {
+                    assert!(!e.contains("unknown"), "{a:?}: {e}");
+                }
+            }
+        }
+        let a: Vec<String> = ["--parent", "h:1", "--id", "2", "--host", "n"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            AgentArgs::parse(&a),
+            Ok(AgentArgs {
+                parent: "h:1".into(),
+                id: Some(2),
+                host: "n".into()
+            })
+        );
+        let bad = vec!["--nope".to_string()];
+        assert!(AgentArgs::parse(&bad).unwrap_err().contains("unknown"));
     }
 }

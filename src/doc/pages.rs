@@ -270,7 +270,7 @@ const GLOBAL: &[Opt] = &[
     ),
     Opt {
         aliases: &["-V"],
-        ..flag(&["--version"], "kauri's version")
+        ..flag(&["--version"], "kauri's version, git commit and build date")
     },
     flag(
         &["-info"],
