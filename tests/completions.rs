@@ -24,10 +24,11 @@ fn has(shell: &str) -> bool {
     ok
 }
 
-/// A fresh directory holding the script for `shell`, and a file named `-gen.txt` (which only
+/// A fresh directory (one per test) holding the script for `shell`, and a file named `-gen.txt` (which only
 /// a file completion offers for `-ge`).
-fn setup(shell: &str) -> (PathBuf, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("kauri-compl-{shell}-{}", std::process::id()));
+fn setup(shell: &str, test: &str) -> (PathBuf, PathBuf) {
+    let dir =
+        std::env::temp_dir().join(format!("kauri-compl-{test}-{shell}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("-gen.txt"), "").unwrap();
@@ -84,7 +85,7 @@ fn bash_completes_options_values_and_leaves_the_programs_arguments_alone() {
     if !has("bash") {
         return;
     }
-    let (dir, s) = setup("bash");
+    let (dir, s) = setup("bash", "logic");
     assert_eq!(
         bash(&dir, &s, "kauri -gen"),
         set(&["-genv", "-genvall", "-genvlist", "-genvnone"])
@@ -133,7 +134,7 @@ fn fish_completes_options_values_and_leaves_the_programs_arguments_alone() {
     if !has("fish") {
         return;
     }
-    let (dir, s) = setup("fish");
+    let (dir, s) = setup("fish", "logic");
     let fish = |line: &str| {
         let o = Command::new("fish")
             .current_dir(&dir)
@@ -172,7 +173,7 @@ fn zsh_script_parses_and_its_logic_completes() {
     if !has("zsh") {
         return;
     }
-    let (dir, s) = setup("zsh");
+    let (dir, s) = setup("zsh", "logic");
     let o = Command::new("zsh").arg("-n").arg(&s).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     // The completion system's builtins, as functions printing the candidates that match.
@@ -219,5 +220,73 @@ compset() { PREFIX=${PREFIX#*=}; }
     assert_eq!(zsh("kauri -f "), set(&["@files"]));
     assert_eq!(zsh("kauri --pmi=pmi"), set(&["pmi1", "pmi2", "pmix"]));
     assert_eq!(zsh("kauri -n 1 ./a : -genvn"), set(&["-genvnone"]));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Types a line and a TAB into an interactive zsh (compinit, the script in `$fpath`) on a
+/// pseudo-terminal; prints the screen after it, escape sequences turned into spaces.
+const ZPTY_DRIVER: &str = r#"
+setopt extendedglob
+zmodload zsh/zpty || exit 3
+zpty z "zsh -f -i"
+zpty -w z "PS1='> '; fpath=($1 \$fpath); autoload -U compinit; compinit -u -D; setopt nobeep; unsetopt listambiguous; kauri() { :; }; print READY"
+local all= out
+repeat 200 { zpty -r -t z out && all+=$out; [[ $all == *READY* ]] && break; sleep 0.1 }
+[[ $all == *READY* ]] || exit 4
+zpty -w -n z "$2"$'\t'
+sleep 1.5
+all=
+repeat 60 { zpty -r -t z out && all+=$out || sleep 0.05 }
+zpty -d z
+all=${all//$'\e'\[[0-9;?]#[a-zA-Z]/ }
+print -r -- ${all//$'\r'/ }
+"#;
+
+#[test]
+fn zsh_completes_on_a_terminal() {
+    if !has("zsh") {
+        return;
+    }
+    let (dir, s) = setup("zsh", "pty");
+    let fp = dir.join("fpath");
+    std::fs::create_dir_all(&fp).unwrap();
+    std::fs::copy(&s, fp.join("_kauri")).unwrap();
+    let driver = dir.join("driver.zsh");
+    std::fs::write(&driver, ZPTY_DRIVER).unwrap();
+    let screen = |line: &str| -> Vec<String> {
+        let o = Command::new("zsh")
+            .current_dir(&dir)
+            .arg("-f")
+            .arg(&driver)
+            .arg(&fp)
+            .arg(line)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{line}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    let starting = |words: &[String], p: &str| -> BTreeSet<String> {
+        words.iter().filter(|w| w.starts_with(p)).cloned().collect()
+    };
+    let w = screen("kauri -gen");
+    assert_eq!(
+        starting(&w, "-genv"),
+        set(&["-genv", "-genvall", "-genvlist", "-genvnone"]),
+        "{w:?}"
+    );
+    let w = screen("kauri -launcher ");
+    for l in ["ssh", "rsh", "slurm", "sge", "lsf", "pbs", "fork"] {
+        assert!(w.iter().any(|x| x == l), "{l}: {w:?}");
+    }
+    let w = screen("kauri -n 2 ./a.out -ge");
+    assert!(w.iter().any(|x| x == "-gen.txt"), "{w:?}");
+    assert!(starting(&w, "-genv").is_empty(), "{w:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -627,9 +627,9 @@ pub static KAURI: Page = Page {
             help: "every rank exited 0",
         },
         Item {
-            label: "1-254",
-            help: "a rank failed: the highest exit status among the ranks, a rank killed by \
-                   signal N counting as N (as Hydra reports a segfault as 11); after an abort \
+            label: "N",
+            help: "a rank failed: N is the highest exit status among the ranks, a rank killed by a \
+                   signal counting as its number (as Hydra reports a segfault as 11); after an abort \
                    (PMI_Abort, MPI_Abort), the abort code modulo 256",
         },
         Item {
