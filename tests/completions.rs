@@ -125,6 +125,12 @@ fn bash_completes_options_values_and_leaves_the_programs_arguments_alone() {
         set(&["put", "get", "fence", "barrier"])
     );
     assert_eq!(bash(&dir, &s, "kauri --sta"), set(&["--status"]));
+    // The pages of the registry, and a subcommand's own options.
+    assert_eq!(
+        bash(&dir, &s, "kauri --help-man kauri-n"),
+        set(&["kauri-nameserver"])
+    );
+    assert_eq!(bash(&dir, &s, "kauri nameserver -p"), set(&["-port"]));
     assert_eq!(bash(&dir, &s, "kauri -hostfile -ge"), set(&["-gen.txt"]));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -4,7 +4,15 @@
 use std::process::Command;
 
 const KAURI: &str = env!("CARGO_BIN_EXE_kauri");
-const PAGES: &[&str] = &["kauri", "kauri-agent", "kauri-nameserver", "kauri-kvs"];
+
+/// Every page of the registry (a page added there is tested here too).
+fn names() -> Vec<&'static str> {
+    let names: Vec<&str> = kauri::doc::pages().iter().map(|p| p.name).collect();
+    for want in ["kauri", "kauri-agent", "kauri-nameserver", "kauri-kvs"] {
+        assert!(names.contains(&want), "{want} is not in the registry");
+    }
+    names
+}
 
 fn page(name: &str) -> std::path::PathBuf {
     let o = Command::new(KAURI)
@@ -35,7 +43,7 @@ fn groff_reads_every_page_without_a_warning() {
     if !has("groff") {
         return;
     }
-    for name in PAGES {
+    for name in names() {
         let f = page(name);
         let o = Command::new("groff")
             .args(["-man", "-ww", "-z"])
@@ -52,7 +60,7 @@ fn man_renders_every_page() {
     if !has("man") {
         return;
     }
-    for name in PAGES {
+    for name in names() {
         let f = page(name);
         let o = Command::new("man")
             .arg("-l")

@@ -22,13 +22,12 @@ pub fn script(shell: &str) -> Option<String> {
     }
 }
 
-/// The subcommands with a page of options, as the first word.
-fn subpages() -> [(&'static str, &'static Page); 3] {
-    [
-        ("nameserver", &super::KAURI_NAMESERVER),
-        ("kvs", &super::KAURI_KVS),
-        ("agent", &super::KAURI_AGENT),
-    ]
+/// The subcommands with a page of their own (`kauri-kvs`: `kauri kvs`), as the first word.
+fn subpages() -> Vec<(&'static str, &'static Page)> {
+    super::pages()
+        .iter()
+        .filter_map(|p| Some((p.name.strip_prefix("kauri-")?, *p)))
+        .collect()
 }
 
 /// A name as the scripts compare it: no leading dash, lower case (but `V`).
@@ -67,6 +66,11 @@ fn value_kinds(page: &Page) -> Vec<(Vec<String>, String)> {
             Values::Words(w) => w.join(" "),
             Values::File => "@file".into(),
             Values::Dir => "@dir".into(),
+            Values::Pages => super::pages()
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(" "),
         };
         let names: Vec<String> = o.all_names().map(bare).collect();
         match out.iter_mut().find(|(n, _)| *n == names) {
@@ -206,7 +210,6 @@ _kauri() {
     }
     s.push_str(
         r#"            --status|-status) _kauri_reply '--stacks' "$cur"; return;;
-            pmi) _kauri_files "$cur"; return;;
         esac
     fi
     local i=1 n
@@ -306,7 +309,6 @@ pub fn zsh() -> String {
     }
     s.push_str(
         r#"            --status|-status) compadd -- --stacks; return;;
-            pmi) _files; return;;
         esac
     fi
     local i=2 n v
@@ -381,13 +383,13 @@ pub fn fish() -> String {
     }
     s.push_str("        case '*'\n            echo 0\n    end\nend\n");
     s.push_str(
-        r#"# Prints where the cursor is: `sub WORD`, `value OPTION`, `none`, `program` or `options`.
+        &r#"# Prints where the cursor is: `sub WORD`, `value OPTION`, `none`, `program` or `options`.
 function __kauri_state
     set -l w (commandline -opc)
     set -l count (count $w)
     if test $count -ge 2
         switch $w[2]
-            case nameserver kvs agent pmi --status -status
+            case SUBCOMMANDS --status -status
                 echo sub $w[2]
                 return
         end
@@ -438,7 +440,15 @@ function __kauri_sub
 end
 complete -c kauri -n '__kauri_is options; and not string match -q -- "-*" (commandline -ct)' -a '(__fish_complete_command)'
 complete -c kauri -n '__kauri_is none' -f
-"#,
+"#
+        .replace(
+            "SUBCOMMANDS",
+            &subpages()
+                .iter()
+                .map(|(w, _)| *w)
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
     );
     s.push_str(&format!(
         "complete -c kauri -n '__fish_is_first_arg' -f -a {}\n",

@@ -54,6 +54,8 @@ pub enum Values {
     File,
     /// A directory name.
     Dir,
+    /// The name of a manual page of the registry ([`pages`]).
+    Pages,
 }
 
 /// One option of a command.

@@ -282,9 +282,9 @@ const GLOBAL: &[Opt] = &[
         names: &["--help-man"],
         aliases: &[],
         arg: Arg::OptionalWord("PAGE"),
-        values: Values::Words(&["kauri", "kauri-agent", "kauri-nameserver", "kauri-kvs"]),
-        help: "print the manual page PAGE (default kauri) in roff: kauri,\n\
-               kauri-agent, kauri-nameserver, kauri-kvs",
+        values: Values::Pages,
+        help: "print the manual page PAGE in roff: kauri (the default), or\n\
+               kauri-SUBCOMMAND (kauri-kvs, ...; see its SEE ALSO)",
     },
     Opt {
         values: Values::Words(&["bash", "zsh", "fish"]),
