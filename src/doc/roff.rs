@@ -61,11 +61,13 @@ fn items(out: &mut String, items: &[Item]) {
 pub fn render(page: &Page) -> String {
     let mut out = String::new();
     let title = page.name.to_ascii_uppercase();
+    // The date is the build's (SOURCE_DATE_EPOCH when set): a package's pages are reproducible.
     out.push_str(&format!(
-        ".TH \"{}\" \"{}\" \"\" \"kauri {}\" \"User Commands\"\n",
+        ".TH \"{}\" \"{}\" \"{}\" \"kauri {}\" \"User Commands\"\n",
         escape(&title),
         page.section,
-        env!("CARGO_PKG_VERSION")
+        crate::info::BUILD_DATE,
+        crate::info::VERSION
     ));
     // No hyphenation and a ragged right margin: variable names stay whole and copyable.
     out.push_str(".nh\n.ad l\n");
