@@ -116,6 +116,9 @@ Usage: kauri [global options] [local options] PROGRAM [ARGS...] [: [local option
        kauri nameserver [-port P] [-bind ADDR] [-key SECRET]
                                                  serve MPI names to several kauri runs
        kauri kvs put|get|fence|barrier ...       a rank's key-value store from a shell
+       kauri pmi [--method M] [-v] [--timing] barrier|exchange|get KEY
+                                                 check a launcher's PMI as every rank of a
+                                                 job (any launcher; kauri pmi -h)
        kauri --status [--stacks] [PID]           where the ranks of your running jobs are
                                                  (and their stacks), from another shell
 

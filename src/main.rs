@@ -22,6 +22,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("kvs") {
         return ExitCode::from(kauri::kvs_cli::run(&args[1..]));
     }
+    if args.first().map(String::as_str) == Some("pmi") {
+        return ExitCode::from(kauri::pmi_cli::run(&args[1..]));
+    }
     let spec = match cli::parse(&args) {
         Ok(Command::Help) => {
             print!("{}", cli::HELP);
