@@ -248,7 +248,7 @@ pub fn run(args: &[String]) -> u8 {
         }
         Ok(Parsed::Run(o)) => o,
         Err(e) => {
-            eprintln!("kauri pmi: {e} (kauri pmi -h for help)");
+            stderr_line(&format!("kauri pmi: {e} (kauri pmi -h for help)"));
             return 2;
         }
     };
@@ -256,10 +256,20 @@ pub fn run(args: &[String]) -> u8 {
     match go(&opts, &log) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("kauri pmi: {}{e}", log.who());
+            stderr_line(&format!("kauri pmi: {}{e}", log.who()));
             1
         }
     }
+}
+
+/// Writes one line to stderr in one `write`: stderr is unbuffered, and a launcher that kills
+/// the other ranks when one fails must not cut a line in two.
+fn stderr_line(line: &str) {
+    use std::io::Write;
+    let mut b = String::with_capacity(line.len() + 1);
+    b.push_str(line);
+    b.push('\n');
+    let _ = std::io::stderr().lock().write_all(b.as_bytes());
 }
 
 /// The per-phase times of one rank.
@@ -357,8 +367,11 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
         Ok(())
     })();
     if let Err(e) = result {
-        s.abort(1, &format!("kauri pmi: rank {rank}: {e}"));
-        return Err(e);
+        // Say what failed first: the abort may end this process.
+        let line = format!("kauri pmi: rank {rank}: {e}");
+        stderr_line(&line);
+        s.abort(1, &line);
+        std::process::exit(1);
     }
     timed(&mut t.finalize, || s.finalize())?;
     if opts.timing {
@@ -466,7 +479,7 @@ impl Log {
         }
         let r = self.rank.load(Ordering::Relaxed);
         let rank = if r >= 0 { r.to_string() } else { "?".into() };
-        eprintln!("{} rank {rank} {arrow} {text}", utc_now());
+        stderr_line(&format!("{} rank {rank} {arrow} {text}", utc_now()));
     }
 
     /// A library call and its result (libpmi2, pmix).
