@@ -186,7 +186,8 @@ Global options:
   -disable-auto-cleanup   keep the job running when one process fails
   -timeout-stacks         when MPIEXEC_TIMEOUT fires, also print the stack of every rank
                           that is stuck (at most 8 per host; needs eu-stack or gdb there)
-  -v, -verbose            log what kauri does (repeat for more)
+  -v, -verbose            log what kauri does (repeat for more: -v -v adds the PMI
+                          wire trace, KAURI_PMI_TRACE)
   --profile[=json]        at exit, print on stderr when each phase of the job happened
                           (agents launched per tree level, ranks forked, PMI init, each
                           fence's time and bytes, finalize, teardown): a table, or JSON
@@ -217,6 +218,8 @@ Environment:
                           of the route to the first remote host)
   KAURI_CONNECT_TIMEOUT=S how long an agent has to connect back (default 60)
   KAURI_PROFILE=1|json    like --profile, --profile=json
+  KAURI_PMI_TRACE=1       log every PMI request and reply of every rank, with the rank
+                          and the time, on stderr (also -v -v); not PMIx's
   KAURI_NAMESERVER_KEY=S  the secret a 'kauri nameserver -key S' wants (sent by -nameserver;
                           the name server reads it too, in place of -key)
 ";
