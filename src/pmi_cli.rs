@@ -255,6 +255,8 @@ pub fn run(args: &[String]) -> u8 {
     let log = Log::new(opts.verbose);
     match go(&opts, &log) {
         Ok(()) => 0,
+        // Already said (a failure inside the session).
+        Err(e) if e.is_empty() => 1,
         Err(e) => {
             stderr_line(&format!("kauri pmi: {}{e}", log.who()));
             1
@@ -300,6 +302,8 @@ fn timed<T>(slot: &mut Duration, f: impl FnOnce() -> T) -> T {
     out
 }
 
+/// Runs the subcommand. A failure inside the session is written at once and comes back as
+/// an empty error; any other failure is the error's text.
 fn go(opts: &Options, log: &Log) -> Result<(), String> {
     let method = opts
         .method
@@ -371,7 +375,7 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
         let line = format!("kauri pmi: rank {rank}: {e}");
         stderr_line(&line);
         s.abort(1, &line);
-        std::process::exit(1);
+        return Err(String::new());
     }
     timed(&mut t.finalize, || s.finalize())?;
     if opts.timing {
@@ -1094,20 +1098,90 @@ mod tests {
         assert_eq!(key(12, 3), "kauri.pmi.12.3");
     }
 
+    /// A one-connection PMI-1 server on a socket pair: stores puts, answers gets from them
+    /// (with `corrupt`, every value read back is wrong). Returns the client's descriptor.
+    fn fake_pmi1(corrupt: bool) -> i32 {
+        use std::io::{BufRead, BufReader, Write};
+        use std::os::fd::IntoRawFd;
+        let (mine, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::thread::spawn(move || {
+            let mut kvs = std::collections::HashMap::new();
+            let mut out = theirs.try_clone().unwrap();
+            for line in BufReader::new(theirs).lines() {
+                let Ok(line) = line else { return };
+                let field = |k: &str| {
+                    line.split(' ')
+                        .find_map(|w| w.strip_prefix(&format!("{k}=")).map(str::to_string))
+                        .unwrap_or_default()
+                };
+                let reply = match field("cmd").as_str() {
+                    "init" => "cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1".into(),
+                    "get_maxes" => {
+                        "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024".into()
+                    }
+                    "get_my_kvsname" => "cmd=my_kvsname rc=0 kvsname=k".into(),
+                    "get_appnum" => "cmd=appnum rc=0 appnum=0".into(),
+                    "put" => {
+                        kvs.insert(field("key"), field("value"));
+                        "cmd=put_result rc=0".into()
+                    }
+                    "barrier_in" => "cmd=barrier_out rc=0".into(),
+                    "get" => match kvs.get(&field("key")) {
+                        Some(v) if corrupt => format!("cmd=get_result rc=0 value={v}X"),
+                        Some(v) => format!("cmd=get_result rc=0 value={v}"),
+                        None => "cmd=get_result rc=-1 msg=not_found".into(),
+                    },
+                    "finalize" => "cmd=finalize_ack rc=0".into(),
+                    _ => return,
+                };
+                if writeln!(out, "{reply}").is_err() {
+                    return;
+                }
+            }
+        });
+        mine.into_raw_fd()
+    }
+
+    /// Through a real session: no server is one line; an exchange whose values come back
+    /// right succeeds, one whose values come back wrong fails. (One test: they set the
+    /// process's environment.)
     #[test]
-    fn no_server_is_one_line() {
-        let o = Options {
-            method: Method::Auto,
+    fn exchange_checks_what_it_reads_back() {
+        let opts = |method| Options {
+            method,
             library: LIBPMI2.into(),
             verbose: false,
             timing: false,
-            op: Op::Barrier,
+            op: Op::Exchange { size: 32, count: 3 },
         };
-        // Under a test runner that was itself started by a launcher, there is a server.
-        if Method::Auto.resolve(|v| std::env::var(v).ok()).is_none() {
-            let e = go(&o, &Log::new(false)).unwrap_err();
-            assert!(e.starts_with("no PMI server"), "{e}");
-            assert!(!e.contains('\n'));
+        for v in ["PMI_FD", "PMI_PORT", "PMIX_NAMESPACE", "PMI_ID"] {
+            std::env::remove_var(v);
+        }
+        let e = go(&opts(Method::Auto), &Log::new(false)).unwrap_err();
+        assert!(e.starts_with("no PMI server"), "{e}");
+        assert!(!e.contains('\n'));
+        let e = go(&opts(Method::Libpmi2), &Log::new(false)).unwrap_err();
+        assert!(e.contains("neither PMI_FD nor PMI_PORT"), "{e}");
+        std::env::set_var("PMI_RANK", "0");
+        std::env::set_var("PMI_SIZE", "1");
+        std::env::set_var("PMI_FD", fake_pmi1(false).to_string());
+        go(&opts(Method::Auto), &Log::new(false)).expect("a good exchange failed");
+        std::env::set_var("PMI_FD", fake_pmi1(true).to_string());
+        // The failure was written (and the abort sent) inside: an empty error.
+        assert_eq!(
+            go(&opts(Method::Pmi1), &Log::new(false)),
+            Err(String::new())
+        );
+        std::env::set_var("PMI_FD", fake_pmi1(false).to_string());
+        let get = Options {
+            op: Op::Get {
+                key: "missing".into(),
+            },
+            ..opts(Method::Pmi1)
+        };
+        assert_eq!(go(&get, &Log::new(false)), Err(String::new()));
+        for v in ["PMI_FD", "PMI_RANK", "PMI_SIZE"] {
+            std::env::remove_var(v);
         }
     }
 
