@@ -2,7 +2,7 @@
 //! job under any launcher (kauri, `mpiexec.hydra`, `srun --mpi=pmi2|pmix`) to see whether, and
 //! how fast, that launcher's PMI works, through the method a program would use.
 //!
-//! One [`Session`] per method: `pmi1` and `pmi2` speak the wire protocol themselves (pmi-wire's
+//! One `Session` per method: `pmi1` and `pmi2` speak the wire protocol themselves (pmi-wire's
 //! [`Client`], whose trace hook `-v` prints), `libpmi2` loads Slurm's `libpmi2.so.0` at run time
 //! (`dlopen`) and `pmix` calls the OpenPMIx client library kauri links for its server
 //! ([`crate::pmix::ffi::PmixClient`]). For those two the wire is inside the library, so `-v`
