@@ -71,8 +71,8 @@ Options:
 
 Exit status: 0 when every call succeeded and every value read back was the one put; 1 when
 a call failed or a value was wrong (one line on stderr says which rank, which call or key;
-after init, the rank also asks the server to abort the job, so the others do not wait); 2
-for a bad command line.
+a rank that fails before its fence also asks the server to abort the job, so that the
+others do not wait in it); 2 for a bad command line.
 ";
 
 /// How `kauri pmi` reaches the PMI server.
@@ -314,10 +314,13 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
     log.set_rank(s.rank());
     let (rank, size) = (s.rank(), s.size());
     let mut summary = None;
+    // Past the last fence (and in `get`, which has none), nobody waits for this rank.
+    let mut fenced = matches!(opts.op, Op::Get { .. });
     let result = (|| -> Result<(), String> {
         match &opts.op {
             Op::Barrier => {
                 timed(&mut t.fence, || s.fence())?;
+                fenced = true;
             }
             Op::Exchange { size: bytes, count } => {
                 if let Some(max) = s.max_value() {
@@ -335,6 +338,7 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
                     Ok(())
                 })?;
                 timed(&mut t.fence, || s.fence())?;
+                fenced = true;
                 timed(&mut t.get, || -> Result<(), String> {
                     for r in 0..size {
                         for i in 0..*count {
@@ -374,7 +378,14 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
         // Say what failed first: the abort may end this process.
         let line = format!("kauri pmi: rank {rank}: {e}");
         stderr_line(&line);
-        s.abort(1, &line);
+        if fenced {
+            // Nobody waits for this rank: end cleanly and let the exit status say it (an
+            // abort would have the launcher kill everyone, and some drop the line above).
+            let _ = s.finalize();
+        } else {
+            // The others would wait in a fence this rank never enters.
+            s.abort(1, &line);
+        }
         return Err(String::new());
     }
     timed(&mut t.finalize, || s.finalize())?;

@@ -426,6 +426,23 @@ fn hydra_pmi1_pmi2_libpmi2() {
     a.extend(pmi_args("auto", &["exchange"]));
     let o = ctx.job(Launcher::Hydra, &a).run();
     assert_summary(&o, "kauri pmi exchange: 2 ranks, method pmi1, ");
+    // Hydra advertises vallen_max=1024 but hands back 1023 bytes of a 1024-byte value: the
+    // exchange must catch it (kauri keeps all 1024: `kauri_every_method_*` would fail else).
+    let mut a = strings(&["-n", "2"]);
+    a.extend(pmi_args("pmi1", &["exchange", "--size", "1024"]));
+    let o = ctx.job(Launcher::Hydra, &a).run();
+    assert_ne!(o.code, Some(0), "a truncated value went unnoticed\n{o}");
+    assert!(
+        o.stderr
+            .contains("get kauri.pmi.0.0: the value differs from what rank 0 put: 1023 bytes"),
+        "{o}"
+    );
+    let mut a = strings(&["-n", "2", "--pmi=pmi1"]);
+    a.extend(pmi_args("pmi1", &["exchange", "--size", "1024"]));
+    assert_summary(
+        &ctx.job(Launcher::Kauri, &a).run(),
+        "kauri pmi exchange: 2 ranks, method pmi1, 1024 bytes",
+    );
     let mut a = strings(&["-n", "2"]);
     a.extend(pmi_args("pmix", &["barrier"]));
     let o = ctx.job(Launcher::Hydra, &a).run();
