@@ -31,12 +31,16 @@ pub struct AgentArgs {
     pub id: Option<u32>,
     /// The host name it stands for.
     pub host: String,
+    /// `--pmi-trace`: log the PMI wire trace (`KAURI_PMI_TRACE`, which a remote shell does
+    /// not carry).
+    pub pmi_trace: bool,
 }
 
 impl AgentArgs {
-    /// Parses `--parent ADDR (--id N --host NAME | --slurm)`.
+    /// Parses `--parent ADDR (--id N --host NAME | --slurm) [--pmi-trace]`.
     pub fn parse(args: &[String]) -> Result<AgentArgs, String> {
         let (mut parent, mut id, mut host, mut slurm) = (None, None, None, false);
+        let mut pmi_trace = false;
         let mut it = args.iter();
         while let Some(a) = it.next() {
             // The page's table is the one list of arguments (`kauri --help-man kauri-agent`).
@@ -49,6 +53,7 @@ impl AgentArgs {
                 "--id" => id = Some(val()?.parse::<u32>().map_err(|_| "bad --id".to_string())?),
                 "--host" => host = Some(val()?),
                 "--slurm" => slurm = true,
+                "--pmi-trace" => pmi_trace = true,
                 other => return Err(format!("unknown agent argument {other}")),
             }
         }
@@ -60,12 +65,14 @@ impl AgentArgs {
                 parent,
                 id: None,
                 host,
+                pmi_trace,
             });
         }
         Ok(AgentArgs {
             parent,
             id: Some(id.ok_or("--id is required")?),
             host: host.ok_or("--host is required")?,
+            pmi_trace,
         })
     }
 }
@@ -460,7 +467,8 @@ mod tests {
             Ok(AgentArgs {
                 parent: "h:1".into(),
                 id: Some(2),
-                host: "n".into()
+                host: "n".into(),
+                pmi_trace: false,
             })
         );
         let bad = vec!["--nope".to_string()];

@@ -98,6 +98,7 @@ const ELF_HEAD: u64 = 64 << 20;
 /// files are opened, and only their first bytes read.
 fn segment_evidence(a: &AppPlan) -> Evidence {
     use crate::job::{arg_words, mentions_mpi, needed_libraries, wants_pmi, wants_pmix};
+    use std::os::unix::fs::MetadataExt;
     let path = a
         .env
         .iter()
@@ -124,7 +125,20 @@ fn segment_evidence(a: &AppPlan) -> Evidence {
             (false, false, mentions_mpi(&head(p, SCRIPT_HEAD)))
         }
     };
+    // kauri itself (`kauri pmi`, `kauri kvs`, `sh -c 'kauri kvs get …'`) is linked to libpmix
+    // for its PMIx server, but may speak PMI-1, PMI-2 or PMIx: the same file (a hard link
+    // counts) as the running kauri.
+    let me = std::env::current_exe()
+        .and_then(std::fs::metadata)
+        .ok()
+        .map(|m| (m.dev(), m.ino()));
+    let is_me = |f: &std::path::Path| {
+        me.is_some() && std::fs::metadata(f).ok().map(|m| (m.dev(), m.ino())) == me
+    };
     if let Ok(p) = proc::resolve(&a.program, path, wdir) {
+        if is_me(&p) {
+            return Evidence::Beyond;
+        }
         match inspect(&p) {
             (true, _, _) => return Evidence::Pmix,
             (_, true, _) => return Evidence::Pmi,
@@ -135,8 +149,6 @@ fn segment_evidence(a: &AppPlan) -> Evidence {
     if a.args.iter().any(|s| mentions_mpi(s.as_bytes())) {
         return Evidence::Beyond;
     }
-    // kauri itself (`sh -c 'kauri kvs get …'`) is linked to libpmix but speaks PMI.
-    let me = std::env::current_exe().and_then(std::fs::canonicalize).ok();
     for w in arg_words(&a.args) {
         let file = wdir.join(w);
         let found = if std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
@@ -146,7 +158,7 @@ fn segment_evidence(a: &AppPlan) -> Evidence {
         } else {
             None
         };
-        if let Some(f) = found.filter(|f| std::fs::canonicalize(f).ok() != me) {
+        if let Some(f) = found.filter(|f| !is_me(f)) {
             if let (true, _, _) | (_, true, _) | (_, _, true) = inspect(&f) {
                 return Evidence::Beyond;
             }

@@ -25,6 +25,7 @@
 //!   ├── profile   the startup profile (`--profile`): per-host records, the job's phases
 //!   ├── nameserver  publish/lookup: the run's table, `kauri nameserver`, its client
 //!   ├── pmi       the sans-IO PMI engine: requests in, effects out
+//!   ├── pmi_cli   `kauri pmi`: a PMI client for checking a launcher's PMI (any method)
 //!   ├── service   requests only the front end answers (spawn, publish, lookup), their replies
 //!   ├── plan      the job plan sent down the tree: the job, each host's ranks, the subtrees
 //!   ├── pmix      the PMIx server (OpenPMIx library, by FFI) for PMIx jobs
@@ -66,6 +67,7 @@ pub mod output;
 pub mod peer;
 pub mod plan;
 pub mod pmi;
+pub mod pmi_cli;
 pub mod pmix;
 pub mod policy;
 pub mod ports;

@@ -22,6 +22,9 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("kvs") {
         return ExitCode::from(kauri::kvs_cli::run(&args[1..]));
     }
+    if args.first().map(String::as_str) == Some("pmi") {
+        return ExitCode::from(kauri::pmi_cli::run(&args[1..]));
+    }
     let spec = match cli::parse(&args) {
         Ok(Command::Help) => {
             print!("{}", cli::help());
@@ -62,6 +65,11 @@ fn main() -> ExitCode {
             return ExitCode::from(255);
         }
     };
+    if spec.verbose > 1 {
+        // -v -v: the PMI wire trace too, here and (through `kauri agent --pmi-trace`) on
+        // every agent.
+        std::env::set_var("KAURI_PMI_TRACE", "1");
+    }
     logging(spec.verbose);
     // What ranks start and leave behind, even with setsid, comes back to kauri to be ended.
     kauri::proc::become_subreaper();
@@ -78,8 +86,14 @@ fn logging(verbose: u8) {
         1 => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("KAURI_LOG")
+    let mut filter = tracing_subscriber::EnvFilter::try_from_env("KAURI_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    if kauri::pmi::trace_enabled() {
+        // KAURI_PMI_TRACE: the PMI engine's wire trace, whatever the level.
+        if let Ok(d) = format!("{}=info", kauri::pmi::TRACE_TARGET).parse() {
+            filter = filter.add_directive(d);
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -116,6 +130,9 @@ fn run_agent(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if a.pmi_trace {
+        std::env::set_var("KAURI_PMI_TRACE", "1");
+    }
     logging(0);
     kauri::proc::become_subreaper();
     run_local(kauri::agent::run(a))

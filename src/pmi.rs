@@ -14,6 +14,11 @@
 //!
 //! [`Framing`] tells the two protocols apart on one socket: PMI-1 lines until an `init` asks
 //! for version 2, then PMI-2 frames.
+//!
+//! With `KAURI_PMI_TRACE=1` (or `kauri -v -v`), the engine logs every request it handles and
+//! every reply it hands out, as wire text with the job and the rank, through `tracing` under
+//! the target [`TRACE_TARGET`] (the subscriber adds the time). Off, it costs one `bool` test
+//! per request and per drain.
 
 use crate::kvs::{Delta, Kvs, Packed};
 use crate::service::{Service, ServiceReply};
@@ -22,6 +27,18 @@ use pmi_wire::limits::{KEY_MAX, KVSNAME_MAX, VALUE_MAX};
 use pmi_wire::v2::{Frame, Lookup};
 use pmi_wire::{v1, v2, Status, WireError};
 use std::collections::{HashMap, HashSet};
+
+/// The `tracing` target of the PMI wire trace.
+pub const TRACE_TARGET: &str = "kauri_pmi_trace";
+
+/// Whether `KAURI_PMI_TRACE` asks for the PMI wire trace: set, and neither empty nor `0`
+/// (read once per process).
+pub fn trace_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("KAURI_PMI_TRACE").is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
+    })
+}
 
 /// Identifies one PMI connection on an agent.
 pub type ConnId = u64;
@@ -198,6 +215,7 @@ pub struct Engine {
     next_request: u64,
     failed: bool,
     out: Vec<Output>,
+    trace: bool,
 }
 
 /// Where a rank is, as its host's PMI engine sees it: what a hang diagnosis prints.
@@ -265,6 +283,27 @@ impl Engine {
             next_request: 0,
             failed: false,
             out: Vec::new(),
+            trace: trace_enabled(),
+        }
+    }
+
+    /// Turns the wire trace on or off (default: [`trace_enabled`]).
+    pub fn set_trace(&mut self, on: bool) {
+        self.trace = on;
+    }
+
+    /// Logs one message of `conn` as wire text: `->` from the rank, `<-` to it.
+    fn trace_line(&self, conn: ConnId, arrow: &str, bytes: &[u8]) {
+        let rank = self
+            .rank_of(conn)
+            .map_or_else(|| format!("? (connection {conn})"), |r| r.to_string());
+        let text = String::from_utf8_lossy(bytes);
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            tracing::info!(
+                target: TRACE_TARGET,
+                "pmi {} rank {rank} {arrow} {line}",
+                self.job.kvsname
+            );
         }
     }
 
@@ -291,6 +330,13 @@ impl Engine {
 
     /// Takes everything the engine wants done, in order.
     pub fn drain(&mut self) -> Vec<Output> {
+        if self.trace {
+            for o in &self.out {
+                if let Output::Send { conn, bytes } = o {
+                    self.trace_line(*conn, "<-", bytes);
+                }
+            }
+        }
         std::mem::take(&mut self.out)
     }
 
@@ -428,6 +474,9 @@ impl Engine {
 
     /// Reports a message that did not parse. Framing errors close the connection.
     pub fn bad_input(&mut self, conn: ConnId, v2: bool, error: &WireError) {
+        if self.trace {
+            self.trace_line(conn, "->", format!("(bad request: {error})").as_bytes());
+        }
         let rank = self.rank_of(conn);
         self.out.push(Output::ProtocolError {
             rank,
@@ -456,6 +505,14 @@ impl Engine {
 
     /// Handles one request from `conn`.
     pub fn handle(&mut self, conn: ConnId, req: Incoming) {
+        if self.trace {
+            let mut b = BytesMut::new();
+            match &req {
+                Incoming::V1(r) => r.encode(&mut b),
+                Incoming::V2(f) => f.encode(&mut b),
+            }
+            self.trace_line(conn, "->", &b);
+        }
         match req {
             Incoming::V1(r) => self.handle_v1(conn, r),
             Incoming::V2(f) => self.handle_v2(conn, f),
@@ -1544,5 +1601,86 @@ mod tests {
                 message: String::new()
             }]
         );
+    }
+
+    /// A writer for the test subscriber: everything goes into one shared buffer.
+    #[derive(Clone, Default)]
+    struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Runs `f` with a subscriber that keeps every event; returns what was logged.
+    fn logged(f: impl FnOnce()) -> String {
+        let out = Captured::default();
+        let w = out.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(move || w.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .finish();
+        tracing::subscriber::with_default(sub, f);
+        let text = String::from_utf8_lossy(&out.0.lock().unwrap()).into_owned();
+        text
+    }
+
+    /// With the trace on, every request and every reply is logged with the job, the rank and
+    /// the direction; with it off, nothing is.
+    #[test]
+    fn the_wire_trace_logs_requests_and_replies_per_rank() {
+        let session = |trace: bool| {
+            logged(|| {
+                let mut e = engine(2);
+                e.set_trace(trace);
+                let mut f = [Framing::default(), Framing::default()];
+                feed(
+                    &mut e,
+                    &mut f[1],
+                    1,
+                    b"cmd=init pmi_version=1 pmi_subversion=1
+",
+                );
+                feed(
+                    &mut e,
+                    &mut f[1],
+                    1,
+                    b"cmd=put kvsname=kvs_test key=k value=v
+",
+                );
+                feed(
+                    &mut e,
+                    &mut f[0],
+                    0,
+                    b"cmd=init pmi_version=2 pmi_subversion=0
+",
+                );
+                feed(&mut e, &mut f[0], 0, b"21    cmd=kvs-get;key=nope;");
+                settle(&mut e);
+            })
+        };
+        let text = session(true);
+        for want in [
+            "pmi kvs_test rank 1 -> cmd=init pmi_version=1 pmi_subversion=1",
+            "pmi kvs_test rank 1 <- cmd=response_to_init rc=0",
+            "pmi kvs_test rank 1 -> cmd=put kvsname=kvs_test key=k value=v",
+            "pmi kvs_test rank 1 <- cmd=put_result rc=0",
+            "pmi kvs_test rank 0 -> cmd=init pmi_version=2",
+            "pmi kvs_test rank 0 -> 21    cmd=kvs-get;key=nope;",
+            "pmi kvs_test rank 0 <- ",
+        ] {
+            assert!(text.contains(want), "no {want:?} in\n{text}");
+        }
+        assert!(text.contains("cmd=kvs-get-response;"), "{text}");
+        assert!(text.contains(TRACE_TARGET), "{text}");
+        // A timestamp on each line (the subscriber's): the year.
+        assert!(text.lines().all(|l| l.starts_with("20")), "{text}");
+        assert_eq!(session(false), "", "the trace was off");
     }
 }

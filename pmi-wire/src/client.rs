@@ -86,6 +86,20 @@ pub enum ClientError {
 /// Shorthand for results of client calls.
 pub type Result<T> = std::result::Result<T, ClientError>;
 
+/// Which way a traced message went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// From the client to the server.
+    Sent,
+    /// From the server to the client.
+    Received,
+}
+
+/// A hook that sees every message a [`Client`] sends or receives, as its exact wire bytes
+/// (one whole PMI-1 line or one whole PMI-2 frame per call), handshake included. Set with
+/// [`Client::from_env_traced`]; without one, a client does no tracing work at all.
+pub type Trace = Box<dyn FnMut(Direction, &[u8]) + Send>;
+
 enum Conn {
     Unix(UnixStream),
     Tcp(TcpStream),
@@ -138,6 +152,7 @@ pub struct Client {
     spawned: bool,
     kvsname: String,
     maxes: Maxes,
+    trace: Option<Trace>,
 }
 
 fn env(var: &'static str) -> Option<String> {
@@ -180,6 +195,12 @@ fn unexpected(expected: &'static str, got: impl std::fmt::Debug) -> ClientError 
 impl Client {
     /// Connects to the server named by the environment and runs the handshake of `version`.
     pub fn from_env(version: Version) -> Result<Client> {
+        Client::from_env_traced(version, None)
+    }
+
+    /// Like [`Client::from_env`], handing every message of the session, from the first, to
+    /// `trace` (`None`: no tracing).
+    pub fn from_env_traced(version: Version, trace: Option<Trace>) -> Result<Client> {
         if let Some(fd) = env_num("PMI_FD")? {
             let fd = RawFd::try_from(fd).map_err(|_| ClientError::BadEnv {
                 var: "PMI_FD",
@@ -194,12 +215,12 @@ impl Client {
             // SAFETY: the process manager handed this descriptor to us for this purpose, it is
             // open (checked above), and nothing else in the process claims it.
             let sock = unsafe { UnixStream::from_raw_fd(fd) };
-            return Client::handshake(Conn::Unix(sock), version, None);
+            return Client::handshake(Conn::Unix(sock), version, None, trace);
         }
         if let Some(port) = env("PMI_PORT") {
             let sock = TcpStream::connect(port.as_str())?;
             sock.set_nodelay(true)?;
-            return Client::handshake(Conn::Tcp(sock), version, env("PMI_ID"));
+            return Client::handshake(Conn::Tcp(sock), version, env("PMI_ID"), trace);
         }
         Err(ClientError::NoServer)
     }
@@ -207,10 +228,24 @@ impl Client {
     /// Runs the handshake over an already connected socket (`PMI_FD` mode: rank and size come
     /// from `PMI_RANK`/`PMI_SIZE` in PMI-1).
     pub fn over_socket(sock: UnixStream, version: Version) -> Result<Client> {
-        Client::handshake(Conn::Unix(sock), version, None)
+        Client::handshake(Conn::Unix(sock), version, None, None)
     }
 
-    fn handshake(conn: Conn, version: Version, pmiid: Option<String>) -> Result<Client> {
+    /// Like [`Client::over_socket`], handing every message of the session to `trace`.
+    pub fn over_socket_traced(
+        sock: UnixStream,
+        version: Version,
+        trace: Option<Trace>,
+    ) -> Result<Client> {
+        Client::handshake(Conn::Unix(sock), version, None, trace)
+    }
+
+    fn handshake(
+        conn: Conn,
+        version: Version,
+        pmiid: Option<String>,
+        trace: Option<Trace>,
+    ) -> Result<Client> {
         let mut c = Client {
             conn,
             buf: BytesMut::with_capacity(4096),
@@ -225,6 +260,7 @@ impl Client {
                 key: KEY_MAX,
                 value: VALUE_MAX,
             },
+            trace,
         };
         if version == Version::V1 {
             if let Some(id) = &pmiid {
@@ -703,13 +739,39 @@ impl Client {
     fn send_v1(&mut self, req: &v1::Request) -> Result<()> {
         let mut out = BytesMut::new();
         req.encode(&mut out);
-        self.conn.write_all(&out)?;
+        self.write(&out)
+    }
+
+    /// Writes one encoded request, showing it to the trace hook first.
+    fn write(&mut self, out: &[u8]) -> Result<()> {
+        if let Some(t) = &mut self.trace {
+            t(Direction::Sent, out);
+        }
+        self.conn.write_all(out)?;
         Ok(())
+    }
+
+    /// Takes one message off the read buffer with `decode`, showing its bytes to the trace
+    /// hook (which costs a copy of the buffer, so only when there is a hook).
+    fn take<T>(
+        &mut self,
+        decode: impl Fn(&mut BytesMut) -> std::result::Result<Option<T>, WireError>,
+    ) -> Result<Option<T>> {
+        let Some(t) = &mut self.trace else {
+            return Ok(decode(&mut self.buf)?);
+        };
+        let before = self.buf.clone();
+        let r = decode(&mut self.buf);
+        let used = before.len().saturating_sub(self.buf.len());
+        if used > 0 {
+            t(Direction::Received, &before[..used]);
+        }
+        Ok(r?)
     }
 
     fn recv_v1(&mut self) -> Result<v1::Response> {
         loop {
-            if let Some(r) = v1::Response::decode(&mut self.buf)? {
+            if let Some(r) = self.take(v1::Response::decode)? {
                 return Ok(r);
             }
             self.fill()?;
@@ -724,14 +786,13 @@ impl Client {
     fn send_v2(&mut self, req: v2::Request) -> Result<()> {
         let mut out = BytesMut::new();
         Frame::new(req).encode(&mut out);
-        self.conn.write_all(&out)?;
-        Ok(())
+        self.write(&out)
     }
 
     fn call_v2(&mut self, req: v2::Request) -> Result<v2::Response> {
         self.send_v2(req)?;
         loop {
-            if let Some(r) = Frame::<v2::Response>::decode(&mut self.buf)? {
+            if let Some(r) = self.take(Frame::<v2::Response>::decode)? {
                 return Ok(r.msg);
             }
             self.fill()?;
@@ -899,6 +960,70 @@ mod tests {
             kvsname: "other".into(),
             key: "k".into()
         }));
+    }
+
+    /// The trace hook sees every message both ways, whole and in order, handshake included.
+    #[test]
+    fn trace_sees_every_message_both_ways() {
+        use std::sync::{Arc, Mutex};
+        for version in [Version::V1, Version::V2] {
+            let (a, b) = UnixStream::pair().unwrap();
+            let server = match version {
+                Version::V1 => {
+                    let s = serve_v1(b, |req| match req {
+                        v1::Request::Put { .. } => Some(v1::Response::PutResult(Status::ok())),
+                        _ => None,
+                    });
+                    thread::spawn(move || drop(s.join()))
+                }
+                Version::V2 => {
+                    let s = serve_v2(b, |req| match req {
+                        v2::Request::FullInit { .. } => v2::Response::FullInit {
+                            status: Status::ok(),
+                            rank: 0,
+                            size: 1,
+                            appnum: 0,
+                            spawner_jobid: None,
+                            debugged: false,
+                            pmiverbose: false,
+                        },
+                        v2::Request::JobGetId => v2::Response::JobGetId {
+                            status: Status::ok(),
+                            jobid: "job".into(),
+                        },
+                        _ => v2::Response::KvsPut(Status::ok()),
+                    });
+                    thread::spawn(move || drop(s.join()))
+                }
+            };
+            let log: Arc<Mutex<Vec<(Direction, String)>>> = Arc::default();
+            let sink = log.clone();
+            let trace: Trace = Box::new(move |d, bytes| {
+                let text = String::from_utf8_lossy(bytes).into_owned();
+                sink.lock().unwrap().push((d, text));
+            });
+            let mut c = Client::over_socket_traced(a, version, Some(trace)).unwrap();
+            c.put("k", "v").unwrap();
+            drop(c);
+            server.join().unwrap();
+            let log = log.lock().unwrap();
+            let first = &log[0];
+            assert_eq!(first.0, Direction::Sent, "{log:?}");
+            assert!(first.1.starts_with("cmd=init "), "{log:?}");
+            assert_eq!(log[1].0, Direction::Received, "{log:?}");
+            let put = match version {
+                Version::V1 => "cmd=put ",
+                Version::V2 => "cmd=kvs-put;",
+            };
+            let at = log
+                .iter()
+                .position(|(d, t)| *d == Direction::Sent && t.contains(put))
+                .unwrap_or_else(|| panic!("no {put} in {log:?}"));
+            assert_eq!(log.len(), at + 2, "{log:?}");
+            assert_eq!(log[at + 1].0, Direction::Received, "{log:?}");
+            let sent = log.iter().filter(|(d, _)| *d == Direction::Sent).count();
+            assert_eq!(sent * 2, log.len(), "one reply per request: {log:?}");
+        }
     }
 
     #[test]

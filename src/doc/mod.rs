@@ -15,7 +15,7 @@ pub mod complete;
 mod pages;
 pub mod roff;
 
-pub use pages::{KAURI, KAURI_AGENT, KAURI_KVS, KAURI_NAMESERVER, MAP_BY, OBJECTS};
+pub use pages::{KAURI, KAURI_AGENT, KAURI_KVS, KAURI_NAMESERVER, KAURI_PMI, MAP_BY, OBJECTS};
 
 /// How an option takes its argument.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +189,13 @@ pub fn normalize(name: &str) -> String {
 }
 
 /// The registry: every manual page, `kauri` first. A new page is one more entry here.
-static PAGES: [&Page; 4] = [&KAURI, &KAURI_AGENT, &KAURI_NAMESERVER, &KAURI_KVS];
+static PAGES: [&Page; 5] = [
+    &KAURI,
+    &KAURI_AGENT,
+    &KAURI_NAMESERVER,
+    &KAURI_KVS,
+    &KAURI_PMI,
+];
 
 /// Every manual page, `kauri` first.
 pub fn pages() -> &'static [&'static Page] {

@@ -121,9 +121,10 @@ pub fn in_path(program: &str) -> Option<String> {
         .map(|p| p.display().to_string())
 }
 
-/// The arguments of `kauri agent` for one target.
+/// The arguments of `kauri agent` for one target (with `--pmi-trace` when this process
+/// traces PMI: the variable does not cross a remote shell).
 pub fn agent_args(t: &Target, parent: &str) -> Vec<String> {
-    vec![
+    let mut a = vec![
         "agent".into(),
         "--parent".into(),
         parent.into(),
@@ -131,7 +132,11 @@ pub fn agent_args(t: &Target, parent: &str) -> Vec<String> {
         t.id.to_string(),
         "--host".into(),
         t.host.clone(),
-    ]
+    ];
+    if crate::pmi::trace_enabled() {
+        a.push("--pmi-trace".into());
+    }
+    a
 }
 
 /// A command whose process leads its own process group (a Ctrl-C at the terminal reaches
