@@ -244,7 +244,7 @@ fn failures_are_one_line_and_fail_the_job() {
         "auto",
         "--library",
         "--timing",
-        "Exit status",
+        "exchange",
     ] {
         assert!(help.contains(word), "kauri pmi -h does not mention {word}");
     }
