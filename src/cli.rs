@@ -23,6 +23,10 @@ pub enum Command {
     HelpEnv,
     /// Print the version.
     Version,
+    /// Print a manual page in roff (`--help-man [PAGE]`): the page's name.
+    Man(&'static str),
+    /// Print the completion script for a shell (`--completions SHELL`).
+    Completions(String),
 }
 
 /// A command line Kauri cannot act on; the message is one line for the user.
@@ -34,189 +38,15 @@ fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
 }
 
-/// The text of `kauri --help-env`.
-pub const HELP_ENV: &str = "\
-Every process kauri starts gets these variables:
+/// The text of `kauri --help-env`, rendered from [`crate::doc::KAURI`].
+pub fn help_env() -> String {
+    crate::doc::blocks(crate::doc::KAURI.environment_more)
+}
 
-  PMI_RANK, PMI_SIZE      its rank and the job's size (also for PMI clients)
-  PMI_FD                  its PMI socket (or PMI_PORT and PMI_ID with -pmi-port)
-  MPI_LOCALNRANKS         how many ranks run on its host (as Hydra sets it)
-  MPI_LOCALRANKID         its index among them
-  (a PMIx job (--pmi=pmix) gets none of the five above but PMIX_NAMESPACE, PMIX_RANK,
-  PMIX_SERVER_URI*, ... from its host's PMIx server instead)
-  KAURI_RANK              its rank, 0 to KAURI_SIZE-1
-  KAURI_SIZE              the number of ranks
-  KAURI_LOCAL_RANK        its index among the ranks on its host
-  KAURI_LOCAL_SIZE        the number of ranks on its host
-  KAURI_NODE              the index of its host among the job's hosts, 0 to KAURI_NODES-1
-  KAURI_NODES             the number of hosts that run ranks
-  KAURI_HOST              its host's name, as given to kauri
-  KAURI_HOSTS             every host's name, comma-separated, in KAURI_NODE order
-  KAURI_JOBID             the job's id (also its PMI kvsname)
-  MPIR_CVAR_CH3_INTERFACE_HOSTNAME
-                          its host's name as given (127.0.0.1 for simulated hosts), as
-                          Hydra sets it: MPICH's ch3 listens and connects there (not set over
-                          a value the job's environment already has)
-
-With -ml-env, also the names ML launchers (torchrun and the like) use:
-
-  RANK, WORLD_SIZE        = KAURI_RANK, KAURI_SIZE
-  LOCAL_RANK              = KAURI_LOCAL_RANK
-  LOCAL_WORLD_SIZE        = KAURI_LOCAL_SIZE
-  MASTER_ADDR             rank 0's host: 127.0.0.1 when it is this machine (or a simulated
-                          host), else its name as given
-  MASTER_PORT             a TCP port that was free when the job started; the agent of rank 0's
-                          host checks it there and fails the job if it is taken
-
-From a shell script running as a rank, `kauri kvs` reaches the job's key-value store over the
-rank's own PMI connection:
-
-  kauri kvs put KEY VALUE     publish a pair to every rank at once (no fence needed)
-  kauri kvs get KEY [--wait]  print a value; --wait waits until some rank has put it
-  kauri kvs fence             wait until every rank has called fence (a job-wide barrier)
-  kauri kvs barrier           the same
-
-Calls from one rank share its PMI socket: run them one after another, not in parallel. A
-program that starts `kauri kvs` must pass PMI_FD on (Python: subprocess's close_fds=False, or
-pass_fds=[int(os.environ[\"PMI_FD\"])]). A rank may exit after any call, but a rank that
-exits while others wait in a fence it never entered ends the job.
-
-Kauri itself reads Hydra's variables, as mpiexec.hydra 4 does: the command line first, then
-the variable (of several names, the first set wins):
-
-  HYDRA_HOST_FILE, I_MPI_HYDRA_HOST_FILE
-                          the hosts, from a file as with -f (not with -f or -hosts; before
-                          a Slurm or PBS allocation)
-  HYDRA_LAUNCHER, HYDRA_BOOTSTRAP, I_MPI_HYDRA_BOOTSTRAP
-                          the launcher, as -launcher
-  HYDRA_LAUNCHER_EXEC, HYDRA_BOOTSTRAP_EXEC, I_MPI_HYDRA_BOOTSTRAP_EXEC
-                          the launcher's program, as -launcher-exec
-  KAURI_LAUNCHER_ARGS, HYDRA_LAUNCHER_EXTRA_ARGS, I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS
-                          extra arguments for the launcher command (ssh options, say);
-                          Hydra's names are split on spaces
-  HYDRA_ENV=all|none      which of kauri's variables ranks inherit, as -genvall/-genvnone
-                          (not with -genvall, -genvnone, -genvlist, or a segment's -env*)
-  MPIEXEC_PORT_RANGE=LOW:HIGH
-                          every TCP port kauri listens on (agent ports, -pmi-port's PMI
-                          ports, PMIx servers; -ml-env's MASTER_PORT) is taken from this
-                          range; Hydra's other names are read first: MPIR_CVAR_CH3_PORT_RANGE,
-                          MPIR_PARAM_CH3_PORT_RANGE, MPICH_CH3_PORT_RANGE, MPIR_CVAR_PORTRANGE,
-                          MPIR_CVAR_PORT_RANGE, MPIR_PARAM_PORTRANGE, MPIR_PARAM_PORT_RANGE,
-                          MPICH_PORTRANGE, MPICH_PORT_RANGE, MPIEXEC_PORTRANGE
-  MPIEXEC_PREFIX_DEFAULT  when set, output lines get the [rank] prefix, as with -l
-  MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds
-  KAURI_NAMESERVER, HYDRA_NAMESERVER
-                          the name server, as -nameserver
-(kauri -h lists kauri's own KAURI_* variables.)
-";
-
-/// The usage text of `kauri -h`.
-pub const HELP: &str = "\
-Usage: kauri [global options] [local options] PROGRAM [ARGS...] [: [local options] PROGRAM [ARGS...]]...
-       kauri nameserver [-port P] [-bind ADDR] [-key SECRET]
-                                                 serve MPI names to several kauri runs
-       kauri kvs put|get|fence|barrier ...       a rank's key-value store from a shell
-       kauri --status [--stacks] [PID]           where the ranks of your running jobs are
-                                                 (and their stacks), from another shell
-
-Kauri launches parallel programs and serves them PMI-1 and PMI-2, like mpiexec.hydra,
-or PMIx (Open MPI 4.1 programs, started without mpirun).
-
-Local options (per MPMD segment):
-  -n, -np N               number of processes (default: the hosts' slots, 1 on this host)
-  -env NAME VALUE         set NAME for this segment's processes
-  -envall                 pass all of kauri's environment to this segment (default)
-  -envnone                pass none of it
-  -envlist A,B,...        pass only these variables
-  -wdir DIR               working directory (in the first segment: for every segment)
-
-Global options:
-  -genv NAME VALUE        set NAME for every process
-  -genvall | -genvnone | -genvlist A,B,...
-                          which of kauri's variables every process inherits
-  -hosts H1[:N],H2[:N]    hosts to run on, with slot counts
-  -f, -hostfile FILE      hosts from a file: 'host', 'host:N' or 'host slots=N' per line
-  -ppn N                  processes per host
-  -launcher NAME          how to reach hosts: ssh (default), rsh, slurm (srun), sge
-                          (qrsh -inherit), lsf (blaunch), pbs (pbs_tmrsh, else ssh), fork
-                          (every host simulated by a local agent); inside a Slurm, Grid
-                          Engine, LSF or PBS job its hosts and its launcher are the default
-  -launcher-exec PATH     the launcher program (e.g. a wrapper around ssh)
-  -map-by node|slot       deal ranks round-robin over hosts (node) or fill each host (slot,
-                          the default)
-  -bind-to OBJ[:N]        bind each rank to N (default 1) of its host's OBJ: none (the
-                          default), hwthread, core, l1cache, l2cache, l3cache, socket, numa
-  -map-by OBJ             deal each host's ranks over its OBJ (same names) before binding;
-                          alone, it also binds to OBJ
-  -report-bindings        print each rank's CPUs as it starts
-  -iface NAME             use network interface NAME (also HYDRA_IFACE): agents connect
-                          back to its address, and MPI programs are told to use it
-  -tree-width K|flat|cost agents start their own children in a K-ary tree (default 8), or
-                          where each starts soonest by the launch cost measured at start
-  -configfile FILE        read segments from FILE, one per line
-  -l, -prepend-rank       prefix every output line with [RANK]
-  -prepend-pattern PAT    prefix every output line with PAT, in which %r is the rank, %g
-                          the job (0, or n for the n-th spawned job), %p the host's number
-                          among the job's hosts, %h its name, %t the seconds since the
-                          start, %% a %
-  -outfile-pattern PAT    write each rank's stdout to the file PAT names (same %
-                          specifiers; relative to kauri's directory, emptied at the start)
-  -errfile-pattern PAT    write each rank's stderr to the file PAT names
-  -output-from RANK       show (or write to files) only this rank's output
-  -ml-env                 also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-                          MASTER_ADDR and MASTER_PORT (see --help-env)
-  -pmi-port               serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD
-                          (connections of other users are refused)
-  --pmi=auto|pmi1|pmi2|pmix
-                          how processes wire up: pmix runs a PMIx server on every host
-                          (Open MPI 4.1 without mpirun); pmi1/pmi2 serve PMI-1 and PMI-2 on
-                          PMI_FD; auto (default) picks pmix for programs linked to Open
-                          MPI's libmpi.so.40 or to libpmix, else PMI-1/PMI-2
-  -usize N|SYSTEM|INFINITE universe size reported to processes (default: the slots of the
-                          hosts named, or unknown (-1) when none is named)
-  -pmi_args PORT IFACE KEY PID
-                          serve a program started without a launcher (a singleton) that
-                          needs one: MPICH's PMI-1 client runs 'mpiexec -pmi_args ...' from
-                          PATH (see contrib/mpiexec)
-  -nameserver HOST[:PORT] publish/lookup names through a 'kauri nameserver' (default port
-                          6392; also KAURI_NAMESERVER), shared with other kauri runs
-  -disable-auto-cleanup   keep the job running when one process fails
-  -timeout-stacks         when MPIEXEC_TIMEOUT fires, also print the stack of every rank
-                          that is stuck (at most 8 per host; needs eu-stack or gdb there)
-  -v, -verbose            log what kauri does (repeat for more)
-  --profile[=json]        at exit, print on stderr when each phase of the job happened
-                          (agents launched per tree level, ranks forked, PMI init, each
-                          fence's time and bytes, finalize, teardown): a table, or JSON
-  -h, --help              this text
-  --help-env              the variables every process gets, and Hydra's that kauri reads
-  --version               kauri's version
-
-Environment:
-  MPIEXEC_TIMEOUT=SECS    end the job after SECS seconds (exit status 255)
-  HYDRA_HOST_FILE, HYDRA_LAUNCHER, HYDRA_LAUNCHER_EXEC, HYDRA_LAUNCHER_EXTRA_ARGS,
-  HYDRA_ENV, MPIEXEC_PORT_RANGE, MPIEXEC_PREFIX_DEFAULT, I_MPI_HYDRA_*
-                          Hydra's variables, where the command line says nothing (see
-                          --help-env)
-  KAURI_KILL_GRACE=SECS   grace between SIGTERM and SIGKILL at teardown (default 3)
-  KAURI_TEARDOWN_WAIT=SECS  after the kill, how long to wait for silent agents (default 5)
-  KAURI_HEARTBEAT=SECS    heartbeat period on every tree link (default 5)
-  KAURI_HEARTBEAT_TIMEOUT=SECS  a tree link silent this long is lost (default 30; 0: never)
-  KAURI_TREE_WIDTH=K      the tree width, like -tree-width
-  KAURI_SPAWN_MAX=N       the most processes one spawn may start (default 65536); a
-                          spawn beyond the universe size oversubscribes the hosts
-  KAURI_USIZE=N           the universe size, like -usize (a singleton's only way to set it)
-  KAURI_LAUNCH_COST=S,L   for -tree-width cost: a launch's serial and total cost in ms
-                          (default: measured by one launch of 'kauri --version')
-  KAURI_LAUNCHER_ARGS=..  extra arguments for the launcher (e.g. ssh options; before
-                          HYDRA_LAUNCHER_EXTRA_ARGS)
-  KAURI_AGENT_PATH=PATH   kauri's path on the other hosts (default: this kauri's path)
-  KAURI_ADDR=IP           the address agents connect back to (default: the local address
-                          of the route to the first remote host)
-  KAURI_CONNECT_TIMEOUT=S how long an agent has to connect back (default 60)
-  KAURI_PROFILE=1|json    like --profile, --profile=json
-  KAURI_NAMESERVER_KEY=S  the secret a 'kauri nameserver -key S' wants (sent by -nameserver;
-                          the name server reads it too, in place of -key)
-";
+/// The usage text of `kauri -h`, rendered from [`crate::doc::KAURI`].
+pub fn help() -> String {
+    crate::doc::help(&crate::doc::KAURI)
+}
 
 struct Segment {
     app: AppSpec,
@@ -442,6 +272,10 @@ impl Parser {
                 break;
             }
             let (name, inline) = normalize(word);
+            // The option table is the one list of names: what it lacks is unknown.
+            if crate::doc::KAURI.find(&name).is_none() {
+                return err(format!("unknown option {word} (try kauri -h)"));
+            }
             let mut inline = inline;
             let has_inline = inline.is_some();
             let mut value = |what: &str| -> Result<String, UsageError> {
@@ -604,6 +438,30 @@ impl Parser {
                 "-ml-env" => self.spec.ml_env = true,
                 "-timeout-stacks" | "-get-stack-traces" => self.spec.timeout_stacks = true,
                 "-help-env" => return Ok(Some(Command::HelpEnv)),
+                "-help-man" => {
+                    let name = match inline.take() {
+                        Some(v) => v,
+                        None => it.next().cloned().unwrap_or_else(|| "kauri".into()),
+                    };
+                    return match crate::doc::page(&name) {
+                        Some(page) => Ok(Some(Command::Man(page.name))),
+                        None => {
+                            let names: Vec<&str> =
+                                crate::doc::pages().iter().map(|p| p.name).collect();
+                            err(format!(
+                                "--help-man {name:?}: no such page (pages: {})",
+                                names.join(", ")
+                            ))
+                        }
+                    };
+                }
+                "-completions" => {
+                    let shell = value(&name)?;
+                    if !crate::doc::complete::SHELLS.contains(&shell.as_str()) {
+                        return err(format!("--completions {shell:?}: use bash, zsh or fish"));
+                    }
+                    return Ok(Some(Command::Completions(shell)));
+                }
                 "-pmi-port" => self.spec.pmi_port = true,
                 "-pmi" | "-mpi" => {
                     let v = value(&name)?;
@@ -1003,6 +861,62 @@ mod tests {
         assert_eq!(s.apps[1].args, vec!["x"]);
         assert!(s.label);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The option table and the parser agree: every name in the table (shown or alias) is
+    /// known to the parser, and a name outside the table is unknown even where the parser
+    /// has a branch for it (the table gates every name).
+    #[test]
+    fn every_table_option_is_parsed() {
+        for o in crate::doc::KAURI.opts() {
+            for name in o.all_names() {
+                let mut a = vec![name.to_string()];
+                a.extend((0..o.arg.words()).map(|_| "1".to_string()));
+                a.push("true".into());
+                if let Err(e) = parse(&a) {
+                    assert!(!e.0.contains("unknown option"), "{a:?}: {}", e.0);
+                }
+            }
+        }
+        assert!(fails("-not-in-the-table 1 true").contains("unknown option"));
+    }
+
+    #[test]
+    fn help_lists_every_shown_option() {
+        let text = help();
+        for o in crate::doc::KAURI.opts() {
+            assert!(text.contains(&format!("  {}", o.label())), "{}", o.label());
+        }
+    }
+
+    #[test]
+    fn manual_pages_and_completions() {
+        let cmd = |a: &[&str]| parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(cmd(&["--help-man"]).unwrap(), Command::Man("kauri"));
+        assert_eq!(
+            cmd(&["--help-man", "kvs"]).unwrap(),
+            Command::Man("kauri-kvs")
+        );
+        assert_eq!(
+            cmd(&["--help-man=kauri-agent"]).unwrap(),
+            Command::Man("kauri-agent")
+        );
+        assert!(cmd(&["--help-man", "x"])
+            .unwrap_err()
+            .0
+            .contains("no such page"));
+        assert_eq!(
+            cmd(&["--completions", "zsh"]).unwrap(),
+            Command::Completions("zsh".into())
+        );
+        assert!(cmd(&["--completions", "csh"])
+            .unwrap_err()
+            .0
+            .contains("bash"));
+        assert!(cmd(&["--completions"])
+            .unwrap_err()
+            .0
+            .contains("needs a value"));
     }
 
     #[test]

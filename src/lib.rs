@@ -6,6 +6,7 @@
 //!  cli          the Hydra command line -> JobSpec; allocation: hosts from Slurm, Grid
 //!               Engine, LSF or PBS; hydra_env: what Hydra's variables
 //!               (HYDRA_HOST_FILE, ...) add to it
+//!  doc          the pages: -h, the manual pages and the shell completions, from one table
 //!  job          JobSpec, placement, PMI_process_mapping
 //!  frontend     the root of the tree: plans the job, prints output, decides teardown and
 //!               the exit status
@@ -44,6 +45,7 @@ pub mod allocation;
 pub mod bind;
 pub mod branch;
 pub mod cli;
+pub mod doc;
 pub mod events;
 pub mod frontend;
 pub mod hub;

@@ -24,15 +24,27 @@ fn main() -> ExitCode {
     }
     let spec = match cli::parse(&args) {
         Ok(Command::Help) => {
-            print!("{}", cli::HELP);
+            print!("{}", cli::help());
             return ExitCode::SUCCESS;
         }
         Ok(Command::HelpEnv) => {
-            print!("{}", cli::HELP_ENV);
+            print!("{}", cli::help_env());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {
             println!("kauri {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Man(page)) => {
+            if let Some(page) = kauri::doc::page(page) {
+                print!("{}", kauri::doc::roff::render(page));
+            }
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Completions(shell)) => {
+            if let Some(script) = kauri::doc::complete::script(&shell) {
+                print!("{script}");
+            }
             return ExitCode::SUCCESS;
         }
         Ok(Command::Run(spec)) => spec,

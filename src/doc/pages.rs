@@ -1,0 +1,929 @@
+//! The pages: `kauri(1)`, `kauri-agent(1)`, `kauri-nameserver(1)`, `kauri-kvs(1)`.
+//!
+//! `kauri -h` is rendered from [`KAURI`]; its `help` strings carry the line breaks `-h` has
+//! always had. `kauri --help-env` is [`KAURI`]'s `environment_more`.
+
+use super::{Arg, Block, Example, Item, Opt, OptSection, Page, Values};
+
+/// The topology objects `-bind-to` and `-map-by` take.
+const OBJECTS: &[&str] = &[
+    "none", "hwthread", "core", "l1cache", "l2cache", "l3cache", "socket", "numa",
+];
+
+/// What `-map-by` takes.
+const MAP_BY: &[&str] = &[
+    "node", "slot", "hwthread", "core", "l1cache", "l2cache", "l3cache", "socket", "numa",
+];
+
+const fn flag(names: &'static [&'static str], help: &'static str) -> Opt {
+    Opt {
+        names,
+        aliases: &[],
+        arg: Arg::None,
+        values: Values::Any,
+        help,
+    }
+}
+
+const fn with(names: &'static [&'static str], meta: &'static str, help: &'static str) -> Opt {
+    Opt {
+        names,
+        aliases: &[],
+        arg: Arg::Words(meta),
+        values: Values::Any,
+        help,
+    }
+}
+
+const LOCAL: &[Opt] = &[
+    with(
+        &["-n", "-np"],
+        "N",
+        "number of processes (default: the hosts' slots, 1 on this host)",
+    ),
+    with(
+        &["-env"],
+        "NAME VALUE",
+        "set NAME for this segment's processes",
+    ),
+    flag(
+        &["-envall"],
+        "pass all of kauri's environment to this segment (default)",
+    ),
+    flag(&["-envnone"], "pass none of it"),
+    with(&["-envlist"], "A,B,...", "pass only these variables"),
+    Opt {
+        values: Values::Dir,
+        ..with(
+            &["-wdir"],
+            "DIR",
+            "working directory (in the first segment: for every segment)",
+        )
+    },
+];
+
+const GLOBAL: &[Opt] = &[
+    with(&["-genv"], "NAME VALUE", "set NAME for every process"),
+    flag(
+        &["-genvall"],
+        "every process inherits all of kauri's variables (default)",
+    ),
+    flag(&["-genvnone"], "every process inherits none of them"),
+    with(
+        &["-genvlist"],
+        "A,B,...",
+        "every process inherits only these variables",
+    ),
+    Opt {
+        aliases: &["-host"],
+        ..with(
+            &["-hosts"],
+            "H1[:N],H2[:N]",
+            "hosts to run on, with slot counts",
+        )
+    },
+    Opt {
+        aliases: &["-machinefile"],
+        values: Values::File,
+        ..with(
+            &["-f", "-hostfile"],
+            "FILE",
+            "hosts from a file: 'host', 'host:N' or 'host slots=N' per line",
+        )
+    },
+    with(&["-ppn"], "N", "processes per host"),
+    Opt {
+        aliases: &["-bootstrap"],
+        values: Values::Words(&crate::launch::NAMES),
+        ..with(
+            &["-launcher"],
+            "NAME",
+            "how to reach hosts: ssh (default), rsh, slurm (srun), sge\n\
+             (qrsh -inherit), lsf (blaunch), pbs (pbs_tmrsh, else ssh), fork\n\
+             (every host simulated by a local agent); inside a Slurm, Grid\n\
+             Engine, LSF or PBS job its hosts and its launcher are the default",
+        )
+    },
+    Opt {
+        aliases: &["-bootstrap-exec"],
+        values: Values::File,
+        ..with(
+            &["-launcher-exec"],
+            "PATH",
+            "the launcher program (e.g. a wrapper around ssh)",
+        )
+    },
+    Opt {
+        values: Values::Words(MAP_BY),
+        ..with(
+            &["-map-by"],
+            "node|slot",
+            "deal ranks round-robin over hosts (node) or fill each host (slot,\nthe default)",
+        )
+    },
+    Opt {
+        aliases: &["-binding"],
+        values: Values::Words(OBJECTS),
+        ..with(
+            &["-bind-to"],
+            "OBJ[:N]",
+            "bind each rank to N (default 1) of its host's OBJ: none (the\n\
+             default), hwthread, core, l1cache, l2cache, l3cache, socket, numa",
+        )
+    },
+    Opt {
+        values: Values::Words(MAP_BY),
+        ..with(
+            &["-map-by"],
+            "OBJ",
+            "deal each host's ranks over its OBJ (same names) before binding;\n\
+             alone, it also binds to OBJ",
+        )
+    },
+    flag(&["-report-bindings"], "print each rank's CPUs as it starts"),
+    with(
+        &["-iface"],
+        "NAME",
+        "use network interface NAME (also HYDRA_IFACE): agents connect\n\
+         back to its address, and MPI programs are told to use it",
+    ),
+    Opt {
+        values: Values::Words(&["flat", "cost", "2", "4", "8", "16", "32"]),
+        ..with(
+            &["-tree-width"],
+            "K|flat|cost",
+            "agents start their own children in a K-ary tree (default 8), or\n\
+             where each starts soonest by the launch cost measured at start",
+        )
+    },
+    Opt {
+        values: Values::File,
+        ..with(
+            &["-configfile"],
+            "FILE",
+            "read segments from FILE, one per line",
+        )
+    },
+    flag(
+        &["-l", "-prepend-rank"],
+        "prefix every output line with [RANK]",
+    ),
+    with(
+        &["-prepend-pattern"],
+        "PAT",
+        "prefix every output line with PAT, in which %r is the rank, %g\n\
+         the job (0, or n for the n-th spawned job), %p the host's number\n\
+         among the job's hosts, %h its name, %t the seconds since the\n\
+         start, %% a %",
+    ),
+    Opt {
+        aliases: &["-outfile"],
+        ..with(
+            &["-outfile-pattern"],
+            "PAT",
+            "write each rank's stdout to the file PAT names (same %\n\
+             specifiers; relative to kauri's directory, emptied at the start)",
+        )
+    },
+    with(
+        &["-errfile-pattern"],
+        "PAT",
+        "write each rank's stderr to the file PAT names",
+    ),
+    with(
+        &["-output-from"],
+        "RANK",
+        "show (or write to files) only this rank's output",
+    ),
+    flag(
+        &["-ml-env"],
+        "also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n\
+         MASTER_ADDR and MASTER_PORT (see --help-env)",
+    ),
+    flag(
+        &["-pmi-port"],
+        "serve PMI over loopback TCP (PMI_PORT/PMI_ID) instead of PMI_FD\n\
+         (connections of other users are refused)",
+    ),
+    Opt {
+        names: &["--pmi"],
+        aliases: &["--mpi"],
+        arg: Arg::Equals("auto|pmi1|pmi2|pmix"),
+        values: Values::Words(&["auto", "pmi1", "pmi2", "pmix"]),
+        help: "how processes wire up: pmix runs a PMIx server on every host\n\
+               (Open MPI 4.1 without mpirun); pmi1/pmi2 serve PMI-1 and PMI-2 on\n\
+               PMI_FD; auto (default) picks pmix for programs linked to Open\n\
+               MPI's libmpi.so.40 or to libpmix, else PMI-1/PMI-2",
+    },
+    Opt {
+        values: Values::Words(&["SYSTEM", "INFINITE"]),
+        ..with(
+            &["-usize"],
+            "N|SYSTEM|INFINITE",
+            "universe size reported to processes (default: the slots of the\n\
+             hosts named, or unknown (-1) when none is named)",
+        )
+    },
+    with(
+        &["-pmi_args"],
+        "PORT IFACE KEY PID",
+        "serve a program started without a launcher (a singleton) that\n\
+         needs one: MPICH's PMI-1 client runs 'mpiexec -pmi_args ...' from\n\
+         PATH (see contrib/mpiexec)",
+    ),
+    with(
+        &["-nameserver"],
+        "HOST[:PORT]",
+        "publish/lookup names through a 'kauri nameserver' (default port\n\
+         6392; also KAURI_NAMESERVER), shared with other kauri runs",
+    ),
+    flag(
+        &["-disable-auto-cleanup"],
+        "keep the job running when one process fails",
+    ),
+    flag(
+        &["-auto-cleanup"],
+        "end the job when one process fails (the default)",
+    ),
+    Opt {
+        aliases: &["-get-stack-traces"],
+        ..flag(
+            &["-timeout-stacks"],
+            "when MPIEXEC_TIMEOUT fires, also print the stack of every rank\n\
+             that is stuck (at most 8 per host; needs eu-stack or gdb there)",
+        )
+    },
+    flag(&["-v", "-verbose"], "log what kauri does (repeat for more)"),
+    Opt {
+        names: &["--profile"],
+        aliases: &[],
+        arg: Arg::OptionalEquals("json"),
+        values: Values::Words(&["text", "json"]),
+        help: "at exit, print on stderr when each phase of the job happened\n\
+               (agents launched per tree level, ranks forked, PMI init, each\n\
+               fence's time and bytes, finalize, teardown): a table, or JSON",
+    },
+    flag(&["-h", "--help"], "this text"),
+    flag(
+        &["--help-env"],
+        "the variables every process gets, and Hydra's that kauri reads",
+    ),
+    Opt {
+        aliases: &["-V"],
+        ..flag(&["--version"], "kauri's version")
+    },
+    Opt {
+        names: &["--help-man"],
+        aliases: &[],
+        arg: Arg::OptionalWord("PAGE"),
+        values: Values::Words(&["kauri", "kauri-agent", "kauri-nameserver", "kauri-kvs"]),
+        help: "print the manual page PAGE (default kauri) in roff: kauri,\n\
+               kauri-agent, kauri-nameserver, kauri-kvs",
+    },
+    Opt {
+        values: Values::Words(&["bash", "zsh", "fish"]),
+        ..with(
+            &["--completions"],
+            "SHELL",
+            "print the completion script for bash, zsh or fish",
+        )
+    },
+];
+
+const ENVIRONMENT: &[Item] = &[
+    Item {
+        label: "MPIEXEC_TIMEOUT=SECS",
+        help: "end the job after SECS seconds (exit status 255)",
+    },
+    Item {
+        label: "HYDRA_HOST_FILE, HYDRA_LAUNCHER, HYDRA_LAUNCHER_EXEC, HYDRA_LAUNCHER_EXTRA_ARGS,\n\
+                HYDRA_ENV, MPIEXEC_PORT_RANGE, MPIEXEC_PREFIX_DEFAULT, I_MPI_HYDRA_*",
+        help: "Hydra's variables, where the command line says nothing (see\n--help-env)",
+    },
+    Item {
+        label: "KAURI_KILL_GRACE=SECS",
+        help: "grace between SIGTERM and SIGKILL at teardown (default 3)",
+    },
+    Item {
+        label: "KAURI_TEARDOWN_WAIT=SECS",
+        help: "after the kill, how long to wait for silent agents (default 5)",
+    },
+    Item {
+        label: "KAURI_HEARTBEAT=SECS",
+        help: "heartbeat period on every tree link (default 5)",
+    },
+    Item {
+        label: "KAURI_HEARTBEAT_TIMEOUT=SECS",
+        help: "a tree link silent this long is lost (default 30; 0: never)",
+    },
+    Item {
+        label: "KAURI_TREE_WIDTH=K",
+        help: "the tree width, like -tree-width",
+    },
+    Item {
+        label: "KAURI_SPAWN_MAX=N",
+        help: "the most processes one spawn may start (default 65536); a\n\
+               spawn beyond the universe size oversubscribes the hosts",
+    },
+    Item {
+        label: "KAURI_USIZE=N",
+        help: "the universe size, like -usize (a singleton's only way to set it)",
+    },
+    Item {
+        label: "KAURI_LAUNCH_COST=S,L",
+        help: "for -tree-width cost: a launch's serial and total cost in ms\n\
+               (default: measured by one launch of 'kauri --version')",
+    },
+    Item {
+        label: "KAURI_LAUNCHER_ARGS=..",
+        help: "extra arguments for the launcher (e.g. ssh options; before\n\
+               HYDRA_LAUNCHER_EXTRA_ARGS)",
+    },
+    Item {
+        label: "KAURI_AGENT_PATH=PATH",
+        help: "kauri's path on the other hosts (default: this kauri's path)",
+    },
+    Item {
+        label: "KAURI_ADDR=IP",
+        help: "the address agents connect back to (default: the local address\n\
+               of the route to the first remote host)",
+    },
+    Item {
+        label: "KAURI_CONNECT_TIMEOUT=S",
+        help: "how long an agent has to connect back (default 60)",
+    },
+    Item {
+        label: "KAURI_PROFILE=1|json",
+        help: "like --profile, --profile=json",
+    },
+    Item {
+        label: "KAURI_NAMESERVER_KEY=S",
+        help: "the secret a 'kauri nameserver -key S' wants (sent by -nameserver;\n\
+               the name server reads it too, in place of -key)",
+    },
+];
+
+/// `kauri --help-env`: the variables ranks get, and Hydra's that kauri reads.
+const HELP_ENV: &[Block] = &[
+    Block::Para("Every process kauri starts gets these variables:"),
+    Block::List(
+        26,
+        &[
+            Item {
+                label: "PMI_RANK, PMI_SIZE",
+                help: "its rank and the job's size (also for PMI clients)",
+            },
+            Item {
+                label: "PMI_FD",
+                help: "its PMI socket (or PMI_PORT and PMI_ID with -pmi-port)",
+            },
+            Item {
+                label: "MPI_LOCALNRANKS",
+                help: "how many ranks run on its host (as Hydra sets it)",
+            },
+            Item {
+                label: "MPI_LOCALRANKID",
+                help: "its index among them",
+            },
+        ],
+    ),
+    Block::Note(
+        "(a PMIx job (--pmi=pmix) gets none of the five above but PMIX_NAMESPACE, PMIX_RANK,\n\
+         PMIX_SERVER_URI*, ... from its host's PMIx server instead)",
+    ),
+    Block::List(
+        26,
+        &[
+            Item {
+                label: "KAURI_RANK",
+                help: "its rank, 0 to KAURI_SIZE-1",
+            },
+            Item {
+                label: "KAURI_SIZE",
+                help: "the number of ranks",
+            },
+            Item {
+                label: "KAURI_LOCAL_RANK",
+                help: "its index among the ranks on its host",
+            },
+            Item {
+                label: "KAURI_LOCAL_SIZE",
+                help: "the number of ranks on its host",
+            },
+            Item {
+                label: "KAURI_NODE",
+                help: "the index of its host among the job's hosts, 0 to KAURI_NODES-1",
+            },
+            Item {
+                label: "KAURI_NODES",
+                help: "the number of hosts that run ranks",
+            },
+            Item {
+                label: "KAURI_HOST",
+                help: "its host's name, as given to kauri",
+            },
+            Item {
+                label: "KAURI_HOSTS",
+                help: "every host's name, comma-separated, in KAURI_NODE order",
+            },
+            Item {
+                label: "KAURI_JOBID",
+                help: "the job's id (also its PMI kvsname)",
+            },
+            Item {
+                label: "MPIR_CVAR_CH3_INTERFACE_HOSTNAME",
+                help: "its host's name as given (127.0.0.1 for simulated hosts), as\n\
+                       Hydra sets it: MPICH's ch3 listens and connects there (not set over\n\
+                       a value the job's environment already has)",
+            },
+        ],
+    ),
+    Block::Para("With -ml-env, also the names ML launchers (torchrun and the like) use:"),
+    Block::List(
+        26,
+        &[
+            Item {
+                label: "RANK, WORLD_SIZE",
+                help: "= KAURI_RANK, KAURI_SIZE",
+            },
+            Item {
+                label: "LOCAL_RANK",
+                help: "= KAURI_LOCAL_RANK",
+            },
+            Item {
+                label: "LOCAL_WORLD_SIZE",
+                help: "= KAURI_LOCAL_SIZE",
+            },
+            Item {
+                label: "MASTER_ADDR",
+                help: "rank 0's host: 127.0.0.1 when it is this machine (or a simulated\n\
+                       host), else its name as given",
+            },
+            Item {
+                label: "MASTER_PORT",
+                help: "a TCP port that was free when the job started; the agent of rank 0's\n\
+                       host checks it there and fails the job if it is taken",
+            },
+        ],
+    ),
+    Block::Para(
+        "From a shell script running as a rank, `kauri kvs` reaches the job's key-value store over the\n\
+         rank's own PMI connection:",
+    ),
+    Block::List(30, KVS_COMMANDS),
+    Block::Para(
+        "Calls from one rank share its PMI socket: run them one after another, not in parallel. A\n\
+         program that starts `kauri kvs` must pass PMI_FD on (Python: subprocess's close_fds=False, or\n\
+         pass_fds=[int(os.environ[\"PMI_FD\"])]). A rank may exit after any call, but a rank that\n\
+         exits while others wait in a fence it never entered ends the job.",
+    ),
+    Block::Para(
+        "Kauri itself reads Hydra's variables, as mpiexec.hydra 4 does: the command line first, then\n\
+         the variable (of several names, the first set wins):",
+    ),
+    Block::List(
+        26,
+        &[
+            Item {
+                label: "HYDRA_HOST_FILE, I_MPI_HYDRA_HOST_FILE",
+                help: "the hosts, from a file as with -f (not with -f or -hosts; before\n\
+                       a Slurm or PBS allocation)",
+            },
+            Item {
+                label: "HYDRA_LAUNCHER, HYDRA_BOOTSTRAP, I_MPI_HYDRA_BOOTSTRAP",
+                help: "the launcher, as -launcher",
+            },
+            Item {
+                label: "HYDRA_LAUNCHER_EXEC, HYDRA_BOOTSTRAP_EXEC, I_MPI_HYDRA_BOOTSTRAP_EXEC",
+                help: "the launcher's program, as -launcher-exec",
+            },
+            Item {
+                label: "KAURI_LAUNCHER_ARGS, HYDRA_LAUNCHER_EXTRA_ARGS, I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS",
+                help: "extra arguments for the launcher command (ssh options, say);\n\
+                       Hydra's names are split on spaces",
+            },
+            Item {
+                label: "HYDRA_ENV=all|none",
+                help: "which of kauri's variables ranks inherit, as -genvall/-genvnone\n\
+                       (not with -genvall, -genvnone, -genvlist, or a segment's -env*)",
+            },
+            Item {
+                label: "MPIEXEC_PORT_RANGE=LOW:HIGH",
+                help: "every TCP port kauri listens on (agent ports, -pmi-port's PMI\n\
+                       ports, PMIx servers; -ml-env's MASTER_PORT) is taken from this\n\
+                       range; Hydra's other names are read first: MPIR_CVAR_CH3_PORT_RANGE,\n\
+                       MPIR_PARAM_CH3_PORT_RANGE, MPICH_CH3_PORT_RANGE, MPIR_CVAR_PORTRANGE,\n\
+                       MPIR_CVAR_PORT_RANGE, MPIR_PARAM_PORTRANGE, MPIR_PARAM_PORT_RANGE,\n\
+                       MPICH_PORTRANGE, MPICH_PORT_RANGE, MPIEXEC_PORTRANGE",
+            },
+            Item {
+                label: "MPIEXEC_PREFIX_DEFAULT",
+                help: "when set, output lines get the [rank] prefix, as with -l",
+            },
+            Item {
+                label: "MPIEXEC_TIMEOUT=SECS",
+                help: "end the job after SECS seconds",
+            },
+            Item {
+                label: "KAURI_NAMESERVER, HYDRA_NAMESERVER",
+                help: "the name server, as -nameserver",
+            },
+        ],
+    ),
+    Block::Tail("(kauri -h lists kauri's own KAURI_* variables.)"),
+];
+
+/// The commands of `kauri kvs`.
+const KVS_COMMANDS: &[Item] = &[
+    Item {
+        label: "kauri kvs put KEY VALUE",
+        help: "publish a pair to every rank at once (no fence needed)",
+    },
+    Item {
+        label: "kauri kvs get KEY [--wait]",
+        help: "print a value; --wait waits until some rank has put it",
+    },
+    Item {
+        label: "kauri kvs fence",
+        help: "wait until every rank has called fence (a job-wide barrier)",
+    },
+    Item {
+        label: "kauri kvs barrier",
+        help: "the same",
+    },
+];
+
+/// `kauri(1)`.
+pub static KAURI: Page = Page {
+    name: "kauri",
+    section: 1,
+    summary: "launch parallel programs and serve them PMI-1, PMI-2 or PMIx (a drop-in for mpiexec.hydra)",
+    synopsis: &[
+        Item {
+            label: "kauri [global options] [local options] PROGRAM [ARGS...] [: [local options] PROGRAM [ARGS...]]...",
+            help: "",
+        },
+        Item {
+            label: "kauri nameserver [-port P] [-bind ADDR] [-key SECRET]",
+            help: "serve MPI names to several kauri runs",
+        },
+        Item {
+            label: "kauri kvs put|get|fence|barrier ...",
+            help: "a rank's key-value store from a shell",
+        },
+        Item {
+            label: "kauri --status [--stacks] [PID]",
+            help: "where the ranks of your running jobs are\n(and their stacks), from another shell",
+        },
+        Item {
+            label: "kauri --help-man [PAGE] | --completions bash|zsh|fish",
+            help: "its manual pages, its shell completions",
+        },
+    ],
+    description: &[
+        "Kauri launches parallel programs and serves them PMI-1 and PMI-2, like mpiexec.hydra,\n\
+         or PMIx (Open MPI 4.1 programs, started without mpirun).",
+    ],
+    details: &[
+        "The command line is Hydra's: options are single-dash words (-genv, -ppn); the GNU \
+         spellings --genv and --np=4 are accepted too, and names are matched without regard \
+         to case. Options before a segment's program apply to that segment (-n, -env*) or to \
+         the whole job (-genv*, -hosts, -f, -ppn, -l, ...); a lone : starts the next MPMD \
+         segment; -configfile reads segments one per line. Everything after a segment's \
+         program, up to :, is the program's own arguments.",
+        "On several hosts, kauri starts one agent per host (kauri-agent(1)) through the \
+         launcher, in a tree; the agents start the ranks and serve them PMI. Inside a Slurm, \
+         Grid Engine, LSF or PBS job, the allocation's hosts and launcher are the default.",
+        "kauri --status asks the kauri jobs of this user on this host (or the one with that \
+         pid) where their ranks are: in which fence, which have ended; --stacks adds each \
+         stuck rank's stack. kauri nameserver (kauri-nameserver(1)) and kauri kvs \
+         (kauri-kvs(1)) have pages of their own.",
+    ],
+    options: &[
+        OptSection {
+            title: "Local options (per MPMD segment)",
+            opts: LOCAL,
+        },
+        OptSection {
+            title: "Global options",
+            opts: GLOBAL,
+        },
+    ],
+    environment: ENVIRONMENT,
+    environment_more: HELP_ENV,
+    exit_status: &[
+        Item {
+            label: "0",
+            help: "every rank exited 0",
+        },
+        Item {
+            label: "1-254",
+            help: "a rank failed: the highest exit status among the ranks, a rank killed by \
+                   signal N counting as N (as Hydra reports a segfault as 11); after an abort \
+                   (PMI_Abort, MPI_Abort), the abort code modulo 256",
+        },
+        Item {
+            label: "128+N",
+            help: "kauri itself got signal N (130 for SIGINT, 143 for SIGTERM); 141 when its \
+                   standard output closed",
+        },
+        Item {
+            label: "255",
+            help: "kauri's own error: a bad command line, MPIEXEC_TIMEOUT ran out, a launch \
+                   failed, a host was lost or a fence can never complete (when no rank's \
+                   status says more)",
+        },
+        Item {
+            label: "--status",
+            help: "kauri --status exits 0 when a job answered, 1 when none did, 255 on bad \
+                   arguments",
+        },
+    ],
+    examples: &[
+        Example {
+            command: "kauri -n 4 ./a.out",
+            what: "Four ranks on this host.",
+        },
+        Example {
+            command: "kauri -hosts n1:4,n2:4 -l ./a.out",
+            what: "Eight ranks over two hosts reached by ssh, each output line prefixed with \
+                   its rank.",
+        },
+        Example {
+            command: "kauri -f hosts -ppn 2 -bind-to core ./a.out",
+            what: "Two ranks on each host of the file hosts, each bound to a core.",
+        },
+        Example {
+            command: "kauri -n 1 ./server : -n 3 ./client",
+            what: "An MPMD job: rank 0 runs ./server, ranks 1 to 3 ./client.",
+        },
+        Example {
+            command: "kauri --pmi=pmix -n 4 python3 prog.py",
+            what: "An Open MPI program, wired up by a PMIx server.",
+        },
+        Example {
+            command: "MPIEXEC_TIMEOUT=60 kauri -timeout-stacks -n 8 ./a.out",
+            what: "End the job after a minute, printing the stacks of the ranks that hang.",
+        },
+        Example {
+            command: "kauri --status --stacks",
+            what: "From another shell: where the ranks of the running jobs are.",
+        },
+    ],
+    see_also: &[
+        "kauri-agent(1)",
+        "kauri-nameserver(1)",
+        "kauri-kvs(1)",
+        "mpiexec(1)",
+        "srun(1)",
+        "ssh(1)",
+    ],
+    words: &["nameserver", "kvs", "pmi", "--status"],
+};
+
+/// `kauri-agent(1)`.
+pub static KAURI_AGENT: Page = Page {
+    name: "kauri-agent",
+    section: 1,
+    summary: "kauri's per-host process (internal)",
+    synopsis: &[
+        Item {
+            label: "kauri agent --parent ADDR --id N --host NAME",
+            help: "",
+        },
+        Item {
+            label: "kauri agent --parent ADDR --slurm",
+            help: "",
+        },
+    ],
+    description: &[
+        "kauri starts one agent on each other host of a job, through its launcher; \
+                    it is not meant to be run by hand.",
+    ],
+    details: &[
+        "The agent connects back to its parent (kauri, or the agent above it in the tree), \
+         proves it holds the job key (from the variable KAURI_JOB_KEY, removed at once, or \
+         the first line of its standard input), receives its part of the job, starts its own \
+         child agents and its host's ranks, and relays: fence contributions up, merged \
+         results down, output and reports up, standard input, signals and teardown down. It \
+         exits when its ranks and children are done, or at once, killing its ranks, when its \
+         parent disappears.",
+    ],
+    options: &[OptSection {
+        title: "Arguments",
+        opts: &[
+            with(
+                &["--parent"],
+                "ADDR",
+                "ip:port of the parent to connect back to",
+            ),
+            with(&["--id"], "N", "the agent's id in the tree"),
+            with(
+                &["--host"],
+                "NAME",
+                "the host name it stands for, as given to kauri",
+            ),
+            flag(
+                &["--slurm"],
+                "started by srun: the host is SLURMD_NODENAME (or this host's\n\
+                 name), the id comes from the host",
+            ),
+        ],
+    }],
+    environment: &[
+        Item {
+            label: "KAURI_JOB_KEY",
+            help: "the job key (else read from the first line of standard input)",
+        },
+        Item {
+            label: "KAURI_LOG",
+            help: "the log filter (warn, info, debug), as kauri -v sets it",
+        },
+    ],
+    environment_more: &[],
+    exit_status: &[
+        Item {
+            label: "0",
+            help: "its ranks and children are done",
+        },
+        Item {
+            label: "1",
+            help: "it could not reach or join its parent",
+        },
+        Item {
+            label: "2",
+            help: "bad arguments",
+        },
+    ],
+    examples: &[],
+    see_also: &["kauri(1)"],
+    words: &[],
+};
+
+/// `kauri-nameserver(1)`.
+pub static KAURI_NAMESERVER: Page = Page {
+    name: "kauri-nameserver",
+    section: 1,
+    summary: "serve MPI published names to several kauri runs",
+    synopsis: &[Item {
+        label: "kauri nameserver [-port P] [-bind ADDR] [-key SECRET]",
+        help: "",
+    }],
+    description: &[
+        "A name server for MPI_Publish_name and MPI_Lookup_name across jobs: the \
+                    kauri runs given -nameserver HOST[:PORT] (or KAURI_NAMESERVER) publish and \
+                    look names up here. It runs in the foreground and prints one line, \
+                    \"kauri nameserver listening on ADDR:PORT\", once it listens.",
+    ],
+    details: &[
+        "A client's names are withdrawn when its connection closes. SIGINT or SIGTERM \
+                end the server.",
+    ],
+    options: &[OptSection {
+        title: "Options",
+        opts: &[
+            Opt {
+                aliases: &["-p"],
+                ..with(&["-port"], "P", "the TCP port (default 6392; 0: any)")
+            },
+            with(
+                &["-bind"],
+                "ADDR",
+                "the address to listen on (default 0.0.0.0)",
+            ),
+            with(
+                &["-key"],
+                "SECRET",
+                "clients must present this secret (or KAURI_NAMESERVER_KEY)",
+            ),
+            flag(&["-h", "-help"], "the usage and the limits"),
+        ],
+    }],
+    environment: &[
+        Item {
+            label: "KAURI_NAMESERVER_KEY=S",
+            help: "the secret, when -key is not given",
+        },
+        Item {
+            label: "KAURI_NAMESERVER_MAX_CLIENTS=N",
+            help: "clients served at once (default 1024)",
+        },
+        Item {
+            label: "KAURI_NAMESERVER_MAX_NAMES=N",
+            help: "names published at once (default 16384)",
+        },
+        Item {
+            label: "KAURI_NAMESERVER_MAX_NAMES_PER_CLIENT=N",
+            help: "names one client may publish (default 1024)",
+        },
+    ],
+    environment_more: &[],
+    exit_status: &[
+        Item {
+            label: "0",
+            help: "ended by SIGINT or SIGTERM, or -help",
+        },
+        Item {
+            label: "1",
+            help: "it cannot listen on the address",
+        },
+        Item {
+            label: "2",
+            help: "bad arguments or limits",
+        },
+    ],
+    examples: &[
+        Example {
+            command: "kauri nameserver -port 6392 -key s3cret &",
+            what: "Start a server.",
+        },
+        Example {
+            command: "KAURI_NAMESERVER_KEY=s3cret kauri -nameserver host1 -n 2 ./server",
+            what: "A job that publishes through it.",
+        },
+    ],
+    see_also: &["kauri(1)"],
+    words: &[],
+};
+
+/// `kauri-kvs(1)`.
+pub static KAURI_KVS: Page = Page {
+    name: "kauri-kvs",
+    section: 1,
+    summary: "a kauri job's key-value store from a shell script running as a rank",
+    synopsis: &[
+        Item {
+            label: "kauri kvs put KEY VALUE",
+            help: "",
+        },
+        Item {
+            label: "kauri kvs get KEY [--wait]",
+            help: "",
+        },
+        Item {
+            label: "kauri kvs fence | barrier",
+            help: "",
+        },
+    ],
+    description: &["From a shell script running as a rank, kauri kvs reaches the job's \
+                    key-value store over the rank's own PMI connection (PMI_FD, or PMI_PORT \
+                    and PMI_ID)."],
+    details: &[
+        "Each call is one short PMI-1 session: init, the operation, finalize. Calls from one \
+         rank share its PMI socket: run them one after another, not in parallel. A program \
+         that starts kauri kvs must pass PMI_FD on (Python: subprocess's close_fds=False). A \
+         rank may exit after any call, but a rank that exits while others wait in a fence it \
+         never entered ends the job.",
+    ],
+    options: &[OptSection {
+        title: "Commands",
+        opts: &[
+            with(
+                &["put"],
+                "KEY VALUE",
+                "publish a pair to every rank at once (no fence needed)",
+            ),
+            with(&["get"], "KEY", "print a value"),
+            flag(
+                &["--wait"],
+                "with get: wait until some rank has put the key",
+            ),
+            flag(
+                &["fence"],
+                "wait until every rank has called fence (a job-wide barrier)",
+            ),
+            flag(&["barrier"], "the same"),
+        ],
+    }],
+    environment: &[
+        Item {
+            label: "PMI_FD",
+            help: "the rank's PMI socket, as kauri set it",
+        },
+        Item {
+            label: "PMI_PORT, PMI_ID",
+            help: "the same with -pmi-port",
+        },
+    ],
+    environment_more: &[],
+    exit_status: &[
+        Item {
+            label: "0",
+            help: "done (get printed the value)",
+        },
+        Item {
+            label: "1",
+            help: "it failed: not a rank, no such key, the connection failed",
+        },
+        Item {
+            label: "2",
+            help: "bad usage",
+        },
+    ],
+    examples: &[Example {
+        command: "if [ \"$PMI_RANK\" = 0 ]; then kauri kvs put addr \"$(hostname)\"; fi; kauri kvs get addr --wait",
+        what: "Rank 0 publishes its host; every rank reads it.",
+    }],
+    see_also: &["kauri(1)"],
+    words: &["put", "get", "fence", "barrier"],
+};
