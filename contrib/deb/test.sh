@@ -5,7 +5,7 @@
 #     built with mpicc.openmpi through /usr/bin/kauri -n 2 (PMIx), and a PMI-1 and a PMI-2
 #     program built with `pkg-config kauri-pmi` / `kauri-pmi2` (no LD_LIBRARY_PATH: the rpath
 #     from the .pc file finds /usr/lib/kauri);
-#   - checks that `man kauri` renders, that the installed bash completion completes
+#   - checks that `man kauri` renders, that the installed bash (and fish, zsh) completion completes
 #     `kauri -gen`, and that kauri is an mpirun/mpiexec alternative that nobody chose;
 #   - purges the package and checks that nothing is left: none of its files, no directory it
 #     alone made, no alternative, no dpkg record.
@@ -158,12 +158,15 @@ for want in '^NAME' '^ *kauri' '^SYNOPSIS' '-genv' '-launcher'; do
 done
 long="$(awk 'length > 80' "$work/man.txt" | wc -l)"
 ok "man kauri renders: $(wc -l <"$work/man.txt") lines at MANWIDTH=80 ($long longer), NAME, SYNOPSIS, -genv, -launcher"
+others=()
 for page in /usr/share/man/man1/kauri-*.1.gz; do
   name="$(basename "$page" .1.gz)"
   [ "$(man -w "$name")" = "$page" ] || fail "man -w $name is not $page"
   MANWIDTH=80 man "$name" 2>&1 | grep -q '^NAME' || fail "man $name does not render"
+  others+=("$name")
 done
-ok "man kauri-agent, kauri-nameserver, kauri-kvs, ... render too"
+[ "${#others[@]}" -ge 3 ] || fail "only ${#others[@]} man pages besides kauri's: ${others[*]}"
+ok "man renders ${others[*]} too"
 
 # Completion as bash-completion runs it: the function `complete -p kauri` names, with the
 # words of `kauri -gen` and the cursor at its end.
@@ -184,6 +187,24 @@ if grep -v -- '^-gen' "$work/complete.out" | grep -q .; then
   fail "'kauri -gen<TAB>' offers words that do not start with -gen"
 fi
 ok "bash: 'kauri -gen<TAB>' offers $(tr '\n' ' ' <"$work/complete.out")"
+# fish finds the installed file by itself (vendor_completions.d); zsh's must parse and be on
+# zsh's own fpath. Checked when those shells are here (.ci/setup installs both).
+if command -v fish >/dev/null; then
+  mkdir -p "$work/home"
+  HOME="$work/home" XDG_CONFIG_HOME="$work/home" fish -c 'complete -C "kauri -gen"' |
+    cut -f1 | sort >"$work/fish.out" || fail "fish: complete -C 'kauri -gen' failed"
+  printf '%s\n' -genv -genvall -genvlist -genvnone | diff -u - "$work/fish.out" >&2 ||
+    fail "fish: 'kauri -gen<TAB>' does not offer exactly -genv, -genvall, -genvlist, -genvnone"
+  ok "fish: 'kauri -gen<TAB>' offers $(tr '\n' ' ' <"$work/fish.out")"
+fi
+if command -v zsh >/dev/null; then
+  zsh -n /usr/share/zsh/vendor-completions/_kauri || fail "zsh: the installed _kauri does not parse"
+  [ "$(head -n 1 /usr/share/zsh/vendor-completions/_kauri)" = "#compdef kauri" ] ||
+    fail "zsh: _kauri does not start with '#compdef kauri'"
+  zsh -fc 'print -l $fpath' | grep -qx /usr/share/zsh/vendor-completions ||
+    fail "zsh: /usr/share/zsh/vendor-completions is not on zsh's fpath"
+  ok "zsh: _kauri parses, is '#compdef kauri', and its directory is on zsh's fpath"
+fi
 
 # --- the alternative ------------------------------------------------------------------
 update-alternatives --query mpirun >"$work/alt.txt" || fail "no mpirun alternative after the install"
