@@ -11,7 +11,7 @@
 #
 # Needs cargo, strip (binutils) and dpkg-shlibdeps (dpkg-dev, for the dependencies);
 # cargo-deb (pinned below) is installed into ${KAURI_CACHE:-~/.cache/kauri} the first time
-# (3 minutes of CPU: 2 to 6 minutes on 2 cores) unless that version is already on PATH.
+# (3 minutes of CPU) unless that version is already on PATH.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -25,25 +25,36 @@ for tool in cargo strip objdump dpkg-shlibdeps; do
   command -v "$tool" >/dev/null || die "$tool is required (Debian: apt-get install binutils dpkg-dev)"
 done
 
-# cargo-deb, the pinned version: from PATH if it is that one, else from the cache (built
-# there once).
+# cargo-deb, the pinned version: from PATH if it is that one, else from the cache, where it is
+# built the first time alongside kauri (their serial tails overlap: a minute less on 2 cores).
 cargo_deb_ok() { "$1" deb --version 2>/dev/null | grep -qx "cargo-deb $CARGO_DEB_VERSION\|$CARGO_DEB_VERSION"; }
 cargo_deb=""
+installing=""
+trap '[ -z "$installing" ] || kill "$installing" 2>/dev/null || true' EXIT
 if command -v cargo-deb >/dev/null && cargo_deb_ok "$(command -v cargo-deb)"; then
   cargo_deb="$(command -v cargo-deb)"
 else
   tools="${KAURI_CACHE:-$HOME/.cache/kauri}/cargo-deb-$CARGO_DEB_VERSION"
-  if ! [ -x "$tools/bin/cargo-deb" ]; then
-    say "installing cargo-deb $CARGO_DEB_VERSION into $tools"
-    cargo install cargo-deb --locked --version "$CARGO_DEB_VERSION" --root "$tools" --quiet
-  fi
   cargo_deb="$tools/bin/cargo-deb"
-  cargo_deb_ok "$cargo_deb" || die "$cargo_deb is not cargo-deb $CARGO_DEB_VERSION"
+  if ! [ -x "$cargo_deb" ]; then
+    say "installing cargo-deb $CARGO_DEB_VERSION into $tools (log: $tools.log)"
+    mkdir -p "$(dirname "$tools")"
+    # In a temporary target directory of its own (not CARGO_TARGET_DIR, whose lock the
+    # build below would wait for).
+    env -u CARGO_TARGET_DIR cargo install cargo-deb --locked --version "$CARGO_DEB_VERSION" \
+      --root "$tools" >"$tools.log" 2>&1 &
+    installing=$!
+  fi
 fi
 
 say "building kauri, libpmi.so and libpmi2.so (release)"
 cargo build --release -p kauri --bin kauri
 cargo build --release -p kauri-pmi1 -p kauri-pmi2 --lib
+if [ -n "$installing" ]; then
+  wait "$installing" || { tail -n 30 "$tools.log" >&2; installing=""; die "cargo install cargo-deb failed"; }
+  installing=""
+fi
+cargo_deb_ok "$cargo_deb" || die "$cargo_deb is not cargo-deb $CARGO_DEB_VERSION"
 kauri="$target/release/kauri"
 version="$(cargo pkgid -p kauri | sed 's/.*[#@]//')"
 [ -n "$version" ] || die "cannot tell kauri's version (cargo pkgid -p kauri)"
