@@ -77,9 +77,9 @@ done
 # Man pages and completions, from the binary just built. Any that it cannot make fails the
 # build: the package never ships without them.
 # The pages are the ones kauri names when asked for one it does not have ("--help-man
-# \"?\": no such page (pages: kauri, kauri-agent, ...)"); these four at least.
+# \"?\": no such page (pages: kauri, kauri-agent, ...)"); these five at least.
 pages="$("$kauri" --help-man '?' 2>&1 >/dev/null | sed -n 's/.*(pages: \(.*\)).*/\1/p' | tr -d ,)" || true
-for page in kauri kauri-agent kauri-nameserver kauri-kvs; do
+for page in kauri kauri-agent kauri-nameserver kauri-kvs kauri-pmi; do
   [[ " $pages " == *" $page "* ]] ||
     die "kauri does not list a man page $page ('kauri --help-man ?' lists: ${pages:-nothing})"
 done

@@ -73,6 +73,7 @@ expected=(/usr/bin/kauri /usr/lib/kauri/libpmi.so.0 /usr/lib/kauri/libpmi.so
   /usr/lib/kauri/libpmi2.so.0 /usr/lib/kauri/libpmi2.so /usr/include/kauri/pmi.h
   /usr/include/kauri/pmi2.h /usr/share/pkgconfig/kauri-pmi.pc /usr/share/pkgconfig/kauri-pmi2.pc
   /usr/share/man/man1/kauri.1.gz /usr/share/man/man1/kauri-agent.1.gz
+  /usr/share/man/man1/kauri-pmi.1.gz
   /usr/share/bash-completion/completions/kauri /usr/share/zsh/vendor-completions/_kauri
   /usr/share/fish/vendor_completions.d/kauri.fish /usr/share/doc/kauri/copyright
   /usr/share/doc/kauri/changelog.Debian.gz /usr/share/doc/kauri/README.md
