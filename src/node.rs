@@ -30,7 +30,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::rc::{Rc, Weak};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -319,20 +319,29 @@ pub const PMI_REPLY_QUEUE_MAX: usize = 4 << 20;
 
 /// The sending side of one PMI connection: its writer task's queue and how many bytes wait
 /// in it.
+/// Writes what it can of some bytes to a connection's socket now, without waiting.
+type DirectWrite = Rc<dyn Fn(&[u8]) -> std::io::Result<usize>>;
+
 struct Writer {
-    tx: mpsc::UnboundedSender<Bytes>,
-    /// Bytes queued and not yet written (the writer task takes off what it wrote).
-    queued: Rc<Cell<usize>>,
+    /// Writes what it can of the bytes to the socket now, without waiting.
+    direct: DirectWrite,
+    /// Replies the socket did not take yet, in order; the writer task writes them as the
+    /// socket drains.
+    pending: Rc<RefCell<BytesMut>>,
+    /// Wakes the writer task: something is pending, or the connection is done.
+    wake: Rc<tokio::sync::Notify>,
     /// Tells the writer task to give up: what is queued is dropped, the last words (an error
     /// reply) are written if the socket takes them, and the socket is closed.
     abandon: Option<tokio::sync::oneshot::Sender<Bytes>>,
-    /// The connection speaks PMI-2 (for the error reply's form); set by its reader.
+    /// The connection speaks PMI-2 (for the error reply's form); set by its reader. (Dropping
+    /// the writer, `abandon` with it, tells the task the connection is done: it writes what is
+    /// pending and closes its side.)
     v2: Rc<Cell<bool>>,
 }
 
 /// What became of a reply given to [`Writer::queue`].
 enum Queued {
-    /// It waits for the writer task.
+    /// It was written, or waits for the writer task.
     Yes,
     /// It would have taken the queue past [`PMI_REPLY_QUEUE_MAX`]: the writer was told to
     /// give up, and the connection must be closed.
@@ -340,16 +349,33 @@ enum Queued {
 }
 
 impl Writer {
-    /// Queues `bytes`, unless the queue would pass [`PMI_REPLY_QUEUE_MAX`]: then the writer
-    /// task is told to drop everything queued, write an error reply naming `rank` if the
-    /// socket takes it at once, and close the socket.
-    fn queue(&mut self, bytes: Bytes, rank: Option<usize>) -> Queued {
-        let n = self.queued.get() + bytes.len();
-        if n <= PMI_REPLY_QUEUE_MAX {
-            self.queued.set(n);
-            let _ = self.tx.send(bytes);
+    /// Writes `bytes` now as far as the socket takes them, and queues the rest for the writer
+    /// task (behind what is queued already), unless the queue would pass
+    /// [`PMI_REPLY_QUEUE_MAX`]: then the writer task is told to drop everything queued, write
+    /// an error reply naming `rank` if the socket takes it at once, and close the socket.
+    fn queue(&mut self, bytes: &[u8], rank: Option<usize>) -> Queued {
+        let mut pending = self.pending.borrow_mut();
+        let mut rest = bytes;
+        if pending.is_empty() {
+            // The common case: the rank reads its replies, and the socket has room. No task
+            // wakes, nothing is copied.
+            match (self.direct)(rest) {
+                Ok(n) => rest = &rest[n.min(rest.len())..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                // A socket that fails is the reader's to notice (it reads EOF or an error).
+                Err(_) => return Queued::Yes,
+            }
+            if rest.is_empty() {
+                return Queued::Yes;
+            }
+        }
+        if pending.len() + rest.len() <= PMI_REPLY_QUEUE_MAX {
+            pending.extend_from_slice(rest);
+            drop(pending);
+            self.wake.notify_one();
             return Queued::Yes;
         }
+        drop(pending);
         if let Some(a) = self.abandon.take() {
             let who = rank.map_or("this PMI client".to_string(), |r| format!("rank {r}"));
             let status = pmi_wire::Status::error(
@@ -370,6 +396,42 @@ impl Writer {
         Queued::Overflow
     }
 }
+
+/// A PMI connection's socket, read and written through `&self` (no split, no lock between
+/// the halves), so that `dispatch` can write a reply straight away.
+trait PmiSock: 'static {
+    fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize>;
+    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize>;
+    fn readable(&self) -> impl std::future::Future<Output = std::io::Result<()>>;
+    fn writable(&self) -> impl std::future::Future<Output = std::io::Result<()>>;
+    /// Shuts the write side down (the rank reads EOF).
+    fn shutdown_write(&self);
+}
+
+macro_rules! pmi_sock {
+    ($t:ty) => {
+        impl PmiSock for $t {
+            fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+                <$t>::try_read_buf(self, buf)
+            }
+            fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+                <$t>::try_write(self, buf)
+            }
+            async fn readable(&self) -> std::io::Result<()> {
+                <$t>::readable(self).await
+            }
+            async fn writable(&self) -> std::io::Result<()> {
+                <$t>::writable(self).await
+            }
+            fn shutdown_write(&self) {
+                // SAFETY: shutdown(2) on the descriptor this stream owns; no memory passed.
+                unsafe { libc::shutdown(self.as_raw_fd(), libc::SHUT_WR) };
+            }
+        }
+    };
+}
+pmi_sock!(tokio::net::UnixStream);
+pmi_sock!(tokio::net::TcpStream);
 
 /// State shared by the tasks of one host's ranks (all on one thread).
 struct Ctx {
@@ -704,24 +766,21 @@ impl Ctx {
             if outputs.is_empty() {
                 return;
             }
+            // Each connection's replies of this round, in order: one write each.
+            let mut batch: Vec<(ConnId, BytesMut)> = Vec::new();
             for o in outputs {
                 match o {
                     Output::Send { conn, bytes } => {
-                        let rank = self.engine.borrow().rank_of(conn);
-                        let queued = match self.writers.borrow_mut().get_mut(&conn) {
-                            Some(w) => w.queue(bytes, rank),
-                            None => Queued::Yes,
-                        };
-                        if let Queued::Overflow = queued {
-                            self.writers.borrow_mut().remove(&conn);
-                            self.engine.borrow_mut().disconnect(conn);
-                            let _ = self.events.send(NodeEvent::UnreadReplies {
-                                rank,
-                                queued: PMI_REPLY_QUEUE_MAX,
-                            });
+                        match batch.iter_mut().find(|(c, _)| *c == conn) {
+                            Some((_, b)) => b.extend_from_slice(&bytes),
+                            None => batch.push((conn, BytesMut::from(&bytes[..]))),
                         }
                     }
                     Output::Close { conn } => {
+                        if let Some(k) = batch.iter().position(|(c, _)| *c == conn) {
+                            let (c, b) = batch.remove(k);
+                            self.send(c, &b);
+                        }
                         self.writers.borrow_mut().remove(&conn);
                         self.engine.borrow_mut().disconnect(conn);
                     }
@@ -730,6 +789,27 @@ impl Ctx {
                     }
                 }
             }
+            for (conn, b) in batch {
+                self.send(conn, &b);
+            }
+        }
+    }
+
+    /// Writes (or queues) `bytes` for connection `conn`; a rank whose queue overflows is
+    /// closed and reported.
+    fn send(&self, conn: ConnId, bytes: &[u8]) {
+        let rank = self.engine.borrow().rank_of(conn);
+        let queued = match self.writers.borrow_mut().get_mut(&conn) {
+            Some(w) => w.queue(bytes, rank),
+            None => Queued::Yes,
+        };
+        if let Queued::Overflow = queued {
+            self.writers.borrow_mut().remove(&conn);
+            self.engine.borrow_mut().disconnect(conn);
+            let _ = self.events.send(NodeEvent::UnreadReplies {
+                rank,
+                queued: PMI_REPLY_QUEUE_MAX,
+            });
         }
     }
 
@@ -740,72 +820,91 @@ impl Ctx {
     }
 }
 
-/// Serves one PMI connection until it closes. Each connection has a reader (this task) and a
-/// writer task with a queue, so a rank that does not read its replies blocks nobody; the
-/// queue holds at most [`PMI_REPLY_QUEUE_MAX`] bytes, and a rank that lets it fill is
-/// closed (its replies dropped, an error reply written if the socket takes it).
-async fn serve_conn<S>(ctx: Rc<Ctx>, conn: ConnId, stream: S)
-where
-    S: AsyncRead + AsyncWrite + 'static,
-{
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Bytes>();
-    let (abandon, abandoned) = tokio::sync::oneshot::channel::<Bytes>();
-    // The last words, once the connection is abandoned. A `Writer` dropped without them (the
+/// Serves one PMI connection until it closes. The reader (this task) reads what the socket
+/// has, hands every complete request to the engine, and lets `dispatch` write the replies of
+/// that read straight to the socket, one write per connection; only what the socket does not
+/// take waits, for a writer task, so a rank that does not read its replies blocks nobody. The
+/// queue holds at most [`PMI_REPLY_QUEUE_MAX`] bytes, and a rank that lets it fill is closed
+/// (its replies dropped, an error reply written if the socket takes it).
+async fn serve_conn<S: PmiSock>(ctx: Rc<Ctx>, conn: ConnId, stream: S) {
+    let sock = Rc::new(stream);
+    let pending = Rc::new(RefCell::new(BytesMut::new()));
+    let wake = Rc::new(tokio::sync::Notify::new());
+    // The last words, once the connection is abandoned; a `Writer` dropped without them (the
     // connection closed as usual) abandons nothing: what is queued is still written.
-    let abandoned = async move {
-        match abandoned.await {
-            Ok(b) => b,
-            Err(_) => std::future::pending().await,
-        }
-    };
-    let queued = Rc::new(Cell::new(0usize));
+    let (abandon, mut abandoned) = tokio::sync::oneshot::channel::<Bytes>();
     let v2 = Rc::new(Cell::new(false));
+    let direct = {
+        let s = sock.clone();
+        Rc::new(move |b: &[u8]| s.try_write(b)) as DirectWrite
+    };
     ctx.writers.borrow_mut().insert(
         conn,
         Writer {
-            tx,
-            queued: queued.clone(),
+            direct,
+            pending: pending.clone(),
+            wake: wake.clone(),
             abandon: Some(abandon),
             v2: v2.clone(),
         },
     );
+    let (s, p, w) = (sock.clone(), pending.clone(), wake.clone());
     tokio::task::spawn_local(async move {
-        tokio::pin!(abandoned);
-        let mut out = BytesMut::new();
-        let last_words = loop {
+        // The writer is gone: finish what is pending, then close.
+        let mut closing = false;
+        let last_words = 'task: loop {
+            // Write what is pending, as the socket drains.
+            while !p.borrow().is_empty() {
+                tokio::select! {
+                    biased;
+                    last = &mut abandoned, if !closing => match last {
+                        Ok(b) => break 'task Some(b),
+                        Err(_) => closing = true,
+                    },
+                    ready = s.writable() => if ready.is_err() { break 'task None },
+                }
+                let r = {
+                    let b = p.borrow();
+                    s.try_write(&b)
+                };
+                match r {
+                    Ok(n) => {
+                        let _ = p.borrow_mut().split_to(n);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => break 'task None,
+                }
+            }
+            if closing {
+                break None;
+            }
             tokio::select! {
                 biased;
-                last = &mut abandoned => break Some(last),
-                next = rx.recv() => {
-                    let Some(b) = next else { break None };
-                    out.extend_from_slice(&b);
-                    while let Ok(more) = rx.try_recv() {
-                        out.extend_from_slice(&more);
-                    }
-                    tokio::select! {
-                        biased;
-                        last = &mut abandoned => break Some(last),
-                        written = wr.write_all(&out) => if written.is_err() { break None },
-                    }
-                    queued.set(queued.get().saturating_sub(out.len()));
-                    out.clear();
-                }
+                last = &mut abandoned => match last {
+                    Ok(b) => break Some(b),
+                    Err(_) => closing = true,
+                },
+                () = w.notified() => {}
             }
         };
         if let Some(b) = last_words {
             // The rank reads nothing: its error reply goes out only if the socket has room
             // for it now. Nothing waits on it.
-            let _ = tokio::time::timeout(std::time::Duration::ZERO, wr.write_all(&b)).await;
+            let _ = s.try_write(&b);
         }
-        let _ = wr.shutdown().await;
+        s.shutdown_write();
     });
     let mut framing = Framing::default();
     let mut buf = BytesMut::with_capacity(4096);
     'read: loop {
-        match rd.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
+        if sock.readable().await.is_err() {
+            break;
+        }
+        match sock.try_read_buf(&mut buf) {
+            Ok(0) => break,
             Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => break,
         }
         loop {
             let decoded = framing.decode(&mut buf);
