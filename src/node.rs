@@ -317,11 +317,11 @@ fn collective_sig(procs: &[(String, u32)]) -> String {
 /// slowly, never gets near it (a reply is at most a few kB, and a rank waits for each).
 pub const PMI_REPLY_QUEUE_MAX: usize = 4 << 20;
 
-/// The sending side of one PMI connection: its writer task's queue and how many bytes wait
-/// in it.
 /// Writes what it can of some bytes to a connection's socket now, without waiting.
 type DirectWrite = Rc<dyn Fn(&[u8]) -> std::io::Result<usize>>;
 
+/// The sending side of one PMI connection: its socket for direct writes, and what waits for
+/// its writer task.
 struct Writer {
     /// Writes what it can of the bytes to the socket now, without waiting.
     direct: DirectWrite,
@@ -400,6 +400,10 @@ impl Writer {
 /// A PMI connection's socket, read and written through `&self` (no split, no lock between
 /// the halves), so that `dispatch` can write a reply straight away.
 trait PmiSock: 'static {
+    /// Reads what the socket holds into `buf`'s spare room, without waiting. A read that
+    /// leaves room unfilled emptied the socket: the readiness is cleared then, so the next
+    /// `readable` waits for new data instead of costing one more read that would block (new
+    /// data is a new edge for the edge-triggered poller, so nothing is missed).
     fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize>;
     fn try_write(&self, buf: &[u8]) -> std::io::Result<usize>;
     fn readable(&self) -> impl std::future::Future<Output = std::io::Result<()>>;
@@ -412,7 +416,33 @@ macro_rules! pmi_sock {
     ($t:ty) => {
         impl PmiSock for $t {
             fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
-                <$t>::try_read_buf(self, buf)
+                if buf.capacity() - buf.len() < 1024 {
+                    buf.reserve(4096);
+                }
+                let drained = Cell::new(None);
+                let fd = self.as_raw_fd();
+                let r = self.try_io(tokio::io::Interest::READABLE, || {
+                    let spare = buf.spare_capacity_mut();
+                    let room = spare.len();
+                    // SAFETY: read(2) writes at most `room` bytes into the spare capacity.
+                    let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), room) };
+                    if n < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let n = n as usize;
+                    // SAFETY: the kernel initialised the first n bytes of the spare capacity.
+                    unsafe { buf.set_len(buf.len() + n) };
+                    if n > 0 && n < room {
+                        // The socket is empty: say "would block" to clear the readiness.
+                        drained.set(Some(n));
+                        return Err(std::io::ErrorKind::WouldBlock.into());
+                    }
+                    Ok(n)
+                });
+                match (r, drained.get()) {
+                    (_, Some(n)) => Ok(n),
+                    (r, None) => r,
+                }
             }
             fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
                 <$t>::try_write(self, buf)
@@ -433,9 +463,42 @@ macro_rules! pmi_sock {
 pmi_sock!(tokio::net::UnixStream);
 pmi_sock!(tokio::net::TcpStream);
 
+/// One connection's replies of one `dispatch` round.
+enum Replies {
+    /// The usual case: one reply, as the engine encoded it.
+    One(Bytes),
+    /// Several, joined.
+    Many(BytesMut),
+}
+
+impl Replies {
+    fn push(&mut self, more: Bytes) {
+        match self {
+            Replies::One(first) => {
+                let mut all = BytesMut::with_capacity(first.len() + more.len());
+                all.extend_from_slice(first);
+                all.extend_from_slice(&more);
+                *self = Replies::Many(all);
+            }
+            Replies::Many(all) => all.extend_from_slice(&more),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Replies::One(b) => b,
+            Replies::Many(b) => b,
+        }
+    }
+}
+
 /// State shared by the tasks of one host's ranks (all on one thread).
 struct Ctx {
     engine: RefCell<Engine>,
+    /// The engine's outputs of one `dispatch` round (kept for its room).
+    outputs: RefCell<Vec<Output>>,
+    /// One `dispatch` round's replies, by connection (kept for its room).
+    batch: RefCell<Vec<(ConnId, Replies)>>,
     writers: RefCell<HashMap<ConnId, Writer>>,
     events: JobTx<NodeEvent>,
     next_conn: Cell<ConnId>,
@@ -761,25 +824,29 @@ impl Ctx {
 
     /// Writes replies; hands everything else to the node's owner.
     fn dispatch(&self) {
+        // The engine's outputs and this round's replies, in vectors kept from round to round
+        // (taken out while in use, so a nested dispatch would only allocate its own).
+        let mut outputs = std::mem::take(&mut *self.outputs.borrow_mut());
+        let mut batch = std::mem::take(&mut *self.batch.borrow_mut());
         loop {
-            let outputs = self.engine.borrow_mut().drain();
+            self.engine.borrow_mut().drain_into(&mut outputs);
             if outputs.is_empty() {
-                return;
+                break;
             }
-            // Each connection's replies of this round, in order: one write each.
-            let mut batch: Vec<(ConnId, BytesMut)> = Vec::new();
-            for o in outputs {
+            // Each connection's replies of this round, in order: one write each. Most
+            // connections get one reply, written from the engine's bytes without a copy.
+            for o in outputs.drain(..) {
                 match o {
                     Output::Send { conn, bytes } => {
                         match batch.iter_mut().find(|(c, _)| *c == conn) {
-                            Some((_, b)) => b.extend_from_slice(&bytes),
-                            None => batch.push((conn, BytesMut::from(&bytes[..]))),
+                            Some((_, b)) => b.push(bytes),
+                            None => batch.push((conn, Replies::One(bytes))),
                         }
                     }
                     Output::Close { conn } => {
                         if let Some(k) = batch.iter().position(|(c, _)| *c == conn) {
                             let (c, b) = batch.remove(k);
-                            self.send(c, &b);
+                            self.send(c, b.as_slice());
                         }
                         self.writers.borrow_mut().remove(&conn);
                         self.engine.borrow_mut().disconnect(conn);
@@ -789,10 +856,12 @@ impl Ctx {
                     }
                 }
             }
-            for (conn, b) in batch {
-                self.send(conn, &b);
+            for (conn, b) in batch.drain(..) {
+                self.send(conn, b.as_slice());
             }
         }
+        *self.outputs.borrow_mut() = outputs;
+        *self.batch.borrow_mut() = batch;
     }
 
     /// Writes (or queues) `bytes` for connection `conn`; a rank whose queue overflows is
@@ -1285,6 +1354,8 @@ impl Node {
         }
         let ctx = Rc::new(Ctx {
             engine: RefCell::new(engine),
+            outputs: RefCell::new(Vec::new()),
+            batch: RefCell::new(Vec::new()),
             writers: RefCell::new(HashMap::new()),
             events: events.clone(),
             next_conn: Cell::new(job.size as ConnId),

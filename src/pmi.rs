@@ -216,6 +216,9 @@ pub struct Engine {
     failed: bool,
     out: Vec<Output>,
     trace: bool,
+    /// Where replies are encoded: each is split off as its own `Bytes`, so replies share a
+    /// few allocations instead of one each.
+    wbuf: BytesMut,
 }
 
 /// Where a rank is, as its host's PMI engine sees it: what a hang diagnosis prints.
@@ -284,6 +287,7 @@ impl Engine {
             failed: false,
             out: Vec::new(),
             trace: trace_enabled(),
+            wbuf: BytesMut::new(),
         }
     }
 
@@ -330,6 +334,20 @@ impl Engine {
 
     /// Takes everything the engine wants done, in order.
     pub fn drain(&mut self) -> Vec<Output> {
+        self.trace_replies();
+        std::mem::take(&mut self.out)
+    }
+
+    /// Like [`Engine::drain`], into `into` (cleared first), whose room the engine keeps for
+    /// its next outputs: a caller that drains in a loop allocates nothing.
+    pub fn drain_into(&mut self, into: &mut Vec<Output>) {
+        self.trace_replies();
+        into.clear();
+        std::mem::swap(&mut self.out, into);
+    }
+
+    /// With the wire trace on, logs the replies about to be drained.
+    fn trace_replies(&self) {
         if self.trace {
             for o in &self.out {
                 if let Output::Send { conn, bytes } = o {
@@ -337,7 +355,16 @@ impl Engine {
                 }
             }
         }
-        std::mem::take(&mut self.out)
+    }
+
+    /// Encodes one reply with `encode` and queues it for `conn`.
+    fn push_send(&mut self, conn: ConnId, encode: impl FnOnce(&mut BytesMut)) {
+        // Room for a typical reply; `reserve` reuses the buffer once the replies split off
+        // it earlier have been written and dropped.
+        self.wbuf.reserve(256);
+        encode(&mut self.wbuf);
+        let bytes = self.wbuf.split().freeze();
+        self.out.push(Output::Send { conn, bytes });
     }
 
     /// Where each local rank is, in rank order.
@@ -491,15 +518,12 @@ impl Engine {
             WireError::UnknownCommand(c) => c.as_str(),
             _ => "error",
         };
-        let mut b = BytesMut::new();
-        if v2 {
-            pmi_wire::v2::encode_error(name, None, &status, &mut b);
-        } else {
-            v1::encode_error(name, &status, &mut b);
-        }
-        self.out.push(Output::Send {
-            conn,
-            bytes: b.freeze(),
+        self.push_send(conn, |b| {
+            if v2 {
+                pmi_wire::v2::encode_error(name, None, &status, b);
+            } else {
+                v1::encode_error(name, &status, b);
+            }
         });
     }
 
@@ -720,12 +744,7 @@ impl Engine {
     // PMI-1
 
     fn send_v1(&mut self, conn: ConnId, r: v1::Response) {
-        let mut b = BytesMut::with_capacity(64);
-        r.encode(&mut b);
-        self.out.push(Output::Send {
-            conn,
-            bytes: b.freeze(),
-        });
+        self.push_send(conn, |b| r.encode(b));
     }
 
     fn handle_v1(&mut self, conn: ConnId, req: v1::Request) {
@@ -961,12 +980,7 @@ impl Engine {
     // PMI-2
 
     fn send_v2(&mut self, conn: ConnId, thrid: Option<String>, msg: v2::Response) {
-        let mut b = BytesMut::with_capacity(96);
-        Frame { thrid, msg }.encode(&mut b);
-        self.out.push(Output::Send {
-            conn,
-            bytes: b.freeze(),
-        });
+        self.push_send(conn, |b| Frame { thrid, msg }.encode(b));
     }
 
     fn handle_v2(&mut self, conn: ConnId, frame: Frame<v2::Request>) {

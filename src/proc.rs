@@ -214,10 +214,101 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Starts a rank with `fork` and `execve`, without waiting for the exec: everything the child
-/// needs is prepared before the fork, and between fork and exec the child calls only
-/// async-signal-safe functions. A launch of many ranks therefore overlaps their execs instead
-/// of serialising them, as `std::process::Command` does by waiting for each exec to succeed.
+/// What the child of [`spawn`] needs between `clone` and `execve`, prepared by the parent:
+/// only pointers into memory that lives until `clone` returns, and plain numbers.
+struct ChildPlan {
+    prog: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    sh: *const libc::c_char,
+    sh_argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    wdir: *const libc::c_char,
+    fd_in: RawFd,
+    fd_out: RawFd,
+    fd_err: RawFd,
+    pmi: Option<RawFd>,
+    cpus: Option<libc::cpu_set_t>,
+    parent: libc::pid_t,
+    fail_msg: *const u8,
+    fail_len: usize,
+}
+
+/// The child's side of [`spawn`], on its own stack in the parent's memory (`CLONE_VM`), while
+/// the parent waits (`CLONE_VFORK`): only system calls, on the plan's memory, ending in
+/// `execve` or `_exit`.
+extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
+    const BIND_MSG: &[u8] = b"kauri: cannot bind the rank to its CPUs\n";
+    // SAFETY: `plan` points to the parent's ChildPlan, alive and unchanged until this child
+    // execs or exits (the parent is suspended until then). Every call below is a system call
+    // on memory the plan names; nothing allocates, and no Rust state of the parent is touched.
+    unsafe {
+        let p = &*(plan as *const ChildPlan);
+        // The parent's signal handlers must not run here, in its memory: signals are blocked
+        // (by the parent, around the clone) and every caught one is reset to its default
+        // before they are unblocked (as posix_spawn does). Rust ignores SIGPIPE, and an
+        // ignored signal stays ignored across exec: reset it too.
+        for sig in 1..libc::SIGRTMAX() {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && (old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN
+                    || sig == libc::SIGPIPE)
+            {
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            }
+        }
+        // A session of its own (as Hydra does), which also makes it a process group of its
+        // own: with the kernel's autogroup scheduling, each session shares the CPU fairly
+        // with the machine's others, instead of all ranks sharing kauri's one share.
+        if libc::setsid() < 0 {
+            libc::setpgid(0, 0);
+        }
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if libc::getppid() != p.parent {
+            libc::_exit(1);
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        if libc::dup2(p.fd_in, 0) < 0 || libc::dup2(p.fd_out, 1) < 0 || libc::dup2(p.fd_err, 2) < 0
+        {
+            libc::_exit(126);
+        }
+        if let Some(fd) = p.pmi {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+        }
+        if let Some(set) = &p.cpus {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                libc::write(2, BIND_MSG.as_ptr().cast(), BIND_MSG.len());
+                libc::_exit(126);
+            }
+        }
+        if libc::chdir(p.wdir) != 0 {
+            libc::write(2, p.fail_msg.cast(), p.fail_len);
+            libc::_exit(126);
+        }
+        // errno lives in the parent's thread-local storage, shared here: harmless, as the
+        // parent is suspended and reads it only if the clone itself failed.
+        libc::execve(p.prog, p.argv, p.envp);
+        if *libc::__errno_location() == libc::ENOEXEC {
+            // A script without `#!`: run it with /bin/sh, as execvp does.
+            libc::execve(p.sh, p.sh_argv, p.envp);
+        }
+        libc::write(2, p.fail_msg.cast(), p.fail_len);
+        libc::_exit(127)
+    }
+}
+
+/// The child's stack for [`child_main`]: system calls only, so a little suffices.
+const CHILD_STACK: usize = 64 << 10;
+
+/// Starts a rank with `clone(CLONE_VM | CLONE_VFORK)` and `execve`, as `posix_spawn` does:
+/// everything the child needs is prepared before, the child shares kauri's memory (no page
+/// tables copied, no copy-on-write faults in kauri afterwards) and calls only system calls,
+/// and kauri resumes as soon as the child's exec has replaced its memory, not when the new
+/// program has loaded. A launch of many ranks therefore costs kauri little per rank, and the
+/// ranks' own start-up overlaps.
 ///
 /// Must be called from a thread that lives as long as the rank should (`PR_SET_PDEATHSIG`).
 pub fn spawn(l: Launch) -> io::Result<Child> {
@@ -231,7 +322,8 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
         .env
         .iter()
         .filter_map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
+            let mut kv = Vec::with_capacity(k.len() + v.len() + 2);
+            kv.extend_from_slice(k.as_bytes());
             kv.push(b'=');
             kv.extend_from_slice(v.as_bytes());
             CString::new(kv).ok()
@@ -258,62 +350,53 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
         let null = std::fs::File::open("/dev/null")?;
         (OwnedFd::from(null), None)
     };
-    let pmi = l.pmi_fd.as_ref().map(|f| f.as_raw_fd());
-    let cpus = l.cpus;
-    let bind_msg = b"kauri: cannot bind the rank to its CPUs\n";
-    let (fd_out, fd_err, fd_in) = (out_w.as_raw_fd(), err_w.as_raw_fd(), in_r.as_raw_fd());
-    // SAFETY: getpid has no preconditions.
-    let parent = unsafe { libc::getpid() };
-
-    // SAFETY: fork duplicates the process; the child branch below only calls async-signal-safe
-    // functions on memory prepared before the fork, and always ends in execve or _exit.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: the child side; see above. Every pointer refers to memory that the fork
-        // copied and nothing frees before exec.
-        unsafe {
-            // A session of its own (as Hydra does), which also makes it a process group of its
-            // own: with the kernel's autogroup scheduling, each session shares the CPU fairly
-            // with the machine's others, instead of all ranks sharing kauri's one share.
-            if libc::setsid() < 0 {
-                libc::setpgid(0, 0);
-            }
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-            // Rust ignores SIGPIPE, and an ignored signal stays ignored across exec.
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            if libc::dup2(fd_in, 0) < 0 || libc::dup2(fd_out, 1) < 0 || libc::dup2(fd_err, 2) < 0 {
-                libc::_exit(126);
-            }
-            if let Some(fd) = pmi {
-                libc::fcntl(fd, libc::F_SETFD, 0);
-            }
-            if let Some(set) = &cpus {
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
-                    libc::write(2, bind_msg.as_ptr().cast(), bind_msg.len());
-                    libc::_exit(126);
-                }
-            }
-            if libc::chdir(wdir.as_ptr()) != 0 {
-                libc::write(2, fail_msg.as_ptr().cast(), fail_msg.len());
-                libc::_exit(126);
-            }
-            libc::execve(prog.as_ptr(), argv_p.as_ptr(), envp_p.as_ptr());
-            if *libc::__errno_location() == libc::ENOEXEC {
-                libc::execve(sh.as_ptr(), sh_argv_p.as_ptr(), envp_p.as_ptr());
-            }
-            libc::write(2, fail_msg.as_ptr().cast(), fail_msg.len());
-            libc::_exit(127);
+    let mut plan = ChildPlan {
+        prog: prog.as_ptr(),
+        argv: argv_p.as_ptr(),
+        sh: sh.as_ptr(),
+        sh_argv: sh_argv_p.as_ptr(),
+        envp: envp_p.as_ptr(),
+        wdir: wdir.as_ptr(),
+        fd_in: in_r.as_raw_fd(),
+        fd_out: out_w.as_raw_fd(),
+        fd_err: err_w.as_raw_fd(),
+        pmi: l.pmi_fd.as_ref().map(|f| f.as_raw_fd()),
+        cpus: l.cpus,
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+        fail_msg: fail_msg.as_ptr(),
+        fail_len: fail_msg.len(),
+    };
+    let mut stack = vec![0u8; CHILD_STACK];
+    // The stack grows down from its end, 16-byte aligned.
+    let top = {
+        let end = stack.as_mut_ptr() as usize + CHILD_STACK;
+        (end & !15) as *mut libc::c_void
+    };
+    // SAFETY: sigfillset and pthread_sigmask write only the sets given. Blocking every signal
+    // around the clone keeps the parent's handlers from running in the child (see
+    // child_main); the parent's mask is restored right after.
+    let pid = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        // SAFETY: the child runs child_main on `stack` with `plan`, both alive until clone
+        // returns (CLONE_VFORK suspends this thread until the child execs or exits).
+        let pid = libc::clone(
+            child_main,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut plan as *mut ChildPlan).cast(),
+        );
+        let e = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(e);
         }
-    }
+        pid
+    };
+    drop(stack);
     drop((out_w, err_w, in_r, l.pmi_fd));
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -373,6 +456,23 @@ impl ForeignWatch {
     }
 }
 
+/// True when this process has a child, living or a zombie.
+fn has_children() -> bool {
+    // SAFETY: waitid with WNOHANG | WNOWAIT writes only `info` and reaps nothing.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // ECHILD: none at all. Anything else (children that are running, or an error) counts as
+    // "maybe", and the caller looks.
+    !(rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+}
+
 /// Sends `sig` to one process (not its group); a process that is gone is not an error.
 pub fn signal_pid(pid: u32, sig: i32) {
     // SAFETY: kill has no memory-safety preconditions; a positive pid names one process.
@@ -395,10 +495,12 @@ pub fn signal_group(pgid: u32, sig: i32) {
 /// [`kill_leftovers`] finds it and nothing outlives the job. Best effort.
 pub fn become_subreaper() {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag and touches no memory.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0);
-    }
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
+    SUBREAPER.store(rc == 0, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// Set once [`become_subreaper`] succeeded.
+static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Kills (`SIGKILL`) every process still in one of `pgids` and in our session or the session
 /// its rank leads (every rank leads one, see [`spawn`]): what ranks
@@ -407,6 +509,12 @@ pub fn become_subreaper() {
 /// groups that still have members are touched. Killed children of ours are reaped, so none
 /// is left a zombie. Returns how many processes it killed.
 pub fn kill_leftovers(pgids: &[u32]) -> usize {
+    if SUBREAPER.load(std::sync::atomic::Ordering::Relaxed) && !has_children() {
+        // Every living descendant of a rank that ended has an ancestor among this process's
+        // children: an orphan goes to the nearest subreaper, this process (see
+        // `become_subreaper`). No child, nothing left; the scan of /proc is skipped.
+        return 0;
+    }
     // SAFETY: getsid(0) and getpid have no preconditions.
     let (sid, me) = unsafe { (libc::getsid(0), libc::getpid()) };
     let mut killed = 0;
