@@ -5,6 +5,9 @@
 //! * `tree_fence`: a whole fence over H virtual agents (4 virtual ranks each, one 64-byte key
 //!   per rank) linked over loopback TCP with the real framing, for tree widths 8 and flat
 //!   (`common::sim`): fan-in to the root and fan-out of the merged delta to every agent.
+//! * `tree_fence_floor`: the floor under `tree_fence`, the same shapes over the same loopback
+//!   links moving the same bytes and nothing else (`common::raw`: no decoding, merging or
+//!   committing); `tree_fence` over it is how far the tree is from the least a fence costs.
 //!
 //! ```text
 //! cargo bench --bench fence
@@ -14,6 +17,7 @@
 
 mod common;
 
+use common::raw;
 use common::sim::{self, Shape};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kauri::hub::Gather;
@@ -103,5 +107,51 @@ fn tree_fence(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, merge, tree_fence);
+/// The floor under `tree_fence`: the same shapes moving the same bytes with nothing else
+/// (`common::raw`).
+fn tree_fence_floor(c: &mut Criterion) {
+    let mut g = c.benchmark_group("tree_fence_floor");
+    g.sample_size(10);
+    for hosts in [8, 64, 256] {
+        for width in [8, 0] {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let local = tokio::task::LocalSet::new();
+            let shape = Shape {
+                hosts,
+                width,
+                ranks: 4,
+                keys: 1,
+                vsize: 64,
+                commit: true,
+                hop_us: 0.0,
+                gbps: 10.0,
+            };
+            let mut tree = local
+                .block_on(&rt, raw::start(shape))
+                .expect("build the tree");
+            let w = if width == 0 {
+                "flat".into()
+            } else {
+                width.to_string()
+            };
+            g.bench_function(BenchmarkId::new(format!("width={w}"), hosts), |b| {
+                b.iter_custom(|iters| {
+                    local.block_on(&rt, async {
+                        let mut t = Duration::ZERO;
+                        for _ in 0..iters {
+                            t += tree.fence().await;
+                        }
+                        t
+                    })
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, merge, tree_fence, tree_fence_floor);
 criterion_main!(benches);

@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each bench uses part of this
 //! with a kill timeout, medians.
 
+pub mod raw;
 pub mod sim;
 
 use std::os::unix::process::CommandExt;

@@ -415,7 +415,7 @@ pub struct SimTree {
 }
 
 /// Parent of every agent, by walking the shape `tree::build` makes.
-fn edges(hosts: usize, width: usize) -> Vec<(u32, u32)> {
+pub fn edges(hosts: usize, width: usize) -> Vec<(u32, u32)> {
     let plans = (0..hosts)
         .map(|i| HostPlan {
             host: format!("v{i}"),
@@ -455,7 +455,7 @@ fn routes(n: usize, edges: &[(u32, u32)]) -> Vec<HashMap<u32, u32>> {
 }
 
 /// One agent's contribution: `ranks` ranks putting `keys` keys of `vsize` bytes.
-fn contribution(id: u32, s: &Shape) -> Packed {
+pub fn contribution(id: u32, s: &Shape) -> Packed {
     let v = "x".repeat(s.vsize);
     let mut d = Packed::default();
     for r in 0..s.ranks {
