@@ -10,8 +10,8 @@
 //!   bytes, fences, reads G peers' keys, checking every value), PMI-1 and PMI-2, N = 16, 64,
 //!   256, 1024: `light` (K=1 V=64 R=10 G=16) and, for PMI-1, `allgather` (K=1 V=512 R=3,
 //!   every rank reads every other rank's key). Open MPI's launcher serves no PMI-1/PMI-2, so
-//!   it has no column here. For PMI-1 the **floor** runs too: `pmi-floor` (pmi-wire's minimal
-//!   launcher and PMI-1 server: one thread, one epoll loop, one read per readiness, one write
+//!   it has no column here. The **floor** runs too: `pmi-floor` (pmi-wire's minimal
+//!   launcher and PMI-1/PMI-2 server: one thread, one epoll loop, one read per readiness, one write
 //!   per batch of replies, a plain hash table, no output forwarding), the least any launcher
 //!   could cost here; the table gives each launcher's time over the floor's.
 //! * `hosts`: H simulated hosts with 4 ranks each running `pmi-load` (5 rounds, one 64-byte key,
@@ -329,13 +329,11 @@ const ALLGATHER: Load = Load {
 
 fn pmi(bins: &Bins, pmi: u8, w: &Load, runs: usize, timeout: Duration) -> Table {
     let mut launchers = kauri_and_hydra(bins);
-    if pmi == 1 {
-        launchers.push(Launcher {
-            name: "floor",
-            argv: vec![bins.floor.display().to_string()],
-            env: vec![],
-        });
-    }
+    launchers.push(Launcher {
+        name: "floor",
+        argv: vec![bins.floor.display().to_string()],
+        env: vec![],
+    });
     let sizes = list("--sizes", &[16, 64, 256, 1024]);
     let (k, v, r, g) = w.args;
     let what = format!("pmi-load {}, PMI-{pmi} (K={k} V={v} R={r} G={g})", w.name);

@@ -90,11 +90,8 @@ pub async fn start(s: Shape) -> io::Result<RawTree> {
             None
         } else {
             let delta = contribution(id as u32, &s);
-            let frame = tree::encode(&Up::Fence {
-                epoch: 0,
-                delta,
-            })
-            .map_err(|e| io::Error::other(e.to_string()))?;
+            let frame = tree::encode(&Up::Fence { epoch: 0, delta })
+                .map_err(|e| io::Error::other(e.to_string()))?;
             Some(frame.to_vec())
         };
         let (gtx, mut grx) = mpsc::unbounded_channel::<()>();

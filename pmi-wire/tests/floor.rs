@@ -1,5 +1,5 @@
-//! `pmi-floor`, the benchmarks' minimal PMI-1 launcher, serves what it must: `pmi-load` at 32
-//! ranks checks every value it reads (puts, fences, gets of every other rank's key, the
+//! `pmi-floor`, the benchmarks' minimal PMI-1 and PMI-2 launcher, serves what it must:
+//! `pmi-load` at 32 ranks, over either protocol, checks every value it reads (puts, fences, gets of every other rank's key, the
 //! process mapping, the universe size), and the exit status is the ranks'.
 
 use std::process::Command;
@@ -9,9 +9,15 @@ const LOAD: &str = env!("CARGO_BIN_EXE_pmi-load");
 
 #[test]
 fn floor_serves_pmi_load_at_32_ranks() {
+    for pmi in ["1", "2"] {
+        serves_pmi_load(pmi);
+    }
+}
+
+fn serves_pmi_load(pmi: &str) {
     let out = Command::new(FLOOR)
         .args([
-            "-n", "32", LOAD, "--rounds", "3", "--vsize", "512", "--gets", "all",
+            "-n", "32", LOAD, "--pmi", pmi, "--rounds", "3", "--vsize", "512", "--gets", "all",
         ])
         .output()
         .expect("pmi-floor runs");

@@ -1,18 +1,19 @@
-//! `pmi-floor`: the least a PMI-1 process manager can cost on one machine, for the benchmarks
-//! to measure kauri and Hydra against (issue #20).
+//! `pmi-floor`: the least a PMI-1 or PMI-2 process manager can cost on one machine, for the
+//! benchmarks to measure kauri and Hydra against (issue #20).
 //!
 //! ```text
 //! pmi-floor -n N PROG [ARGS...]
 //! ```
 //!
 //! It forks N ranks, each with one end of a socketpair as `PMI_FD` (and `PMI_RANK`,
-//! `PMI_SIZE`), and serves PMI-1 on the other ends from one thread: one `epoll` loop, one
+//! `PMI_SIZE`), and serves PMI-1 (or PMI-2, after an `init` asking for version 2) on the other
+//! ends from one thread: one `epoll` loop, one
 //! `read` per readiness, every complete request of that read answered, the replies of one
 //! readiness written with one `write`, a plain hash table for the key-value store, and a
 //! barrier that answers everyone once the last rank enters. The ranks' output is not
 //! forwarded (they inherit its stdout and stderr), nothing is checked beyond what the
 //! protocol needs, and a rank that misbehaves is only dropped: it serves `pmi-load` and MPI
-//! programs' wire-up, and nothing else (no spawn, no names, no PMI-2). Its exit status is the
+//! programs' wire-up, and nothing else (no spawn, no names, no node attributes). Its exit status is the
 //! highest of the ranks' (128 + N for a signal).
 //!
 //! Hand-written parsing, no codec: the floor is what any implementation of the same
@@ -30,6 +31,8 @@ struct Conn {
     /// Replies not yet written (the socket was full).
     outbuf: Vec<u8>,
     open: bool,
+    /// Speaks PMI-2 (length-prefixed frames) since its `init` asked for version 2.
+    v2: bool,
     /// Registered for `EPOLLOUT` too (while `outbuf` is not empty).
     watching_out: bool,
 }
@@ -61,6 +64,12 @@ struct Server {
     blocked: Vec<usize>,
 }
 
+/// Appends one PMI-2 frame: the body's length in six characters, then the body.
+fn frame(out: &mut Vec<u8>, body: &str) {
+    out.extend_from_slice(format!("{:<6}", body.len()).as_bytes());
+    out.extend_from_slice(body.as_bytes());
+}
+
 fn die(what: &str) -> ! {
     eprintln!("pmi-floor: {what}: {}", std::io::Error::last_os_error());
     std::process::exit(255)
@@ -78,6 +87,12 @@ impl Server {
         let cmd = field(line, "cmd").unwrap_or("");
         let out = &mut self.conns[r].outbuf;
         match cmd {
+            "init" if field(line, "pmi_version") == Some("2") => {
+                out.extend_from_slice(
+                    b"cmd=response_to_init rc=0 pmi_version=2 pmi_subversion=0\n",
+                );
+                self.conns[r].v2 = true;
+            }
             "init" => {
                 out.extend_from_slice(b"cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0\n")
             }
@@ -113,23 +128,80 @@ impl Server {
                     None => out.extend_from_slice(b"cmd=get_result rc=-1 msg=key_not_found\n"),
                 }
             }
-            "barrier_in" => {
-                self.in_barrier.push(r);
-                if self.in_barrier.len() == self.live {
-                    for q in std::mem::take(&mut self.in_barrier) {
-                        self.conns[q].outbuf.extend_from_slice(b"cmd=barrier_out\n");
-                        if q != r {
-                            self.flush(q);
-                            if !self.conns[q].outbuf.is_empty() {
-                                self.blocked.push(q);
-                            }
-                        }
-                    }
-                }
-            }
+            "barrier_in" => self.barrier(r),
             "finalize" => out.extend_from_slice(b"cmd=finalize_ack\n"),
             _ => {}
         }
+    }
+
+    /// Rank `r` entered the barrier (PMI-1 `barrier_in`, PMI-2 `kvs-fence`); the last one in
+    /// answers everyone.
+    fn barrier(&mut self, r: usize) {
+        self.in_barrier.push(r);
+        if self.in_barrier.len() == self.live {
+            for q in std::mem::take(&mut self.in_barrier) {
+                if self.conns[q].v2 {
+                    frame(&mut self.conns[q].outbuf, "cmd=kvs-fence-response;rc=0;");
+                } else {
+                    self.conns[q].outbuf.extend_from_slice(b"cmd=barrier_out\n");
+                }
+                if q != r {
+                    self.flush(q);
+                    if !self.conns[q].outbuf.is_empty() {
+                        self.blocked.push(q);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Answers one PMI-2 frame body of rank `r` (`cmd=NAME;key=value;...`).
+    fn request_v2(&mut self, r: usize, body: &str) {
+        let get = |key: &str| {
+            body.split(';')
+                .find_map(|t| t.strip_prefix(key)?.strip_prefix('='))
+        };
+        let mut reply = String::new();
+        match get("cmd").unwrap_or("") {
+            "fullinit" => {
+                let rank = get("pmirank").unwrap_or("-1");
+                reply = format!(
+                    "cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank={rank};\
+                     size={};appnum=0;debugged=FALSE;pmiverbose=FALSE;",
+                    self.size
+                );
+            }
+            "job-getid" => reply.push_str("cmd=job-getid-response;rc=0;jobid=floor;"),
+            "info-getjobattr" => {
+                reply = match get("key") {
+                    Some("PMI_process_mapping") => format!(
+                        "cmd=info-getjobattr-response;rc=0;found=TRUE;value=(vector,(0,1,{}));",
+                        self.size
+                    ),
+                    Some("universeSize") => format!(
+                        "cmd=info-getjobattr-response;rc=0;found=TRUE;value={};",
+                        self.size
+                    ),
+                    _ => "cmd=info-getjobattr-response;rc=0;found=FALSE;".into(),
+                }
+            }
+            "kvs-put" => {
+                if let (Some(k), Some(v)) = (get("key"), get("value")) {
+                    self.kvs.insert(k.to_string(), v.to_string());
+                }
+                reply.push_str("cmd=kvs-put-response;rc=0;");
+            }
+            "kvs-get" => {
+                reply = match get("key").and_then(|k| self.kvs.get(k)) {
+                    Some(v) => format!("cmd=kvs-get-response;rc=0;found=TRUE;value={v};"),
+                    None => "cmd=kvs-get-response;rc=0;found=FALSE;".into(),
+                }
+            }
+            "kvs-fence" => return self.barrier(r),
+            "finalize" => reply.push_str("cmd=finalize-response;rc=0;"),
+            _ => return,
+        }
+        frame(&mut self.conns[r].outbuf, &reply);
     }
 
     /// Writes what rank `r` has queued, as far as its socket takes it.
@@ -163,10 +235,31 @@ impl Server {
         let mut pending = std::mem::take(&mut self.conns[r].inbuf);
         pending.extend_from_slice(&buf[..n as usize]);
         let mut start = 0;
-        while let Some(nl) = pending[start..].iter().position(|&b| b == b'\n') {
-            let line = String::from_utf8_lossy(&pending[start..start + nl]).into_owned();
-            start += nl + 1;
-            self.request(r, line.trim_end());
+        loop {
+            if self.conns[r].v2 {
+                // A frame: six characters of length (space-padded), then the body.
+                let Some(len) = pending
+                    .get(start..start + 6)
+                    .and_then(|l| std::str::from_utf8(l).ok())
+                    .and_then(|l| l.trim().parse::<usize>().ok())
+                else {
+                    break;
+                };
+                if pending.len() < start + 6 + len {
+                    break;
+                }
+                let body =
+                    String::from_utf8_lossy(&pending[start + 6..start + 6 + len]).into_owned();
+                start += 6 + len;
+                self.request_v2(r, &body);
+            } else {
+                let Some(nl) = pending[start..].iter().position(|&b| b == b'\n') else {
+                    break;
+                };
+                let line = String::from_utf8_lossy(&pending[start..start + nl]).into_owned();
+                start += nl + 1;
+                self.request(r, line.trim_end());
+            }
         }
         pending.drain(..start);
         self.conns[r].inbuf = pending;
@@ -271,6 +364,7 @@ fn main() {
             inbuf: Vec::new(),
             outbuf: Vec::new(),
             open: true,
+            v2: false,
             watching_out: false,
         });
     }
