@@ -397,71 +397,116 @@ impl Writer {
     }
 }
 
-/// A PMI connection's socket, read and written through `&self` (no split, no lock between
-/// the halves), so that `dispatch` can write a reply straight away.
-trait PmiSock: 'static {
-    /// Reads what the socket holds into `buf`'s spare room, without waiting. A read that
-    /// leaves room unfilled emptied the socket: the readiness is cleared then, so the next
-    /// `readable` waits for new data instead of costing one more read that would block (new
-    /// data is a new edge for the edge-triggered poller, so nothing is missed).
-    fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize>;
-    fn try_write(&self, buf: &[u8]) -> std::io::Result<usize>;
-    fn readable(&self) -> impl std::future::Future<Output = std::io::Result<()>>;
-    fn writable(&self) -> impl std::future::Future<Output = std::io::Result<()>>;
-    /// Shuts the write side down (the rank reads EOF).
-    fn shutdown_write(&self);
+/// A PMI connection's socket (a Unix socket of a `PMI_FD`, or a TCP one of `-pmi-port`),
+/// read and written through `&self` (no split, no lock between the halves), so that
+/// `dispatch` can write a reply straight away.
+///
+/// It is registered with the poller for reading only. A socket registered for writing too
+/// (as tokio's streams are) wakes the poller each time the rank reads a reply, since its
+/// send buffer drains: one wake-up of kauri per reply, for nothing. Replies are written with
+/// a plain non-blocking `write`; only when the socket is full does [`RankSock::writable`]
+/// register a duplicate of the descriptor for writing, for as long as it waits.
+struct RankSock {
+    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
 }
 
-macro_rules! pmi_sock {
-    ($t:ty) => {
-        impl PmiSock for $t {
-            fn try_read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
-                if buf.capacity() - buf.len() < 1024 {
-                    buf.reserve(4096);
-                }
-                let drained = Cell::new(None);
-                let fd = self.as_raw_fd();
-                let r = self.try_io(tokio::io::Interest::READABLE, || {
-                    let spare = buf.spare_capacity_mut();
-                    let room = spare.len();
-                    // SAFETY: read(2) writes at most `room` bytes into the spare capacity.
-                    let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), room) };
-                    if n < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    let n = n as usize;
-                    // SAFETY: the kernel initialised the first n bytes of the spare capacity.
-                    unsafe { buf.set_len(buf.len() + n) };
-                    if n > 0 && n < room {
-                        // The socket is empty: say "would block" to clear the readiness.
-                        drained.set(Some(n));
-                        return Err(std::io::ErrorKind::WouldBlock.into());
-                    }
-                    Ok(n)
-                });
-                match (r, drained.get()) {
-                    (_, Some(n)) => Ok(n),
-                    (r, None) => r,
-                }
-            }
-            fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
-                <$t>::try_write(self, buf)
-            }
-            async fn readable(&self) -> std::io::Result<()> {
-                <$t>::readable(self).await
-            }
-            async fn writable(&self) -> std::io::Result<()> {
-                <$t>::writable(self).await
-            }
-            fn shutdown_write(&self) {
-                // SAFETY: shutdown(2) on the descriptor this stream owns; no memory passed.
-                unsafe { libc::shutdown(self.as_raw_fd(), libc::SHUT_WR) };
+impl RankSock {
+    /// Serves `fd`, a connected stream socket, made non-blocking here.
+    fn new(fd: std::os::fd::OwnedFd) -> std::io::Result<RankSock> {
+        let raw = fd.as_raw_fd();
+        // SAFETY: fcntl on a descriptor this function owns; no memory is passed.
+        unsafe {
+            let fl = libc::fcntl(raw, libc::F_GETFL);
+            if fl < 0 || libc::fcntl(raw, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+                return Err(std::io::Error::last_os_error());
             }
         }
-    };
+        // SAFETY: the AsyncFd owns the descriptor, which stays open for as long as it is
+        // registered (it closes it only when dropped).
+        let fd = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+        }
+        .map_err(|e| e.into_parts().1)?;
+        Ok(RankSock { fd })
+    }
+
+    /// Waits until the socket has something to read (or an end), then reads what it holds
+    /// into `buf`'s spare room. A read that leaves room unfilled emptied the socket: the
+    /// readiness is cleared then, so the next call waits for new data instead of costing one
+    /// more read that would block (new data is a new edge for the edge-triggered poller, so
+    /// nothing is missed).
+    async fn read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(4096);
+        }
+        loop {
+            let mut ready = self.fd.readable().await?;
+            let spare = buf.spare_capacity_mut();
+            let room = spare.len();
+            // SAFETY: read(2) writes at most `room` bytes into the spare capacity.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), spare.as_mut_ptr().cast(), room) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::WouldBlock {
+                    ready.clear_ready();
+                    continue;
+                }
+                return Err(e);
+            }
+            let n = n as usize;
+            // SAFETY: the kernel initialised the first n bytes of the spare capacity.
+            unsafe { buf.set_len(buf.len() + n) };
+            if n > 0 && n < room {
+                ready.clear_ready();
+            }
+            return Ok(n);
+        }
+    }
+
+    /// Writes what the socket takes of `b` now, without waiting.
+    fn try_write(&self, b: &[u8]) -> std::io::Result<usize> {
+        // SAFETY: send(2) reads at most b.len() bytes from `b`. MSG_NOSIGNAL: a rank that
+        // closed its end is an EPIPE here, not a signal.
+        let n = unsafe {
+            libc::send(
+                self.fd.as_raw_fd(),
+                b.as_ptr().cast(),
+                b.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Waits until the socket can take more, through a duplicate of its descriptor
+    /// registered for writing while this waits (see the type's doc).
+    async fn writable(&self) -> std::io::Result<()> {
+        // SAFETY: dup returns a new descriptor (or -1) that nobody else owns.
+        let dup = unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `dup` was just created and is owned by this OwnedFd alone.
+        let dup = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dup) };
+        // SAFETY: as in `new`: the AsyncFd owns the duplicate for as long as it is registered.
+        let w = unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(dup, tokio::io::Interest::WRITABLE)
+        }
+        .map_err(|e| e.into_parts().1)?;
+        let _ready = w.writable().await?;
+        Ok(())
+    }
+
+    /// Shuts the write side down (the rank reads EOF).
+    fn shutdown_write(&self) {
+        // SAFETY: shutdown(2) on the descriptor this socket owns; no memory passed.
+        unsafe { libc::shutdown(self.fd.as_raw_fd(), libc::SHUT_WR) };
+    }
 }
-pmi_sock!(tokio::net::UnixStream);
-pmi_sock!(tokio::net::TcpStream);
 
 /// One connection's replies of one `dispatch` round.
 enum Replies {
@@ -895,8 +940,8 @@ impl Ctx {
 /// take waits, for a writer task, so a rank that does not read its replies blocks nobody. The
 /// queue holds at most [`PMI_REPLY_QUEUE_MAX`] bytes, and a rank that lets it fill is closed
 /// (its replies dropped, an error reply written if the socket takes it).
-async fn serve_conn<S: PmiSock>(ctx: Rc<Ctx>, conn: ConnId, stream: S) {
-    let sock = Rc::new(stream);
+async fn serve_conn(ctx: Rc<Ctx>, conn: ConnId, sock: RankSock) {
+    let sock = Rc::new(sock);
     let pending = Rc::new(RefCell::new(BytesMut::new()));
     let wake = Rc::new(tokio::sync::Notify::new());
     // The last words, once the connection is abandoned; a `Writer` dropped without them (the
@@ -966,14 +1011,9 @@ async fn serve_conn<S: PmiSock>(ctx: Rc<Ctx>, conn: ConnId, stream: S) {
     let mut framing = Framing::default();
     let mut buf = BytesMut::with_capacity(4096);
     'read: loop {
-        if sock.readable().await.is_err() {
-            break;
-        }
-        match sock.try_read_buf(&mut buf) {
-            Ok(0) => break,
+        match sock.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
             Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(_) => break,
         }
         loop {
             let decoded = framing.decode(&mut buf);
@@ -1392,9 +1432,16 @@ impl Node {
                         continue; // dropped: closed without a reply
                     }
                     let _ = s.set_nodelay(true);
+                    let sock = match s.into_std().and_then(|s| RankSock::new(s.into())) {
+                        Ok(sock) => sock,
+                        Err(e) => {
+                            warn!("cannot serve a PMI connection: {e}");
+                            continue;
+                        }
+                    };
                     let conn = c.new_conn();
                     c.engine.borrow_mut().connect(conn, None);
-                    tokio::task::spawn_local(serve_conn(c.clone(), conn, s));
+                    tokio::task::spawn_local(serve_conn(c.clone(), conn, sock));
                 }
             });
             Some(addr)
@@ -1472,6 +1519,10 @@ impl Node {
                 let r = rp.rank;
                 if let (true, Some(a)) = (adopting(r), &job.adopt) {
                     let stream = singinit(a, &job.kvsname).await?;
+                    let stream = stream
+                        .into_std()
+                        .and_then(|s| RankSock::new(s.into()))
+                        .map_err(|e| format!("cannot serve the singleton's PMI: {e}"))?;
                     let conn = r as ConnId;
                     ctx.engine.borrow_mut().connect(conn, Some(r));
                     tokio::task::spawn_local(serve_conn(ctx.clone(), conn, stream));
@@ -1598,9 +1649,7 @@ impl Node {
                 node.running.borrow_mut().insert(r, pid);
                 if let Some(sock) = ours {
                     let conn = r as ConnId;
-                    let served = sock
-                        .set_nonblocking(true)
-                        .and_then(|()| tokio::net::UnixStream::from_std(sock));
+                    let served = RankSock::new(sock.into());
                     match served {
                         Ok(s) => {
                             ctx.engine.borrow_mut().connect(conn, Some(r));
