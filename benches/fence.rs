@@ -5,6 +5,9 @@
 //! * `tree_fence`: a whole fence over H virtual agents (4 virtual ranks each, one 64-byte key
 //!   per rank) linked over loopback TCP with the real framing, for tree widths 8 and flat
 //!   (`common::sim`): fan-in to the root and fan-out of the merged delta to every agent.
+//! * `pmix_tree_fence`: the same for a PMIx fence: each agent hands the tree an opaque blob of
+//!   the size of its PMI contribution (as a host's PMIx server hands kauri's fence upcall),
+//!   blobs are concatenated on the way up and every host gets all of them.
 //! * `tree_fence_floor`: the floor under `tree_fence`, the same shapes over the same loopback
 //!   links moving the same bytes and nothing else (`common::raw`: no decoding, merging or
 //!   committing); `tree_fence` over it is how far the tree is from the least a fence costs.
@@ -63,95 +66,90 @@ fn merge(c: &mut Criterion) {
     g.finish();
 }
 
+/// What a `tree_*` group runs over the simulated tree.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// kauri's PMI fence (`common::sim`).
+    Pmi,
+    /// kauri's PMIx fence: blobs of the same size (`Shape::pmix`).
+    Pmix,
+    /// The floor: the same bytes over the same links, nothing else (`common::raw`).
+    Floor,
+}
+
+/// A whole fence over 8, 64 and 256 virtual agents, width 8 and flat.
+fn tree_group(c: &mut Criterion, name: &str, kind: Kind) {
+    let mut g = c.benchmark_group(name);
+    g.sample_size(10);
+    for hosts in [8, 64, 256] {
+        for width in [8, 0] {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let local = tokio::task::LocalSet::new();
+            let shape = Shape {
+                hosts,
+                width,
+                ranks: 4,
+                keys: 1,
+                vsize: 64,
+                commit: true,
+                hop_us: 0.0,
+                gbps: 10.0,
+                pmix: matches!(kind, Kind::Pmix),
+            };
+            let mut tree = match kind {
+                Kind::Floor => Tree::Raw(local.block_on(&rt, raw::start(shape)).expect("tree")),
+                _ => Tree::Sim(local.block_on(&rt, sim::start(shape)).expect("tree")),
+            };
+            let w = if width == 0 {
+                "flat".into()
+            } else {
+                width.to_string()
+            };
+            g.bench_function(BenchmarkId::new(format!("width={w}"), hosts), |b| {
+                b.iter_custom(|iters| {
+                    local.block_on(&rt, async {
+                        let mut t = Duration::ZERO;
+                        for _ in 0..iters {
+                            t += match &mut tree {
+                                Tree::Sim(s) => s.fence().await,
+                                Tree::Raw(r) => r.fence().await,
+                            };
+                        }
+                        t
+                    })
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+/// A running tree of either kind.
+enum Tree {
+    Sim(sim::SimTree),
+    Raw(raw::RawTree),
+}
+
 fn tree_fence(c: &mut Criterion) {
-    let mut g = c.benchmark_group("tree_fence");
-    g.sample_size(10);
-    for hosts in [8, 64, 256] {
-        for width in [8, 0] {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            let local = tokio::task::LocalSet::new();
-            let shape = Shape {
-                hosts,
-                width,
-                ranks: 4,
-                keys: 1,
-                vsize: 64,
-                commit: true,
-                hop_us: 0.0,
-                gbps: 10.0,
-            };
-            let mut tree = local
-                .block_on(&rt, sim::start(shape))
-                .expect("build the tree");
-            let w = if width == 0 {
-                "flat".into()
-            } else {
-                width.to_string()
-            };
-            g.bench_function(BenchmarkId::new(format!("width={w}"), hosts), |b| {
-                b.iter_custom(|iters| {
-                    local.block_on(&rt, async {
-                        let mut t = Duration::ZERO;
-                        for _ in 0..iters {
-                            t += tree.fence().await;
-                        }
-                        t
-                    })
-                })
-            });
-        }
-    }
-    g.finish();
+    tree_group(c, "tree_fence", Kind::Pmi);
 }
 
-/// The floor under `tree_fence`: the same shapes moving the same bytes with nothing else
-/// (`common::raw`).
+fn pmix_tree_fence(c: &mut Criterion) {
+    tree_group(c, "pmix_tree_fence", Kind::Pmix);
+}
+
 fn tree_fence_floor(c: &mut Criterion) {
-    let mut g = c.benchmark_group("tree_fence_floor");
-    g.sample_size(10);
-    for hosts in [8, 64, 256] {
-        for width in [8, 0] {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            let local = tokio::task::LocalSet::new();
-            let shape = Shape {
-                hosts,
-                width,
-                ranks: 4,
-                keys: 1,
-                vsize: 64,
-                commit: true,
-                hop_us: 0.0,
-                gbps: 10.0,
-            };
-            let mut tree = local
-                .block_on(&rt, raw::start(shape))
-                .expect("build the tree");
-            let w = if width == 0 {
-                "flat".into()
-            } else {
-                width.to_string()
-            };
-            g.bench_function(BenchmarkId::new(format!("width={w}"), hosts), |b| {
-                b.iter_custom(|iters| {
-                    local.block_on(&rt, async {
-                        let mut t = Duration::ZERO;
-                        for _ in 0..iters {
-                            t += tree.fence().await;
-                        }
-                        t
-                    })
-                })
-            });
-        }
-    }
-    g.finish();
+    tree_group(c, "tree_fence_floor", Kind::Floor);
 }
 
-criterion_group!(benches, merge, tree_fence, tree_fence_floor);
+criterion_group!(
+    benches,
+    merge,
+    tree_fence,
+    pmix_tree_fence,
+    tree_fence_floor
+);
 criterion_main!(benches);

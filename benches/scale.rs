@@ -100,6 +100,7 @@ fn in_process(
                 vsize: 64,
                 commit: true,
                 hop_us: net.hop_us,
+                pmix: false,
                 gbps: net.gbps,
             };
             let line = local.block_on(&rt, async {

@@ -87,9 +87,6 @@ fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> Wiring {
 /// searched for [`crate::job::MPI_MARKERS`].
 const SCRIPT_HEAD: u64 = 64 << 10;
 
-/// The most bytes of an ELF program read for its dynamic section.
-const ELF_HEAD: u64 = 64 << 20;
-
 /// What one segment's program is linked to, and, for a program linked to no MPI (an
 /// interpreter, a shell, a wrapper such as `env` or `valgrind`, a script, a static binary),
 /// what lies past it: an MPI marker in its arguments (`python3 -c 'from mpi4py …'`), in the
@@ -97,7 +94,7 @@ const ELF_HEAD: u64 = 64 << 20;
 /// or a program an argument names that is linked to an MPI (`valgrind ./app`). Only regular
 /// files are opened, and only their first bytes read.
 fn segment_evidence(a: &AppPlan) -> Evidence {
-    use crate::job::{arg_words, mentions_mpi, needed_libraries, wants_pmi, wants_pmix};
+    use crate::job::{arg_words, mentions_mpi, needed_libraries_of, wants_pmi, wants_pmix};
     use std::os::unix::fs::MetadataExt;
     let path = a
         .env
@@ -117,7 +114,7 @@ fn segment_evidence(a: &AppPlan) -> Evidence {
     let inspect = |p: &std::path::Path| -> (bool, bool, bool) {
         let start = head(p, 4);
         if start == b"\x7fELF" {
-            let libs = needed_libraries(&head(p, ELF_HEAD));
+            let libs = needed_libraries_of(p);
             (wants_pmix(&libs), wants_pmi(&libs), false)
         } else if start.is_empty() {
             (false, false, false)
@@ -149,11 +146,16 @@ fn segment_evidence(a: &AppPlan) -> Evidence {
     if a.args.iter().any(|s| mentions_mpi(s.as_bytes())) {
         return Evidence::Beyond;
     }
+    let mut seen = std::collections::HashSet::new();
     for w in arg_words(&a.args) {
+        if !seen.insert(w) {
+            continue;
+        }
         let file = wdir.join(w);
         let found = if std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
             Some(file)
-        } else if !w.contains('/') {
+        } else if !w.contains('/') && !w.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+            // A number (`-n 4 ./app 1000`) names no program on PATH.
             proc::resolve(w, path, wdir).ok()
         } else {
             None

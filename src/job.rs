@@ -157,6 +157,42 @@ impl PmiChoice {
 /// anything that is not a 64-bit little-endian ELF file with a dynamic section (a script, a
 /// static binary, a truncated or corrupt file).
 pub fn needed_libraries(bytes: &[u8]) -> Vec<String> {
+    needed_libraries_by(&|off, len| {
+        let start = usize::try_from(off).ok()?;
+        let end = start.checked_add(len)?.min(bytes.len());
+        bytes.get(start..end).map(<[u8]>::to_vec)
+    })
+}
+
+/// [`needed_libraries`] of the file at `path`, reading only its headers, its dynamic section
+/// and its string table (a program of hundreds of megabytes costs a few small reads).
+pub fn needed_libraries_of(path: &std::path::Path) -> Vec<String> {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    needed_libraries_by(&|off, len| {
+        let mut b = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            match f.read_at(&mut b[got..], off.checked_add(got as u64)?) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        b.truncate(got);
+        Some(b)
+    })
+}
+
+/// The most bytes of a program's string table [`needed_libraries_of`] reads.
+const STRTAB_MAX: u64 = 16 << 20;
+
+/// [`needed_libraries`] over `read(offset, len)`, which returns at most `len` bytes from
+/// `offset` (fewer at the end).
+fn needed_libraries_by(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Vec<String> {
     fn u16_at(b: &[u8], o: usize) -> Option<u16> {
         Some(u16::from_le_bytes(
             b.get(o..o.checked_add(2)?)?.try_into().ok()?,
@@ -174,21 +210,26 @@ pub fn needed_libraries(bytes: &[u8]) -> Vec<String> {
     }
     let parse = || -> Option<Vec<String>> {
         // ELF64, little endian.
-        if bytes.get(0..4)? != b"\x7fELF" || *bytes.get(4)? != 2 || *bytes.get(5)? != 1 {
+        let head = read(0, 64)?;
+        if head.get(0..4)? != b"\x7fELF" || *head.get(4)? != 2 || *head.get(5)? != 1 {
             return None;
         }
-        let phoff = usize::try_from(u64_at(bytes, 0x20)?).ok()?;
-        let phentsize = usize::from(u16_at(bytes, 0x36)?);
-        let phnum = usize::from(u16_at(bytes, 0x38)?);
+        let phoff = u64_at(&head, 0x20)?;
+        let phentsize = usize::from(u16_at(&head, 0x36)?);
+        let phnum = usize::from(u16_at(&head, 0x38)?).min(4096);
+        if phentsize < 56 {
+            return None;
+        }
+        let phdrs = read(phoff, phnum.checked_mul(phentsize)?)?;
         // Program headers: PT_LOAD (1) maps addresses to file offsets; PT_DYNAMIC (2).
         let mut loads = Vec::new();
         let mut dynamic = None;
-        for i in 0..phnum.min(4096) {
-            let h = phoff.checked_add(i.checked_mul(phentsize)?)?;
-            let kind = u32_at(bytes, h)?;
-            let offset = u64_at(bytes, h + 8)?;
-            let vaddr = u64_at(bytes, h + 16)?;
-            let filesz = u64_at(bytes, h + 32)?;
+        for i in 0..phnum {
+            let h = i.checked_mul(phentsize)?;
+            let kind = u32_at(&phdrs, h)?;
+            let offset = u64_at(&phdrs, h + 8)?;
+            let vaddr = u64_at(&phdrs, h + 16)?;
+            let filesz = u64_at(&phdrs, h + 32)?;
             match kind {
                 1 => loads.push((vaddr, offset, filesz)),
                 2 => dynamic = Some((offset, filesz)),
@@ -196,32 +237,41 @@ pub fn needed_libraries(bytes: &[u8]) -> Vec<String> {
             }
         }
         let (doff, dsize) = dynamic?;
-        let to_offset = |addr: u64| -> Option<usize> {
+        let to_offset = |addr: u64| -> Option<u64> {
             loads
                 .iter()
                 .find(|(v, _, sz)| addr >= *v && addr - *v < *sz)
-                .and_then(|(v, o, _)| usize::try_from(addr - v + o).ok())
+                .and_then(|(v, o, _)| (addr - v).checked_add(*o))
         };
-        let (mut strtab, mut needed) = (None, Vec::new());
-        let doff = usize::try_from(doff).ok()?;
-        for i in 0..usize::try_from(dsize / 16).ok()?.min(1 << 16) {
-            let e = doff.checked_add(i * 16)?;
-            let tag = u64_at(bytes, e)?;
-            let val = u64_at(bytes, e + 8)?;
+        let entries = usize::try_from(dsize / 16).ok()?.min(1 << 16);
+        let dynamic = read(doff, entries * 16)?;
+        let (mut strtab, mut strsz, mut needed) = (None, None, Vec::new());
+        for i in 0..entries {
+            let e = i * 16;
+            let Some(tag) = u64_at(&dynamic, e) else {
+                break;
+            };
+            let val = u64_at(&dynamic, e + 8)?;
             match tag {
                 0 => break,
                 1 => needed.push(val),
                 5 => strtab = to_offset(val),
+                10 => strsz = Some(val),
                 _ => {}
             }
         }
         let strtab = strtab?;
+        // The names' offsets bound what must be read when DT_STRSZ is missing.
+        let want = strsz
+            .or_else(|| needed.iter().max().map(|m| m + 4096))
+            .unwrap_or(0)
+            .min(STRTAB_MAX);
+        let strings = read(strtab, usize::try_from(want).ok()?)?;
         Some(
             needed
                 .into_iter()
                 .filter_map(|off| {
-                    let start = strtab.checked_add(usize::try_from(off).ok()?)?;
-                    let rest = bytes.get(start..)?;
+                    let rest = strings.get(usize::try_from(off).ok()?..)?;
                     let end = rest.iter().position(|&b| b == 0)?;
                     Some(String::from_utf8_lossy(&rest[..end]).into_owned())
                 })
@@ -555,6 +605,17 @@ mod tests {
         );
         let many = vec!["w ".repeat(100)];
         assert_eq!(arg_words(&many).len(), ARG_WORDS_MAX);
+    }
+
+    #[test]
+    fn needed_libraries_of_a_file_reads_the_same_as_of_its_bytes() {
+        let exe = std::env::current_exe().unwrap();
+        let me = std::fs::read(&exe).unwrap();
+        let libs = needed_libraries_of(&exe);
+        assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
+        assert_eq!(libs, needed_libraries(&me));
+        assert!(needed_libraries_of(std::path::Path::new("/nonexistent")).is_empty());
+        assert!(needed_libraries_of(std::path::Path::new("/etc/hostname")).is_empty());
     }
 
     #[test]

@@ -78,6 +78,10 @@ pub struct Shape {
     pub hop_us: f64,
     /// Modelled network: link bandwidth, Gbit/s.
     pub gbps: f64,
+    /// PMIx fences instead of PMI ones: each agent's part is an opaque blob of the size its
+    /// PMI contribution would have (what a host's PMIx server hands kauri's fence upcall),
+    /// concatenated on the way up and handed whole to every host's server on the way down.
+    pub pmix: bool,
 }
 
 /// A virtual CPU. `free`: the virtual time (µs from the fence's start) at which its work so
@@ -262,8 +266,10 @@ impl Host for SimHost {
         }
         let _ = self.done.send((self.id, self.cpu.now()));
     }
-    /// The sim runs PMI-1 fences only.
-    fn pmix_fence_done(&self, _epoch: u64, _data: Vec<u8>) {}
+    /// A PMIx fence is complete: every host's blob, handed to the (absent) PMIx server.
+    fn pmix_fence_done(&self, _epoch: u64, _data: Vec<u8>) {
+        let _ = self.done.send((self.id, self.cpu.now()));
+    }
     fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>) {}
     /// No PMIx server to tell.
     fn pmix_failure(&self, _status: i32, _ranks: &[usize], _exit_code: Option<i32>) {}
@@ -576,11 +582,16 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
             None,
         );
         let up = up_tx[id as usize].take();
+        // A PMIx host's blob: as many bytes as its ranks' keys and values.
+        let blob = s
+            .pmix
+            .then(|| vec![b'x'; s.ranks * s.keys * (s.vsize + 16)]);
         let node = SimNode {
             branch,
             up,
             cpu,
             local,
+            blob,
         };
         tokio::task::spawn_local(node.run(kid_rx, down_rx[id as usize].take(), grx));
     }
@@ -635,6 +646,8 @@ struct SimNode {
     up: Option<Writer>,
     cpu: Cpu,
     local: Option<Packed>,
+    /// For PMIx fences ([`Shape::pmix`]): this host's blob.
+    blob: Option<Vec<u8>>,
 }
 
 impl SimNode {
@@ -650,9 +663,15 @@ impl SimNode {
             tokio::select! {
                 g = recv(&mut go) => match g {
                     Some(epoch) => {
-                        let delta = self.local.clone().unwrap_or_default();
+                        let event = match &self.blob {
+                            Some(data) => NodeEvent::PmixFence { epoch, data: data.clone() },
+                            None => {
+                                let delta = self.local.clone().unwrap_or_default();
+                                NodeEvent::Engine(Output::FenceReady { epoch, delta })
+                            }
+                        };
                         self.cpu.begin(0.0);
-                        let out = self.branch.on_node(NodeEvent::Engine(Output::FenceReady { epoch, delta }));
+                        let out = self.branch.on_node(event);
                         self.on_out(out);
                         self.cpu.end();
                     }
@@ -691,6 +710,7 @@ impl SimNode {
                 }
             }
             (None, Up::Fence { epoch, delta }) => self.branch.fence_done(epoch, delta, None),
+            (None, Up::PmixFence { epoch, data }) => self.branch.pmix_fence_done(epoch, data, None),
             (None, _) => {}
         }
     }
