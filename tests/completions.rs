@@ -5,7 +5,7 @@
 //! on the script, then `_kauri` run with the completion system's builtins (`compadd`,
 //! `_describe`, `_files`, ...) replaced by functions that print what they are given; the
 //! real completion widget needs a terminal. A shell that is not installed is reported and
-//! its test returns early (`.ci/setup` installs all three).
+//! its test returns early (`.ci/setup` installs all three; with `CI=true` it fails instead).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -19,6 +19,11 @@ fn has(shell: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
+        // CI installs every shell (.ci/setup): there, a missing one is a failure, not a pass.
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{shell} is not installed (CI=true)"
+        );
         eprintln!("{shell} is not installed: not tested");
     }
     ok
