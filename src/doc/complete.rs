@@ -94,6 +94,15 @@ fn value_kinds(page: &Page) -> Vec<(Vec<String>, String)> {
 }
 
 /// Every shown option name of `page`, deduplicated, in order.
+/// A page's option names that start with a dash, space-separated (a subcommand's options).
+fn dash_names(page: &Page) -> String {
+    shown(page)
+        .into_iter()
+        .filter(|n| n.starts_with('-'))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn shown(page: &Page) -> Vec<&'static str> {
     let mut v: Vec<&'static str> = Vec::new();
     for o in page.opts() {
@@ -195,11 +204,7 @@ _kauri() {
 "#,
     );
     for (word, page) in subpages() {
-        let dash = shown(page)
-            .into_iter()
-            .filter(|n| n.starts_with('-'))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let dash = dash_names(page);
         let words = page.words.join(" ");
         s.push_str(&format!(
             "            {word}) if (( cword == 2 )) && [[ $cur != -* ]]; then _kauri_reply {} \"$cur\"; \
@@ -295,11 +300,7 @@ pub fn zsh() -> String {
     s.push_str("    _describe -t options 'kauri option' opts\n}\n");
     s.push_str("_kauri() {\n    local cur=$words[CURRENT]\n    if (( CURRENT > 2 )); then\n        case $words[2] in\n");
     for (word, page) in subpages() {
-        let dash = shown(page)
-            .into_iter()
-            .filter(|n| n.starts_with('-'))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let dash = dash_names(page);
         s.push_str(&format!(
             "            {word}) if (( CURRENT == 3 )) && [[ $cur != -* ]]; then compadd -- {}; \
              elif [[ $cur == -* ]]; then compadd -- {}; fi; return;;\n",
