@@ -432,12 +432,34 @@ impl Placement {
             .collect()
     }
 
-    /// `PMI_process_mapping` for this placement: `(vector,(start,count,ppn),…)`, the shortest
-    /// list of blocks which, applied cyclically as MPICH's parser does, gives every rank's
-    /// node; the empty string ("unknown") when that list is longer than a value may be.
+    /// `PMI_process_mapping` for this placement: `(vector,(start,count,ppn),…)`, every block
+    /// of the placement written out, as Intel MPI's Hydra writes it: Intel MPI's parser does
+    /// not repeat a shorter list, and MPICH's reads both forms. When the full list is longer
+    /// than a value may be, the shortest list of blocks which, applied cyclically as MPICH's
+    /// parser does, gives every rank's node; the empty string ("unknown") when even that is too
+    /// long.
     pub fn process_mapping(&self) -> String {
-        // Runs of consecutive ranks on one node, merged into blocks of consecutive nodes with
-        // equal run lengths.
+        let blocks = self.blocks();
+        let full = vector(&blocks);
+        if full.len() <= pmi_wire::limits::VALUE_MAX {
+            return full;
+        }
+        // The shortest prefix of blocks that reproduces the whole mapping when repeated.
+        let shortest = (1..=blocks.len())
+            .find(|&k| expand(&blocks[..k], self.node.len()) == self.node)
+            .unwrap_or(blocks.len());
+        let s = vector(&blocks[..shortest]);
+        if s.len() > pmi_wire::limits::VALUE_MAX {
+            String::new()
+        } else {
+            s
+        }
+    }
+
+    /// The placement as `(start node, node count, ranks per node)` blocks, in rank order: runs
+    /// of consecutive ranks on one node, merged into blocks of consecutive nodes with equal
+    /// run lengths.
+    fn blocks(&self) -> Vec<(usize, usize, usize)> {
         let mut blocks: Vec<(usize, usize, usize)> = Vec::new();
         let mut r = 0;
         while r < self.node.len() {
@@ -449,21 +471,18 @@ impl Placement {
             }
             r += run;
         }
-        // The shortest prefix of blocks that reproduces the whole mapping when repeated.
-        let shortest = (1..=blocks.len())
-            .find(|&k| expand(&blocks[..k], self.node.len()) == self.node)
-            .unwrap_or(blocks.len());
-        let mut s = String::from("(vector");
-        for (start, count, ppn) in &blocks[..shortest] {
-            s.push_str(&format!(",({start},{count},{ppn})"));
-        }
-        s.push(')');
-        if s.len() > pmi_wire::limits::VALUE_MAX {
-            String::new()
-        } else {
-            s
-        }
+        blocks
     }
+}
+
+/// `(vector,(start,count,ppn),…)` of `blocks`.
+fn vector(blocks: &[(usize, usize, usize)]) -> String {
+    let mut s = String::from("(vector");
+    for (start, count, ppn) in blocks {
+        s.push_str(&format!(",({start},{count},{ppn})"));
+    }
+    s.push(')');
+    s
 }
 
 /// Applies blocks cyclically to `size` ranks, as MPICH's rank-map parser does.
@@ -538,13 +557,51 @@ mod tests {
         let p = Placement::block(5, &[2, 1]);
         assert_eq!(p.node, vec![0, 0, 1, 0, 0]);
         assert_eq!(expand(&[(0, 1, 2), (1, 1, 1)], 5), p.node);
-        assert_eq!(p.process_mapping(), "(vector,(0,1,2),(1,1,1))");
+        assert_eq!(p.process_mapping(), "(vector,(0,1,2),(1,1,1),(0,1,2))");
     }
 
     #[test]
-    fn cyclic_mapping_uses_wraparound() {
-        assert_eq!(cyclic(8, 2).process_mapping(), "(vector,(0,2,1))");
-        assert_eq!(cyclic(7, 3).process_mapping(), "(vector,(0,3,1))");
+    fn cyclic_mapping_writes_every_block() {
+        // Intel MPI's Hydra writes this form, and Intel MPI's parser needs it: given only
+        // `(vector,(0,2,1))` for 4 ranks on 2 hosts its ranks die of SIGSEGV.
+        assert_eq!(cyclic(4, 2).process_mapping(), "(vector,(0,2,1),(0,2,1))");
+        assert_eq!(
+            cyclic(7, 3).process_mapping(),
+            "(vector,(0,3,1),(0,3,1),(0,1,1))"
+        );
+    }
+
+    #[test]
+    fn too_long_a_list_falls_back_to_the_cyclic_form() {
+        // 512 blocks of `(0,2,1)` are 4 KiB: more than a value may be.
+        assert_eq!(cyclic(1024, 2).process_mapping(), "(vector,(0,2,1))");
+        // 600 ranks scattered over 97 hosts with no repeat: neither form fits.
+        let mut x: u64 = 1;
+        let irregular = Placement {
+            node: (0..600)
+                .map(|_| {
+                    x = (x * 1_103_515_245 + 12_345) % (1 << 31);
+                    (x >> 16) as usize % 97
+                })
+                .collect(),
+            nodes: 97,
+        };
+        assert_eq!(irregular.process_mapping(), "");
+    }
+
+    #[test]
+    fn a_full_list_places_every_rank_once() {
+        // What a parser that does not repeat the list reads: the blocks' ranks add up to the
+        // job's size.
+        for size in 1..40 {
+            for nodes in 1..6 {
+                for p in [cyclic(size, nodes), Placement::block(size, &vec![3; nodes])] {
+                    let placed: usize = p.blocks().iter().map(|&(_, c, ppn)| c * ppn).sum();
+                    assert_eq!(placed, size);
+                    assert_eq!(p.process_mapping(), vector(&p.blocks()));
+                }
+            }
+        }
     }
 
     #[test]

@@ -281,6 +281,32 @@ pub fn pmi_dyn() -> PathBuf {
     }
 }
 
+/// Where `.ci/setup` keeps what it builds and downloads: `${KAURI_CACHE:-$HOME/.cache/kauri}`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("KAURI_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kauri")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache/kauri"))
+}
+
+/// The virtual environment of an MPI from the Python registry, with mpi4py 4 in it
+/// (`openmpi5`, `mpich5`, `mpich43`, `impi`), made by `compat-tests/wheels/setup.sh` in
+/// [`cache_dir`]`/venvs`. `None` when it is missing, after a line saying the test is skipped;
+/// under `CI=true` a missing one fails the test instead.
+pub fn wheel_venv(name: &str) -> Option<PathBuf> {
+    let venv = cache_dir().join("venvs").join(name);
+    if venv.join("bin/python3").is_file() {
+        return Some(venv);
+    }
+    let why = format!(
+        "{} not found: make it with compat-tests/wheels/setup.sh (.ci/setup does)",
+        venv.display()
+    );
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
 /// One of the two MPICH 4.0.2 builds with the ch3 device (Debian's ch4:ucx build cannot do
 /// dynamic processes), made by `compat-tests/mpich-testsuite/build-mpich.sh` under
 /// `${KAURI_CACHE:-$HOME/.cache/kauri}`.
@@ -297,11 +323,7 @@ impl Ch3 {
 
     /// The installation prefix.
     pub fn prefix(self) -> PathBuf {
-        let cache = std::env::var_os("KAURI_CACHE")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kauri")))
-            .unwrap_or_else(|| PathBuf::from("/root/.cache/kauri"));
-        cache.join(match self {
+        cache_dir().join(match self {
             Ch3::Pmi1 => "mpich-4.0.2-ch3-pmi1",
             Ch3::Pmi2 => "mpich-4.0.2-ch3-pmi2",
         })
