@@ -101,14 +101,14 @@ pub async fn run(args: AgentArgs) -> i32 {
     let key = match take_key() {
         Ok(k) => k,
         Err(e) => {
-            eprintln!("kauri agent on {}: {e}", args.host);
+            say!("kauri agent on {}: {e}", args.host);
             return 1;
         }
     };
     match serve(args.clone(), key).await {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("kauri agent on {}: {e}", args.host);
+            say!("kauri agent on {}: {e}", args.host);
             1
         }
     }

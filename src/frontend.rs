@@ -1468,13 +1468,13 @@ impl Root {
         let me = local_host();
         raise_fd_limit();
         let p = plan(spec, &me).map_err(|e| {
-            eprintln!("kauri: {e}");
+            say!("kauri: {e}");
             STATUS_LAUNCHER
         })?;
         let iface_ip = match &spec.iface {
             None => None,
             Some(i) => Some(crate::iface::address(i).map_err(|e| {
-                eprintln!("kauri: -iface {i}: {e}");
+                say!("kauri: -iface {i}: {e}");
                 STATUS_LAUNCHER
             })?),
         };
@@ -1487,7 +1487,7 @@ impl Root {
             (n, job.hosts[n as usize].as_str())
         });
         let files = Files::create(&paths).map_err(|e| {
-            eprintln!("kauri: {e}");
+            say!("kauri: {e}");
             STATUS_LAUNCHER
         })?;
 
@@ -1558,7 +1558,7 @@ impl Root {
             Ok(j) => (j, None),
             Err((e, Some(j))) => (j, Some(e)),
             Err((e, None)) => {
-                eprintln!("kauri: {e}");
+                say!("kauri: {e}");
                 return Err(STATUS_LAUNCHER);
             }
         };
@@ -1635,7 +1635,7 @@ impl Root {
             own: own_rx,
         };
         if let Some(e) = start_error {
-            eprintln!("kauri: {e}");
+            say!("kauri: {e}");
             root.teardown(Ending::Failed);
         } else {
             // Every rank here, and no host elsewhere: the table is complete now.
@@ -1743,7 +1743,7 @@ impl Root {
                     continue;
                 }
                 if let Some((status, words)) = policy::rank_failure(code, sig) {
-                    eprintln!(
+                    say!(
                         "kauri: {} (pid {}) on {} {words}",
                         who(idx, r),
                         s.pid,
@@ -1757,7 +1757,7 @@ impl Root {
             let spoke = first.iter().filter(|s| s.initialized).count();
             let alone = first.iter().filter(|s| s.ran_alone).count();
             if let Some(line) = policy::ran_alone(size, spoke, alone, &program) {
-                eprintln!("{line}");
+                say!("{line}");
             }
         }
         if let (Some((format, fences)), Some((here, below))) = (fences, profile) {
@@ -1765,8 +1765,8 @@ impl Root {
             hosts.extend(below);
             let profile = JobProfile::build(size, tree, hosts, &fences, end_us);
             match format {
-                ProfileFormat::Text => eprint!("{}", profile.text()),
-                ProfileFormat::Json => eprintln!("{}", profile.json()),
+                ProfileFormat::Text => crate::console::err(&profile.text()),
+                ProfileFormat::Json => say!("{}", profile.json()),
             }
         }
         debug!(worst, "job ended");
@@ -1789,7 +1789,7 @@ impl Root {
     fn on_out(&mut self, j: usize, out: Option<Out>) {
         match out {
             None => {}
-            Some(Out::Refused { line }) => eprintln!("kauri: {line}"),
+            Some(Out::Refused { line }) => say!("kauri: {line}"),
             Some(Out::Up(up)) => self.on_up(j, up),
         }
     }
@@ -1917,7 +1917,7 @@ impl Root {
                     ExitVerdict::Nothing => {}
                     ExitVerdict::Failed => self.teardown(Ending::Failed),
                     ExitVerdict::LeftPmi(what) => {
-                        eprintln!(
+                        say!(
                             "kauri: {} on {} {what} while other ranks use PMI; ending the job",
                             job.who(j, rank),
                             job.ranks[rank].host
@@ -1938,7 +1938,7 @@ impl Root {
                     .enumerate()
                     .find(|(_, s)| s.ended == Some((Some(0), None)) && !s.finalized);
                 if let (Some((g, s)), None, false) = (gone, &self.ending, discarded) {
-                    eprintln!(
+                    say!(
                         "kauri: {} on {} {} while other ranks use PMI; ending the job",
                         job.who(j, g),
                         s.host,
@@ -1963,7 +1963,7 @@ impl Root {
                 } else {
                     format!(": {message}")
                 };
-                eprintln!("kauri: {who} aborted the job with code {code}{msg}");
+                say!("kauri: {who} aborted the job with code {code}{msg}");
                 crate::mpir::aborting(&format!("{who} aborted the job with code {code}{msg}"));
                 self.teardown(Ending::Abort(code));
             }
@@ -1972,7 +1972,7 @@ impl Root {
                     return;
                 }
                 if self.ending.is_none() {
-                    eprintln!("kauri: {reason}; ending the job");
+                    say!("kauri: {reason}; ending the job");
                 }
                 self.teardown(Ending::Failed);
             }
@@ -1996,13 +1996,11 @@ impl Root {
                 } else if !discarded && !self.auto_cleanup && self.ending.is_none() {
                     // The user asked the job to go on when a part of it fails: without this
                     // host. A fence that needs its ranks fails the job when it starts.
-                    eprintln!(
-                        "kauri: {reason}; the job goes on without it (-disable-auto-cleanup)"
-                    );
+                    say!("kauri: {reason}; the job goes on without it (-disable-auto-cleanup)");
                     self.lost = true;
                 } else if !discarded {
                     if self.ending.is_none() {
-                        eprintln!("kauri: {reason}");
+                        say!("kauri: {reason}");
                     }
                     self.teardown(Ending::Failed);
                 }
@@ -2022,7 +2020,7 @@ impl Root {
                 }
                 if let Some(e) = self.node_started(j, error) {
                     if self.ending.is_none() {
-                        eprintln!("kauri: {e}; ending the job");
+                        say!("kauri: {e}; ending the job");
                     }
                     debug!(%host, "a host could not start its ranks");
                     self.teardown(Ending::Failed);
@@ -2030,11 +2028,11 @@ impl Root {
             }
             Report::ProtocolError { rank, error } => {
                 let who = rank.map_or("a PMI client".to_string(), |r| self.jobs[j].who(j, r));
-                eprintln!("kauri: {who} sent a bad PMI message: {error}");
+                say!("kauri: {who} sent a bad PMI message: {error}");
             }
             Report::UnreadReplies { rank, queued } => {
                 let who = rank.map_or("a PMI client".to_string(), |r| self.jobs[j].who(j, r));
-                eprintln!(
+                say!(
                     "kauri: {who} does not read its PMI replies ({} MiB queued); closing its \
                      connection",
                     queued >> 20
@@ -2065,12 +2063,12 @@ impl Root {
         self.timed_out = true;
         let secs = self.timeout.unwrap_or_default().as_secs();
         if self.ending.is_none() {
-            eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT)");
+            say!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT)");
             // Where is everybody? The teardown follows the answers (or the wait's end).
             self.diagnose(Asked::Timeout, self.timeout_stacks);
             return;
         }
-        eprintln!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT) during its teardown");
+        say!("kauri: job timed out after {secs} s (MPIEXEC_TIMEOUT) during its teardown");
         self.kill_all();
         self.kill_at = None;
         let soon = Instant::now() + Duration::from_secs(1);
@@ -2143,9 +2141,9 @@ impl Root {
             match whom {
                 Asked::Timeout | Asked::Signal if !printed => {
                     printed = true;
-                    eprintln!("kauri:   {heading}");
+                    say!("kauri:   {heading}");
                     for line in &lines {
-                        eprintln!("kauri:   {line}");
+                        say!("kauri:   {line}");
                     }
                     timed_out |= matches!(whom, Asked::Timeout);
                 }
@@ -2187,7 +2185,7 @@ impl Root {
             }
         }
         let waited = self.answer_wait.as_secs_f64();
-        eprintln!(
+        say!(
             "kauri: no answer from {} {waited:.0} s after the kill; leaving without it",
             if silent.is_empty() {
                 "the job".to_string()
@@ -2384,7 +2382,7 @@ impl Root {
         let status = match &c.failed {
             None => crate::pmix::ffi::PMIX_SUCCESS,
             Some(why) => {
-                eprintln!("kauri: a PMIx collective cannot complete: {why}");
+                say!("kauri: a PMIx collective cannot complete: {why}");
                 crate::pmix::ffi::PMIX_ERR_NOT_FOUND
             }
         };
@@ -2505,7 +2503,7 @@ impl Root {
         } else {
             format!(": {message}")
         };
-        eprintln!(
+        say!(
             "kauri: {by} called PMIx_Abort (status {status}) on {}{why}",
             what.join("; ")
         );

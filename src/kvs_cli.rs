@@ -43,18 +43,18 @@ pub fn run(args: &[String]) -> u8 {
         ["get", key, "--wait"] | ["get", "--wait", key] => wait_for(key),
         ["fence"] | ["barrier"] => session(|c| c.fence().map(|_| None)),
         _ => {
-            eprintln!("kauri kvs: {USAGE}");
+            say!("kauri kvs: {USAGE}");
             return 2;
         }
     };
     match result {
         Ok(Some(v)) => {
-            println!("{v}");
+            show!("{v}");
             0
         }
         Ok(None) => 0,
         Err(e) => {
-            eprintln!("kauri kvs: {e}");
+            say!("kauri kvs: {e}");
             1
         }
     }

@@ -6,6 +6,7 @@
 //!  cli          the Hydra command line -> JobSpec; allocation: hosts from Slurm, Grid
 //!               Engine, LSF or PBS; hydra_env: what Hydra's variables
 //!               (HYDRA_HOST_FILE, ...) add to it
+//!  console      kauri's own messages on stdout and stderr, with no panic on a closed pipe
 //!  doc          the pages: -h, the manual pages and the shell completions, from one table
 //!  info         --version and -info: the build stamp, what kauri serves and was built with
 //!  job          JobSpec, placement, PMI_process_mapping
@@ -42,6 +43,8 @@
 
 #![warn(missing_docs)]
 
+#[macro_use]
+pub mod console;
 pub mod agent;
 pub mod allocation;
 pub mod bind;

@@ -27,41 +27,41 @@ fn main() -> ExitCode {
     }
     let spec = match cli::parse(&args) {
         Ok(Command::Help) => {
-            print!("{}", cli::help());
+            kauri::console::out(&cli::help());
             return ExitCode::SUCCESS;
         }
         Ok(Command::HelpEnv) => {
-            print!("{}", cli::help_env());
+            kauri::console::out(&cli::help_env());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {
-            println!("{}", kauri::info::version_line());
+            kauri::show!("{}", kauri::info::version_line());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Man(page)) => {
             if let Some(page) = kauri::doc::page(page) {
-                print!("{}", kauri::doc::roff::render(page));
+                kauri::console::out(&kauri::doc::roff::render(page));
             }
             return ExitCode::SUCCESS;
         }
         Ok(Command::Completions(shell)) => {
             if let Some(script) = kauri::doc::complete::script(&shell) {
-                print!("{script}");
+                kauri::console::out(&script);
             }
             return ExitCode::SUCCESS;
         }
         Ok(Command::Info { json }) => {
             let info = kauri::info::gather();
             if json {
-                println!("{}", info.json());
+                kauri::show!("{}", info.json());
             } else {
-                print!("{}", info.text());
+                kauri::console::out(&info.text());
             }
             return ExitCode::SUCCESS;
         }
         Ok(Command::Run(spec)) => spec,
         Err(e) => {
-            eprintln!("kauri: {e}");
+            kauri::say!("kauri: {e}");
             return ExitCode::from(255);
         }
     };
@@ -109,7 +109,7 @@ fn run_local(role: impl std::future::Future<Output = i32>) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("kauri: cannot start the runtime: {e}");
+            kauri::say!("kauri: cannot start the runtime: {e}");
             return ExitCode::from(255);
         }
     };
@@ -126,7 +126,7 @@ fn run_agent(args: &[String]) -> ExitCode {
     let a = match kauri::agent::AgentArgs::parse(args) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("kauri agent: {e}");
+            kauri::say!("kauri agent: {e}");
             return ExitCode::from(2);
         }
     };

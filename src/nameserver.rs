@@ -496,7 +496,7 @@ pub async fn serve(listener: TcpListener, key: Option<String>, limits: Limits) {
                     let text = text.trim_end_matches(['\n', '\r']);
                     if let (false, Some(key)) = (authenticated, &key) {
                         if let Err(e) = check_auth(text, key) {
-                            eprintln!("kauri nameserver: refused a client at {addr}: {e}");
+                            say!("kauri nameserver: refused a client at {addr}: {e}");
                             let _ = wr
                                 .write_all(format!("error {}\n", encode(&e)).as_bytes())
                                 .await;
@@ -539,26 +539,26 @@ pub async fn run(args: &[String]) -> i32 {
     let limits = match Limits::from_env() {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("kauri nameserver: {e}");
+            say!("kauri nameserver: {e}");
             return 2;
         }
     };
     let (port, bind, key) = match parse_args(args, key_from_env()) {
         Ok(Invocation::Serve { port, bind, key }) => (port, bind, key),
         Ok(Invocation::Help) => {
-            println!("usage: kauri nameserver [-port P (default {DEFAULT_PORT})] [-bind ADDR (default 0.0.0.0)] [-key SECRET (or {KEY_VAR}): clients must present it]");
-            println!("limits: {MAX_CLIENTS_VAR} (default {CLIENTS_MAX}) clients at once, {MAX_NAMES_VAR} (default {NAMES_MAX}) names, {MAX_NAMES_PER_CLIENT_VAR} (default {NAMES_PER_CLIENT_MAX}) per client; request lines of at most {LINE_MAX} bytes");
+            show!("usage: kauri nameserver [-port P (default {DEFAULT_PORT})] [-bind ADDR (default 0.0.0.0)] [-key SECRET (or {KEY_VAR}): clients must present it]");
+            show!("limits: {MAX_CLIENTS_VAR} (default {CLIENTS_MAX}) clients at once, {MAX_NAMES_VAR} (default {NAMES_MAX}) names, {MAX_NAMES_PER_CLIENT_VAR} (default {NAMES_PER_CLIENT_MAX}) per client; request lines of at most {LINE_MAX} bytes");
             return 0;
         }
         Err(e) => {
-            eprintln!("kauri nameserver: {e}");
+            say!("kauri nameserver: {e}");
             return 2;
         }
     };
     let listener = match TcpListener::bind((bind.as_str(), port)).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("kauri nameserver: cannot listen on {bind}:{port}: {e}");
+            say!("kauri nameserver: cannot listen on {bind}:{port}: {e}");
             return 1;
         }
     };
@@ -566,7 +566,7 @@ pub async fn run(args: &[String]) -> i32 {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    println!("kauri nameserver listening on {addr}");
+    show!("kauri nameserver listening on {addr}");
     use std::io::Write;
     let _ = std::io::stdout().flush();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
@@ -737,7 +737,7 @@ impl Client {
                                 let (mut r, mut w) = (BufReader::new(r), w);
                                 if let Some(k) = &key {
                                     if let Err(e) = authenticate(&mut r, &mut w, k).await {
-                                        eprintln!("kauri: the name server at {addr} {e}");
+                                        say!("kauri: the name server at {addr} {e}");
                                         answer = Some(format!("error {}", encode(&e)));
                                         break;
                                     }
@@ -768,7 +768,7 @@ impl Client {
                 let result: Result<Option<String>, String> = match answer {
                     None => {
                         let e = format!("the name server at {addr} is unreachable: {last_err}");
-                        eprintln!("kauri: {e}");
+                        say!("kauri: {e}");
                         Err(e)
                     }
                     Some(a) => {

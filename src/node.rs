@@ -1428,7 +1428,7 @@ impl Node {
                     };
                     if owner != Some(me) {
                         let who = owner.map_or("unknown".into(), |u| u.to_string());
-                        eprintln!("kauri: refused a PMI connection from uid {who} on port {port}");
+                        say!("kauri: refused a PMI connection from uid {who} on port {port}");
                         continue; // dropped: closed without a reply
                     }
                     let _ = s.set_nodelay(true);
@@ -1497,7 +1497,7 @@ impl Node {
                     let (sets, wrapped) = topo.place(b, nlocal);
                     if wrapped {
                         let places = topo.objects(b.kind).len() / b.count.max(1);
-                        eprintln!(
+                        say!(
                             "kauri: {what}: {nlocal} ranks on {host} and {} place(s) for them: \
                              ranks share them, in turn",
                             places.max(1)
@@ -1512,7 +1512,7 @@ impl Node {
                         || "not bound".to_string(),
                         |c| format!("bound to CPUs {}", crate::bind::cpu_list(c)),
                     );
-                    eprintln!("kauri: rank {} on {host}: {cpus}", rp.rank);
+                    say!("kauri: rank {} on {host}: {cpus}", rp.rank);
                 }
             }
             for rp in &me.ranks {
@@ -1782,7 +1782,7 @@ impl Node {
             match reply {
                 ServiceReply::Spawn(Ok(done)) => r.reply(pmix::ffi::PMIX_SUCCESS, &done.jobid),
                 ServiceReply::Spawn(Err(e)) => {
-                    eprintln!("kauri: a PMIx spawn failed: {e}");
+                    say!("kauri: a PMIx spawn failed: {e}");
                     r.reply(pmix::ffi::PMIX_ERR_JOB_FAILED_TO_LAUNCH, "")
                 }
                 other => {
@@ -1821,7 +1821,7 @@ impl Node {
         match err {
             None => reply.done(pmix::ffi::PMIX_SUCCESS),
             Some(e) => {
-                eprintln!("kauri: a PMIx connect failed: {e}");
+                say!("kauri: a PMIx connect failed: {e}");
                 reply.done(pmix::ffi::PMIX_ERR_NOT_FOUND)
             }
         }

@@ -193,12 +193,12 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
 pub fn run(args: &[String]) -> u8 {
     let opts = match parse(args) {
         Ok(Parsed::Help) => {
-            print!("{}", crate::doc::help(&crate::doc::KAURI_PMI));
+            crate::console::out(&crate::doc::help(&crate::doc::KAURI_PMI));
             return 0;
         }
         Ok(Parsed::Run(o)) => o,
         Err(e) => {
-            stderr_line(&format!("kauri pmi: {e} (kauri pmi -h for help)"));
+            say!("kauri pmi: {e} (kauri pmi -h for help)");
             return 2;
         }
     };
@@ -208,20 +208,10 @@ pub fn run(args: &[String]) -> u8 {
         // Already said (a failure inside the session).
         Err(e) if e.is_empty() => 1,
         Err(e) => {
-            stderr_line(&format!("kauri pmi: {}{e}", log.who()));
+            say!("kauri pmi: {}{e}", log.who());
             1
         }
     }
-}
-
-/// Writes one line to stderr in one `write`: stderr is unbuffered, and a launcher that kills
-/// the other ranks when one fails must not cut a line in two.
-fn stderr_line(line: &str) {
-    use std::io::Write;
-    let mut b = String::with_capacity(line.len() + 1);
-    b.push_str(line);
-    b.push('\n');
-    let _ = std::io::stderr().lock().write_all(b.as_bytes());
 }
 
 /// The per-phase times of one rank.
@@ -319,7 +309,7 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
             }
             Op::Get { key } => {
                 let v = timed(&mut t.get, || s.lookup(key))?.ok_or(format!("{key}: not found"))?;
-                println!("{v}");
+                show!("{v}");
             }
         }
         Ok(())
@@ -327,7 +317,7 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
     if let Err(e) = result {
         // Say what failed first: the abort may end this process.
         let line = format!("kauri pmi: rank {rank}: {e}");
-        stderr_line(&line);
+        say!("{line}");
         if fenced {
             // Nobody waits for this rank: end cleanly and let the exit status say it (an
             // abort would have the launcher kill everyone, and some drop the line above).
@@ -340,7 +330,7 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
     }
     timed(&mut t.finalize, || s.finalize())?;
     if opts.timing {
-        println!(
+        show!(
             "kauri pmi: rank {rank}: init {}, put {}, fence {}, get {}, finalize {}",
             ms(t.init),
             ms(t.put),
@@ -351,13 +341,13 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
     }
     if rank == 0 {
         match &opts.op {
-            Op::Barrier => println!(
+            Op::Barrier => show!(
                 "kauri pmi barrier: {size} ranks, method {}, fence {}, total {}",
                 method.name(),
                 ms(t.fence),
                 ms(t.total())
             ),
-            Op::Exchange { .. } => println!(
+            Op::Exchange { .. } => show!(
                 "kauri pmi exchange: {size} ranks, method {}, {}, put {}, fence {}, get {}, total {}",
                 method.name(),
                 summary.unwrap_or_default(),
@@ -444,7 +434,7 @@ impl Log {
         }
         let r = self.rank.load(Ordering::Relaxed);
         let rank = if r >= 0 { r.to_string() } else { "?".into() };
-        stderr_line(&format!("{} rank {rank} {arrow} {text}", utc_now()));
+        say!("{} rank {rank} {arrow} {text}", utc_now());
     }
 
     /// A library call and its result (libpmi2, pmix).

@@ -120,7 +120,7 @@ async fn accept(listener: tokio::net::UnixListener, asks: mpsc::UnboundedSender<
         match conn.peer_cred() {
             Ok(c) if c.uid() == me => {}
             Ok(c) => {
-                eprintln!("kauri: refused a status request from uid {}", c.uid());
+                say!("kauri: refused a status request from uid {}", c.uid());
                 continue;
             }
             Err(_) => continue,
@@ -173,7 +173,7 @@ pub fn run(args: &[String]) -> i32 {
             p => match p.parse::<u32>() {
                 Ok(n) if pid.is_none() && n > 0 => pid = Some(n),
                 _ => {
-                    eprintln!("kauri: --status {p:?}: expected [--stacks] [PID]");
+                    say!("kauri: --status {p:?}: expected [--stacks] [PID]");
                     return 255;
                 }
             },
@@ -205,9 +205,9 @@ pub fn client(pid: Option<u32>, stacks: bool) -> i32 {
         match ask(&path, stacks) {
             Ok(text) => {
                 if answered > 0 {
-                    println!();
+                    show!("");
                 }
-                print!("{text}");
+                crate::console::out(&text);
                 answered += 1;
             }
             Err(e) => {
@@ -222,7 +222,7 @@ pub fn client(pid: Option<u32>, stacks: bool) -> i32 {
                     } else {
                         "no such process".into()
                     };
-                    eprintln!(
+                    say!(
                         "kauri: no answer from kauri {p} ({}): {why}",
                         path.display()
                     );
@@ -232,7 +232,7 @@ pub fn client(pid: Option<u32>, stacks: bool) -> i32 {
         }
     }
     if answered == 0 {
-        eprintln!(
+        say!(
             "kauri: no kauri job of yours is running on this host (no socket answered in {})",
             dir.display()
         );

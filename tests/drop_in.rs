@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{kauri, stderr, KAURI};
+use common::{kauri, run_under_watchdog, stderr, KAURI};
 
 fn stdout_lines(o: &Output) -> Vec<String> {
     common::lines(o)
@@ -519,4 +519,64 @@ fn a_slow_reader_of_kauri_output_loses_nothing() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.bytes().filter(|&b| b == b'x').count(), 400_000);
     assert!(text.lines().all(|l| l.len() <= 99));
+}
+
+/// A pipe whose reading end is already closed: every write to the other end is an EPIPE.
+fn closed_pipe() -> std::fs::File {
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills the two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: fds[0] is ours and nothing else uses it.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: fds[1] is ours; the File owns it from here.
+    unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[1]) }
+}
+
+/// kauri's own messages on a closed stderr (or stdout) are dropped, not a panic (exit 101,
+/// "failed printing to stderr"): the job ends with its own status.
+#[test]
+fn closed_stderr_is_not_a_panic() {
+    let st = Command::new(KAURI)
+        .args(["-n", "2", "sh", "-c", "echo x >&2; exit 3"])
+        .stdout(Stdio::null())
+        .stderr(closed_pipe())
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(3), "the job's status, not a panic's 101");
+    // Help, version and info on closed streams.
+    for args in [&["-h"][..], &["--version"], &["-info"], &["--help-env"]] {
+        let st = Command::new(KAURI)
+            .args(args)
+            .stdout(closed_pipe())
+            .stderr(closed_pipe())
+            .status()
+            .unwrap();
+        assert_eq!(st.code(), Some(0), "kauri {args:?}");
+    }
+    // A bad command line on a closed stderr: its usual status.
+    let st = Command::new(KAURI)
+        .args(["-frobnicate"])
+        .stderr(closed_pipe())
+        .status()
+        .unwrap();
+    assert_ne!(st.code(), Some(101), "a panic");
+}
+
+/// The issue's own form: `| head -1` on both streams together and on stderr alone. The rank
+/// waits after its first line so that `head` has left when kauri writes its own.
+#[test]
+fn head_on_both_streams_keeps_the_jobs_status() {
+    for redirect in ["2>&1", "2>&1 >/dev/null"] {
+        let line = format!(
+            "'{KAURI}' -n 2 sh -c 'echo x >&2; sleep 1; exit 3' {redirect} | head -1; \
+             echo status=${{PIPESTATUS[0]}}"
+        );
+        let o = run_under_watchdog(Command::new("bash").args(["-c", &line]));
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            out.contains("status=3\n"),
+            "{redirect}: {out}{}",
+            stderr(&o)
+        );
+    }
 }

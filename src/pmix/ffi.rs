@@ -1567,7 +1567,7 @@ unsafe fn unsupported(upcall: &'static str, proc_: *const pmix_proc_t) -> Status
     if first && tracing::enabled!(tracing::Level::INFO) {
         // SAFETY: per this function's contract.
         let who = unsafe { read_proc(proc_) };
-        eprintln!("{}", unsupported_line(upcall, who));
+        say!("{}", unsupported_line(upcall, who));
     }
     PMIX_ERR_NOT_SUPPORTED
 }
@@ -2347,7 +2347,7 @@ mod tests {
             .args(["--cflags", "pmix"])
             .output()
         else {
-            eprintln!("pkg-config not found: skipped");
+            say!("pkg-config not found: skipped");
             return;
         };
         let dir = std::env::temp_dir().join(format!("kauri-pmix-probe-{}", std::process::id()));
@@ -2399,7 +2399,7 @@ int main(void) {
             .status();
         if !matches!(built, Ok(s) if s.success()) {
             let _ = std::fs::remove_dir_all(&dir);
-            eprintln!("no C compiler or no PMIx headers: skipped");
+            say!("no C compiler or no PMIx headers: skipped");
             return;
         }
         let out = std::process::Command::new(&exe).output().unwrap();
@@ -2582,7 +2582,7 @@ int main(void) {
             .args(["--cflags", "pmix"])
             .output()
         else {
-            eprintln!("pkg-config not found: skipped");
+            say!("pkg-config not found: skipped");
             return;
         };
         let dir = std::env::temp_dir().join(format!("kauri-pmix-codes-{}", std::process::id()));
@@ -2610,7 +2610,7 @@ int main(void) {
             .status();
         if !matches!(built, Ok(s) if s.success()) {
             let _ = std::fs::remove_dir_all(&dir);
-            eprintln!("no C compiler or no PMIx headers: skipped");
+            say!("no C compiler or no PMIx headers: skipped");
             return;
         }
         let out = std::process::Command::new(&exe).output().unwrap();
