@@ -1,7 +1,8 @@
 //! The variables kauri sets for one rank, on top of the environment its segment inherits:
 //! the PMI ones (`PMI_RANK`, `PMI_SIZE`, `PMI_FD` or `PMI_PORT`/`PMI_ID`), the PMIx ones the
 //! server library made, `KAURI_*`, the hints MPICH and Open MPI read (interfaces, yield,
-//! shared-memory directory) and the ML launchers' variables (`RANK`, `WORLD_SIZE`, …).
+//! shared-memory directory), the ML launchers' variables (`RANK`, `WORLD_SIZE`, …), and,
+//! for a job served PMI and PMIx side by side, the choice MPICH would otherwise fail to make.
 //!
 //! [`rank_env`] is a pure function of plain data: no process, no socket, no file is
 //! touched. The node ([`crate::node`]) opens the socket, asks the PMIx server for its
@@ -20,6 +21,20 @@ pub const VADER_DIR_VAR: &str = "OMPI_MCA_btl_vader_backing_directory";
 
 /// Open MPI's variable that makes waiting ranks yield their core.
 pub const YIELD_VAR: &str = "OMPI_MCA_mpi_yield_when_idle";
+
+/// MPICH's choice of PMI (`1`, `2`, `x` for PMIx, `auto`). MPICH 5 defaults to `auto`,
+/// which fails when it finds both `PMI_SIZE` and `PMIX_NAMESPACE` ("Auto-detection of PMI
+/// version failed"); MPICH 4.1 to 4.3 default to `1`; 4.0 has no such variable.
+pub const MPICH_PMI_VERSION: &str = "MPIR_CVAR_PMI_VERSION";
+
+/// Every name MPICH reads [`MPICH_PMI_VERSION`] under (its control variables are also read
+/// with the `MPIR_PARAM_` and the older `MPICH_` prefix; the `MPIR_CVAR_` one wins). A user
+/// who set any of them chose, and kauri adds none.
+pub const MPICH_PMI_VERSION_NAMES: [&str; 3] = [
+    "MPIR_CVAR_PMI_VERSION",
+    "MPIR_PARAM_PMI_VERSION",
+    "MPICH_PMI_VERSION",
+];
 
 /// How a rank reaches its PMI-1/PMI-2 server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +76,7 @@ pub struct HostFacts<'a> {
 /// The variables kauri sets for the rank at `seat` of segment `app` of `job`, in the order
 /// they go after the segment's own environment (`app.env`). A variable the user set in
 /// `app.env` is left alone where kauri only offers a hint (interfaces, yield, the
-/// shared-memory directory).
+/// shared-memory directory, MPICH's PMI choice).
 pub fn rank_env(
     job: &JobPlan,
     app: &AppPlan,
@@ -80,6 +95,12 @@ pub fn rank_env(
     }
     for (k, v) in host.pmix {
         set(k, v.clone());
+    }
+    if job.pmix && job.pmi_too && !MPICH_PMI_VERSION_NAMES.iter().any(|k| user_set(k)) {
+        // Served both, MPICH 5 finds PMI_SIZE and PMIX_NAMESPACE and gives up. It takes the
+        // PMI-1 server, the one MPICH programs have always used under kauri; Open MPI and
+        // Intel MPI do not read this variable.
+        set(MPICH_PMI_VERSION, "1".into());
     }
     if let Some(d) = host.vader_dir {
         set(VADER_DIR_VAR, d.to_string());
@@ -280,7 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rank_served_both_gets_both() {
+    fn a_rank_served_both_gets_both_and_mpich_is_told_to_take_pmi_1() {
         let pmix = pmix_vars();
         let host = HostFacts {
             pmix: &pmix,
@@ -290,7 +311,25 @@ mod tests {
         let env = rank_env(&job(true, true), &app(&[]), &SEAT, &host);
         let mut head = PMI_HEAD.to_vec();
         head.extend(pmix.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        head.push(("MPIR_CVAR_PMI_VERSION", "1"));
         assert_eq!(env, want(&head, &[("PMI_FD", "9")]));
+    }
+
+    #[test]
+    fn a_users_mpich_pmi_choice_under_any_of_its_names_is_kept() {
+        let pmix = pmix_vars();
+        let host = HostFacts {
+            pmix: &pmix,
+            socket: Some(PmiSocket::Fd(9)),
+            ..Default::default()
+        };
+        let mut head = PMI_HEAD.to_vec();
+        head.extend(pmix.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        for name in MPICH_PMI_VERSION_NAMES {
+            let a = app(&[(name, "x")]);
+            let env = rank_env(&job(true, true), &a, &SEAT, &host);
+            assert_eq!(env, want(&head, &[("PMI_FD", "9")]), "{name}");
+        }
     }
 
     #[test]

