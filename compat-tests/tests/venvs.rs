@@ -8,6 +8,9 @@
 //! make one world: MPICH 5 reads both `PMI_SIZE` and `PMIX_NAMESPACE` and, unless told
 //! which (`MPIR_CVAR_PMI_VERSION`), aborts every rank (issue #26).
 //!
+//! `a_wrong_pmi_*`: given the wrong `--pmi`, every rank runs as a singleton; kauri says so
+//! in one line. `programs_without_an_mpi_*`: a job that uses no MPI gets no such line.
+//!
 //! Every job runs with `TMPDIR` in the test's directory (kauri's PMIx server and Open MPI
 //! keep their files there), removed with it.
 
@@ -123,4 +126,63 @@ fn openmpi5_mpi4py_with_no_flag() {
 #[test]
 fn impi_mpi4py_with_no_flag() {
     one_world_each_time("impi", &[ONE_HOST]);
+}
+
+/// The one line kauri printed about ranks that never connected, if any.
+fn never_wired_lines(o: &Outcome) -> Vec<&str> {
+    o.stderr
+        .lines()
+        .filter(|l| l.starts_with("kauri: none of the"))
+        .collect()
+}
+
+/// Issue #26: given the wrong protocol, every rank of an MPI job runs as a singleton
+/// ("rank 0 of 1" four times, status 0). Open MPI 5 served PMI only (`--pmi=pmi1`) and
+/// Intel MPI served PMIx only (`--pmi=pmix`): kauri says so at the end, in one line naming
+/// the server it offered and the flag to try. (Open MPI 5 forks no `orted`, the trace the
+/// line used to need.)
+#[test]
+fn a_wrong_pmi_is_named_in_one_line() {
+    for (name, flag, server, hint) in [
+        (
+            "openmpi5",
+            "--pmi=pmi1",
+            "the PMI-1/PMI-2 server",
+            "try --pmi=pmix",
+        ),
+        ("impi", "--pmi=pmix", "the PMIx server", "try --pmi=pmi1"),
+    ] {
+        let Some(v) = venv(name) else { continue };
+        let ctx = Ctx::new(&format!("venv_{name}_wrong_pmi"));
+        let o = kauri_py(&ctx, &v, &[flag], 4, &["-c", HELLO]);
+        assert_eq!(o.code, Some(0), "{name} {flag}: {o}");
+        assert_eq!(o.stdout.matches("rank 0 of 1").count(), 4, "{name}: {o}");
+        let lines = never_wired_lines(&o);
+        assert_eq!(lines.len(), 1, "{name} {flag}: {o}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "kauri: none of the 4 ranks connected to {server} kauri offered"
+            )) && lines[0].ends_with(hint),
+            "{name} {flag}: {o}"
+        );
+        ctx.assert_no_leftovers();
+    }
+}
+
+/// Programs that use no MPI never connect either, and get no line: `hostname`, and a
+/// Python program that imports no MPI.
+#[test]
+fn programs_without_an_mpi_get_no_line() {
+    let Some(v) = venv("openmpi5") else { return };
+    let ctx = Ctx::new("venv_no_mpi_no_line");
+    let o = kauri_py(&ctx, &v, &[], 4, &["-c", "print('hi')"]);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(never_wired_lines(&o).is_empty(), "{o}");
+    let o = ctx
+        .job(Launcher::Kauri, &["-n", "4", "hostname"])
+        .program(ctx.kauri())
+        .run();
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(!o.stderr.contains("kauri:"), "{o}");
+    ctx.assert_no_leftovers();
 }
