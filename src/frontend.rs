@@ -70,17 +70,21 @@ fn kvsname(host: &str) -> String {
 /// to and what their arguments name ([`segment_evidence`], [`crate::job::auto_wiring`]);
 /// a job set up for Open MPI's PMI-1 path (`FLUX_PMI_LIBRARY_PATH` in its environment) is
 /// PMI.
-fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> Wiring {
-    match choice {
+///
+/// Also says whether the job looks like an MPI job (a segment's program is linked to an MPI
+/// or a PMI library, or names one past itself; [`crate::policy::never_wired`] speaks only
+/// of those), whatever `--pmi` asked.
+fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> (Wiring, bool) {
+    let found: Vec<Evidence> = apps.iter().map(segment_evidence).collect();
+    debug!(?found, ?choice, "the segments' programs");
+    let mpi = found.iter().any(|e| *e != Evidence::None);
+    let wiring = match choice {
         PmiChoice::Pmix => Wiring::Pmix,
         PmiChoice::Pmi1 | PmiChoice::Pmi2 => Wiring::Pmi,
         PmiChoice::Auto if apps.iter().any(AppPlan::uses_open_mpi_flux) => Wiring::Pmi,
-        PmiChoice::Auto => {
-            let found: Vec<Evidence> = apps.iter().map(segment_evidence).collect();
-            debug!(?found, "--pmi=auto");
-            crate::job::auto_wiring(&found)
-        }
-    }
+        PmiChoice::Auto => crate::job::auto_wiring(&found),
+    };
+    (wiring, mpi)
 }
 
 /// The most bytes of a script (or of a file an argument names that is not an ELF program)
@@ -324,6 +328,8 @@ struct Plan {
     hosts: Vec<HostSpec>,
     /// The index in `hosts` of the host the front end serves itself.
     served_here: Option<usize>,
+    /// A segment's program is linked to an MPI or names one ([`wiring`]).
+    looks_mpi: bool,
 }
 
 /// The output options of `spec`: `-l` is the prefix `[%r] `, as in Hydra.
@@ -473,7 +479,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             pid,
         });
     let name = kvsname(me);
-    let wiring = wiring(spec.pmi, &apps);
+    let (wiring, looks_mpi) = wiring(spec.pmi, &apps);
     let pmix = wiring != Wiring::Pmi;
     if !pmix {
         add_flux_job_id(&mut apps, &name);
@@ -605,6 +611,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             .map(|(h, slots)| HostSpec { slots, ..h })
             .collect(),
         served_here,
+        looks_mpi,
     })
 }
 
@@ -1450,6 +1457,8 @@ struct Root {
     clock: Clock,
     /// The startup profile's format and every fence the root completed, when it is recorded.
     profile: Option<(ProfileFormat, Vec<RootFence>)>,
+    /// The first job looks like an MPI job ([`wiring`]).
+    looks_mpi: bool,
     /// The tree's shape, in words, for the profile.
     tree: String,
     /// The output printer and the signal that stops it once everything is sent.
@@ -1598,6 +1607,7 @@ impl Root {
             timeout: spec.timeout,
             clock,
             profile: spec.profile.map(|format| (format, Vec::new())),
+            looks_mpi: p.looks_mpi,
             tree,
             printer: Some((printer, stop_tx)),
         };
@@ -1708,12 +1718,12 @@ impl Root {
         }
         let profile = self.jobs[0].branch.take_profile();
         let size = self.jobs[0].plan.size;
-        let program = self.jobs[0]
-            .plan
-            .apps
-            .first()
-            .map(|a| a.program.clone())
-            .unwrap_or_default();
+        let offered = match (self.jobs[0].plan.pmix, self.jobs[0].plan.pmi_too) {
+            (false, _) => Wiring::Pmi,
+            (true, false) => Wiring::Pmix,
+            (true, true) => Wiring::Both,
+        };
+        let looks_mpi = self.looks_mpi;
         let summary: Vec<Vec<RankState>> = self.jobs.iter().map(|j| j.ranks.clone()).collect();
         let printer = self.printer.take();
         // A host lost under -disable-auto-cleanup: the job did not end well, whatever the
@@ -1755,8 +1765,8 @@ impl Root {
         }
         if let Some(first) = summary.first() {
             let spoke = first.iter().filter(|s| s.initialized).count();
-            let alone = first.iter().filter(|s| s.ran_alone).count();
-            if let Some(line) = policy::ran_alone(size, spoke, alone, &program) {
+            let traces = first.iter().any(|s| s.ran_alone);
+            if let Some(line) = policy::never_wired(size, spoke, looks_mpi || traces, offered) {
                 say!("{line}");
             }
         }

@@ -19,6 +19,7 @@
 //!   ├── tree      the links' vocabulary: messages (msg), framing (frame), the job-key
 //!   │             handshake (auth), the tree's shape (shape)
 //!   ├── node      one host's ranks: start, serve PMI, forward output, report ends
+//!   │   ├── rank_env  the variables kauri sets for one rank: a pure function of the plan
 //!   │   └── peer    the uid owning the other end of a loopback connection (`-pmi-port`)
 //!   ├── proc      rank processes: program lookup, environment, PMI socket, process groups
 //!   ├── iofwd     whole-line stdout/stderr forwarding, stdin to rank 0
@@ -76,6 +77,7 @@ pub mod policy;
 pub mod ports;
 pub mod proc;
 pub mod profile;
+pub mod rank_env;
 pub mod service;
 pub mod status;
 pub mod tree;

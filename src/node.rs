@@ -20,6 +20,7 @@ use crate::plan::{Adopt, HostPlan, JobPlan};
 use crate::pmi::{ConnId, Engine, Framing, JobInfo, Output};
 use crate::pmix::{self, CollectiveReply, LookupReply, ModexReply, OpReply, SpawnReply, Upcall};
 use crate::proc::{self, Launch};
+use crate::rank_env::{rank_env, HostFacts, PmiSocket, RankSeat, VADER_DIR_VAR, YIELD_VAR};
 use crate::service::{Service, ServiceReply, Wait};
 use bytes::{Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
@@ -1041,12 +1042,6 @@ async fn serve_conn(ctx: Rc<Ctx>, conn: ConnId, sock: RankSock) {
     ctx.dispatch();
 }
 
-/// MPICH ch3's variable for the host name or address it listens and connects on.
-const ICH3_IFACE: &str = "MPIR_CVAR_CH3_INTERFACE_HOSTNAME";
-
-/// MPICH's variable naming the network interface its TCP transport uses (`-iface`).
-const NEMESIS_IFACE: &str = "MPIR_CVAR_NEMESIS_TCP_NETWORK_IFACE";
-
 /// The longest a singleton may take to answer the `singinit` exchange.
 const SINGINIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -1311,12 +1306,6 @@ impl Drop for ShmDir {
     }
 }
 
-/// The variable that tells Open MPI where its shared-memory segments go.
-const VADER_DIR_VAR: &str = "OMPI_MCA_btl_vader_backing_directory";
-
-/// Open MPI's variable that makes waiting ranks yield their core.
-const YIELD_VAR: &str = "OMPI_MCA_mpi_yield_when_idle";
-
 /// True when `name` means this machine.
 pub fn is_local(name: &str, me: &str) -> bool {
     name == "localhost"
@@ -1545,88 +1534,46 @@ impl Node {
                     continue;
                 }
                 let a = &job.apps[rp.app];
-                let mut env: Vec<(OsString, OsString)> =
-                    a.env.iter().map(|(k, v)| (k.into(), v.into())).collect();
-                let mut set = |k: &str, v: String| env.push((k.into(), v.into()));
-                if job.serves_pmi() {
-                    set("PMI_RANK", r.to_string());
-                    set("PMI_SIZE", job.size.to_string());
-                    set("MPI_LOCALNRANKS", nlocal.to_string());
-                    set("MPI_LOCALRANKID", rp.local_id.to_string());
-                }
-                for (k, v) in pmix_env.get(&r).into_iter().flatten() {
-                    set(k, v.clone());
-                }
-                if let (Some(d), true) = (&vader, vader_wanted(a)) {
-                    set(VADER_DIR_VAR, d.display().to_string());
-                }
-                let open_mpi = job.pmix || a.uses_open_mpi_flux();
-                if yield_idle && open_mpi && !a.env.iter().any(|(k, _)| k == YIELD_VAR) {
-                    set(YIELD_VAR, "1".into());
-                }
-
-                set("KAURI_RANK", r.to_string());
-                set("KAURI_SIZE", job.size.to_string());
-                set("KAURI_LOCAL_RANK", rp.local_id.to_string());
-                set("KAURI_LOCAL_SIZE", nlocal.to_string());
-                set("KAURI_NODE", me.index.to_string());
-                set("KAURI_NODES", job.hosts.len().to_string());
-                set("KAURI_HOST", host.clone());
-                set("KAURI_HOSTS", job.hosts.join(","));
-                set("KAURI_JOBID", job.kvsname.clone());
-                if job.spawner.is_some() && job.serves_pmi() {
-                    set("PMI_SPAWNED", "1".into());
-                }
-                // As Hydra does: MPICH's ch3 then listens and connects on the address of the host
-                // as named (on loopback for simulated hosts) instead of picking an interface.
-                // -iface, as Hydra: MPICH's TCP transport is given the interface by name
-                // (each rank finds its own host's address of it) instead of a host name; Open
-                // MPI's the same way.
-                if let Some(i) = &job.iface {
-                    let by_name: &[&str] = if open_mpi {
-                        &["OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"]
-                    } else {
-                        &[NEMESIS_IFACE]
-                    };
-                    for k in by_name {
-                        if !a.env.iter().any(|(n, _)| n == k) {
-                            set(k, i.clone());
-                        }
-                    }
-                } else if !a.env.iter().any(|(k, _)| k == ICH3_IFACE) {
-                    let iface = if job.simulated_hosts {
-                        "127.0.0.1"
-                    } else {
-                        host.as_str()
-                    };
-                    set(ICH3_IFACE, iface.to_string());
-                }
-                if let Some((addr, port)) = &job.master {
-                    set("RANK", r.to_string());
-                    set("WORLD_SIZE", job.size.to_string());
-                    set("LOCAL_RANK", rp.local_id.to_string());
-                    set("LOCAL_WORLD_SIZE", nlocal.to_string());
-                    set("MASTER_ADDR", addr.clone());
-                    set("MASTER_PORT", port.to_string());
-                }
                 let mut ours = None;
                 let mut theirs: Option<OwnedFd> = None;
-                match &port {
-                    _ if !job.serves_pmi() => {}
-                    Some(addr) => {
-                        set("PMI_PORT", addr.clone());
-                        set("PMI_ID", r.to_string());
-                    }
+                let socket = match &port {
+                    _ if !job.serves_pmi() => None,
+                    Some(addr) => Some(PmiSocket::Port(addr)),
                     None => {
                         let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| {
                             proc::note_fd_error(&e);
                             format!("cannot create a PMI socket on {host}: {e}")
                         })?;
-                        set("PMI_FD", b.as_raw_fd().to_string());
+                        let fd = b.as_raw_fd();
                         ours = Some(a);
                         theirs = Some(b.into());
+                        Some(PmiSocket::Fd(fd))
                     }
-                }
+                };
+                let vader_dir = vader
+                    .as_ref()
+                    .filter(|_| vader_wanted(a))
+                    .map(|d| d.display().to_string());
+                let seat = RankSeat {
+                    rank: r,
+                    local_id: rp.local_id,
+                    local_size: nlocal,
+                    node: me.index,
+                    host: &host,
+                };
+                let facts = HostFacts {
+                    pmix: pmix_env.get(&r).map_or(&[], Vec::as_slice),
+                    vader_dir: vader_dir.as_deref(),
+                    oversubscribed: yield_idle,
+                    socket,
+                };
+                let env: Vec<(OsString, OsString)> = a
+                    .env
+                    .iter()
+                    .cloned()
+                    .chain(rank_env(job, a, &seat, &facts))
+                    .map(|(k, v)| (k.into(), v.into()))
+                    .collect();
                 let launch = Launch {
                     program: programs[&rp.app].clone(),
                     argv0: a.program.clone(),

@@ -6,7 +6,7 @@
 //! kauri, the subreaper of its ranks' descendants ([`crate::proc::become_subreaper`]): a
 //! child of kauri's named `orted` at a rank's end means an Open MPI singleton ran. The agent
 //! reports it with the rank's end, and the front end says why in one line
-//! ([`crate::policy::ran_alone`]).
+//! ([`crate::policy::never_wired`]).
 //!
 //! This module reads `/proc` only; it knows nothing of jobs or of the tree.
 

@@ -84,19 +84,43 @@ pub fn rank_failure(code: Option<i32>, signal: Option<i32>) -> Option<(i32, Stri
     }
 }
 
-/// The line kauri prints when a job of `size` ranks (more than one) ended with no rank
-/// ever speaking PMI or PMIx and `alone` of them (at least; a host looks at a few) were seen
-/// to run as Open MPI singletons ([`crate::ompi`]): each ran as a
-/// world of one, almost surely because `program` is not linked to Open MPI and
-/// `--pmi=auto` (or `--pmi=pmi1`) served PMI. `None` otherwise: a job of env-only programs
-/// (`hostname`, a shell script) never speaks PMI and leaves no singleton, and is not
-/// warned about.
-pub fn ran_alone(size: usize, spoke: usize, alone: usize, program: &str) -> Option<String> {
-    (size > 1 && spoke == 0 && alone > 0).then(|| {
+/// The line kauri prints at the end of a job of `size` ranks (more than one) that `spoke`
+/// none of: no rank ever connected to the PMI-1/PMI-2 server or the PMIx server `offered`.
+/// An MPI library that finds no server it speaks runs as a singleton, a world of 1: N
+/// copies of "rank 0 of 1", status 0, and no word, the signature of a wrong `--pmi` (Open
+/// MPI 5 served PMI, Intel MPI or MPICH served PMIx only) or of `auto` missing an MPI it
+/// cannot see (an interpreter's module imported by another module).
+///
+/// Only when the job `looks_mpi`: a segment's program is linked to an MPI or a PMI library
+/// or names one past itself (an interpreter's `mpi4py`, a wrapped MPI program), or a rank
+/// left a singleton's trace (Open MPI 4.1's `orted`, [`crate::ompi`]). A job of programs
+/// that never use an MPI (`hostname`, a shell script, plain Python) never speaks PMI either
+/// and gets no line. `None` otherwise.
+pub fn never_wired(
+    size: usize,
+    spoke: usize,
+    looks_mpi: bool,
+    offered: crate::job::Wiring,
+) -> Option<String> {
+    use crate::job::Wiring;
+    (size > 1 && spoke == 0 && looks_mpi).then(|| {
+        let (servers, hint) = match offered {
+            Wiring::Pmi => (
+                "the PMI-1/PMI-2 server",
+                "if the program uses Open MPI (PMIx), try --pmi=pmix",
+            ),
+            Wiring::Pmix => (
+                "the PMIx server",
+                "if the program uses MPICH, Intel MPI or MVAPICH (PMI-1/PMI-2), try --pmi=pmi1",
+            ),
+            Wiring::Both => (
+                "the PMI-1/PMI-2 and PMIx servers",
+                "its MPI speaks neither to a launcher: check how it was built",
+            ),
+        };
         format!(
-            "kauri: the {size} ranks never spoke PMI or PMIx and ran as Open MPI singletons, \
-             a world of 1 each ({program} is not linked to Open MPI, so it was served PMI): \
-             use --pmi=pmix"
+            "kauri: none of the {size} ranks connected to {servers} kauri offered: each ran \
+             alone as a singleton; {hint}"
         )
     })
 }
@@ -194,19 +218,33 @@ mod tests {
     }
 
     #[test]
-    fn ran_alone_only_when_nobody_spoke_and_singletons_ran() {
-        let line = ran_alone(4, 0, 4, "python3").unwrap();
+    fn never_wired_only_when_nobody_spoke_and_the_job_looks_like_mpi() {
+        use crate::job::Wiring;
+        assert_eq!(
+            never_wired(4, 0, true, Wiring::Pmi).as_deref(),
+            Some(
+                "kauri: none of the 4 ranks connected to the PMI-1/PMI-2 server kauri \
+                 offered: each ran alone as a singleton; if the program uses Open MPI \
+                 (PMIx), try --pmi=pmix"
+            )
+        );
+        let line = never_wired(3, 0, true, Wiring::Pmix).unwrap();
         assert!(
-            line.contains("the 4 ranks") && line.contains("--pmi=pmix"),
+            line.contains("none of the 3 ranks connected to the PMIx server")
+                && line.ends_with("try --pmi=pmi1"),
             "{line}"
         );
-        assert!(!line.contains('\n'));
-        assert_eq!(
-            ran_alone(1, 0, 1, "python3"),
-            None,
-            "a world of one is right"
-        );
-        assert_eq!(ran_alone(4, 0, 0, "hostname"), None, "env-only programs");
-        assert_eq!(ran_alone(4, 2, 2, "sh"), None, "some ranks spoke PMI");
+        let line = never_wired(2, 0, true, Wiring::Both).unwrap();
+        assert!(line.contains("PMI-1/PMI-2 and PMIx servers"), "{line}");
+        for w in [Wiring::Pmi, Wiring::Pmix, Wiring::Both] {
+            assert!(!never_wired(2, 0, true, w).unwrap().contains('\n'));
+            assert_eq!(never_wired(1, 0, true, w), None, "a world of one is right");
+            assert_eq!(
+                never_wired(4, 0, false, w),
+                None,
+                "hostname, sh, plain Python"
+            );
+            assert_eq!(never_wired(4, 1, true, w), None, "a rank spoke");
+        }
     }
 }

@@ -1,15 +1,133 @@
-//! MPIs from the Python registry (`compat-tests/wheels/setup.sh` makes one virtual
-//! environment per MPI, each with mpi4py 4), run through kauri with no flag: the defects those
-//! MPIs showed, each kept as a test.
+//! The MPIs of pip wheels, through mpi4py, under kauri with no flag: MPICH 5.0, MPICH 4.3,
+//! Open MPI 5.0 and Intel MPI 2021, each in its own Python environment under
+//! `${KAURI_CACHE:-$HOME/.cache/kauri}/venvs` ([`compat_tests::wheel_venv`]: a missing one is
+//! skipped with a line saying so, and fails under `CI=true`).
 //!
-//! Intel MPI reads `PMI_process_mapping` without repeating it: given the shortest cyclic form
-//! (`(vector,(0,2,1))` for 4 ranks on 2 hosts, which MPICH's parser repeats) every rank died
-//! of SIGSEGV. Here every layout of 2 and 3 simulated hosts, cyclic, block and uneven, must
-//! wire up, and each rank's shared-memory communicator must hold exactly the ranks kauri put
-//! on its host (what Intel MPI read from the mapping).
+//! `python3 -c 'from mpi4py import MPI …'` is linked to no MPI, so `--pmi=auto` serves it
+//! PMI-1/PMI-2 and PMIx side by side (issue #17). Each MPI must take the one it speaks and
+//! make one world: MPICH 5 reads both `PMI_SIZE` and `PMIX_NAMESPACE` and, unless told
+//! which (`MPIR_CVAR_PMI_VERSION`), aborts every rank (issue #26).
+//!
+//! `a_wrong_pmi_*`: given the wrong `--pmi`, every rank runs as a singleton; kauri says so
+//! in one line. `programs_without_an_mpi_*`: a job that uses no MPI gets no such line.
+//!
+//! Every job runs with `TMPDIR` in the test's directory (kauri's PMIx server and Open MPI
+//! keep their files there), removed with it.
 
-use compat_tests::{wheel_venv, Ctx, Launcher};
+use compat_tests::{wheel_venv, Ctx, Launcher, Outcome};
 use std::path::Path;
+
+const ONE_HOST: &[&str] = &[];
+const TWO_HOSTS: &[&str] = &["-launcher", "fork", "-hosts", "a,b"];
+
+/// Prints `rank R of N` from every rank.
+const HELLO: &str = "from mpi4py import MPI; c = MPI.COMM_WORLD; \
+                     print('rank', c.Get_rank(), 'of', c.Get_size(), flush=True)";
+
+/// `kauri ARGS -n N VENV/bin/python3 PROG…` with `VENV/bin` first on `PATH`.
+fn kauri_py(ctx: &Ctx, venv: &Path, args: &[&str], n: usize, prog: &[&str]) -> Outcome {
+    let tmp = ctx.dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let python = venv.join("bin/python3").to_string_lossy().into_owned();
+    let n = n.to_string();
+    let mut a: Vec<&str> = args.to_vec();
+    a.extend(["-n", &n, &python]);
+    a.extend(prog);
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = ctx
+        .job(Launcher::Kauri, &a)
+        .program(ctx.kauri())
+        .env("PATH", &path)
+        .env("TMPDIR", &tmp.to_string_lossy())
+        .run();
+    eprintln!("=== kauri\n{o}");
+    o
+}
+
+fn sorted_stdout(o: &Outcome) -> Vec<String> {
+    let mut l: Vec<String> = o.stdout.lines().map(str::to_string).collect();
+    l.sort();
+    l
+}
+
+fn world(n: usize) -> Vec<String> {
+    let mut w: Vec<String> = (0..n).map(|r| format!("rank {r} of {n}")).collect();
+    w.sort();
+    w
+}
+
+/// mpi4py's hello of `venv` at 1, 2 and 4 ranks on each of `layouts` (one host, two
+/// simulated hosts): one world each, status 0, no line from kauri.
+fn one_world_each_time(name: &str, layouts: &[&[&str]]) {
+    let Some(v) = wheel_venv(name) else { return };
+    let ctx = Ctx::new(&format!("venv_{name}"));
+    for &hosts in layouts {
+        for n in [1, 2, 4] {
+            let o = kauri_py(&ctx, &v, hosts, n, &["-c", HELLO]);
+            assert_eq!(o.code, Some(0), "{name} {hosts:?} -n {n}: {o}");
+            assert_eq!(sorted_stdout(&o), world(n), "{name} {hosts:?} -n {n}: {o}");
+            assert!(!o.stderr.contains("kauri:"), "{name} {hosts:?} -n {n}: {o}");
+        }
+    }
+    ctx.assert_no_leftovers();
+}
+
+/// Issue #26: MPICH 5 served both protocols (`MPIR_CVAR_PMI_VERSION` defaults to `auto`)
+/// aborted every rank with "Auto-detection of PMI version failed"; kauri now tells it to
+/// take PMI-1.
+#[test]
+fn mpich5_mpi4py_with_no_flag() {
+    one_world_each_time("mpich5", &[ONE_HOST, TWO_HOSTS]);
+}
+
+/// The user's own choice is kept, under any of MPICH's names for it: with
+/// `-genv MPICH_PMI_VERSION 1` (the old prefix) kauri adds no `MPIR_CVAR_PMI_VERSION`, which
+/// would win over it. (The wheel's MPICH is built with PMI-1 only: `2` or `x` fail in
+/// `MPI_Init` with "Internal MPI error", served or not.)
+#[test]
+fn mpich5_mpi4py_keeps_the_users_pmi_version() {
+    let Some(v) = wheel_venv("mpich5") else {
+        return;
+    };
+    let ctx = Ctx::new("venv_mpich5_user_choice");
+    let prog = format!("{HELLO}; import os; print(os.environ.get('MPIR_CVAR_PMI_VERSION'))");
+    let o = kauri_py(
+        &ctx,
+        &v,
+        &["-genv", "MPICH_PMI_VERSION", "1"],
+        2,
+        &["-c", &prog],
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    let mut want = world(2);
+    want.extend(["None".to_string(), "None".to_string()]);
+    want.sort();
+    assert_eq!(sorted_stdout(&o), want, "{o}");
+    ctx.assert_no_leftovers();
+}
+
+/// MPICH 4.3 (PMI-1 unless told otherwise) is served both and keeps working.
+#[test]
+fn mpich43_mpi4py_with_no_flag() {
+    one_world_each_time("mpich43", &[ONE_HOST, TWO_HOSTS]);
+}
+
+/// Open MPI 5 keeps speaking PMIx when served both.
+#[test]
+fn openmpi5_mpi4py_with_no_flag() {
+    one_world_each_time("openmpi5", &[ONE_HOST, TWO_HOSTS]);
+}
+
+/// Intel MPI 2021 (Hydra's PMI-1 client; it reads `I_MPI_PMI`, not MPICH's variable) keeps
+/// working when served both.
+#[test]
+fn impi_mpi4py_with_no_flag() {
+    one_world_each_time("impi", &[ONE_HOST, TWO_HOSTS]);
+}
 
 /// Every rank checks that the world is whole and that its node-local communicator (built by
 /// Intel MPI from `PMI_process_mapping`) holds the ranks on its host (`KAURI_HOST`).
@@ -24,15 +142,11 @@ assert local.Get_size() == hosts.count(host), (local.Get_size(), hosts)
 print(f"rank {w.Get_rank()} of {w.Get_size()} on {host}: {local.Get_size()} local ok")
 "#;
 
-/// `PATH` with the virtual environment's `bin` first, as a user who activated it has.
-fn venv_path(venv: &Path) -> String {
-    format!(
-        "{}:{}",
-        venv.join("bin").display(),
-        std::env::var("PATH").unwrap_or_default()
-    )
-}
-
+/// Issue #26: Intel MPI reads `PMI_process_mapping` without repeating it: given the shortest
+/// cyclic form (`(vector,(0,2,1))` for 4 ranks on 2 hosts, which MPICH's parser repeats)
+/// every rank died of SIGSEGV. Every layout of 2 and 3 simulated hosts, cyclic, block and
+/// uneven, must wire up, and each rank's shared-memory communicator must hold exactly the
+/// ranks kauri put on its host (what Intel MPI read from the mapping).
 #[test]
 fn impi_every_layout_of_two_and_three_hosts_wires_up() {
     let Some(venv) = wheel_venv("impi") else {
@@ -40,7 +154,6 @@ fn impi_every_layout_of_two_and_three_hosts_wires_up() {
     };
     let ctx = Ctx::new("impi-layouts");
     let script = ctx.script("mapping.py", MAPPING_CHECK);
-    let python = venv.join("bin/python3");
     let layouts: &[(&str, &str, usize)] = &[
         ("cyclic", "a,b", 4),
         ("cyclic", "a,b,c", 5),
@@ -50,37 +163,77 @@ fn impi_every_layout_of_two_and_three_hosts_wires_up() {
         ("uneven", "a:1,b:2,c:1", 6),
     ];
     for &(kind, hosts, n) in layouts {
-        let n_arg = n.to_string();
-        let out = ctx
-            .job(
-                Launcher::Kauri,
-                &[
-                    "-launcher",
-                    "fork",
-                    "-hosts",
-                    hosts,
-                    "-n",
-                    &n_arg,
-                    &python.to_string_lossy(),
-                    &script,
-                ],
-            )
-            .env("PATH", &venv_path(&venv))
-            .run();
-        assert_eq!(
-            out.code,
-            Some(0),
-            "{kind} layout {hosts} -n {n}: {}\nstdout:\n{}\nstderr:\n{}",
-            out.command,
-            out.stdout,
-            out.stderr
+        let o = kauri_py(
+            &ctx,
+            &venv,
+            &["-launcher", "fork", "-hosts", hosts],
+            n,
+            &[&script],
         );
-        let ok = out
-            .stdout
-            .lines()
-            .filter(|l| l.ends_with("local ok"))
-            .count();
-        assert_eq!(ok, n, "{kind} layout {hosts} -n {n}: {}", out.stdout);
+        assert_eq!(o.code, Some(0), "{kind} layout {hosts} -n {n}: {o}");
+        let ok = o.stdout.lines().filter(|l| l.ends_with("local ok")).count();
+        assert_eq!(ok, n, "{kind} layout {hosts} -n {n}: {o}");
     }
+    ctx.assert_no_leftovers();
+}
+
+/// The one line kauri printed about ranks that never connected, if any.
+fn never_wired_lines(o: &Outcome) -> Vec<&str> {
+    o.stderr
+        .lines()
+        .filter(|l| l.starts_with("kauri: none of the"))
+        .collect()
+}
+
+/// Issue #26: given the wrong protocol, every rank of an MPI job runs as a singleton
+/// ("rank 0 of 1" four times, status 0). Open MPI 5 served PMI only (`--pmi=pmi1`) and
+/// Intel MPI served PMIx only (`--pmi=pmix`): kauri says so at the end, in one line naming
+/// the server it offered and the flag to try. (Open MPI 5 forks no `orted`, the trace the
+/// line used to need.)
+#[test]
+fn a_wrong_pmi_is_named_in_one_line() {
+    for (name, flag, server, hint) in [
+        (
+            "openmpi5",
+            "--pmi=pmi1",
+            "the PMI-1/PMI-2 server",
+            "try --pmi=pmix",
+        ),
+        ("impi", "--pmi=pmix", "the PMIx server", "try --pmi=pmi1"),
+    ] {
+        let Some(v) = wheel_venv(name) else { continue };
+        let ctx = Ctx::new(&format!("venv_{name}_wrong_pmi"));
+        let o = kauri_py(&ctx, &v, &[flag], 4, &["-c", HELLO]);
+        assert_eq!(o.code, Some(0), "{name} {flag}: {o}");
+        assert_eq!(o.stdout.matches("rank 0 of 1").count(), 4, "{name}: {o}");
+        let lines = never_wired_lines(&o);
+        assert_eq!(lines.len(), 1, "{name} {flag}: {o}");
+        assert!(
+            lines[0].starts_with(&format!(
+                "kauri: none of the 4 ranks connected to {server} kauri offered"
+            )) && lines[0].ends_with(hint),
+            "{name} {flag}: {o}"
+        );
+        ctx.assert_no_leftovers();
+    }
+}
+
+/// Programs that use no MPI never connect either, and get no line: `hostname`, and a
+/// Python program that imports no MPI.
+#[test]
+fn programs_without_an_mpi_get_no_line() {
+    let Some(v) = wheel_venv("openmpi5") else {
+        return;
+    };
+    let ctx = Ctx::new("venv_no_mpi_no_line");
+    let o = kauri_py(&ctx, &v, &[], 4, &["-c", "print('hi')"]);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(never_wired_lines(&o).is_empty(), "{o}");
+    let o = ctx
+        .job(Launcher::Kauri, &["-n", "4", "hostname"])
+        .program(ctx.kauri())
+        .run();
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(!o.stderr.contains("kauri:"), "{o}");
     ctx.assert_no_leftovers();
 }
