@@ -551,8 +551,11 @@ struct Ctx {
     pmix: RefCell<Option<PmixState>>,
     upcalls: RefCell<Option<mpsc::UnboundedReceiver<Upcall>>>,
     /// Ends of ranks that never spoke PMI or PMIx looked at for an Open MPI singleton's
-    /// daemon ([`crate::ompi`]).
+    /// traces ([`crate::ompi`]).
     alone_checks: Cell<u32>,
+    /// When this host's ranks were about to start: an Open MPI 5 singleton's session
+    /// directory modified since then is one of theirs.
+    started: std::time::SystemTime,
 }
 
 impl Ctx {
@@ -1157,7 +1160,7 @@ fn rank_ended(
     // A rank that never spoke PMI or PMIx may have been an Open MPI singleton: a few such
     // ends are looked at, until one is found (one says enough).
     let ran_alone = !initialized && c.alone_checks.get() < crate::ompi::CHECKS_MAX && {
-        let found = crate::ompi::singleton_daemon();
+        let found = crate::ompi::singleton_traces(c.started);
         c.alone_checks.set(if found {
             crate::ompi::CHECKS_MAX
         } else {
@@ -1391,6 +1394,7 @@ impl Node {
             pmix: RefCell::new(None),
             upcalls: RefCell::new(None),
             alone_checks: Cell::new(0),
+            started: std::time::SystemTime::now(),
         });
         let pmix_env = if job.pmix {
             start_pmix(&ctx, job, me)?

@@ -8,6 +8,11 @@
 //! reports it with the rank's end, and the front end says why in one line
 //! ([`crate::policy::never_wired`]).
 //!
+//! Open MPI 5 forks no daemon for a singleton; it makes a session directory in its temporary
+//! directory, `ompi.<host>.<uid>/jf.0/<job>` (job family 0 is a singleton's: a job wired by
+//! a PMIx server gets its family from the server's namespace), and leaves that behind. A
+//! `jf.0` modified since the host's ranks started is the same trace.
+//!
 //! This module reads `/proc` only; it knows nothing of jobs or of the tree.
 
 /// How many ranks that never spoke PMI or PMIx a host looks at before it stops looking (a
@@ -38,9 +43,55 @@ pub fn singleton_daemon() -> bool {
     })
 }
 
+/// True when an Open MPI singleton ran here since `since`: Open MPI 4's daemon is a child
+/// of this process, or Open MPI 5's singleton session directory in the temporary directory
+/// the ranks inherit was made or changed.
+pub fn singleton_traces(since: std::time::SystemTime) -> bool {
+    singleton_daemon() || singleton_session(&std::env::temp_dir(), &hostname(), since)
+}
+
+/// True when `<tmp>/ompi.<host>.<uid>/jf.0` (Open MPI 5's session directory of singletons,
+/// for this user) was modified at or after `since`.
+pub fn singleton_session(tmp: &std::path::Path, host: &str, since: std::time::SystemTime) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    std::fs::metadata(tmp.join(format!("ompi.{host}.{uid}")).join("jf.0"))
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= since)
+}
+
+/// This machine's host name as Open MPI names its session directory (`gethostname`).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sees_a_singleton_session_made_since() {
+        let tmp = std::env::temp_dir().join(format!("ompi5-test-{}", std::process::id()));
+        let before = std::time::SystemTime::now() - std::time::Duration::from_secs(2);
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        assert!(!singleton_session(&tmp, "h", before));
+        std::fs::create_dir_all(tmp.join(format!("ompi.h.{uid}/jf.0/3571253248"))).unwrap();
+        assert!(singleton_session(&tmp, "h", before));
+        assert!(!singleton_session(&tmp, "other", before));
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        assert!(
+            !singleton_session(&tmp, "h", later),
+            "an older one is not this job's"
+        );
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
 
     #[test]
     fn sees_a_child_by_its_name() {

@@ -93,9 +93,9 @@ pub fn rank_failure(code: Option<i32>, signal: Option<i32>) -> Option<(i32, Stri
 ///
 /// Only when the job `looks_mpi`: a segment's program is linked to an MPI or a PMI library
 /// or names one past itself (an interpreter's `mpi4py`, a wrapped MPI program), or a rank
-/// left a singleton's trace (Open MPI 4.1's `orted`, [`crate::ompi`]). A job of programs
-/// that never use an MPI (`hostname`, a shell script, plain Python) never speaks PMI either
-/// and gets no line. `None` otherwise.
+/// left a singleton's trace (Open MPI 4.1's `orted`, Open MPI 5's session directory:
+/// [`crate::ompi`]). A job of programs that never use an MPI (`hostname`, a shell script,
+/// plain Python) never speaks PMI either and gets no line. `None` otherwise.
 pub fn never_wired(
     size: usize,
     spoke: usize,

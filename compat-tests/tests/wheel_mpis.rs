@@ -218,6 +218,34 @@ fn a_wrong_pmi_is_named_in_one_line() {
     }
 }
 
+/// Issue #26: a script that imports mpi4py through a module of its own gives `--pmi=auto`
+/// nothing to see, so kauri serves PMI only, and Open MPI 5's ranks each run alone. Open MPI
+/// 5 forks no `orted`; its singletons leave a session directory `ompi.<host>.<uid>/jf.0` in
+/// their temporary directory, and kauri names the flag from that trace.
+#[test]
+fn openmpi5_behind_an_indirect_import_is_named_in_one_line() {
+    let Some(v) = wheel_venv("openmpi5") else {
+        return;
+    };
+    let ctx = Ctx::new("venv_openmpi5_indirect");
+    ctx.script("mylib.py", "from mpi4py import MPI\n");
+    let app = ctx.script(
+        "app.py",
+        "import mylib\nc = mylib.MPI.COMM_WORLD\nprint('rank', c.Get_rank(), 'of', c.Get_size())\n",
+    );
+    let o = kauri_py(&ctx, &v, &[], 3, &[&app]);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.stdout.matches("rank 0 of 1").count(), 3, "{o}");
+    let lines = never_wired_lines(&o);
+    assert_eq!(lines.len(), 1, "{o}");
+    assert!(
+        lines[0].starts_with("kauri: none of the 3 ranks connected to the PMI-1/PMI-2 server")
+            && lines[0].ends_with("try --pmi=pmix"),
+        "{o}"
+    );
+    ctx.assert_no_leftovers();
+}
+
 /// Programs that use no MPI never connect either, and get no line: `hostname`, and a
 /// Python program that imports no MPI.
 #[test]
