@@ -177,6 +177,18 @@ fn impi_every_layout_of_two_and_three_hosts_wires_up() {
     ctx.assert_no_leftovers();
 }
 
+/// Open MPI 5's directory for its shared-memory segments. A singleton's is not removed when
+/// it ends (under any launcher): the tests of singletons point it into their own directory
+/// so that nothing is left in `/dev/shm`.
+const SM_DIR: &str = "OMPI_MCA_btl_sm_backing_directory";
+
+/// A directory of the test's for [`SM_DIR`].
+fn singletons_shm(ctx: &Ctx) -> String {
+    let d = ctx.dir.join("shm");
+    std::fs::create_dir_all(&d).unwrap();
+    d.to_string_lossy().into_owned()
+}
+
 /// The one line kauri printed about ranks that never connected, if any.
 fn never_wired_lines(o: &Outcome) -> Vec<&str> {
     o.stderr
@@ -203,7 +215,8 @@ fn a_wrong_pmi_is_named_in_one_line() {
     ] {
         let Some(v) = wheel_venv(name) else { continue };
         let ctx = Ctx::new(&format!("venv_{name}_wrong_pmi"));
-        let o = kauri_py(&ctx, &v, &[flag], 4, &["-c", HELLO]);
+        let shm = singletons_shm(&ctx);
+        let o = kauri_py(&ctx, &v, &[flag, "-genv", SM_DIR, &shm], 4, &["-c", HELLO]);
         assert_eq!(o.code, Some(0), "{name} {flag}: {o}");
         assert_eq!(o.stdout.matches("rank 0 of 1").count(), 4, "{name}: {o}");
         let lines = never_wired_lines(&o);
@@ -233,7 +246,8 @@ fn openmpi5_behind_an_indirect_import_is_named_in_one_line() {
         "app.py",
         "import mylib\nc = mylib.MPI.COMM_WORLD\nprint('rank', c.Get_rank(), 'of', c.Get_size())\n",
     );
-    let o = kauri_py(&ctx, &v, &[], 3, &[&app]);
+    let shm = singletons_shm(&ctx);
+    let o = kauri_py(&ctx, &v, &["-genv", SM_DIR, &shm], 3, &[&app]);
     assert_eq!(o.code, Some(0), "{o}");
     assert_eq!(o.stdout.matches("rank 0 of 1").count(), 3, "{o}");
     let lines = never_wired_lines(&o);
