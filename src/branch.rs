@@ -57,8 +57,9 @@ pub trait Host {
     fn fence_done(&self, epoch: u64, delta: &Packed);
     /// PMIx fence `epoch` is complete everywhere: every host's blob.
     fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>);
-    /// PMIx collective `sig` is complete (or failed, `status`): every contribution.
-    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>);
+    /// PMIx collective `sig` is complete (or failed, `status`): every contribution, and the
+    /// context id the run gave it (a group construct that asked for one).
+    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>, context_id: Option<u64>);
     /// Tell the local clients of the job's PMIx server that `ranks` failed with `status`
     /// (nothing where no PMIx server serves the job).
     fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>);
@@ -133,8 +134,8 @@ impl Host for Node {
     fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>) {
         Node::pmix_fence_done(self, epoch, data)
     }
-    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>) {
-        Node::pmix_collective_done(self, sig, status, data)
+    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>, context_id: Option<u64>) {
+        Node::pmix_collective_done(self, sig, status, data, context_id)
     }
     fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
         Node::pmix_failure(self, status, ranks, exit_code)
@@ -372,11 +373,13 @@ impl<H: Host, L: Links> Branch<H, L> {
                 procs,
                 covered,
                 data,
+                context_id,
             } => Some(Out::Up(Up::PmixCollective {
                 sig,
                 procs,
                 covered,
                 data,
+                context_id,
             })),
             NodeEvent::DmodexServed {
                 to,
@@ -578,9 +581,12 @@ impl<H: Host, L: Links> Branch<H, L> {
             Down::FenceDone { epoch, delta } => self.fence_done(epoch, delta, Some(frame)),
             Down::PmixFenceDone { epoch, data } => self.pmix_fence_done(epoch, data, Some(frame)),
             Down::DmodexServe { from, req, rank } => return self.dmodex_serve(from, req, rank),
-            Down::PmixCollectiveDone { sig, status, data } => {
-                self.pmix_collective_done(sig, status, data)
-            }
+            Down::PmixCollectiveDone {
+                sig,
+                status,
+                data,
+                context_id,
+            } => self.pmix_collective_done(sig, status, data, context_id),
             Down::DmodexData {
                 to,
                 req,
@@ -640,14 +646,25 @@ impl<H: Host, L: Links> Branch<H, L> {
         }
     }
 
-    /// PMIx collective `sig` is complete (or failed): down to every host below, and to this
-    /// host's server if it has a part in it.
-    pub fn pmix_collective_done(&mut self, sig: String, status: i32, data: Vec<u8>) {
+    /// PMIx collective `sig` is complete (or failed), with the context id the run gave it
+    /// if it asked for one: down to every host below, and to this host's server if it has a
+    /// part in it.
+    pub fn pmix_collective_done(
+        &mut self,
+        sig: String,
+        status: i32,
+        data: Vec<u8>,
+        context_id: Option<u64>,
+    ) {
         if let Some(n) = &self.node {
-            n.pmix_collective_done(&sig, status, data.clone());
+            n.pmix_collective_done(&sig, status, data.clone(), context_id);
         }
-        self.kids
-            .broadcast(&Down::PmixCollectiveDone { sig, status, data });
+        self.kids.broadcast(&Down::PmixCollectiveDone {
+            sig,
+            status,
+            data,
+            context_id,
+        });
     }
 
     /// Ranks of a PMIx job failed: every host below is told (`frame`, when it came from the
@@ -915,7 +932,8 @@ mod tests {
         }
         fn fence_done(&self, _: u64, _: &Packed) {}
         fn pmix_fence_done(&self, _: u64, _: Vec<u8>) {}
-        fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>) {}
+        fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>, _id: Option<u64>) {
+        }
         fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
             self.0
                 .borrow_mut()

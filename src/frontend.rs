@@ -782,6 +782,8 @@ struct Collective {
     data: Vec<u8>,
     /// Why it cannot complete (a participant of no job of this run).
     failed: Option<String>,
+    /// Some participant's server asked for a context id (a group construct).
+    context_id: bool,
 }
 
 /// Who asked for a hang diagnosis.
@@ -1427,6 +1429,9 @@ struct Root {
     cross_dmodex: std::collections::HashMap<u64, (usize, u32, u64)>,
     /// PMIx collectives over several jobs or part of one, by signature.
     collectives: std::collections::HashMap<String, Collective>,
+    /// The last context id given to a PMIx group (0: none yet; Open MPI's predefined
+    /// communicators have context id 0, so the first is 1).
+    next_context_id: u64,
     ending: Option<Ending>,
     /// When the ranks get SIGKILL, once the teardown began.
     kill_at: Option<Instant>,
@@ -1590,6 +1595,7 @@ impl Root {
             requests: Vec::new(),
             cross_dmodex: Default::default(),
             collectives: Default::default(),
+            next_context_id: 0,
             ending: None,
             kill_at: None,
             grace: Duration::from_millis(p.job.kill_grace_ms),
@@ -1852,7 +1858,8 @@ impl Root {
                 procs,
                 covered,
                 data,
-            } => self.collective(sig, &procs, &covered, data),
+                context_id,
+            } => self.collective(sig, &procs, &covered, data, context_id),
             Up::Request { from, req, service } => self.requests.push((
                 Asker {
                     job: j,
@@ -2344,13 +2351,15 @@ impl Root {
 
     /// One server's part of PMIx collective `sig` over `procs`: it covers the participants
     /// `covered`. Once every participant is covered, every host of every job taking part gets
-    /// the contributions (the hosts with a part in it answer their server).
+    /// the contributions (the hosts with a part in it answer their server), and a context id
+    /// new in the run if a server asked for one (`context_id`: a group construct).
     fn collective(
         &mut self,
         sig: String,
         procs: &[(String, u32)],
         covered: &[(String, u32)],
         data: Vec<u8>,
+        context_id: bool,
     ) {
         let wild = crate::pmix::ffi::PMIX_RANK_WILDCARD;
         if !self.collectives.contains_key(&sig) {
@@ -2385,6 +2394,7 @@ impl Root {
         }
         let c = self.collectives.get_mut(&sig).expect("made above");
         c.data.extend_from_slice(&data);
+        c.context_id |= context_id;
         if c.failed.is_none() && !c.want.is_subset(&c.have) {
             return;
         }
@@ -2396,11 +2406,15 @@ impl Root {
                 crate::pmix::ffi::PMIX_ERR_NOT_FOUND
             }
         };
-        debug!(%sig, jobs = c.jobs.len(), "PMIx collective complete");
+        let id = (c.context_id && c.failed.is_none()).then(|| {
+            self.next_context_id += 1;
+            self.next_context_id
+        });
+        debug!(%sig, jobs = c.jobs.len(), context_id = ?id, "PMIx collective complete");
         for k in c.jobs {
             self.jobs[k]
                 .branch
-                .pmix_collective_done(sig.clone(), status, c.data.clone());
+                .pmix_collective_done(sig.clone(), status, c.data.clone(), id);
         }
     }
 

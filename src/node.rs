@@ -95,6 +95,9 @@ pub enum NodeEvent {
         covered: Vec<(String, u32)>,
         /// This server's contribution.
         data: Vec<u8>,
+        /// The participants want a context id unique in the run (a group construct's
+        /// `PMIX_GROUP_ASSIGN_CONTEXT_ID`).
+        context_id: bool,
     },
     /// This host's PMIx server answered [`Node::pmix_dmodex_serve`]: the data of one of its
     /// ranks, for request `req` of agent `to`.
@@ -311,6 +314,29 @@ fn collective_sig(procs: &[(String, u32)]) -> String {
     let mut v: Vec<String> = procs.iter().map(|(n, r)| format!("{n}:{r}")).collect();
     v.sort();
     v.join(",")
+}
+
+/// The signature of a group operation: the operation, the group's id and its members (so
+/// two groups of the same processes, or a construct and a fence over them, stay apart).
+fn group_sig(op: pmix::GroupOp, grpid: &str, procs: &[(String, u32)]) -> String {
+    format!("group {} {grpid} {}", op.name(), collective_sig(procs))
+}
+
+/// The participants of a collective over `procs` that are clients of this process's server.
+fn covered(procs: &[(String, u32)]) -> Vec<(String, u32)> {
+    procs
+        .iter()
+        .flat_map(|(n, r)| {
+            let local = pmix::local_ranks(n);
+            if *r == pmix::ffi::PMIX_RANK_WILDCARD {
+                local.into_iter().map(|l| (n.clone(), l)).collect()
+            } else if local.contains(r) {
+                vec![(n.clone(), *r)]
+            } else {
+                Vec::new()
+            }
+        })
+        .collect()
 }
 
 /// The most reply bytes queued for one PMI connection. A rank past it does not read its
@@ -684,20 +710,7 @@ impl Ctx {
             }
             Upcall::Collective { procs, data, reply } => {
                 let sig = collective_sig(&procs);
-                let covered = procs
-                    .iter()
-                    .flat_map(|(n, r)| {
-                        let local = pmix::local_ranks(n);
-                        let mine: Vec<(String, u32)> = if *r == pmix::ffi::PMIX_RANK_WILDCARD {
-                            local.into_iter().map(|l| (n.clone(), l)).collect()
-                        } else if local.contains(r) {
-                            vec![(n.clone(), *r)]
-                        } else {
-                            Vec::new()
-                        };
-                        mine
-                    })
-                    .collect();
+                let covered = covered(&procs);
                 st.collectives
                     .entry(sig.clone())
                     .or_default()
@@ -707,6 +720,31 @@ impl Ctx {
                     procs,
                     covered,
                     data,
+                    context_id: false,
+                }
+            }
+            Upcall::Group {
+                op,
+                grpid,
+                procs,
+                data,
+                assign_context_id,
+                reply,
+            } => {
+                // Its own signature: a fence over the same processes is another collective.
+                let sig = group_sig(op, &grpid, &procs);
+                debug!(%sig, assign_context_id, "PMIx group operation");
+                let covered = covered(&procs);
+                st.collectives
+                    .entry(sig.clone())
+                    .or_default()
+                    .push_back(CollectiveReply::Group(reply));
+                NodeEvent::PmixCollective {
+                    sig,
+                    procs,
+                    covered,
+                    data,
+                    context_id: assign_context_id && op == pmix::GroupOp::Construct,
                 }
             }
             Upcall::Connected { rank } => {
@@ -1683,9 +1721,16 @@ impl Node {
         }
     }
 
-    /// Answers the local PMIx server's collective `sig` (see [`NodeEvent::PmixCollective`]);
-    /// nothing when none is under way here.
-    pub fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>) {
+    /// Answers the local PMIx server's collective `sig` (see [`NodeEvent::PmixCollective`]),
+    /// with the context id the run gave it if it asked for one; nothing when none is under
+    /// way here.
+    pub fn pmix_collective_done(
+        &self,
+        sig: &str,
+        status: i32,
+        data: Vec<u8>,
+        context_id: Option<u64>,
+    ) {
         self.ctx.drain_upcalls();
         let reply = self.ctx.pmix.borrow_mut().as_mut().and_then(|p| {
             let q = p.collectives.get_mut(sig)?;
@@ -1696,7 +1741,7 @@ impl Node {
             r
         });
         if let Some(reply) = reply {
-            reply.reply(status, data);
+            reply.reply(status, data, context_id);
         }
     }
 

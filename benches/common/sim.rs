@@ -270,7 +270,7 @@ impl Host for SimHost {
     fn pmix_fence_done(&self, _epoch: u64, _data: Vec<u8>) {
         let _ = self.done.send((self.id, self.cpu.now()));
     }
-    fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>) {}
+    fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>, _id: Option<u64>) {}
     /// No PMIx server to tell.
     fn pmix_failure(&self, _status: i32, _ranks: &[usize], _exit_code: Option<i32>) {}
     /// No PMIx server to serve from.

@@ -341,10 +341,33 @@ type FabricFn = unsafe extern "C" fn(
     *mut c_void,
 ) -> Status;
 
+/// `group` (`pmix_server_grp_fn_t`): the operation (`pmix_group_operation_t`, an enum), the
+/// group's id, its members, the directives, and an info callback (`pmix_info_cbfunc_t`).
+type GroupFn = unsafe extern "C" fn(
+    c_int,
+    *mut c_char,
+    *const pmix_proc_t,
+    usize,
+    *const pmix_info_t,
+    usize,
+    pmix_info_cbfunc_t,
+    *mut c_void,
+) -> Status;
+type pmix_info_cbfunc_t = Option<
+    unsafe extern "C" fn(
+        Status,
+        *mut pmix_info_t,
+        usize,
+        *mut c_void,
+        pmix_release_cbfunc_t,
+        *mut c_void,
+    ),
+>;
+
 /// `pmix_server_module_t` (the 4.0 layout: 28 function pointers). Every entry is Kauri's
-/// except six it leaves NULL on purpose, because OpenPMIx 4.2 does better without them (see
+/// except five it leaves NULL on purpose, because OpenPMIx 4.2 does better without them (see
 /// `docs/pmix.md`, "The server module"): `register_events`, `deregister_events`, `listener`,
-/// `tool_connected`, `log` and `group`, typed here as plain pointers.
+/// `tool_connected` and `log`, typed here as plain pointers.
 #[repr(C)]
 struct pmix_server_module_t {
     client_connected: Option<ConnectedFn>,
@@ -372,7 +395,7 @@ struct pmix_server_module_t {
     validate_credential: Option<ValidateCredFn>,
     iof_pull: Option<IofPullFn>,
     push_stdin: Option<StdinFn>,
-    group: *const c_void,
+    group: Option<GroupFn>,
     fabric: Option<FabricFn>,
     client_connected2: Option<Connected2Fn>,
 }
@@ -437,6 +460,10 @@ pub enum Val {
     Proc(String, u32),
     /// `PMIX_SIZE`.
     Size(usize),
+    /// `PMIX_BYTE_OBJECT`: opaque bytes.
+    Bytes(Vec<u8>),
+    /// `PMIX_DATA_ARRAY` of `PMIX_PROC`: processes, by namespace and rank.
+    Procs(Vec<(String, u32)>),
 }
 
 /// A `pmix_info_t` array built from Rust values, with everything it points to. It must
@@ -451,6 +478,28 @@ struct InfoArray {
     // Boxed for the same reason.
     #[allow(clippy::vec_box)]
     _procs: Vec<Box<pmix_proc_t>>,
+    _proc_arrays: Vec<Vec<pmix_proc_t>>,
+}
+
+impl Drop for InfoArray {
+    fn drop(&mut self) {
+        // The bytes of a `Val::Bytes` are `malloc`ed: the library may take them (OpenPMIx 4.2
+        // loads a group's `PMIX_GROUP_ENDPT_DATA` into a buffer it frees, and sets the
+        // pointer to NULL); what it left is freed here.
+        for i in &mut self.infos {
+            if i.value.type_ == PMIX_BYTE_OBJECT {
+                // SAFETY: a byte object's value is the `bo` member; a non-NULL pointer there
+                // is one `Val::Bytes` made with malloc and nobody else freed.
+                unsafe {
+                    let p = i.value.data.bo.bytes;
+                    if !p.is_null() {
+                        libc::free(p.cast());
+                        i.value.data.bo.bytes = ptr::null_mut();
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn c_string(s: &str) -> CString {
@@ -473,6 +522,7 @@ impl InfoArray {
             _arrays: Vec::new(),
             _nested: Vec::new(),
             _procs: Vec::new(),
+            _proc_arrays: Vec::new(),
         };
         for (k, v) in items {
             let mut info = pmix_info_t {
@@ -514,6 +564,33 @@ impl InfoArray {
                     a._procs.push(p);
                     // A pointer is one u64 on LP64 (the layouts test).
                     (PMIX_PROC, pmix_value_data { _size: [ptr, 0, 0] })
+                }
+                Val::Bytes(b) => {
+                    // malloc'ed, as the library's own: it may take them (see `Drop`).
+                    // SAFETY: malloc of at least one byte; NULL is checked below.
+                    let p = unsafe { libc::malloc(b.len().max(1)) }.cast::<c_char>();
+                    let size = if p.is_null() {
+                        0
+                    } else {
+                        // SAFETY: p holds at least b.len() bytes, and does not overlap b.
+                        unsafe { ptr::copy_nonoverlapping(b.as_ptr(), p.cast::<u8>(), b.len()) };
+                        b.len()
+                    };
+                    let bo = pmix_byte_object_t { bytes: p, size };
+                    (PMIX_BYTE_OBJECT, pmix_value_data { bo })
+                }
+                Val::Procs(list) => {
+                    let mut procs: Vec<pmix_proc_t> =
+                        list.iter().map(|(ns, r)| proc_t(ns, *r)).collect();
+                    let mut arr = Box::new(pmix_data_array_t {
+                        type_: PMIX_PROC,
+                        size: procs.len(),
+                        array: procs.as_mut_ptr().cast(),
+                    });
+                    let p: *mut pmix_data_array_t = &mut *arr;
+                    a._arrays.push(arr);
+                    a._proc_arrays.push(procs);
+                    (PMIX_DATA_ARRAY, pmix_value_data { darray: p })
                 }
             };
             info.value.type_ = t;
@@ -644,6 +721,24 @@ pub enum Upcall {
         data: Vec<u8>,
         /// Where the answer goes.
         reply: CollectiveReply,
+    },
+    /// Every local member entered `PMIx_Group_construct` or `PMIx_Group_destruct` of group
+    /// `grpid` over `procs`: a collective like [`Upcall::Collective`], answered with the
+    /// group's results (a context id when asked, every server's contribution).
+    Group {
+        /// Construct or destruct.
+        op: GroupOp,
+        /// The group's id (the name the members gave it).
+        grpid: String,
+        /// The members (rank [`PMIX_RANK_WILDCARD`]: the whole namespace).
+        procs: Vec<(String, u32)>,
+        /// This server's contribution (`PMIX_GROUP_ENDPT_DATA`: its members' endpoint data
+        /// and the `PMIX_GROUP_INFO` they gave), opaque; empty for a destruct.
+        data: Vec<u8>,
+        /// `PMIX_GROUP_ASSIGN_CONTEXT_ID`: the members want a context id unique in the run.
+        assign_context_id: bool,
+        /// Where the answer goes.
+        reply: GroupReply,
     },
     /// A local client publishes: `info` holds its data (key: the name, value: the port) and
     /// its directives (`pmix.range`, `pmix.persist`, and `pmix.euid` added by the library).
@@ -821,22 +916,133 @@ impl OpReply {
 }
 
 /// How a collective is answered: a fence hands the library every contribution, a disconnect
-/// only a status.
+/// only a status, a group operation its results.
 #[derive(Debug)]
 pub enum CollectiveReply {
     /// `fence_nb`.
     Fence(ModexReply),
     /// `disconnect`.
     Op(OpReply),
+    /// `group`.
+    Group(GroupReply),
 }
 
 impl CollectiveReply {
-    /// Answers the collective.
-    pub fn reply(self, status: Status, data: Vec<u8>) {
+    /// Answers the collective: `data` holds every server's contribution, `context_id` the
+    /// context id the run gave it (a group construct that asked for one).
+    pub fn reply(self, status: Status, data: Vec<u8>, context_id: Option<u64>) {
         match self {
             CollectiveReply::Fence(r) => r.reply(status, data),
             CollectiveReply::Op(r) => r.done(status),
+            CollectiveReply::Group(r) => r.done(status, data, context_id),
         }
+    }
+}
+
+/// A group operation (`pmix_group_operation_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupOp {
+    /// `PMIX_GROUP_CONSTRUCT`.
+    Construct,
+    /// `PMIX_GROUP_DESTRUCT`.
+    Destruct,
+}
+
+impl GroupOp {
+    /// From the C value (`PMIX_GROUP_CONSTRUCT` is 0, `PMIX_GROUP_DESTRUCT` 1).
+    pub fn from_c(op: c_int) -> Option<GroupOp> {
+        match op {
+            0 => Some(GroupOp::Construct),
+            1 => Some(GroupOp::Destruct),
+            _ => None,
+        }
+    }
+
+    /// Its name, as a word.
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupOp::Construct => "construct",
+            GroupOp::Destruct => "destruct",
+        }
+    }
+}
+
+/// `PMIX_GROUP_CONTEXT_ID`: the context id given to a group (`size_t`).
+pub const GROUP_CONTEXT_ID: &str = "pmix.grp.ctxid";
+/// `PMIX_GROUP_ASSIGN_CONTEXT_ID`: a construct asks for a context id (`bool`).
+pub const GROUP_ASSIGN_CONTEXT_ID: &str = "pmix.grp.actxid";
+/// `PMIX_GROUP_ENDPT_DATA`: a server's contribution to a construct, and the answer with
+/// every server's (`pmix_byte_object_t`).
+pub const GROUP_ENDPT_DATA: &str = "pmix.grp.endpt";
+/// `PMIX_GROUP_MEMBERSHIP`: the members of a group (`pmix_data_array_t` of `pmix_proc_t`).
+pub const GROUP_MEMBERSHIP: &str = "pmix.grp.mbrs";
+
+/// The results of a completed group operation, as the library reads them: for a construct,
+/// the context id (when one was given), every server's contribution concatenated (when there
+/// is any: OpenPMIx 4.2 unpacks it as one sequence of tagged blobs and stores them as it
+/// stores a fence's), and the members; nothing for a destruct.
+pub fn group_results(
+    op: GroupOp,
+    members: &[(String, u32)],
+    data: Vec<u8>,
+    context_id: Option<u64>,
+) -> Vec<(String, Val)> {
+    let mut out = Vec::new();
+    if op == GroupOp::Destruct {
+        return out;
+    }
+    if let Some(id) = context_id {
+        out.push((GROUP_CONTEXT_ID.to_string(), Val::Size(id as usize)));
+    }
+    if !data.is_empty() {
+        out.push((GROUP_ENDPT_DATA.to_string(), Val::Bytes(data)));
+    }
+    out.push((GROUP_MEMBERSHIP.to_string(), Val::Procs(members.to_vec())));
+    out
+}
+
+/// The library's callback for a group operation, to be called once.
+#[derive(Debug)]
+pub struct GroupReply {
+    op: GroupOp,
+    members: Vec<(String, u32)>,
+    cbfunc: unsafe extern "C" fn(
+        Status,
+        *mut pmix_info_t,
+        usize,
+        *mut c_void,
+        pmix_release_cbfunc_t,
+        *mut c_void,
+    ),
+    cbdata: *mut c_void,
+}
+
+// SAFETY: as for ModexReply: the library accepts the callback from any thread (it shifts
+// the work into its progress thread).
+unsafe impl Send for GroupReply {}
+
+impl GroupReply {
+    /// Completes the operation with `status` and its results ([`group_results`]), which stay
+    /// alive until the library releases them.
+    pub fn done(self, status: Status, data: Vec<u8>, context_id: Option<u64>) {
+        if FINALIZED.load(Ordering::SeqCst) {
+            return;
+        }
+        let results = if status == PMIX_SUCCESS {
+            group_results(self.op, &self.members, data, context_id)
+        } else {
+            Vec::new()
+        };
+        let mut a = Box::new(InfoArray::new(&results));
+        let (ptr, n) = if a.infos.is_empty() {
+            (ptr::null_mut(), 0)
+        } else {
+            (a.infos.as_mut_ptr(), a.infos.len())
+        };
+        let keep = Box::into_raw(a).cast::<c_void>();
+        // SAFETY: cbfunc/cbdata came from the library for exactly one call; the results live
+        // until it calls release_infos with `keep`.
+        unsafe { (self.cbfunc)(status, ptr, n, self.cbdata, Some(release_infos), keep) };
     }
 }
 
@@ -1351,6 +1557,84 @@ unsafe extern "C" fn up_disconnect(
     }
 }
 
+/// Directives of a group operation Kauri accepts without acting on them itself: the library
+/// handles the timeout, local-only groups and the embedded barrier, and passes the rest up.
+const GROUP_DIRECTIVES_KNOWN: &[&str] = &[
+    GROUP_ASSIGN_CONTEXT_ID,
+    GROUP_ENDPT_DATA,
+    "pmix.grp.notterm", // PMIX_GROUP_NOTIFY_TERMINATION: every rank's end is told anyway
+    "pmix.grp.info",    // PMIX_GROUP_INFO: inside the library's blob
+    "pmix.grp.lcl",     // PMIX_GROUP_LOCAL_ONLY: the library's own
+    "pmix.grp.opt",     // PMIX_GROUP_OPTIONAL
+    "pmix.grp.ftcoll",  // PMIX_GROUP_FT_COLLECTIVE
+    "pmix.grp.ldr",     // PMIX_GROUP_LEADER
+    "pmix.embed.barrier",
+    "pmix.timeout",
+    "pmix.sorted.parr", // PMIX_SORTED_PROC_ARRAY, added by the library
+    "pmix.loc.col.st",  // PMIX_LOCAL_COLLECTIVE_STATUS, added by the library
+];
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn up_group(
+    op: c_int,
+    grp: *mut c_char,
+    procs: *const pmix_proc_t,
+    nprocs: usize,
+    directives: *const pmix_info_t,
+    ndirs: usize,
+    cbfunc: pmix_info_cbfunc_t,
+    cbdata: *mut c_void,
+) -> Status {
+    let (Some(cbfunc), Some(op)) = (cbfunc, GroupOp::from_c(op)) else {
+        return PMIX_ERR_BAD_PARAM;
+    };
+    // SAFETY: the library passes its group id as a C string (or NULL), nprocs valid procs
+    // and ndirs valid directives, all for this call; copied.
+    let (grpid, procs, dirs) = unsafe {
+        (
+            read_str(grp).unwrap_or_default(),
+            read_procs(procs, nprocs),
+            read_infos(directives, ndirs),
+        )
+    };
+    if procs.is_empty() {
+        return PMIX_ERR_BAD_PARAM;
+    }
+    let mut data = Vec::new();
+    let mut assign_context_id = false;
+    for (k, v) in dirs {
+        match (k.as_str(), v) {
+            (GROUP_ENDPT_DATA, InfoVal::Bytes(b)) => data = b,
+            // PMIX_INFO_TRUE: a bool, or no value at all (PMIX_UNDEF) meaning true.
+            (GROUP_ASSIGN_CONTEXT_ID, InfoVal::Bool(b)) => assign_context_id = b,
+            (GROUP_ASSIGN_CONTEXT_ID, _) => assign_context_id = true,
+            (k, v) if !GROUP_DIRECTIVES_KNOWN.contains(&k) => {
+                tracing::debug!(key = k, value = ?v, "PMIx group: directive not acted on");
+            }
+            _ => {}
+        }
+    }
+    let reply = GroupReply {
+        op,
+        members: procs.clone(),
+        cbfunc,
+        cbdata,
+    };
+    let up = Upcall::Group {
+        op,
+        grpid,
+        procs: procs.clone(),
+        data,
+        assign_context_id,
+        reply,
+    };
+    if deliver_any(&procs, up) {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
+    }
+}
+
 unsafe extern "C" fn up_dmodex(
     proc_: *const pmix_proc_t,
     _info: *const pmix_info_t,
@@ -1799,7 +2083,7 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
         validate_credential: Some(up_validate_credential),
         iof_pull: Some(up_iof_pull),
         push_stdin: Some(up_push_stdin),
-        group: ptr::null(),
+        group: Some(up_group),
         fabric: Some(up_fabric),
         client_connected2: Some(up_connected2),
     });
@@ -2499,17 +2783,58 @@ int main(void) {
         assert_eq!(got, want);
     }
 
+    /// A group construct's results: the context id, every server's blob as one byte object
+    /// (malloc'ed: the library may take it), the members as a data array of procs; a
+    /// destruct's: nothing.
+    #[test]
+    fn group_results_as_the_library_reads_them() {
+        let members = vec![("ns".to_string(), 0), ("ns".to_string(), 2)];
+        let r = group_results(GroupOp::Construct, &members, b"ab".to_vec(), Some(7));
+        let keys: Vec<&str> = r.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, [GROUP_CONTEXT_ID, GROUP_ENDPT_DATA, GROUP_MEMBERSHIP]);
+        assert!(group_results(GroupOp::Destruct, &members, Vec::new(), None).is_empty());
+        let none = group_results(GroupOp::Construct, &members, Vec::new(), None);
+        assert_eq!(none.len(), 1, "only the members: {none:?}");
+
+        let a = InfoArray::new(&r);
+        // SAFETY: a's infos are valid, with everything they point to, while a lives.
+        let got = unsafe { read_infos(a.infos.as_ptr(), a.infos.len()) };
+        assert_eq!(got[0].1, InfoVal::Int(7));
+        assert_eq!(got[1].1, InfoVal::Bytes(b"ab".to_vec()));
+        assert_eq!(got[2].1, InfoVal::Other(PMIX_DATA_ARRAY));
+        // SAFETY: the membership is a data array of 2 procs built by InfoArray::new.
+        let procs = unsafe {
+            let d = &*a.infos[2].value.data.darray;
+            assert_eq!((d.type_, d.size), (PMIX_PROC, 2));
+            read_procs(d.array.cast::<pmix_proc_t>(), d.size)
+        };
+        assert_eq!(procs, members);
+    }
+
+    /// Bytes the library took (it sets the pointer to NULL) are not freed again.
+    #[test]
+    fn bytes_taken_by_the_library_are_left_to_it() {
+        let mut a = InfoArray::new(&[("k".to_string(), Val::Bytes(vec![1, 2, 3]))]);
+        // SAFETY: the byte object built above; taken as the library's PMIX_LOAD_BUFFER does.
+        unsafe {
+            let p = a.infos[0].value.data.bo.bytes;
+            a.infos[0].value.data.bo.bytes = ptr::null_mut();
+            libc::free(p.cast());
+        }
+        drop(a);
+    }
+
     /// What a client passes (built here as the library would) reads back as Rust values:
     /// strings, NULL strings, bools, integers of each width, other types by number.
     #[test]
     fn infos_and_keys_read_back() {
-        let a = InfoArray::new(&[
+        let mut a = InfoArray::new(&[
             ("svc".into(), Val::Str("port 0".into())),
             ("pmix.wait".into(), Val::Bool(true)),
             ("pmix.euid".into(), Val::U32(1000)),
             ("pmix.lrank".into(), Val::U16(7)),
         ]);
-        let mut infos = a.infos;
+        let mut infos = std::mem::take(&mut a.infos);
         let mut extra = |t: u16, d: pmix_value_data| {
             let mut i = pmix_info_t {
                 key: [0; KEYLEN],

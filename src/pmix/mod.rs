@@ -18,7 +18,8 @@ pub mod ffi;
 pub mod names;
 
 pub use ffi::{
-    CollectiveReply, LookupReply, ModexReply, OpReply, SpawnApp, SpawnReply, Status, Upcall, Val,
+    CollectiveReply, GroupOp, GroupReply, LookupReply, ModexReply, OpReply, SpawnApp, SpawnReply,
+    Status, Upcall, Val,
 };
 
 use crate::plan::{HostPlan, JobPlan};

@@ -69,6 +69,9 @@ pub enum Down {
         /// The contributions.
         #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,
+        /// The context id the front end gave it (a group construct that asked for one):
+        /// unique in the run, the same for every participant.
+        context_id: Option<u64>,
     },
     /// Ask the PMIx server hosting `rank` for its data (direct modex), for agent `from`;
     /// routed down towards the agent that runs `rank`.
@@ -267,6 +270,8 @@ pub enum Up {
         /// The sender's contribution.
         #[serde(with = "crate::kvs::byte_string")]
         data: Vec<u8>,
+        /// Its participants want a context id (see [`Down::PmixCollectiveDone`]).
+        context_id: bool,
     },
     /// A direct-modex answer for the front end to route down to agent `to`.
     DmodexData {
