@@ -18,17 +18,9 @@
 //! What is missing (the source package, the venv) skips a test with a line saying so, unless
 //! `CI=true`, where it fails.
 
-use compat_tests::{Ctx, Launcher, Outcome};
+use compat_tests::{cache_dir, wheel_venv, Ctx, Launcher, Outcome};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// `${KAURI_CACHE:-$HOME/.cache/kauri}`.
-fn cache() -> PathBuf {
-    match std::env::var_os("KAURI_CACHE").filter(|v| !v.is_empty()) {
-        Some(c) => PathBuf::from(c),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/kauri"),
-    }
-}
 
 /// Something a test needs is not there: under `CI=true` a failure, else a skip said on
 /// stderr (false: the caller returns).
@@ -44,7 +36,7 @@ fn have(what: &str, fix: &str, there: bool) -> bool {
 
 /// The examples directory of the fetched OpenPMIx source package, if any.
 fn examples_dir() -> Option<PathBuf> {
-    let src = cache().join("pmix-src");
+    let src = cache_dir().join("pmix-src");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&src)
         .ok()?
         .flatten()
@@ -151,15 +143,7 @@ fn examples_two_hosts() {
 
 /// `programs/ompi5_groups.c` built with the Open MPI 5 venv's `mpicc`, if there is one.
 fn ompi5_groups(ctx: &Ctx) -> Option<String> {
-    let venv = cache().join("venvs/openmpi5");
-    let mpicc = venv.join("bin/mpicc");
-    if !have(
-        "the Open MPI 5 venv",
-        &format!("no {}", mpicc.display()),
-        mpicc.is_file(),
-    ) {
-        return None;
-    }
+    let mpicc = wheel_venv("openmpi5")?.join("bin/mpicc");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/ompi5_groups.c");
     let out = ctx.dir.join("ompi5_groups");
     let st = Command::new(&mpicc)
