@@ -49,16 +49,17 @@ for v in "${VENVS[@]}"; do
     die "pip install ${reqs[*]} into $dir failed"
 done
 
-# mpi4py's sdist, for test/runtests.py. --no-binary for mpi4py only: its build requirements
-# (setuptools, Cython, which pip fetches to read the sdist's metadata) come as wheels, not
-# built from source (--no-binary :all: builds Cython: 7 minutes on 2 cores).
+# mpi4py's sdist, for test/runtests.py. pip reads an sdist's metadata before it keeps it:
+# with --no-build-isolation it does so with Debian's setuptools (python3-setuptools) and
+# fetches nothing but the sdist (in an isolated build environment it would fetch setuptools
+# and Cython too, and with --no-binary :all: build Cython from source: 7 minutes on 2 cores).
 src=$CACHE/sdist/mpi4py-$MPI4PY
 if [ ! -f "$src/test/runtests.py" ]; then
   tarball=$CACHE/sdist/mpi4py-$MPI4PY.tar.gz
   if [ ! -f "$tarball" ]; then
     log "downloading mpi4py==$MPI4PY's source distribution"
-    pip_ download -q --no-deps --no-binary mpi4py -d "$CACHE/sdist" "mpi4py==$MPI4PY" ||
-      die "pip download --no-binary mpi4py mpi4py==$MPI4PY failed"
+    pip_ download -q --no-deps --no-binary mpi4py --no-build-isolation -d "$CACHE/sdist" "mpi4py==$MPI4PY" ||
+      die "pip download of mpi4py==$MPI4PY's sdist failed"
   fi
   rm -rf "$src"
   tar -xzf "$tarball" -C "$CACHE/sdist"
