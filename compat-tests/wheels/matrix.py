@@ -70,6 +70,13 @@ MPIS = {
 # sometimes does, but most runs on the 2-core machine hang (5 of 6 at 4 ranks, each a full
 # timeout), and a hang costs the budget.
 NATIVE_ONE_HOST_ONLY = {"prte": "PRRTE's daemons for two simulated hosts hang (ssh stand-in)"}
+# The names an MPI gives its shared-memory segments in /dev/shm when they carry no pid (Open
+# MPI 5's sm_segment.HOST.UID.JOBID.RANK; Debian's Open MPI 4, which other work on the machine
+# runs, says vader_segment). A new one of the cell's MPI is a candidate leftover of the cell;
+# it is reported when still there at the end of the run (a cell running beside it may be
+# using it for now).
+OWN_SHM = {"openmpi5": r"^sm_segment\.", "mpich5": r"^mpich_shm_", "mpich43": r"^mpich_shm_",
+           "impi": r"^shm-"}
 CASES = ("c-hello", "py-hello", "py-spawn", "py-groups")
 LAUNCHERS = ("native", "kauri")
 # Seconds a case may run (2 busy cores: generous; a hang costs this, then its session dies).
@@ -259,8 +266,9 @@ def end_sessions(signum, _frame):
     os._exit(128 + signum)
 
 
-def run_session(argv, env, cwd, timeout, logpath, tmpdir):
-    """Runs argv in a session of its own. Returns (status, timed_out, secs, leftovers)."""
+def run_session(argv, env, cwd, timeout, logpath, tmpdir, own_shm=None, candidates=None):
+    """Runs argv in a session of its own. Returns (status, timed_out, secs, leftovers).
+    New /dev/shm entries matching own_shm go to the list `candidates` (see OWN_SHM)."""
     before = listing()
     seen = {}
     t0 = time.time()
@@ -312,7 +320,11 @@ def run_session(argv, env, cwd, timeout, logpath, tmpdir):
         status = p.wait()
     with ACTIVE_LOCK:
         ACTIVE.discard(p)
-    files = left_files(before, listing(), set(seen) | {p.pid})
+    after = listing()
+    files = left_files(before, after, set(seen) | {p.pid})
+    if own_shm and candidates is not None:
+        candidates += [x for x in sorted(after - before) if x.startswith("/dev/shm/")
+                       and re.match(own_shm, os.path.basename(x)) and x not in files]
     if files:
         leftovers.append("files: " + " ".join(files))
     inside = sorted(os.path.relpath(os.path.join(r, n), tmpdir)
@@ -344,8 +356,10 @@ def run_cell(a, mpi, case, np, hosts, launcher, tmproot):
         return row
     argv = launcher_argv(a, mpi, launcher, np, hosts) + case_argv(a, mpi, case)
     timeout = CASE_TIMEOUT.get(case, DEFAULT_CASE_TIMEOUT) * a.timeout_scale
+    cand = []
     status, timed_out, secs, leftovers = run_session(
-        argv, cell_env(mpi, tmpdir), tmpdir, timeout, logpath, tmpdir)
+        argv, cell_env(mpi, tmpdir), tmpdir, timeout, logpath, tmpdir, OWN_SHM.get(mpi), cand)
+    row["shm"] = cand
     with open(logpath, errors="replace") as f:
         text = f.read()
     detail = []
@@ -479,6 +493,15 @@ def cmd_cases(a):
     # Slow cells first, so that the pool does not end on one long straggler.
     order = sorted(cells, key=lambda c: (c[1] != "py-spawn", -c[2]))
     rows = run_parallel(a, order, lambda c, root: run_cell(a, *c, root))
+    # Segments without a pid in their name that are still there now that no cell runs.
+    for r in rows:
+        left = [x for x in r.pop("shm", []) if os.path.exists(x)]
+        if left:
+            r["result"] = "fail"
+            r["detail"] = "; ".join(filter(None, [r["detail"], "LEFT BEHIND at the end of the run "
+                                                  "(made while this cell ran): " + " ".join(left)]))
+            log("%s %s np=%s hosts=%s %s: left behind %s" % (
+                r["mpi"], r["case"], r["np"], r["hosts"], r["launcher"], " ".join(left)))
     write_tsv(os.path.join(a.out, "cases.tsv"), FIELDS, rows)
     secs = round(time.time() - t0, 1)
     log("cases: %d cells in %.0f s" % (len(rows), secs))
