@@ -402,8 +402,10 @@ def run_suite_group(a, mpi, launcher, np, group, tmproot, test_dir):
         os.path.join(venv(mpi), "bin", "python3"), RANK_PY, outdir,
         os.path.join(test_dir, "runtests.py"), "-v", "--no-builddir"] + include
     timeout = SUITE_TIMEOUT[group] * a.timeout_scale
+    cand = []
     status, timed_out, secs, leftovers = run_session(
-        argv, cell_env(mpi, tmpdir), work, timeout, os.path.join(outdir, "launcher.out"), tmpdir)
+        argv, cell_env(mpi, tmpdir), work, timeout, os.path.join(outdir, "launcher.out"), tmpdir,
+        OWN_SHM.get(mpi), cand)
     shutil.rmtree(tmpdir, ignore_errors=True)
     logs = sorted(glob.glob(os.path.join(outdir, "rank*-of-*-pid*.log")))
     worlds = sorted(tuple(int(x) for x in re.match(r"rank(\d+)-of-(\d+)", os.path.basename(l)).groups())
@@ -423,7 +425,7 @@ def run_suite_group(a, mpi, launcher, np, group, tmproot, test_dir):
     detail += ["LEFT BEHIND " + x for x in leftovers]
     base = {"mpi": mpi, "launcher": launcher, "np": str(np)}
     rows = [dict(base, module=group, test="(run)", result="fail" if detail else "pass",
-                 detail="; ".join(detail) or "%.0f s" % secs)]
+                 detail="; ".join(detail) or "%.0f s" % secs, shm=cand)]
     for (module, test), (result, why) in sorted(m4suite.collate(per_rank).items()):
         rows.append(dict(base, module=module, test=test, result=result, detail=why))
     n = {x: sum(r["result"] == x for r in rows[1:]) for x in ("pass", "fail", "skip")}
@@ -498,19 +500,24 @@ def cmd_cases(a):
     # Slow cells first, so that the pool does not end on one long straggler.
     order = sorted(cells, key=lambda c: (c[1] != "py-spawn", -c[2]))
     rows = run_parallel(a, order, lambda c, root: run_cell(a, *c, root))
-    # Segments without a pid in their name that are still there now that no cell runs.
+    left_at_end(rows)
+    write_tsv(os.path.join(a.out, "cases.tsv"), FIELDS, rows)
+    secs = round(time.time() - t0, 1)
+    log("cases: %d cells in %.0f s" % (len(rows), secs))
+    return secs
+
+
+def left_at_end(rows):
+    """Segments without a pid in their name (OWN_SHM) that a cell or suite run made and that
+    are still there now that nothing of the run runs: its leftovers."""
     for r in rows:
         left = [x for x in r.pop("shm", []) if os.path.exists(x)]
         if left:
             r["result"] = "fail"
             r["detail"] = "; ".join(filter(None, [r["detail"], "LEFT BEHIND at the end of the run "
                                                   "(made while this cell ran): " + " ".join(left)]))
-            log("%s %s np=%s hosts=%s %s: left behind %s" % (
-                r["mpi"], r["case"], r["np"], r["hosts"], r["launcher"], " ".join(left)))
-    write_tsv(os.path.join(a.out, "cases.tsv"), FIELDS, rows)
-    secs = round(time.time() - t0, 1)
-    log("cases: %d cells in %.0f s" % (len(rows), secs))
-    return secs
+            log("%s %s %s: left behind %s" % (
+                r["mpi"], r.get("case") or r.get("module"), r["launcher"], " ".join(left)))
 
 
 def cmd_suite(a):
@@ -521,6 +528,7 @@ def cmd_suite(a):
     jobs = sorted(suite_plan(a), key=lambda j: j[3] != "main")
     results = run_parallel(a, jobs, lambda j, root: run_suite_group(a, *j, root, test_dir))
     rows = sum((r for r, _ in results), [])
+    left_at_end(rows)
     times = {"%s %s np=%d %s" % j: s for j, (_, s) in zip(jobs, results)}
     write_tsv(os.path.join(a.out, "suite.tsv"), SUITE_FIELDS, rows)
     with open(os.path.join(a.out, "suite-runs.json"), "w") as f:
