@@ -30,4 +30,7 @@ os.dup2(fd, 1)
 os.dup2(fd, 2)
 os.close(fd)
 sys.argv = [runtests] + sys.argv[3:]
+# As `python3 runtests.py` would: the script's directory first on sys.path (mpi4py 4's
+# runtests.py imports its `main` module from there).
+sys.path.insert(0, os.path.dirname(os.path.abspath(runtests)))
 runpy.run_path(runtests, run_name="__main__")
