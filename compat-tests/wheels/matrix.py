@@ -97,6 +97,11 @@ KNOWN_GAPS = [
     {"mpi": "openmpi5", "case": "suite:test_comm_inter", "hosts": None,
      "why": "Open MPI 5 Intercomm.Create_from_groups under kauri (TestIntercommCreateFromGroups): "
             "as py-groups"},
+    # Intermittent: a failure is reported apart, a pass is not taken for a mended gap.
+    {"mpi": "openmpi5", "case": "suite:test_spawn", "hosts": None, "intermittent": True,
+     "why": "Open MPI 5 under kauri, test_spawn TestSpawnMultipleWorld.testNoArgs: hung in 2 "
+            "of 5 suite runs beside other work (parents and 2 children spinning, 1 child "
+            "asleep), 0 of 9 runs alone; not understood yet (issue #26's note)"},
 ]
 
 # (np, hosts) per case in each mode. The cases are cheap (every cell of all four MPIs under
@@ -609,7 +614,8 @@ def compare(cases, suite):
         else:
             verdict = "native %s" % b
         lines.append((what, b, r["result"], verdict, r["detail"]))
-    now_passing = sorted(g for g in gap_seen if g not in gap_fail)
+    now_passing = sorted(g for g in gap_seen
+                         if g not in gap_fail and not KNOWN_GAPS[g].get("intermittent"))
     return lines, regressions, gap_fail, now_passing
 
 
@@ -747,7 +753,9 @@ def cmd_selftest(_a):
     saved = list(KNOWN_GAPS)
     KNOWN_GAPS[:] = [{"mpi": "m", "case": "py-*", "hosts": None, "why": "a"},
                      {"mpi": "m", "case": "*", "hosts": 2, "why": "b"},
-                     {"mpi": "n", "case": "suite:test_x", "hosts": None, "why": "c"}]
+                     {"mpi": "n", "case": "suite:test_x", "hosts": None, "why": "c"},
+                     {"mpi": "n", "case": "suite:test_z", "hosts": None, "why": "d",
+                      "intermittent": True}]
 
     def c(mpi, case, np, hosts, launcher, result):
         return {"mpi": mpi, "case": case, "np": str(np), "hosts": str(hosts),
@@ -761,11 +769,15 @@ def cmd_selftest(_a):
              c("m", "c-hello", 2, 2, "kauri", "fail"),  # native not run: kauri must pass
              c("n", "c-hello", 2, 1, "native", "fail"), c("n", "c-hello", 2, 1, "kauri", "fail")]
     suite = [s("n", "native", "test_x", "A.a", "pass"), s("n", "kauri", "test_x", "A.a", "pass"),
-             s("n", "native", "test_y", "B.b", "pass"), s("n", "kauri", "test_y", "B.b", "fail")]
+             s("n", "native", "test_y", "B.b", "pass"), s("n", "kauri", "test_y", "B.b", "fail"),
+             s("n", "native", "test_z", "C.c", "pass"), s("n", "kauri", "test_z", "C.c", "pass")]
     _, reg, gap_fail, now = compare(cases, suite)
     assert [w for w, _ in reg] == ["m c-hello np=2 hosts=1", "n test_y B.b np=2 hosts=1"], reg
     assert sorted(gap_fail) == [0, 1], gap_fail
-    assert now == [2], now  # test_x passes under kauri now: its gap must go
+    assert now == [2], now  # test_x passes under kauri now: its gap must go; test_z may pass
+    _, reg, gap_fail, _ = compare([], suite[:4] + [s("n", "native", "test_z", "C.c", "pass"),
+                                                    s("n", "kauri", "test_z", "C.c", "fail")])
+    assert 3 in gap_fail and len(reg) == 1, (gap_fail, reg)  # an intermittent failure: apart
     # A run that fails by its exit status because of known-gap tests only is excused.
     run = [s("n", "native", "main", "(run)", "pass"), s("n", "kauri", "main", "(run)", "fail"),
            s("n", "native", "test_x", "A.b", "pass"), s("n", "kauri", "test_x", "A.b", "fail")]
