@@ -326,6 +326,11 @@ const ENVIRONMENT: &[Item] = &[
         help: "a tree link silent this long is lost (default 30; 0: never)",
     },
     Item {
+        label: "KAURI_PMIX_GROUPS=1",
+        help: "serve PMIx groups (PMIx_Group_construct); off by default: Open\n\
+               MPI 5's OpenPMIx 5 client cannot read OpenPMIx 4.2's reply",
+    },
+    Item {
         label: "KAURI_TREE_WIDTH=K",
         help: "the tree width, like -tree-width",
     },

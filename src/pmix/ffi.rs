@@ -2042,6 +2042,18 @@ unsafe extern "C" fn up_fabric(
 static INITIALIZED: Mutex<bool> = Mutex::new(false);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
 
+/// The variable that turns the `group` upcall on (`1`). Off by default: Open MPI 5's
+/// OpenPMIx 5 client cannot read the construct reply that OpenPMIx 4.2's server library packs
+/// (`PMIX_ERR_UNPACK_READ_PAST_END_OF_BUFFER`, `MPI_ERR_UNKNOWN`), while with the slot empty
+/// it gets a clean `MPI_ERR_UNSUPPORTED_OPERATION` that libraries (mpi4py's tests among them)
+/// take as "not supported". Clients of OpenPMIx 4 (its group examples) are served by it.
+pub const GROUPS_VAR: &str = "KAURI_PMIX_GROUPS";
+
+/// Whether [`GROUPS_VAR`] is `1` in this process's environment.
+fn groups_enabled() -> bool {
+    std::env::var_os(GROUPS_VAR).is_some_and(|v| v == "1")
+}
+
 /// The library's parameter for the loopback TCP port its clients connect to.
 pub const PORT_VAR: &str = "PMIX_MCA_ptl_base_ipv4_port";
 
@@ -2083,7 +2095,7 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
         validate_credential: Some(up_validate_credential),
         iof_pull: Some(up_iof_pull),
         push_stdin: Some(up_push_stdin),
-        group: Some(up_group),
+        group: groups_enabled().then_some(up_group as GroupFn),
         fabric: Some(up_fabric),
         client_connected2: Some(up_connected2),
     });
