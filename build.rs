@@ -1,6 +1,7 @@
-//! Links the OpenPMIx library (Debian `libpmix-dev`) for the PMIx server in `src/pmix`.
-//! `pkg-config pmix` gives its directory when it is there; otherwise the default library
-//! path must hold `libpmix.so`.
+//! Finds where the OpenPMIx library lies (Debian `libpmix-dev`) for the PMIx server in
+//! `src/pmix`, which loads it at run time (`dlopen`, so that a run can be served by the
+//! OpenPMIx its programs carry): `pkg-config pmix` gives its directory, passed on as
+//! `KAURI_PMIX_LIBDIR`, a place to look after the dynamic linker's own path.
 //!
 //! Also stamps the build for `kauri --version` and `kauri -info`: `KAURI_GIT_COMMIT` (the
 //! variable when set, else `git rev-parse --short HEAD` in a git checkout, else `unknown`) and
@@ -20,9 +21,8 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .filter(|d| !d.is_empty());
     if let Some(dir) = libdir {
-        println!("cargo:rustc-link-search=native={dir}");
+        println!("cargo:rustc-env=KAURI_PMIX_LIBDIR={dir}");
     }
-    println!("cargo:rustc-link-lib=dylib=pmix");
     stamp();
 }
 

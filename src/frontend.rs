@@ -126,8 +126,8 @@ fn segment_evidence(a: &AppPlan) -> Evidence {
             (false, false, mentions_mpi(&head(p, SCRIPT_HEAD)))
         }
     };
-    // kauri itself (`kauri pmi`, `kauri kvs`, `sh -c 'kauri kvs get …'`) is linked to libpmix
-    // for its PMIx server, but may speak PMI-1, PMI-2 or PMIx: the same file (a hard link
+    // kauri itself (`kauri pmi`, `kauri kvs`, `sh -c 'kauri kvs get …'`) loads libpmix for
+    // its PMIx server, but may speak PMI-1, PMI-2 or PMIx: the same file (a hard link
     // counts) as the running kauri.
     let me = std::env::current_exe()
         .and_then(std::fs::metadata)
@@ -171,6 +171,48 @@ fn segment_evidence(a: &AppPlan) -> Evidence {
         }
     }
     Evidence::None
+}
+
+/// The OpenPMIx library the job's servers load: `KAURI_PMIX_LIBRARY` when set, else the
+/// `libpmix` the first segment that has one would load, when it is not the system's
+/// ([`crate::pmix::library`]).
+fn pmix_library(apps: &[AppPlan]) -> Option<String> {
+    if let Some(v) = std::env::var(crate::pmix::ffi::LIBRARY_VAR)
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        return Some(v);
+    }
+    apps.iter().find_map(|a| {
+        let var = |name: &str| {
+            a.env
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let wdir = std::path::Path::new(&a.wdir);
+        let program = proc::resolve(&a.program, var("PATH"), wdir).ok()?;
+        let named: Vec<std::path::PathBuf> = crate::job::arg_words(&a.args)
+            .into_iter()
+            .filter_map(|w| {
+                let f = wdir.join(w);
+                if f.is_file() {
+                    Some(f)
+                } else if !w.contains('/') {
+                    proc::resolve(w, var("PATH"), wdir).ok()
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let found = crate::pmix::library::for_program(&crate::pmix::library::Program {
+            path: &program,
+            named: &named,
+            ld_library_path: var("LD_LIBRARY_PATH"),
+            virtual_env: var("VIRTUAL_ENV"),
+        })?;
+        Some(found.to_string_lossy().into_owned())
+    })
 }
 
 /// Gives every segment that uses Open MPI's `flux` path (`FLUX_PMI_LIBRARY_PATH` set) a
@@ -481,6 +523,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     let name = kvsname(me);
     let (wiring, looks_mpi) = wiring(spec.pmi, &apps);
     let pmix = wiring != Wiring::Pmi;
+    let pmix_library = pmix.then(|| pmix_library(&apps)).flatten();
     if !pmix {
         add_flux_job_id(&mut apps, &name);
     }
@@ -517,6 +560,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         rank_node,
         pmix,
         pmi_too: wiring == Wiring::Both,
+        pmix_library,
         profile: spec.profile.is_some(),
         binding: spec.binding,
         report_bindings: spec.report_bindings,
@@ -1178,6 +1222,8 @@ fn plan_spawn(
         // Spawned by a PMI client: PMI; by a PMIx client: PMIx.
         pmix: pmix.is_some(),
         pmi_too: false,
+        // The server of this run is already started, with its library.
+        pmix_library: None,
         profile: false,
         binding: None,
         report_bindings: false,

@@ -157,21 +157,40 @@ impl PmiChoice {
 /// anything that is not a 64-bit little-endian ELF file with a dynamic section (a script, a
 /// static binary, a truncated or corrupt file).
 pub fn needed_libraries(bytes: &[u8]) -> Vec<String> {
-    needed_libraries_by(&|off, len| {
+    dynamic_by(&|off, len| {
         let start = usize::try_from(off).ok()?;
         let end = start.checked_add(len)?.min(bytes.len());
         bytes.get(start..end).map(<[u8]>::to_vec)
     })
+    .needed
 }
 
 /// [`needed_libraries`] of the file at `path`, reading only its headers, its dynamic section
 /// and its string table (a program of hundreds of megabytes costs a few small reads).
 pub fn needed_libraries_of(path: &std::path::Path) -> Vec<String> {
+    dynamic_of(path).needed
+}
+
+/// What an ELF file's dynamic section says about finding its libraries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dynamic {
+    /// `DT_NEEDED`: the libraries it names, in order.
+    pub needed: Vec<String>,
+    /// `DT_RPATH`, as written (`$ORIGIN` unexpanded).
+    pub rpath: Option<String>,
+    /// `DT_RUNPATH`, as written.
+    pub runpath: Option<String>,
+}
+
+/// The [`Dynamic`] section of the file at `path`, reading only its headers, its dynamic
+/// section and its string table; empty for anything that is not a 64-bit little-endian ELF
+/// file with a dynamic section.
+pub fn dynamic_of(path: &std::path::Path) -> Dynamic {
     use std::os::unix::fs::FileExt;
     let Ok(f) = std::fs::File::open(path) else {
-        return Vec::new();
+        return Dynamic::default();
     };
-    needed_libraries_by(&|off, len| {
+    dynamic_by(&|off, len| {
         let mut b = vec![0u8; len];
         let mut got = 0;
         while got < len {
@@ -190,9 +209,9 @@ pub fn needed_libraries_of(path: &std::path::Path) -> Vec<String> {
 /// The most bytes of a program's string table [`needed_libraries_of`] reads.
 const STRTAB_MAX: u64 = 16 << 20;
 
-/// [`needed_libraries`] over `read(offset, len)`, which returns at most `len` bytes from
-/// `offset` (fewer at the end).
-fn needed_libraries_by(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Vec<String> {
+/// [`Dynamic`] over `read(offset, len)`, which returns at most `len` bytes from `offset`
+/// (fewer at the end).
+fn dynamic_by(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Dynamic {
     fn u16_at(b: &[u8], o: usize) -> Option<u16> {
         Some(u16::from_le_bytes(
             b.get(o..o.checked_add(2)?)?.try_into().ok()?,
@@ -208,7 +227,7 @@ fn needed_libraries_by(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Vec<Stri
             b.get(o..o.checked_add(8)?)?.try_into().ok()?,
         ))
     }
-    let parse = || -> Option<Vec<String>> {
+    let parse = || -> Option<Dynamic> {
         // ELF64, little endian.
         let head = read(0, 64)?;
         if head.get(0..4)? != b"\x7fELF" || *head.get(4)? != 2 || *head.get(5)? != 1 {
@@ -246,6 +265,7 @@ fn needed_libraries_by(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Vec<Stri
         let entries = usize::try_from(dsize / 16).ok()?.min(1 << 16);
         let dynamic = read(doff, entries * 16)?;
         let (mut strtab, mut strsz, mut needed) = (None, None, Vec::new());
+        let (mut rpath, mut runpath) = (None, None);
         for i in 0..entries {
             let e = i * 16;
             let Some(tag) = u64_at(&dynamic, e) else {
@@ -256,6 +276,8 @@ fn needed_libraries_by(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Vec<Stri
                 0 => break,
                 1 => needed.push(val),
                 5 => strtab = to_offset(val),
+                15 => rpath = Some(val),
+                29 => runpath = Some(val),
                 10 => strsz = Some(val),
                 _ => {}
             }
@@ -263,20 +285,27 @@ fn needed_libraries_by(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Vec<Stri
         let strtab = strtab?;
         // The names' offsets bound what must be read when DT_STRSZ is missing.
         let want = strsz
-            .or_else(|| needed.iter().max().map(|m| m + 4096))
+            .or_else(|| {
+                needed
+                    .iter()
+                    .chain(&rpath)
+                    .chain(&runpath)
+                    .max()
+                    .map(|m| m + 4096)
+            })
             .unwrap_or(0)
             .min(STRTAB_MAX);
         let strings = read(strtab, usize::try_from(want).ok()?)?;
-        Some(
-            needed
-                .into_iter()
-                .filter_map(|off| {
-                    let rest = strings.get(usize::try_from(off).ok()?..)?;
-                    let end = rest.iter().position(|&b| b == 0)?;
-                    Some(String::from_utf8_lossy(&rest[..end]).into_owned())
-                })
-                .collect(),
-        )
+        let string = |off: u64| -> Option<String> {
+            let rest = strings.get(usize::try_from(off).ok()?..)?;
+            let end = rest.iter().position(|&b| b == 0)?;
+            Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+        };
+        Some(Dynamic {
+            needed: needed.into_iter().filter_map(string).collect(),
+            rpath: rpath.and_then(string),
+            runpath: runpath.and_then(string),
+        })
     };
     parse().unwrap_or_default()
 }
@@ -680,8 +709,8 @@ mod tests {
         let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
         let libs = needed_libraries(&me);
         assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
-        // Kauri (and so its test binary) links libpmix for its PMIx server.
-        assert!(wants_pmix(&libs), "{libs:?}");
+        // Kauri loads libpmix at run time, so that a job can be served by its own.
+        assert!(!wants_pmix(&libs), "{libs:?}");
         // Truncated at every length up to the program headers, and random bytes: no panic.
         for n in 0..256.min(me.len()) {
             let _ = needed_libraries(&me[..n]);

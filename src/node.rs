@@ -1243,6 +1243,9 @@ fn start_pmix(
     me: &HostPlan,
 ) -> Result<HashMap<usize, Vec<(String, String)>>, String> {
     let host = &me.host;
+    if let Err(e) = pmix::ffi::choose_library(job.pmix_library.as_deref()) {
+        tracing::warn!(job = %job.kvsname, "{e}: the job is served by it");
+    }
     let places = pmix::start(&job.kvsname, me.node, host, job.port_range.as_ref())
         .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
     let tmpdir = places.tmpdir.to_string_lossy();

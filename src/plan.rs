@@ -89,6 +89,10 @@ pub struct JobPlan {
     /// not linked to an MPI itself but runs one: an interpreter's MPI module, a wrapped
     /// program). Each rank speaks whichever its MPI library speaks.
     pub pmi_too: bool,
+    /// With `pmix`: the OpenPMIx library file the servers load instead of the system's (the
+    /// one the ranks' programs load, or `KAURI_PMIX_LIBRARY`); see [`crate::pmix::library`].
+    #[serde(default)]
+    pub pmix_library: Option<String>,
     /// Record the startup profile and send it up before `Done`.
     pub profile: bool,
     /// Bind each rank to CPUs of its host (`-bind-to`).

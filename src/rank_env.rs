@@ -198,6 +198,7 @@ mod tests {
             parent_rank: None,
             preput: vec![],
             adopt: None,
+            pmix_library: None,
             simulated_hosts: true,
             rank_node: vec![0, 0, 1, 1],
             pmix,

@@ -122,6 +122,61 @@ fn openmpi5_mpi4py_with_no_flag() {
     one_world_each_time("openmpi5", &[ONE_HOST, TWO_HOSTS]);
 }
 
+/// Every rank makes a communicator of the world's group and an intercommunicator between
+/// the world's two halves (`MPI_Comm_create_from_group`, `MPI_Intercomm_create_from_groups`:
+/// Open MPI 5 takes their context ids from `PMIx_Group_construct`), and prints what it sees.
+const GROUPS: &str = "from mpi4py import MPI; w = MPI.COMM_WORLD; r, n = w.Get_rank(), w.Get_size(); \
+    g = w.Get_group(); c = MPI.Intracomm.Create_from_group(g); h = n // 2; \
+    lo = g.Range_incl([(0, h - 1, 1)]); hi = g.Range_incl([(h, n - 1, 1)]); \
+    ic = MPI.Intercomm.Create_from_groups(lo if r < h else hi, 0, hi if r < h else lo, 0); \
+    print('rank', r, 'sum', c.allreduce(1), 'remote', ic.Get_remote_size(), flush=True); \
+    ic.Free(); c.Free()";
+
+/// Issue #26: Open MPI 5's create-from-group failed under kauri (its OpenPMIx 5 client
+/// against kauri's OpenPMIx 4.2 server library). kauri now loads the venv's own `libpmix`
+/// (found from `python3`'s prefix) and serves groups with it, with no flag or variable.
+#[test]
+fn openmpi5_groups_with_no_flag() {
+    let Some(v) = wheel_venv("openmpi5") else {
+        return;
+    };
+    let ctx = Ctx::new("venv_openmpi5_groups");
+    for hosts in [ONE_HOST, TWO_HOSTS] {
+        let o = kauri_py(&ctx, &v, hosts, 4, &["-c", GROUPS]);
+        assert_eq!(o.code, Some(0), "{hosts:?}: {o}");
+        let want: Vec<String> = (0..4).map(|r| format!("rank {r} sum 4 remote 2")).collect();
+        assert_eq!(sorted_stdout(&o), want, "{hosts:?}: {o}");
+    }
+    ctx.assert_no_leftovers();
+}
+
+/// `KAURI_PMIX_LIBRARY` naming a file that is not there: kauri says so and serves with the
+/// system's library; the job still runs (Open MPI 5's hello needs nothing 4.2 lacks).
+#[test]
+fn a_pmix_library_that_does_not_load_falls_back_with_a_word() {
+    let Some(v) = wheel_venv("openmpi5") else {
+        return;
+    };
+    let ctx = Ctx::new("venv_openmpi5_bad_library");
+    let tmp = ctx.dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let python = v.join("bin/python3").to_string_lossy().into_owned();
+    let o = ctx
+        .job(Launcher::Kauri, &["-n", "2", &python, "-c", HELLO])
+        .program(ctx.kauri())
+        .env("TMPDIR", &tmp.to_string_lossy())
+        .env("KAURI_PMIX_LIBRARY", "/nonexistent/libpmix.so.2")
+        .run();
+    eprintln!("=== kauri\n{o}");
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(sorted_stdout(&o), world(2), "{o}");
+    assert!(
+        o.stderr.contains("/nonexistent/libpmix.so.2"),
+        "no word of the library that did not load: {o}"
+    );
+    ctx.assert_no_leftovers();
+}
+
 /// Intel MPI 2021 (Hydra's PMI-1 client; it reads `I_MPI_PMI`, not MPICH's variable) keeps
 /// working when served both.
 #[test]

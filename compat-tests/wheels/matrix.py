@@ -90,13 +90,6 @@ SUITE_GROUPS = ("main", "test_spawn", "test_dynproc")
 # gap none of whose cells fails any more fails the comparison ("remove it"). `case` is a glob
 # over case names and suite modules (suite:MODULE); hosts None is any.
 KNOWN_GAPS = [
-    {"mpi": "openmpi5", "case": "py-groups", "hosts": None,
-     "why": "Open MPI 5 Create_from_group under kauri: MPI_ERR_UNSUPPORTED_OPERATION (kauri's "
-            "group upcall is off by default: Open MPI 5's OpenPMIx 5.0 client cannot read the "
-            "group-construct reply of kauri's OpenPMIx 4.2 server library)"},
-    {"mpi": "openmpi5", "case": "suite:test_comm_inter", "hosts": None,
-     "why": "Open MPI 5 Intercomm.Create_from_groups under kauri (TestIntercommCreateFromGroups): "
-            "as py-groups"},
     # Intermittent: a failure is reported apart, a pass is not taken for a mended gap.
     {"mpi": "openmpi5", "case": "suite:test_spawn", "hosts": None, "intermittent": True,
      "why": "Open MPI 5 under kauri, test_spawn TestSpawnMultipleWorld.testNoArgs: hung in 2 "

@@ -326,9 +326,16 @@ const ENVIRONMENT: &[Item] = &[
         help: "a tree link silent this long is lost (default 30; 0: never)",
     },
     Item {
-        label: "KAURI_PMIX_GROUPS=1",
-        help: "serve PMIx groups (PMIx_Group_construct); off by default: Open\n\
-               MPI 5's OpenPMIx 5 client cannot read OpenPMIx 4.2's reply",
+        label: "KAURI_PMIX_LIBRARY=FILE",
+        help: "the OpenPMIx library (libpmix.so.2) the PMIx servers load;\n\
+               by default the one the job's programs load when it is not\n\
+               the system's (Open MPI 5 from pip), else the system's",
+    },
+    Item {
+        label: "KAURI_PMIX_GROUPS=0|1",
+        help: "serve PMIx groups (PMIx_Group_construct) or not; by default\n\
+               on with OpenPMIx 5 and off with 4.2, whose reply Open MPI\n\
+               5's client cannot read",
     },
     Item {
         label: "KAURI_TREE_WIDTH=K",

@@ -1,5 +1,6 @@
-//! The OpenPMIx 4.2 server library, by hand: the `#[repr(C)]` types and `extern "C"`
-//! functions Kauri uses, the upcalls the library makes into Kauri, and the safe wrappers
+//! The OpenPMIx server library (4.2, or 5.0 as Open MPI 5 carries it), by hand: the
+//! `#[repr(C)]` types and the functions Kauri uses (looked up in the library it loads at run
+//! time: [`choose_library`]), the upcalls the library makes into Kauri, and the safe wrappers
 //! around both. This is the only module of the PMIx server with `unsafe` code.
 //!
 //! Layouts are those of `pmix_common.h`/`pmix_server.h` 4.2 on LP64 Linux (checked by the
@@ -364,8 +365,8 @@ type pmix_info_cbfunc_t = Option<
     ),
 >;
 
-/// `pmix_server_module_t` (the 4.0 layout: 28 function pointers). Every entry is Kauri's
-/// except five it leaves NULL on purpose, because OpenPMIx 4.2 does better without them (see
+/// `pmix_server_module_t` (the 4.0 layout: 28 function pointers; and 5.0's 29th, NULL).
+/// Every entry is Kauri's except five it leaves NULL on purpose, because OpenPMIx 4.2 does better without them (see
 /// `docs/pmix.md`, "The server module"): `register_events`, `deregister_events`, `listener`,
 /// `tool_connected` and `log`, typed here as plain pointers.
 #[repr(C)]
@@ -398,47 +399,184 @@ struct pmix_server_module_t {
     group: Option<GroupFn>,
     fabric: Option<FabricFn>,
     client_connected2: Option<Connected2Fn>,
+    /// 5.0's `session_control`: never filled, but there so that OpenPMIx 5, which copies the
+    /// whole structure, reads Kauri's NULL and not what lies beyond the 4.x structure.
+    session_control: *const c_void,
 }
 
-// Linked by build.rs (`-lpmix`).
-extern "C" {
-    fn PMIx_server_init(
-        module: *mut pmix_server_module_t,
-        info: *mut pmix_info_t,
-        ninfo: usize,
-    ) -> Status;
-    fn PMIx_server_finalize() -> Status;
-    fn PMIx_generate_regex(input: *const c_char, regex: *mut *mut c_char) -> Status;
-    fn PMIx_generate_ppn(input: *const c_char, ppn: *mut *mut c_char) -> Status;
-    fn PMIx_server_register_nspace(
-        nspace: *const c_char,
-        nlocalprocs: c_int,
-        info: *mut pmix_info_t,
-        ninfo: usize,
-        cbfunc: pmix_op_cbfunc_t,
-        cbdata: *mut c_void,
-    ) -> Status;
-    fn PMIx_server_deregister_nspace(
-        nspace: *const c_char,
-        cbfunc: pmix_op_cbfunc_t,
-        cbdata: *mut c_void,
-    );
-    fn PMIx_server_register_client(
-        proc_: *const pmix_proc_t,
-        uid: libc::uid_t,
-        gid: libc::gid_t,
-        server_object: *mut c_void,
-        cbfunc: pmix_op_cbfunc_t,
-        cbdata: *mut c_void,
-    ) -> Status;
-    fn PMIx_server_setup_fork(proc_: *const pmix_proc_t, env: *mut *mut *mut c_char) -> Status;
-    fn PMIx_server_dmodex_request(
-        proc_: *const pmix_proc_t,
-        cbfunc: pmix_dmodex_response_fn_t,
-        cbdata: *mut c_void,
-    ) -> Status;
-    fn PMIx_Error_string(status: Status) -> *const c_char;
-    fn PMIx_Get_version() -> *const c_char;
+// ---------------------------------------------------------------------------------------------
+// The library itself, loaded at run time (`dlopen`), so that each run can be served by the
+// OpenPMIx its programs carry (Open MPI 5's wheel brings OpenPMIx 5 as `libpmix.so.2`, the
+// same soname as Debian's 4.2): [`choose_library`], else `KAURI_PMIX_LIBRARY`, else the
+// system's.
+
+/// Declares [`Lib`], the library's entry points Kauri calls, each found by its C name.
+macro_rules! pmix_entry_points {
+    ($( $(#[$doc:meta])* $field:ident = $sym:literal : fn($($arg:ty),*) $(-> $ret:ty)?; )*) => {
+        /// The entry points of the loaded OpenPMIx library.
+        struct Lib {
+            /// The file it was loaded from, as given to `dlopen`.
+            path: String,
+            $( $(#[$doc])* $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?, )*
+        }
+
+        impl Lib {
+            /// Looks every entry point up in the library `handle` (from `dlopen`).
+            ///
+            /// # Safety
+            /// `handle` is a live handle from `dlopen`, never closed.
+            unsafe fn bind(handle: *mut c_void, path: String) -> Result<Lib, String> {
+                Ok(Lib {
+                    $( $field: {
+                        let name = concat!($sym, "\0");
+                        // SAFETY: handle is live; name is NUL-terminated.
+                        let p = unsafe { libc::dlsym(handle, name.as_ptr().cast()) };
+                        if p.is_null() {
+                            return Err(format!("{path}: it has no {}", $sym));
+                        }
+                        // SAFETY: the symbol is the library's function of this C signature
+                        // (pmix_server.h, pmix.h; the same from 4.0 to 5.0).
+                        unsafe {
+                            std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) $(-> $ret)?>(p)
+                        }
+                    }, )*
+                    path,
+                })
+            }
+        }
+    };
+}
+
+pmix_entry_points! {
+    server_init = "PMIx_server_init":
+        fn(*mut pmix_server_module_t, *mut pmix_info_t, usize) -> Status;
+    server_finalize = "PMIx_server_finalize": fn() -> Status;
+    generate_regex = "PMIx_generate_regex": fn(*const c_char, *mut *mut c_char) -> Status;
+    generate_ppn = "PMIx_generate_ppn": fn(*const c_char, *mut *mut c_char) -> Status;
+    register_nspace = "PMIx_server_register_nspace":
+        fn(*const c_char, c_int, *mut pmix_info_t, usize, pmix_op_cbfunc_t, *mut c_void) -> Status;
+    deregister_nspace = "PMIx_server_deregister_nspace":
+        fn(*const c_char, pmix_op_cbfunc_t, *mut c_void);
+    register_client = "PMIx_server_register_client":
+        fn(*const pmix_proc_t, libc::uid_t, libc::gid_t, *mut c_void, pmix_op_cbfunc_t, *mut c_void) -> Status;
+    setup_fork = "PMIx_server_setup_fork": fn(*const pmix_proc_t, *mut *mut *mut c_char) -> Status;
+    dmodex_request = "PMIx_server_dmodex_request":
+        fn(*const pmix_proc_t, pmix_dmodex_response_fn_t, *mut c_void) -> Status;
+    error_string = "PMIx_Error_string": fn(Status) -> *const c_char;
+    get_version = "PMIx_Get_version": fn() -> *const c_char;
+    notify_event = "PMIx_Notify_event":
+        fn(Status, *const pmix_proc_t, u8, *const pmix_info_t, usize, pmix_op_cbfunc_t, *mut c_void) -> Status;
+    client_init = "PMIx_Init": fn(*mut pmix_proc_t, *mut pmix_info_t, usize) -> Status;
+    client_finalize = "PMIx_Finalize": fn(*const pmix_info_t, usize) -> Status;
+    client_abort = "PMIx_Abort": fn(c_int, *const c_char, *mut pmix_proc_t, usize) -> Status;
+    client_put = "PMIx_Put": fn(u8, *const c_char, *mut pmix_value_t) -> Status;
+    client_commit = "PMIx_Commit": fn() -> Status;
+    client_fence = "PMIx_Fence": fn(*const pmix_proc_t, usize, *const pmix_info_t, usize) -> Status;
+    client_get = "PMIx_Get":
+        fn(*const pmix_proc_t, *const c_char, *const pmix_info_t, usize, *mut *mut pmix_value_t) -> Status;
+    value_destruct = "PMIx_Value_destruct": fn(*mut pmix_value_t);
+}
+
+impl std::fmt::Debug for Lib {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lib").field("path", &self.path).finish()
+    }
+}
+
+/// The variable naming the OpenPMIx library file to load (`libpmix.so.2` of the user's
+/// choice), for the server and for `kauri pmi`; it wins over Kauri's own choice.
+pub const LIBRARY_VAR: &str = "KAURI_PMIX_LIBRARY";
+
+/// The system's library, by soname (the dynamic linker's search path).
+const SYSTEM_LIBRARY: &str = "libpmix.so.2";
+
+/// The file this process should load, set by [`choose_library`] before the first use.
+static CHOSEN: Mutex<Option<String>> = Mutex::new(None);
+/// The library, loaded at first use.
+static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
+
+/// Chooses the OpenPMIx library file this process loads at its first PMIx call (`None`: the
+/// system's). [`LIBRARY_VAR`] in the environment wins. Has no effect once the library is
+/// loaded: then says which one is.
+pub fn choose_library(path: Option<&str>) -> Result<(), String> {
+    if let Some(Ok(l)) = LIB.get() {
+        if path.is_some_and(|p| p != l.path) {
+            return Err(format!("the PMIx library {} is already loaded", l.path));
+        }
+        return Ok(());
+    }
+    if let Ok(mut c) = CHOSEN.lock() {
+        *c = path.map(str::to_string);
+    }
+    Ok(())
+}
+
+/// The file the library was loaded from, once it is.
+pub fn loaded_library() -> Option<String> {
+    match LIB.get() {
+        Some(Ok(l)) => Some(l.path.clone()),
+        _ => None,
+    }
+}
+
+/// The library, loaded on first use.
+fn lib() -> Result<&'static Lib, String> {
+    LIB.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+/// `dlopen` of `path`, or the loader's message.
+fn open(path: &str) -> Result<*mut c_void, String> {
+    let c = CString::new(path).map_err(|_| format!("{path:?}: a NUL in the name"))?;
+    // SAFETY: c is NUL-terminated. RTLD_GLOBAL: OpenPMIx 4's components (Debian's
+    // pmix2/lib/pmix/*.so) resolve the library's symbols from the global scope.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    if !h.is_null() {
+        return Ok(h);
+    }
+    // SAFETY: dlerror returns the last error of this thread, a static string or NULL.
+    let e = unsafe { libc::dlerror() };
+    Err(if e.is_null() {
+        format!("{path}: cannot be loaded")
+    } else {
+        // SAFETY: non-NULL, NUL-terminated, valid until the next dl call of this thread.
+        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    })
+}
+
+fn load() -> Result<Lib, String> {
+    let wanted = std::env::var(LIBRARY_VAR)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| CHOSEN.lock().ok().and_then(|c| c.clone()));
+    let mut candidates: Vec<String> = wanted.iter().cloned().collect();
+    candidates.push(SYSTEM_LIBRARY.into());
+    // Where `pkg-config pmix` put it at build time, for a library outside the loader's path.
+    if let Some(dir) = option_env!("KAURI_PMIX_LIBDIR") {
+        candidates.push(format!("{dir}/{SYSTEM_LIBRARY}"));
+    }
+    let mut errors = Vec::new();
+    for path in candidates {
+        match open(&path) {
+            // SAFETY: h is a live handle from dlopen, never closed.
+            Ok(h) => match unsafe { Lib::bind(h, path.clone()) } {
+                Ok(l) => {
+                    if !errors.is_empty() {
+                        say!(
+                            "kauri: cannot use the PMIx library {}; serving with {path}",
+                            errors.join("; ")
+                        );
+                    }
+                    return Ok(l);
+                }
+                Err(e) => errors.push(e),
+            },
+            Err(e) => errors.push(e),
+        }
+    }
+    Err(format!(
+        "no OpenPMIx library could be loaded ({}); install libpmix2 or set {LIBRARY_VAR}",
+        errors.join("; ")
+    ))
 }
 
 /// A value of the job information handed to [`register_nspace`].
@@ -618,9 +756,12 @@ fn nspace_buf(nspace: &str) -> [c_char; NSLEN] {
 
 /// The PMIx library's own version line (`OpenPMIx 4.2.2, ...`), as `PMIx_Get_version` gives it.
 pub fn library_version() -> String {
+    let Ok(l) = lib() else {
+        return "unknown (no OpenPMIx library loads)".into();
+    };
     // SAFETY: PMIx_Get_version takes nothing and returns a pointer to a static NUL-terminated
     // string (or NULL); it needs no initialised library.
-    let p = unsafe { PMIx_Get_version() };
+    let p = unsafe { (l.get_version)() };
     if p.is_null() {
         return "unknown".into();
     }
@@ -630,8 +771,11 @@ pub fn library_version() -> String {
 
 /// The library's name for a status.
 pub fn error_string(status: Status) -> String {
+    let Ok(l) = lib() else {
+        return format!("PMIx status {status}");
+    };
     // SAFETY: PMIx_Error_string returns a pointer to a static NUL-terminated string (or NULL).
-    let p = unsafe { PMIx_Error_string(status) };
+    let p = unsafe { (l.error_string)(status) };
     if p.is_null() {
         return format!("PMIx status {status}");
     }
@@ -974,6 +1118,9 @@ pub const GROUP_ASSIGN_CONTEXT_ID: &str = "pmix.grp.actxid";
 /// `PMIX_GROUP_ENDPT_DATA`: a server's contribution to a construct, and the answer with
 /// every server's (`pmix_byte_object_t`).
 pub const GROUP_ENDPT_DATA: &str = "pmix.grp.endpt";
+/// `PMIX_GROUP_LOCAL_ONLY`: the operation involves this host's processes alone, and they have
+/// all joined it (added by the library).
+pub const GROUP_LOCAL_ONLY: &str = "pmix.grp.lcl";
 /// `PMIX_GROUP_MEMBERSHIP`: the members of a group (`pmix_data_array_t` of `pmix_proc_t`).
 pub const GROUP_MEMBERSHIP: &str = "pmix.grp.mbrs";
 
@@ -1602,9 +1749,12 @@ unsafe extern "C" fn up_group(
     }
     let mut data = Vec::new();
     let mut assign_context_id = false;
+    let mut local_only = false;
     for (k, v) in dirs {
         match (k.as_str(), v) {
             (GROUP_ENDPT_DATA, InfoVal::Bytes(b)) => data = b,
+            (GROUP_LOCAL_ONLY, InfoVal::Bool(b)) => local_only = b,
+            (GROUP_LOCAL_ONLY, _) => local_only = true,
             // PMIX_INFO_TRUE: a bool, or no value at all (PMIX_UNDEF) meaning true.
             (GROUP_ASSIGN_CONTEXT_ID, InfoVal::Bool(b)) => assign_context_id = b,
             (GROUP_ASSIGN_CONTEXT_ID, _) => assign_context_id = true,
@@ -1613,6 +1763,19 @@ unsafe extern "C" fn up_group(
             }
             _ => {}
         }
+    }
+    // The library found every member on this host and all of them here: the operation is
+    // complete, and it only tells the host. Done at once, as PRRTE does (OpenPMIx 5.0's
+    // destruct of a local group then goes on to call the upcall a second time with the same
+    // tracker, which it frees at the first completion: answering that one would touch freed
+    // memory and hang the library's progress thread).
+    if local_only && !(op == GroupOp::Construct && assign_context_id) {
+        tracing::debug!(
+            grpid,
+            op = op.name(),
+            "PMIx group operation local to this host: done"
+        );
+        return PMIX_OPERATION_SUCCEEDED;
     }
     let reply = GroupReply {
         op,
@@ -2042,16 +2205,30 @@ unsafe extern "C" fn up_fabric(
 static INITIALIZED: Mutex<bool> = Mutex::new(false);
 static FINALIZED: AtomicBool = AtomicBool::new(false);
 
-/// The variable that turns the `group` upcall on (`1`). Off by default: Open MPI 5's
+/// The variable that turns the `group` upcall on (`1`) or off (`0`). By default it is on
+/// when the server library is OpenPMIx 5 or later, and off with OpenPMIx 4: Open MPI 5's
 /// OpenPMIx 5 client cannot read the construct reply that OpenPMIx 4.2's server library packs
 /// (`PMIX_ERR_UNPACK_READ_PAST_END_OF_BUFFER`, `MPI_ERR_UNKNOWN`), while with the slot empty
 /// it gets a clean `MPI_ERR_UNSUPPORTED_OPERATION` that libraries (mpi4py's tests among them)
-/// take as "not supported". Clients of OpenPMIx 4 (its group examples) are served by it.
+/// take as "not supported". Clients of OpenPMIx 4 (its group examples) are served by 4.2
+/// with `1`.
 pub const GROUPS_VAR: &str = "KAURI_PMIX_GROUPS";
 
-/// Whether [`GROUPS_VAR`] is `1` in this process's environment.
-fn groups_enabled() -> bool {
-    std::env::var_os(GROUPS_VAR).is_some_and(|v| v == "1")
+/// Whether the `group` upcall is filled: [`GROUPS_VAR`] when it is `0` or `1`, else whether
+/// the library (its version line `version`) is OpenPMIx 5 or later.
+fn groups_enabled(version: &str) -> bool {
+    match std::env::var(GROUPS_VAR).as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => library_major(version).is_some_and(|m| m >= 5),
+    }
+}
+
+/// The major version in an OpenPMIx version line (`OpenPMIx 5.0.11rc1 (PMIx Standard: …`).
+fn library_major(version: &str) -> Option<u32> {
+    let rest = version.trim_start().strip_prefix("OpenPMIx")?.trim_start();
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// The library's parameter for the loopback TCP port its clients connect to.
@@ -2069,6 +2246,9 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
     if FINALIZED.load(Ordering::SeqCst) {
         return Err("the PMIx server was already finalized".into());
     }
+    let l = lib()?;
+    let groups = groups_enabled(&library_version());
+    tracing::debug!(library = %l.path, version = %library_version(), groups, "PMIx server library");
     let mut module = Box::new(pmix_server_module_t {
         client_connected: Some(up_connected),
         client_finalized: Some(up_finalized),
@@ -2095,9 +2275,10 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
         validate_credential: Some(up_validate_credential),
         iof_pull: Some(up_iof_pull),
         push_stdin: Some(up_push_stdin),
-        group: groups_enabled().then_some(up_group as GroupFn),
+        group: groups.then_some(up_group as GroupFn),
         fabric: Some(up_fabric),
         client_connected2: Some(up_connected2),
+        session_control: ptr::null(),
     });
     let items = vec![
         ("pmix.srvr.tmpdir".into(), Val::Str(tmpdir.into())),
@@ -2122,7 +2303,7 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
     let mut info = InfoArray::new(&items);
     // SAFETY: module and info are valid for the call; the library copies the module (it is
     // also leaked below, so it outlives the library either way) and the info values.
-    let rc = unsafe { PMIx_server_init(&mut *module, info.infos.as_mut_ptr(), info.infos.len()) };
+    let rc = unsafe { (l.server_init)(&mut *module, info.infos.as_mut_ptr(), info.infos.len()) };
     if port.is_some() {
         std::env::remove_var(PORT_VAR);
     }
@@ -2146,7 +2327,9 @@ pub fn finalize() {
         return;
     }
     // SAFETY: the library was initialized by `init` and is finalized once.
-    unsafe { PMIx_server_finalize() };
+    if let Ok(l) = lib() {
+        unsafe { (l.server_finalize)() };
+    }
     *done = false;
 }
 
@@ -2168,14 +2351,15 @@ pub fn generate(input: &str, ppn: bool) -> Option<String> {
     if !running() {
         return None;
     }
+    let l = lib().ok()?;
     let c = c_string(input);
     let mut out: *mut c_char = ptr::null_mut();
     // SAFETY: c is a valid C string; out receives a malloc'ed result.
     let rc = unsafe {
         if ppn {
-            PMIx_generate_ppn(c.as_ptr(), &mut out)
+            (l.generate_ppn)(c.as_ptr(), &mut out)
         } else {
-            PMIx_generate_regex(c.as_ptr(), &mut out)
+            (l.generate_regex)(c.as_ptr(), &mut out)
         }
     };
     let s = take_c_string(out)?;
@@ -2212,13 +2396,14 @@ fn wait_op(
 
 /// Registers namespace `nspace` with `nlocal` local clients and its job information.
 pub fn register_nspace(nspace: &str, nlocal: usize, info: &[(String, Val)]) -> Result<(), String> {
+    let l = lib()?;
     let mut arr = InfoArray::new(info);
     let ns = nspace_buf(nspace);
     wait_op("PMIx_server_register_nspace", |cb, data| {
         // SAFETY: ns, arr stay alive until this function returns, after the completion
         // callback ran; the library copies what it keeps.
         unsafe {
-            PMIx_server_register_nspace(
+            (l.register_nspace)(
                 ns.as_ptr(),
                 nlocal as c_int,
                 arr.infos.as_mut_ptr(),
@@ -2235,32 +2420,37 @@ pub fn deregister_nspace(nspace: &str) {
     if !running() {
         return;
     }
+    let Ok(l) = lib() else {
+        return;
+    };
     let ns = nspace_buf(nspace);
     let _ = wait_op("PMIx_server_deregister_nspace", |cb, data| {
         // SAFETY: ns lives until the completion callback ran.
-        unsafe { PMIx_server_deregister_nspace(ns.as_ptr(), cb, data) };
+        unsafe { (l.deregister_nspace)(ns.as_ptr(), cb, data) };
         PMIX_SUCCESS
     });
 }
 
 /// Registers a local client: rank `rank` of `nspace`, run as this process's user.
 pub fn register_client(nspace: &str, rank: u32) -> Result<(), String> {
+    let l = lib()?;
     let p = proc_t(nspace, rank);
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     wait_op("PMIx_server_register_client", |cb, data| {
         // SAFETY: p lives until the completion callback ran.
-        unsafe { PMIx_server_register_client(&p, uid, gid, ptr::null_mut(), cb, data) }
+        unsafe { (l.register_client)(&p, uid, gid, ptr::null_mut(), cb, data) }
     })
 }
 
 /// The environment a local client needs to reach this server (`PMIX_NAMESPACE`,
 /// `PMIX_RANK`, `PMIX_SERVER_URI*`, …).
 pub fn setup_fork(nspace: &str, rank: u32) -> Result<Vec<(String, String)>, String> {
+    let l = lib()?;
     let p = proc_t(nspace, rank);
     let mut env: *mut *mut c_char = ptr::null_mut();
     // SAFETY: p is valid; env starts NULL and the library allocates a NULL-terminated array.
-    let rc = unsafe { PMIx_server_setup_fork(&p, &mut env) };
+    let rc = unsafe { (l.setup_fork)(&p, &mut env) };
     let mut out = Vec::new();
     if !env.is_null() {
         let mut i = 0;
@@ -2312,10 +2502,11 @@ pub fn dmodex_request(nspace: &str, rank: u32, done: DmodexDone) -> Result<(), S
     if !running() {
         return Err("the PMIx server is not running".into());
     }
+    let l = lib()?;
     let p = proc_t(nspace, rank);
     let data = Box::into_raw(Box::new(done)).cast::<c_void>();
     // SAFETY: p is valid for the call; data is handed to the library, returned in dmodex_done.
-    let rc = unsafe { PMIx_server_dmodex_request(&p, Some(dmodex_done), data) };
+    let rc = unsafe { (l.dmodex_request)(&p, Some(dmodex_done), data) };
     if rc != PMIX_SUCCESS {
         // SAFETY: the library refused the request, so it will not call back with data.
         drop(unsafe { Box::from_raw(data.cast::<DmodexDone>()) });
@@ -2341,18 +2532,6 @@ pub const PMIX_ERR_LOST_CONNECTION: Status = -61;
 const PMIX_PROC: u16 = 22;
 /// `pmix_data_range_t` `PMIX_RANGE_CUSTOM`: the targets are in `PMIX_EVENT_CUSTOM_RANGE`.
 const PMIX_RANGE_CUSTOM: u8 = 6;
-
-extern "C" {
-    fn PMIx_Notify_event(
-        status: Status,
-        source: *const pmix_proc_t,
-        range: u8,
-        info: *const pmix_info_t,
-        ninfo: usize,
-        cbfunc: pmix_op_cbfunc_t,
-        cbdata: *mut c_void,
-    ) -> Status;
-}
 
 /// One `pmix_info_t` with key `key`, type `type_` and the bytes `data`.
 fn raw_info(key: &str, type_: u16, data: pmix_value_data) -> pmix_info_t {
@@ -2381,6 +2560,7 @@ pub fn notify_failure(
     if !running() {
         return Err("the PMIx server is not running".into());
     }
+    let l = lib()?;
     let source = proc_t(nspace, rank);
     let everyone = proc_t(nspace, PMIX_RANK_WILDCARD);
     // A pointer is one u64 on LP64 (the layouts test), so it is written through `_size`.
@@ -2403,7 +2583,7 @@ pub fn notify_failure(
         // SAFETY: source, everyone and info (whose PMIX_PROC values point at them) stay
         // alive until this function returns, after the completion callback ran.
         unsafe {
-            PMIx_Notify_event(
+            (l.notify_event)(
                 status,
                 &source,
                 PMIX_RANGE_CUSTOM,
@@ -2422,40 +2602,13 @@ pub fn notify_failure(
 /// `PMIX_GLOBAL`: a put visible to every process of the job.
 const PMIX_SCOPE_GLOBAL: u8 = 3;
 
-// Linked by build.rs (`-lpmix`), like the server's.
-extern "C" {
-    fn PMIx_Init(proc_: *mut pmix_proc_t, info: *mut pmix_info_t, ninfo: usize) -> Status;
-    fn PMIx_Finalize(info: *const pmix_info_t, ninfo: usize) -> Status;
-    fn PMIx_Abort(
-        status: c_int,
-        msg: *const c_char,
-        procs: *mut pmix_proc_t,
-        nprocs: usize,
-    ) -> Status;
-    fn PMIx_Put(scope: u8, key: *const c_char, val: *mut pmix_value_t) -> Status;
-    fn PMIx_Commit() -> Status;
-    fn PMIx_Fence(
-        procs: *const pmix_proc_t,
-        nprocs: usize,
-        info: *const pmix_info_t,
-        ninfo: usize,
-    ) -> Status;
-    fn PMIx_Get(
-        proc_: *const pmix_proc_t,
-        key: *const c_char,
-        info: *const pmix_info_t,
-        ninfo: usize,
-        val: *mut *mut pmix_value_t,
-    ) -> Status;
-    fn PMIx_Value_destruct(val: *mut pmix_value_t);
-}
-
 /// A PMIx client session of this process (`PMIx_Init` … `PMIx_Finalize`), for `kauri pmi`.
 /// Errors are the library's status with its name, as one line.
 #[derive(Debug)]
 pub struct PmixClient {
     nspace: String,
     rank: u32,
+    lib: &'static Lib,
 }
 
 fn client_check(what: &str, rc: Status) -> Result<(), String> {
@@ -2470,9 +2623,10 @@ impl PmixClient {
     /// `PMIx_Init`: connects to the PMIx server named by the environment (`PMIX_SERVER_URI*`,
     /// `PMIX_NAMESPACE`, `PMIX_RANK`).
     pub fn init() -> Result<PmixClient, String> {
+        let l = lib()?;
         let mut me = proc_t("", 0);
         // SAFETY: `me` is a valid pmix_proc_t the library fills in; no info array.
-        let rc = unsafe { PMIx_Init(&mut me, ptr::null_mut(), 0) };
+        let rc = unsafe { (l.client_init)(&mut me, ptr::null_mut(), 0) };
         client_check("PMIx_Init", rc)?;
         // SAFETY: the library NUL-terminates the namespace inside its NSLEN buffer.
         let nspace = unsafe { CStr::from_ptr(me.nspace.as_ptr()) }
@@ -2481,6 +2635,7 @@ impl PmixClient {
         Ok(PmixClient {
             nspace,
             rank: me.rank,
+            lib: l,
         })
     }
 
@@ -2506,14 +2661,14 @@ impl PmixClient {
         };
         // SAFETY: key and value are NUL-terminated and outlive the call; the library copies
         // the value (PMIx_Put does not take ownership of `val`).
-        let rc = unsafe { PMIx_Put(PMIX_SCOPE_GLOBAL, k.as_ptr(), &mut val) };
+        let rc = unsafe { (self.lib.client_put)(PMIX_SCOPE_GLOBAL, k.as_ptr(), &mut val) };
         client_check("PMIx_Put", rc)
     }
 
     /// `PMIx_Commit`: hands the puts so far to the server.
     pub fn commit(&mut self) -> Result<(), String> {
         // SAFETY: no arguments.
-        client_check("PMIx_Commit", unsafe { PMIx_Commit() })
+        client_check("PMIx_Commit", unsafe { (self.lib.client_commit)() })
     }
 
     /// `PMIx_Fence` over the whole namespace; with `collect`, `PMIX_COLLECT_DATA`: the
@@ -2522,7 +2677,7 @@ impl PmixClient {
         let all = proc_t(&self.nspace, PMIX_RANK_WILDCARD);
         let info = raw_info("pmix.collect", PMIX_BOOL, pmix_value_data { flag: collect });
         // SAFETY: one valid proc and one valid info, both outliving the blocking call.
-        let rc = unsafe { PMIx_Fence(&all, 1, &info, 1) };
+        let rc = unsafe { (self.lib.client_fence)(&all, 1, &info, 1) };
         client_check("PMIx_Fence", rc)
     }
 
@@ -2534,7 +2689,7 @@ impl PmixClient {
         let mut out: *mut pmix_value_t = ptr::null_mut();
         // SAFETY: a valid proc and NUL-terminated key outlive the call; `out` receives a value
         // the library allocated, released below.
-        let rc = unsafe { PMIx_Get(&who, k.as_ptr(), ptr::null(), 0, &mut out) };
+        let rc = unsafe { (self.lib.client_get)(&who, k.as_ptr(), ptr::null(), 0, &mut out) };
         if rc == PMIX_ERR_NOT_FOUND {
             return Ok(None);
         }
@@ -2546,7 +2701,7 @@ impl PmixClient {
         let text = unsafe { value_text(&*out) };
         // SAFETY: PMIX_VALUE_RELEASE: destruct the contents, free the malloc'd struct.
         unsafe {
-            PMIx_Value_destruct(out);
+            (self.lib.value_destruct)(out);
             libc::free(out.cast());
         }
         Ok(Some(text))
@@ -2565,14 +2720,16 @@ impl PmixClient {
     pub fn abort(self, code: i32, msg: &str) -> Result<(), String> {
         let m = c_string(msg);
         // SAFETY: NUL-terminated message; no procs means the caller's whole namespace.
-        let rc = unsafe { PMIx_Abort(code, m.as_ptr(), ptr::null_mut(), 0) };
+        let rc = unsafe { (self.lib.client_abort)(code, m.as_ptr(), ptr::null_mut(), 0) };
         client_check("PMIx_Abort", rc)
     }
 
     /// `PMIx_Finalize`.
     pub fn finalize(self) -> Result<(), String> {
         // SAFETY: no info array.
-        client_check("PMIx_Finalize", unsafe { PMIx_Finalize(ptr::null(), 0) })
+        client_check("PMIx_Finalize", unsafe {
+            (self.lib.client_finalize)(ptr::null(), 0)
+        })
     }
 }
 
@@ -2625,7 +2782,9 @@ mod tests {
         assert_eq!(size_of::<pmix_data_array_t>(), 24);
         assert_eq!(offset_of!(pmix_data_array_t, size), 8);
         assert_eq!(offset_of!(pmix_data_array_t, array), 16);
-        assert_eq!(size_of::<pmix_server_module_t>(), 224);
+        // 4.x's 28 entries, then 5.0's session_control.
+        assert_eq!(offset_of!(pmix_server_module_t, session_control), 224);
+        assert_eq!(size_of::<pmix_server_module_t>(), 232);
         assert_eq!(offset_of!(pmix_server_module_t, publish), 40);
         assert_eq!(offset_of!(pmix_server_module_t, fabric), 208);
         assert_eq!(offset_of!(pmix_server_module_t, client_connected2), 216);
@@ -2745,7 +2904,8 @@ int main(void) {
             size_of::<pmix_proc_t>(),
             offset_of!(pmix_proc_t, rank),
             size_of::<pmix_data_array_t>(),
-            size_of::<pmix_server_module_t>(),
+            // The 4.2 headers' structure ends where 5.0's session_control begins.
+            offset_of!(pmix_server_module_t, session_control),
             offset_of!(pmix_server_module_t, client_connected2),
             PMIX_SUCCESS,
             PMIX_ERROR,

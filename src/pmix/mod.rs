@@ -15,6 +15,7 @@
 //! that talks to the C library.
 
 pub mod ffi;
+pub mod library;
 pub mod names;
 
 pub use ffi::{
@@ -591,6 +592,7 @@ mod tests {
             rank_node,
             pmix: true,
             pmi_too: false,
+            pmix_library: None,
             profile: false,
             binding: None,
             report_bindings: false,
