@@ -125,7 +125,8 @@ fn openmpi5_mpi4py_with_no_flag() {
 /// Every rank makes a communicator of the world's group and an intercommunicator between
 /// the world's two halves (`MPI_Comm_create_from_group`, `MPI_Intercomm_create_from_groups`:
 /// Open MPI 5 takes their context ids from `PMIx_Group_construct`), and prints what it sees.
-const GROUPS: &str = "from mpi4py import MPI; w = MPI.COMM_WORLD; r, n = w.Get_rank(), w.Get_size(); \
+const GROUPS: &str =
+    "from mpi4py import MPI; w = MPI.COMM_WORLD; r, n = w.Get_rank(), w.Get_size(); \
     g = w.Get_group(); c = MPI.Intracomm.Create_from_group(g); h = n // 2; \
     lo = g.Range_incl([(0, h - 1, 1)]); hi = g.Range_incl([(h, n - 1, 1)]); \
     ic = MPI.Intercomm.Create_from_groups(lo if r < h else hi, 0, hi if r < h else lo, 0); \

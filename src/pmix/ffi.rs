@@ -2326,11 +2326,38 @@ pub fn finalize() {
     if !*done || FINALIZED.swap(true, Ordering::SeqCst) {
         return;
     }
-    // SAFETY: the library was initialized by `init` and is finalized once.
     if let Ok(l) = lib() {
-        unsafe { (l.server_finalize)() };
+        let finalize = l.server_finalize;
+        // SAFETY: the library was initialized by `init` and is finalized once.
+        let finished = within(FINALIZE_DEADLINE, move || unsafe { finalize() });
+        if !finished {
+            say!(
+                "kauri: the PMIx server library did not finish within {} s; leaving it",
+                FINALIZE_DEADLINE.as_secs()
+            );
+        }
     }
     *done = false;
+}
+
+/// How long [`finalize`] waits for the library. OpenPMIx's finalize waits for its progress
+/// thread, which a library bug can leave stuck (OpenPMIx 5.0's double group-destruct upcall
+/// did: see `up_group`); kauri then goes on with its teardown and exit instead of hanging.
+const FINALIZE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs `f` on a thread of its own and waits for it at most `deadline`: true when it
+/// returned in time. A late `f` is left running (the process's exit ends it).
+fn within<T: Send + 'static>(
+    deadline: std::time::Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> bool {
+    let (tx, rx) = std_mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("pmix-finalize".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        });
+    spawned.is_ok() && rx.recv_timeout(deadline).is_ok()
 }
 
 fn take_c_string(p: *mut c_char) -> Option<String> {
@@ -2953,6 +2980,16 @@ int main(void) {
             PMIX_ERR_JOB_FAILED_TO_LAUNCH,
         );
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_stuck_call_is_left_after_its_deadline() {
+        use std::time::Duration;
+        assert!(within(Duration::from_secs(60), || 7));
+        let (tx, rx) = std_mpsc::channel::<()>();
+        // Stuck until the test ends (the sender is dropped then).
+        assert!(!within(Duration::from_millis(50), move || rx.recv()));
+        drop(tx);
     }
 
     /// A group construct's results: the context id, every server's blob as one byte object
