@@ -1918,6 +1918,12 @@ impl Root {
                 if let Some(n) = self.cluster.hosts.iter().position(|h| h.name == host) {
                     self.cluster.in_use[n] = self.cluster.in_use[n].saturating_sub(1);
                 }
+                // A rank killed by the signal kauri forwarded to it (SIGINT, SIGHUP) ended
+                // with the job, not as a failure. Here, the teardown began with the signal,
+                // so its host says so; an agent can see its rank die of the forwarded signal
+                // before the teardown that follows it reaches it, so the root decides.
+                let forwarded = signal.is_some_and(|s| self.ending == Some(Ending::Signal(s)));
+                let in_teardown = in_teardown || forwarded;
                 let job = &mut self.jobs[j];
                 let Some(st) = job.ranks.get_mut(rank) else {
                     return;
