@@ -277,7 +277,8 @@ pub struct Files {
 /// not followed if it is a symbolic link (`O_NOFOLLOW`: the open fails), a FIFO or a device
 /// does not block or act (`O_NONBLOCK`, `O_NOCTTY`), and what was opened is checked on its
 /// descriptor (`fstat`, no window between the check and the use) to be a regular file whose
-/// owner is the user running kauri. Only then is it emptied: an open never truncates.
+/// owner is the user running kauri, with no other name (a hard link to another of the user's
+/// files). Only then is it emptied: an open never truncates.
 pub fn open_for_user(path: &str) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let opened = std::fs::OpenOptions::new()
@@ -318,6 +319,13 @@ fn refusal(meta: &std::fs::Metadata) -> Option<std::io::Error> {
         format!(
             "it is owned by uid {}, not by uid {me} who runs kauri; refusing to write over it",
             meta.uid()
+        )
+    } else if meta.nlink() > 1 {
+        // A hard link someone made to another of the user's files (possible where
+        // fs.protected_hardlinks is off): writing would empty that file.
+        format!(
+            "it has {} names (hard links); refusing to write over another file",
+            meta.nlink()
         )
     } else {
         return None;
