@@ -279,7 +279,10 @@ impl Parser {
             let (name, inline) = normalize(word);
             // The option table is the one list of names: what it lacks is unknown.
             if crate::doc::KAURI.find(&name).is_none() {
-                return err(format!("unknown option {word} (try kauri -h)"));
+                return err(format!(
+                    "unknown option {} (try kauri -h)",
+                    crate::console::clip(word)
+                ));
             }
             let mut inline = inline;
             let has_inline = inline.is_some();
@@ -515,7 +518,12 @@ impl Parser {
                 "-disable-auto-cleanup" => self.spec.auto_cleanup = false,
                 "-auto-cleanup" => self.spec.auto_cleanup = true,
                 "-v" | "-verbose" => self.spec.verbose += 1,
-                _ => return err(format!("unknown option {word} (try kauri -h)")),
+                _ => {
+                    return err(format!(
+                        "unknown option {} (try kauri -h)",
+                        crate::console::clip(word)
+                    ))
+                }
             }
         }
         if seg.app.program.is_empty() {
@@ -586,27 +594,57 @@ fn list(v: &str) -> Vec<String> {
         .collect()
 }
 
-/// Parses `-hosts a,b:2`.
+/// The longest host name kauri takes, in bytes: DNS's 253, with room to spare.
+pub const HOST_NAME_MAX: usize = 255;
+
+/// Parses `-hosts a,b:2`. A list that names no host, or has an empty entry (`a,,b`), is an
+/// error.
 pub fn parse_hosts(v: &str) -> Result<Vec<HostSpec>, UsageError> {
+    use crate::console::quoted;
+    if v.trim().is_empty() {
+        return err(format!("-hosts {}: names no host", quoted(v)));
+    }
     v.split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|h| host_entry(h.trim(), None))
+        .map(|h| match h.trim() {
+            "" => err(format!(
+                "-hosts {}: an empty host name (before, between or after the commas)",
+                quoted(v)
+            )),
+            h => host_entry(h, None),
+        })
         .collect()
 }
 
+/// One host, `name` or `name:N` (or `name` with `slots` from a hostfile's `slots=N`). A name
+/// is refused when it is empty, holds a blank or a `:` (`a:3:4`), starts with `-` (ssh would
+/// read it as an option) or is longer than [`HOST_NAME_MAX`].
 fn host_entry(entry: &str, slots: Option<&str>) -> Result<HostSpec, UsageError> {
-    let (name, n) = match (entry.rsplit_once(':'), slots) {
+    use crate::console::quoted;
+    let (name, n) = match (entry.split_once(':'), slots) {
         (Some((name, n)), None) => (name, Some(n)),
         (_, s) => (entry, s),
     };
-    if name.is_empty() || name.contains(char::is_whitespace) {
-        return err(format!("bad host {entry:?}"));
+    let bad = if name.is_empty() {
+        Some("an empty name")
+    } else if name.contains(char::is_whitespace) {
+        Some("a host name holds no blank")
+    } else if name.starts_with('-') {
+        Some("a host name cannot start with '-'")
+    } else if name.len() > HOST_NAME_MAX {
+        Some("a host name is at most 255 bytes")
+    } else if name.contains(':') || n.is_some_and(|n| n.contains(':')) {
+        Some("one ':' at most (write host or host:N)")
+    } else {
+        None
+    };
+    if let Some(why) = bad {
+        return err(format!("bad host {}: {why}", quoted(entry)));
     }
     let slots = match n {
         None => 1,
         Some(n) => match n.trim().parse::<usize>() {
             Ok(k) if k > 0 => k,
-            _ => return err(format!("bad slot count {n:?} for host {name}")),
+            _ => return err(format!("bad slot count {} for host {name}", quoted(n))),
         },
     };
     Ok(HostSpec {
@@ -635,9 +673,10 @@ pub fn read_hostfile(path: &Path) -> Result<Vec<HostSpec>, UsageError> {
                 Some(("slots", _)) | Some(("max_slots", _)) => {}
                 _ => {
                     return err(format!(
-                        "{}:{}: cannot read {w:?} (expected 'host', 'host:N' or 'host slots=N')",
+                        "{}:{}: cannot read {} (expected 'host', 'host:N' or 'host slots=N')",
                         path.display(),
-                        i + 1
+                        i + 1,
+                        crate::console::quoted(w)
                     ))
                 }
             }

@@ -41,6 +41,28 @@ fn line(args: fmt::Arguments) -> String {
     s
 }
 
+/// How many characters of a string the user gave an error line echoes ([`clip`]).
+pub const ECHO_MAX: usize = 64;
+
+/// `text`, as an error line echoes something the user gave (a host name, an option, a
+/// hostfile's word): whole when it is short, else its first [`ECHO_MAX`] characters, `…` and
+/// its length, so that a megabyte of it makes a short line.
+pub fn clip(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(ECHO_MAX) {
+        None => text.into(),
+        Some((end, _)) => format!("{}… ({} bytes)", &text[..end], text.len()).into(),
+    }
+}
+
+/// `text` quoted as `{:?}` quotes it, [`clip`]ped the same way: `"first 64 characters"… (N
+/// bytes)`.
+pub fn quoted(text: &str) -> String {
+    match text.char_indices().nth(ECHO_MAX) {
+        None => format!("{text:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &text[..end], text.len()),
+    }
+}
+
 /// `eprintln!` that does not panic: one line on kauri's standard error, dropped when the
 /// stream is closed.
 #[macro_export]
@@ -62,6 +84,20 @@ macro_rules! show {
 #[cfg(test)]
 mod tests {
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn long_echoes_are_clipped() {
+        assert_eq!(super::clip("-frobnicate"), "-frobnicate");
+        assert_eq!(super::quoted("a:3:4"), "\"a:3:4\"");
+        let long = "é".repeat(100);
+        let c = super::clip(&long);
+        assert_eq!(c, format!("{}… (200 bytes)", "é".repeat(64)));
+        assert_eq!(
+            super::quoted(&long),
+            format!("\"{}\"… (200 bytes)", "é".repeat(64))
+        );
+        assert_eq!(super::clip(&"x".repeat(64)), "x".repeat(64), "64 is whole");
+    }
 
     /// With the reading end of its standard error closed, kauri's writes neither panic nor
     /// kill it (SIGPIPE is ignored by Rust programs; the write is an EPIPE).

@@ -1288,7 +1288,7 @@ enum Event {
     Reply(Asker, ServiceReply),
     /// Input for rank 0 of the first job (`None`: its end).
     Stdin(Option<Vec<u8>>),
-    /// kauri's stdout is closed (`Ending::OutputClosed`), or an output file failed
+    /// kauri's stdout or stderr is closed (`Ending::OutputClosed`), or an output file failed
     /// (`Ending::Failed`).
     Output(Ending),
     /// A signal to kauri.
@@ -1381,9 +1381,39 @@ async fn futures_signal(signals: &mut [(i32, tokio::signal::unix::Signal)]) -> i
     .await
 }
 
+/// One of kauri's two output streams, as the ranks' lines reach it: written until a write
+/// fails (its reader closed it), then never again. Both streams are handled alike: the first
+/// failure ends the job with SIGPIPE's status (`Ending::OutputClosed`), as Hydra's death by
+/// SIGPIPE does; the lines after it are read from the ranks and dropped.
+struct Terminal<W> {
+    stream: W,
+    open: bool,
+}
+
+impl<W: tokio::io::AsyncWrite + Unpin> Terminal<W> {
+    fn new(stream: W) -> Self {
+        Terminal { stream, open: true }
+    }
+
+    /// Writes `data` and flushes it; false only for the write that finds the stream closed
+    /// (the later ones, dropped, are true: the job is already ending).
+    async fn write(&mut self, data: &[u8]) -> bool {
+        if !self.open {
+            return true;
+        }
+        let written = match self.stream.write_all(data).await {
+            Ok(()) => self.stream.flush().await,
+            Err(e) => Err(e),
+        };
+        self.open = written.is_ok();
+        self.open
+    }
+}
+
 /// Prints what the ranks and agents write, whole lines as they come, and writes the lines
 /// bound for output files to `files`; once `stop` fires, what is still queued and no more. A
-/// failed write to stdout is told on `closed` (the job ends), and stdout is not written again.
+/// failed write to stdout or stderr is told on `closed` (the job ends), and that stream is not
+/// written again ([`Terminal`]).
 /// A file that cannot be created or written is one line on stderr and ends the job as a
 /// failure (its later lines are dropped, the others' still written); it returns whether one
 /// failed.
@@ -1394,8 +1424,8 @@ async fn print_output(
     mut files: Files,
 ) -> bool {
     let mut file_failed = false;
-    let (mut so, mut se) = (tokio::io::stdout(), tokio::io::stderr());
-    let mut stdout_ok = true;
+    let mut so = Terminal::new(tokio::io::stdout());
+    let mut se = Terminal::new(tokio::io::stderr());
     let mut stopping = false;
     loop {
         let next = if stopping {
@@ -1415,26 +1445,19 @@ async fn print_output(
             // The first failure only: the job ends with it, and any other is its echo.
             if let Err(e) = files.write(path, &data).await {
                 if !file_failed {
-                    let _ = se.write_all(format!("kauri: {e}\n").as_bytes()).await;
-                    let _ = se.flush().await;
+                    se.write(format!("kauri: {e}\n").as_bytes()).await;
                     file_failed = true;
                     let _ = closed.send(Ending::Failed);
                 }
             }
             continue;
         }
-        match dest.stream {
-            Stream::Stdout if stdout_ok => {
-                if so.write_all(&data).await.is_err() || so.flush().await.is_err() {
-                    stdout_ok = false;
-                    let _ = closed.send(Ending::OutputClosed);
-                }
-            }
-            Stream::Stdout => {}
-            Stream::Stderr => {
-                let _ = se.write_all(&data).await;
-                let _ = se.flush().await;
-            }
+        let written = match dest.stream {
+            Stream::Stdout => so.write(&data).await,
+            Stream::Stderr => se.write(&data).await,
+        };
+        if !written {
+            let _ = closed.send(Ending::OutputClosed);
         }
     }
     files.close().await;
@@ -1941,6 +1964,12 @@ impl Root {
                 if let Some(n) = self.cluster.hosts.iter().position(|h| h.name == host) {
                     self.cluster.in_use[n] = self.cluster.in_use[n].saturating_sub(1);
                 }
+                // A rank killed by the signal kauri forwarded to it (SIGINT, SIGHUP) ended
+                // with the job, not as a failure. Here, the teardown began with the signal,
+                // so its host says so; an agent can see its rank die of the forwarded signal
+                // before the teardown that follows it reaches it, so the root decides.
+                let forwarded = signal.is_some_and(|s| self.ending == Some(Ending::Signal(s)));
+                let in_teardown = in_teardown || forwarded;
                 let job = &mut self.jobs[j];
                 let Some(st) = job.ranks.get_mut(rank) else {
                     return;

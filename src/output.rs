@@ -263,17 +263,90 @@ pub fn files_of_job<'a>(
 /// The output files the front end writes, by name (relative to its working directory). A
 /// file is created (or emptied) when first opened, readable and writable by the user only,
 /// as Hydra creates it; Hydra does not empty an old file but writes over its start, which
-/// leaves the end of a longer old output behind.
+/// leaves the end of a longer old output behind. A file is opened as [`open_for_user`] does:
+/// never through a symbolic link, and never one that is not the user's own regular file.
 #[derive(Debug, Default)]
 pub struct Files {
     open: HashMap<Arc<str>, Option<tokio::fs::File>>,
 }
 
-fn options() -> std::fs::OpenOptions {
+/// Opens (or creates, mode 0600) the file `path` for the user to write, and empties it; or
+/// refuses it with an error that says why. A directory anyone may write to (`/tmp`, a shared
+/// scratch directory) may hold a link or a file another user planted at the name a pattern
+/// gives, to make kauri empty and write over a file of the user's: so the last component is
+/// not followed if it is a symbolic link (`O_NOFOLLOW`: the open fails), a FIFO or a device
+/// does not block or act (`O_NONBLOCK`, `O_NOCTTY`), and what was opened is checked on its
+/// descriptor (`fstat`, no window between the check and the use) to be a regular file whose
+/// owner is the user running kauri, with no other name (a hard link to another of the user's
+/// files). Only then is it emptied: an open never truncates.
+pub fn open_for_user(path: &str) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create(true).truncate(true).mode(0o600);
-    o
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path);
+    let f = match opened {
+        Ok(f) => f,
+        // The open refused it (a link: ELOOP; a FIFO without a reader: ENXIO; in a sticky
+        // directory, the kernel's protected_symlinks or protected_regular: EACCES): say why
+        // from what is there now. Only the message depends on it; the file is refused anyway.
+        Err(e) => {
+            let there = std::fs::symlink_metadata(path).ok();
+            return Err(there.and_then(|m| refusal(&m)).unwrap_or(e));
+        }
+    };
+    if let Some(why) = refusal(&f.metadata()?) {
+        return Err(why);
+    }
+    f.set_len(0)?;
+    blocking(&f)?;
+    Ok(f)
+}
+
+/// Why a file with `meta` (not followed if it is a link) is not one kauri writes for the user.
+fn refusal(meta: &std::fs::Metadata) -> Option<std::io::Error> {
+    use std::os::unix::fs::MetadataExt;
+    let kind = meta.file_type();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let why = if kind.is_symlink() {
+        "it is a symbolic link, which kauri does not follow for an output file".to_string()
+    } else if !kind.is_file() {
+        "it is not a regular file".to_string()
+    } else if meta.uid() != me {
+        format!(
+            "it is owned by uid {}, not by uid {me} who runs kauri; refusing to write over it",
+            meta.uid()
+        )
+    } else if meta.nlink() > 1 {
+        // A hard link someone made to another of the user's files (possible where
+        // fs.protected_hardlinks is off): writing would empty that file.
+        format!(
+            "it has {} names (hard links); refusing to write over another file",
+            meta.nlink()
+        )
+    } else {
+        return None;
+    };
+    Some(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        why,
+    ))
+}
+
+/// Clears the `O_NONBLOCK` [`open_for_user`] opened `f` with.
+fn blocking(f: &std::fs::File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let fd = f.as_raw_fd();
+    // SAFETY: fcntl on a descriptor `f` owns, with integer arguments only.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl Files {
@@ -281,9 +354,8 @@ impl Files {
     pub fn create(paths: &[(String, &str)]) -> Result<Files, String> {
         let mut files = Files::default();
         for (path, option) in paths {
-            let f = options()
-                .open(path)
-                .map_err(|e| format!("{option}: cannot create {path}: {e}"))?;
+            let f =
+                open_for_user(path).map_err(|e| format!("{option}: cannot create {path}: {e}"))?;
             files
                 .open
                 .insert(path.as_str().into(), Some(tokio::fs::File::from_std(f)));
@@ -295,9 +367,14 @@ impl Files {
     /// one line for the user, told once per file: the file's later lines are dropped.
     pub async fn write(&mut self, path: &Arc<str>, data: &[u8]) -> Result<(), String> {
         if !self.open.contains_key(path) {
-            let opened = tokio::fs::OpenOptions::from(options()).open(&**path).await;
+            let p = path.to_string();
+            let opened = tokio::task::spawn_blocking(move || open_for_user(&p))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
             match opened {
-                Ok(f) => self.open.insert(path.clone(), Some(f)),
+                Ok(f) => self
+                    .open
+                    .insert(path.clone(), Some(tokio::fs::File::from_std(f))),
                 Err(e) => {
                     self.open.insert(path.clone(), None);
                     return Err(format!("cannot create output file {path}: {e}"));
@@ -381,6 +458,58 @@ mod tests {
         let err = Route::new(&plan, false, 1, 0, "a");
         assert!(err.file.is_none());
         assert!(Route::new(&plan, true, 0, 0, "a").drop);
+    }
+
+    /// What [`open_for_user`] refuses, and what it empties. (Another user's file is in
+    /// `tests/other_users.rs`, planted as `nobody`; here, as root, a file given to uid 65534.)
+    #[test]
+    fn an_output_file_is_the_users_own_regular_file() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("kauri-open-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = |n: &str| dir.join(n).to_str().unwrap().to_string();
+        std::fs::write(dir.join("victim"), "keep me\n").unwrap();
+        std::os::unix::fs::symlink(dir.join("victim"), dir.join("link")).unwrap();
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("dangling")).unwrap();
+        let e = open_for_user(&at("link")).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        let e = open_for_user(&at("dangling")).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(
+            !dir.join("nowhere").exists(),
+            "a dangling link's target is not made"
+        );
+        let fifo = std::ffi::CString::new(at("fifo")).unwrap();
+        // SAFETY: mkfifo with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let e = open_for_user(&at("fifo")).unwrap_err().to_string();
+        assert!(
+            e.contains("not a regular file"),
+            "a FIFO, without blocking: {e}"
+        );
+        assert!(open_for_user(dir.to_str().unwrap()).is_err(), "a directory");
+        std::fs::write(dir.join("old"), "an old longer line\n").unwrap();
+        let f = open_for_user(&at("old")).unwrap();
+        assert_eq!(
+            f.metadata().unwrap().len(),
+            0,
+            "the user's own file is emptied"
+        );
+        let f = open_for_user(&at("new")).unwrap();
+        assert_eq!(f.metadata().unwrap().mode() & 0o777, 0o600);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(dir.join("old"), Some(65534), Some(65534)).unwrap();
+            std::fs::write(dir.join("old"), "nobody's\n").unwrap();
+            let e = open_for_user(&at("old")).unwrap_err().to_string();
+            assert!(e.contains("owned by uid 65534"), "{e}");
+            let kept = std::fs::read_to_string(dir.join("old")).unwrap();
+            assert_eq!(kept, "nobody's\n", "another user's file is not emptied");
+        }
+        let kept = std::fs::read_to_string(dir.join("victim")).unwrap();
+        assert_eq!(kept, "keep me\n");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub enum Ending {
     Signal(i32),
     /// A rank failed, a host was lost, a launch failed, or a fence can never complete.
     Failed,
-    /// kauri's stdout closed.
+    /// kauri's stdout or stderr closed while the ranks wrote to it.
     OutputClosed,
 }
 

@@ -6,7 +6,9 @@
 //! `$XDG_RUNTIME_DIR/kauri` or else `$TMPDIR/kauri-<uid>` (see [`socket_dir`]): a directory of
 //! mode 0700 that kauri refuses to use when someone else planted it. A connection whose peer
 //! is another user (`SO_PEERCRED`) is closed unanswered. The request is one line, `status` or
-//! `status stacks`; the answer is the diagnosis as text, and the connection closes.
+//! `status stacks`; the answer is the diagnosis as text, and the connection closes. At most
+//! [`CLIENTS_MAX`] connections are served at once, and each has a deadline to send its
+//! request and one to take its answer.
 
 use crate::tree::{HostStatus, RankStatus};
 use std::io::{Read, Write};
@@ -32,6 +34,15 @@ const CLIENT_WAIT: Duration = Duration::from_secs(60);
 
 /// A request line is at most this long.
 const REQUEST_MAX: usize = 64;
+
+/// The most `kauri --status` connections served at once; one more is closed as soon as it is
+/// accepted (as the agents' port caps its handshakes, `hub::HANDSHAKES_MAX`), so that idle
+/// connections cost a bounded number of descriptors and tasks.
+pub const CLIENTS_MAX: usize = 16;
+
+/// How long a connection has to send its request, and then to take its answer: an idle one
+/// is closed after it.
+const CLIENT_DEADLINE: Duration = Duration::from_secs(5);
 
 /// This user's effective uid.
 fn my_uid() -> u32 {
@@ -106,8 +117,10 @@ impl Drop for Listener {
     }
 }
 
+/// Accepts `kauri --status` connections: the user's own, [`CLIENTS_MAX`] at once.
 async fn accept(listener: tokio::net::UnixListener, asks: mpsc::UnboundedSender<Ask>) {
     let me = my_uid();
+    let clients = std::sync::Arc::new(tokio::sync::Semaphore::new(CLIENTS_MAX));
     loop {
         let conn = match listener.accept().await {
             Ok((c, _)) => c,
@@ -125,16 +138,26 @@ async fn accept(listener: tokio::net::UnixListener, asks: mpsc::UnboundedSender<
             }
             Err(_) => continue,
         }
-        tokio::task::spawn_local(answer(conn, asks.clone()));
+        let Ok(permit) = clients.clone().try_acquire_owned() else {
+            // Over the limit: closed unanswered (dropped here).
+            tracing::debug!("status connection over the limit ({CLIENTS_MAX} at once)");
+            continue;
+        };
+        let asks = asks.clone();
+        tokio::task::spawn_local(async move {
+            answer(conn, asks).await;
+            drop(permit);
+        });
     }
 }
 
-/// Reads one request line, has the root make the diagnosis, writes it.
+/// Reads one request line, has the root make the diagnosis, writes it; each step on the
+/// client's side within [`CLIENT_DEADLINE`].
 async fn answer(conn: tokio::net::UnixStream, asks: mpsc::UnboundedSender<Ask>) {
     let (rd, mut wr) = conn.into_split();
     let mut line = String::new();
     let mut rd = tokio::io::BufReader::new(tokio::io::AsyncReadExt::take(rd, REQUEST_MAX as u64));
-    match tokio::time::timeout(Duration::from_secs(5), rd.read_line(&mut line)).await {
+    match tokio::time::timeout(CLIENT_DEADLINE, rd.read_line(&mut line)).await {
         Ok(Ok(_)) => {}
         _ => return,
     }
@@ -160,8 +183,11 @@ async fn answer(conn: tokio::net::UnixStream, asks: mpsc::UnboundedSender<Ask>) 
     };
     let mut text = lines.join("\n");
     text.push('\n');
-    let _ = wr.write_all(text.as_bytes()).await;
-    let _ = wr.shutdown().await;
+    let write = async {
+        wr.write_all(text.as_bytes()).await?;
+        wr.shutdown().await
+    };
+    let _ = tokio::time::timeout(CLIENT_DEADLINE, write).await;
 }
 
 /// `kauri --status [--stacks] [PID]` (the words after `--status`): see [`client`].

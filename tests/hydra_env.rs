@@ -166,8 +166,9 @@ fn launcher_its_program_and_extra_args_from_hydra_variables() {
         let log = log_of(&d);
         assert_eq!(log.len(), 2, "{set:?}: {log:?}");
         for (line, host) in log.iter().zip(["r1", "r2"]) {
-            // Hydra's order: the extra arguments, split on spaces, then the host.
-            let want = format!("-o StrictHostKeyChecking=no -q {host} ");
+            // Hydra's order: the extra arguments, split on spaces, then the host (after `--`,
+            // which Hydra does not put: no host name is read as an option).
+            let want = format!("-o StrictHostKeyChecking=no -q -- {host} ");
             assert!(line.starts_with(&want), "{set:?}: {line:?}");
             assert!(line.contains(" agent "), "{set:?}: {line:?}");
         }

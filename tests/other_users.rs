@@ -1,22 +1,117 @@
-//! Other users stay out: a process of another local user cannot take part in a job. The tests
-//! run as root (on CI too) and play the other user with `setpriv` as `nobody`; where either is
-//! missing they say why and pass.
+//! Other users stay out: a process of another local user cannot take part in a job, nor
+//! make kauri write over a file through a link it planted. The tests run as root (on CI too)
+//! and play the other user with `setpriv` as `nobody`; where either is missing they say why
+//! and pass, except under `CI=true`, where a missing prerequisite is a failure.
 
 mod common;
 
-use common::{kauri, stderr};
+use common::{kauri, run_under_watchdog, stderr, KAURI};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
 
-/// Why the test cannot run here, if it cannot: it needs root and `setpriv`.
+/// Why the test cannot run here, if it cannot: it needs root and `setpriv`. Under `CI=true`
+/// that is a failure, not a reason to pass.
 fn cannot_play_another_user() -> Option<&'static str> {
     // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("the tests do not run as root");
+    let why = if unsafe { libc::geteuid() } != 0 {
+        Some("the tests do not run as root")
+    } else {
+        let found = Command::new("setpriv")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        (!found).then_some("setpriv is not installed")
+    };
+    if let Some(why) = why {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "cannot play another user on CI: {why}"
+        );
     }
-    let found = std::process::Command::new("setpriv")
-        .arg("--version")
+    why
+}
+
+/// Runs `script` with `sh` as user `nobody` (uid 65534) in `dir`.
+fn as_nobody(dir: &Path, script: &str) {
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(script)
+        .current_dir(dir)
         .output()
-        .is_ok_and(|o| o.status.success());
-    (!found).then_some("setpriv is not installed")
+        .unwrap();
+    assert!(o.status.success(), "as nobody: {script}: {}", stderr(&o));
+}
+
+/// A world-writable directory, with the sticky bit (as `/tmp`) and without (a badly shared
+/// scratch directory), where `nobody` planted `shared/out.0`, a symbolic link to a file of
+/// the user's (`victim`, mode 0600), and `shared/err.0`, a file of its own. kauri refuses
+/// both with one line and runs nothing, and neither file is touched. Before, kauri emptied the
+/// victim and wrote the rank's line into it (and into nobody's file). Without the sticky bit
+/// only kauri's own check protects the victim; with it, Linux's `fs.protected_symlinks` (and
+/// `fs.protected_regular`) would refuse too.
+#[test]
+fn an_output_file_planted_by_another_user_is_refused() {
+    if let Some(why) = cannot_play_another_user() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    for (sticky, mode) in [(false, 0o777), (true, 0o1777)] {
+        let dir = std::env::temp_dir().join(format!(
+            "kauri-planted-{}-{}",
+            if sticky { "sticky" } else { "open" },
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("shared")).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(dir.join("shared"), std::fs::Permissions::from_mode(mode))
+            .unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "the user's own\n").unwrap();
+        std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+        as_nobody(
+            &dir,
+            "ln -s ../victim shared/out.0 && echo nobody > shared/err.0",
+        );
+        for (option, file, why) in [
+            ("-outfile-pattern", "out", "symbolic link"),
+            ("-errfile-pattern", "err", "owned by uid 65534"),
+        ] {
+            let pattern = format!("shared/{file}.%r");
+            let o = run_under_watchdog(Command::new(KAURI).current_dir(&dir).args([
+                option,
+                &pattern,
+                "-n",
+                "1",
+                "sh",
+                "-c",
+                "echo injected; echo injected >&2",
+            ]));
+            let err = stderr(&o);
+            eprintln!("sticky {sticky}, {option}: {err}");
+            assert_eq!(o.status.code(), Some(255), "{err}");
+            assert!(o.stdout.is_empty(), "nothing ran");
+            assert_eq!(err.lines().count(), 1, "one line: {err}");
+            let line = err.lines().next().unwrap_or_default();
+            assert!(
+                line.starts_with(&format!("kauri: {option}: cannot create shared/{file}.0: "))
+                    && line.contains(why),
+                "{line}"
+            );
+        }
+        let kept = std::fs::read_to_string(&victim).unwrap();
+        assert_eq!(kept, "the user's own\n", "the victim is untouched");
+        let kept = std::fs::read_to_string(dir.join("shared/err.0")).unwrap();
+        assert_eq!(kept, "nobody\n", "nobody's file is untouched");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
 
 /// With `-pmi-port`, a connection of user `nobody` to the job's PMI port is closed without a

@@ -421,3 +421,46 @@ fn a_spawned_job_is_group_one() {
     assert_eq!(read(&dir, "o.1.1"), "[1:1] child 1\n");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An output file that is a second name of another file (a hard link, which another user
+/// could make to a file of the user's where `fs.protected_hardlinks` is off) is refused with
+/// one line, and the file it names is untouched; so is a file named by a `%t` pattern, which
+/// kauri opens only at the rank's first line. Before, the other file was emptied and written.
+#[test]
+fn a_hard_link_or_a_planted_link_is_refused_with_one_line() {
+    let dir = fresh_dir("hardlink");
+    std::fs::write(dir.join("victim"), "the user's own\n").unwrap();
+    std::fs::hard_link(dir.join("victim"), dir.join("out.0")).unwrap();
+    let o = kauri_in(
+        &dir,
+        &["-outfile-pattern", "out.%r", "-n", "1", "echo", "injected"],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(255), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("kauri: -outfile-pattern: cannot create out.0: it has 2 names"),
+        "{err}"
+    );
+    // %t: the file is known only at the first line; a link planted at its name.
+    // (One link for each of the first 60 seconds: the line's second is not known.)
+    for t in 0..60 {
+        std::os::unix::fs::symlink("victim", dir.join(format!("late.{t}"))).unwrap();
+    }
+    let o = kauri_in(
+        &dir,
+        &["-outfile-pattern", "late.%t", "-n", "1", "echo", "injected"],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(255), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("kauri: cannot create output file late.")
+                && l.ends_with(
+                    ": it is a symbolic link, which kauri does not follow for an output file"
+                )),
+        "{err}"
+    );
+    assert_eq!(read(&dir, "victim"), "the user's own\n");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -326,3 +326,76 @@ fn a_planted_link_at_the_status_directory_is_not_followed() {
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     let _ = std::fs::remove_dir_all(&rt);
 }
+
+/// The open descriptors of process `pid` that are sockets.
+fn sockets_of(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// 300 idle connections to a job's status socket (the user's own: nobody else gets past the
+/// directory) cost kauri a bounded number of sockets: it serves 16 at once
+/// (`status::CLIENTS_MAX`) and closes the others at once, and an idle one is closed after its
+/// deadline; then `kauri --status` is answered again. Before, each was accepted and held (for
+/// 5 s), a socket and a task apiece: kauri's sockets rose by 300.
+#[test]
+fn idle_status_connections_are_bounded_and_dropped() {
+    use std::os::unix::net::UnixStream;
+    let marker = format!("status-idle-{}", std::process::id());
+    let rt = runtime_dir("idle");
+    let env = [("XDG_RUNTIME_DIR", rt.to_str().unwrap())];
+    let prog = format!("sleep 300 # {marker}");
+    let job = Job::start(&["-n", "1", "sh", "-c", &prog], &env);
+    let pid = job.pid();
+    status_until(pid, &env, &["rank 0 on "]);
+    let base = sockets_of(pid);
+    let sock = rt.join("kauri").join(format!("{pid}.sock"));
+    let mut conns: Vec<UnixStream> = (0..300)
+        .map(|_| {
+            let c = UnixStream::connect(&sock).unwrap();
+            c.set_nonblocking(true).unwrap();
+            c
+        })
+        .collect();
+    // Each connection ends closed by kauri: at once over the limit, at its deadline else.
+    // Meanwhile kauri never holds more than the limit (and a little room).
+    let start = Instant::now();
+    let mut peak = 0;
+    let mut failed = None;
+    while !conns.is_empty() && failed.is_none() {
+        peak = peak.max(sockets_of(pid).saturating_sub(base));
+        conns.retain_mut(|c| {
+            let mut b = [0u8; 64];
+            match c.read(&mut b) {
+                Ok(0) => false,
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            }
+        });
+        if peak > 16 + 8 {
+            failed = Some(format!(
+                "kauri holds {peak} more sockets than before the 300 connections"
+            ));
+        } else if start.elapsed() > Duration::from_secs(120) {
+            failed = Some(format!("{} idle connections still open", conns.len()));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!("peak: {peak} sockets over the {base} before");
+    if failed.is_none() {
+        status_until(pid, &env, &["rank 0 on "]);
+    }
+    let _ = Command::new("kill").arg(pid.to_string()).status();
+    job.end();
+    assert_none_left(&marker, Duration::from_secs(10));
+    assert!(failed.is_none(), "{}", failed.unwrap_or_default());
+    let _ = std::fs::remove_dir_all(&rt);
+}

@@ -331,7 +331,7 @@ fn server_trace_logs_each_ranks_requests_and_replies() {
     let ctx = Ctx::new("pmi_cli_server_trace");
     let ssh = ctx.script(
         "fake-ssh",
-        "#!/bin/sh\n# ssh HOST COMMAND: COMMAND here, without KAURI_PMI_TRACE (as over ssh).\nshift\nexec env -u KAURI_PMI_TRACE sh -c \"$*\"\n",
+        "#!/bin/sh\n# ssh -- HOST COMMAND: COMMAND here, without KAURI_PMI_TRACE (as over ssh).\nshift 2\nexec env -u KAURI_PMI_TRACE sh -c \"$*\"\n",
     );
     let places: [(&str, Vec<&str>); 3] = [
         ("one host", vec!["-n", "2"]),

@@ -1,4 +1,4 @@
-//! The ssh and rsh launchers: `SSH [extra args] HOST 'kauri' agent …`, the job key on the
+//! The ssh and rsh launchers: `SSH [extra args] -- HOST 'kauri' agent …`, the job key on the
 //! first line of the remote agent's stdin.
 
 use super::{agent_args, command, shell_quote, Launcher, Started, Target};
@@ -22,7 +22,10 @@ impl Launcher for Ssh {
                     .map(|w| shell_quote(&w))
                     .collect();
                 let mut cmd = command(&self.plan.exec);
+                // `--`: no host name is ever read as an option (`-oProxyCommand=…`), whatever
+                // list it came from.
                 cmd.args(&self.plan.extra_args)
+                    .arg("--")
                     .arg(&t.host)
                     .arg(remote.join(" "))
                     .stdin(std::process::Stdio::piped());
