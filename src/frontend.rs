@@ -362,14 +362,22 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     // Segments without -n: the hosts' slots (Hydra's rule), or 1 on this host alone.
     let mut spec = spec.clone();
     let slots_total: usize = match spec.ppn {
-        Some(ppn) => ppn * hosts.len().max(1),
-        None => hosts.iter().map(|h| h.slots).sum::<usize>().max(1),
+        Some(ppn) => ppn.saturating_mul(hosts.len().max(1)),
+        None => hosts
+            .iter()
+            .fold(0usize, |n, h| n.saturating_add(h.slots))
+            .max(1),
     };
     for a in spec.apps.iter_mut().filter(|a| a.nprocs == 0) {
         a.nprocs = slots_total;
     }
     let spec = &spec;
     let size = spec.size();
+    if size > crate::job::RANKS_MAX {
+        return Err(crate::job::too_many_ranks(&format!(
+            "{size} processes in all (the allocation's slots)"
+        )));
+    }
     if let Some(r) = spec.output.output_from.filter(|&r| r >= size) {
         return Err(format!(
             "-output-from {r}: the job has {size} rank{} (0 to {})",
