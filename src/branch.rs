@@ -116,6 +116,9 @@ pub trait Links {
     fn refusal_summary(&self) -> Option<String>;
     /// When child `id`'s launch began and when it connected (for the startup profile).
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>);
+    /// Every child is done and the job too: stop listening for agents (the listener's
+    /// socket and task go). Nothing by default.
+    fn stop_listening(&mut self) {}
 }
 
 impl Host for Node {
@@ -215,6 +218,9 @@ impl Links for Children {
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
         Children::timings(self, id)
     }
+    fn stop_listening(&mut self) {
+        Children::stop_listening(self)
+    }
 }
 
 /// One report for above.
@@ -297,6 +303,18 @@ impl<H: Host, L: Links> Branch<H, L> {
     /// Rank 0's stdin pipe, when rank 0 runs here: for a caller that pumps it itself.
     pub fn take_stdin(&mut self) -> Option<pipe::Sender> {
         self.node.as_mut().and_then(H::take_stdin)
+    }
+
+    /// Takes this host's ranks out of a branch that is [`done`](Branch::done), for the caller
+    /// to drain and drop while the run goes on; `None` before, or when taken already.
+    /// The listener for this job's agents is closed then too.
+    pub fn take_node(&mut self) -> Option<H> {
+        if self.done() {
+            self.kids.stop_listening();
+            self.node.take()
+        } else {
+            None
+        }
     }
 
     /// The child links.

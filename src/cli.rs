@@ -7,7 +7,7 @@
 //! segment's program, up to `:`, is the program's own arguments.
 
 use crate::hydra_env::HydraEnv;
-use crate::job::{AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice};
+use crate::job::{too_many_ranks, AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice, RANKS_MAX};
 use crate::profile::ProfileFormat;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -193,9 +193,14 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
     // once an allocation's hosts are known (0 stands for "not given").
     let default_n = match (p.spec.ppn, p.spec.hosts.len()) {
         (Some(ppn), 0) => ppn,
-        (Some(ppn), h) => ppn * h,
+        (Some(ppn), h) => ppn.saturating_mul(h),
         (None, 0) => 0,
-        (None, _) => p.spec.hosts.iter().map(|h| h.slots).sum::<usize>().max(1),
+        (None, _) => p
+            .spec
+            .hosts
+            .iter()
+            .fold(0usize, |n, h| n.saturating_add(h.slots))
+            .max(1),
     };
     for (app, given) in p.segments.iter_mut().zip(&p.n_given) {
         if !given {
@@ -203,6 +208,12 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         }
     }
     p.spec.apps = p.segments;
+    if p.spec.size() > RANKS_MAX {
+        return err(too_many_ranks(&format!(
+            "{} processes in all",
+            p.spec.size()
+        )));
+    }
     Ok(Command::Run(Box::new(p.spec)))
 }
 
@@ -302,9 +313,12 @@ impl Parser {
                 "-version" | "-V" => return Ok(Some(Command::Version)),
                 "-n" | "-np" => {
                     let v = value(&name)?;
-                    match v.parse::<usize>() {
+                    match v.parse::<u128>() {
                         Ok(0) => return err(format!("{name} 0: a job needs at least one process")),
-                        Ok(n) => seg.app.nprocs = n,
+                        Ok(n) if n > RANKS_MAX as u128 => {
+                            return err(too_many_ranks(&format!("{name} {v}")))
+                        }
+                        Ok(n) => seg.app.nprocs = n as usize,
                         Err(_) => return err(format!("{name} {v:?}: not a number of processes")),
                     }
                     n_given = true;
@@ -346,8 +360,11 @@ impl Parser {
                 }
                 "-ppn" => {
                     let v = value(&name)?;
-                    match v.parse::<usize>() {
-                        Ok(n) if n > 0 => self.spec.ppn = Some(n),
+                    match v.parse::<u128>() {
+                        Ok(n) if n > RANKS_MAX as u128 => {
+                            return err(too_many_ranks(&format!("-ppn {v}")))
+                        }
+                        Ok(n) if n > 0 => self.spec.ppn = Some(n as usize),
                         _ => return err(format!("-ppn {v:?}: not a positive number")),
                     }
                 }
@@ -642,8 +659,11 @@ fn host_entry(entry: &str, slots: Option<&str>) -> Result<HostSpec, UsageError> 
     }
     let slots = match n {
         None => 1,
-        Some(n) => match n.trim().parse::<usize>() {
-            Ok(k) if k > 0 => k,
+        Some(n) => match n.trim().parse::<u128>() {
+            Ok(k) if k > RANKS_MAX as u128 => {
+                return err(too_many_ranks(&format!("{k} slots on host {name}")))
+            }
+            Ok(k) if k > 0 => k as usize,
             _ => return err(format!("bad slot count {} for host {name}", quoted(n))),
         },
     };
@@ -719,6 +739,23 @@ mod tests {
     fn fails(args: &str) -> String {
         let a: Vec<String> = args.split_whitespace().map(str::to_string).collect();
         parse(&a).unwrap_err().0
+    }
+
+    #[test]
+    fn process_counts_are_bounded() {
+        let limit = "more than the 16777216 processes a job may have";
+        for args in [
+            "-n 18446744073709551616 a",
+            "-n 16777217 a",
+            "-n 16777216 a : -n 1 b",
+            "-ppn 16777217 a",
+            "-ppn 16777216 -hosts a,b x",
+            "-hosts a:16777217 x",
+            "-hosts a:16777216,b:1 x",
+        ] {
+            assert!(fails(args).ends_with(limit), "{args}: {}", fails(args));
+        }
+        assert_eq!(run("-n 16777216 a").size(), RANKS_MAX);
     }
 
     #[test]

@@ -404,14 +404,22 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     // Segments without -n: the hosts' slots (Hydra's rule), or 1 on this host alone.
     let mut spec = spec.clone();
     let slots_total: usize = match spec.ppn {
-        Some(ppn) => ppn * hosts.len().max(1),
-        None => hosts.iter().map(|h| h.slots).sum::<usize>().max(1),
+        Some(ppn) => ppn.saturating_mul(hosts.len().max(1)),
+        None => hosts
+            .iter()
+            .fold(0usize, |n, h| n.saturating_add(h.slots))
+            .max(1),
     };
     for a in spec.apps.iter_mut().filter(|a| a.nprocs == 0) {
         a.nprocs = slots_total;
     }
     let spec = &spec;
     let size = spec.size();
+    if size > crate::job::RANKS_MAX {
+        return Err(crate::job::too_many_ranks(&format!(
+            "{size} processes in all (the allocation's slots)"
+        )));
+    }
     if let Some(r) = spec.output.output_from.filter(|&r| r >= size) {
         return Err(format!(
             "-output-from {r}: the job has {size} rank{} (0 to {})",
@@ -678,6 +686,9 @@ struct JobRun {
     /// Its ranks started so far, for the debugger's process table (the first job's; taken
     /// when the table is filled).
     procs: Vec<crate::mpir::Proc>,
+    /// A spawned job that ended while the run went on, and gave back what it held
+    /// ([`Root::release_if_done`]).
+    released: bool,
 }
 
 impl JobRun {
@@ -994,6 +1005,7 @@ async fn start_job(
         answer: None,
         start_error: None,
         discarded: false,
+        released: false,
     };
     match error {
         None => Ok(run),
@@ -1484,6 +1496,9 @@ async fn read_stdin(to: mpsc::Sender<Option<Vec<u8>>>) {
 /// and the teardown state. Each event is one method; the loop in [`run`] only dispatches.
 struct Root {
     jobs: Vec<JobRun>,
+    /// The drains of spawned jobs that ended while the run goes on (their last output, what
+    /// their ranks left behind); awaited at the end, finished ones pruned as new ones come.
+    draining: Vec<tokio::task::JoinHandle<()>>,
     cluster: Cluster,
     names: Names,
     /// Lookups waiting for a name nobody published yet (the run's own table).
@@ -1656,6 +1671,7 @@ impl Root {
         };
         let mut root = Root {
             jobs: vec![first],
+            draining: Vec::new(),
             cluster,
             names,
             waiting: Waiting::default(),
@@ -1748,8 +1764,14 @@ impl Root {
     /// Dispatches one event.
     fn on_event(&mut self, event: Event) {
         match event {
-            Event::Node(j, ev) => self.on_node(j, ev),
-            Event::Child(j, ev) => self.on_child(j, ev),
+            Event::Node(j, ev) => {
+                self.on_node(j, ev);
+                self.release_if_done(j);
+            }
+            Event::Child(j, ev) => {
+                self.on_child(j, ev);
+                self.release_if_done(j);
+            }
             Event::Reply(a, reply) => self.answer(a, reply),
             Event::Stdin(chunk) => self.jobs[0].branch.stdin(chunk),
             Event::Output(e) => self.teardown(e),
@@ -1765,12 +1787,54 @@ impl Root {
         }
     }
 
+    /// A spawned job whose ranks have all ended, here and below, gives back what it holds
+    /// while the run goes on: its ranks' node (their PMI engine and KVS, output pipes, PMI
+    /// sockets) is drained and dropped, its agents' listener closed, its branch replaced by
+    /// an empty one and its plan's environments and arguments let go. What stays is the
+    /// record of its ranks' ends (for the exit status) and its plan's names and sizes. Hydra
+    /// also frees a spawned process group's KVS when its proxies end: a later `get` from its
+    /// kvsname finds nothing.
+    fn release_if_done(&mut self, j: usize) {
+        let Some(job) = self.jobs.get_mut(j).filter(|_| j > 0) else {
+            return;
+        };
+        if job.released || !job.branch.done() {
+            return;
+        }
+        job.released = true;
+        for a in &mut job.plan.apps {
+            a.env = Vec::new();
+            a.args = Vec::new();
+        }
+        job.procs = Vec::new();
+        let empty = Branch::new(
+            0,
+            self.cluster.me.clone(),
+            None,
+            Children::none(),
+            false,
+            self.clock,
+            None,
+        );
+        let mut old = std::mem::replace(&mut job.branch, empty);
+        let refused = old.last_refusals();
+        if let Some(node) = old.take_node() {
+            self.draining.retain(|d| !d.is_finished());
+            self.draining.push(tokio::task::spawn_local(node.release()));
+        }
+        drop(old);
+        self.on_out(j, refused);
+    }
+
     /// After the last event: forwards the last output, reports the ranks that failed, prints
     /// the startup profile, and returns kauri's exit status.
     async fn finish(mut self) -> i32 {
         for j in 0..self.jobs.len() {
             let out = self.jobs[j].branch.last_refusals();
             self.on_out(j, out);
+        }
+        for d in std::mem::take(&mut self.draining) {
+            let _ = d.await;
         }
         for j in self.jobs.iter_mut() {
             if self.gave_up {

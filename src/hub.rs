@@ -406,6 +406,14 @@ impl Children {
         self.shared.closing.set(true);
     }
 
+    /// Stops accepting agents: the listener's socket and its task go (a job that ended while
+    /// the run goes on).
+    pub fn stop_listening(&mut self) {
+        if let Some(a) = self.accept.take() {
+            a.abort();
+        }
+    }
+
     /// True when every child is finished.
     pub fn all_done(&self) -> bool {
         let done = self.shared.done.borrow();

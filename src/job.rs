@@ -393,10 +393,25 @@ pub fn arg_words(args: &[String]) -> Vec<&str> {
         .collect()
 }
 
+/// The most ranks one job may have in all: 2^24 (16,777,216). Ranks travel as `u32` on the
+/// tree's wire and every rank costs the front end a few hundred bytes of plan and state before
+/// anything starts, so a bound far below `u32::MAX` keeps a mistyped `-n` from asking for
+/// gigabytes; the largest machines run about 10^7 cores, under it. `-n`, `-ppn`, slot counts
+/// and their products are checked against it.
+pub const RANKS_MAX: usize = 1 << 24;
+
+/// The one line for a count of processes over [`RANKS_MAX`]; `what` names where it came
+/// from (`-n 99999999999`).
+pub fn too_many_ranks(what: &str) -> String {
+    format!("{what}: more than the {RANKS_MAX} processes a job may have")
+}
+
 impl JobSpec {
-    /// The total number of ranks.
+    /// The total number of ranks (saturating: see [`RANKS_MAX`]).
     pub fn size(&self) -> usize {
-        self.apps.iter().map(|a| a.nprocs).sum()
+        self.apps
+            .iter()
+            .fold(0usize, |n, a| n.saturating_add(a.nprocs))
     }
 }
 

@@ -1626,7 +1626,9 @@ impl Node {
                     env,
                     wdir: PathBuf::from(&a.wdir),
                     pmi_fd: theirs,
-                    stdin: r == 0,
+                    // Only the job the user started reads kauri's stdin; a spawned job's
+                    // ranks read end-of-file at once, as under Hydra.
+                    stdin: r == 0 && job.spawner.is_none(),
                     cpus: cpus_of.get(rp.local_id).map(|c| crate::bind::cpu_set(c)),
                 };
                 let child = proc::spawn(launch).map_err(|e| {
@@ -1981,9 +1983,21 @@ impl Node {
         self.running.borrow().len()
     }
 
+    /// [`Node::drain`] for a spawned job that ended while the run goes on: what its ranks
+    /// left in their process groups is killed, but children of ours in sessions of their
+    /// own are not swept (the run's other ranks are such children); the run's last drain
+    /// sweeps them.
+    pub async fn release(self) {
+        self.drain_with(proc::kill_groups_left).await;
+    }
+
     /// After every rank ended: kills what they left in their process groups, then forwards
     /// the rest of their output (see [`iofwd::forward_lines`]).
     pub async fn drain(self) {
+        self.drain_with(proc::kill_leftovers).await;
+    }
+
+    async fn drain_with(self, kill: fn(&[u32]) -> usize) {
         let names = self
             .ctx
             .pmix
@@ -1996,7 +2010,7 @@ impl Node {
                 pmix::deregister(&f);
             }
         }
-        let left = proc::kill_leftovers(&self.pids);
+        let left = kill(&self.pids);
         if left > 0 {
             debug!(left, "killed processes the ranks left behind");
         }

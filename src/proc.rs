@@ -509,6 +509,20 @@ static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// groups that still have members are touched. Killed children of ours are reaped, so none
 /// is left a zombie. Returns how many processes it killed.
 pub fn kill_leftovers(pgids: &[u32]) -> usize {
+    sweep(pgids, true)
+}
+
+/// What [`kill_leftovers`] does to the groups `pgids` lead, without the sweep of children in
+/// sessions of their own: for one job that ended while the run goes on, whose other jobs'
+/// ranks (children of ours in sessions of their own too) still run. A daemon that escaped
+/// from it is swept when the run ends.
+pub fn kill_groups_left(pgids: &[u32]) -> usize {
+    sweep(pgids, false)
+}
+
+/// Kills (and reaps) the members of the groups `pgids` lead, and, when `escaped_too`, every
+/// child of ours in a session of its own.
+fn sweep(pgids: &[u32], escaped_too: bool) -> usize {
     if SUBREAPER.load(std::sync::atomic::Ordering::Relaxed) && !has_children() {
         // Every living descendant of a rank that ended has an ancestor among this process's
         // children: an orphan goes to the nearest subreaper, this process (see
@@ -548,7 +562,7 @@ pub fn kill_leftovers(pgids: &[u32]) -> usize {
         // A child of ours in a session of its own: a rank's descendant that called setsid and
         // was handed to us, the subreaper, when its parent ended. (Agents kauri launches stay
         // in its session; ranks are waited for before this runs.)
-        let escaped = ppid == me && session != sid;
+        let escaped = escaped_too && ppid == me && session != sid;
         if *state != "Z" && (left || escaped) {
             // SAFETY: see signal_group; a daemon leads its own group, which goes too.
             unsafe {

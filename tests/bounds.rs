@@ -215,3 +215,28 @@ fn status_kb(pid: u32, field: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// Every number of processes the user gives is bounded (issue #30): past 2^24 ranks in all,
+/// `-n`, `-ppn`, a host's slot count or their product is one line naming the limit, status
+/// 255, nothing runs. Before: `-n 18446744073709551615` panicked on a capacity overflow
+/// (101), `-n 99999999999` aborted on a failed allocation with a backtrace (134).
+#[test]
+fn a_huge_process_count_is_one_line_naming_the_limit() {
+    for args in [
+        &["-n", "18446744073709551615", "true"][..],
+        &["-n", "99999999999", "true"],
+        &["-n", "16777217", "true"],
+        &["-n", "16777216", "true", ":", "-n", "1", "true"],
+        &["-ppn", "99999999999999999", "-hosts", "a,b", "true"],
+        &["-ppn", "16777216", "-hosts", "a,b", "true"],
+        &["-hosts", "a:99999999999", "true"],
+        &["-hosts", "a:16777216,b:16777216", "true"],
+    ] {
+        let o = common::kauri(args, None, &[]);
+        let err = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(255), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("16777216"), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+}

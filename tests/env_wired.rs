@@ -270,3 +270,35 @@ fn help_env_lists_the_variables() {
         assert!(text.contains(v), "{v} missing from --help-env");
     }
 }
+
+/// `kauri kvs` sends only what the wire protocol carries (issue #30): a value with a newline
+/// followed by a PMI command, a key with `=` or a space, or a newline, is refused with one
+/// line naming the character, status 1, and nothing reaches the server (before: the value
+/// `v\ncmd=abort exitcode=7` aborted the job with status 7). A value with spaces reads back
+/// the same.
+#[test]
+fn kvs_refuses_what_the_wire_cannot_carry() {
+    let script = format!(
+        r#"K={KAURI}
+$K kvs put k "$(printf 'v\ncmd=abort exitcode=7')"; echo value-newline=$?
+$K kvs put 'a=b' v; echo key-equals=$?
+$K kvs put 'a b' v; echo key-space=$?
+$K kvs get "$(printf 'k\ncmd=abort exitcode=9')"; echo get-newline=$?
+$K kvs put spaced 'one two  three'; echo spaced=$?
+$K kvs get spaced"#
+    );
+    let o = kauri(&["-n", "1", "bash", "-c", &script], &[]);
+    assert!(o.status.success(), "{:?} {}", o.status, err(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "value-newline=1\nkey-equals=1\nkey-space=1\nget-newline=1\nspaced=0\none two  three\n"
+    );
+    let e = err(&o);
+    assert_eq!(e.lines().count(), 4, "{e}");
+    assert!(
+        e.contains("a newline ends a PMI message") || e.contains("line break"),
+        "{e}"
+    );
+    assert!(e.contains("`=` ends a key"), "{e}");
+    assert!(e.contains("white space ends a field"), "{e}");
+}

@@ -68,6 +68,17 @@ pub enum ClientError {
         /// `msg` / `errmsg`.
         msg: Option<String>,
     },
+    /// A key or value holds a character the protocol cannot carry in that field (see
+    /// [`check_key`], [`check_value`]); nothing was sent.
+    #[error("the {what} {text:?} cannot be sent: {why}")]
+    CannotCarry {
+        /// `key` or `value`.
+        what: &'static str,
+        /// The text, cut to 64 characters.
+        text: String,
+        /// Which character, and why.
+        why: &'static str,
+    },
     /// A key or value is longer than the server accepts.
     #[error("{what} of {len} bytes exceeds the server's limit of {max}")]
     TooLong {
@@ -448,6 +459,7 @@ impl Client {
 
     /// Reads a key of this job's KVS: `Ok(None)` when it is not there.
     pub fn get(&mut self, key: &str) -> Result<Option<String>> {
+        check_key(self.version, key)?;
         match self.version {
             Version::V1 => match self.call_v1(v1::Request::Get {
                 kvsname: self.kvsname.clone(),
@@ -719,6 +731,8 @@ impl Client {
     }
 
     fn check_len(&self, key: &str, value: &str) -> Result<()> {
+        check_key(self.version, key)?;
+        check_value(self.version, value)?;
         if key.len() > self.maxes.key {
             return Err(ClientError::TooLong {
                 what: "key",
@@ -1099,5 +1113,81 @@ mod tests {
         ));
         drop(c);
         server.join().unwrap();
+    }
+}
+
+/// Checks that `key` can travel as a key in `version`'s messages and read back the same: not
+/// empty, no newline (it ends a PMI-1 message), no `=` (it ends a key in both protocols), and
+/// in PMI-1 no space or tab (they end a field) nor `;` in PMI-2 (it ends a pair; only values
+/// have the `;;` escape). Neither protocol has an encoding for these, so they are refused.
+pub fn check_key(version: Version, key: &str) -> Result<()> {
+    let why = if key.is_empty() {
+        Some("a key may not be empty")
+    } else if key.contains('\n') {
+        Some("a newline ends a PMI message")
+    } else if key.contains('=') {
+        Some("`=` ends a key on the PMI wire")
+    } else if version == Version::V1 && key.contains([' ', '\t', '\r']) {
+        Some("white space ends a field in PMI-1")
+    } else if version == Version::V2 && key.contains(';') {
+        Some("`;` ends a pair in PMI-2")
+    } else {
+        None
+    };
+    cannot_carry("key", key, why)
+}
+
+/// Checks that `value` can travel as a `put` value in `version`'s messages and read back the
+/// same: in PMI-1, no newline (it ends the message) and no carriage return (a parser takes
+/// it for the line's end). A PMI-2 value may hold anything: its frame has a length and its
+/// `;` is escaped.
+pub fn check_value(version: Version, value: &str) -> Result<()> {
+    let why = (version == Version::V1 && value.contains(['\n', '\r']))
+        .then_some("a line break ends a PMI-1 message");
+    cannot_carry("value", value, why)
+}
+
+fn cannot_carry(what: &'static str, text: &str, why: Option<&'static str>) -> Result<()> {
+    match why {
+        None => Ok(()),
+        Some(why) => Err(ClientError::CannotCarry {
+            what,
+            text: text.chars().take(64).collect(),
+            why,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod field_checks {
+    use super::*;
+
+    #[test]
+    fn keys_and_values_the_wire_cannot_carry_are_refused() {
+        use Version::{V1, V2};
+        for (v, key) in [
+            (V1, ""),
+            (V1, "a\nb"),
+            (V1, "a=b"),
+            (V1, "a b"),
+            (V1, "a\tb"),
+            (V2, "a=b"),
+            (V2, "a;b"),
+            (V2, "a\nb"),
+        ] {
+            assert!(check_key(v, key).is_err(), "{v:?} key {key:?}");
+        }
+        for (v, key) in [(V1, "a;b"), (V2, "a b"), (V1, "PMI_process_mapping")] {
+            assert!(check_key(v, key).is_ok(), "{v:?} key {key:?}");
+        }
+        assert!(check_value(V1, "v\ncmd=abort exitcode=7").is_err());
+        assert!(check_value(V1, "v\r").is_err());
+        assert!(check_value(V1, "one two=three;").is_ok());
+        assert!(check_value(V2, "v\n;x=y").is_ok());
+        let e = check_value(V1, "v\nx").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "the value \"v\\nx\" cannot be sent: a line break ends a PMI-1 message"
+        );
     }
 }

@@ -39,7 +39,7 @@ const LOCAL: &[Opt] = &[
     with(
         &["-n", "-np"],
         "N",
-        "number of processes (default: the hosts' slots, 1 on this host)",
+        "number of processes, at most 16777216 in all (default: the hosts' slots, 1 on this host)",
     ),
     with(
         &["-env"],
@@ -91,7 +91,7 @@ const GLOBAL: &[Opt] = &[
             "hosts from a file: 'host', 'host:N' or 'host slots=N' per line",
         )
     },
-    with(&["-ppn"], "N", "processes per host"),
+    with(&["-ppn"], "N", "processes per host (at most 16777216)"),
     Opt {
         aliases: &["-bootstrap"],
         values: Values::Words(&crate::launch::NAMES),
