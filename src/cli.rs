@@ -6,6 +6,7 @@
 //! the next MPMD segment; `-configfile` reads segments one per line. Everything after a
 //! segment's program, up to `:`, is the program's own arguments.
 
+use crate::console::quoted;
 use crate::hydra_env::HydraEnv;
 use crate::job::{too_many_ranks, AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice, RANKS_MAX};
 use crate::profile::ProfileFormat;
@@ -164,6 +165,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         }
     }
     p.spec.timeout = timeout_from_env()?;
+    check_env_knobs(&|k| std::env::var(k).ok())?;
     if p.spec.iface.is_none() {
         p.spec.iface = std::env::var("HYDRA_IFACE")
             .ok()
@@ -246,13 +248,81 @@ fn apply_hydra_env(spec: &mut JobSpec, genv_given: bool, env: HydraEnv) -> Resul
 
 fn timeout_from_env() -> Result<Option<Duration>, UsageError> {
     match std::env::var("MPIEXEC_TIMEOUT") {
-        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u64>() {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u128>() {
             Ok(0) => Ok(None),
-            Ok(s) => Ok(Some(Duration::from_secs(s))),
-            Err(_) => err(format!("MPIEXEC_TIMEOUT={v:?} is not a number of seconds")),
+            Ok(s) if s > SECS_MAX as u128 => err(format!(
+                "MPIEXEC_TIMEOUT={}: more than the {SECS_MAX} seconds a time may be",
+                quoted(&v)
+            )),
+            Ok(s) => Ok(Some(Duration::from_secs(s as u64))),
+            Err(_) => err(format!(
+                "MPIEXEC_TIMEOUT={} is not a number of seconds",
+                quoted(&v)
+            )),
         },
         _ => Ok(None),
     }
+}
+
+/// The longest time any of kauri's times may be set to, in seconds (about three years):
+/// beyond it a deadline added to the clock could overflow.
+pub const SECS_MAX: u64 = 100_000_000;
+
+/// kauri's variables that hold a time in seconds (fractions allowed), with what they are.
+pub const SECONDS_VARS: &[&str] = &[
+    "KAURI_KILL_GRACE",
+    "KAURI_CONNECT_TIMEOUT",
+    "KAURI_HEARTBEAT",
+    "KAURI_HEARTBEAT_TIMEOUT",
+    "KAURI_TEARDOWN_WAIT",
+];
+
+/// A time in seconds as a user writes it (`2`, `0.5`), from 0 to [`SECS_MAX`]; `None` for
+/// anything else (not a number, negative, NaN, infinite, too long).
+pub fn parse_secs(v: &str) -> Option<Duration> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && (0.0..=SECS_MAX as f64).contains(s))
+        .map(Duration::from_secs_f64)
+}
+
+/// Checks the numbers in kauri's own variables (`var(name)` reads one): each time of
+/// [`SECONDS_VARS`], `KAURI_SPAWN_MAX` and `KAURI_TREE_WIDTH`; one line naming the variable
+/// and its range for the first that is wrong.
+pub fn check_env_knobs(var: &dyn Fn(&str) -> Option<String>) -> Result<(), UsageError> {
+    for &name in SECONDS_VARS {
+        if let Some(v) = var(name).filter(|v| !v.trim().is_empty()) {
+            if parse_secs(&v).is_none() {
+                return err(format!(
+                    "{name}={}: not a time from 0 to {SECS_MAX} seconds",
+                    quoted(&v)
+                ));
+            }
+        }
+    }
+    if let Some(v) = var("KAURI_SPAWN_MAX").filter(|v| !v.trim().is_empty()) {
+        match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 && n <= RANKS_MAX as u64 => {}
+            _ => {
+                return err(format!(
+                    "KAURI_SPAWN_MAX={}: not a number of processes from 1 to {RANKS_MAX}",
+                    quoted(&v)
+                ))
+            }
+        }
+    }
+    if let Some(v) = var("KAURI_TREE_WIDTH").filter(|v| !v.trim().is_empty()) {
+        let v = v.trim();
+        if !(v == "flat" || v == "cost" || v.parse::<u32>().is_ok()) {
+            return err(format!(
+                "KAURI_TREE_WIDTH={}: a number (0 to {}), flat or cost",
+                quoted(v),
+                u32::MAX
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Splits `--name=value` and `-name=value`; turns `--name` (any number of dashes) into
@@ -617,7 +687,6 @@ pub const HOST_NAME_MAX: usize = 255;
 /// Parses `-hosts a,b:2`. A list that names no host, or has an empty entry (`a,,b`), is an
 /// error.
 pub fn parse_hosts(v: &str) -> Result<Vec<HostSpec>, UsageError> {
-    use crate::console::quoted;
     if v.trim().is_empty() {
         return err(format!("-hosts {}: names no host", quoted(v)));
     }
@@ -636,7 +705,6 @@ pub fn parse_hosts(v: &str) -> Result<Vec<HostSpec>, UsageError> {
 /// is refused when it is empty, holds a blank or a `:` (`a:3:4`), starts with `-` (ssh would
 /// read it as an option) or is longer than [`HOST_NAME_MAX`].
 fn host_entry(entry: &str, slots: Option<&str>) -> Result<HostSpec, UsageError> {
-    use crate::console::quoted;
     let (name, n) = match (entry.split_once(':'), slots) {
         (Some((name, n)), None) => (name, Some(n)),
         (_, s) => (entry, s),
@@ -696,7 +764,7 @@ pub fn read_hostfile(path: &Path) -> Result<Vec<HostSpec>, UsageError> {
                         "{}:{}: cannot read {} (expected 'host', 'host:N' or 'host slots=N')",
                         path.display(),
                         i + 1,
-                        crate::console::quoted(w)
+                        quoted(w)
                     ))
                 }
             }

@@ -269,12 +269,12 @@ fn raise_fd_limit() {
     }
 }
 
+/// One of kauri's times in seconds ([`crate::cli::SECONDS_VARS`], checked when the command
+/// line is read), or `default`.
 fn env_secs(var: &str, default: f64) -> Duration {
     std::env::var(var)
         .ok()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
+        .and_then(|v| crate::cli::parse_secs(&v))
         .unwrap_or(Duration::from_secs_f64(default))
 }
 

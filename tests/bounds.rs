@@ -240,3 +240,43 @@ fn a_huge_process_count_is_one_line_naming_the_limit() {
         assert!(o.stdout.is_empty(), "{args:?}");
     }
 }
+
+/// Issue #30: a time or count in kauri's variables beyond what it can hold was a panic
+/// (`KAURI_KILL_GRACE=1e300`, `KAURI_HEARTBEAT=1e300`, `KAURI_TEARDOWN_WAIT=1e300`: "cannot
+/// convert float seconds to Duration", 101; `MPIEXEC_TIMEOUT=18446744073709551615`: "overflow
+/// when adding duration to instant", 101) or silently ignored (`KAURI_SPAWN_MAX=-1`,
+/// `KAURI_HEARTBEAT=nan`). Each is now one line naming the variable and its range, status 255.
+#[test]
+fn a_bad_number_in_kauris_variables_is_one_line_naming_the_range() {
+    for (var, value, range) in [
+        ("KAURI_KILL_GRACE", "1e300", "100000000"),
+        ("KAURI_HEARTBEAT", "1e300", "100000000"),
+        ("KAURI_HEARTBEAT", "nan", "100000000"),
+        ("KAURI_HEARTBEAT_TIMEOUT", "inf", "100000000"),
+        ("KAURI_CONNECT_TIMEOUT", "-1", "100000000"),
+        ("KAURI_TEARDOWN_WAIT", "1e300", "100000000"),
+        ("MPIEXEC_TIMEOUT", "18446744073709551615", "100000000"),
+        ("KAURI_SPAWN_MAX", "-1", "16777216"),
+        ("KAURI_SPAWN_MAX", "99999999999", "16777216"),
+        ("KAURI_TREE_WIDTH", "99999999999999999999", "4294967295"),
+    ] {
+        let o = common::kauri(&["-n", "1", "true"], None, &[(var, value)]);
+        let err = common::stderr(&o);
+        assert_eq!(o.status.code(), Some(255), "{var}={value}: {err}");
+        assert_eq!(err.lines().count(), 1, "{var}={value}: {err}");
+        assert!(
+            err.contains(var) && err.contains(range),
+            "{var}={value}: {err}"
+        );
+    }
+    // In range: the job runs.
+    for (var, value) in [("KAURI_KILL_GRACE", "0.5"), ("KAURI_TREE_WIDTH", "flat")] {
+        let o = common::kauri(&["-n", "1", "true"], None, &[(var, value)]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{var}={value}: {}",
+            common::stderr(&o)
+        );
+    }
+}
