@@ -43,15 +43,21 @@ fn empty_or_malformed_host_lists_are_refused() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// An ssh stand-in in a directory of its own that records its arguments in `calls` there and
+/// fails: (the directory, the stand-in's path).
+fn recording_ssh(name: &str) -> (std::path::PathBuf, String) {
+    script(
+        name,
+        "ssh",
+        "#!/bin/sh\necho \"$*\" >> \"$(dirname \"$0\")/calls\"\nexit 255\n",
+    )
+}
+
 /// A host name that starts with `-` would be an option to ssh (`-oProxyCommand=…` runs a
 /// command on this machine): refused with one line, and the ssh stand-in never runs.
 #[test]
 fn a_host_name_that_looks_like_an_option_is_refused() {
-    let (dir, ssh) = script(
-        "hostlists-option",
-        "ssh",
-        "#!/bin/sh\necho \"$*\" >> \"$(dirname \"$0\")/calls\"\nexit 255\n",
-    );
+    let (dir, ssh) = recording_ssh("hostlists-option");
     let hostile = format!("-oProxyCommand={}/ssh", dir.display());
     for args in [
         vec![
@@ -86,11 +92,7 @@ fn a_host_name_that_looks_like_an_option_is_refused() {
 /// read as one of its options, whatever list it came from.
 #[test]
 fn the_ssh_command_line_ends_its_options_before_the_host() {
-    let (dir, ssh) = script(
-        "hostlists-dashdash",
-        "ssh",
-        "#!/bin/sh\necho \"$*\" >> \"$(dirname \"$0\")/calls\"\nexit 255\n",
-    );
+    let (dir, ssh) = recording_ssh("hostlists-dashdash");
     let o = kauri(
         &[
             "-launcher",
