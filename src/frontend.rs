@@ -532,6 +532,18 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     let (wiring, looks_mpi) = wiring(spec.pmi, &apps);
     let pmix = wiring != Wiring::Pmi;
     let pmix_library = pmix.then(|| pmix_library(&apps)).flatten();
+    if let Some(prefix) = pmix_library
+        .as_deref()
+        .and_then(|l| crate::pmix::library::open_mpi_prefix(std::path::Path::new(l)))
+    {
+        // Open MPI's relocated tree (the wheel's): its help texts, as its own mpirun says.
+        for a in apps.iter_mut() {
+            if !a.env.iter().any(|(k, _)| k == "OPAL_PREFIX") {
+                a.env
+                    .push(("OPAL_PREFIX".into(), prefix.to_string_lossy().into_owned()));
+            }
+        }
+    }
     if !pmix {
         add_flux_job_id(&mut apps, &name);
     }

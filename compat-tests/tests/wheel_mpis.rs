@@ -151,6 +151,34 @@ fn openmpi5_groups_with_no_flag() {
     ctx.assert_no_leftovers();
 }
 
+/// Issue #26: Open MPI 5 sends its error reports ("An error occurred in MPI_Send …
+/// MPI_ERRORS_ARE_FATAL") to its PMIx server with `PMIx_Log`, and finds their words through
+/// `OPAL_PREFIX`, which the wheel's `mpirun` sets. Under kauri both were missing: the ranks
+/// aborted with not a word of why. kauri now writes what a client logs for the standard
+/// streams, and gives the ranks the wheel's `OPAL_PREFIX`.
+#[test]
+fn openmpi5_error_reports_reach_the_user() {
+    let Some(v) = wheel_venv("openmpi5") else {
+        return;
+    };
+    let ctx = Ctx::new("venv_openmpi5_error_report");
+    let prog = "from mpi4py import MPI; w = MPI.COMM_WORLD; \
+                w.Set_errhandler(MPI.ERRORS_ARE_FATAL); w.send(1, dest=99)";
+    for hosts in [ONE_HOST, TWO_HOSTS] {
+        let o = kauri_py(&ctx, &v, hosts, 2, &["-c", prog]);
+        assert_ne!(o.code, Some(0), "{hosts:?}: {o}");
+        assert!(
+            o.stderr.contains("An error occurred in MPI_Send") && o.stderr.contains("MPI_ERR_RANK"),
+            "{hosts:?}: no error report: {o}"
+        );
+        assert!(
+            !o.stderr.contains("Sorry!"),
+            "{hosts:?}: help texts not found: {o}"
+        );
+    }
+    ctx.assert_no_leftovers();
+}
+
 /// `KAURI_PMIX_LIBRARY` naming a file that is not there: kauri says so and serves with the
 /// system's library; the job still runs (Open MPI 5's hello needs nothing 4.2 lacks).
 #[test]

@@ -344,6 +344,15 @@ type FabricFn = unsafe extern "C" fn(
 
 /// `group` (`pmix_server_grp_fn_t`): the operation (`pmix_group_operation_t`, an enum), the
 /// group's id, its members, the directives, and an info callback (`pmix_info_cbfunc_t`).
+type LogFn = unsafe extern "C" fn(
+    *const pmix_proc_t,
+    *const pmix_info_t,
+    usize,
+    *const pmix_info_t,
+    usize,
+    pmix_op_cbfunc_t,
+    *mut c_void,
+);
 type GroupFn = unsafe extern "C" fn(
     c_int,
     *mut c_char,
@@ -388,7 +397,7 @@ struct pmix_server_module_t {
     notify_event: Option<NotifyFn>,
     query: Option<QueryFn>,
     tool_connected: *const c_void,
-    log: *const c_void,
+    log: Option<LogFn>,
     allocate: Option<AllocFn>,
     job_control: Option<JobControlFn>,
     monitor: Option<MonitorFn>,
@@ -2019,6 +2028,72 @@ unsafe fn unsupported(upcall: &'static str, proc_: *const pmix_proc_t) -> Status
     PMIX_ERR_NOT_SUPPORTED
 }
 
+/// `PMIX_LOG_STDERR`, `PMIX_LOG_STDOUT`: a client's text for the launcher's standard error or
+/// output.
+const LOG_STDERR: &str = "pmix.log.stderr";
+const LOG_STDOUT: &str = "pmix.log.stdout";
+
+/// The text of a `PMIx_Log` request for kauri's standard streams: (to stderr, text) for each
+/// `PMIX_LOG_STDERR`/`PMIX_LOG_STDOUT` entry, in order; other channels are not kauri's.
+fn log_lines(data: &[(String, InfoVal)]) -> Vec<(bool, String)> {
+    data.iter()
+        .filter_map(|(k, v)| match (k.as_str(), v) {
+            (LOG_STDERR, InfoVal::Str(t)) => Some((true, t.clone())),
+            (LOG_STDOUT, InfoVal::Str(t)) => Some((false, t.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `PMIx_Log` from a client, as OpenPMIx 5's server library passes it up: text for the
+/// standard streams is written on kauri's (Open MPI 5 sends its error reports so:
+/// "An error occurred in MPI_Send … MPI_ERRORS_ARE_FATAL", which mpirun prints and which were
+/// lost under kauri); a request with nothing for them is not supported. Answered from a
+/// thread of its own: the library may hold its logging lock while it calls this.
+unsafe extern "C" fn up_log(
+    _client: *const pmix_proc_t,
+    data: *const pmix_info_t,
+    ndata: usize,
+    _directives: *const pmix_info_t,
+    _ndirs: usize,
+    cbfunc: pmix_op_cbfunc_t,
+    cbdata: *mut c_void,
+) {
+    // SAFETY: the library passes ndata valid entries for this call; copied.
+    let lines = log_lines(&unsafe { read_infos(data, ndata) });
+    let status = if lines.is_empty() {
+        PMIX_ERR_NOT_SUPPORTED
+    } else {
+        for (to_stderr, text) in lines {
+            let mut t = text;
+            if !t.ends_with('\n') {
+                t.push('\n');
+            }
+            if to_stderr {
+                crate::console::err(&t);
+            } else {
+                crate::console::out(&t);
+            }
+        }
+        PMIX_SUCCESS
+    };
+    let Some(cb) = cbfunc else { return };
+    struct Answer(pmix_op_cbfunc_t, *mut c_void);
+    // SAFETY: cbdata is the library's token, only handed back to it; the library shifts the
+    // callback into its own thread.
+    unsafe impl Send for Answer {}
+    let answer = Answer(Some(cb), cbdata);
+    let _ = std::thread::Builder::new()
+        .name("pmix-log".into())
+        .spawn(move || {
+            let a = answer;
+            if let Some(cb) = a.0 {
+                // SAFETY: cb and its token came from the library for this request, answered once.
+                unsafe { cb(status, a.1) };
+            }
+        });
+}
+
 unsafe extern "C" fn up_notify_event(
     _code: Status,
     source: *const pmix_proc_t,
@@ -2267,7 +2342,9 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
         notify_event: Some(up_notify_event),
         query: Some(up_query),
         tool_connected: ptr::null(),
-        log: ptr::null(),
+        // With OpenPMIx 5, whose own stdout/stderr channel serves only gateways and tools
+        // (docs/pmix.md, "The server module").
+        log: (library_major(&library_version()).is_some_and(|m| m >= 5)).then_some(up_log as LogFn),
         allocate: Some(up_allocate),
         job_control: Some(up_job_control),
         monitor: Some(up_monitor),
@@ -2980,6 +3057,27 @@ int main(void) {
             PMIX_ERR_JOB_FAILED_TO_LAUNCH,
         );
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_log_for_the_standard_streams_is_kauris_and_nothing_else() {
+        let data = vec![
+            (LOG_STDERR.to_string(), InfoVal::Str("e".into())),
+            ("pmix.log.syslog".to_string(), InfoVal::Str("s".into())),
+            (LOG_STDOUT.to_string(), InfoVal::Str("o".into())),
+            (LOG_STDERR.to_string(), InfoVal::Int(3)),
+        ];
+        assert_eq!(
+            log_lines(&data),
+            vec![(true, "e".to_string()), (false, "o".to_string())]
+        );
+        assert!(log_lines(&data[1..2]).is_empty());
+        assert_eq!(
+            library_major("OpenPMIx 5.0.11rc1 (PMIx Standard: 5.1)"),
+            Some(5)
+        );
+        assert_eq!(library_major("OpenPMIx 4.2.2"), Some(4));
+        assert_eq!(library_major("unknown"), None);
     }
 
     #[test]

