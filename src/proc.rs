@@ -593,6 +593,37 @@ fn sweep(pgids: &[u32], escaped_too: bool) -> usize {
     killed
 }
 
+/// The fields of `/proc/PID/stat` the sweeps need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// `R`, `S`, `Z`, …
+    pub state: char,
+    /// The parent's pid.
+    pub ppid: u32,
+    /// The process group.
+    pub pgrp: u32,
+    /// The session.
+    pub session: u32,
+}
+
+impl Stat {
+    /// Reads process `pid`'s; `None` if it is gone or unreadable.
+    pub fn read(pid: u32) -> Option<Stat> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command (which may hold spaces) start after the last ')'.
+        let rest = stat.rsplit_once(')')?.1;
+        let mut f = rest.split_whitespace();
+        let state = f.next()?.chars().next()?;
+        let mut num = || f.next()?.parse::<u32>().ok();
+        Some(Stat {
+            state,
+            ppid: num()?,
+            pgrp: num()?,
+            session: num()?,
+        })
+    }
+}
+
 /// The name of a signal, for messages.
 pub fn signal_name(sig: i32) -> &'static str {
     match sig {
