@@ -6,15 +6,17 @@
 //! ranks' process groups, the subreaper's sweep of escaped daemons, [`crate::proc`]) runs in
 //! kauri, and dies with it. `PR_SET_PDEATHSIG` reaches only a rank itself, not what it
 //! started, and those went to init and ran on (issue #30; Hydra leaves nothing). Something
-//! that outlives the starter must end them. The keeper is that survivor: one per process that starts ranks, started
-//! once (with the first rank, not per rank), `/proc/self/exe --keeper TOKEN GRACE_MS`, in a
+//! that outlives the starter must end them. The keeper is that survivor: one per process
+//! that starts ranks, started once (with the first rank, not per rank), `/proc/self/exe
+//! --keeper TOKEN GRACE_MS` (this very binary, even if its file was replaced since), in a
 //! process group of its own (a `^C` or a hang-up to the terminal's group does not reach it,
 //! and it ignores both anyway), with a pipe on its stdin and `/dev/null` on the rest; it
 //! closes every other descriptor it inherited, so `kauri … | cat` still sees its end.
 //!
-//! The starter writes `+PID` for each rank it starts, `-PID` when it reaped it, and `done` at a
-//! clean end, then waits for the keeper to leave ([`release`]). The keeper only reads: on
-//! `done` it exits at once; on end-of-file without `done` (its starter died), it sends
+//! The starter writes `+PID` for each rank it starts and `-PID` when it reaped it; at a clean
+//! end it kills the keeper (`SIGKILL`) and reaps it ([`release`]), so no keeper outlives a
+//! clean run. The keeper only reads: on `done` it exits at once (a starter that wants it
+//! gone without a kill may say so); on end-of-file (its starter died), it sends
 //! `SIGTERM` to the processes of the run, waits the job's kill grace
 //! (`KAURI_KILL_GRACE`) or until they are gone, then `SIGKILL`s whatever is left, again until
 //! nothing is found. The processes of the run are those of this user that are in a session
@@ -100,6 +102,7 @@ pub fn ensure(grace: Duration) {
                     let fl = libc::fcntl(fd, libc::F_GETFL);
                     libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
                 }
+                crate::proc::not_a_rank(child.id());
                 State::Running(pipe, child)
             }
             None => State::Gone,
@@ -128,27 +131,22 @@ pub fn reaped(pid: u32) {
     send(&format!("-{pid}\n"));
 }
 
-/// The clean end: tells the keeper `done` and reaps it (it leaves at once; a second at most
-/// is waited for, then it is killed).
+/// The clean end: the keeper has nothing to do, and is killed (`SIGKILL`) and reaped at
+/// once. (Telling it `done` and waiting for it to leave would make every run wait for the
+/// keeper's own start, an exec of this binary, when the job was shorter than that.)
 pub fn release() {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
-    if let State::Running(mut pipe, mut child) = std::mem::replace(&mut *k, State::Gone) {
-        let said = pipe.write_all(b"done\n").is_ok();
-        drop(pipe);
-        let deadline = Instant::now() + Duration::from_secs(1);
-        while said && Instant::now() < deadline {
-            if !matches!(child.try_wait(), Ok(None)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+    if let State::Running(pipe, mut child) = std::mem::replace(&mut *k, State::Gone) {
+        // Killed before the pipe closes: it never sees an end-of-file without `done`.
         let _ = child.kill();
         let _ = child.wait();
+        crate::proc::not_a_rank(0);
+        drop(pipe);
     }
 }
 
 /// An end without the teardown (an agent whose parent is gone kills its ranks' groups and
-/// leaves at once): the pipe is closed without `done`, so the keeper ends what the ranks
+/// leaves at once): the keeper is left alive, its pipe closed, so it ends what the ranks
 /// left (a daemon they started, which would otherwise go to init when this process leaves),
 /// on its own, after this process has gone.
 pub fn hand_over() {

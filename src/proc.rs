@@ -470,7 +470,37 @@ fn has_children() -> bool {
     };
     // ECHILD: none at all. Anything else (children that are running, or an error) counts as
     // "maybe", and the caller looks.
-    !(rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+    if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+        return false;
+    }
+    // The only child may be this process's keeper, which is no rank's descendant: each
+    // thread's children are listed in /proc (where the kernel has CONFIG_PROC_CHILDREN).
+    let keeper = NOT_A_RANK.load(std::sync::atomic::Ordering::Relaxed);
+    if keeper == 0 {
+        return true;
+    }
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return true;
+    };
+    for t in tasks.flatten() {
+        let Ok(kids) = std::fs::read_to_string(t.path().join("children")) else {
+            return true;
+        };
+        if kids.split_whitespace().any(|k| k != keeper.to_string()) {
+            return true;
+        }
+    }
+    false
+}
+
+/// A child of this process that is no rank's descendant (the keeper, [`crate::keeper`]); 0
+/// when none.
+static NOT_A_RANK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Tells the sweeps that child `pid` (0: none) is not a rank's descendant, so a process whose
+/// only child it is has nothing to sweep.
+pub fn not_a_rank(pid: u32) {
+    NOT_A_RANK.store(pid, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Sends `sig` to one process (not its group); a process that is gone is not an error.
