@@ -109,6 +109,9 @@ pub async fn run(args: AgentArgs) -> i32 {
         Ok(()) => 0,
         Err(e) => {
             say!("kauri agent on {}: {e}", args.host);
+            // No teardown ran (its parent is gone, most likely): what the ranks left is the
+            // keeper's to end.
+            crate::keeper::hand_over();
             1
         }
     }

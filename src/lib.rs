@@ -60,6 +60,7 @@ pub mod iface;
 pub mod info;
 pub mod iofwd;
 pub mod job;
+pub mod keeper;
 pub mod kvs;
 pub mod kvs_cli;
 pub mod launch;

@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(kauri::keeper::SUBCOMMAND) {
+        return ExitCode::from(kauri::keeper::run(&args[1..]) as u8);
+    }
     if args.first().map(String::as_str) == Some("agent") {
         return run_agent(&args[1..]);
     }
@@ -117,6 +120,8 @@ fn run_local(role: impl std::future::Future<Output = i32>) -> ExitCode {
     let status = local.block_on(&rt, role);
     // The PMIx server (if a PMIx job ran here) and its files.
     kauri::pmix::shutdown();
+    // A clean end: the keeper of this host's ranks has nothing to do.
+    kauri::keeper::release();
     // stdin may be held by a blocking reader thread: leave without waiting for it.
     std::process::exit(status);
 }

@@ -1231,6 +1231,7 @@ fn abandon(forked: Vec<(usize, u32, proc::ExitWatch)>) {
     }
     for (rank, pid, exit) in forked {
         let status = exit.wait_blocking();
+        crate::keeper::reaped(pid);
         debug!(rank, pid, ?status, "killed: the start failed");
     }
 }
@@ -1612,11 +1613,14 @@ impl Node {
                     oversubscribed: yield_idle,
                     socket,
                 };
+                // The keeper's mark replaces one a surrounding kauri gave this process.
                 let env: Vec<(OsString, OsString)> = a
                     .env
                     .iter()
+                    .filter(|(k, _)| k != crate::keeper::VAR)
                     .cloned()
                     .chain(rank_env(job, a, &seat, &facts))
+                    .chain([crate::keeper::env()])
                     .map(|(k, v)| (k.into(), v.into()))
                     .collect();
                 let launch = Launch {
@@ -1631,11 +1635,14 @@ impl Node {
                     stdin: r == 0 && job.spawner.is_none(),
                     cpus: cpus_of.get(rp.local_id).map(|c| crate::bind::cpu_set(c)),
                 };
+                // Whatever happens to this process from now on, what the ranks start ends.
+                crate::keeper::ensure(std::time::Duration::from_millis(job.kill_grace_ms));
                 let child = proc::spawn(launch).map_err(|e| {
                     proc::note_fd_error(&e);
                     format!("cannot start rank {r} ({}) on {host}: {e}", a.program)
                 })?;
                 let pid = child.pid;
+                crate::keeper::started(pid);
                 debug!(rank = r, pid, "started");
                 node.procs
                     .push((r, pid, programs[&rp.app].display().to_string()));
@@ -1684,6 +1691,7 @@ impl Node {
             let running = node.running.clone();
             tokio::task::spawn_local(async move {
                 let status = exit.wait().await;
+                crate::keeper::reaped(pid);
                 debug!(rank = r, ?status, "exited");
                 rank_ended(&c, &ev, &running, r, pid, |_| status);
             });

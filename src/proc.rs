@@ -470,7 +470,37 @@ fn has_children() -> bool {
     };
     // ECHILD: none at all. Anything else (children that are running, or an error) counts as
     // "maybe", and the caller looks.
-    !(rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+    if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+        return false;
+    }
+    // The only child may be this process's keeper, which is no rank's descendant: each
+    // thread's children are listed in /proc (where the kernel has CONFIG_PROC_CHILDREN).
+    let keeper = NOT_A_RANK.load(std::sync::atomic::Ordering::Relaxed);
+    if keeper == 0 {
+        return true;
+    }
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return true;
+    };
+    for t in tasks.flatten() {
+        let Ok(kids) = std::fs::read_to_string(t.path().join("children")) else {
+            return true;
+        };
+        if kids.split_whitespace().any(|k| k != keeper.to_string()) {
+            return true;
+        }
+    }
+    false
+}
+
+/// A child of this process that is no rank's descendant (the keeper, [`crate::keeper`]); 0
+/// when none.
+static NOT_A_RANK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Tells the sweeps that child `pid` (0: none) is not a rank's descendant, so a process whose
+/// only child it is has nothing to sweep.
+pub fn not_a_rank(pid: u32) {
+    NOT_A_RANK.store(pid, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Sends `sig` to one process (not its group); a process that is gone is not an error.
@@ -591,6 +621,37 @@ fn sweep(pgids: &[u32], escaped_too: bool) -> usize {
         }
     }
     killed
+}
+
+/// The fields of `/proc/PID/stat` the sweeps need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// `R`, `S`, `Z`, …
+    pub state: char,
+    /// The parent's pid.
+    pub ppid: u32,
+    /// The process group.
+    pub pgrp: u32,
+    /// The session.
+    pub session: u32,
+}
+
+impl Stat {
+    /// Reads process `pid`'s; `None` if it is gone or unreadable.
+    pub fn read(pid: u32) -> Option<Stat> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command (which may hold spaces) start after the last ')'.
+        let rest = stat.rsplit_once(')')?.1;
+        let mut f = rest.split_whitespace();
+        let state = f.next()?.chars().next()?;
+        let mut num = || f.next()?.parse::<u32>().ok();
+        Some(Stat {
+            state,
+            ppid: num()?,
+            pgrp: num()?,
+            session: num()?,
+        })
+    }
 }
 
 /// The name of a signal, for messages.

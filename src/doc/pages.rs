@@ -457,6 +457,12 @@ const HELP_ENV: &[Block] = &[
                 help: "the job's id (also its PMI kvsname)",
             },
             Item {
+                label: "KAURI_KEEPER",
+                help: "a mark of the kauri (or agent) that started it: if that process dies\n\
+                       without its teardown, even by SIGKILL, its keeper ends every process\n\
+                       of this user whose environment holds the mark",
+            },
+            Item {
                 label: "MPIR_CVAR_CH3_INTERFACE_HOSTNAME",
                 help: "its host's name as given (127.0.0.1 for simulated hosts), as\n\
                        Hydra sets it: MPICH's ch3 listens and connects there (not set over\n\
