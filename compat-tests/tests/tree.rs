@@ -305,6 +305,7 @@ fn assert_failed(o: &Outcome) {
 
 /// kauri processes of this test: the front end and its agents (their executable is the
 /// test's link to kauri), each with its parent in the tree (the nearest kauri ancestor).
+/// Keepers (`kauri --keeper`, one beside every process that starts ranks) are left out.
 #[derive(Debug)]
 struct Tree {
     front_end: Option<u32>,
@@ -325,6 +326,10 @@ fn kauri_tree(ctx: &Ctx) -> Tree {
     let mut agents = BTreeMap::new();
     for &pid in &ours {
         let argv = proc_argv(pid);
+        if argv.get(1).map(String::as_str) == Some("--keeper") {
+            // A keeper (src/keeper.rs): neither the front end nor an agent.
+            continue;
+        }
         if argv.get(1).map(String::as_str) == Some("agent") {
             let mut p = ppid.get(&pid).copied();
             while let Some(q) = p {
