@@ -159,7 +159,7 @@ pub fn hand_over() {
 pub fn run(args: &[String]) -> i32 {
     let (Some(token), Some(grace)) = (args.first(), args.get(1).and_then(|g| g.parse().ok()))
     else {
-        eprintln!("kauri --keeper: internal: TOKEN GRACE_MS expected");
+        say!("kauri --keeper: internal: TOKEN GRACE_MS expected");
         return 2;
     };
     // SAFETY: signal and close_range take plain numbers; this process has one thread.

@@ -2290,12 +2290,12 @@ static FINALIZED: AtomicBool = AtomicBool::new(false);
 pub const GROUPS_VAR: &str = "KAURI_PMIX_GROUPS";
 
 /// Whether the `group` upcall is filled: [`GROUPS_VAR`] when it is `0` or `1`, else whether
-/// the library (its version line `version`) is OpenPMIx 5 or later.
-fn groups_enabled(version: &str) -> bool {
+/// the library (of major version `major`) is OpenPMIx 5 or later.
+fn groups_enabled(major: Option<u32>) -> bool {
     match std::env::var(GROUPS_VAR).as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        _ => library_major(version).is_some_and(|m| m >= 5),
+        _ => major.is_some_and(|m| m >= 5),
     }
 }
 
@@ -2322,8 +2322,10 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
         return Err("the PMIx server was already finalized".into());
     }
     let l = lib()?;
-    let groups = groups_enabled(&library_version());
-    tracing::debug!(library = %l.path, version = %library_version(), groups, "PMIx server library");
+    let version = library_version();
+    let major = library_major(&version);
+    let groups = groups_enabled(major);
+    tracing::debug!(library = %l.path, %version, groups, "PMIx server library");
     let mut module = Box::new(pmix_server_module_t {
         client_connected: Some(up_connected),
         client_finalized: Some(up_finalized),
@@ -2344,7 +2346,7 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
         tool_connected: ptr::null(),
         // With OpenPMIx 5, whose own stdout/stderr channel serves only gateways and tools
         // (docs/pmix.md, "The server module").
-        log: (library_major(&library_version()).is_some_and(|m| m >= 5)).then_some(up_log as LogFn),
+        log: major.is_some_and(|m| m >= 5).then_some(up_log as LogFn),
         allocate: Some(up_allocate),
         job_control: Some(up_job_control),
         monitor: Some(up_monitor),
