@@ -90,13 +90,11 @@ SUITE_GROUPS = ("main", "test_spawn", "test_dynproc")
 # gap none of whose cells fails any more fails the comparison ("remove it"). `case` is a glob
 # over case names and suite modules (suite:MODULE); hosts None is any.
 KNOWN_GAPS = [
-    # Intermittent: a failure is reported apart, a pass is not taken for a mended gap.
-    {"mpi": "openmpi5", "case": "suite:test_spawn", "hosts": None, "intermittent": True,
-     "why": "Open MPI 5 under kauri, test_spawn TestSpawnMultipleWorld.testNoArgs: hung in 2 "
-            "of 5 suite runs beside other work (parents and 2 children spinning, 1 child "
-            "asleep) while kauri served Open MPI 5's OpenPMIx 5 client from OpenPMIx 4.2; none "
-            "in 15 runs since kauri serves it with the venv's own OpenPMIx 5 (issue #26's "
-            "note): kept until CI has confirmed it"},
+    # None today. Open MPI 5's test_spawn (TestSpawnMultipleWorld.testNoArgs) hung in 2 of 5
+    # runs while kauri served its OpenPMIx 5 client from OpenPMIx 4.2; since kauri serves it
+    # with the venv's own OpenPMIx 5 (issue #26), 0 hangs in 25 runs and in CI: removed.
+    # An entry may say "intermittent": True (a failure is reported apart, a pass is not taken
+    # for a mended gap).
 ]
 
 # (np, hosts) per case in each mode. The cases are cheap (every cell of all four MPIs under
