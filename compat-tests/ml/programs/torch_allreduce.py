@@ -1,0 +1,47 @@
+"""A PyTorch data-parallel start, as a training script does it: torch.distributed with gloo
+(CPU) from the variables torchrun sets (env://), an all-reduce, an all-gather of where each
+rank thinks it is, and the torchrun contract RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK
+that code grouping ranks by node relies on. Prints one `OK torch rank R of N` line, and one
+`ENV name=value ...` line with the torchrun variables (ml.py compares them across launchers).
+Unmodified under torchrun and under `kauri -ml-env`."""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+TORCHRUN_VARS = [
+    "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+    "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS",
+]
+
+
+def main():
+    env = os.environ
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    group, groups = int(env["GROUP_RANK"]), int(env["GROUP_WORLD_SIZE"])
+    local, local_world = int(env["LOCAL_RANK"]), int(env["LOCAL_WORLD_SIZE"])
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=240))
+    assert dist.get_rank() == rank and dist.get_world_size() == world, (dist.get_rank(), rank)
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    assert t.item() == world * (world + 1) / 2, t
+    seats = [None] * world
+    dist.all_gather_object(seats, (rank, group, local, local_world))
+    for r, g, lr, lw in seats:
+        # Ranks grouped by node are consecutive, as a device mesh built from them assumes.
+        assert r == g * lw + lr, ("RANK != GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK", seats)
+    assert len({g for _, g, _, _ in seats}) == groups, seats
+    dist.barrier()
+    dist.destroy_process_group()
+    print("ENV " + " ".join("%s=%s" % (k, env.get(k, "<unset>")) for k in TORCHRUN_VARS))
+    print("OK torch rank %d of %d (group %d of %d, local %d of %d)"
+          % (rank, world, group, groups, local, local_world))
+    sys.stdout.flush()
+
+
+main()
