@@ -454,6 +454,14 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     } else {
         Placement::block(size, &slots)
     };
+    // A trainer computes RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK: under -ml-env,
+    // each host's ranks are consecutive (Hydra's counts per host, numbered host by host),
+    // unless the user chose a mapping.
+    let placement = if spec.ml_env && !spec.mapping_asked {
+        placement.by_host()
+    } else {
+        placement
+    };
     let appnum: Vec<u32> = spec
         .apps
         .iter()
