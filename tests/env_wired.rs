@@ -265,6 +265,11 @@ fn help_env_lists_the_variables() {
         "KAURI_HOSTS",
         "KAURI_JOBID",
         "MASTER_PORT",
+        "GROUP_RANK",
+        "TORCHELASTIC_USE_AGENT_STORE",
+        "TORCHELASTIC_ERROR_FILE is not set",
+        "JAX_COORDINATOR_ADDRESS",
+        "OMPI_MCA_orte_hnp_uri",
         "kauri kvs put",
     ] {
         assert!(text.contains(v), "{v} missing from --help-env");
