@@ -92,6 +92,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             timeout: None,
             verbose: 0,
             map_by_node: false,
+            mapping_asked: false,
             binding: None,
             report_bindings: false,
             iface: None,
@@ -429,6 +430,7 @@ impl Parser {
                     self.spec.hosts.extend(read_hostfile(Path::new(&f))?);
                 }
                 "-ppn" => {
+                    self.spec.mapping_asked = true;
                     let v = value(&name)?;
                     match v.parse::<u128>() {
                         Ok(n) if n > RANKS_MAX as u128 => {
@@ -443,6 +445,7 @@ impl Parser {
                     self.spec.launcher_exec = Some(value(&name)?)
                 }
                 "-map-by" => {
+                    self.spec.mapping_asked = true;
                     let v = value(&name)?;
                     match v.as_str() {
                         "node" | "host" => self.spec.map_by_node = true,

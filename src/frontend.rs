@@ -248,11 +248,41 @@ fn segment_env(spec: &JobSpec, app: usize) -> Vec<(String, String)> {
                 }
         })
         .collect();
+    if spec.ml_env {
+        // A rank's place is kauri's to say: an inherited RANK (kauri run inside another
+        // launcher's job) would shadow it. A name given with -genv/-env/-envlist still wins.
+        env.retain(|(k, _)| {
+            !crate::rank_env::ML_PLACE_VARS.contains(&k.as_str())
+                || matches!(policy, EnvPolicy::List(l) if l.contains(k))
+        });
+    }
     for (k, v) in spec.genv.iter().chain(&a.env) {
         env.retain(|(ek, _)| ek != k);
         env.push((k.clone(), v.clone()));
     }
     env
+}
+
+/// The hosts (comma-separated) whose ranks `-ml-env` gives `OMP_NUM_THREADS=1`, as
+/// [`crate::rank_env::rank_env`] decides: more than one rank on the host, and a segment
+/// there whose environment does not set it. `None` when there is none.
+fn omp_threads_set(p: &Plan) -> Option<String> {
+    p.job.master.as_ref()?;
+    let unset = |app: usize| {
+        !p.job.apps[app]
+            .env
+            .iter()
+            .any(|(k, _)| k == crate::rank_env::OMP_THREADS)
+    };
+    let mut shared: Vec<&HostPlan> = p
+        .local
+        .iter()
+        .chain(&p.remote)
+        .filter(|h| h.ranks.len() > 1 && h.ranks.iter().any(|r| unset(r.app)))
+        .collect();
+    shared.sort_by_key(|h| h.index);
+    let hosts: Vec<&str> = shared.iter().map(|h| h.host.as_str()).collect();
+    (!hosts.is_empty()).then(|| hosts.join(", "))
 }
 
 fn raise_fd_limit() {
@@ -453,6 +483,14 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         Placement::cyclic(size, hosts.len())
     } else {
         Placement::block(size, &slots)
+    };
+    // A trainer computes RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK: under -ml-env,
+    // each host's ranks are consecutive (Hydra's counts per host, numbered host by host),
+    // unless the user chose a mapping.
+    let placement = if spec.ml_env && !spec.mapping_asked {
+        placement.by_host()
+    } else {
+        placement
     };
     let appnum: Vec<u32> = spec
         .apps
@@ -1589,6 +1627,9 @@ impl Root {
             })?),
         };
         info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
+        if let Some(hosts) = omp_threads_set(&p) {
+            info!("-ml-env: OMP_NUM_THREADS=1 for the ranks on {hosts}, which run more than one rank each (as torchrun); set OMP_NUM_THREADS to choose");
+        }
         // The output files the patterns name, created before anything starts: a directory
         // that does not exist fails the run here, with one line.
         let job = &p.job;

@@ -82,6 +82,9 @@ pub struct JobSpec {
     pub verbose: u8,
     /// Place ranks round-robin over hosts (`-map-by node`) instead of filling each host.
     pub map_by_node: bool,
+    /// The user chose how ranks are placed (`-map-by`, `-ppn`): `-ml-env` keeps it as is
+    /// instead of numbering each host's ranks consecutively ([`Placement::by_host`]).
+    pub mapping_asked: bool,
     /// Bind each rank to CPUs of its host (`-bind-to`, `-map-by` a topology object).
     pub binding: Option<crate::bind::Binding>,
     /// Print each rank's CPUs as it starts (`-report-bindings`).
@@ -469,6 +472,26 @@ impl Placement {
         }
     }
 
+    /// The same number of ranks on every host, numbered host by host: host 0 gets the first
+    /// ranks, host 1 the next, and so on, so that each host's ranks are consecutive as
+    /// torchrun's `RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK` expects (`-ml-env`).
+    /// Hydra's placement of `-hosts a,b -n 4` is a: 0,2 and b: 1,3; this makes it a: 0,1
+    /// and b: 2,3.
+    pub fn by_host(&self) -> Placement {
+        let mut count = vec![0usize; self.nodes];
+        for &n in &self.node {
+            count[n] += 1;
+        }
+        Placement {
+            node: count
+                .iter()
+                .enumerate()
+                .flat_map(|(n, &c)| std::iter::repeat_n(n, c))
+                .collect(),
+            nodes: self.nodes,
+        }
+    }
+
     /// The ranks on host `n`, in rank order.
     pub fn ranks_on(&self, n: usize) -> Vec<usize> {
         (0..self.node.len())
@@ -594,6 +617,31 @@ mod tests {
             Placement::block(6, &[2, 4]).process_mapping(),
             "(vector,(0,1,2),(1,1,4))"
         );
+    }
+
+    #[test]
+    fn by_host_keeps_each_hosts_count_and_numbers_them_in_blocks() {
+        // -hosts a,b -n 4: Hydra's a: 0,2 and b: 1,3 become a: 0,1 and b: 2,3.
+        let p = Placement::block(4, &[1, 1]).by_host();
+        assert_eq!(p.node, vec![0, 0, 1, 1]);
+        assert_eq!(p.nodes, 2);
+        // Uneven counts stay as Hydra gave them: a:2,b:1 wrapping over 5 ranks is a: 4, b: 1.
+        let hydra = Placement::block(5, &[2, 1]);
+        let p = hydra.by_host();
+        assert_eq!(p.node, vec![0, 0, 0, 0, 1]);
+        for n in 0..2 {
+            assert_eq!(p.ranks_on(n).len(), hydra.ranks_on(n).len());
+        }
+        // A host without ranks keeps none; a placement already in blocks is unchanged.
+        let p = Placement::block(2, &[1, 1, 1]).by_host();
+        assert_eq!((p.node, p.nodes), (vec![0, 1], 3));
+        let b = Placement::block(8, &[4, 4]);
+        assert_eq!(b.by_host(), b);
+        assert_eq!(
+            Placement::cyclic(6, 3).by_host().node,
+            vec![0, 0, 1, 1, 2, 2]
+        );
+        assert!(Placement::single(0).by_host().node.is_empty());
     }
 
     #[test]

@@ -36,6 +36,49 @@ pub const MPICH_PMI_VERSION_NAMES: [&str; 3] = [
     "MPICH_PMI_VERSION",
 ];
 
+/// OpenMP's thread count: `-ml-env` sets it to 1 for ranks that share a host, as torchrun
+/// does when it starts more than one process per node, unless the user set it.
+pub const OMP_THREADS: &str = "OMP_NUM_THREADS";
+
+/// JAX's variable for its coordinator's `host:port`; `-ml-env` makes it `MASTER_ADDR:MASTER_PORT`.
+pub const JAX_COORDINATOR: &str = "JAX_COORDINATOR_ADDRESS";
+
+/// The variable by which JAX (its `OmpiCluster`) knows it runs under Open MPI's mpirun and
+/// reads its process count and id from `OMPI_COMM_WORLD_*`. Open MPI 4.1's own library parses
+/// it as its mpirun's address (a malformed value fails `MPI_Init`), so `-ml-env` sets it only
+/// for jobs that are not Open MPI's.
+pub const OMPI_MARKER: &str = "OMPI_MCA_orte_hnp_uri";
+
+/// The variables that say where a rank is, for ML programs (`-ml-env`), and the one a
+/// surrounding torchrun gives its own worker (`TORCHELASTIC_ERROR_FILE`). Under `-ml-env`
+/// the front end keeps none of them from its own environment (an outer launcher's values
+/// would shadow kauri's); one given with `-genv`, `-env` or `-envlist` wins over kauri's.
+pub const ML_PLACE_VARS: [&str; 23] = [
+    "RANK",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "WORLD_SIZE",
+    "GROUP_WORLD_SIZE",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+    "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHELASTIC_USE_AGENT_STORE",
+    "TORCHELASTIC_ERROR_FILE",
+    JAX_COORDINATOR,
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "OMPI_COMM_WORLD_NODE_RANK",
+    OMPI_MARKER,
+];
+
 /// How a rank reaches its PMI-1/PMI-2 server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PmiSocket<'a> {
@@ -76,7 +119,8 @@ pub struct HostFacts<'a> {
 /// The variables kauri sets for the rank at `seat` of segment `app` of `job`, in the order
 /// they go after the segment's own environment (`app.env`). A variable the user set in
 /// `app.env` is left alone where kauri only offers a hint (interfaces, yield, the
-/// shared-memory directory, MPICH's PMI choice).
+/// shared-memory directory, MPICH's PMI choice) and for every ML variable of `-ml-env`
+/// (the front end drops [`ML_PLACE_VARS`] it inherited, so those in `app.env` were given).
 pub fn rank_env(
     job: &JobPlan,
     app: &AppPlan,
@@ -146,12 +190,45 @@ pub fn rank_env(
         set(ICH3_IFACE, iface.to_string());
     }
     if let Some((addr, port)) = &job.master {
-        set("RANK", r.to_string());
-        set("WORLD_SIZE", job.size.to_string());
-        set("LOCAL_RANK", seat.local_id.to_string());
-        set("LOCAL_WORLD_SIZE", nlocal.to_string());
-        set("MASTER_ADDR", addr.clone());
-        set("MASTER_PORT", port.to_string());
+        let mut offer = |k: &str, v: String| {
+            if !user_set(k) {
+                set(k, v);
+            }
+        };
+        // torchrun's, in the order its agent sets them, with a job of one role
+        // ("default") served by no elastic agent: never restarted, no agent store.
+        let (hosts, world) = (job.hosts.len().to_string(), job.size.to_string());
+        offer("RANK", r.to_string());
+        offer("GROUP_RANK", seat.node.to_string());
+        offer("ROLE_RANK", r.to_string());
+        offer("ROLE_NAME", "default".into());
+        offer("LOCAL_RANK", seat.local_id.to_string());
+        offer("LOCAL_WORLD_SIZE", nlocal.to_string());
+        offer("WORLD_SIZE", world.clone());
+        offer("GROUP_WORLD_SIZE", hosts);
+        offer("ROLE_WORLD_SIZE", world.clone());
+        offer("MASTER_ADDR", addr.clone());
+        offer("MASTER_PORT", port.to_string());
+        offer("TORCHELASTIC_RESTART_COUNT", "0".into());
+        offer("TORCHELASTIC_MAX_RESTARTS", "0".into());
+        offer("TORCHELASTIC_RUN_ID", job.kvsname.clone());
+        offer("TORCHELASTIC_USE_AGENT_STORE", "False".into());
+        offer("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1".into());
+        if nlocal > 1 {
+            offer(OMP_THREADS, "1".into());
+        }
+        // JAX's own variable for its coordinator; its process count and id it reads only
+        // from a cluster it detects: Open MPI's mpirun's variables, outside an Open MPI job
+        // (Open MPI 4.1 parses the marker as its mpirun's address).
+        offer(JAX_COORDINATOR, format!("{addr}:{port}"));
+        if !open_mpi {
+            offer("OMPI_COMM_WORLD_SIZE", world);
+            offer("OMPI_COMM_WORLD_RANK", r.to_string());
+            offer("OMPI_COMM_WORLD_LOCAL_RANK", seat.local_id.to_string());
+            offer("OMPI_COMM_WORLD_LOCAL_SIZE", nlocal.to_string());
+            offer("OMPI_COMM_WORLD_NODE_RANK", seat.local_id.to_string());
+            offer(OMPI_MARKER, format!("0.0;tcp://{addr}:{port}"));
+        }
     }
     match host.socket {
         _ if !job.serves_pmi() => {}
@@ -345,18 +422,94 @@ mod tests {
         let a = app(&[(YIELD_VAR, "0"), ("OMPI_MCA_oob_tcp_if_include", "lo")]);
         let env = rank_env(&j, &a, &SEAT, &host);
         let mut w = pairs(&KAURI_VARS);
-        w.extend(pairs(&[
-            ("OMPI_MCA_btl_tcp_if_include", "eth1"),
-            ("RANK", "3"),
-            ("WORLD_SIZE", "4"),
-            ("LOCAL_RANK", "1"),
-            ("LOCAL_WORLD_SIZE", "2"),
-            ("MASTER_ADDR", "a"),
-            ("MASTER_PORT", "29500"),
-        ]));
+        w.push(("OMPI_MCA_btl_tcp_if_include".into(), "eth1".into()));
+        // An Open MPI job (served PMIx): no Open MPI variable is made up.
+        w.extend(pairs(&TORCHRUN_VARS));
+        w.push((JAX_COORDINATOR.into(), "a:29500".into()));
         assert_eq!(env, w);
         let env = rank_env(&j, &app(&[]), &SEAT, &host);
         assert_eq!(env[0], (YIELD_VAR.to_string(), "1".to_string()));
+    }
+
+    /// What torchrun sets for rank 3 of 4, the second of two on the second host, with
+    /// `MASTER_ADDR:MASTER_PORT` `a:29500`.
+    const TORCHRUN_VARS: [(&str, &str); 17] = [
+        ("RANK", "3"),
+        ("GROUP_RANK", "1"),
+        ("ROLE_RANK", "3"),
+        ("ROLE_NAME", "default"),
+        ("LOCAL_RANK", "1"),
+        ("LOCAL_WORLD_SIZE", "2"),
+        ("WORLD_SIZE", "4"),
+        ("GROUP_WORLD_SIZE", "2"),
+        ("ROLE_WORLD_SIZE", "4"),
+        ("MASTER_ADDR", "a"),
+        ("MASTER_PORT", "29500"),
+        ("TORCHELASTIC_RESTART_COUNT", "0"),
+        ("TORCHELASTIC_MAX_RESTARTS", "0"),
+        ("TORCHELASTIC_RUN_ID", "kauri_7_ab_vm"),
+        ("TORCHELASTIC_USE_AGENT_STORE", "False"),
+        ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+        ("OMP_NUM_THREADS", "1"),
+    ];
+
+    /// JAX's coordinator and the Open MPI variables its `OmpiCluster` reads.
+    const JAX_VARS: [(&str, &str); 7] = [
+        ("JAX_COORDINATOR_ADDRESS", "a:29500"),
+        ("OMPI_COMM_WORLD_SIZE", "4"),
+        ("OMPI_COMM_WORLD_RANK", "3"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ("OMPI_COMM_WORLD_NODE_RANK", "1"),
+        ("OMPI_MCA_orte_hnp_uri", "0.0;tcp://a:29500"),
+    ];
+
+    #[test]
+    fn ml_env_gives_torchruns_variables_and_what_jax_finds_its_peers_by() {
+        let mut j = job(false, false);
+        j.master = Some(("a".into(), 29500));
+        let host = HostFacts {
+            socket: Some(PmiSocket::Fd(9)),
+            ..Default::default()
+        };
+        let env = rank_env(&j, &app(&[]), &SEAT, &host);
+        let mut tail = TORCHRUN_VARS.to_vec();
+        tail.extend(JAX_VARS);
+        tail.push(("PMI_FD", "9"));
+        assert_eq!(env, want(&PMI_HEAD, &tail));
+        // Alone on its host, a rank keeps OpenMP's own thread count.
+        let alone = RankSeat {
+            local_id: 0,
+            local_size: 1,
+            ..SEAT
+        };
+        let env = rank_env(&j, &app(&[]), &alone, &host);
+        assert!(!env.iter().any(|(k, _)| k == OMP_THREADS), "{env:?}");
+        assert!(env.contains(&("LOCAL_WORLD_SIZE".into(), "1".into())));
+        // Without -ml-env, none of them.
+        j.master = None;
+        let env = rank_env(&j, &app(&[]), &SEAT, &host);
+        for k in ML_PLACE_VARS.iter().chain([&OMP_THREADS]) {
+            assert!(!env.iter().any(|(n, _)| n == k), "{k}: {env:?}");
+        }
+    }
+
+    #[test]
+    fn ml_variables_the_user_set_win() {
+        let mut j = job(false, false);
+        j.master = Some(("a".into(), 29500));
+        let given = [
+            ("OMP_NUM_THREADS", "8"),
+            ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"),
+            ("RANK", "7"),
+            ("JAX_COORDINATOR_ADDRESS", "c:1234"),
+            ("OMPI_MCA_orte_hnp_uri", "1.0;tcp://c:1"),
+        ];
+        let env = rank_env(&j, &app(&given), &SEAT, &HostFacts::default());
+        for (k, _) in given {
+            assert!(!env.iter().any(|(n, _)| n == k), "{k}: {env:?}");
+        }
+        assert!(env.contains(&("LOCAL_RANK".into(), "1".into())));
     }
 
     #[test]

@@ -265,6 +265,11 @@ fn help_env_lists_the_variables() {
         "KAURI_HOSTS",
         "KAURI_JOBID",
         "MASTER_PORT",
+        "GROUP_RANK",
+        "TORCHELASTIC_USE_AGENT_STORE",
+        "TORCHELASTIC_ERROR_FILE is not set",
+        "JAX_COORDINATOR_ADDRESS",
+        "OMPI_MCA_orte_hnp_uri",
         "kauri kvs put",
     ] {
         assert!(text.contains(v), "{v} missing from --help-env");
@@ -301,4 +306,245 @@ $K kvs get spaced"#
     );
     assert!(e.contains("`=` ends a key"), "{e}");
     assert!(e.contains("white space ends a field"), "{e}");
+}
+
+/// Each rank's `-ml-env` variables as `ml_env.py` prints them, in rank order (by `KAURI_RANK`
+/// order of the sorted lines is not rank order past 9 ranks; these jobs are smaller).
+fn ml_vars(o: &Output) -> Vec<std::collections::BTreeMap<String, String>> {
+    let mut v: Vec<std::collections::BTreeMap<String, String>> = lines(o)
+        .iter()
+        .map(|l| {
+            l.split(' ')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        })
+        .collect();
+    v.sort_by_key(|m| m["RANK"].parse::<usize>().unwrap_or(usize::MAX));
+    v
+}
+
+/// Checks every variable torchrun sets (and JAX's) for a job of `ranks.len()` ranks over
+/// `hosts`, `per_host` ranks on each, numbered host by host as torchrun numbers them.
+fn check_torchrun_vars(
+    ranks: &[std::collections::BTreeMap<String, String>],
+    hosts: &[&str],
+    per_host: usize,
+) {
+    let n = ranks.len();
+    assert_eq!(n, hosts.len() * per_host, "{ranks:?}");
+    let port = &ranks[0]["MASTER_PORT"];
+    assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "{port}");
+    for (r, m) in ranks.iter().enumerate() {
+        let (group, local) = (r / per_host, r % per_host);
+        let coordinator = format!("127.0.0.1:{port}");
+        let want: Vec<(&str, String)> = vec![
+            ("RANK", r.to_string()),
+            ("GROUP_RANK", group.to_string()),
+            ("ROLE_RANK", r.to_string()),
+            ("ROLE_NAME", "default".into()),
+            ("LOCAL_RANK", local.to_string()),
+            ("LOCAL_WORLD_SIZE", per_host.to_string()),
+            ("WORLD_SIZE", n.to_string()),
+            ("GROUP_WORLD_SIZE", hosts.len().to_string()),
+            ("ROLE_WORLD_SIZE", n.to_string()),
+            ("MASTER_ADDR", "127.0.0.1".into()),
+            ("MASTER_PORT", port.clone()),
+            ("TORCHELASTIC_RESTART_COUNT", "0".into()),
+            ("TORCHELASTIC_MAX_RESTARTS", "0".into()),
+            ("TORCHELASTIC_RUN_ID", m["KAURI_JOBID"].clone()),
+            ("TORCHELASTIC_USE_AGENT_STORE", "False".into()),
+            ("TORCHELASTIC_ERROR_FILE", "-".into()),
+            ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1".into()),
+            (
+                "OMP_NUM_THREADS",
+                if per_host > 1 { "1" } else { "-" }.into(),
+            ),
+            ("JAX_COORDINATOR_ADDRESS", coordinator.clone()),
+            ("OMPI_COMM_WORLD_SIZE", n.to_string()),
+            ("OMPI_COMM_WORLD_RANK", r.to_string()),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", local.to_string()),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", per_host.to_string()),
+            ("OMPI_COMM_WORLD_NODE_RANK", local.to_string()),
+            ("OMPI_MCA_orte_hnp_uri", format!("0.0;tcp://{coordinator}")),
+            ("KAURI_HOST", hosts[group].to_string()),
+        ];
+        for (k, v) in want {
+            assert_eq!(m[k], v, "rank {r}: {k} in {m:?}");
+        }
+        assert!(m["KAURI_JOBID"].starts_with("kauri_"), "{m:?}");
+    }
+}
+
+#[test]
+fn ml_env_sets_what_torchrun_sets_on_one_host_and_on_two() {
+    let py = python();
+    let prog = program("ml_env.py");
+    let me = String::from_utf8_lossy(&Command::new("hostname").output().unwrap().stdout)
+        .trim()
+        .to_string();
+    let o = kauri(&["-v", "-ml-env", "-n", "3", py, &prog], &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    check_torchrun_vars(&ml_vars(&o), &[&me], 3);
+    assert!(
+        err(&o).contains("-ml-env: OMP_NUM_THREADS=1 for the ranks on "),
+        "{}",
+        err(&o)
+    );
+    // Hydra's placement puts ranks 0 and 2 on a; -ml-env numbers each host's ranks in turn.
+    let two = ["-ml-env", "-launcher", "fork", "-hosts", "a,b"];
+    let o = kauri(&[&two[..], &["-n", "4", py, &prog]].concat(), &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    check_torchrun_vars(&ml_vars(&o), &["a", "b"], 2);
+    // One rank per host: no OMP_NUM_THREADS (torchrun sets it for nproc_per_node > 1 only).
+    let o = kauri(&[&two[..], &["-n", "2", py, &prog]].concat(), &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    check_torchrun_vars(&ml_vars(&o), &["a", "b"], 1);
+}
+
+#[test]
+fn ml_env_numbers_each_hosts_ranks_consecutively_unless_a_mapping_was_asked() {
+    let py = python();
+    let prog = program("ml_env.py");
+    let place = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["-ml-env", "-launcher", "fork", "-hosts", "a,b"];
+        args.extend(extra);
+        args.extend([py, prog.as_str()]);
+        let o = kauri(&args, &[]);
+        assert!(o.status.success(), "{extra:?}: {}", err(&o));
+        ml_vars(&o)
+            .iter()
+            .map(|m| {
+                let (g, lw, l): (usize, usize, usize) = (
+                    m["GROUP_RANK"].parse().unwrap(),
+                    m["LOCAL_WORLD_SIZE"].parse().unwrap(),
+                    m["LOCAL_RANK"].parse().unwrap(),
+                );
+                let torchrun = if m["RANK"] == (g * lw + l).to_string() {
+                    "="
+                } else {
+                    "!"
+                };
+                format!("{}:{}{torchrun}", m["RANK"], m["KAURI_HOST"])
+            })
+            .collect()
+    };
+    // RANK == GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK on every rank, Hydra's counts kept.
+    assert_eq!(place(&["-n", "4"]), ["0:a=", "1:a=", "2:b=", "3:b="]);
+    // Uneven counts stay Hydra's (a: 2, b: 1), numbered host by host; torchrun's rule needs
+    // as many ranks on every host.
+    assert_eq!(place(&["-n", "3"]), ["0:a=", "1:a=", "2:b!"]);
+    // A mapping the user asked for is kept as Hydra makes it.
+    assert_eq!(
+        place(&["-map-by", "node", "-n", "4"]),
+        ["0:a=", "1:b!", "2:a!", "3:b="]
+    );
+    assert_eq!(
+        place(&["-ppn", "1", "-n", "4"]),
+        ["0:a=", "1:b!", "2:a!", "3:b="]
+    );
+}
+
+#[test]
+fn ml_variables_the_user_set_win_and_an_outer_launchers_do_not() {
+    let py = python();
+    let prog = program("ml_env.py");
+    let o = kauri(
+        &[
+            "-ml-env",
+            "-genv",
+            "OMP_NUM_THREADS",
+            "4",
+            "-genv",
+            "TORCHELASTIC_RUN_ID",
+            "mine",
+            "-n",
+            "2",
+            py,
+            &prog,
+        ],
+        &[
+            // An outer launcher's, for its own worker: kauri's replace them.
+            ("RANK", "99"),
+            ("WORLD_SIZE", "100"),
+            ("TORCHELASTIC_ERROR_FILE", "/tmp/outer/error.json"),
+            ("OMPI_MCA_orte_hnp_uri", "1.0;tcp://10.0.0.1:1"),
+            // A choice of the user's, as torchrun keeps it.
+            ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0"),
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let ranks = ml_vars(&o);
+    assert_eq!(ranks.len(), 2, "{ranks:?}");
+    for (r, m) in ranks.iter().enumerate() {
+        assert_eq!(m["RANK"], r.to_string(), "{m:?}");
+        assert_eq!(m["WORLD_SIZE"], "2", "{m:?}");
+        assert_eq!(m["TORCHELASTIC_ERROR_FILE"], "-", "{m:?}");
+        assert_eq!(
+            m["OMPI_MCA_orte_hnp_uri"],
+            format!("0.0;tcp://127.0.0.1:{}", m["MASTER_PORT"])
+        );
+        assert_eq!(m["OMP_NUM_THREADS"], "4", "{m:?}");
+        assert_eq!(m["TORCHELASTIC_RUN_ID"], "mine", "{m:?}");
+        assert_eq!(m["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "0", "{m:?}");
+    }
+}
+
+/// In a job kauri serves PMIx (Open MPI's), no Open MPI variable is made up: Open MPI 4.1
+/// parses `OMPI_MCA_orte_hnp_uri` as its mpirun's address.
+#[test]
+fn ml_env_leaves_open_mpis_variables_to_open_mpi() {
+    let py = python();
+    let prog = program("ml_env.py");
+    let o = kauri(&["-ml-env", "--pmi=pmix", "-n", "2", py, &prog], &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    for m in ml_vars(&o) {
+        for k in [
+            "OMPI_MCA_orte_hnp_uri",
+            "OMPI_COMM_WORLD_SIZE",
+            "OMPI_COMM_WORLD_RANK",
+        ] {
+            assert_eq!(m[k], "-", "{k}: {m:?}");
+        }
+        assert_eq!(
+            m["JAX_COORDINATOR_ADDRESS"],
+            format!("127.0.0.1:{}", m["MASTER_PORT"])
+        );
+    }
+}
+
+/// The ML venv's Python (PyTorch and JAX, CPU), where this machine has one.
+fn ml_python() -> Option<String> {
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let py = format!("{home}/.cache/kauri/venvs/ml/bin/python3");
+    let ok = Command::new(&py)
+        .args(["-c", "import jax"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: no Python with JAX at {py}");
+    }
+    ok.then_some(py)
+}
+
+#[test]
+fn jax_initializes_with_no_arguments_on_one_host_and_on_two() {
+    let Some(py) = ml_python() else { return };
+    let prog = program("jax_init.py");
+    let want: Vec<String> = (0..4)
+        .map(|r| format!("jax {r}/4 devices=1 sum=6"))
+        .collect();
+    for hosts in [&[][..], &["-launcher", "fork", "-hosts", "a,b"][..]] {
+        let mut args = vec!["-ml-env"];
+        args.extend(hosts);
+        args.extend(["-n", "4", &py, &prog]);
+        let o = kauri(&args, &[]);
+        assert!(o.status.success(), "{hosts:?}: {}", err(&o));
+        // (Gloo reports its connections on standard output too.)
+        let got: Vec<String> = lines(&o)
+            .into_iter()
+            .filter(|l| l.starts_with("jax "))
+            .collect();
+        assert_eq!(got, want, "{hosts:?}: {}", err(&o));
+    }
 }

@@ -197,8 +197,10 @@ const GLOBAL: &[Opt] = &[
     ),
     flag(
         &["-ml-env"],
-        "also set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n\
-         MASTER_ADDR and MASTER_PORT (see --help-env)",
+        "also set what torchrun sets (RANK, LOCAL_RANK, GROUP_RANK,\n\
+         MASTER_ADDR, MASTER_PORT, ...) and what jax.distributed.initialize()\n\
+         reads, and number each host's ranks consecutively unless -map-by or\n\
+         -ppn is given (see --help-env)",
     ),
     flag(
         &["-pmi-port"],
@@ -470,33 +472,109 @@ const HELP_ENV: &[Block] = &[
             },
         ],
     ),
-    Block::Para("With -ml-env, also the names ML launchers (torchrun and the like) use:"),
+    Block::Para(
+        "With -ml-env, also what torchrun sets for each worker (its meaning in\n\
+         torchrun, then kauri's), and what jax.distributed.initialize() reads. Each\n\
+         host's ranks are numbered consecutively (Hydra's count per host, host by\n\
+         host: -hosts a,b -n 4 is a: 0,1 and b: 2,3) unless -map-by or -ppn is\n\
+         given, so that RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK. A variable\n\
+         given with -genv, -env or -envlist wins; one inherited from an outer\n\
+         launcher (RANK, ..., TORCHELASTIC_ERROR_FILE, OMPI_*) is dropped.",
+    ),
     Block::List(
         26,
         &[
             Item {
                 label: "RANK, WORLD_SIZE",
-                help: "= KAURI_RANK, KAURI_SIZE",
+                help: "global rank, job size: KAURI_RANK, KAURI_SIZE",
             },
             Item {
                 label: "LOCAL_RANK",
-                help: "= KAURI_LOCAL_RANK",
+                help: "its rank on its node: KAURI_LOCAL_RANK",
             },
             Item {
                 label: "LOCAL_WORLD_SIZE",
-                help: "= KAURI_LOCAL_SIZE",
+                help: "workers on its node (nproc_per_node): KAURI_LOCAL_SIZE",
+            },
+            Item {
+                label: "GROUP_RANK",
+                help: "its node's index (node_rank): its host's index among the\n\
+                       job's hosts that run ranks, KAURI_NODE",
+            },
+            Item {
+                label: "GROUP_WORLD_SIZE",
+                help: "the number of nodes: of hosts with ranks, KAURI_NODES",
+            },
+            Item {
+                label: "ROLE_RANK",
+                help: "its rank among workers of its role: = RANK (one role)",
+            },
+            Item {
+                label: "ROLE_NAME",
+                help: "the workers' role: default",
+            },
+            Item {
+                label: "ROLE_WORLD_SIZE",
+                help: "workers of its role: = WORLD_SIZE",
             },
             Item {
                 label: "MASTER_ADDR",
-                help: "rank 0's host: 127.0.0.1 when it is this machine (or a simulated\n\
-                       host), else its name as given",
+                help: "where rank 0's TCPStore listens: rank 0's host, 127.0.0.1 when it is\n\
+                       this machine (or a simulated host), else its name as given",
             },
             Item {
                 label: "MASTER_PORT",
                 help: "a TCP port that was free when the job started; the agent of rank 0's\n\
                        host checks it there and fails the job if it is taken",
             },
+            Item {
+                label: "TORCHELASTIC_RUN_ID",
+                help: "the rendezvous' run id: the job's id, KAURI_JOBID",
+            },
+            Item {
+                label: "TORCHELASTIC_RESTART_COUNT",
+                help: "restarts so far: 0 (kauri restarts no worker)",
+            },
+            Item {
+                label: "TORCHELASTIC_MAX_RESTARTS",
+                help: "restarts allowed: 0",
+            },
+            Item {
+                label: "TORCHELASTIC_USE_AGENT_STORE",
+                help: "whether the agent hosts the TCPStore: False, kauri hosts none,\n\
+                       so rank 0 creates it at MASTER_ADDR:MASTER_PORT (env://)",
+            },
+            Item {
+                label: "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                help: "NCCL aborts on a failed collective: 1, unless the environment\n\
+                       sets it",
+            },
+            Item {
+                label: "OMP_NUM_THREADS",
+                help: "1 for ranks that share their host with another rank of the job,\n\
+                       unless the environment sets it (and -v says which hosts), as\n\
+                       torchrun does when it starts more than one worker per node",
+            },
+            Item {
+                label: "JAX_COORDINATOR_ADDRESS",
+                help: "JAX's coordinator: MASTER_ADDR:MASTER_PORT (a program that\n\
+                       starts both torch.distributed and jax.distributed must move one)",
+            },
+            Item {
+                label: "OMPI_COMM_WORLD_SIZE",
+                help: "with _RANK, _LOCAL_RANK, _LOCAL_SIZE, _NODE_RANK and the marker\n\
+                       OMPI_MCA_orte_hnp_uri (0.0;tcp://MASTER_ADDR:MASTER_PORT): what\n\
+                       JAX's Open MPI cluster reads its process count, id and local\n\
+                       device from, as under mpirun. Not in a job kauri serves PMIx or\n\
+                       Flux's PMI (Open MPI's): Open MPI 4.1 parses the marker as its\n\
+                       mpirun's address",
+            },
         ],
+    ),
+    Block::Note(
+        "TORCHELASTIC_ERROR_FILE is not set: with it, torch's @record writes a\n\
+         failing worker's traceback to that file for an agent to read, and kauri\n\
+         reads none; the traceback goes to the rank's stderr instead.",
     ),
     Block::Para(
         "From a shell script running as a rank, `kauri kvs` reaches the job's key-value store over the\n\
