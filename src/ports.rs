@@ -45,10 +45,14 @@
 //!   only programs that name the port themselves.
 //! - another host. When rank 0 runs on a remote host, the front end chooses `MASTER_PORT`:
 //!   the reservation and the probe are on the front end's host, and hold against kauri jobs
-//!   started there; nothing is checked on rank 0's host, where another program, or a kauri job
-//!   started from another machine, may hold the port. The agent that starts rank 0 could
-//!   reserve the port on its own host with the same lock and send it up before the ranks'
-//!   environment is made; it does not today.
+//!   started there. On rank 0's host the agent only probes the port with a bind before it
+//!   starts the ranks (and fails the job, in one line, when it is taken); it reserves nothing,
+//!   so a program there, or a kauri job started from another machine, may take the port
+//!   between that probe and rank 0's bind, and two front ends on two machines may choose the
+//!   same port for rank 0 on a third. The agent could take the same lock on its host (kept
+//!   until its ranks end) and, were it held, ask the front end for another port before the
+//!   ranks' environment is made; it does not today (with simulated hosts the front end holds
+//!   that lock on the same machine, which the agent would have to tell apart).
 
 use serde::{Deserialize, Serialize};
 use std::io;
