@@ -402,6 +402,8 @@ struct Plan {
     served_here: Option<usize>,
     /// A segment's program is linked to an MPI or names one ([`wiring`]).
     looks_mpi: bool,
+    /// `MASTER_PORT`'s reservation (`-ml-env`), kept for the run's whole life.
+    master_port: Option<crate::ports::Reservation>,
 }
 
 /// The output options of `spec`: `-l` is the prefix `[%r] `, as in Hydra.
@@ -534,11 +536,15 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         } else {
             hosts[n0].name.clone()
         };
-        let port = crate::ports::free_port(spec.port_range.as_ref())
+        let held = crate::ports::reserve(spec.port_range.as_ref())
             .map_err(|e| format!("cannot find a free port for MASTER_PORT: {e}"))?;
-        Some((addr, port))
+        Some((addr, held))
     } else {
         None
+    };
+    let (master, master_port) = match master {
+        Some((addr, held)) => (Some((addr, held.port())), Some(held)),
+        None => (None, None),
     };
     let named_slots: usize = slots.iter().sum();
     // A singleton is rank 0 of a one-rank job on this host. It gets a kvsname of its own, as
@@ -714,6 +720,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             .collect(),
         served_here,
         looks_mpi,
+        master_port,
     })
 }
 
@@ -1588,6 +1595,9 @@ struct Root {
     timeout_stacks: bool,
     /// The socket `kauri --status` asks through (none when it could not be made).
     _status_socket: Option<crate::status::Listener>,
+    /// `MASTER_PORT`'s reservation (`-ml-env`): no other kauri job takes the port while this
+    /// run lives.
+    _master_port: Option<crate::ports::Reservation>,
     /// The command line, for `kauri --status`.
     command: String,
     auto_cleanup: bool,
@@ -1752,6 +1762,7 @@ impl Root {
             clock,
             profile: spec.profile.map(|format| (format, Vec::new())),
             looks_mpi: p.looks_mpi,
+            _master_port: p.master_port,
             tree,
             printer: Some((printer, stop_tx)),
         };

@@ -1,13 +1,58 @@
-//! The TCP ports kauri listens on, kept inside a range when the site asks for one
-//! (`MPIEXEC_PORT_RANGE=LOW:HIGH` and MPICH's other spellings of it, as Hydra reads them).
+//! The TCP ports kauri listens on or hands to a program, kept inside a range when the site
+//! asks for one (`MPIEXEC_PORT_RANGE=LOW:HIGH` and MPICH's other spellings of it, as Hydra
+//! reads them), and reserved against every other kauri process of the machine.
 //!
-//! This module owns the range ([`PortRange`]: its parsing and where it came from) and the one
-//! way to open a listener in it ([`listen`], [`listen_async`]). Every listener kauri opens for
-//! itself goes through here: the agent port of the front end and of every agent, the PMI port
-//! of `-pmi-port`, the PMIx server's loopback port ([`with_free_port`]: OpenPMIx takes one
-//! port, not a range, and aborts the process when that port is taken by the time it binds);
-//! `MASTER_PORT` of `-ml-env` is chosen from the range too. It knows nothing of jobs or
-//! trees.
+//! This module owns the range ([`PortRange`]: its parsing and where it came from), the one way
+//! to open a listener ([`listen`], [`listen_async`]), the one way to choose a port for a
+//! listener kauri does not open itself ([`with_free_port`]: the PMIx server's; OpenPMIx takes
+//! one port, not a range, and aborts the process when that port is taken by the time it
+//! binds), and the one way to choose a port a program of the job binds later ([`reserve`]:
+//! `MASTER_PORT` of `-ml-env`). Every listener kauri opens for itself goes through here: the
+//! agent port of the front end and of every agent, the PMI port of `-pmi-port`, the PMIx
+//! server's loopback port. It knows nothing of jobs or trees.
+//!
+//! # Reservations
+//!
+//! A port kauri hands to a program is free when kauri chooses it and bound by the program
+//! later (torch's `TCPStore` on rank 0 binds `MASTER_PORT` seconds after the start). Probing
+//! with a bind and letting go is not enough: two jobs started together found the same port
+//! free, and one of them failed with `EADDRINUSE`, or a rank of one joined the other's store.
+//! So every port is chosen under a [`Reservation`]: a lock named after the port, taken (never
+//! waited for) *before* the port is probed, and skipped when another kauri process holds it.
+//! [`reserve`] hands the reservation to its caller, which keeps it for the job's whole life
+//! (the front end keeps `MASTER_PORT`'s until it exits); [`listen`] and [`with_free_port`]
+//! hold it only until the port is bound, from then on the listener itself keeps the port.
+//! Without a range the kernel chooses (a bind to port 0) and the number it gave is locked in
+//! the same way, a number another job holds being asked for again.
+//!
+//! The lock is an abstract Unix socket, `@kauri-port-PORT`, bound while the port is held:
+//! - its scope is the scope of a port: both belong to the network namespace, so the lock holds
+//!   against every kauri job that could collide on the port, of any user, and only those
+//!   (a lock file in a per-user directory would leave two users' jobs free to collide, and
+//!   two containers sharing the host's network but not its `/tmp` too);
+//! - the kernel frees the name when the socket closes, at exit and at `SIGKILL` alike: no
+//!   stale reservation, no file left, and no directory to create and check in a shared place;
+//! - the socket is close-on-exec, so no rank inherits it and outlives kauri holding it.
+//!
+//! What it costs: any local process can bind a name and so make kauri skip that port, which
+//! it could as well do by binding the port itself.
+//!
+//! What it does not cover, said plainly:
+//! - other programs. A port reserved and not yet bound by its program can still be bound by
+//!   anything else on the machine; without a range, the kernel may give it to any program's
+//!   bind to port 0 (or the PMIx server's, which OpenPMIx binds itself when no range is set).
+//!   A range outside the kernel's ephemeral ports (`net.ipv4.ip_local_port_range`) leaves
+//!   only programs that name the port themselves.
+//! - another host. When rank 0 runs on a remote host, the front end chooses `MASTER_PORT`:
+//!   the reservation and the probe are on the front end's host, and hold against kauri jobs
+//!   started there. On rank 0's host the agent only probes the port with a bind before it
+//!   starts the ranks (and fails the job, in one line, when it is taken); it reserves nothing,
+//!   so a program there, or a kauri job started from another machine, may take the port
+//!   between that probe and rank 0's bind, and two front ends on two machines may choose the
+//!   same port for rank 0 on a third. The agent could take the same lock on its host (kept
+//!   until its ranks end) and, were it held, ask the front end for another port before the
+//!   ranks' environment is made; it does not today (with simulated hosts the front end holds
+//!   that lock on the same machine, which the agent would have to tell apart).
 
 use serde::{Deserialize, Serialize};
 use std::io;
@@ -89,82 +134,104 @@ impl std::fmt::Display for PortRange {
     }
 }
 
+/// How many ports a search without a range takes from the kernel before it gives up, each
+/// one's reservation held by another kauri process.
+const KERNEL_TRIES: usize = 64;
+
 /// Listens on `ip` at the lowest free port of `range` (as Hydra does), or at any port the
-/// system picks when there is no range. A range whose every port is taken is an error that
-/// names it. With a range, the search holds the range's [`RangeLock`].
+/// system picks when there is no range; a port another kauri process has reserved is skipped
+/// either way. A range whose every port is taken or reserved is an error that names it.
 pub fn listen(ip: IpAddr, range: Option<&PortRange>) -> io::Result<TcpListener> {
-    let Some(r) = range else {
-        return TcpListener::bind(SocketAddr::new(ip, 0));
+    let (listener, _held) = match range {
+        Some(r) => lowest(ip, r)?,
+        None => from_kernel(ip)?,
     };
-    let _lock = RangeLock::take(r)?;
-    lowest(ip, r)
+    Ok(listener)
 }
 
-fn lowest(ip: IpAddr, r: &PortRange) -> io::Result<TcpListener> {
+/// The lowest port of `r` that is neither reserved nor bound, bound on `ip`, and its
+/// reservation.
+fn lowest(ip: IpAddr, r: &PortRange) -> io::Result<(TcpListener, Reservation)> {
     for port in r.low..=r.high {
+        let Some(held) = Reservation::try_take(port)? else {
+            continue;
+        };
         match TcpListener::bind(SocketAddr::new(ip, port)) {
-            Ok(l) => return Ok(l),
+            Ok(l) => return Ok((l, held)),
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
             Err(e) => return Err(io::Error::new(e.kind(), format!("port {port} of {r}: {e}"))),
         }
     }
+    Err(full(r))
+}
+
+/// A port the kernel picks, bound on `ip`, and its reservation. A port another kauri process
+/// reserved (free for the kernel: its program has not bound it yet) stays bound here until the
+/// search ends, so the kernel does not give it again.
+fn from_kernel(ip: IpAddr) -> io::Result<(TcpListener, Reservation)> {
+    let mut reserved_elsewhere = Vec::new();
+    for _ in 0..KERNEL_TRIES {
+        let l = TcpListener::bind(SocketAddr::new(ip, 0))?;
+        match Reservation::try_take(l.local_addr()?.port())? {
+            Some(held) => return Ok((l, held)),
+            None => reserved_elsewhere.push(l),
+        }
+    }
     Err(io::Error::new(
         io::ErrorKind::AddrInUse,
-        format!("every port of {r} is taken"),
+        format!("the kernel gave {KERNEL_TRIES} ports in a row that other kauri jobs reserved"),
     ))
 }
 
+/// The error of a range with no port left.
+fn full(r: &PortRange) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!("every port of {r} is taken or reserved by another kauri job"),
+    )
+}
+
 /// Runs `bind` with the lowest port of `range` that is free on loopback, for a listener
-/// kauri does not open itself (the PMIx server's): the range's [`RangeLock`] is held until
+/// kauri does not open itself (the PMIx server's): the port's [`Reservation`] is held until
 /// `bind` returns, so no other kauri process on this machine takes the port meanwhile.
 pub fn with_free_port<T>(
     range: &PortRange,
     bind: impl FnOnce(u16) -> Result<T, String>,
 ) -> Result<T, String> {
-    let lock = RangeLock::take(range).map_err(|e| format!("{range}: {e}"))?;
-    let port = lowest(std::net::Ipv4Addr::LOCALHOST.into(), range)
-        .and_then(|l| l.local_addr())
-        .map_err(|e| e.to_string())?
-        .port();
-    let out = bind(port);
-    drop(lock);
+    let (probe, held) =
+        lowest(std::net::Ipv4Addr::LOCALHOST.into(), range).map_err(|e| e.to_string())?;
+    drop(probe);
+    let out = bind(held.port());
+    drop(held);
     out
 }
 
-/// A lock on one port range, for every kauri process of this machine's network namespace
-/// (where ports are shared): an abstract Unix socket named `kauri-ports-LOW-HIGH`, bound while
-/// a kauri process looks for a free port and binds it (simulated hosts on one machine start at
-/// once, and a library that binds a port it was told, OpenPMIx, must not find it taken). The
-/// kernel releases it when the socket closes, even after a crash, and it leaves no file.
-/// Released when dropped.
-pub struct RangeLock(#[allow(dead_code)] std::os::unix::net::UnixListener);
+/// One port held against every other kauri process of this machine's network namespace (see
+/// the module's doc): an abstract Unix socket named `kauri-port-PORT`, bound while the
+/// reservation lives. The kernel releases it when the socket closes, even after a crash, and
+/// it leaves no file. Released when dropped.
+#[derive(Debug)]
+pub struct Reservation {
+    port: u16,
+    _name: std::os::unix::net::UnixDatagram,
+}
 
-/// How long [`RangeLock::take`] waits for another process to release the lock.
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-impl RangeLock {
-    /// Waits for the lock of `range` (at most a minute: another process holds a port range's
-    /// lock only while it binds).
-    pub fn take(range: &PortRange) -> io::Result<RangeLock> {
+impl Reservation {
+    /// Reserves `port`, or `None` when another process holds its reservation. Never waits.
+    pub fn try_take(port: u16) -> io::Result<Option<Reservation>> {
         use std::os::linux::net::SocketAddrExt;
-        let name = format!("kauri-ports-{}-{}", range.low, range.high);
+        let name = format!("kauri-port-{port}");
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-        let start = std::time::Instant::now();
-        loop {
-            match std::os::unix::net::UnixListener::bind_addr(&addr) {
-                Ok(l) => return Ok(RangeLock(l)),
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse && start.elapsed() < LOCK_WAIT => {
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!("another process has held the lock @{name} for a minute"),
-                    ))
-                }
-                Err(e) => return Err(e),
-            }
+        match std::os::unix::net::UnixDatagram::bind_addr(&addr) {
+            Ok(s) => Ok(Some(Reservation { port, _name: s })),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => Ok(None),
+            Err(e) => Err(io::Error::new(e.kind(), format!("lock @{name}: {e}"))),
         }
+    }
+
+    /// The port reserved.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 }
 
@@ -175,23 +242,24 @@ pub fn listen_async(ip: IpAddr, range: Option<&PortRange>) -> io::Result<tokio::
     tokio::net::TcpListener::from_std(l)
 }
 
-/// A port that is free now, for a program of the job to listen on later (`MASTER_PORT`):
-/// the highest free port of `range` (kauri's own listeners take the lowest), or any.
-pub fn free_port(range: Option<&PortRange>) -> io::Result<u16> {
+/// A port for a program of the job to listen on later (`MASTER_PORT`), free on every address
+/// of this machine now and reserved for as long as the [`Reservation`] lives: the highest
+/// such port of `range` (kauri's own listeners take the lowest), or one the kernel picks. A
+/// range whose every port is taken or reserved is an error that names it.
+pub fn reserve(range: Option<&PortRange>) -> io::Result<Reservation> {
     let any = IpAddr::from([0u8, 0, 0, 0]);
     let Some(r) = range else {
-        return Ok(listen(any, None)?.local_addr()?.port());
+        return Ok(from_kernel(any)?.1);
     };
-    let _lock = RangeLock::take(r)?;
     for port in (r.low..=r.high).rev() {
+        let Some(held) = Reservation::try_take(port)? else {
+            continue;
+        };
         if TcpListener::bind(SocketAddr::new(any, port)).is_ok() {
-            return Ok(port);
+            return Ok(held);
         }
     }
-    Err(io::Error::new(
-        io::ErrorKind::AddrInUse,
-        format!("every port of {r} is taken"),
-    ))
+    Err(full(r))
 }
 
 #[cfg(test)]
@@ -246,5 +314,62 @@ mod tests {
             let e = listen(lo, Some(&r)).unwrap_err();
             assert!(e.to_string().contains("every port of T="), "{e}");
         }
+    }
+
+    /// A range of two ports free now (the system's choice and its neighbour), neither
+    /// reserved.
+    fn two_free_ports() -> PortRange {
+        let lo = IpAddr::from([127, 0, 0, 1]);
+        loop {
+            let a = listen(lo, None).unwrap().local_addr().unwrap().port();
+            if a < u16::MAX && TcpListener::bind(SocketAddr::new(lo, a + 1)).is_ok() {
+                return PortRange::parse("T", &format!("{a}:{}", a + 1)).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_reserved_port_is_skipped_until_its_reservation_is_dropped() {
+        let r = two_free_ports();
+        let Some(other_job) = Reservation::try_take(r.high).unwrap() else {
+            return; // another process reserved it meanwhile: nothing to learn
+        };
+        assert!(Reservation::try_take(r.high).unwrap().is_none());
+        // The highest port is held by "another job": the search takes the lowest.
+        let Ok(mine) = reserve(Some(&r)) else {
+            return; // the lowest port was taken meanwhile by another program
+        };
+        assert_eq!(mine.port(), r.low);
+        // Both held: the range is full, though neither port is bound.
+        let e = reserve(Some(&r)).unwrap_err();
+        assert!(e.to_string().contains("every port of T="), "{e}");
+        assert!(listen(IpAddr::from([127, 0, 0, 1]), Some(&r)).is_err());
+        // Dropped, a reservation frees its port at once.
+        drop(other_job);
+        if let Ok(again) = reserve(Some(&r)) {
+            assert_eq!(again.port(), r.high);
+        }
+        drop(mine);
+        assert!(Reservation::try_take(r.low).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_listener_skips_a_reserved_port() {
+        let r = two_free_ports();
+        let Some(_held) = Reservation::try_take(r.low).unwrap() else {
+            return;
+        };
+        if let Ok(l) = listen(IpAddr::from([127, 0, 0, 1]), Some(&r)) {
+            assert_eq!(l.local_addr().unwrap().port(), r.high);
+        }
+    }
+
+    #[test]
+    fn without_a_range_the_kernels_port_is_reserved() {
+        let mine = reserve(None).unwrap();
+        assert!(Reservation::try_take(mine.port()).unwrap().is_none());
+        let port = mine.port();
+        drop(mine);
+        assert!(Reservation::try_take(port).unwrap().is_some());
     }
 }

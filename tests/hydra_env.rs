@@ -395,8 +395,8 @@ fn free_range(n: u16) -> (u16, u16) {
     }
 }
 
-/// The range's lock (`ports::RangeLock`, an abstract socket) leaves no file behind (it was
-/// once a lock file in `$TMPDIR`).
+/// The ports' locks (`ports::Reservation`, abstract sockets) leave no file behind (the
+/// range's lock was once a lock file in `$TMPDIR`).
 fn forget_range(low: u16, high: u16) {
     let old = std::env::temp_dir().join(format!("kauri-ports-{low}-{high}.lock"));
     assert!(!old.exists(), "{} was left behind", old.display());

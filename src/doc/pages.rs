@@ -524,8 +524,10 @@ const HELP_ENV: &[Block] = &[
             },
             Item {
                 label: "MASTER_PORT",
-                help: "a TCP port that was free when the job started; the agent of rank 0's\n\
-                       host checks it there and fails the job if it is taken",
+                help: "a TCP port that was free when the job started, reserved until the\n\
+                       job ends against every other kauri job started on this machine;\n\
+                       the agent of rank 0's host checks it there and fails the job if it\n\
+                       is taken",
             },
             Item {
                 label: "TORCHELASTIC_RUN_ID",
@@ -621,7 +623,10 @@ const HELP_ENV: &[Block] = &[
                 label: "MPIEXEC_PORT_RANGE=LOW:HIGH",
                 help: "every TCP port kauri listens on (agent ports, -pmi-port's PMI\n\
                        ports, PMIx servers; -ml-env's MASTER_PORT) is taken from this\n\
-                       range; Hydra's other names are read first: MPIR_CVAR_CH3_PORT_RANGE,\n\
+                       range (a port handed to a program, MASTER_PORT, stays reserved\n\
+                       against other kauri jobs until the job ends, as it is without a\n\
+                       range; a range with no port left fails the job); Hydra's other\n\
+                       names are read first: MPIR_CVAR_CH3_PORT_RANGE,\n\
                        MPIR_PARAM_CH3_PORT_RANGE, MPICH_CH3_PORT_RANGE, MPIR_CVAR_PORTRANGE,\n\
                        MPIR_CVAR_PORT_RANGE, MPIR_PARAM_PORTRANGE, MPIR_PARAM_PORT_RANGE,\n\
                        MPICH_PORTRANGE, MPICH_PORT_RANGE, MPIEXEC_PORTRANGE",
