@@ -472,7 +472,7 @@ impl Placement {
         }
     }
 
-    /// The same number of ranks on every host, numbered host by host: host 0 gets the first
+    /// As many ranks on each host as here, numbered host by host: host 0 gets the first
     /// ranks, host 1 the next, and so on, so that each host's ranks are consecutive as
     /// torchrun's `RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK` expects (`-ml-env`).
     /// Hydra's placement of `-hosts a,b -n 4` is a: 0,2 and b: 1,3; this makes it a: 0,1
