@@ -1521,6 +1521,10 @@ async fn print_output(
             }
         };
         let Some((dest, data)) = next else { break };
+        if let (Some(path), true) = (&dest.file, dest.close) {
+            files.close_one(path).await;
+            continue;
+        }
         if let Some(path) = &dest.file {
             // The first failure only: the job ends with it, and any other is its echo.
             if let Err(e) = files.write(path, &data).await {
@@ -1904,9 +1908,34 @@ impl Root {
             return;
         };
         let refused = job.branch.last_refusals();
-        if let Some(node) = job.branch.take_node() {
+        // Its output files are closed once its last output is written (a remote host's came
+        // before its `Done`; this host's comes with the drain).
+        let plan = &job.plan;
+        let files: Vec<std::sync::Arc<str>> =
+            crate::output::files_of_job(&plan.output, plan.size, |r| {
+                let n = plan.rank_node[r];
+                (n, plan.hosts[n as usize].as_str())
+            })
+            .into_iter()
+            .map(|(path, _)| path.into())
+            .collect();
+        let node = job.branch.take_node();
+        if node.is_some() || !files.is_empty() {
+            let out = self.wires.out.clone();
             self.draining.retain(|d| !d.is_finished());
-            self.draining.push(tokio::task::spawn_local(node.release()));
+            self.draining.push(tokio::task::spawn_local(async move {
+                if let Some(node) = node {
+                    node.release().await;
+                }
+                for path in files {
+                    let close = crate::iofwd::Dest {
+                        stream: crate::iofwd::Stream::Stdout,
+                        file: Some(path),
+                        close: true,
+                    };
+                    let _ = out.send(close, Bytes::new()).await;
+                }
+            }));
         }
         drop(job);
         self.on_out(j, refused);
