@@ -1,5 +1,6 @@
 //! kauri inside a real resource manager's job: its hosts from the job, its agents started by
-//! the manager's own launcher, its ranks' environment cleaned of the manager's task variables.
+//! the manager's own launcher, its ranks' environment cleaned of the manager's task variables;
+//! and kauri killed with `SIGKILL` in the middle leaves nothing of its job.
 //!
 //! Two groups, by what they need (named by prefix, so one group runs with a filter):
 //!
@@ -11,7 +12,8 @@
 //!   runs as `salloc -Q -N1 -n4 KAURI …`.
 //!
 //! A missing tool or package is a test failure naming the package, never a skip. Every test
-//! asserts the exit status and ends with the leftover check.
+//! asserts the exit status (a test that kills kauri: that the job's processes went) and ends
+//! with the leftover check.
 
 use compat_tests::{
     find_marked, processes, sge_local, signal_pid, slurm_local, Ctx, Job, Launcher, Outcome,
@@ -136,6 +138,111 @@ fn sge_mpich_hello() {
     ctx.assert_no_leftovers();
 }
 
+/// kauri killed with `SIGKILL` inside a Grid Engine parallel environment (`qrsh -pe kauri 2
+/// KAURI -n 2 rank.sh`), while its ranks run under the agent `qrsh -inherit` started: no rank,
+/// agent or `qrsh` of the job is left, and the job ends (`qrsh` returns). kauri is the job's
+/// command, so its death ends the job and Grid Engine ends the job's tasks; `qrsh -inherit`
+/// dies with kauri (its death signal), and the agent, seeing its parent's link end, kills its
+/// ranks too.
+#[test]
+fn sge_kauri_killed_leaves_no_rank_or_agent() {
+    let sge = sge_local();
+    let ctx = Ctx::new("sge_kill");
+    let rank = ctx.script("rank.sh", RUNNING_SH);
+    let dir = ctx.dir.to_string_lossy().into_owned();
+    let argv = sge.qrsh_pe(2);
+    let mut qrsh = Command::new(&argv[0])
+        .args(&argv[1..])
+        .arg(ctx.kauri())
+        .args(["-n", "2", &rank, &dir])
+        .env(MARKER_VAR, &ctx.marker)
+        .current_dir(&ctx.dir)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(ctx.dir.join("stderr")).expect("stderr file"))
+        .spawn()
+        .expect("start qrsh");
+    let stderr = || std::fs::read_to_string(ctx.dir.join("stderr")).unwrap_or_default();
+    let start = Instant::now();
+    while !(0..2).all(|r| ctx.dir.join(format!("up.{r}")).exists()) {
+        if let Ok(Some(st)) = qrsh.try_wait() {
+            fail_clean(
+                &ctx,
+                format!("qrsh ended ({st}) before the ranks ran: {}", stderr()),
+            );
+        }
+        if start.elapsed() > KILL_PATIENCE {
+            fail_clean(&ctx, format!("the ranks did not start: {}", stderr()));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    // The ranks, agents and front end, and `qrsh -inherit` (which names the agent's path);
+    // not the job's own `qrsh` (this test's child) nor a zombie `kauri` under init (another
+    // run's, which `find_marked` takes for this test's by its name alone).
+    let qrsh_pid = qrsh.id();
+    let marked = || -> Vec<ProcInfo> {
+        find_marked(&ctx.marker, &ctx.dir)
+            .into_iter()
+            .filter(|p| p.pid != qrsh_pid && !(p.state == 'Z' && p.ppid == 1))
+            .filter(|p| p.cmdline.contains(&rank) || p.comm == "kauri" || p.comm == "qrsh")
+            .collect()
+    };
+    let before = marked();
+    let front = before
+        .iter()
+        .find(|p| {
+            p.comm == "kauri" && !p.cmdline.contains(" agent ") && !p.cmdline.contains("--keeper")
+        })
+        .unwrap_or_else(|| fail_clean(&ctx, format!("no front end among {before:?}")))
+        .clone();
+    let agents = before
+        .iter()
+        .filter(|p| p.comm == "kauri" && p.cmdline.contains(" agent "))
+        .count();
+    if agents != 1 || before.iter().filter(|p| p.cmdline.contains(&rank)).count() < 2 {
+        fail_clean(&ctx, format!("not one agent and 2 ranks: {before:?}"));
+    }
+    assert!(signal_pid(front.pid, "KILL"), "kill kauri");
+    let start = Instant::now();
+    let mut ended = None;
+    while start.elapsed() < KILL_PATIENCE {
+        if ended.is_none() {
+            ended = qrsh.try_wait().ok().flatten();
+        }
+        if ended.is_some() && marked().is_empty() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    let left = marked();
+    if ended.is_none() {
+        kill_group(qrsh_pid);
+    }
+    let _ = qrsh.wait();
+    assert!(
+        left.is_empty(),
+        "{} process(es) of the job outlived kauri by {} s: {left:#?}\n{}",
+        left.len(),
+        KILL_PATIENCE.as_secs(),
+        stderr()
+    );
+    assert!(
+        ended.is_some(),
+        "the Grid Engine job did not end: {}",
+        stderr()
+    );
+    ctx.assert_no_leftovers();
+}
+
+/// Kills the process group `pgid` this test started (a job that did not end).
+fn kill_group(pgid: u32) {
+    signal_pid(pgid, "KILL");
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
+}
+
 // =======================================================================================
 // Slurm (root)
 
@@ -224,13 +331,21 @@ fn slurm_ranks_do_not_see_task_variables() {
     ctx.assert_no_leftovers();
 }
 
-/// `rank.sh`: says it runs (`up.RANK`, and the Slurm job's id in `job`) in the directory
+/// `rank.sh`: says it runs (`up.RANK`, and the Slurm or Grid Engine job's id in `job`) in the directory
 /// given as its first argument, then runs until killed.
 const RUNNING_SH: &str = r#"#!/bin/sh
-echo "$SLURM_JOB_ID" > "$1/job"
+echo "${SLURM_JOB_ID:-$JOB_ID}" > "$1/job"
 touch "$1/up.$KAURI_RANK"
 while :; do sleep 1; done
 "#;
+
+/// Fails a test with `why` before its kill, ending every process of it first (the job would
+/// run on: the wrapper waits for the test).
+fn fail_clean(ctx: &Ctx, why: String) -> ! {
+    eprintln!("{why}");
+    ctx.assert_no_leftovers();
+    panic!("{why}");
+}
 
 /// How long the processes of a killed kauri may take to go: a failure, not a timing.
 const KILL_PATIENCE: Duration = Duration::from_secs(120);
@@ -269,13 +384,14 @@ fn slurm_kauri_killed_leaves_no_rank_agent_or_step() {
     let start = Instant::now();
     while !(0..2).all(|r| ctx.dir.join(format!("up.{r}")).exists()) {
         if let Ok(Some(st)) = salloc.try_wait() {
-            panic!("salloc ended ({st}) before the ranks ran: {}", stderr());
+            fail_clean(
+                &ctx,
+                format!("salloc ended ({st}) before the ranks ran: {}", stderr()),
+            );
         }
-        assert!(
-            start.elapsed() < KILL_PATIENCE,
-            "the ranks did not start: {}",
-            stderr()
-        );
+        if start.elapsed() > KILL_PATIENCE {
+            fail_clean(&ctx, format!("the ranks did not start: {}", stderr()));
+        }
         thread::sleep(Duration::from_millis(100));
     }
     let job = std::fs::read_to_string(ctx.dir.join("job")).expect("the job's id");
@@ -302,13 +418,13 @@ fn slurm_kauri_killed_leaves_no_rank_agent_or_step() {
     let front = marked()
         .into_iter()
         .find(|p| p.comm == "kauri" && all.iter().any(|w| w.pid == p.ppid && w.ppid == salloc.id()))
-        .unwrap_or_else(|| panic!("no front end among {:?}", marked()));
+        .unwrap_or_else(|| fail_clean(&ctx, format!("no front end among {:?}", marked())));
     let before = marked();
-    assert!(
-        before.iter().any(|p| p.comm == "srun")
-            && before.iter().filter(|p| p.cmdline.contains(&rank)).count() >= 2,
-        "an srun step and 2 ranks run: {before:?}"
-    );
+    if !before.iter().any(|p| p.comm == "srun")
+        || before.iter().filter(|p| p.cmdline.contains(&rank)).count() < 2
+    {
+        fail_clean(&ctx, format!("not an srun and 2 ranks: {before:?}"));
+    }
     let steps = || -> Vec<String> {
         let o = Command::new("squeue")
             .args(["-h", "-s", "-j", &job, "-o", "%i"])
@@ -322,7 +438,9 @@ fn slurm_kauri_killed_leaves_no_rank_agent_or_step() {
             .map(String::from)
             .collect()
     };
-    assert!(!steps().is_empty(), "Slurm lists no step of job {job}");
+    if steps().is_empty() {
+        fail_clean(&ctx, format!("Slurm lists no step of job {job}"));
+    }
     assert!(signal_pid(front.pid, "KILL"), "kill kauri");
     let start = Instant::now();
     while (!marked().is_empty() || !steps().is_empty()) && start.elapsed() < KILL_PATIENCE {
