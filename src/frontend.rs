@@ -743,9 +743,66 @@ struct JobRun {
     /// Its ranks started so far, for the debugger's process table (the first job's; taken
     /// when the table is filled).
     procs: Vec<crate::mpir::Proc>,
-    /// A spawned job that ended while the run went on, and gave back what it held
+}
+
+/// A job in the run's list, whose index is the job's number for good: running (or ended and
+/// not given back yet), or released.
+enum Job {
+    Live(Box<JobRun>),
+    /// A spawned job that ended while the run went on and gave back what it held
     /// ([`Root::release_if_done`]).
-    released: bool,
+    Released(Released),
+}
+
+/// What a released job keeps, whatever its plan held: its name and size (for a namespace a
+/// rank still names) and its ranks that failed (for the exit status, usually none).
+struct Released {
+    kvsname: Box<str>,
+    size: usize,
+    failed: Vec<(usize, RankState)>,
+}
+
+impl Job {
+    /// The running job's record; `None` once released.
+    fn live(&self) -> Option<&JobRun> {
+        match self {
+            Job::Live(j) => Some(j),
+            Job::Released(_) => None,
+        }
+    }
+
+    /// The same, to change it.
+    fn live_mut(&mut self) -> Option<&mut JobRun> {
+        match self {
+            Job::Live(j) => Some(j),
+            Job::Released(_) => None,
+        }
+    }
+
+    /// Its KVS name (PMIx namespace).
+    fn kvsname(&self) -> &str {
+        match self {
+            Job::Live(j) => &j.plan.kvsname,
+            Job::Released(r) => &r.kvsname,
+        }
+    }
+
+    /// Its number of ranks.
+    fn size(&self) -> usize {
+        match self {
+            Job::Live(j) => j.plan.size,
+            Job::Released(r) => r.size,
+        }
+    }
+
+    /// Its ranks' records, by rank, for the end's summary: every rank of a running job, the
+    /// failed ones of a released job.
+    fn rank_states(&self) -> Vec<(usize, RankState)> {
+        match self {
+            Job::Live(j) => j.ranks.iter().cloned().enumerate().collect(),
+            Job::Released(r) => r.failed.clone(),
+        }
+    }
 }
 
 impl JobRun {
@@ -1062,7 +1119,6 @@ async fn start_job(
         answer: None,
         start_error: None,
         discarded: false,
-        released: false,
     };
     match error {
         None => Ok(run),
@@ -1510,6 +1566,10 @@ async fn print_output(
             }
         };
         let Some((dest, data)) = next else { break };
+        if let (Some(path), true) = (&dest.file, dest.close) {
+            files.close_one(path).await;
+            continue;
+        }
         if let Some(path) = &dest.file {
             // The first failure only: the job ends with it, and any other is its echo.
             if let Err(e) = files.write(path, &data).await {
@@ -1552,7 +1612,7 @@ async fn read_stdin(to: mpsc::Sender<Option<Vec<u8>>>) {
 /// The root of the run: every job's [`Branch`] on this host, the run's hosts and name service,
 /// and the teardown state. Each event is one method; the loop in [`run`] only dispatches.
 struct Root {
-    jobs: Vec<JobRun>,
+    jobs: Vec<Job>,
     /// The drains of spawned jobs that ended while the run goes on (their last output, what
     /// their ranks left behind); awaited at the end, finished ones pruned as new ones come.
     draining: Vec<tokio::task::JoinHandle<()>>,
@@ -1733,7 +1793,7 @@ impl Root {
             (None, w) => w.to_string(),
         };
         let mut root = Root {
-            jobs: vec![first],
+            jobs: vec![Job::Live(Box::new(first))],
             draining: Vec::new(),
             cluster,
             names,
@@ -1767,15 +1827,15 @@ impl Root {
             printer: Some((printer, stop_tx)),
         };
         if p.local.is_some() {
-            root.jobs[0].branch.profile_fork(fork_start, forked);
+            root.first().branch.profile_fork(fork_start, forked);
         }
 
         // stdin goes to the first job's rank 0: straight into its pipe when it runs here,
         // else down the tree (queued for its agent until that agent connects).
         let (stdin_tx, stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
-        if let Some(pipe) = root.jobs[0].branch.take_stdin() {
+        if let Some(pipe) = root.first().branch.take_stdin() {
             tokio::task::spawn_local(crate::iofwd::pump(tokio::io::stdin(), pipe));
-        } else if root.jobs[0].branch.kids().child_with_rank(0).is_some() {
+        } else if root.first().branch.kids().child_with_rank(0).is_some() {
             tokio::task::spawn_local(read_stdin(stdin_tx));
         }
         let signals = [
@@ -1809,10 +1869,27 @@ impl Root {
         Ok((root, inbox))
     }
 
+    /// The job the user started, which is never released.
+    fn first(&mut self) -> &mut JobRun {
+        self.jobs[0]
+            .live_mut()
+            .expect("the first job is never released")
+    }
+
+    /// Job `j`'s record while it is not released.
+    fn live_mut(&mut self, j: usize) -> Option<&mut JobRun> {
+        self.jobs.get_mut(j).and_then(Job::live_mut)
+    }
+
     /// Every job's ranks have ended, here and below, and every agent said `Done`; or the
     /// root stopped waiting for the agents that never answered the kill.
     fn done(&self) -> bool {
-        self.gave_up || self.jobs.iter().all(|j| j.branch.done())
+        self.gave_up
+            || self
+                .jobs
+                .iter()
+                .filter_map(Job::live)
+                .all(|j| j.branch.done())
     }
 
     /// What the inbox waits for besides messages.
@@ -1837,7 +1914,7 @@ impl Root {
                 self.release_if_done(j);
             }
             Event::Reply(a, reply) => self.answer(a, reply),
-            Event::Stdin(chunk) => self.jobs[0].branch.stdin(chunk),
+            Event::Stdin(chunk) => self.first().branch.stdin(chunk),
             Event::Output(e) => self.teardown(e),
             Event::Signal(sig) => self.on_signal(sig),
             Event::Timeout => self.on_timeout(),
@@ -1853,40 +1930,66 @@ impl Root {
 
     /// A spawned job whose ranks have all ended, here and below, gives back what it holds
     /// while the run goes on: its ranks' node (their PMI engine and KVS, output pipes, PMI
-    /// sockets) is drained and dropped, its agents' listener closed, its branch replaced by
-    /// an empty one and its plan's environments and arguments let go. What stays is the
-    /// record of its ranks' ends (for the exit status) and its plan's names and sizes. Hydra
+    /// sockets) is drained and dropped, its agents' listener closed, and its record (plan,
+    /// branch, ranks) replaced by a [`Released`] one: its name, its size and its failed
+    /// ranks (for the exit status), the same few dozen bytes for every job. Hydra
     /// also frees a spawned process group's KVS when its proxies end: a later `get` from its
     /// kvsname finds nothing.
     fn release_if_done(&mut self, j: usize) {
-        let Some(job) = self.jobs.get_mut(j).filter(|_| j > 0) else {
+        let Some(slot) = self.jobs.get_mut(j).filter(|_| j > 0) else {
             return;
         };
-        if job.released || !job.branch.done() {
+        if !slot.live().is_some_and(|job| job.branch.done()) {
             return;
         }
-        job.released = true;
-        for a in &mut job.plan.apps {
-            a.env = Vec::new();
-            a.args = Vec::new();
-        }
-        job.procs = Vec::new();
-        let empty = Branch::new(
-            0,
-            self.cluster.me.clone(),
-            None,
-            Children::none(),
-            false,
-            self.clock,
-            None,
-        );
-        let mut old = std::mem::replace(&mut job.branch, empty);
-        let refused = old.last_refusals();
-        if let Some(node) = old.take_node() {
+        let failed = slot
+            .rank_states()
+            .into_iter()
+            .filter(|(_, s)| {
+                s.ended
+                    .is_some_and(|(code, sig)| policy::rank_failure(code, sig).is_some())
+                    && !s.during_teardown
+            })
+            .collect();
+        let released = Job::Released(Released {
+            kvsname: slot.kvsname().into(),
+            size: slot.size(),
+            failed,
+        });
+        let Job::Live(mut job) = std::mem::replace(slot, released) else {
+            return;
+        };
+        let refused = job.branch.last_refusals();
+        // Its output files are closed once its last output is written (a remote host's came
+        // before its `Done`; this host's comes with the drain).
+        let plan = &job.plan;
+        let files: Vec<std::sync::Arc<str>> =
+            crate::output::files_of_job(&plan.output, plan.size, |r| {
+                let n = plan.rank_node[r];
+                (n, plan.hosts[n as usize].as_str())
+            })
+            .into_iter()
+            .map(|(path, _)| path.into())
+            .collect();
+        let node = job.branch.take_node();
+        if node.is_some() || !files.is_empty() {
+            let out = self.wires.out.clone();
             self.draining.retain(|d| !d.is_finished());
-            self.draining.push(tokio::task::spawn_local(node.release()));
+            self.draining.push(tokio::task::spawn_local(async move {
+                if let Some(node) = node {
+                    node.release().await;
+                }
+                for path in files {
+                    let close = crate::iofwd::Dest {
+                        stream: crate::iofwd::Stream::Stdout,
+                        file: Some(path),
+                        close: true,
+                    };
+                    let _ = out.send(close, Bytes::new()).await;
+                }
+            }));
         }
-        drop(old);
+        drop(job);
         self.on_out(j, refused);
     }
 
@@ -1894,13 +1997,13 @@ impl Root {
     /// the startup profile, and returns kauri's exit status.
     async fn finish(mut self) -> i32 {
         for j in 0..self.jobs.len() {
-            let out = self.jobs[j].branch.last_refusals();
+            let out = self.live_mut(j).and_then(|job| job.branch.last_refusals());
             self.on_out(j, out);
         }
         for d in std::mem::take(&mut self.draining) {
             let _ = d.await;
         }
-        for j in self.jobs.iter_mut() {
+        for j in self.jobs.iter_mut().filter_map(Job::live_mut) {
             if self.gave_up {
                 // Ranks that did not die when killed may hold their pipes: do not wait long.
                 let _ = tokio::time::timeout(Duration::from_secs(2), j.branch.drain()).await;
@@ -1919,15 +2022,16 @@ impl Root {
         if adopted > 0 {
             debug!(adopted, "killed the ranks of lost agents");
         }
-        let profile = self.jobs[0].branch.take_profile();
-        let size = self.jobs[0].plan.size;
-        let offered = match (self.jobs[0].plan.pmix, self.jobs[0].plan.pmi_too) {
+        let profile = self.first().branch.take_profile();
+        let size = self.first().plan.size;
+        let offered = match (self.first().plan.pmix, self.first().plan.pmi_too) {
             (false, _) => Wiring::Pmi,
             (true, false) => Wiring::Pmix,
             (true, true) => Wiring::Both,
         };
         let looks_mpi = self.looks_mpi;
-        let summary: Vec<Vec<RankState>> = self.jobs.iter().map(|j| j.ranks.clone()).collect();
+        let summary: Vec<Vec<(usize, RankState)>> =
+            self.jobs.iter().map(Job::rank_states).collect();
         let printer = self.printer.take();
         // A host lost under -disable-auto-cleanup: the job did not end well, whatever the
         // ranks that were left say.
@@ -1950,7 +2054,7 @@ impl Root {
         let end_us = clock.now();
         let mut worst = 0;
         for (idx, ranks) in summary.iter().enumerate() {
-            for (r, s) in ranks.iter().enumerate() {
+            for (r, s) in ranks {
                 let Some((code, sig)) = s.ended else { continue };
                 if s.during_teardown {
                     continue;
@@ -1958,7 +2062,7 @@ impl Root {
                 if let Some((status, words)) = policy::rank_failure(code, sig) {
                     say!(
                         "kauri: {} (pid {}) on {} {words}",
-                        who(idx, r),
+                        who(idx, *r),
                         s.pid,
                         s.host
                     );
@@ -1967,8 +2071,8 @@ impl Root {
             }
         }
         if let Some(first) = summary.first() {
-            let spoke = first.iter().filter(|s| s.initialized).count();
-            let traces = first.iter().any(|s| s.ran_alone);
+            let spoke = first.iter().filter(|(_, s)| s.initialized).count();
+            let traces = first.iter().any(|(_, s)| s.ran_alone);
             if let Some(line) = policy::never_wired(size, spoke, looks_mpi || traces, offered) {
                 say!("{line}");
             }
@@ -1988,13 +2092,19 @@ impl Root {
 
     /// An event of job `j`'s ranks on this host.
     fn on_node(&mut self, j: usize, ev: NodeEvent) {
-        let out = self.jobs[j].branch.on_node(ev);
+        let Some(job) = self.live_mut(j) else {
+            return debug!(j, "an event of a released job's ranks");
+        };
+        let out = job.branch.on_node(ev);
         self.on_out(j, out);
     }
 
     /// An event of job `j`'s child links.
     fn on_child(&mut self, j: usize, ev: HubEvent) {
-        let out = self.jobs[j].branch.on_child(ev);
+        let Some(job) = self.live_mut(j) else {
+            return debug!(j, "an event of a released job's links");
+        };
+        let out = job.branch.on_child(ev);
         self.on_out(j, out);
     }
 
@@ -2008,7 +2118,10 @@ impl Root {
     }
 
     fn on_up(&mut self, j: usize, up: Up) {
-        let branch = &mut self.jobs[j].branch;
+        let Some(job) = self.jobs.get_mut(j).and_then(Job::live_mut) else {
+            return debug!(j, "a message up a released job's tree");
+        };
+        let branch = &mut job.branch;
         match up {
             Up::Fence { epoch, delta } => {
                 // The whole tree has contributed: release everyone.
@@ -2041,7 +2154,9 @@ impl Root {
                 data,
             } => {
                 if let Some((k, from, asked)) = self.cross_dmodex.remove(&req) {
-                    self.jobs[k].branch.dmodex_data(from, asked, status, data);
+                    if let Some(job) = self.live_mut(k) {
+                        job.branch.dmodex_data(from, asked, status, data);
+                    }
                 }
             }
             Up::DmodexData {
@@ -2076,7 +2191,9 @@ impl Root {
     }
 
     fn on_report(&mut self, j: usize, r: Report) {
-        let discarded = self.jobs[j].discarded;
+        let Some(discarded) = self.live_mut(j).map(|job| job.discarded) else {
+            return debug!(j, "a report of a released job");
+        };
         match r {
             Report::Exited {
                 rank,
@@ -2098,7 +2215,9 @@ impl Root {
                 // before the teardown that follows it reaches it, so the root decides.
                 let forwarded = signal.is_some_and(|s| self.ending == Some(Ending::Signal(s)));
                 let in_teardown = in_teardown || forwarded;
-                let job = &mut self.jobs[j];
+                let Some(job) = self.jobs[j].live_mut() else {
+                    return;
+                };
                 let Some(st) = job.ranks.get_mut(rank) else {
                     return;
                 };
@@ -2132,7 +2251,9 @@ impl Root {
                 if abnormal && !in_teardown && self.ending.is_none() {
                     self.pmix_failure(j, Failure::Ended { code, signal }, vec![rank]);
                 }
-                let job = &self.jobs[j];
+                let Some(job) = self.jobs[j].live() else {
+                    return;
+                };
                 match verdict {
                     ExitVerdict::Nothing => {}
                     ExitVerdict::Failed => self.teardown(Ending::Failed),
@@ -2147,7 +2268,9 @@ impl Root {
                 }
             }
             Report::Initialized { rank } => {
-                let job = &mut self.jobs[j];
+                let Some(job) = self.jobs[j].live_mut() else {
+                    return;
+                };
                 if let Some(s) = job.ranks.get_mut(rank) {
                     s.initialized = true;
                 }
@@ -2177,7 +2300,7 @@ impl Root {
                 code,
                 message,
             } => {
-                let who = rank.map_or("a process".to_string(), |r| self.jobs[j].who(j, r));
+                let who = rank.map_or("a process".to_string(), |r| who(j, r));
                 let msg = if message.is_empty() {
                     String::new()
                 } else {
@@ -2201,15 +2324,18 @@ impl Root {
                 reason,
                 ranks,
             } => {
-                if self.jobs[j].answer.is_none() && !discarded && self.ending.is_none() {
+                let Some(job) = self.jobs[j].live() else {
+                    return;
+                };
+                if job.answer.is_none() && !discarded && self.ending.is_none() {
                     // Its ranks (and those of the hosts below it) are gone with it.
                     let gone: Vec<usize> = ranks
                         .into_iter()
-                        .filter(|&r| self.jobs[j].ranks.get(r).is_some_and(|s| s.ended.is_none()))
+                        .filter(|&r| job.ranks.get(r).is_some_and(|s| s.ended.is_none()))
                         .collect();
                     self.pmix_failure(j, Failure::Lost, gone);
                 }
-                if self.jobs[j].answer.is_some() {
+                if self.jobs[j].live().is_some_and(|job| job.answer.is_some()) {
                     // A host of a job being spawned cannot be reached: the spawn fails.
                     debug!(%host, "a host of a spawned job was lost");
                     self.fail_spawn(j, reason);
@@ -2228,7 +2354,7 @@ impl Root {
             Report::NodeStarted { host, error, procs } => {
                 // The debugger's table covers the first job only.
                 if j == 0 {
-                    self.jobs[j]
+                    self.first()
                         .procs
                         .extend(procs.into_iter().map(|(rank, pid, exe)| crate::mpir::Proc {
                             rank,
@@ -2247,11 +2373,11 @@ impl Root {
                 }
             }
             Report::ProtocolError { rank, error } => {
-                let who = rank.map_or("a PMI client".to_string(), |r| self.jobs[j].who(j, r));
+                let who = rank.map_or("a PMI client".to_string(), |r| who(j, r));
                 say!("kauri: {who} sent a bad PMI message: {error}");
             }
             Report::UnreadReplies { rank, queued } => {
-                let who = rank.map_or("a PMI client".to_string(), |r| self.jobs[j].who(j, r));
+                let who = rank.map_or("a PMI client".to_string(), |r| who(j, r));
                 say!(
                     "kauri: {who} does not read its PMI replies ({} MiB queued); closing its \
                      connection",
@@ -2310,6 +2436,9 @@ impl Root {
             for_whom: vec![whom],
         };
         for (j, job) in self.jobs.iter_mut().enumerate() {
+            let Some(job) = job.live_mut() else {
+                continue;
+            };
             round.want += job.branch.hosts();
             let mine = job.branch.ask_status(stacks);
             if stacks {
@@ -2347,7 +2476,11 @@ impl Root {
         let Some(round) = self.status.take() else {
             return;
         };
-        let names: Vec<Vec<RankState>> = self.jobs.iter().map(|j| j.ranks.clone()).collect();
+        let names: Vec<Vec<RankState>> = self
+            .jobs
+            .iter()
+            .map(|j| j.live().map_or_else(Vec::new, |j| j.ranks.clone()))
+            .collect();
         let lines = status_lines(&round.got, &names);
         let timeout = round.for_whom.iter().any(|w| matches!(w, Asked::Timeout));
         let heading = if timeout {
@@ -2394,7 +2527,7 @@ impl Root {
     fn give_up(&mut self) {
         self.leave_at = None;
         let mut silent: Vec<String> = Vec::new();
-        for j in &self.jobs {
+        for j in self.jobs.iter().filter_map(Job::live) {
             for h in j.branch.kids().unfinished() {
                 if !silent.contains(&h) {
                     silent.push(h);
@@ -2423,13 +2556,13 @@ impl Root {
     }
 
     fn signal_all(&mut self, sig: i32) {
-        for j in &mut self.jobs {
+        for j in self.jobs.iter_mut().filter_map(Job::live_mut) {
             j.branch.signal(sig);
         }
     }
 
     fn kill_all(&mut self) {
-        for j in &mut self.jobs {
+        for j in self.jobs.iter_mut().filter_map(Job::live_mut) {
             j.branch.kill();
         }
     }
@@ -2438,7 +2571,9 @@ impl Root {
     /// servers notify their local clients. Called before the teardown the failure may bring,
     /// which follows it down the same links.
     fn pmix_failure(&mut self, j: usize, failure: Failure, ranks: Vec<usize>) {
-        let job = &mut self.jobs[j];
+        let Some(job) = self.live_mut(j) else {
+            return;
+        };
         if !job.plan.pmix || ranks.is_empty() {
             return;
         }
@@ -2452,10 +2587,15 @@ impl Root {
         if self.ending.is_none() {
             self.ending = Some(why);
         }
-        if self.jobs.iter().all(|j| j.branch.ending()) {
+        if self
+            .jobs
+            .iter()
+            .filter_map(Job::live)
+            .all(|j| j.branch.ending())
+        {
             return;
         }
-        for j in &mut self.jobs {
+        for j in self.jobs.iter_mut().filter_map(Job::live_mut) {
             j.branch.teardown();
         }
         self.kill_at = Some(Instant::now() + self.grace);
@@ -2463,14 +2603,16 @@ impl Root {
 
     /// Sends an answer to whoever asked.
     fn answer(&mut self, a: Asker, reply: ServiceReply) {
-        if let Some(j) = self.jobs.get_mut(a.job) {
+        if let Some(j) = self.live_mut(a.job) {
             j.branch.reply(a.agent, a.req, reply);
         }
     }
 
     /// A spawned job whose start failed: answer the spawner, kill what did start.
     fn fail_spawn(&mut self, idx: usize, why: String) {
-        let j = &mut self.jobs[idx];
+        let Some(j) = self.live_mut(idx) else {
+            return;
+        };
         j.discarded = true;
         j.branch.kill();
         if let Some(a) = j.answer.take() {
@@ -2481,7 +2623,9 @@ impl Root {
 
     /// Answers the spawner once every host of spawned job `idx` has said how its start went.
     fn check_spawn(&mut self, idx: usize) {
-        let j = &mut self.jobs[idx];
+        let Some(j) = self.live_mut(idx) else {
+            return;
+        };
         if j.starting > 0 || j.answer.is_none() || j.discarded {
             return;
         }
@@ -2499,7 +2643,7 @@ impl Root {
     /// One more host of job `idx` has started its ranks (or failed to); the error when it
     /// ends the run (a host of the job the user started).
     fn node_started(&mut self, idx: usize, error: Option<String>) -> Option<String> {
-        let j = &mut self.jobs[idx];
+        let j = self.live_mut(idx)?;
         j.starting = j.starting.saturating_sub(1);
         if j.discarded {
             // Late agents of a failed spawn: make sure they end too.
@@ -2519,7 +2663,9 @@ impl Root {
     /// Fills the debugger's process table (MPIR) once every host of the first job has
     /// started its ranks: the table covers the job the user started, as mpiexec's does.
     fn mpir_check(&mut self, j: usize) {
-        let job = &mut self.jobs[j];
+        let Some(job) = self.live_mut(j) else {
+            return;
+        };
         let all_in = job.procs.len() == job.plan.size;
         if j != 0 || !all_in {
             return;
@@ -2529,7 +2675,7 @@ impl Root {
 
     /// The job whose namespace (kvsname) is `nspace`.
     fn job_named(&self, nspace: &str) -> Option<usize> {
-        self.jobs.iter().position(|j| j.plan.kvsname == nspace)
+        self.jobs.iter().position(|j| j.kvsname() == nspace)
     }
 
     /// Agent `from` of job `j` wants the PMIx data of `rank` of namespace `nspace`, another
@@ -2538,17 +2684,30 @@ impl Root {
     fn cross_dmodex(&mut self, j: usize, from: u32, req: u64, rank: usize, nspace: &str) {
         let Some(k) = self.job_named(nspace) else {
             let none = crate::pmix::ffi::PMIX_ERR_NOT_FOUND;
-            return self.jobs[j].branch.dmodex_data(from, req, none, Vec::new());
+            if let Some(job) = self.live_mut(j) {
+                job.branch.dmodex_data(from, req, none, Vec::new());
+            }
+            return;
+        };
+        let Some(job) = self.live_mut(k) else {
+            // An ended job's data went with it, as under Hydra.
+            let none = crate::pmix::ffi::PMIX_ERR_NOT_FOUND;
+            if let Some(job) = self.live_mut(j) {
+                job.branch.dmodex_data(from, req, none, Vec::new());
+            }
+            return;
         };
         if k == j {
-            let out = self.jobs[j].branch.dmodex_serve(from, req, rank);
+            let out = job.branch.dmodex_serve(from, req, rank);
             return self.on_out(j, out);
         }
         let id = (0..)
             .find(|i| !self.cross_dmodex.contains_key(i))
             .expect("a free id");
         self.cross_dmodex.insert(id, (j, from, req));
-        let out = self.jobs[k].branch.dmodex_serve(CROSS_JOB, id, rank);
+        let out = self
+            .live_mut(k)
+            .and_then(|job| job.branch.dmodex_serve(CROSS_JOB, id, rank));
         self.on_out(k, out);
     }
 
@@ -2575,7 +2734,7 @@ impl Root {
                 };
                 c.jobs.insert(k);
                 if *r == wild {
-                    c.want.extend((0..self.jobs[k].plan.size).map(|r| (k, r)));
+                    c.want.extend((0..self.jobs[k].size()).map(|r| (k, r)));
                 } else {
                     c.want.insert((k, *r as usize));
                 }
@@ -2615,9 +2774,10 @@ impl Root {
         });
         debug!(%sig, jobs = c.jobs.len(), context_id = ?id, "PMIx collective complete");
         for k in c.jobs {
-            self.jobs[k]
-                .branch
-                .pmix_collective_done(sig.clone(), status, c.data.clone(), id);
+            if let Some(job) = self.live_mut(k) {
+                job.branch
+                    .pmix_collective_done(sig.clone(), status, c.data.clone(), id);
+            }
         }
     }
 
@@ -2644,15 +2804,16 @@ impl Root {
                     let jobs = self
                         .jobs
                         .iter()
-                        .map(|j| (j.plan.kvsname.clone(), j.plan.size))
+                        .map(|j| (j.kvsname().to_string(), j.size()))
                         .collect();
                     self.answer(asker, ServiceReply::Jobs(jobs));
                 }
                 Service::JobOf { nspace } => {
                     let plan = self
                         .job_named(&nspace)
-                        .map(|k| Box::new(self.jobs[k].plan.clone()))
-                        .ok_or(format!("no job of this run is named {nspace}"));
+                        .and_then(|k| self.jobs[k].live())
+                        .map(|j| Box::new(j.plan.clone()))
+                        .ok_or(format!("no running job of this run is named {nspace}"));
                     self.answer(asker, ServiceReply::Job(plan));
                 }
                 s => match &mut self.names {
@@ -2705,7 +2866,7 @@ impl Root {
             let k = self
                 .job_named(ns)
                 .ok_or(format!("no job of this run is named {ns}"))?;
-            let size = self.jobs[k].plan.size;
+            let size = self.jobs[k].size();
             let ranks: Vec<usize> = if *r == crate::pmix::ffi::PMIX_RANK_WILDCARD {
                 (0..size).collect()
             } else if (*r as usize) < size {
@@ -2722,7 +2883,7 @@ impl Root {
             .iter()
             .map(|(k, ranks)| {
                 let list: Vec<String> = ranks.iter().map(usize::to_string).collect();
-                format!("{} rank(s) {}", self.jobs[*k].plan.kvsname, list.join(","))
+                format!("{} rank(s) {}", self.jobs[*k].kvsname(), list.join(","))
             })
             .collect();
         let why = if message.is_empty() {
@@ -2737,7 +2898,9 @@ impl Root {
         for (k, mut ranks) in by_job {
             ranks.sort_unstable();
             ranks.dedup();
-            self.jobs[k].branch.signal_ranks(libc::SIGKILL, ranks);
+            if let Some(job) = self.live_mut(k) {
+                job.branch.signal_ranks(libc::SIGKILL, ranks);
+            }
         }
         Ok(())
     }
@@ -2755,7 +2918,10 @@ impl Root {
             let reply = ServiceReply::Spawn(Err("the run is ending".into()));
             return self.answer(asker, reply);
         }
-        let spawner = &self.jobs[asker.job].plan;
+        let Some(spawner) = self.jobs.get(asker.job).and_then(Job::live) else {
+            return debug!(job = asker.job, "a spawn asked by a released job");
+        };
+        let spawner = &spawner.plan;
         let planned = plan_spawn(&mut self.cluster, spawner, commands, preput, pmix.as_ref());
         let (plan, local, remote) = match planned {
             Ok(x) => x,
@@ -2778,13 +2944,13 @@ impl Root {
             Ok(mut j) => {
                 j.spawner = Some(asker.job);
                 j.answer = Some(asker);
-                self.jobs.push(j);
+                self.jobs.push(Job::Live(Box::new(j)));
                 self.check_spawn(idx);
             }
             Err((e, Some(mut j))) => {
                 j.spawner = Some(asker.job);
                 j.answer = Some(asker);
-                self.jobs.push(j);
+                self.jobs.push(Job::Live(Box::new(j)));
                 self.fail_spawn(idx, e);
             }
             Err((e, None)) => self.answer(asker, ServiceReply::Spawn(Err(e))),

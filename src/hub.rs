@@ -592,6 +592,7 @@ async fn serve_child(
                 let dest = crate::iofwd::Dest {
                     stream,
                     file: file.map(Into::into),
+                    close: false,
                 };
                 if out.send(dest, Bytes::from(data)).await.is_err() {
                     break;

@@ -36,11 +36,18 @@ pub struct Dest {
     pub stream: Stream,
     /// The file they go to instead, relative to the front end's working directory.
     pub file: Option<Arc<str>>,
+    /// With `file`: close it after these bytes (none, usually): the job that wrote it ended.
+    /// A later write opens it again to append.
+    pub close: bool,
 }
 
 impl From<Stream> for Dest {
     fn from(stream: Stream) -> Dest {
-        Dest { stream, file: None }
+        Dest {
+            stream,
+            file: None,
+            close: false,
+        }
     }
 }
 
@@ -184,6 +191,7 @@ async fn send(
     let dest = Dest {
         stream,
         file: route.file.as_ref().map(|f| f.now()),
+        close: false,
     };
     out.send(dest, msg).await
 }

@@ -11,7 +11,7 @@
 //! lives in `iofwd`.
 
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 
@@ -265,13 +265,20 @@ pub fn files_of_job<'a>(
 /// as Hydra creates it; Hydra does not empty an old file but writes over its start, which
 /// leaves the end of a longer old output behind. A file is opened as [`open_for_user`] does:
 /// never through a symbolic link, and never one that is not the user's own regular file.
+///
+/// A spawned job's files are closed when it ends ([`Files::close_one`]), so that a run of many
+/// spawns holds no descriptor per finished job; a later job whose pattern names the same file
+/// opens it again to append, and what the earlier jobs wrote stays. The names of the files
+/// closed are kept for that (one per file the run created, not per job).
 #[derive(Debug, Default)]
 pub struct Files {
     open: HashMap<Arc<str>, Option<tokio::fs::File>>,
+    /// Files this run wrote and closed since: opened again, they are appended to.
+    closed: HashSet<Arc<str>>,
 }
 
-/// Opens (or creates, mode 0600) the file `path` for the user to write, and empties it; or
-/// refuses it with an error that says why. A directory anyone may write to (`/tmp`, a shared
+/// Opens (or creates, mode 0600) the file `path` for the user to write, and empties it
+/// (`truncate`) or appends to it; or refuses it with an error that says why. A directory anyone may write to (`/tmp`, a shared
 /// scratch directory) may hold a link or a file another user planted at the name a pattern
 /// gives, to make kauri empty and write over a file of the user's: so the last component is
 /// not followed if it is a symbolic link (`O_NOFOLLOW`: the open fails), a FIFO or a device
@@ -279,10 +286,11 @@ pub struct Files {
 /// descriptor (`fstat`, no window between the check and the use) to be a regular file whose
 /// owner is the user running kauri, with no other name (a hard link to another of the user's
 /// files). Only then is it emptied: an open never truncates.
-pub fn open_for_user(path: &str) -> std::io::Result<std::fs::File> {
+pub fn open_for_user(path: &str, truncate: bool) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let opened = std::fs::OpenOptions::new()
         .write(true)
+        .append(!truncate)
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
@@ -300,7 +308,9 @@ pub fn open_for_user(path: &str) -> std::io::Result<std::fs::File> {
     if let Some(why) = refusal(&f.metadata()?) {
         return Err(why);
     }
-    f.set_len(0)?;
+    if truncate {
+        f.set_len(0)?;
+    }
     blocking(&f)?;
     Ok(f)
 }
@@ -354,8 +364,8 @@ impl Files {
     pub fn create(paths: &[(String, &str)]) -> Result<Files, String> {
         let mut files = Files::default();
         for (path, option) in paths {
-            let f =
-                open_for_user(path).map_err(|e| format!("{option}: cannot create {path}: {e}"))?;
+            let f = open_for_user(path, true)
+                .map_err(|e| format!("{option}: cannot create {path}: {e}"))?;
             files
                 .open
                 .insert(path.as_str().into(), Some(tokio::fs::File::from_std(f)));
@@ -368,7 +378,8 @@ impl Files {
     pub async fn write(&mut self, path: &Arc<str>, data: &[u8]) -> Result<(), String> {
         if !self.open.contains_key(path) {
             let p = path.to_string();
-            let opened = tokio::task::spawn_blocking(move || open_for_user(&p))
+            let truncate = !self.closed.contains(path);
+            let opened = tokio::task::spawn_blocking(move || open_for_user(&p, truncate))
                 .await
                 .unwrap_or_else(|e| Err(std::io::Error::other(e)));
             match opened {
@@ -392,6 +403,18 @@ impl Files {
             self.open.insert(path.clone(), None);
             format!("cannot write output file {path}: {e}")
         })
+    }
+
+    /// Flushes and closes the file `path`, if open, until the next write to it (which
+    /// appends). A file that failed stays failed.
+    pub async fn close_one(&mut self, path: &Arc<str>) {
+        if !matches!(self.open.get(path), Some(Some(_))) {
+            return;
+        }
+        if let Some(Some(mut f)) = self.open.remove(path) {
+            let _ = f.flush().await;
+            self.closed.insert(path.clone());
+        }
     }
 
     /// Flushes and closes every file.
@@ -472,9 +495,11 @@ mod tests {
         std::fs::write(dir.join("victim"), "keep me\n").unwrap();
         std::os::unix::fs::symlink(dir.join("victim"), dir.join("link")).unwrap();
         std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("dangling")).unwrap();
-        let e = open_for_user(&at("link")).unwrap_err().to_string();
+        let e = open_for_user(&at("link"), true).unwrap_err().to_string();
         assert!(e.contains("symbolic link"), "{e}");
-        let e = open_for_user(&at("dangling")).unwrap_err().to_string();
+        let e = open_for_user(&at("dangling"), true)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("symbolic link"), "{e}");
         assert!(
             !dir.join("nowhere").exists(),
@@ -483,27 +508,43 @@ mod tests {
         let fifo = std::ffi::CString::new(at("fifo")).unwrap();
         // SAFETY: mkfifo with a NUL-terminated path.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-        let e = open_for_user(&at("fifo")).unwrap_err().to_string();
+        let e = open_for_user(&at("fifo"), true).unwrap_err().to_string();
         assert!(
             e.contains("not a regular file"),
             "a FIFO, without blocking: {e}"
         );
-        assert!(open_for_user(dir.to_str().unwrap()).is_err(), "a directory");
+        assert!(
+            open_for_user(dir.to_str().unwrap(), true).is_err(),
+            "a directory"
+        );
         std::fs::write(dir.join("old"), "an old longer line\n").unwrap();
-        let f = open_for_user(&at("old")).unwrap();
+        let f = open_for_user(&at("old"), true).unwrap();
         assert_eq!(
             f.metadata().unwrap().len(),
             0,
             "the user's own file is emptied"
         );
-        let f = open_for_user(&at("new")).unwrap();
+        // Opened again to append (a later job's): what is there stays, the same checks hold.
+        use std::io::Write;
+        (&f).write_all(b"first\n").unwrap();
+        let mut again = open_for_user(&at("old"), false).unwrap();
+        again.write_all(b"second\n").unwrap();
+        let both = std::fs::read_to_string(dir.join("old")).unwrap();
+        assert_eq!(both, "first\nsecond\n", "an append keeps what was written");
+        let e = open_for_user(&at("link"), false).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        let e = open_for_user(&at("fifo"), false).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let f = open_for_user(&at("new"), true).unwrap();
         assert_eq!(f.metadata().unwrap().mode() & 0o777, 0o600);
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             std::os::unix::fs::chown(dir.join("old"), Some(65534), Some(65534)).unwrap();
             std::fs::write(dir.join("old"), "nobody's\n").unwrap();
-            let e = open_for_user(&at("old")).unwrap_err().to_string();
-            assert!(e.contains("owned by uid 65534"), "{e}");
+            for truncate in [true, false] {
+                let e = open_for_user(&at("old"), truncate).unwrap_err().to_string();
+                assert!(e.contains("owned by uid 65534"), "{e}");
+            }
             let kept = std::fs::read_to_string(dir.join("old")).unwrap();
             assert_eq!(kept, "nobody's\n", "another user's file is not emptied");
         }

@@ -464,3 +464,75 @@ fn a_hard_link_or_a_planted_link_is_refused_with_one_line() {
     assert_eq!(read(&dir, "victim"), "the user's own\n");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A rank that spawns `$1` one-rank jobs one after the other, each writing a line on stdout
+/// and one on stderr, and prints kauri's open descriptors (its parent's `/proc/PPID/fd`)
+/// after the 5th spawn and at the end, once every job's line is in its file.
+const MANY_SPAWNS: &str = r#"
+pmi() { printf "$1" >&$PMI_FD; read -r r <&$PMI_FD; }
+fds() { echo "fds at $1: $(ls /proc/$PPID/fd | wc -l)"; }
+pmi 'cmd=init pmi_version=1 pmi_subversion=1\n'
+i=0
+while [ $i -lt $1 ]; do
+    i=$((i+1))
+    pmi "mcmd=spawn\nnprocs=1\nexecname=sh\ntotspawns=1\nspawnssofar=1\nargcnt=3\narg1=-c\narg2=echo \"child \$0\"; echo \"err \$0\" >&2\narg3=$i\npreput_num=0\ninfo_num=0\nendcmd\n"
+    case "$r" in *rc=0*) ;; *) echo "spawn $i failed: $r"; exit 3;; esac
+    [ $i = 5 ] && { sleep 1; fds 5; }
+done
+while [ ! -s o.$1.0 ]; do sleep 0.1; done
+sleep 2
+fds end
+pmi 'cmd=finalize\n'
+"#;
+
+/// A run that spawns 100 jobs, each with its own output file (`o.%g.%r`) and all sharing one
+/// error file: kauri closes a spawned job's files when it ends (its descriptors at the end
+/// are those after the 5th spawn, give or take the last jobs'), and a job that opens a
+/// shared file again appends to it: every job's line is there. Before, every finished job's
+/// file stayed open (100 more descriptors).
+#[test]
+fn a_finished_spawned_job_closes_its_output_files() {
+    let n = 100;
+    let dir = fresh_dir("many-spawns");
+    let o = kauri_in(
+        &dir,
+        &[
+            "-n",
+            "1",
+            "-outfile-pattern",
+            "o.%g.%r",
+            "-errfile-pattern",
+            "e.shared",
+            "bash",
+            "-c",
+            MANY_SPAWNS,
+            "rank",
+            &n.to_string(),
+        ],
+    );
+    let parent = std::fs::read_to_string(dir.join("o.0.0")).unwrap_or_default();
+    assert!(o.status.success(), "{parent}{}", stderr(&o));
+    let fds = |when: &str| -> usize {
+        parent
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("fds at {when}: ")))
+            .unwrap_or_else(|| panic!("no count at {when} in {parent:?}"))
+            .parse()
+            .unwrap()
+    };
+    let (early, end) = (fds("5"), fds("end"));
+    eprintln!("kauri's descriptors: {early} after 5 spawns, {end} after {n}");
+    assert!(
+        end <= early + 8,
+        "kauri's descriptors grew from {early} to {end} over {n} spawns"
+    );
+    for g in 1..=n {
+        assert_eq!(read(&dir, &format!("o.{g}.0")), format!("child {g}\n"));
+    }
+    let mut shared: Vec<String> = read(&dir, "e.shared").lines().map(String::from).collect();
+    shared.sort();
+    let mut want: Vec<String> = (1..=n).map(|g| format!("err {g}")).collect();
+    want.sort();
+    assert_eq!(shared, want, "every job's line in the shared file");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

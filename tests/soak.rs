@@ -19,10 +19,11 @@ use std::process::Command;
 const FD_MARGIN: usize = 4;
 
 /// How much more resident memory kauri may hold at the end than after the first 10 rounds:
-/// 4 MiB. The allocator keeps freed pages and a tokio runtime's queues grow to their high
-/// water mark, which is a constant, not a function of the rounds; a leak of one page per
-/// spawned job (4 MiB over 1,000) or of 400 bytes per fence (4 MiB over 10,000) fails it.
-const RSS_MARGIN_KB: u64 = 4 * 1024;
+/// 1.5 MiB. The allocator keeps freed pages and a tokio runtime's queues grow to their high
+/// water mark, which is a constant, not a function of the rounds (measured: 0.4 MiB over
+/// 1,000 spawns); a leak of 1.5 kB per spawned job or of 160 bytes per fence (10,000) fails
+/// it. Before, each finished spawned job kept its whole record, 2.7 kB (2.7 MiB over 1,000).
+const RSS_MARGIN_KB: u64 = 1536;
 
 /// Bash functions the ranks share: `pmi LINE` sends a line and reads the reply into `$r`;
 /// `measure WHEN` prints `at WHEN: fds=F rss=R` for kauri (the rank's parent), after a

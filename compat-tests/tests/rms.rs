@@ -1,5 +1,6 @@
 //! kauri inside a real resource manager's job: its hosts from the job, its agents started by
-//! the manager's own launcher, its ranks' environment cleaned of the manager's task variables.
+//! the manager's own launcher, its ranks' environment cleaned of the manager's task variables;
+//! and kauri killed with `SIGKILL` in the middle leaves nothing of its job.
 //!
 //! Two groups, by what they need (named by prefix, so one group runs with a filter):
 //!
@@ -11,9 +12,17 @@
 //!   runs as `salloc -Q -N1 -n4 KAURI …`.
 //!
 //! A missing tool or package is a test failure naming the package, never a skip. Every test
-//! asserts the exit status and ends with the leftover check.
+//! asserts the exit status (a test that kills kauri: that the job's processes went) and ends
+//! with the leftover check.
 
-use compat_tests::{sge_local, slurm_local, Ctx, Job, Launcher, Outcome};
+use compat_tests::{
+    find_marked, processes, sge_local, signal_pid, slurm_local, Ctx, Job, Launcher, Outcome,
+    ProcInfo, MARKER_VAR,
+};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
 
 fn run(job: Job) -> Outcome {
     let o = job.run();
@@ -129,6 +138,111 @@ fn sge_mpich_hello() {
     ctx.assert_no_leftovers();
 }
 
+/// kauri killed with `SIGKILL` inside a Grid Engine parallel environment (`qrsh -pe kauri 2
+/// KAURI -n 2 rank.sh`), while its ranks run under the agent `qrsh -inherit` started: no rank,
+/// agent or `qrsh` of the job is left, and the job ends (`qrsh` returns). kauri is the job's
+/// command, so its death ends the job and Grid Engine ends the job's tasks; `qrsh -inherit`
+/// dies with kauri (its death signal), and the agent, seeing its parent's link end, kills its
+/// ranks too.
+#[test]
+fn sge_kauri_killed_leaves_no_rank_or_agent() {
+    let sge = sge_local();
+    let ctx = Ctx::new("sge_kill");
+    let rank = ctx.script("rank.sh", RUNNING_SH);
+    let dir = ctx.dir.to_string_lossy().into_owned();
+    let argv = sge.qrsh_pe(2);
+    let mut qrsh = Command::new(&argv[0])
+        .args(&argv[1..])
+        .arg(ctx.kauri())
+        .args(["-n", "2", &rank, &dir])
+        .env(MARKER_VAR, &ctx.marker)
+        .current_dir(&ctx.dir)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(ctx.dir.join("stderr")).expect("stderr file"))
+        .spawn()
+        .expect("start qrsh");
+    let stderr = || std::fs::read_to_string(ctx.dir.join("stderr")).unwrap_or_default();
+    let start = Instant::now();
+    while !(0..2).all(|r| ctx.dir.join(format!("up.{r}")).exists()) {
+        if let Ok(Some(st)) = qrsh.try_wait() {
+            fail_clean(
+                &ctx,
+                format!("qrsh ended ({st}) before the ranks ran: {}", stderr()),
+            );
+        }
+        if start.elapsed() > KILL_PATIENCE {
+            fail_clean(&ctx, format!("the ranks did not start: {}", stderr()));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    // The ranks, agents and front end, and `qrsh -inherit` (which names the agent's path);
+    // not the job's own `qrsh` (this test's child) nor a zombie `kauri` under init (another
+    // run's, which `find_marked` takes for this test's by its name alone).
+    let qrsh_pid = qrsh.id();
+    let marked = || -> Vec<ProcInfo> {
+        find_marked(&ctx.marker, &ctx.dir)
+            .into_iter()
+            .filter(|p| p.pid != qrsh_pid && !(p.state == 'Z' && p.ppid == 1))
+            .filter(|p| p.cmdline.contains(&rank) || p.comm == "kauri" || p.comm == "qrsh")
+            .collect()
+    };
+    let before = marked();
+    let front = before
+        .iter()
+        .find(|p| {
+            p.comm == "kauri" && !p.cmdline.contains(" agent ") && !p.cmdline.contains("--keeper")
+        })
+        .unwrap_or_else(|| fail_clean(&ctx, format!("no front end among {before:?}")))
+        .clone();
+    let agents = before
+        .iter()
+        .filter(|p| p.comm == "kauri" && p.cmdline.contains(" agent "))
+        .count();
+    if agents != 1 || before.iter().filter(|p| p.cmdline.contains(&rank)).count() < 2 {
+        fail_clean(&ctx, format!("not one agent and 2 ranks: {before:?}"));
+    }
+    assert!(signal_pid(front.pid, "KILL"), "kill kauri");
+    let start = Instant::now();
+    let mut ended = None;
+    while start.elapsed() < KILL_PATIENCE {
+        if ended.is_none() {
+            ended = qrsh.try_wait().ok().flatten();
+        }
+        if ended.is_some() && marked().is_empty() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    let left = marked();
+    if ended.is_none() {
+        kill_group(qrsh_pid);
+    }
+    let _ = qrsh.wait();
+    assert!(
+        left.is_empty(),
+        "{} process(es) of the job outlived kauri by {} s: {left:#?}\n{}",
+        left.len(),
+        KILL_PATIENCE.as_secs(),
+        stderr()
+    );
+    assert!(
+        ended.is_some(),
+        "the Grid Engine job did not end: {}",
+        stderr()
+    );
+    ctx.assert_no_leftovers();
+}
+
+/// Kills the process group `pgid` this test started (a job that did not end).
+fn kill_group(pgid: u32) {
+    signal_pid(pgid, "KILL");
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status();
+}
+
 // =======================================================================================
 // Slurm (root)
 
@@ -214,5 +328,137 @@ fn slurm_ranks_do_not_see_task_variables() {
             "every rank keeps {kept}\n{o}"
         );
     }
+    ctx.assert_no_leftovers();
+}
+
+/// `rank.sh`: says it runs (`up.RANK`, and the Slurm or Grid Engine job's id in `job`) in the directory
+/// given as its first argument, then runs until killed.
+const RUNNING_SH: &str = r#"#!/bin/sh
+echo "${SLURM_JOB_ID:-$JOB_ID}" > "$1/job"
+touch "$1/up.$KAURI_RANK"
+while :; do sleep 1; done
+"#;
+
+/// Fails a test with `why` before its kill, ending every process of it first (the job would
+/// run on: the wrapper waits for the test).
+fn fail_clean(ctx: &Ctx, why: String) -> ! {
+    eprintln!("{why}");
+    ctx.assert_no_leftovers();
+    panic!("{why}");
+}
+
+/// How long the processes of a killed kauri may take to go: a failure, not a timing.
+const KILL_PATIENCE: Duration = Duration::from_secs(120);
+
+/// kauri killed with `SIGKILL` under `-launcher slurm`, while its ranks run on the node its
+/// agent was started on by `srun` (`salloc -Q -N1 -n4 sh -c 'KAURI …; wait for the test'`,
+/// so the allocation outlives kauri and salloc does not end the ranks): no rank, agent or
+/// `srun` of the job is left, and Slurm lists no step of it (`squeue -s`). Then the
+/// allocation is let go. Two things end them: `srun` dies with kauri (its death signal,
+/// `launch`), and Slurm cancels a step whose `srun` is gone, killing the agent and the ranks;
+/// and the agent, seeing its parent's link end, kills its ranks itself (the path
+/// `tests/kill_kauri.rs` proves over ssh). With the agent stopped (`SIGSTOP`) before the kill,
+/// this test passes too: Slurm's path alone suffices.
+#[test]
+fn slurm_kauri_killed_leaves_no_rank_agent_or_step() {
+    let slurm = slurm_local();
+    let ctx = Ctx::new("slurm_kill");
+    let rank = ctx.script("rank.sh", RUNNING_SH);
+    let dir = ctx.dir.to_string_lossy().into_owned();
+    let kauri = ctx.kauri();
+    let wrapper = format!("\"$@\"; while [ ! -e {dir}/release ]; do sleep 0.2; done",);
+    let mut salloc = Command::new("salloc")
+        .args(["-Q", "-N1", "-n4", "sh", "-c", &wrapper, "sh"])
+        .arg(&kauri)
+        .args(["-launcher", "slurm", "-n", "2", &rank, &dir])
+        .env("SLURM_CONF", &slurm.conf)
+        .env(MARKER_VAR, &ctx.marker)
+        .current_dir(&ctx.dir)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(ctx.dir.join("stderr")).expect("stderr file"))
+        .spawn()
+        .expect("start salloc");
+    let stderr = || std::fs::read_to_string(ctx.dir.join("stderr")).unwrap_or_default();
+    let start = Instant::now();
+    while !(0..2).all(|r| ctx.dir.join(format!("up.{r}")).exists()) {
+        if let Ok(Some(st)) = salloc.try_wait() {
+            fail_clean(
+                &ctx,
+                format!("salloc ended ({st}) before the ranks ran: {}", stderr()),
+            );
+        }
+        if start.elapsed() > KILL_PATIENCE {
+            fail_clean(&ctx, format!("the ranks did not start: {}", stderr()));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    let job = std::fs::read_to_string(ctx.dir.join("job")).expect("the job's id");
+    let job = job.trim().to_string();
+    // The ranks, agents, front end and srun: not salloc and the wrapper it runs, which
+    // wait for the test (and name the rank's script too), nor a zombie `kauri` under init,
+    // which `find_marked` takes for this test's by its name alone (another run's, reaped by
+    // init in its time).
+    let salloc_pid = salloc.id();
+    let of_job = |p: &ProcInfo| {
+        p.pid != salloc_pid
+            && p.ppid != salloc_pid
+            && !(p.state == 'Z' && p.ppid == 1)
+            && (p.cmdline.contains(&rank) || p.comm == "srun" || p.comm == "kauri")
+    };
+    let marked = || -> Vec<ProcInfo> {
+        find_marked(&ctx.marker, &ctx.dir)
+            .into_iter()
+            .filter(of_job)
+            .collect()
+    };
+    // The front end: the kauri whose parent is the wrapper, salloc's child.
+    let all = processes();
+    let front = marked()
+        .into_iter()
+        .find(|p| p.comm == "kauri" && all.iter().any(|w| w.pid == p.ppid && w.ppid == salloc.id()))
+        .unwrap_or_else(|| fail_clean(&ctx, format!("no front end among {:?}", marked())));
+    let before = marked();
+    if !before.iter().any(|p| p.comm == "srun")
+        || before.iter().filter(|p| p.cmdline.contains(&rank)).count() < 2
+    {
+        fail_clean(&ctx, format!("not an srun and 2 ranks: {before:?}"));
+    }
+    let steps = || -> Vec<String> {
+        let o = Command::new("squeue")
+            .args(["-h", "-s", "-j", &job, "-o", "%i"])
+            .env("SLURM_CONF", &slurm.conf)
+            .output()
+            .expect("squeue");
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && !s.ends_with(".extern") && !s.ends_with(".interactive"))
+            .map(String::from)
+            .collect()
+    };
+    if steps().is_empty() {
+        fail_clean(&ctx, format!("Slurm lists no step of job {job}"));
+    }
+    assert!(signal_pid(front.pid, "KILL"), "kill kauri");
+    let start = Instant::now();
+    while (!marked().is_empty() || !steps().is_empty()) && start.elapsed() < KILL_PATIENCE {
+        thread::sleep(Duration::from_millis(200));
+    }
+    let (left, running) = (marked(), steps());
+    std::fs::write(ctx.dir.join("release"), "").expect("release the allocation");
+    let _ = salloc.wait();
+    assert!(
+        left.is_empty(),
+        "{} process(es) of the job outlived kauri by {} s: {left:#?}\n{}",
+        left.len(),
+        KILL_PATIENCE.as_secs(),
+        stderr()
+    );
+    assert!(
+        running.is_empty(),
+        "Slurm still runs step(s) {running:?} of job {job}"
+    );
     ctx.assert_no_leftovers();
 }

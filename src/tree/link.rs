@@ -330,6 +330,7 @@ mod tests {
         let file = |f: &str| Dest {
             stream: Stream::Stdout,
             file: Some(f.into()),
+            close: false,
         };
         for (d, l) in [
             (Stream::Stdout.into(), "a\n"),
