@@ -746,6 +746,9 @@ struct JobRun {
     /// A spawned job that ended while the run went on, and gave back what it held
     /// ([`Root::release_if_done`]).
     released: bool,
+    /// Its ranks that died while it went on (`-disable-auto-cleanup`), in order: the value of
+    /// `PMI_dead_processes` on every host.
+    dead: Vec<usize>,
 }
 
 impl JobRun {
@@ -1063,6 +1066,7 @@ async fn start_job(
         start_error: None,
         discarded: false,
         released: false,
+        dead: Vec::new(),
     };
     match error {
         None => Ok(run),
@@ -2132,6 +2136,12 @@ impl Root {
                 if abnormal && !in_teardown && self.ending.is_none() {
                     self.pmix_failure(j, Failure::Ended { code, signal }, vec![rank]);
                 }
+                // As Hydra: a rank that leaves PMI without finalize has died, and the job goes
+                // on without it; the survivors are told.
+                let died = initialized && !finalized && !in_teardown;
+                if died && verdict == ExitVerdict::Nothing && !self.auto_cleanup {
+                    self.dead_processes(j, [rank]);
+                }
                 let job = &self.jobs[j];
                 match verdict {
                     ExitVerdict::Nothing => {}
@@ -2207,7 +2217,10 @@ impl Root {
                         .into_iter()
                         .filter(|&r| self.jobs[j].ranks.get(r).is_some_and(|s| s.ended.is_none()))
                         .collect();
-                    self.pmix_failure(j, Failure::Lost, gone);
+                    self.pmix_failure(j, Failure::Lost, gone.clone());
+                    if !self.auto_cleanup {
+                        self.dead_processes(j, gone);
+                    }
                 }
                 if self.jobs[j].answer.is_some() {
                     // A host of a job being spawned cannot be reached: the spawn fails.
@@ -2444,6 +2457,25 @@ impl Root {
         }
         let (status, exit_code) = failure.event();
         job.branch.pmix_failure(status, ranks, exit_code, None);
+    }
+
+    /// Adds `ranks` to job `j`'s dead ranks (`-disable-auto-cleanup`, the job going on) and
+    /// tells every host of the job: each serves the list as `PMI_dead_processes`, then sends
+    /// `SIGUSR1` to its ranks in PMI. Nothing once the job is ending.
+    fn dead_processes(&mut self, j: usize, ranks: impl IntoIterator<Item = usize>) {
+        if self.ending.is_some() {
+            return;
+        }
+        let job = &mut self.jobs[j];
+        let before = job.dead.len();
+        for r in ranks {
+            if !job.dead.contains(&r) {
+                job.dead.push(r);
+            }
+        }
+        if job.dead.len() > before {
+            job.branch.dead_processes(job.dead.clone(), None);
+        }
     }
 
     /// Ends the run: `SIGTERM` to every rank of every job, `SIGKILL` after the grace. The
