@@ -27,45 +27,51 @@ fn program() -> String {
 }
 
 /// Four ranks of the program, with `args` before it.
-fn run(args: &[&str]) -> Output {
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let prog = program();
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["-n", "4", python(), &prog]);
-    kauri(&all, None, &[])
+    kauri(&all, None, env)
 }
 
-/// What each survivor prints once told: the key empty before, `3` after, in each protocol.
-fn told() -> Vec<String> {
-    let v1 = "before: get=0: ; after: get=0:3";
-    let v2 = "before: kvs-get=TRUE: info-getjobattr=TRUE: ; \
-              after: kvs-get=TRUE:3 info-getjobattr=TRUE:3";
-    vec![
-        format!("rank 0 SIGUSR1; {v1}").replace(" ;", ";"),
-        format!("rank 1 SIGUSR1; {v2}").replace(" ;", ";"),
-        format!("rank 2 SIGUSR1; {v1}").replace(" ;", ";"),
-    ]
+/// What survivor `rank` prints once told: the key empty before, `dead` after, in its protocol
+/// (even ranks PMI-1, odd ranks PMI-2).
+fn told(rank: usize, dead: &str) -> String {
+    if rank % 2 == 0 {
+        format!("rank {rank} SIGUSR1; before: get=0:; after: get=0:{dead}")
+    } else {
+        format!(
+            "rank {rank} SIGUSR1; before: kvs-get=TRUE: info-getjobattr=TRUE:; \
+             after: kvs-get=TRUE:{dead} info-getjobattr=TRUE:{dead}"
+        )
+    }
 }
 
 #[test]
 fn one_host_survivors_are_told_of_a_dead_rank() {
-    let o = run(&["-disable-auto-cleanup"]);
-    assert_eq!(lines(&o), told(), "{}", stderr(&o));
+    let o = run(&["-disable-auto-cleanup"], &[]);
+    let want: Vec<String> = (0..3).map(|r| told(r, "3")).collect();
+    assert_eq!(lines(&o), want, "{}", stderr(&o));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
 
 /// Rank 3 dies on b; ranks 0 and 1 on a read it from a's own engine.
 #[test]
 fn two_hosts_survivors_are_told_of_a_dead_rank() {
-    let o = run(&[
-        "-disable-auto-cleanup",
-        "-launcher",
-        "fork",
-        "-hosts",
-        "a,b",
-        "-ppn",
-        "2",
-    ]);
-    assert_eq!(lines(&o), told(), "{}", stderr(&o));
+    let o = run(
+        &[
+            "-disable-auto-cleanup",
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b",
+            "-ppn",
+            "2",
+        ],
+        &[],
+    );
+    let want: Vec<String> = (0..3).map(|r| told(r, "3")).collect();
+    assert_eq!(lines(&o), want, "{}", stderr(&o));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
 }
 
@@ -73,9 +79,30 @@ fn two_hosts_survivors_are_told_of_a_dead_rank() {
 /// survivors are torn down.
 #[test]
 fn with_auto_cleanup_the_job_ends_as_before() {
-    let o = run(&["-launcher", "fork", "-hosts", "a,b", "-ppn", "2"]);
+    let o = run(&["-launcher", "fork", "-hosts", "a,b", "-ppn", "2"], &[]);
     let err = stderr(&o);
     assert!(lines(&o).is_empty(), "{:?} {err}", lines(&o));
     assert!(err.contains("rank 3"), "{err}");
     assert_eq!(o.status.code(), Some(1), "{err}");
+}
+
+/// Rank 3 kills b's agent: b is lost with ranks 2 and 3, and the ranks on a are told of both.
+#[test]
+fn two_hosts_survivors_are_told_of_a_lost_host() {
+    let o = run(
+        &[
+            "-disable-auto-cleanup",
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b",
+            "-ppn",
+            "2",
+        ],
+        &[("DEAD_PROCS_KILL_AGENT", "1")],
+    );
+    let err = stderr(&o);
+    assert_eq!(lines(&o), vec![told(0, "2,3"), told(1, "2,3")], "{err}");
+    assert!(err.contains("the job goes on without it"), "{err}");
+    assert_eq!(o.status.code(), Some(255), "{err}");
 }

@@ -2,13 +2,15 @@
 """A rank that speaks the PMI wire itself, as MPICH's fault tolerance does: even ranks PMI-1,
 odd ranks PMI-2 (one socket serves both). Every rank reads `PMI_dead_processes`, fences, and
 then the last rank exits 1 without finalize; the others wait for SIGUSR1 (up to
-`DEAD_PROCS_WAIT` seconds), read the key again (PMI-1 `get`, or PMI-2 `kvs-get` and
+`DEAD_PROCS_WAIT` seconds; with `DEAD_PROCS_KILL_AGENT` set, the last rank kills
+its agent instead), read the key again (PMI-1 `get`, or PMI-2 `kvs-get` and
 `info-getjobattr`), print what they saw and finalize."""
 # pylint: disable=invalid-name
 import os
 import signal
 import socket
 import sys
+import time
 
 rank, size = int(os.environ["PMI_RANK"]), int(os.environ["PMI_SIZE"])
 v2 = rank % 2 == 1
@@ -61,6 +63,10 @@ if v2:
 else:
     v1("cmd=barrier_in", "barrier_out")
 if rank == size - 1:
+    if os.environ.get("DEAD_PROCS_KILL_AGENT"):
+        # Its host is lost: the agent above it dies, and this rank with it.
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(300)
     sys.exit(1)
 wait = float(os.environ.get("DEAD_PROCS_WAIT", "120"))
 if signal.sigtimedwait({signal.SIGUSR1}, wait) is None:
