@@ -63,6 +63,9 @@ pub trait Host {
     /// Tell the local clients of the job's PMIx server that `ranks` failed with `status`
     /// (nothing where no PMIx server serves the job).
     fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>);
+    /// The job's dead ranks are `ranks`: serve them as `PMI_dead_processes`, then send
+    /// `SIGUSR1` to the local ranks still in PMI.
+    fn dead_processes(&self, ranks: &[usize]);
     /// Serve local `rank`'s PMIx data to request `req` of agent `to`.
     fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64);
     /// The answer to this host's direct-modex request `req`.
@@ -142,6 +145,9 @@ impl Host for Node {
     }
     fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
         Node::pmix_failure(self, status, ranks, exit_code)
+    }
+    fn dead_processes(&self, ranks: &[usize]) {
+        Node::dead_processes(self, ranks)
     }
     fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
         Node::pmix_dmodex_serve(self, rank, to, req)
@@ -617,6 +623,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 ranks,
                 exit_code,
             } => self.pmix_failure(status, ranks, exit_code, Some(frame)),
+            Down::DeadProcesses { ranks } => self.dead_processes(ranks, Some(frame)),
             Down::Stdin(data) => self.stdin(Some(data)),
             Down::StdinEof => self.stdin(None),
             Down::Signal(sig) => self.signal(sig),
@@ -707,6 +714,23 @@ impl<H: Host, L: Links> Branch<H, L> {
         }
         if let Some(n) = &self.node {
             n.pmix_failure(status, &ranks, exit_code);
+        }
+    }
+
+    /// The job's dead ranks are `ranks` (`-disable-auto-cleanup`): every host below is told
+    /// (`frame`, when it came from the parent, as it came), then this host, which serves
+    /// them as `PMI_dead_processes` before it signals its ranks, so a rank that reads the
+    /// key on `SIGUSR1` finds the rank that caused it.
+    pub fn dead_processes(&mut self, ranks: Vec<usize>, frame: Option<Bytes>) {
+        debug!(host = %self.host, ?ranks, "dead processes");
+        match frame {
+            Some(f) => self.kids.broadcast_frame(&f),
+            None => self.kids.broadcast(&Down::DeadProcesses {
+                ranks: ranks.clone(),
+            }),
+        }
+        if let Some(n) = &self.node {
+            n.dead_processes(&ranks);
         }
     }
 
@@ -957,6 +981,9 @@ mod tests {
                 .borrow_mut()
                 .push(format!("notify {status} {ranks:?} {exit_code:?}"));
         }
+        fn dead_processes(&self, ranks: &[usize]) {
+            self.0.borrow_mut().push(format!("dead {ranks:?}"));
+        }
         fn pmix_dmodex_serve(&self, _: usize, _: u32, _: u64) {}
         fn pmix_dmodex_reply(&self, _: u64, _: i32, _: Vec<u8>) {}
         fn publish(&self, _: Delta) {}
@@ -1062,6 +1089,32 @@ mod tests {
                 "notify -402 [3] Some(137)".to_string(),
                 format!("broadcast {:?}", Down::Teardown),
                 format!("signal {}", libc::SIGTERM),
+            ]
+        );
+    }
+
+    /// The dead ranks go down as they came, then to this host (which sets the key before it
+    /// signals its ranks); from the root, encoded once for every child.
+    #[test]
+    fn dead_processes_go_down_then_to_this_host() {
+        let log: Log = Rc::default();
+        let mut b = branch(&log);
+        let msg = Down::DeadProcesses { ranks: vec![3, 1] };
+        let frame = crate::tree::encode(&msg).expect("encodes");
+        assert_eq!(b.on_down(msg.clone(), frame), None);
+        b.dead_processes(vec![3, 1, 2], None);
+        assert_eq!(
+            *log.borrow(),
+            [
+                format!("frame {msg:?}"),
+                "dead [3, 1]".to_string(),
+                format!(
+                    "broadcast {:?}",
+                    Down::DeadProcesses {
+                        ranks: vec![3, 1, 2]
+                    }
+                ),
+                "dead [3, 1, 2]".to_string(),
             ]
         );
     }

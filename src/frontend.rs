@@ -743,6 +743,9 @@ struct JobRun {
     /// Its ranks started so far, for the debugger's process table (the first job's; taken
     /// when the table is filled).
     procs: Vec<crate::mpir::Proc>,
+    /// Its ranks that died while it went on (`-disable-auto-cleanup`), in order: the value of
+    /// `PMI_dead_processes` on every host.
+    dead: Vec<usize>,
 }
 
 /// A job in the run's list, whose index is the job's number for good: running (or ended and
@@ -1119,6 +1122,7 @@ async fn start_job(
         answer: None,
         start_error: None,
         discarded: false,
+        dead: Vec::new(),
     };
     match error {
         None => Ok(run),
@@ -2251,6 +2255,12 @@ impl Root {
                 if abnormal && !in_teardown && self.ending.is_none() {
                     self.pmix_failure(j, Failure::Ended { code, signal }, vec![rank]);
                 }
+                // As Hydra: a rank that leaves PMI without finalize has died, and the job goes
+                // on without it; the survivors are told.
+                let died = initialized && !finalized && !in_teardown;
+                if died && verdict == ExitVerdict::Nothing && !self.auto_cleanup {
+                    self.dead_processes(j, [rank]);
+                }
                 let Some(job) = self.jobs[j].live() else {
                     return;
                 };
@@ -2333,7 +2343,10 @@ impl Root {
                         .into_iter()
                         .filter(|&r| job.ranks.get(r).is_some_and(|s| s.ended.is_none()))
                         .collect();
-                    self.pmix_failure(j, Failure::Lost, gone);
+                    self.pmix_failure(j, Failure::Lost, gone.clone());
+                    if !self.auto_cleanup {
+                        self.dead_processes(j, gone);
+                    }
                 }
                 if self.jobs[j].live().is_some_and(|job| job.answer.is_some()) {
                     // A host of a job being spawned cannot be reached: the spawn fails.
@@ -2579,6 +2592,27 @@ impl Root {
         }
         let (status, exit_code) = failure.event();
         job.branch.pmix_failure(status, ranks, exit_code, None);
+    }
+
+    /// Adds `ranks` to job `j`'s dead ranks (`-disable-auto-cleanup`, the job going on) and
+    /// tells every host of the job: each serves the list as `PMI_dead_processes`, then sends
+    /// `SIGUSR1` to its ranks in PMI. Nothing once the job is ending.
+    fn dead_processes(&mut self, j: usize, ranks: impl IntoIterator<Item = usize>) {
+        if self.ending.is_some() {
+            return;
+        }
+        let Some(job) = self.jobs[j].live_mut() else {
+            return;
+        };
+        let before = job.dead.len();
+        for r in ranks {
+            if !job.dead.contains(&r) {
+                job.dead.push(r);
+            }
+        }
+        if job.dead.len() > before {
+            job.branch.dead_processes(job.dead.clone(), None);
+        }
     }
 
     /// Ends the run: `SIGTERM` to every rank of every job, `SIGKILL` after the grace. The

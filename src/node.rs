@@ -1912,6 +1912,29 @@ impl Node {
         }
     }
 
+    /// The job's dead ranks are `ranks`: the engine serves them as `PMI_dead_processes`
+    /// from now on, then `SIGUSR1` goes to the running ranks that initialized PMI-1/PMI-2
+    /// and did not finalize it (MPICH's handler is installed between the two; a rank out of
+    /// PMI, a PMIx one among them, would die of it).
+    pub fn dead_processes(&self, ranks: &[usize]) {
+        let survivors: Vec<usize> = {
+            let mut e = self.ctx.engine.borrow_mut();
+            e.set_dead(ranks);
+            self.running
+                .borrow()
+                .keys()
+                .copied()
+                .filter(|&r| e.initialized(r) && !e.finalized(r))
+                .collect()
+        };
+        debug!(
+            ?ranks,
+            ?survivors,
+            "dead processes: SIGUSR1 to the survivors"
+        );
+        self.signal_ranks(libc::SIGUSR1, &survivors);
+    }
+
     /// Sends `sig` to every running rank's process group.
     pub fn signal(&self, sig: i32) {
         for &pid in self.running.borrow().values() {

@@ -214,6 +214,9 @@ pub struct Engine {
     pending: HashMap<u64, (Waiter, Asked)>,
     next_request: u64,
     failed: bool,
+    /// The job's ranks that died, in the order the front end heard of it: the value of
+    /// [`DEAD_PROCESSES_KEY`].
+    dead: Vec<usize>,
     out: Vec<Output>,
     trace: bool,
     /// Where replies are encoded: each is split off as its own `Bytes`, so replies share a
@@ -264,6 +267,14 @@ pub const SERVED_VERSIONS: [(u32, u32); 2] = [(1, 1), (2, 0)];
 /// Keys that are job attributes, served read-only from [`JobInfo`].
 const MAPPING_KEY: &str = "PMI_process_mapping";
 
+/// The reserved key whose value lists the job's dead ranks, as Hydra serves it: decimal ranks
+/// joined by commas, in the order they died, no ranges (`3`, then `3,1`); empty while none
+/// has died, and always found. Under `-disable-auto-cleanup` a rank that ends without
+/// finalizing PMI is added on every host before its survivors get `SIGUSR1`; MPICH's fault
+/// tolerance (`MPIR_CVAR_ENABLE_FT`) reads it when the signal comes. Served by PMI-1 `get`
+/// (under any kvsname), PMI-2 `kvs-get` and `info-getjobattr`.
+pub const DEAD_PROCESSES_KEY: &str = "PMI_dead_processes";
+
 impl Engine {
     /// An engine for `job`, serving its `local_ranks`.
     pub fn new(job: JobInfo) -> Engine {
@@ -285,6 +296,7 @@ impl Engine {
             pending: HashMap::new(),
             next_request: 0,
             failed: false,
+            dead: Vec::new(),
             out: Vec::new(),
             trace: trace_enabled(),
             wbuf: BytesMut::new(),
@@ -420,6 +432,18 @@ impl Engine {
     /// True when `rank` finished the PMI handshake.
     pub fn initialized(&self, rank: usize) -> bool {
         self.ranks.get(&rank).is_some_and(|s| s.initialized)
+    }
+
+    /// Sets the job's dead ranks (every host's, in the order they died): the value of
+    /// [`DEAD_PROCESSES_KEY`] from now on.
+    pub fn set_dead(&mut self, ranks: &[usize]) {
+        self.dead = ranks.to_vec();
+    }
+
+    /// The value of [`DEAD_PROCESSES_KEY`]: `3,1`, or empty.
+    fn dead_processes(&self) -> String {
+        let ranks: Vec<String> = self.dead.iter().map(usize::to_string).collect();
+        ranks.join(",")
     }
 
     /// Records that a local rank's process ended. A rank that has ended can never enter a
@@ -630,6 +654,7 @@ impl Engine {
     fn job_attr(&self, key: &str) -> Option<String> {
         match key {
             MAPPING_KEY => Some(self.job.process_mapping.clone()),
+            DEAD_PROCESSES_KEY => Some(self.dead_processes()),
             "universeSize" => Some(self.job.universe_size.to_string()),
             _ => None,
         }
@@ -1038,7 +1063,9 @@ impl Engine {
             },
             Q::KvsGet { jobid, key, .. } => {
                 let ours = jobid.as_deref().is_none_or(|j| j == self.job.kvsname);
-                let v = if ours {
+                let v = if key == DEAD_PROCESSES_KEY {
+                    Some(self.dead_processes())
+                } else if ours {
                     self.kvs.get(&key).map(str::to_string)
                 } else {
                     None
@@ -1462,6 +1489,89 @@ mod tests {
         let (sent, _) = settle(&mut e);
         assert!(sent[&1].contains("found=TRUE;value=addr0;"));
         assert!(sent[&1].contains("rc=1;errmsg=key -NONEXIST-KEY not found;found=FALSE;"));
+    }
+
+    /// `PMI_dead_processes` is found and empty until the front end names dead ranks, then
+    /// lists them in the order they died: through PMI-1 `get` (under any kvsname, as Hydra
+    /// 4.0's server answers it), PMI-2 `kvs-get` and `info-getjobattr`.
+    #[test]
+    fn dead_processes_are_served_by_both_protocols() {
+        let mut e = engine(2);
+        let mut f = [Framing::default(), Framing::default()];
+        let frame = |msg: v2::Request| {
+            let mut b = BytesMut::from(&b""[..]);
+            Frame { thrid: None, msg }.encode(&mut b);
+            b
+        };
+        feed(
+            &mut e,
+            &mut f[0],
+            0,
+            b"cmd=init pmi_version=1 pmi_subversion=1
+",
+        );
+        let mut init2 = BytesMut::from(
+            &b"cmd=init pmi_version=2 pmi_subversion=0
+"[..],
+        );
+        init2.extend_from_slice(&frame(v2::Request::FullInit {
+            pmijobid: None,
+            pmirank: Some(1),
+            threaded: Some(false),
+        }));
+        feed(&mut e, &mut f[1], 1, &init2);
+        settle(&mut e);
+        let ask = |e: &mut Engine, f: &mut [Framing; 2]| {
+            feed(
+                e,
+                &mut f[0],
+                0,
+                b"cmd=get kvsname=kvs_test key=PMI_dead_processes
+cmd=get kvsname=other key=PMI_dead_processes
+",
+            );
+            let mut q = frame(v2::Request::KvsGet {
+                jobid: Some("kvs_test".into()),
+                srcid: None,
+                key: DEAD_PROCESSES_KEY.into(),
+            });
+            q.extend_from_slice(&frame(v2::Request::InfoGetJobAttr {
+                key: DEAD_PROCESSES_KEY.into(),
+            }));
+            feed(e, &mut f[1], 1, &q);
+            settle(e).0
+        };
+        let sent = ask(&mut e, &mut f);
+        assert_eq!(
+            sent[&0],
+            "cmd=get_result rc=0 value=\ncmd=get_result rc=0 value=\n"
+        );
+        assert_eq!(
+            sent[&1].matches("rc=0;found=TRUE;value=;").count(),
+            2,
+            "{}",
+            sent[&1]
+        );
+        e.set_dead(&[3]);
+        let sent = ask(&mut e, &mut f);
+        assert_eq!(
+            sent[&0],
+            "cmd=get_result rc=0 value=3\ncmd=get_result rc=0 value=3\n"
+        );
+        assert!(
+            sent[&1].contains("cmd=kvs-get-response;rc=0;found=TRUE;value=3;"),
+            "{}",
+            sent[&1]
+        );
+        assert!(sent[&1].contains("cmd=info-getjobattr-response;rc=0;found=TRUE;value=3;"));
+        e.set_dead(&[3, 1]);
+        let sent = ask(&mut e, &mut f);
+        assert!(
+            sent[&0].starts_with("cmd=get_result rc=0 value=3,1\n"),
+            "{}",
+            sent[&0]
+        );
+        assert_eq!(sent[&1].matches("value=3,1;").count(), 2, "{}", sent[&1]);
     }
 
     #[test]

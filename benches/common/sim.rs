@@ -273,6 +273,8 @@ impl Host for SimHost {
     fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>, _id: Option<u64>) {}
     /// No PMIx server to tell.
     fn pmix_failure(&self, _status: i32, _ranks: &[usize], _exit_code: Option<i32>) {}
+    /// Virtual ranks never die.
+    fn dead_processes(&self, _ranks: &[usize]) {}
     /// No PMIx server to serve from.
     fn pmix_dmodex_serve(&self, _rank: usize, _to: u32, _req: u64) {}
     /// No PMIx client waits for it.

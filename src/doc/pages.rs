@@ -241,7 +241,8 @@ const GLOBAL: &[Opt] = &[
     ),
     flag(
         &["-disable-auto-cleanup"],
-        "keep the job running when one process fails",
+        "keep the job running when one process fails; the others are told\n\
+         (PMI_dead_processes and SIGUSR1, as Hydra; a PMIx event)",
     ),
     flag(
         &["-auto-cleanup"],

@@ -106,6 +106,13 @@ pub enum Down {
         /// Their exit code (`PMIX_EXIT_CODE`), when there is one.
         exit_code: Option<i32>,
     },
+    /// Ranks of the job died and the job goes on (`-disable-auto-cleanup`): every host sets
+    /// `PMI_dead_processes` to `ranks`, then sends `SIGUSR1` to its ranks still in PMI, as
+    /// Hydra does for MPICH's fault tolerance.
+    DeadProcesses {
+        /// Every dead rank of the job so far, in the order they died.
+        ranks: Vec<usize>,
+    },
     /// Bytes for rank 0's stdin (routed to the agent that hosts rank 0).
     Stdin(Vec<u8>),
     /// End of rank 0's stdin.
