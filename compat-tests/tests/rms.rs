@@ -20,7 +20,7 @@ use compat_tests::{
     ProcInfo, MARKER_VAR,
 };
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -151,32 +151,12 @@ fn sge_kauri_killed_leaves_no_rank_or_agent() {
     let rank = ctx.script("rank.sh", RUNNING_SH);
     let dir = ctx.dir.to_string_lossy().into_owned();
     let argv = sge.qrsh_pe(2);
-    let mut qrsh = Command::new(&argv[0])
-        .args(&argv[1..])
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
         .arg(ctx.kauri())
-        .args(["-n", "2", &rank, &dir])
-        .env(MARKER_VAR, &ctx.marker)
-        .current_dir(&ctx.dir)
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(ctx.dir.join("stderr")).expect("stderr file"))
-        .spawn()
-        .expect("start qrsh");
+        .args(["-n", "2", &rank, &dir]);
+    let mut qrsh = start_until_ranks_run(&ctx, cmd, "qrsh", 2);
     let stderr = || std::fs::read_to_string(ctx.dir.join("stderr")).unwrap_or_default();
-    let start = Instant::now();
-    while !(0..2).all(|r| ctx.dir.join(format!("up.{r}")).exists()) {
-        if let Ok(Some(st)) = qrsh.try_wait() {
-            fail_clean(
-                &ctx,
-                format!("qrsh ended ({st}) before the ranks ran: {}", stderr()),
-            );
-        }
-        if start.elapsed() > KILL_PATIENCE {
-            fail_clean(&ctx, format!("the ranks did not start: {}", stderr()));
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
     // The ranks, agents and front end, and `qrsh -inherit` (which names the agent's path);
     // not the job's own `qrsh` (this test's child) nor a zombie `kauri` under init (another
     // run's, which `find_marked` takes for this test's by its name alone).
@@ -341,6 +321,37 @@ while :; do sleep 1; done
 
 /// Fails a test with `why` before its kill, ending every process of it first (the job would
 /// run on: the wrapper waits for the test).
+/// Starts `cmd` (a resource manager's command that runs kauri) in a process group of its own,
+/// marked with the test's marker, its stderr in `ctx.dir/stderr`, and waits until each of
+/// the job's `n` ranks has written its `up.R` file; fails the test (after cleaning up) if
+/// `what` ends first or the ranks do not start within [`KILL_PATIENCE`].
+fn start_until_ranks_run(ctx: &Ctx, mut cmd: Command, what: &str, n: usize) -> Child {
+    let mut child = cmd
+        .env(MARKER_VAR, &ctx.marker)
+        .current_dir(&ctx.dir)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(ctx.dir.join("stderr")).expect("stderr file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let stderr = || std::fs::read_to_string(ctx.dir.join("stderr")).unwrap_or_default();
+    let start = Instant::now();
+    while !(0..n).all(|r| ctx.dir.join(format!("up.{r}")).exists()) {
+        if let Ok(Some(st)) = child.try_wait() {
+            fail_clean(
+                ctx,
+                format!("{what} ended ({st}) before the ranks ran: {}", stderr()),
+            );
+        }
+        if start.elapsed() > KILL_PATIENCE {
+            fail_clean(ctx, format!("the ranks did not start: {}", stderr()));
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    child
+}
+
 fn fail_clean(ctx: &Ctx, why: String) -> ! {
     eprintln!("{why}");
     ctx.assert_no_leftovers();
@@ -367,33 +378,13 @@ fn slurm_kauri_killed_leaves_no_rank_agent_or_step() {
     let dir = ctx.dir.to_string_lossy().into_owned();
     let kauri = ctx.kauri();
     let wrapper = format!("\"$@\"; while [ ! -e {dir}/release ]; do sleep 0.2; done",);
-    let mut salloc = Command::new("salloc")
-        .args(["-Q", "-N1", "-n4", "sh", "-c", &wrapper, "sh"])
+    let mut cmd = Command::new("salloc");
+    cmd.args(["-Q", "-N1", "-n4", "sh", "-c", &wrapper, "sh"])
         .arg(&kauri)
         .args(["-launcher", "slurm", "-n", "2", &rank, &dir])
-        .env("SLURM_CONF", &slurm.conf)
-        .env(MARKER_VAR, &ctx.marker)
-        .current_dir(&ctx.dir)
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(ctx.dir.join("stderr")).expect("stderr file"))
-        .spawn()
-        .expect("start salloc");
+        .env("SLURM_CONF", &slurm.conf);
+    let mut salloc = start_until_ranks_run(&ctx, cmd, "salloc", 2);
     let stderr = || std::fs::read_to_string(ctx.dir.join("stderr")).unwrap_or_default();
-    let start = Instant::now();
-    while !(0..2).all(|r| ctx.dir.join(format!("up.{r}")).exists()) {
-        if let Ok(Some(st)) = salloc.try_wait() {
-            fail_clean(
-                &ctx,
-                format!("salloc ended ({st}) before the ranks ran: {}", stderr()),
-            );
-        }
-        if start.elapsed() > KILL_PATIENCE {
-            fail_clean(&ctx, format!("the ranks did not start: {}", stderr()));
-        }
-        thread::sleep(Duration::from_millis(100));
-    }
     let job = std::fs::read_to_string(ctx.dir.join("job")).expect("the job's id");
     let job = job.trim().to_string();
     // The ranks, agents, front end and srun: not salloc and the wrapper it runs, which
