@@ -606,12 +606,17 @@ impl Ctx {
             Some(format!("{}:{rank}", ns.unwrap_or_default()))
         };
         let u = match u {
-            Upcall::Publish { rank, info, reply } => {
-                let items = match publish_items(&info) {
+            Upcall::Publish {
+                rank,
+                info,
+                types,
+                reply,
+            } => {
+                let by = me(rank);
+                let items = match publish_items(&info, &types, by.as_deref().unwrap_or("")) {
                     Ok(items) => items,
                     Err(status) => return reply.done(status),
                 };
-                let by = me(rank);
                 let asks = items
                     .into_iter()
                     .map(|(name, port)| {
