@@ -2472,9 +2472,10 @@ impl Root {
         if self.waiting.is_empty() || !matches!(self.names, Names::Own(_)) {
             return;
         }
+        let now = std::time::Instant::now();
         let waiting: std::collections::HashSet<&str> = self
             .waiting
-            .iter()
+            .iter(now)
             .filter_map(|(_, (_, by))| by.as_deref())
             .collect();
         let all_wait = self.jobs.iter().all(|j| {
@@ -2485,7 +2486,10 @@ impl Root {
         if !all_wait {
             return;
         }
-        let stuck = self.waiting.drain();
+        let stuck = self.waiting.drain(now);
+        if stuck.is_empty() {
+            return;
+        }
         let mut names: Vec<&str> = stuck.iter().map(|(n, _)| n.as_str()).collect();
         names.sort_unstable();
         names.dedup();
