@@ -2271,10 +2271,16 @@ unsafe extern "C" fn up_job_control(
         ?dirs,
         "a PMIx job-control request that only informs: served"
     );
-    // Answered during the upcall: the library touches nothing of the request after an upcall
-    // that returns success, so the callback may come first.
-    QueryReply { cbfunc, cbdata }.done(PMIX_SUCCESS, &[]);
-    PMIX_SUCCESS
+    // Answered from another thread, after the upcall has returned, as every other reply is:
+    // no library version sees its callback run inside its own call to the host.
+    let reply = QueryReply { cbfunc, cbdata };
+    match std::thread::Builder::new()
+        .name("kauri-pmix-jctrl".into())
+        .spawn(move || reply.done(PMIX_SUCCESS, &[]))
+    {
+        Ok(_) => PMIX_SUCCESS,
+        Err(_) => PMIX_ERROR,
+    }
 }
 
 unsafe extern "C" fn up_monitor(
