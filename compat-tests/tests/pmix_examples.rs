@@ -17,6 +17,8 @@
 //! * `lookup_nobody`: `programs/pmix_lookup_nobody.c`, a waiting lookup of a name nobody
 //!   publishes, once its publisher-to-be has left: kauri ends it with `PMIX_ERR_NOT_FOUND`
 //!   (`mpirun` would wait forever, so it is not run there).
+//! * `two_hosts_names`: `pub`, `pubi` and `pmix_lookup_nobody` under kauri with one rank on
+//!   each of simulated hosts (`-launcher fork`): the names go through the tree.
 //!
 //! Without the source package a test is skipped with a line saying so, unless `CI=true`, where
 //! it fails; without `mpirun.openmpi` (Debian package `openmpi-bin`) it fails.
@@ -274,6 +276,41 @@ fn pubi() {
 /// and a line from kauri saying why.
 #[test]
 fn lookup_nobody() {
+    nobody("pmix-lookup-nobody", &[]);
+}
+
+/// `pub`, `pubi` and a lookup nobody can answer, with the ranks on different (simulated)
+/// hosts.
+#[test]
+fn two_hosts_names() {
+    for name in ["pub", "pubi"] {
+        let Some((ctx, p)) = setup(&format!("pmix-examples-two-hosts-{name}"), name) else {
+            return;
+        };
+        let n = RANKS.to_string();
+        let o = ctx
+            .job(
+                Launcher::Kauri,
+                &["-launcher", "fork", "-hosts", "a,b", "-n", &n, &p],
+            )
+            .program(ctx.kauri())
+            .timeout(RUN_LIMIT)
+            .run();
+        eprintln!("=== {}\n{o}", o.command);
+        assert_eq!(o.code, Some(0), "{name} over two hosts: status\n{o}");
+        assert_eq!(complaints(&o), Vec::<String>::new(), "{name}\n{o}");
+        assert_eq!(o.stderr.matches(FINALIZED).count(), RANKS, "{name}\n{o}");
+        ctx.assert_no_leftovers();
+    }
+    nobody(
+        "pmix-lookup-nobody-two-hosts",
+        &["-launcher", "fork", "-hosts", "a,b,c"],
+    );
+}
+
+/// `programs/pmix_lookup_nobody.c` with 3 ranks under kauri `args`: the two waiting lookups
+/// end with `PMIX_ERR_NOT_FOUND`, and kauri says why.
+fn nobody(test: &str, args: &[&str]) {
     let Some(dir) = examples_dir() else {
         have(
             "OpenPMIx's source package",
@@ -282,12 +319,13 @@ fn lookup_nobody() {
         );
         return;
     };
-    let ctx = Ctx::new("pmix-lookup-nobody");
+    let ctx = Ctx::new(test);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/pmix_lookup_nobody.c");
     let p = build(&ctx, &src, &dir, "pmix_lookup_nobody");
-    let n = "3";
+    let mut a = args.to_vec();
+    a.extend(["-n", "3", &p]);
     let o = ctx
-        .job(Launcher::Kauri, &["-n", n, &p])
+        .job(Launcher::Kauri, &a)
         .program(ctx.kauri())
         .timeout(RUN_LIMIT)
         .run();
