@@ -1623,7 +1623,7 @@ struct Root {
     cluster: Cluster,
     names: Names,
     /// Lookups waiting for a name nobody published yet (the run's own table).
-    waiting: Waiting<Asker>,
+    waiting: Waiting<(Asker, Option<String>)>,
     wires: Wires,
     svc_tx: mpsc::UnboundedSender<(Asker, ServiceReply)>,
     /// Requests for the root, served after the event that brought them (a spawn starts a job,
@@ -2234,9 +2234,11 @@ impl Root {
                     finalized,
                     ran_alone,
                 };
+                self.end_stuck_lookups();
                 if discarded {
                     return;
                 }
+                let job = &self.jobs[j];
                 let others_in_pmi =
                     job.ranks.iter().enumerate().any(|(r, s)| {
                         r != rank && s.initialized && !s.finalized && s.ended.is_none()
@@ -2636,6 +2638,46 @@ impl Root {
     }
 
     /// Sends an answer to whoever asked.
+    /// Ends the lookups that wait for names nobody is left to publish: once every process of
+    /// the run still running waits in a lookup, each waiting lookup is answered "not
+    /// published" (the PMIx client gets `PMIX_ERR_NOT_FOUND`), with one line saying so. Only
+    /// for the run's own name table: through `kauri nameserver`, another run may publish.
+    fn end_stuck_lookups(&mut self) {
+        if self.waiting.is_empty() || !matches!(self.names, Names::Own(_)) {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let waiting: std::collections::HashSet<&str> = self
+            .waiting
+            .iter(now)
+            .filter_map(|(_, (_, by))| by.as_deref())
+            .collect();
+        let all_wait = self.jobs.iter().all(|j| {
+            j.ranks.iter().enumerate().all(|(r, s)| {
+                s.ended.is_some() || waiting.contains(format!("{}:{r}", j.plan.kvsname).as_str())
+            })
+        });
+        if !all_wait {
+            return;
+        }
+        let stuck = self.waiting.drain(now);
+        if stuck.is_empty() {
+            return;
+        }
+        let mut names: Vec<&str> = stuck.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        say!(
+            "kauri: a PMIx lookup of {} can never succeed: every process of the run still running waits in a lookup; it ends with PMIX_ERR_NOT_FOUND",
+            names.join(", ")
+        );
+        for (name, (asker, _)) in stuck {
+            let e = format!("nobody is left to publish the name {name}: it is not published");
+            debug_assert_eq!(Refusal::of(&e), Refusal::NotPublished);
+            self.answer(asker, ServiceReply::Found(Err(e)));
+        }
+    }
+
     fn answer(&mut self, a: Asker, reply: ServiceReply) {
         if let Some(j) = self.live_mut(a.job) {
             j.branch.reply(a.agent, a.req, reply);
@@ -2857,16 +2899,17 @@ impl Root {
                         match (&s, &reply) {
                             // Nobody published the name yet: a lookup that waits is answered
                             // by the publish.
-                            (Service::Lookup { name, wait }, ServiceReply::Found(Err(e)))
+                            (Service::Lookup { name, wait, by }, ServiceReply::Found(Err(e)))
                                 if *wait != Wait::No && Refusal::of(e) == Refusal::NotPublished =>
                             {
                                 debug!(%name, ?wait, "a lookup waits for its name");
-                                self.waiting.add(name, asker, *wait, now);
+                                self.waiting.add(name, (asker, by.clone()), *wait, now);
+                                self.end_stuck_lookups();
                             }
                             (Service::Publish { name, port, .. }, ServiceReply::Done(Ok(()))) => {
                                 let waiting = self.waiting.published(name, now);
                                 self.answer(asker, reply);
-                                for w in waiting {
+                                for (w, _) in waiting {
                                     self.answer(w, ServiceReply::Found(Ok(port.clone())));
                                 }
                             }

@@ -347,6 +347,28 @@ impl<W> Waiting<W> {
             .collect()
     }
 
+    /// The askers that still wait at `now` (an asker whose wait is over has had its
+    /// answer from its own host), each with the name it waits for.
+    pub fn iter(&self, now: Instant) -> impl Iterator<Item = (&str, &W)> {
+        self.names.iter().flat_map(move |(n, ws)| {
+            ws.iter()
+                .filter(move |(_, until)| until.is_none_or(|t| now <= t))
+                .map(move |(w, _)| (n.as_str(), w))
+        })
+    }
+
+    /// Ends every wait: each asker that still waits at `now`, with the name it waited for.
+    pub fn drain(&mut self, now: Instant) -> Vec<(String, W)> {
+        self.names
+            .drain()
+            .flat_map(|(n, ws)| {
+                ws.into_iter()
+                    .filter(move |(_, until)| until.is_none_or(|t| now <= t))
+                    .map(move |(w, _)| (n.clone(), w))
+            })
+            .collect()
+    }
+
     /// How many lookups wait.
     pub fn len(&self) -> usize {
         self.names.values().map(Vec::len).sum()
@@ -1047,6 +1069,25 @@ mod tests {
         assert_eq!(w.published("a", t0), Vec::<i32>::new());
         assert_eq!(w.len(), 1);
         assert_eq!(w.published("b", t0 + Duration::from_secs(3600)), vec![5]);
+        assert!(w.is_empty());
+    }
+
+    /// Every waiting lookup can be seen and ended at once (a wait nobody can end); one
+    /// whose wait is over is neither.
+    #[test]
+    fn waiting_lookups_can_all_be_ended() {
+        let t0 = Instant::now();
+        let mut w = Waiting::default();
+        w.add("a", 1, Wait::Forever, t0);
+        w.add("b", 2, Wait::For(10), t0);
+        w.add("b", 3, Wait::For(10_000), t0);
+        let later = t0 + Duration::from_secs(1);
+        let mut seen: Vec<(&str, i32)> = w.iter(later).map(|(n, k)| (n, *k)).collect();
+        seen.sort();
+        assert_eq!(seen, vec![("a", 1), ("b", 3)]);
+        let mut ended = w.drain(later);
+        ended.sort();
+        assert_eq!(ended, vec![("a".to_string(), 1), ("b".to_string(), 3)]);
         assert!(w.is_empty());
     }
 

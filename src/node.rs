@@ -606,12 +606,17 @@ impl Ctx {
             Some(format!("{}:{rank}", ns.unwrap_or_default()))
         };
         let u = match u {
-            Upcall::Publish { rank, info, reply } => {
-                let items = match publish_items(&info) {
+            Upcall::Publish {
+                rank,
+                info,
+                types,
+                reply,
+            } => {
+                let by = me(rank);
+                let items = match publish_items(&info, &types, by.as_deref().unwrap_or("")) {
                     Ok(items) => items,
                     Err(status) => return reply.done(status),
                 };
-                let by = me(rank);
                 let asks = items
                     .into_iter()
                     .map(|(name, port)| {
@@ -646,15 +651,26 @@ impl Ctx {
                 return self.ask_names(asks, NameReply::Op(reply), Wait::No);
             }
             Upcall::Lookup {
-                keys, info, reply, ..
+                rank,
+                keys,
+                info,
+                reply,
             } => {
                 if keys.is_empty() {
                     return reply.done(PMIX_ERR_BAD_PARAM, &[], "");
                 }
                 let wait = lookup_wait(&info);
+                let by = me(rank);
                 let asks = keys
                     .into_iter()
-                    .map(|name| (name.clone(), Service::Lookup { name, wait }))
+                    .map(|name| {
+                        let s = Service::Lookup {
+                            name: name.clone(),
+                            wait,
+                            by: by.clone(),
+                        };
+                        (name, s)
+                    })
                     .collect();
                 return self.ask_names(asks, NameReply::Lookup(reply), wait);
             }

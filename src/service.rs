@@ -73,6 +73,9 @@ pub enum Service {
         name: String,
         /// Whether to wait for a name that is not published yet.
         wait: Wait,
+        /// The asking process (`namespace:rank`), for a PMIx lookup: a lookup that waits
+        /// ends when every process of the run still running waits in one.
+        by: Option<String>,
     },
 }
 
@@ -109,6 +112,7 @@ impl Service {
         Service::Lookup {
             name,
             wait: Wait::No,
+            by: None,
         }
     }
 }

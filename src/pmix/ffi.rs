@@ -900,6 +900,9 @@ pub enum Upcall {
         rank: u32,
         /// Data and directives, as passed.
         info: Vec<(String, InfoVal)>,
+        /// The `pmix_data_type_t` of each entry of `info` (a published `PMIX_UINT8` goes back
+        /// to the lookup as a `PMIX_UINT8`).
+        types: Vec<u16>,
         /// Where the answer goes.
         reply: OpReply,
     },
@@ -1213,32 +1216,45 @@ pub struct LookupReply {
 unsafe impl Send for LookupReply {}
 
 impl LookupReply {
-    /// Completes the lookup: `found` holds each name and its port (string values), each
-    /// said to come from `publisher` (a namespace) and rank `PMIX_RANK_UNDEF`.
+    /// Completes the lookup: `found` holds each name and its value as the name table keeps
+    /// it (see [`crate::pmix::names`]). A typed value goes back with its type and its
+    /// publisher; a string or byte object as published, said to come from `publisher` (a
+    /// namespace) and rank `PMIX_RANK_UNDEF` (the table does not keep who published those).
     pub fn done(self, status: Status, found: &[(String, String)], publisher: &str) {
+        use crate::pmix::names::{decode_bytes, decode_scalar};
         if FINALIZED.load(Ordering::SeqCst) {
             return;
         }
-        // A value published as bytes goes back as bytes; a port as a string.
-        let values: Vec<Result<CString, Vec<u8>>> = found
+        enum Kept {
+            Str(CString),
+            Bytes(Vec<u8>),
+            Scalar(u16, i64),
+        }
+        let values: Vec<(Kept, pmix_proc_t)> = found
             .iter()
-            .map(|(_, p)| match crate::pmix::names::decode_bytes(p) {
-                Some(b) => Err(b),
-                None => Ok(c_string(p)),
+            .map(|(_, p)| {
+                if let Some(s) = decode_scalar(p) {
+                    let proc_ = proc_t(&s.nspace, s.rank);
+                    (Kept::Scalar(s.type_, s.value), proc_)
+                } else if let Some(b) = decode_bytes(p) {
+                    (Kept::Bytes(b), proc_t(publisher, PMIX_RANK_UNDEF))
+                } else {
+                    (Kept::Str(c_string(p)), proc_t(publisher, PMIX_RANK_UNDEF))
+                }
             })
             .collect();
         let mut data: Vec<pmix_pdata_t> = found
             .iter()
             .zip(&values)
-            .map(|((k, _), v)| {
+            .map(|((k, _), (v, proc_))| {
                 let value = match v {
-                    Ok(p) => pmix_value_t {
+                    Kept::Str(p) => pmix_value_t {
                         type_: PMIX_STRING,
                         data: pmix_value_data {
                             string: p.as_ptr() as *mut c_char,
                         },
                     },
-                    Err(b) => pmix_value_t {
+                    Kept::Bytes(b) => pmix_value_t {
                         type_: PMIX_BYTE_OBJECT,
                         data: pmix_value_data {
                             bo: pmix_byte_object_t {
@@ -1247,9 +1263,10 @@ impl LookupReply {
                             },
                         },
                     },
+                    Kept::Scalar(t, x) => scalar_value(*t, *x),
                 };
                 let mut d = pmix_pdata_t {
-                    proc_: proc_t(publisher, PMIX_RANK_UNDEF),
+                    proc_: *proc_,
                     key: [0; KEYLEN],
                     value,
                 };
@@ -1267,6 +1284,27 @@ impl LookupReply {
         // its reply during the call (it keeps no pointer to them).
         unsafe { (self.cbfunc)(status, ptr, n, self.cbdata) };
     }
+}
+
+/// A boolean or integer value of type `t` (as [`read_infos`] read it into an `i64`) back in
+/// the union member its type names.
+fn scalar_value(t: u16, x: i64) -> pmix_value_t {
+    let mut data = pmix_value_data { _size: [0; 3] };
+    match t {
+        PMIX_BOOL => data.flag = x != 0,
+        PMIX_INT => data.integer = x as c_int,
+        PMIX_INT8 => data.int8 = x as i8,
+        PMIX_INT16 => data.int16 = x as i16,
+        PMIX_INT32 => data.int32 = x as i32,
+        PMIX_INT64 => data.int64 = x,
+        PMIX_UINT | PMIX_UINT32 => data.uint32 = x as u32,
+        PMIX_UINT8 | PMIX_PERSIST | PMIX_DATA_RANGE => data.uint8 = x as u8,
+        PMIX_UINT16 => data.uint16 = x as u16,
+        PMIX_UINT64 => data.uint64 = x as u64,
+        PMIX_SIZE => data.size = x as usize,
+        _ => data.int64 = x,
+    }
+    pmix_value_t { type_: t, data }
 }
 
 /// The library's callback for a fence or a direct-modex request, to be called once.
@@ -1921,9 +1959,25 @@ unsafe extern "C" fn up_publish(
         return PMIX_ERROR;
     };
     // SAFETY: the library passes ninfo valid entries.
+    let types = if info.is_null() || ninfo == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: as for read_infos.
+        unsafe { std::slice::from_raw_parts(info, ninfo) }
+            .iter()
+            .map(|i| i.value.type_)
+            .collect()
+    };
+    // SAFETY: the library passes ninfo valid entries.
     let info = unsafe { read_infos(info, ninfo) };
     let reply = OpReply { cbfunc, cbdata };
-    if deliver(&ns, Upcall::Publish { rank, info, reply }) {
+    let up = Upcall::Publish {
+        rank,
+        info,
+        types,
+        reply,
+    };
+    if deliver(&ns, up) {
         PMIX_SUCCESS
     } else {
         PMIX_ERR_NOT_FOUND
@@ -2191,13 +2245,42 @@ unsafe extern "C" fn up_job_control(
     requestor: *const pmix_proc_t,
     _targets: *const pmix_proc_t,
     _ntargets: usize,
-    _directives: *const pmix_info_t,
-    _ndirs: usize,
-    _cbfunc: *const c_void,
-    _cbdata: *mut c_void,
+    directives: *const pmix_info_t,
+    ndirs: usize,
+    cbfunc: *const c_void,
+    cbdata: *mut c_void,
 ) -> Status {
-    // SAFETY: the library passes a valid proc (or NULL).
-    unsafe { unsupported("job_control", requestor) }
+    // SAFETY: the library passes ndirs valid entries.
+    let dirs = unsafe { read_infos(directives, ndirs) };
+    let status = crate::pmix::control::answer(&dirs);
+    if status != PMIX_SUCCESS || cbfunc.is_null() {
+        // SAFETY: the library passes a valid proc (or NULL).
+        return unsafe { unsupported("job_control", requestor) };
+    }
+    // SAFETY: the module's job_control slot takes a pmix_info_cbfunc_t, which is what the
+    // library passed as this pointer.
+    let cbfunc: unsafe extern "C" fn(
+        Status,
+        *mut pmix_info_t,
+        usize,
+        *mut c_void,
+        pmix_release_cbfunc_t,
+        *mut c_void,
+    ) = unsafe { std::mem::transmute(cbfunc) };
+    tracing::debug!(
+        ?dirs,
+        "a PMIx job-control request that only informs: served"
+    );
+    // Answered from another thread, after the upcall has returned, as every other reply is:
+    // no library version sees its callback run inside its own call to the host.
+    let reply = QueryReply { cbfunc, cbdata };
+    match std::thread::Builder::new()
+        .name("kauri-pmix-jctrl".into())
+        .spawn(move || reply.done(PMIX_SUCCESS, &[]))
+    {
+        Ok(_) => PMIX_SUCCESS,
+        Err(_) => PMIX_ERROR,
+    }
 }
 
 unsafe extern "C" fn up_monitor(

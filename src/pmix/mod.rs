@@ -9,11 +9,12 @@
 //! [`Node`](crate::node::Node): a fence is a tree allgather of the hosts' opaque blobs, a
 //! direct-modex request is routed through the tree to the host of the rank in question;
 //! publish, lookup and unpublish are requests to the run's name table, as PMI's are
-//! ([`names`]).
+//! ([`names`]); a job-control request is answered at once ([`control`]).
 //!
 //! This module decides *what* is registered (plain data, testable); [`ffi`] is the only place
 //! that talks to the C library.
 
+pub mod control;
 pub mod ffi;
 pub mod library;
 pub mod names;

@@ -7,7 +7,10 @@
 //! Plain data: the host ([`crate::node`]) sends the requests up the tree and calls the
 //! library's callback; nothing here touches the library.
 //!
-//! What is honoured: string values and byte objects (kept as text, see [`encode_bytes`]; anything else is refused with `PMIX_ERR_TYPE_MISMATCH`),
+//! What is honoured: string values and byte objects (kept as text, see [`encode_bytes`]),
+//! booleans and integers of any width (kept with their type and their publisher, see
+//! [`encode_scalar`]: a lookup gets back the `PMIX_UINT8` that was published, and who
+//! published it); anything else is refused with `PMIX_ERR_TYPE_MISMATCH`,
 //! `PMIX_WAIT` (a lookup waits until every name is published) and `PMIX_TIMEOUT` (seconds,
 //! 0 = no limit). `PMIX_RANGE` and `PMIX_PERSISTENCE` are read and ignored: every name is
 //! seen by the whole run (with a name server: by every run that uses it), and lives until its
@@ -62,19 +65,67 @@ pub fn decode_bytes(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The names and ports a publish carries: every `pmix_info_t` that is not a directive. A
-/// string is a port; a byte object (Open MPI's communicator-id exchange publishes its data
-/// so) is kept as text ([`encode_bytes`]); any other value is refused with
-/// `PMIX_ERR_TYPE_MISMATCH` (nothing is published); no data at all with `PMIX_ERR_BAD_PARAM`.
-pub fn publish_items(info: &[(String, InfoVal)]) -> Result<Vec<(String, String)>, Status> {
+/// How a boolean or integer value is kept in the name table: this prefix, then its
+/// `pmix_data_type_t`, `:`, the value, `@`, and its publisher (`namespace:rank`).
+const SCALAR_PREFIX: &str = "kauri-pmix-value:";
+
+/// A boolean or integer value as [`decode_scalar`] reads it back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scalar {
+    /// Its `pmix_data_type_t` (`PMIX_UINT8`, `PMIX_SIZE`, `PMIX_BOOL`, …).
+    pub type_: u16,
+    /// Its value (a boolean: 0 or 1).
+    pub value: i64,
+    /// The namespace of the process that published it.
+    pub nspace: String,
+    /// Its rank.
+    pub rank: u32,
+}
+
+/// A boolean or integer value of type `type_`, published by `by` (`namespace:rank`), as the
+/// name table keeps it.
+pub fn encode_scalar(type_: u16, value: i64, by: &str) -> String {
+    format!("{SCALAR_PREFIX}{type_}:{value}@{by}")
+}
+
+/// The value kept by [`encode_scalar`]; `None` for any other text.
+pub fn decode_scalar(s: &str) -> Option<Scalar> {
+    let rest = s.strip_prefix(SCALAR_PREFIX)?;
+    let (type_, rest) = rest.split_once(':')?;
+    let (value, by) = rest.split_once('@')?;
+    let (nspace, rank) = by.rsplit_once(':')?;
+    Some(Scalar {
+        type_: type_.parse().ok()?,
+        value: value.parse().ok()?,
+        nspace: nspace.to_string(),
+        rank: rank.parse().ok()?,
+    })
+}
+
+/// The names and values a publish by `by` (`namespace:rank`) carries: every `pmix_info_t`
+/// that is not a directive, `types` giving each one's `pmix_data_type_t`. A string is a port;
+/// a byte object (Open MPI's communicator-id exchange publishes its data so) is kept as text
+/// ([`encode_bytes`]), a boolean or an integer with its type and publisher
+/// ([`encode_scalar`]); any other value is refused with `PMIX_ERR_TYPE_MISMATCH` (nothing is
+/// published); no data at all with `PMIX_ERR_BAD_PARAM`.
+pub fn publish_items(
+    info: &[(String, InfoVal)],
+    types: &[u16],
+    by: &str,
+) -> Result<Vec<(String, String)>, Status> {
     let mut items = Vec::new();
-    for (k, v) in info {
+    for (i, (k, v)) in info.iter().enumerate() {
         if DIRECTIVES.contains(&k.as_str()) {
             continue;
         }
-        match v {
-            InfoVal::Str(port) => items.push((k.clone(), port.clone())),
-            InfoVal::Bytes(b) => items.push((k.clone(), encode_bytes(b))),
+        let type_ = types.get(i).copied();
+        match (v, type_) {
+            (InfoVal::Str(port), _) => items.push((k.clone(), port.clone())),
+            (InfoVal::Bytes(b), _) => items.push((k.clone(), encode_bytes(b))),
+            (InfoVal::Int(x), Some(t)) => items.push((k.clone(), encode_scalar(t, *x, by))),
+            (InfoVal::Bool(b), Some(t)) => {
+                items.push((k.clone(), encode_scalar(t, i64::from(*b), by)))
+            }
             _ => return Err(PMIX_ERR_TYPE_MISMATCH),
         }
     }
@@ -173,20 +224,46 @@ mod tests {
     /// Open MPI's `MPI_Publish_name`: the service name with its port as a string, perhaps a
     /// range and a persistence, and the user id the library adds.
     #[test]
-    fn a_publish_carries_its_string_values_only() {
+    fn a_publish_carries_its_data_not_its_directives() {
         let i = info(&[
             ("pmix.range", InfoVal::Int(2)),
             ("svc", InfoVal::Str("port-0".into())),
             ("pmix.persist", InfoVal::Int(4)),
             ("pmix.euid", InfoVal::Int(1000)),
         ]);
-        assert_eq!(publish_items(&i), Ok(vec![("svc".into(), "port-0".into())]));
-        let bad = info(&[("svc", InfoVal::Str("p".into())), ("n", InfoVal::Int(3))]);
-        assert_eq!(publish_items(&bad), Err(PMIX_ERR_TYPE_MISMATCH));
         assert_eq!(
-            publish_items(&info(&[("pmix.euid", InfoVal::Int(0))])),
+            publish_items(&i, &[33, 3, 30, 14], "ns:0"),
+            Ok(vec![("svc".into(), "port-0".into())])
+        );
+        let bad = info(&[("svc", InfoVal::Str("p".into())), ("n", InfoVal::Other(21))]);
+        assert_eq!(
+            publish_items(&bad, &[3, 21], "ns:0"),
+            Err(PMIX_ERR_TYPE_MISMATCH)
+        );
+        assert_eq!(
+            publish_items(&info(&[("pmix.euid", InfoVal::Int(0))]), &[14], "ns:0"),
             Err(PMIX_ERR_BAD_PARAM)
         );
+    }
+
+    /// OpenPMIx's `pub` example: a `PMIX_UINT8` and a `PMIX_SIZE`, which its lookups want
+    /// back with their types and rank 0 as the publisher.
+    #[test]
+    fn a_published_integer_keeps_its_type_and_publisher() {
+        let i = info(&[("FOOBAR", InfoVal::Int(1)), ("PANDA", InfoVal::Int(123456))]);
+        let items = publish_items(&i, &[12, 4], "kauri_1_vm:0").unwrap();
+        assert_eq!(items[0].0, "FOOBAR");
+        assert_eq!(
+            decode_scalar(&items[1].1),
+            Some(Scalar {
+                type_: 4,
+                value: 123456,
+                nspace: "kauri_1_vm".into(),
+                rank: 0
+            })
+        );
+        assert_eq!(decode_scalar("port-0"), None);
+        assert_eq!(decode_scalar(&encode_bytes(b"x")), None);
     }
 
     /// `PMIX_WAIT` as a bool (Open MPI's `OPAL_PMIX_EXCHANGE`) or an int (OpenPMIx's
