@@ -2238,7 +2238,9 @@ impl Root {
                 if discarded {
                     return;
                 }
-                let job = &self.jobs[j];
+                let Some(job) = self.jobs[j].live() else {
+                    return;
+                };
                 let others_in_pmi =
                     job.ranks.iter().enumerate().any(|(r, s)| {
                         r != rank && s.initialized && !s.finalized && s.ended.is_none()
@@ -2652,7 +2654,8 @@ impl Root {
             .iter(now)
             .filter_map(|(_, (_, by))| by.as_deref())
             .collect();
-        let all_wait = self.jobs.iter().all(|j| {
+        // A released job's ranks have all ended.
+        let all_wait = self.jobs.iter().filter_map(Job::live).all(|j| {
             j.ranks.iter().enumerate().all(|(r, s)| {
                 s.ended.is_some() || waiting.contains(format!("{}:{r}", j.plan.kvsname).as_str())
             })
