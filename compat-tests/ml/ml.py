@@ -22,7 +22,9 @@ A cell is (framework, hosts, launcher), 4 ranks each:
 - under kauri: `kauri -ml-env -n 4 PYTHON PROGRAM`, and on 2 simulated hosts
   `kauri -ml-env -launcher fork -hosts a,b -n 4 ...`: the program given no arguments.
 
-A cell passes when the launcher exits 0 within its timeout, every rank printed its `OK` line,
+A cell passes when the launcher exits 0 within its timeout, every rank wrote its `OK` line
+(to ML_REPORT_DIR/rank.R, a file per rank: the ranks' shared standard output may interleave
+their lines, as it did under torchrun),
 and nothing of the cell is left: no process with the cell's marker (KAURI_ML_CELL) in its
 environment. For torch, each rank's torchrun variables (`ENV` lines) under kauri must equal
 torchrun's for the same rank, except the values that are per job by nature (MASTER_ADDR,
@@ -36,6 +38,7 @@ torchrun variables differ beyond those rules.
 import argparse
 import fnmatch
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -115,7 +118,10 @@ def marked(marker):
 def run_cell(cell, kauri, out):
     """Runs one cell; returns its result record (and writes its log)."""
     marker = "%s-%d-%d" % (cell["name"], os.getpid(), time.time_ns())
-    env = dict(os.environ, KAURI_ML_CELL=marker)
+    reports = os.path.join(out, "reports", cell["name"])
+    shutil.rmtree(reports, ignore_errors=True)
+    os.makedirs(reports)
+    env = dict(os.environ, KAURI_ML_CELL=marker, ML_REPORT_DIR=reports)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
         env.pop(k, None)
     log = os.path.join(out, "logs", cell["name"] + ".log")
@@ -155,7 +161,12 @@ def run_cell(cell, kauri, out):
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    text = open(log, errors="replace").read()
+    # Each rank's report is a file of its own (ML_REPORT_DIR/rank.R): the ranks share the
+    # launcher's standard output, where their lines may interleave.
+    text = ""
+    for name in sorted(os.listdir(reports)):
+        with open(os.path.join(reports, name), errors="replace") as f:
+            text += f.read()
     oks = set()
     envs = {}
     for line in text.splitlines():

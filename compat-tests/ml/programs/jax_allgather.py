@@ -3,11 +3,10 @@ every process's index across processes (gloo CPU collectives). With no arguments
 `kauri -ml-env`) JAX finds the coordinator, the process count and the process id by itself;
 with `--coordinator ADDR:PORT --num-processes N --process-id I`, JAX's explicit form (how it
 is started without a launcher it knows), they are passed. Prints one `OK jax process I of N`
-line."""
+line, and writes it to ML_REPORT_DIR/rank.I when that is set."""
 
 import argparse
 import os
-import sys
 
 import numpy as np
 
@@ -34,8 +33,12 @@ def main():
     assert [int(x) for x in np.ravel(got)] == list(range(n)), got
     multihost_utils.sync_global_devices("done")
     jax.distributed.shutdown()
-    print("OK jax process %d of %d" % (i, n))
-    sys.stdout.flush()
+    ok = "OK jax process %d of %d" % (i, n)
+    print(ok, flush=True)
+    d = os.environ.get("ML_REPORT_DIR")
+    if d:  # the shared standard output may interleave the ranks' lines
+        with open(os.path.join(d, "rank.%d" % i), "w") as f:
+            f.write(ok + "\n")
 
 
 main()

@@ -1,14 +1,13 @@
 """A PyTorch data-parallel start, as a training script does it: torch.distributed with gloo
 (CPU) from the variables torchrun sets (env://), an all-reduce, an all-gather of where each
 rank thinks it is, and the torchrun contract RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK
-that code grouping ranks by node relies on. Prints one `OK torch rank R of N` line, and one
-`ENV name=value ...` line with the torchrun variables (ml.py compares them across launchers).
+that code grouping ranks by node relies on. Prints one `OK torch rank R of N` line; with
+ML_REPORT_DIR set, also writes it, after an `ENV name=value ...` line with the torchrun
+variables (ml.py compares them across launchers), to ML_REPORT_DIR/rank.R.
 Unmodified under torchrun and under `kauri -ml-env`."""
 
 import datetime
 import os
-import sys
-
 import torch
 import torch.distributed as dist
 
@@ -38,10 +37,20 @@ def main():
     assert len({g for _, g, _, _ in seats}) == groups, seats
     dist.barrier()
     dist.destroy_process_group()
-    print("ENV " + " ".join("%s=%s" % (k, env.get(k, "<unset>")) for k in TORCHRUN_VARS))
-    print("OK torch rank %d of %d (group %d of %d, local %d of %d)"
+    ok = ("OK torch rank %d of %d (group %d of %d, local %d of %d)"
           % (rank, world, group, groups, local, local_world))
-    sys.stdout.flush()
+    print(ok, flush=True)
+    report("ENV " + " ".join("%s=%s" % (k, env.get(k, "<unset>")) for k in TORCHRUN_VARS)
+           + "\n" + ok + "\n", rank)
+
+
+def report(text, rank):
+    """Writes `text` to ML_REPORT_DIR/rank.R when the harness names a directory: the ranks'
+    shared standard output may interleave their lines (it did under torchrun)."""
+    d = os.environ.get("ML_REPORT_DIR")
+    if d:
+        with open(os.path.join(d, "rank.%d" % rank), "w") as f:
+            f.write(text)
 
 
 main()
