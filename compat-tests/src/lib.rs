@@ -289,6 +289,33 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/root/.cache/kauri"))
 }
 
+/// Something a test needs is not there: under `CI=true` a failure (a panic naming `what`
+/// and `fix`), else a skip said on stderr. Returns `there`: false means the caller returns.
+pub fn have(what: &str, fix: &str, there: bool) -> bool {
+    if !there {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{what} is missing: {fix}");
+        }
+        eprintln!("SKIPPED: {what} is missing ({fix})");
+    }
+    there
+}
+
+/// The `examples` directory of the OpenPMIx source package that
+/// `compat-tests/pmix-examples/fetch-source.sh` fetched into the cache, if any (the newest
+/// version that has the file `needs`).
+pub fn pmix_examples_dir(needs: &str) -> Option<PathBuf> {
+    let src = cache_dir().join("pmix-src");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&src)
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("examples"))
+        .filter(|d| d.join(needs).is_file())
+        .collect();
+    dirs.sort();
+    dirs.pop()
+}
+
 /// The virtual environment of an MPI from the Python registry, with mpi4py 4 in it
 /// (`openmpi5`, `mpich5`, `mpich43`, `impi`), made by `compat-tests/wheels/setup.sh` in
 /// [`cache_dir`]`/venvs`. `None` when it is missing, after a line saying the test is skipped;

@@ -24,7 +24,7 @@
 //! it fails; without `mpirun.openmpi` (Debian package `openmpi-bin`) it fails.
 
 use compat_tests::libpmi::mpirun_openmpi;
-use compat_tests::{cache_dir, Ctx, Launcher, Outcome};
+use compat_tests::{have, pmix_examples_dir, Ctx, Launcher, Outcome};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -36,29 +36,9 @@ const RUN_LIMIT: Duration = Duration::from_secs(240);
 /// Ranks of each run.
 const RANKS: usize = 2;
 
-/// Something a test needs is not there: under `CI=true` a failure, else a skip said on
-/// stderr (false: the caller returns).
-fn have(what: &str, fix: &str, there: bool) -> bool {
-    if !there {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{what} is missing: {fix}");
-        }
-        eprintln!("SKIPPED: {what} is missing ({fix})");
-    }
-    there
-}
-
 /// The examples directory of the fetched OpenPMIx source package, if any.
 fn examples_dir() -> Option<PathBuf> {
-    let src = cache_dir().join("pmix-src");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&src)
-        .ok()?
-        .flatten()
-        .map(|e| e.path().join("examples"))
-        .filter(|d| d.join("pub.c").is_file())
-        .collect();
-    dirs.sort();
-    dirs.pop()
+    pmix_examples_dir("pub.c")
 }
 
 /// Builds C source `src` (with `examples` as an include directory) against the installed

@@ -18,33 +18,13 @@
 //! What is missing (the source package, the venv) skips a test with a line saying so, unless
 //! `CI=true`, where it fails.
 
-use compat_tests::{cache_dir, wheel_venv, Ctx, Launcher, Outcome};
+use compat_tests::{have, pmix_examples_dir, wheel_venv, Ctx, Launcher, Outcome};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Something a test needs is not there: under `CI=true` a failure, else a skip said on
-/// stderr (false: the caller returns).
-fn have(what: &str, fix: &str, there: bool) -> bool {
-    if !there {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("{what} is missing: {fix}");
-        }
-        eprintln!("SKIPPED: {what} is missing ({fix})");
-    }
-    there
-}
-
 /// The examples directory of the fetched OpenPMIx source package, if any.
 fn examples_dir() -> Option<PathBuf> {
-    let src = cache_dir().join("pmix-src");
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&src)
-        .ok()?
-        .flatten()
-        .map(|e| e.path().join("examples"))
-        .filter(|d| d.join("group.c").is_file())
-        .collect();
-    dirs.sort();
-    dirs.pop()
+    pmix_examples_dir("group.c")
 }
 
 /// Builds OpenPMIx example `name` into the test's directory.
