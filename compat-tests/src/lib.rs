@@ -316,6 +316,33 @@ pub fn pmix_examples_dir(needs: &str) -> Option<PathBuf> {
     dirs.pop()
 }
 
+/// Builds C source `src` (with `include` as an include directory: OpenPMIx's examples need
+/// their `examples.h`) against the installed `libpmix` (`pkg-config pmix`, Debian's
+/// `libpmix-dev`) into the test's directory as `name`; its path.
+pub fn build_pmix_program(ctx: &Ctx, src: &Path, include: &Path, name: &str) -> String {
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "pmix"])
+        .output()
+        .expect("pkg-config (Debian package pkg-config)");
+    assert!(
+        flags.status.success(),
+        "pkg-config pmix failed (libpmix-dev)"
+    );
+    let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
+    let out = ctx.dir.join(name);
+    let st = Command::new("cc")
+        .arg("-o")
+        .arg(&out)
+        .arg(src)
+        .arg("-I")
+        .arg(include)
+        .args(flags.split_whitespace())
+        .status()
+        .expect("cc (Debian package build-essential)");
+    assert!(st.success(), "cc {} failed", src.display());
+    out.to_string_lossy().into_owned()
+}
+
 /// The virtual environment of an MPI from the Python registry, with mpi4py 4 in it
 /// (`openmpi5`, `mpich5`, `mpich43`, `impi`), made by `compat-tests/wheels/setup.sh` in
 /// [`cache_dir`]`/venvs`. `None` when it is missing, after a line saying the test is skipped;

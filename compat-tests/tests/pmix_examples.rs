@@ -24,9 +24,8 @@
 //! it fails; without `mpirun.openmpi` (Debian package `openmpi-bin`) it fails.
 
 use compat_tests::libpmi::mpirun_openmpi;
-use compat_tests::{have, pmix_examples_dir, Ctx, Launcher, Outcome};
+use compat_tests::{build_pmix_program, have, pmix_examples_dir, Ctx, Launcher, Outcome};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// How long one run may take: far more than any example needs on a loaded machine; a run
@@ -39,32 +38,6 @@ const RANKS: usize = 2;
 /// The examples directory of the fetched OpenPMIx source package, if any.
 fn examples_dir() -> Option<PathBuf> {
     pmix_examples_dir("pub.c")
-}
-
-/// Builds C source `src` (with `examples` as an include directory) against the installed
-/// `libpmix` into the test's directory as `name`.
-fn build(ctx: &Ctx, src: &Path, examples: &Path, name: &str) -> String {
-    let flags = Command::new("pkg-config")
-        .args(["--cflags", "--libs", "pmix"])
-        .output()
-        .expect("pkg-config (Debian package pkg-config)");
-    assert!(
-        flags.status.success(),
-        "pkg-config pmix failed (libpmix-dev)"
-    );
-    let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
-    let out = ctx.dir.join(name);
-    let st = Command::new("cc")
-        .arg("-o")
-        .arg(&out)
-        .arg(src)
-        .arg("-I")
-        .arg(examples)
-        .args(flags.split_whitespace())
-        .status()
-        .expect("cc (Debian package build-essential)");
-    assert!(st.success(), "cc {} failed", src.display());
-    out.to_string_lossy().into_owned()
 }
 
 /// The context and the example `name` built, or `None` (skipped) without the source package
@@ -80,7 +53,7 @@ fn setup(test: &str, name: &str) -> Option<(Ctx, String)> {
     }
     let dir = dir.unwrap();
     let ctx = Ctx::new(test);
-    let p = build(&ctx, &dir.join(format!("{name}.c")), &dir, name);
+    let p = build_pmix_program(&ctx, &dir.join(format!("{name}.c")), &dir, name);
     Some((ctx, p))
 }
 
@@ -125,7 +98,7 @@ fn both(name: &str, want: &[&str]) {
     if name == "dynamic" {
         // It spawns `./client`.
         let dir = examples_dir().unwrap();
-        build(&ctx, &dir.join("client.c"), &dir, "client");
+        build_pmix_program(&ctx, &dir.join("client.c"), &dir, "client");
     }
     for l in [Launcher::Hydra, Launcher::Kauri] {
         let who = if l == Launcher::Kauri {
@@ -301,7 +274,7 @@ fn nobody(test: &str, args: &[&str]) {
     };
     let ctx = Ctx::new(test);
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/pmix_lookup_nobody.c");
-    let p = build(&ctx, &src, &dir, "pmix_lookup_nobody");
+    let p = build_pmix_program(&ctx, &src, &dir, "pmix_lookup_nobody");
     let mut a = args.to_vec();
     a.extend(["-n", "3", &p]);
     let o = ctx

@@ -18,38 +18,15 @@
 //! What is missing (the source package, the venv) skips a test with a line saying so, unless
 //! `CI=true`, where it fails.
 
-use compat_tests::{have, pmix_examples_dir, wheel_venv, Ctx, Launcher, Outcome};
+use compat_tests::{
+    build_pmix_program, have, pmix_examples_dir, wheel_venv, Ctx, Launcher, Outcome,
+};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The examples directory of the fetched OpenPMIx source package, if any.
 fn examples_dir() -> Option<PathBuf> {
     pmix_examples_dir("group.c")
-}
-
-/// Builds OpenPMIx example `name` into the test's directory.
-fn build_example(ctx: &Ctx, examples: &Path, name: &str) -> String {
-    let flags = Command::new("pkg-config")
-        .args(["--cflags", "--libs", "pmix"])
-        .output()
-        .expect("pkg-config (Debian package pkg-config)");
-    assert!(
-        flags.status.success(),
-        "pkg-config pmix failed (libpmix-dev)"
-    );
-    let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
-    let out = ctx.dir.join(name);
-    let st = Command::new("cc")
-        .arg("-o")
-        .arg(&out)
-        .arg(examples.join(format!("{name}.c")))
-        .arg("-I")
-        .arg(examples)
-        .args(flags.split_whitespace())
-        .status()
-        .expect("cc (Debian package build-essential)");
-    assert!(st.success(), "cc {name}.c failed");
-    out.to_string_lossy().into_owned()
 }
 
 /// kauri `args` `-n n prog`, with `TMPDIR` in the test's directory (checked empty after).
@@ -89,7 +66,7 @@ fn examples(name: &str, args: &[&str], names: &[&str]) {
     let dir = dir.unwrap();
     let ctx = Ctx::new(name);
     for ex in names {
-        let p = build_example(&ctx, &dir, ex);
+        let p = build_pmix_program(&ctx, &dir.join(format!("{ex}.c")), &dir, ex);
         let mut a = args.to_vec();
         a.extend(["--pmi=pmix"]);
         let o = kauri(&ctx, &a, 4, &p, true);
