@@ -70,6 +70,8 @@ struct Parser {
     bind_given: bool,
     /// `-genvall`, `-genvnone` or `-genvlist` was given (it wins over `HYDRA_ENV`).
     genv_policy_given: bool,
+    /// `-auto-cleanup` was given (it cannot be combined with `-with-ft`).
+    auto_cleanup_given: bool,
 }
 
 /// Parses `args` (without the program name).
@@ -87,6 +89,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             pmi_port: false,
             launcher: None,
             auto_cleanup: true,
+            fault_tolerant: false,
             universe_size: None,
             nameserver: None,
             timeout: None,
@@ -113,6 +116,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         map_kind: None,
         bind_given: false,
         genv_policy_given: false,
+        auto_cleanup_given: false,
     };
     if args.is_empty() {
         return err("no program given (try kauri -h)");
@@ -155,6 +159,15 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
     }
     if p.segments.is_empty() {
         return err("no program given (try kauri -h)");
+    }
+    if p.spec.fault_tolerant {
+        if p.auto_cleanup_given {
+            return err(
+                "-auto-cleanup cannot be combined with -with-ft: a fault-tolerant job \
+                        goes on when a process fails",
+            );
+        }
+        p.spec.auto_cleanup = false;
     }
     let hydra = HydraEnv::read(&|k| std::env::var(k).ok()).map_err(UsageError)?;
     apply_hydra_env(&mut p.spec, p.genv_policy_given, hydra)?;
@@ -606,7 +619,11 @@ impl Parser {
                 }
                 "-nameserver" => self.spec.nameserver = Some(value(&name)?),
                 "-disable-auto-cleanup" => self.spec.auto_cleanup = false,
-                "-auto-cleanup" => self.spec.auto_cleanup = true,
+                "-auto-cleanup" => {
+                    self.spec.auto_cleanup = true;
+                    self.auto_cleanup_given = true;
+                }
+                "-with-ft" => self.spec.fault_tolerant = with_ft(&value(&name)?)?,
                 "-v" | "-verbose" => self.spec.verbose += 1,
                 _ => {
                     return err(format!(
@@ -659,6 +676,19 @@ fn once<T>(
 }
 
 /// Parses a universe size: a positive number, `SYSTEM` (this machine's cores) or `INFINITE`.
+/// `-with-ft VALUE`, with the values PRRTE's `--with-ft` takes: `ulfm`, `mpi`, `yes`, `true`
+/// or `1` turn fault tolerance on; `no`, `false` or `0` leave it off (case ignored).
+fn with_ft(v: &str) -> Result<bool, UsageError> {
+    match v.to_ascii_lowercase().as_str() {
+        "ulfm" | "mpi" | "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => err(format!(
+            "-with-ft {}: expected ulfm (or mpi, yes, true, 1) or no (false, 0)",
+            crate::console::clip(v)
+        )),
+    }
+}
+
 fn universe_size(v: &str, what: &str) -> Result<i64, UsageError> {
     match v {
         "INFINITE" | "infinite" => Ok(-1),
@@ -810,6 +840,26 @@ mod tests {
     fn fails(args: &str) -> String {
         let a: Vec<String> = args.split_whitespace().map(str::to_string).collect();
         parse(&a).unwrap_err().0
+    }
+
+    #[test]
+    fn with_ft_takes_prrtes_values_and_implies_no_auto_cleanup() {
+        for v in ["ulfm", "ULFM", "mpi", "yes", "true", "1"] {
+            let s = run(&format!("-with-ft {v} -n 2 a"));
+            assert!(s.fault_tolerant, "{v}");
+            assert!(!s.auto_cleanup, "{v}");
+        }
+        let s = run("--with-ft=ulfm -n 2 a");
+        assert!(s.fault_tolerant && !s.auto_cleanup);
+        for v in ["no", "false", "0"] {
+            let s = run(&format!("-with-ft {v} -n 2 a"));
+            assert!(!s.fault_tolerant && s.auto_cleanup, "{v}");
+        }
+        let s = run("-with-ft ulfm -with-ft no -n 2 a");
+        assert!(!s.fault_tolerant && s.auto_cleanup, "the last one counts");
+        assert!(fails("-with-ft maybe -n 2 a").contains("-with-ft maybe: expected ulfm"));
+        assert!(fails("-with-ft ulfm -auto-cleanup -n 2 a").contains("cannot be combined"));
+        assert!(run("-with-ft ulfm -disable-auto-cleanup -n 2 a").fault_tolerant);
     }
 
     #[test]

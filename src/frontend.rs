@@ -260,8 +260,23 @@ fn segment_env(spec: &JobSpec, app: usize) -> Vec<(String, String)> {
         env.retain(|(ek, _)| ek != k);
         env.push((k.clone(), v.clone()));
     }
+    if spec.fault_tolerant {
+        for (k, v) in FT_VARS {
+            if !env.iter().any(|(ek, _)| ek == k) {
+                env.push((k.into(), v.into()));
+            }
+        }
+    }
     env
 }
+
+/// What `-with-ft` sets for every rank, unless the rank's environment already has it: Open
+/// MPI 5's ULFM switch (PRRTE's `--with-ft ulfm` gives its ranks the same) and MPICH's
+/// fault-tolerance switch (which MPICH's own `ft` tests set by hand).
+const FT_VARS: [(&str, &str); 2] = [
+    ("OMPI_MCA_mpi_ft_enable", "1"),
+    ("MPIR_CVAR_ENABLE_FT", "1"),
+];
 
 /// The hosts (comma-separated) whose ranks `-ml-env` gives `OMP_NUM_THREADS=1`, as
 /// [`crate::rank_env::rank_env`] decides: more than one rank on the host, and a segment
@@ -1665,6 +1680,9 @@ struct Root {
     /// The command line, for `kauri --status`.
     command: String,
     auto_cleanup: bool,
+    /// `-with-ft`: a lost host's ranks are aborted processes to PMIx clients, and neither a
+    /// rank killed by a signal nor a lost host fails the exit status ([`policy::tolerated`]).
+    fault_tolerant: bool,
     /// `MPIEXEC_TIMEOUT`, for its message.
     timeout: Option<Duration>,
     clock: Clock,
@@ -1822,6 +1840,7 @@ impl Root {
             _status_socket: status_socket,
             command: std::env::args().collect::<Vec<_>>().join(" "),
             auto_cleanup: spec.auto_cleanup,
+            fault_tolerant: spec.fault_tolerant,
             timeout: spec.timeout,
             clock,
             profile: spec.profile.map(|format| (format, Vec::new())),
@@ -2034,13 +2053,15 @@ impl Root {
             (true, true) => Wiring::Both,
         };
         let looks_mpi = self.looks_mpi;
+        let fault_tolerant = self.fault_tolerant;
         let summary: Vec<Vec<(usize, RankState)>> =
             self.jobs.iter().map(Job::rank_states).collect();
         let printer = self.printer.take();
         // A host lost under -disable-auto-cleanup: the job did not end well, whatever the
-        // ranks that were left say.
+        // ranks that were left say (under -with-ft, a fault the survivors were told of).
+        let lost_fails = self.lost && !fault_tolerant;
         let (ending, fences, tree, clock) = (
-            self.ending.or(self.lost.then_some(Ending::Failed)),
+            self.ending.or(lost_fails.then_some(Ending::Failed)),
             self.profile.take(),
             self.tree.clone(),
             self.clock,
@@ -2064,13 +2085,21 @@ impl Root {
                     continue;
                 }
                 if let Some((status, words)) = policy::rank_failure(code, sig) {
+                    let tolerated = policy::tolerated(fault_tolerant, sig);
                     say!(
-                        "kauri: {} (pid {}) on {} {words}",
+                        "kauri: {} (pid {}) on {} {words}{}",
                         who(idx, *r),
                         s.pid,
-                        s.host
+                        s.host,
+                        if tolerated {
+                            " (tolerated: -with-ft)"
+                        } else {
+                            ""
+                        }
                     );
-                    worst = worst.max(status);
+                    if !tolerated {
+                        worst = worst.max(status);
+                    }
                 }
             }
         }
@@ -2347,7 +2376,12 @@ impl Root {
                         .into_iter()
                         .filter(|&r| job.ranks.get(r).is_some_and(|s| s.ended.is_none()))
                         .collect();
-                    self.pmix_failure(j, Failure::Lost, gone.clone());
+                    let lost = if self.fault_tolerant {
+                        Failure::Aborted
+                    } else {
+                        Failure::Lost
+                    };
+                    self.pmix_failure(j, lost, gone.clone());
                     if !self.auto_cleanup {
                         self.dead_processes(j, gone);
                     }
@@ -2359,7 +2393,12 @@ impl Root {
                 } else if !discarded && !self.auto_cleanup && self.ending.is_none() {
                     // The user asked the job to go on when a part of it fails: without this
                     // host. A fence that needs its ranks fails the job when it starts.
-                    say!("kauri: {reason}; the job goes on without it (-disable-auto-cleanup)");
+                    let why = if self.fault_tolerant {
+                        "-with-ft"
+                    } else {
+                        "-disable-auto-cleanup"
+                    };
+                    say!("kauri: {reason}; the job goes on without it ({why})");
                     self.lost = true;
                 } else if !discarded {
                     if self.ending.is_none() {

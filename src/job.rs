@@ -70,6 +70,11 @@ pub struct JobSpec {
     pub launcher: Option<String>,
     /// End the whole job when one rank fails (`-disable-auto-cleanup` turns it off).
     pub auto_cleanup: bool,
+    /// Fault-tolerant MPI for the job (`-with-ft ulfm`): no auto-cleanup, the MPIs' own
+    /// switches on (`OMPI_MCA_mpi_ft_enable`, `MPIR_CVAR_ENABLE_FT`), a lost host's ranks
+    /// reported as aborted processes, and a rank killed by a signal not counted in kauri's
+    /// exit status (a fault the survivors tolerated), as PRRTE's `--with-ft ulfm` does.
+    pub fault_tolerant: bool,
     /// The universe size reported to ranks (`-usize`); `None`: the slots of the hosts named
     /// (`-hosts`, `-f`, an allocation), or -1 ("unknown", as Hydra) when none was named.
     pub universe_size: Option<i64>,

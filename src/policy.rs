@@ -84,6 +84,14 @@ pub fn rank_failure(code: Option<i32>, signal: Option<i32>) -> Option<(i32, Stri
     }
 }
 
+/// Whether a rank's failure is left out of kauri's exit status: under `-with-ft`
+/// (`fault_tolerant`) a rank killed by a signal is a fault its job's survivors were told of
+/// and recovered from, and PRRTE's `--with-ft ulfm` sets no exit code for it (0 when the
+/// survivors finish). A non-zero exit is the program's own verdict and still counts.
+pub fn tolerated(fault_tolerant: bool, signal: Option<i32>) -> bool {
+    fault_tolerant && signal.is_some()
+}
+
 /// The line kauri prints at the end of a job of `size` ranks (more than one) that `spoke`
 /// none of: no rank ever connected to the PMI-1/PMI-2 server or the PMIx server `offered`.
 /// An MPI library that finds no server it speaks runs as a singleton, a world of 1: N
@@ -186,6 +194,19 @@ mod tests {
         assert_eq!(
             on_exit(Some(0), true, true, false, true, true),
             ExitVerdict::Nothing
+        );
+    }
+
+    #[test]
+    fn under_with_ft_only_a_signal_is_tolerated() {
+        assert!(tolerated(true, Some(9)));
+        assert!(
+            !tolerated(true, None),
+            "an exit code is the program's verdict"
+        );
+        assert!(
+            !tolerated(false, Some(9)),
+            "-disable-auto-cleanup alone: as Hydra"
         );
     }
 

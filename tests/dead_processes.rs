@@ -2,7 +2,8 @@
 //! that dies is added to the reserved key `PMI_dead_processes` on every host, then the
 //! survivors get `SIGUSR1`. The ranks are `tests/programs/dead_procs.py`, a PMI client
 //! written on the wire (even ranks PMI-1, odd ranks PMI-2); the last rank exits 1 after a
-//! fence.
+//! fence. `-with-ft ulfm` keeps the same notification, and a rank killed by a signal or a
+//! lost host no longer fails kauri's exit status.
 
 use std::process::Output;
 
@@ -105,4 +106,90 @@ fn two_hosts_survivors_are_told_of_a_lost_host() {
     assert_eq!(lines(&o), vec![told(0, "2,3"), told(1, "2,3")], "{err}");
     assert!(err.contains("the job goes on without it"), "{err}");
     assert_eq!(o.status.code(), Some(255), "{err}");
+}
+
+/// `-with-ft ulfm`: the survivors are told as under `-disable-auto-cleanup`, and a rank
+/// killed by a signal is a tolerated fault: status 0 (as `mpirun --with-ft ulfm`), where
+/// `-disable-auto-cleanup` alone gives the signal's number, as Hydra.
+#[test]
+fn with_ft_a_rank_killed_by_a_signal_does_not_fail_the_job() {
+    let kill = [("DEAD_PROCS_SIGNAL", "1")];
+    let want: Vec<String> = (0..3).map(|r| told(r, "3")).collect();
+    let o = run(&["-with-ft", "ulfm"], &kill);
+    let err = stderr(&o);
+    assert_eq!(lines(&o), want, "{err}");
+    assert!(
+        err.contains("killed by signal 9 (SIGKILL) (tolerated: -with-ft)"),
+        "{err}"
+    );
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let o = run(&["-disable-auto-cleanup"], &kill);
+    assert_eq!(lines(&o), want, "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(9), "{}", stderr(&o));
+}
+
+/// `-with-ft ulfm`: a rank's non-zero exit is its own verdict and still counts.
+#[test]
+fn with_ft_an_exit_code_still_counts() {
+    let o = run(&["-with-ft", "ulfm"], &[]);
+    let want: Vec<String> = (0..3).map(|r| told(r, "3")).collect();
+    assert_eq!(lines(&o), want, "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+}
+
+/// `-with-ft ulfm`, rank 3 kills b's agent: the survivors are told of 2 and 3, the job goes
+/// on and ends 0 (255 under `-disable-auto-cleanup` alone).
+#[test]
+fn with_ft_a_lost_host_does_not_fail_the_job() {
+    let o = run(
+        &[
+            "-with-ft",
+            "ulfm",
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b",
+            "-ppn",
+            "2",
+        ],
+        &[("DEAD_PROCS_KILL_AGENT", "1")],
+    );
+    let err = stderr(&o);
+    assert_eq!(lines(&o), vec![told(0, "2,3"), told(1, "2,3")], "{err}");
+    assert!(
+        err.contains("the job goes on without it (-with-ft)"),
+        "{err}"
+    );
+    assert_eq!(o.status.code(), Some(0), "{err}");
+}
+
+/// `-with-ft ulfm` turns on Open MPI's and MPICH's fault tolerance for every rank, unless the
+/// user set the variable; without it neither is set.
+#[test]
+fn with_ft_sets_the_mpis_switches_unless_the_user_did() {
+    let show = [
+        "sh",
+        "-c",
+        "echo ompi=$OMPI_MCA_mpi_ft_enable mpich=$MPIR_CVAR_ENABLE_FT",
+    ];
+    let mut a = vec!["-with-ft", "ulfm", "-n", "2"];
+    a.extend(show);
+    let o = kauri(&a, None, &[]);
+    assert_eq!(lines(&o), vec!["ompi=1 mpich=1"; 2], "{}", stderr(&o));
+    let mut a = vec![
+        "-with-ft",
+        "ulfm",
+        "-genv",
+        "MPIR_CVAR_ENABLE_FT",
+        "0",
+        "-n",
+        "1",
+    ];
+    a.extend(show);
+    let o = kauri(&a, None, &[("OMPI_MCA_mpi_ft_enable", "0")]);
+    assert_eq!(lines(&o), vec!["ompi=0 mpich=0"], "{}", stderr(&o));
+    let mut a = vec!["-n", "1"];
+    a.extend(show);
+    let o = kauri(&a, None, &[]);
+    assert_eq!(lines(&o), vec!["ompi= mpich="], "{}", stderr(&o));
 }

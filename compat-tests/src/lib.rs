@@ -361,6 +361,23 @@ pub fn wheel_venv(name: &str) -> Option<PathBuf> {
     None
 }
 
+/// `programs/NAME.c` built with the `mpicc` of the wheel venv `venv` ([`wheel_venv`]) into
+/// the test's directory as `NAME`; its path. `None` when the venv is missing (see
+/// [`wheel_venv`]).
+pub fn build_with_venv_mpicc(ctx: &Ctx, venv: &str, name: &str) -> Option<String> {
+    let mpicc = wheel_venv(venv)?.join("bin/mpicc");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("programs/{name}.c"));
+    let out = ctx.dir.join(name);
+    let st = Command::new(&mpicc)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", mpicc.display()));
+    assert!(st.success(), "{} {name}.c failed", mpicc.display());
+    Some(out.to_string_lossy().into_owned())
+}
+
 /// One of the two MPICH 4.0.2 builds with the ch3 device (Debian's ch4:ucx build cannot do
 /// dynamic processes), made by `compat-tests/mpich-testsuite/build-mpich.sh` under
 /// `${KAURI_CACHE:-$HOME/.cache/kauri}`.
@@ -1174,7 +1191,8 @@ fn at_exit(action: Box<dyn FnOnce() + Send>) {
         .push(action);
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (its effective uid, from `/proc/self/status`).
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

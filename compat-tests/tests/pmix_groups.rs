@@ -19,10 +19,9 @@
 //! `CI=true`, where it fails.
 
 use compat_tests::{
-    build_pmix_program, have, pmix_examples_dir, wheel_venv, Ctx, Launcher, Outcome,
+    build_pmix_program, build_with_venv_mpicc, have, pmix_examples_dir, Ctx, Launcher, Outcome,
 };
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 /// The examples directory of the fetched OpenPMIx source package, if any.
 fn examples_dir() -> Option<PathBuf> {
@@ -101,24 +100,11 @@ fn examples_two_hosts() {
     );
 }
 
-/// `programs/ompi5_groups.c` built with the Open MPI 5 venv's `mpicc`, if there is one.
-fn ompi5_groups(ctx: &Ctx) -> Option<String> {
-    let mpicc = wheel_venv("openmpi5")?.join("bin/mpicc");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("programs/ompi5_groups.c");
-    let out = ctx.dir.join("ompi5_groups");
-    let st = Command::new(&mpicc)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("run the venv's mpicc");
-    assert!(st.success(), "mpicc ompi5_groups.c failed");
-    Some(out.to_string_lossy().into_owned())
-}
-
 fn ompi5(name: &str, args: &[&str], n: usize) {
     let ctx = Ctx::new(name);
-    let Some(p) = ompi5_groups(&ctx) else { return };
+    let Some(p) = build_with_venv_mpicc(&ctx, "openmpi5", "ompi5_groups") else {
+        return;
+    };
     let o = kauri(&ctx, args, n, &p, false);
     assert_eq!(o.code, Some(0), "ompi5_groups failed\n{o}");
     let mut got: Vec<&str> = o.stdout.lines().collect();

@@ -244,6 +244,17 @@ const GLOBAL: &[Opt] = &[
         "keep the job running when one process fails; the others are told\n\
          (PMI_dead_processes and SIGUSR1, as Hydra; a PMIx event)",
     ),
+    Opt {
+        values: Values::Words(&["ulfm", "no"]),
+        ..with(
+            &["-with-ft"],
+            "ulfm|no",
+            "fault-tolerant MPI (ULFM), as mpirun --with-ft: implies\n\
+             -disable-auto-cleanup, turns on Open MPI's and MPICH's fault\n\
+             tolerance, and a process killed by a signal does not fail the\n\
+             exit status when the others finish",
+        )
+    },
     flag(
         &["-auto-cleanup"],
         "end the job when one process fails (the default)",

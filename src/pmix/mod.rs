@@ -479,6 +479,10 @@ pub enum Failure {
     },
     /// Its host's agent was lost.
     Lost,
+    /// Its host's agent was lost in a fault-tolerant job (`-with-ft`): told as an aborted
+    /// process, the event by which Open MPI's ULFM marks a peer failed (it takes
+    /// `PMIX_ERR_LOST_CONNECTION` for its own server gone, and aborts).
+    Aborted,
 }
 
 impl Failure {
@@ -486,7 +490,8 @@ impl Failure {
     /// `PMIX_ERR_PROC_ABORTED_BY_SIG` (exit code 128 + N, as PRRTE gives it), a non-zero
     /// exit `PMIX_ERR_PROC_ABORTED` (Open MPI 4.1's mpirun's code for any failed process),
     /// an exit 0 without finalize `PMIX_ERR_PROC_TERM_WO_SYNC`, a lost host
-    /// `PMIX_ERR_LOST_CONNECTION` (no exit code: nobody saw the ranks end).
+    /// `PMIX_ERR_LOST_CONNECTION`, or under `-with-ft` `PMIX_ERR_PROC_ABORTED` (no exit code
+    /// either way: nobody saw the ranks end).
     pub fn event(self) -> (Status, Option<i32>) {
         match self {
             Failure::Ended {
@@ -495,6 +500,7 @@ impl Failure {
             Failure::Ended { code: Some(0), .. } => (ffi::PMIX_ERR_PROC_TERM_WO_SYNC, Some(0)),
             Failure::Ended { code, .. } => (ffi::PMIX_ERR_PROC_ABORTED, code),
             Failure::Lost => (ffi::PMIX_ERR_LOST_CONNECTION, None),
+            Failure::Aborted => (ffi::PMIX_ERR_PROC_ABORTED, None),
         }
     }
 }
@@ -680,6 +686,7 @@ mod tests {
         );
         assert_eq!(ended(None, None), (ffi::PMIX_ERR_PROC_ABORTED, None));
         assert_eq!(Failure::Lost.event(), (ffi::PMIX_ERR_LOST_CONNECTION, None));
+        assert_eq!(Failure::Aborted.event(), (ffi::PMIX_ERR_PROC_ABORTED, None));
     }
 
     #[test]

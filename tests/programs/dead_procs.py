@@ -3,7 +3,7 @@
 odd ranks PMI-2 (one socket serves both). Every rank reads `PMI_dead_processes`, fences, and
 then the last rank exits 1 without finalize; the others wait for SIGUSR1 (up to
 `DEAD_PROCS_WAIT` seconds; with `DEAD_PROCS_KILL_AGENT` set, the last rank kills
-its agent instead), read the key again (PMI-1 `get`, or PMI-2 `kvs-get` and
+its agent instead; with `DEAD_PROCS_SIGNAL` set, it kills itself with SIGKILL), read the key again (PMI-1 `get`, or PMI-2 `kvs-get` and
 `info-getjobattr`), print what they saw and finalize."""
 # pylint: disable=invalid-name
 import os
@@ -67,6 +67,8 @@ if rank == size - 1:
         # Its host is lost: the agent above it dies, and this rank with it.
         os.kill(os.getppid(), signal.SIGKILL)
         time.sleep(300)
+    if os.environ.get("DEAD_PROCS_SIGNAL"):
+        os.kill(os.getpid(), signal.SIGKILL)
     sys.exit(1)
 wait = float(os.environ.get("DEAD_PROCS_WAIT", "120"))
 if signal.sigtimedwait({signal.SIGUSR1}, wait) is None:
