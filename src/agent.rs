@@ -295,6 +295,9 @@ impl Agent {
             procs: node.as_ref().map(|n| n.procs.clone()).unwrap_or_default(),
         });
         let mut branch = Branch::new(my_id, host.clone(), node, kids, true, clock, prof);
+        if job.fault_tolerant {
+            branch.tolerate_failures();
+        }
         if started {
             branch.profile_fork(fork_start, forked);
         }
@@ -369,11 +372,19 @@ impl Agent {
     fn on_node(&mut self, ev: NodeEvent) {
         let out = self.branch.on_node(ev);
         self.send(out);
+        self.send_deferred();
     }
 
     fn on_child(&mut self, ev: HubEvent) {
         let out = self.branch.on_child(ev);
         self.send(out);
+        self.send_deferred();
+    }
+
+    fn send_deferred(&mut self) {
+        while let Some(out) = self.branch.take_deferred() {
+            self.send(Some(out));
+        }
     }
 
     /// A message from the parent, or why it is gone, which ends the agent.

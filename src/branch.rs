@@ -259,6 +259,11 @@ pub struct Branch<H = Node, L = Children> {
     fence_stuck: bool,
     /// The same for the PMIx fence under way.
     pmix_fence_stuck: bool,
+    /// The job is fault tolerant (`-with-ft`): PMIx fences go on without a lost host or a
+    /// host whose ranks all ended ([`Branch::tolerate_failures`]).
+    fault_tolerant: bool,
+    /// What to send up after the answer of the event at hand ([`Branch::take_deferred`]).
+    deferred: Vec<Out>,
     clock: Clock,
     /// The startup profile of this host, when the job records one.
     prof: Option<HostProfile>,
@@ -295,6 +300,8 @@ impl<H: Host, L: Links> Branch<H, L> {
             finished: Vec::new(),
             fence_stuck: false,
             pmix_fence_stuck: false,
+            fault_tolerant: false,
+            deferred: Vec::new(),
             clock,
             prof,
             below: Vec::new(),
@@ -341,6 +348,32 @@ impl<H: Host, L: Links> Branch<H, L> {
         self.ending
     }
 
+    /// The job is fault tolerant (`-with-ft`), as Open MPI's ULFM expects of its runtime: a
+    /// PMIx fence (`MPI_Finalize` begins with one) completes without the hosts that are lost
+    /// or whose ranks all ended, instead of never completing. Those ranks failed, and the
+    /// survivors were told ([`Host::pmix_failure`]): they will never contribute, and nobody
+    /// asks for their data. PMI-1/PMI-2 fences are unchanged.
+    pub fn tolerate_failures(&mut self) {
+        self.fault_tolerant = true;
+    }
+
+    /// What the last event made for above besides its answer (a PMIx fence that a lost host
+    /// completed, after the report of the loss): the caller sends each after the answer.
+    pub fn take_deferred(&mut self) -> Option<Out> {
+        (!self.deferred.is_empty()).then(|| self.deferred.remove(0))
+    }
+
+    /// Under [`Branch::tolerate_failures`], child `id` (lost, or done) is dropped from the
+    /// PMIx fences: one it completes goes up after the event's answer.
+    fn drop_child_from_pmix_fences(&mut self, id: u32) {
+        if !self.fault_tolerant || self.ending {
+            return;
+        }
+        if let Some((epoch, data)) = self.pmix_gather.drop_child(id) {
+            self.deferred.push(Out::Up(Up::PmixFence { epoch, data }));
+        }
+    }
+
     /// An event of this host's ranks.
     pub fn on_node(&mut self, ev: NodeEvent) -> Option<Out> {
         let t = self.clock.now();
@@ -356,6 +389,11 @@ impl<H: Host, L: Links> Branch<H, L> {
                 self.local_left = self.local_left.saturating_sub(1);
                 if let Some(p) = self.prof.as_mut() {
                     p.exited(t);
+                }
+                if self.fault_tolerant && !self.ending && self.local_left == 0 {
+                    if let Some((epoch, data)) = self.pmix_gather.drop_local() {
+                        self.deferred.push(Out::Up(Up::PmixFence { epoch, data }));
+                    }
                 }
                 let mut reports = vec![Report::Exited {
                     rank,
@@ -500,6 +538,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             HubEvent::Up { id, msg: Up::Done } => {
                 self.kids.mark_done(id);
                 self.finished.push(id);
+                self.drop_child_from_pmix_fences(id);
                 let stuck: Vec<Report> = self
                     .stuck_fence()
                     .into_iter()
@@ -523,6 +562,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 let ranks = self.kids.ranks_below(id);
                 self.kids.mark_done(id);
                 self.finished.push(id);
+                self.drop_child_from_pmix_fences(id);
                 // Lost first: a fence that waited for the host can then never complete.
                 let mut reports = vec![Report::Lost {
                     host,
@@ -1135,6 +1175,56 @@ mod tests {
                 reason: "agent on h1 died".into(),
                 ranks: vec![1, 2],
             }])))
+        );
+    }
+
+    /// A PMIx fence this host entered while its child's host was lost: it can never complete
+    /// and the job is told so; under `-with-ft` (tolerate_failures) it completes without the
+    /// child, after the loss's report, and the next fences do not wait for it.
+    #[test]
+    fn a_lost_child_stops_a_pmix_fence_unless_failures_are_tolerated() {
+        let lost = || HubEvent::Lost {
+            id: 1,
+            reason: "agent on h1 died".into(),
+        };
+        let log: Log = Rc::default();
+        let mut b = branch(&log);
+        let fence = |epoch| NodeEvent::PmixFence {
+            epoch,
+            data: b"a".to_vec(),
+        };
+        assert_eq!(b.on_node(fence(0)), None);
+        let Some(Out::Up(Up::Reports(r))) = b.on_child(lost()) else {
+            panic!("no report")
+        };
+        assert!(
+            matches!(&r[1], Report::Failed { reason } if reason.contains("can never complete")),
+            "{r:?}"
+        );
+        assert_eq!(b.take_deferred(), None);
+
+        let mut b = branch(&log);
+        b.tolerate_failures();
+        assert_eq!(b.on_node(fence(0)), None);
+        let Some(Out::Up(Up::Reports(r))) = b.on_child(lost()) else {
+            panic!("no report")
+        };
+        assert_eq!(r.len(), 1, "only the loss: {r:?}");
+        assert_eq!(
+            b.take_deferred(),
+            Some(Out::Up(Up::PmixFence {
+                epoch: 0,
+                data: b"a".to_vec()
+            }))
+        );
+        assert_eq!(b.take_deferred(), None);
+        assert_eq!(
+            b.on_node(fence(1)),
+            Some(Out::Up(Up::PmixFence {
+                epoch: 1,
+                data: b"a".to_vec()
+            })),
+            "the next fence is this host's alone"
         );
     }
 }

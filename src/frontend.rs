@@ -645,6 +645,7 @@ fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         report_bindings: spec.report_bindings,
         iface: spec.iface.clone(),
         port_range: spec.port_range.clone(),
+        fault_tolerant: spec.fault_tolerant,
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
@@ -875,6 +876,8 @@ struct Cluster {
     spawn_max: u64,
     /// The ports listeners keep to (`MPIEXEC_PORT_RANGE`).
     port_range: Option<crate::ports::PortRange>,
+    /// `-with-ft`: spawned jobs are fault tolerant too.
+    fault_tolerant: bool,
 }
 
 /// The most processes one spawn may start unless `KAURI_SPAWN_MAX` says otherwise. A spawn
@@ -926,6 +929,7 @@ impl Cluster {
             jobs_started: 0,
             spawn_max: spawn_max(),
             port_range: p.job.port_range.clone(),
+            fault_tolerant: p.job.fault_tolerant,
         }
     }
 }
@@ -1129,7 +1133,13 @@ async fn start_job(
         .collect();
     let run = JobRun {
         procs,
-        branch: Branch::new(0, cluster.me.clone(), node, kids, false, clock, prof),
+        branch: {
+            let mut b = Branch::new(0, cluster.me.clone(), node, kids, false, clock, prof);
+            if plan.fault_tolerant {
+                b.tolerate_failures();
+            }
+            b
+        },
         plan,
         ranks,
         spawner: None,
@@ -1373,6 +1383,7 @@ fn plan_spawn(
         report_bindings: false,
         iface: spawner.iface.clone(),
         port_range: cluster.port_range.clone(),
+        fault_tolerant: cluster.fault_tolerant,
     };
     let (mut local, mut remote) = (None, Vec::new());
     for (index, &n) in used.iter().enumerate() {
@@ -2130,6 +2141,7 @@ impl Root {
         };
         let out = job.branch.on_node(ev);
         self.on_out(j, out);
+        self.on_deferred(j);
     }
 
     /// An event of job `j`'s child links.
@@ -2139,6 +2151,14 @@ impl Root {
         };
         let out = job.branch.on_child(ev);
         self.on_out(j, out);
+        self.on_deferred(j);
+    }
+
+    /// What job `j`'s branch made besides the answer of the event at hand.
+    fn on_deferred(&mut self, j: usize) {
+        while let Some(out) = self.live_mut(j).and_then(|job| job.branch.take_deferred()) {
+            self.on_out(j, Some(out));
+        }
     }
 
     /// What job `j`'s branch handed up: at the root, it is acted on here.

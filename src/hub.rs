@@ -854,6 +854,8 @@ pub struct Gather<T = Packed> {
     local: Option<T>,
     children: BTreeMap<u32, T>,
     child_ids: HashSet<u32>,
+    /// Parts of the current epoch from children dropped after they gave them.
+    dropped: Vec<T>,
 }
 
 impl<T: Contribution> Gather<T> {
@@ -865,6 +867,7 @@ impl<T: Contribution> Gather<T> {
             local: None,
             children: BTreeMap::new(),
             child_ids: child_ids.into_iter().collect(),
+            dropped: Vec::new(),
         }
     }
 
@@ -893,7 +896,7 @@ impl<T: Contribution> Gather<T> {
 
     /// Some part of the current epoch is in (this node's or a child's): a fence is under way.
     pub fn under_way(&self) -> bool {
-        self.local.is_some() || !self.children.is_empty()
+        self.local.is_some() || !self.children.is_empty() || !self.dropped.is_empty()
     }
 
     /// The current epoch still waits for this node's own ranks.
@@ -904,6 +907,42 @@ impl<T: Contribution> Gather<T> {
     /// The current epoch still waits for child `id`.
     pub fn needs_child(&self, id: u32) -> bool {
         self.child_ids.contains(&id) && !self.children.contains_key(&id)
+    }
+
+    /// Child `id` will contribute no more (its host was lost, or all its ranks ended, in a
+    /// job that goes on without them): this epoch and the next ones complete without it (a
+    /// part it already gave this epoch is kept). Returns the merged contribution when that
+    /// completes the epoch under way.
+    pub fn drop_child(&mut self, id: u32) -> Option<(u64, T)> {
+        if !self.child_ids.remove(&id) {
+            return None;
+        }
+        if let Some(part) = self.children.remove(&id) {
+            self.dropped.push(part);
+        }
+        self.complete_under_way()
+    }
+
+    /// The node's own ranks will contribute no more (all ended): as [`Gather::drop_child`].
+    pub fn drop_local(&mut self) -> Option<(u64, T)> {
+        if !self.need_local {
+            return None;
+        }
+        self.need_local = false;
+        if let Some(part) = self.local.take() {
+            self.dropped.push(part);
+        }
+        self.complete_under_way()
+    }
+
+    /// Completes the epoch if a part of it is in and nothing more is needed: an epoch nobody
+    /// has started is not completed by a drop.
+    fn complete_under_way(&mut self) -> Option<(u64, T)> {
+        if self.under_way() {
+            self.complete()
+        } else {
+            None
+        }
     }
 
     fn complete(&mut self) -> Option<(u64, T)> {
@@ -919,7 +958,8 @@ impl<T: Contribution> Gather<T> {
             .local
             .take()
             .into_iter()
-            .chain(std::mem::take(&mut self.children).into_values());
+            .chain(std::mem::take(&mut self.children).into_values())
+            .chain(std::mem::take(&mut self.dropped));
         let merged = T::merge(parts);
         let e = self.epoch;
         self.epoch += 1;
@@ -1068,5 +1108,32 @@ mod tests {
         assert!(g.local(0, b"a".to_vec()).is_none());
         assert_eq!(g.child(1, 0, b"b".to_vec()), Some((0, b"abcc".to_vec())));
         assert_eq!(g.local(1, vec![]), None);
+    }
+
+    /// A child dropped while a fence waits for it completes the fence without it, keeps what
+    /// it gave before, and is not waited for in the next epochs; a drop with nothing under
+    /// way completes nothing.
+    #[test]
+    fn a_dropped_child_or_local_part_is_not_waited_for() {
+        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![1, 2, 3]);
+        assert_eq!(g.drop_child(3), None, "nothing under way");
+        assert!(g.child(2, 0, b"b".to_vec()).is_none());
+        assert!(g.local(0, b"a".to_vec()).is_none());
+        assert!(g.needs_child(1));
+        assert_eq!(g.drop_child(1), Some((0, b"ab".to_vec())));
+        assert!(!g.needs_child(1));
+        assert_eq!(g.drop_child(1), None, "dropped once");
+        assert!(g.local(1, b"a".to_vec()).is_none());
+        assert_eq!(g.child(2, 1, b"b".to_vec()), Some((1, b"ab".to_vec())));
+        // A child that gave its part, then is dropped: the part stays in.
+        assert!(g.child(2, 2, b"b".to_vec()).is_none());
+        assert_eq!(g.drop_child(2), None, "still waits for the local part");
+        assert_eq!(g.local(2, b"a".to_vec()), Some((2, b"ab".to_vec())));
+        // The local part dropped: a fence of the children alone.
+        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![1]);
+        assert!(g.child(1, 0, b"c".to_vec()).is_none());
+        assert_eq!(g.drop_local(), Some((0, b"c".to_vec())));
+        assert!(!g.needs_local());
+        assert_eq!(g.child(1, 1, b"c".to_vec()), Some((1, b"c".to_vec())));
     }
 }

@@ -107,6 +107,10 @@ pub struct JobPlan {
     pub iface: Option<String>,
     /// The ports the agent and PMI listeners keep to (`MPIEXEC_PORT_RANGE`); `None`: any.
     pub port_range: Option<crate::ports::PortRange>,
+    /// Fault-tolerant MPI (`-with-ft`): PMIx fences go on without lost hosts
+    /// ([`crate::branch::Branch::tolerate_failures`]).
+    #[serde(default)]
+    pub fault_tolerant: bool,
 }
 
 impl JobPlan {

@@ -285,6 +285,7 @@ mod tests {
             report_bindings: false,
             iface: None,
             port_range: None,
+            fault_tolerant: false,
         }
     }
 
