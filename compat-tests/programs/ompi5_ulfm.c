@@ -9,6 +9,7 @@
  *   signal  raise(SIGKILL)
  *   agent   SIGKILL to its parent (under kauri -launcher fork, its host's agent: the host
  *           is lost with every rank on it), then to itself
+ *   two     the last two ranks raise(SIGKILL) (with -ppn 2: every rank of the last host)
  *
  * The others enter a barrier (it fails, or succeeds if it completed before the death was
  * known), revoke MPI_COMM_WORLD, shrink it and agree on the shrunk communicator, and print
@@ -35,7 +36,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    if (rank == size - 1) {
+    if (rank == size - 1 || (rank == size - 2 && 0 == strcmp(mode, "two"))) {
         if (0 == strcmp(mode, "agent"))
             kill(getppid(), SIGKILL);
         raise(SIGKILL);

@@ -232,3 +232,15 @@ fn py_two_hosts_lost_host() {
     let ctx = Ctx::new("ulfm_py_lost_host");
     lost_host(py_prog(), &ctx);
 }
+
+/// Two simulated hosts, both ranks of b killed by a signal: b's agent ends with nothing left
+/// to run, and the survivors' fences (the one in `MPI_Finalize`) go on without it; they
+/// shrink to 2 and the job ends 0.
+#[test]
+fn c_two_hosts_every_rank_of_a_host_killed() {
+    let ctx = Ctx::new("ulfm_c_host_emptied");
+    let Some(prog) = c_prog(&ctx) else { return };
+    let o = run(&ctx, None, TWO_HOSTS_BLOCK, &prog, "two");
+    assert_recovered(&o, &prog, 2, "every rank of b killed");
+    ctx.assert_no_leftovers();
+}
