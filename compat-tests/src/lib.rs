@@ -798,6 +798,13 @@ fn kill_pid(pid: u32) {
 }
 
 impl Outcome {
+    /// The lines of stdout, sorted (the ranks' lines come in any order).
+    pub fn sorted_stdout(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.stdout.lines().map(str::to_string).collect();
+        v.sort();
+        v
+    }
+
     /// The exit code, failing the test if the launcher was killed by a signal.
     pub fn code(&self) -> i32 {
         match (self.code, self.signal) {

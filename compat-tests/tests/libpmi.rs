@@ -73,16 +73,10 @@ fn hostname() -> String {
         .to_string()
 }
 
-fn sorted_lines(o: &Outcome) -> Vec<String> {
-    let mut v: Vec<String> = o.stdout.lines().map(str::to_string).collect();
-    v.sort();
-    v
-}
-
 /// Asserts the sorted stdout lines are exactly `want` (any order); `who` names the launcher.
 fn assert_lines_of(who: &str, o: &Outcome, mut want: Vec<String>) {
     want.sort();
-    assert_eq!(sorted_lines(o), want, "{who}: wrong stdout\n{o}");
+    assert_eq!(o.sorted_stdout(), want, "{who}: wrong stdout\n{o}");
 }
 
 /// Whether `got` (sorted) may stand for `want` (sorted) from `peer` in a job that a dying rank
@@ -475,8 +469,8 @@ fn ompi_normal(name: &str, prog: &str, n: usize, env: &[(&str, &str)], want: Vec
     });
     for r in &outs[1..] {
         assert_eq!(
-            sorted_lines(&r.1),
-            sorted_lines(&outs[0].1),
+            r.1.sorted_stdout(),
+            outs[0].1.sorted_stdout(),
             "{} vs mpirun.openmpi",
             r.0.name()
         );
@@ -606,7 +600,7 @@ fn ompi_abort_n4() {
         assert_eq!(o.code, Some(7), "{}: wrong exit status\n{o}", peer.name());
         let want = vec!["ompi_abort: rank 3 aborts".to_string()];
         assert!(
-            dying_lines_ok(peer, &sorted_lines(o), &want),
+            dying_lines_ok(peer, &o.sorted_stdout(), &want),
             "{}: wrong stdout (want {want:?})\n{o}",
             peer.name()
         );
@@ -625,7 +619,8 @@ fn ompi_segv_n4() {
     let p = ctx.ompi_prog("ompi_segv");
     let outs = three(&ctx, 4, &p, &[], |peer, o| {
         // Hydra adds its "BAD TERMINATION" banner to stdout: compare the program's lines.
-        let ours: Vec<String> = sorted_lines(o)
+        let ours: Vec<String> = o
+            .sorted_stdout()
             .into_iter()
             .filter(|l| l.starts_with("ompi_"))
             .collect();
@@ -701,7 +696,7 @@ impl<'a> Spread<'a> {
     }
 
     fn lines(&self, o: &Outcome) -> Vec<String> {
-        sorted_lines(o)
+        o.sorted_stdout()
             .into_iter()
             .filter(|l| !self.program_lines_only || l.starts_with("ompi_"))
             .collect()

@@ -115,12 +115,6 @@ fn run(ctx: &Ctx, mpirun: Option<&Path>, args: &[&str], prog: &Prog, mode: &str)
     o
 }
 
-fn sorted_stdout(o: &Outcome) -> Vec<String> {
-    let mut l: Vec<String> = o.stdout.lines().map(str::to_string).collect();
-    l.sort();
-    l
-}
-
 /// The survivors' lines: ranks `0..survivors` of 4, each shrunk to `survivors`.
 fn survivors(prog: &Prog, survivors: usize) -> Vec<String> {
     let mut w: Vec<String> = (0..survivors).map(|r| prog.line(r, 4, survivors)).collect();
@@ -132,7 +126,7 @@ fn survivors(prog: &Prog, survivors: usize) -> Vec<String> {
 /// the death named as tolerated, and no Open MPI help banner.
 fn assert_recovered(o: &Outcome, prog: &Prog, n_survivors: usize, what: &str) {
     assert_eq!(
-        sorted_stdout(o),
+        o.sorted_stdout(),
         survivors(prog, n_survivors),
         "{what}: {o}"
     );
@@ -150,7 +144,7 @@ fn one_host(prog: Option<Prog>, ctx: &Ctx) {
     let mpirun = wheel_venv("openmpi5").unwrap().join("bin/mpirun");
     let reference = run(ctx, Some(&mpirun), ONE_HOST, &prog, "signal");
     assert_eq!(
-        sorted_stdout(&reference),
+        reference.sorted_stdout(),
         survivors(&prog, 3),
         "mpirun --with-ft ulfm, the reference: {reference}"
     );

@@ -48,12 +48,6 @@ fn kauri_py(ctx: &Ctx, venv: &Path, args: &[&str], n: usize, prog: &[&str]) -> O
     o
 }
 
-fn sorted_stdout(o: &Outcome) -> Vec<String> {
-    let mut l: Vec<String> = o.stdout.lines().map(str::to_string).collect();
-    l.sort();
-    l
-}
-
 fn world(n: usize) -> Vec<String> {
     let mut w: Vec<String> = (0..n).map(|r| format!("rank {r} of {n}")).collect();
     w.sort();
@@ -69,7 +63,7 @@ fn one_world_each_time(name: &str, layouts: &[&[&str]]) {
         for n in [1, 2, 4] {
             let o = kauri_py(&ctx, &v, hosts, n, &["-c", HELLO]);
             assert_eq!(o.code, Some(0), "{name} {hosts:?} -n {n}: {o}");
-            assert_eq!(sorted_stdout(&o), world(n), "{name} {hosts:?} -n {n}: {o}");
+            assert_eq!(o.sorted_stdout(), world(n), "{name} {hosts:?} -n {n}: {o}");
             assert!(!o.stderr.contains("kauri:"), "{name} {hosts:?} -n {n}: {o}");
         }
     }
@@ -106,7 +100,7 @@ fn mpich5_mpi4py_keeps_the_users_pmi_version() {
     let mut want = world(2);
     want.extend(["None".to_string(), "None".to_string()]);
     want.sort();
-    assert_eq!(sorted_stdout(&o), want, "{o}");
+    assert_eq!(o.sorted_stdout(), want, "{o}");
     ctx.assert_no_leftovers();
 }
 
@@ -146,7 +140,7 @@ fn openmpi5_groups_with_no_flag() {
         let o = kauri_py(&ctx, &v, hosts, 4, &["-c", GROUPS]);
         assert_eq!(o.code, Some(0), "{hosts:?}: {o}");
         let want: Vec<String> = (0..4).map(|r| format!("rank {r} sum 4 remote 2")).collect();
-        assert_eq!(sorted_stdout(&o), want, "{hosts:?}: {o}");
+        assert_eq!(o.sorted_stdout(), want, "{hosts:?}: {o}");
     }
     ctx.assert_no_leftovers();
 }
@@ -198,7 +192,7 @@ fn a_pmix_library_that_does_not_load_falls_back_with_a_word() {
         .run();
     eprintln!("=== kauri\n{o}");
     assert_eq!(o.code, Some(0), "{o}");
-    assert_eq!(sorted_stdout(&o), world(2), "{o}");
+    assert_eq!(o.sorted_stdout(), world(2), "{o}");
     assert!(
         o.stderr.contains("/nonexistent/libpmix.so.2"),
         "no word of the library that did not load: {o}"
