@@ -278,22 +278,18 @@ const FT_VARS: [(&str, &str); 2] = [
     ("MPIR_CVAR_ENABLE_FT", "1"),
 ];
 
-/// The hosts (comma-separated) whose ranks `-ml-env` gives `OMP_NUM_THREADS=1`, as
-/// [`crate::rank_env::rank_env`] decides: more than one rank on the host, and a segment
-/// there whose environment does not set it. `None` when there is none.
+/// The hosts (comma-separated) whose ranks `-ml-env` gives `OMP_NUM_THREADS=1`
+/// ([`crate::rank_env::sets_omp_threads`]). `None` when there is none.
 fn omp_threads_set(p: &Plan) -> Option<String> {
-    p.job.master.as_ref()?;
-    let unset = |app: usize| {
-        !p.job.apps[app]
-            .env
-            .iter()
-            .any(|(k, _)| k == crate::rank_env::OMP_THREADS)
-    };
     let mut shared: Vec<&HostPlan> = p
         .local
         .iter()
         .chain(&p.remote)
-        .filter(|h| h.ranks.len() > 1 && h.ranks.iter().any(|r| unset(r.app)))
+        .filter(|h| {
+            h.ranks.iter().any(|r| {
+                crate::rank_env::sets_omp_threads(&p.job, &p.job.apps[r.app], h.ranks.len())
+            })
+        })
         .collect();
     shared.sort_by_key(|h| h.index);
     let hosts: Vec<&str> = shared.iter().map(|h| h.host.as_str()).collect();

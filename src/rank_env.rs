@@ -79,6 +79,14 @@ pub const ML_PLACE_VARS: [&str; 23] = [
     OMPI_MARKER,
 ];
 
+/// Whether `-ml-env` gives a rank of segment `app` on a host of `local_size` ranks
+/// `OMP_NUM_THREADS=1`, as torchrun does when it starts more than one process per node:
+/// the ML variables were asked for (`job.master`), the host is shared, and the segment's
+/// environment does not set it.
+pub fn sets_omp_threads(job: &JobPlan, app: &AppPlan, local_size: usize) -> bool {
+    job.master.is_some() && local_size > 1 && !app.env.iter().any(|(k, _)| k == OMP_THREADS)
+}
+
 /// How a rank reaches its PMI-1/PMI-2 server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PmiSocket<'a> {
@@ -214,7 +222,7 @@ pub fn rank_env(
         offer("TORCHELASTIC_RUN_ID", job.kvsname.clone());
         offer("TORCHELASTIC_USE_AGENT_STORE", "False".into());
         offer("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1".into());
-        if nlocal > 1 {
+        if sets_omp_threads(job, app, nlocal) {
             offer(OMP_THREADS, "1".into());
         }
         // JAX's own variable for its coordinator; its process count and id it reads only
