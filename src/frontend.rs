@@ -2073,6 +2073,10 @@ impl Root {
             self.tree.clone(),
             self.clock,
         );
+        // Under -disable-auto-cleanup a rank's exit code is the program's business (the
+        // survivors were told and went on): no line, as under Hydra, which prints none for an
+        // exit code. MPICH's fault-tolerance tests fail on any line but ` No Errors`.
+        let quiet_codes = !self.auto_cleanup;
         // Every sender of output goes with the jobs and the wires; the printer then empties
         // its queue and ends.
         drop(self);
@@ -2093,6 +2097,12 @@ impl Root {
                 }
                 if let Some((status, words)) = policy::rank_failure(code, sig) {
                     let tolerated = policy::tolerated(fault_tolerant, sig);
+                    if !tolerated {
+                        worst = worst.max(status);
+                    }
+                    if quiet_codes && code.is_some() {
+                        continue;
+                    }
                     say!(
                         "kauri: {} (pid {}) on {} {words}{}",
                         who(idx, *r),
@@ -2104,9 +2114,6 @@ impl Root {
                             ""
                         }
                     );
-                    if !tolerated {
-                        worst = worst.max(status);
-                    }
                 }
             }
         }

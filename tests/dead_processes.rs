@@ -193,3 +193,41 @@ fn with_ft_sets_the_mpis_switches_unless_the_user_did() {
     let o = kauri(&a, None, &[]);
     assert_eq!(lines(&o), vec!["ompi= mpich="], "{}", stderr(&o));
 }
+
+/// Under `-disable-auto-cleanup` a rank that exits with a non-zero code gets no line on
+/// stderr (as under Hydra, which never prints one for an exit code): the survivors were told
+/// and went on, and what the job prints is theirs. MPICH's `runtests` fails `ft/senddead`
+/// and its siblings on any line but ` No Errors`. The status still says it (1), and a rank
+/// killed by a signal still gets its line (Hydra prints the signal too).
+#[test]
+fn with_disable_auto_cleanup_an_exit_code_gets_no_line() {
+    for hosts in [
+        &[][..],
+        &["-launcher", "fork", "-hosts", "a,b", "-ppn", "2"][..],
+    ] {
+        let mut args = vec!["-disable-auto-cleanup"];
+        args.extend_from_slice(hosts);
+        let o = run(&args, &[]);
+        let err = stderr(&o);
+        assert!(!err.contains("exited with code"), "{hosts:?}: {err}");
+        assert_eq!(o.status.code(), Some(1), "{hosts:?}: {err}");
+    }
+    let o = kauri(
+        &[
+            "-disable-auto-cleanup",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            "[ \"$PMI_RANK\" = 1 ] && kill -9 $$; sleep 1",
+        ],
+        None,
+        &[],
+    );
+    let err = stderr(&o);
+    assert!(
+        err.contains("rank 1 (pid ") && err.contains("killed by signal 9"),
+        "{err}"
+    );
+    assert_eq!(o.status.code(), Some(9), "{err}");
+}

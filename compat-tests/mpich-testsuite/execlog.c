@@ -12,7 +12,10 @@
  *       E <pid> <unix time> <exit status>
  *     (nothing when a signal kills it or it calls _exit); or
  *   - a test program (its /proc/self/exe lies under $KAURI_SUITE_ROOT):
- *       P <pid> <ppid> <unix time> <KAURI_SUITE_JOB or -> <PMI_RANK or -> <exe> <cmdline>
+ *       P <pid> <ppid> <unix time> <KAURI_SUITE_JOB or -> <PMI_RANK or -> <exe> <cmdline> <env>
+ *     where <env> is NAME=VALUE for each NAME of the comma-separated $KAURI_SUITE_ENVLOG that
+ *     is set in the process, separated by \x1f (- when none is): whether a testlist's env=
+ *     setting reached the ranks through the launcher.
  * Anything else (perl, sh, make, hydra_pmi_proxy) writes nothing. Lines are written with
  * one write(2) on an O_APPEND descriptor, so concurrent processes do not interleave.
  *
@@ -116,6 +119,29 @@ static void kauri_execlog(void)
     double t = now();
     char cmd[4096];
     read_cmdline(cmd, sizeof cmd);
+    char envs[1024] = "";
+    const char *names = getenv("KAURI_SUITE_ENVLOG");
+    size_t used = 0;
+    while (!is_launcher && names && *names) {
+        size_t len = strcspn(names, ",");
+        char name[128];
+        if (len > 0 && len < sizeof name) {
+            memcpy(name, names, len);
+            name[len] = '\0';
+            const char *v = getenv(name);
+            if (v) {
+                int w = snprintf(envs + used, sizeof envs - used, "%s%s=%s", used ? "\x1f" : "",
+                                 name, v);
+                if (w < 0 || (size_t) w >= sizeof envs - used)
+                    break;
+                used += (size_t) w;
+            }
+        }
+        names += len + (names[len] == ',');
+    }
+    for (size_t i = 0; i < used; i++)
+        if (envs[i] == '\n' || envs[i] == '\t')
+            envs[i] = ' ';
     char line[8192 + 512];
     int len;
     if (is_launcher) {
@@ -127,9 +153,9 @@ static void kauri_execlog(void)
         len = snprintf(line, sizeof line, "L\t%d\t%.3f\t%s\t%s\n", (int) getpid(), t,
                        or_dash(getenv("MPIEXEC_TIMEOUT")), cmd);
     } else {
-        len = snprintf(line, sizeof line, "P\t%d\t%d\t%.3f\t%s\t%s\t%s\t%s\n", (int) getpid(),
+        len = snprintf(line, sizeof line, "P\t%d\t%d\t%.3f\t%s\t%s\t%s\t%s\t%s\n", (int) getpid(),
                        (int) getppid(), t, or_dash(getenv("KAURI_SUITE_JOB")),
-                       or_dash(getenv("PMI_RANK")), exe, cmd);
+                       or_dash(getenv("PMI_RANK")), exe, cmd, or_dash(envs));
     }
     if ((size_t) len >= sizeof line)
         len = sizeof line - 1;

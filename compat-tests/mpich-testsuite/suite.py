@@ -6,6 +6,7 @@ Standard library only. See README.md next to this file for the whole story; in s
   suite.py run --mpich debian --launcher kauri --subset ci --out OUT   # one MPICH, one launcher
   suite.py run --mpich ch3-pmi1 --launcher hydra --dirs spawn,errors/spawn --out OUT
   suite.py run --mpich debian --launcher hydra --subset full --dirs rma --out OUT  # a piece
+  suite.py run --mpich ch3-pmi1 --launcher kauri --dirs ft,ft@2hosts --out OUT  # 1 and 2 hosts
   suite.py compare HYDRA_OUT KAURI_OUT [--markdown FILE]               # exit 1 on a regression
   suite.py all --subset ci --out OUT          # every MPICH of the subset, both launchers, compare
   suite.py plan --subset ci                   # print what a subset runs (no build, no run)
@@ -16,15 +17,25 @@ MPICH builds (--mpich):
   ch3-pmi1   CACHE/mpich-4.0.2-ch3-pmi1 (ch3:nemesis, PMI-1), built by build-mpich.sh
   ch3-pmi2   CACHE/mpich-4.0.2-ch3-pmi2 (ch3:nemesis, PMI-2), built by build-mpich.sh
 CACHE is $KAURI_CACHE or ~/.cache/kauri. Each build gets its own copy of test/mpi in
-CACHE/testsuite/<mpich>/, configured with MPICC=<that mpicc> and without Fortran, C++, io,
-perf and ft tests; only the programs a run needs are built, once.
+CACHE/testsuite/<mpich>/, configured with MPICC=<that mpicc>, --enable-ft-tests and without
+Fortran, C++, io and perf tests; only the programs a run needs are built, once.
 
 Running: directories with a testlist run through the suite's own `runtests`
 (-mpiexec=<launcher>, -junitfile=...), one runtests per directory, on a list file written
 into the directory (testlist.kauri-<subset>): the directory's program lines in testlist
 order, or every k-th of them for a sampled directory. runtests sets MPIEXEC_TIMEOUT per test
-(180 s or the testlist's timeLimit). Two directories have no testlist and are run by this
-script with the same conventions (launcher -n NP ./prog, MPIEXEC_TIMEOUT, output captured):
+(180 s or the testlist's timeLimit) and hands the testlist's env= settings and mpiexecarg=
+options to the launcher; the execlog records, for each test process, the variables of the
+env= settings, and a test whose processes did not all get them fails (the harness's check).
+A group's directory may carry a host layout, DIR@2hosts: DIR's tests with the launcher given
+`-launcher fork -hosts 127.0.0.2,127.0.0.3` (two simulated hosts on this machine; the rows
+say DIR@2hosts, distinct from DIR's). ft/ (MPICH's fault-tolerance tests: a rank dies, the
+others must be told, MPIR_CVAR_ENABLE_FT=1 and -disable-auto-cleanup from its testlist) runs
+on one host and on two, with every MPICH; runtests skips its 16 xfail= tests, 6 run, each
+with its testlist's timeLimit=10. A test of KNOWN_FLAKY that fails is run once more at once,
+under either launcher, and counts as failed only if it fails again (first_error says so).
+Two directories have no testlist and are run by this script with the same conventions
+(launcher -n NP ./prog, MPIEXEC_TIMEOUT, output captured):
   basic/   each program on 2 ranks; passes when the launcher exits 0 (they print no "No Errors")
   manual/  connect/accept: testconnect and testconnectserial, N single-rank jobs started one
            after another as manual/manyconnect does, joining through a port file (passes when
@@ -56,6 +67,7 @@ import datetime
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -80,11 +92,25 @@ DEFAULT_TIMEOUT = 180
 # Directories that need dynamic processes: Debian's ch4:ucx library fails them under any
 # launcher (its UCX port functions are stubs), so they run against the ch3 builds only.
 DYNAMIC_DIRS = ("spawn", "errors/spawn", "threads/spawn", "manual")
+# Directories a subset names itself, with their host layouts: "*" leaves them out.
+LISTED_DIRS = ("ft",)
+
+# A group's directory may carry a host layout: "DIR@2hosts" runs DIR's tests with the
+# launcher told of two simulated hosts, `-launcher fork -hosts 127.0.0.2,127.0.0.3`: all on
+# this machine, ranks round-robin (0 and 2 on the first, 1 and 3 on the second). Hydra starts
+# a proxy per host; kauri serves the first from the front end and starts an agent for the
+# second. The names are loopback addresses because Hydra hands each host's name to its ranks
+# as MPIR_CVAR_CH3_INTERFACE_HOSTNAME, and the ch3 MPICHs then fail MPI_Init on a name that
+# does not resolve (`-hosts a,b`: "gethostbyname failed, a"). Its rows carry "DIR@2hosts" as
+# their directory, so the 1-host and 2-host runs of a test are distinct rows in results.tsv
+# and in the comparison. Only directories with a testlist take a layout.
+HOSTS_RE = re.compile(r"^(.+)@(\d+)hosts$")
 
 # ---------------------------------------------------------------------------------------
 # Subsets. A subset is a list of (mpich, directory, k): k = 1 runs every test of the
 # directory, k > 1 every k-th program line of its testlist (1st, (k+1)th, ...), in testlist
-# order. "*" as directory means every directory of the configured suite except DYNAMIC_DIRS.
+# order. "*" as directory means every directory of the configured suite except DYNAMIC_DIRS
+# and LISTED_DIRS. A directory may end in "@2hosts" (see HOSTS_RE).
 
 SUBSETS = {
     "ci": [
@@ -103,7 +129,7 @@ SUBSETS = {
         ("ch3-pmi1", "manual", 1),
         ("ch3-pmi2", "init", 1),
         ("ch3-pmi2", "spawn", 2),
-    ],
+    ] + [(m, d, 1) for m in MPICHS for d in ("ft", "ft@2hosts")],
     "full": [
         ("debian", "*", 1),
         ("debian", "basic", 1),
@@ -114,7 +140,7 @@ SUBSETS = {
         ("ch3-pmi2", "spawn", 1),
         ("ch3-pmi2", "errors/spawn", 1),
         ("ch3-pmi2", "manual", 1),
-    ],
+    ] + [(m, d, 1) for m in MPICHS for d in ("ft", "ft@2hosts")],
 }
 
 # Left out of the CI subset (after sampling): tests that run into their timeout under
@@ -124,6 +150,23 @@ CI_EXCLUDE = {
     ("comm", "ctxsplit", "4"),  # 100 000 MPI_Comm_split: > 300 s under Hydra
     ("pt2pt", "sendflood", "8"),
     ("coll", "nonblocking3", "10"),
+}
+
+# Tests seen to fail now and then under mpiexec.hydra and under kauri alike, on the 2-core
+# machine: (dir, program, np) -> why, and what was measured. Such a test that fails is run
+# once more at once (under either launcher, in either host layout), and its row is the
+# second run's: it counts as failed only when it fails twice. Its first_error says when the
+# row comes from a second run.
+KNOWN_FLAKY = {
+    # Rank 2 exits right after MPI_Comm_dup; the others then call MPIX_Comm_agree. MPICH's
+    # agreement sometimes waits for ever (to the 10 s timeLimit) or fails the dup with
+    # "Process failed" when the death overtakes the dup's allreduce. Measured on the 2-core
+    # machine, 2026-11-26 (suite runs, then agree_shrink alone 30 times per cell), failed
+    # runs: kauri 16 of 190 (ch3-pmi1 1 host 1/16 + 3/30, 2 hosts 0/16 + 3/30; ch3-pmi2
+    # 3/19 + 2/30, 0/19 + 4/30); Hydra with ch3-pmi1 24 of 92 (4/16 + 9/30, 3/16 + 8/30: the
+    # same two ways, and a survivor killed by SIGHUP). docs/compat.md, "Fault tolerance".
+    ("ft", "agree_shrink", "4"): "MPIX_Comm_agree after a death: hangs or fails the dup, "
+                                 "about 1 run in 12 under kauri, 1 in 4 under Hydra",
 }
 
 # manual/: (test, N) per subset. N single-rank jobs.
@@ -221,7 +264,7 @@ def ensure_configured(mpich):
     root = suite_root(mpich)
     mpicc = mpicc_of(mpich)
     conf = ["./configure", "MPICC=" + mpicc, "--disable-fortran", "--disable-cxx",
-            "--disable-romio", "--disable-perftest", "--disable-ft-tests",
+            "--disable-romio", "--disable-perftest", "--enable-ft-tests",
             "--disable-checkpointing", "--disable-maintainer-mode",
             "--disable-dependency-tracking"]
     stamp = os.path.join(root, ".kauri-configured")
@@ -278,6 +321,30 @@ def leaf_dirs(root, d=""):
     return out
 
 
+def split_dir(gd):
+    """(directory of the suite, number of simulated hosts) of a group's directory."""
+    m = HOSTS_RE.match(gd)
+    if not m:
+        return gd, 1
+    if m.group(1) in ("basic", "manual") or not 1 <= int(m.group(2)) <= 26:
+        die("%s: a host layout is for a directory with a testlist, 1 to 26 hosts" % gd)
+    return m.group(1), int(m.group(2))
+
+
+def hosts_args(n):
+    """The launcher options for n simulated hosts (none for one: the plain launcher)."""
+    if n == 1:
+        return []
+    return ["-launcher", "fork", "-hosts", ",".join("127.0.0.%d" % (i + 2) for i in range(n))]
+
+
+def list_name(subset, gd):
+    """The list file a group writes into its directory: the 1-host and 2-host groups of a
+    directory have their own (they may differ in k)."""
+    hosts = split_dir(gd)[1]
+    return "testlist.kauri-" + (subset or "dirs") + ("-%dhosts" % hosts if hosts > 1 else "")
+
+
 def expand(subset, dirs=None, mpich=None):
     """The (mpich, dir, k) groups to run: the subset's (for one MPICH if given), or only
     `dirs` of them with the subset's k, or with no subset every test of each of `dirs`."""
@@ -297,7 +364,8 @@ def expand(subset, dirs=None, mpich=None):
         if d == "*":
             root = ensure_configured(m)
             for leaf in leaf_dirs(root):
-                if leaf and not any(leaf == x or leaf.startswith(x + "/") for x in DYNAMIC_DIRS):
+                if leaf and not any(leaf == x or leaf.startswith(x + "/")
+                                    for x in DYNAMIC_DIRS + LISTED_DIRS):
                     groups.append((m, leaf, 1))
         else:
             groups.append((m, d, k))
@@ -319,8 +387,10 @@ def selected_lines(lines, k, d="", exclude=()):
     return out
 
 
-def prepare_dir(root, d, k, listname, subset=None):
+def prepare_dir(root, gd, k, subset=None):
     """Writes the directory's list file and builds its programs; returns the list's lines."""
+    d = split_dir(gd)[0]
+    listname = list_name(subset, gd)
     if d in ("basic", "manual"):
         progs = [t[0] for t in BASIC_TESTS] if d == "basic" else [
             "testconnect", "testconnectserial", "spawntest_parent", "spawntest_child",
@@ -502,7 +572,8 @@ def parse_execlog(path):
         rec = raw.rstrip("\n").split("\t")
         if rec[0] == "L" and len(rec) >= 5:
             job = {"pid": int(rec[1]), "start": float(rec[2]), "timeout": rec[3],
-                   "argv": rec[4].split("\x1f"), "end": None, "status": None, "procs": set()}
+                   "argv": rec[4].split("\x1f"), "end": None, "status": None, "procs": set(),
+                   "envs": {}}
             launchers.append(job)
             by_pid[rec[1]] = job
             order.append(job)
@@ -513,7 +584,28 @@ def parse_execlog(path):
             job = by_pid.get(rec[4]) or (order[-1] if order else None)
             if job is not None:
                 job["procs"].add(int(rec[1]))
+                if len(rec) >= 9:  # the KAURI_SUITE_ENVLOG variables it had
+                    job["envs"][int(rec[1])] = dict(
+                        x.split("=", 1) for x in rec[8].split("\x1f") if "=" in x)
     return launchers
+
+
+def env_settings(lines):
+    """The NAME=VALUE of the env= options of testlist lines (runtests sets them for the
+    launcher, which must hand them to every rank)."""
+    out = set()
+    for line in lines:
+        for word in line.split()[2:]:
+            if word.startswith("env=") and "=" in word[4:]:
+                out.add(word[4:])
+    return out
+
+
+def env_missing(job, args, names):
+    """How many of the job's processes lack a NAME=VALUE of args (a test's env= settings, as
+    runtests names the test) whose NAME the execlog recorded (names)."""
+    want = [w.split("=", 1) for w in args.split() if "=" in w and w.split("=", 1)[0] in names]
+    return sum(1 for env in job["envs"].values() if any(env.get(n) != v for n, v in want))
 
 
 def launcher_matches(job, prog, np):
@@ -610,20 +702,33 @@ def parse_junit(path):
     return out
 
 
-def run_runtests(launcher, mpich, root, d, listname, logdir, env):
-    tag = "%s-%s" % (mpich, d.replace("/", "-"))
+def run_runtests(launcher, mpich, root, gd, listname, logdir, env, only=None):
+    """One runtests over a group's directory; its rows carry the group's directory (with its
+    host layout). For n simulated hosts runtests' -mpiexec is the launcher with its host
+    options (runtests runs `MPIEXEC -n NP MPIEXECARGS ./prog` through the shell). With only
+    [(program, np)], those lines of the list alone, in a list file of their own (a rerun)."""
+    d, hosts = split_dir(gd)
+    tag = "%s-%s" % (mpich, gd.replace("/", "-").replace("@", "-"))
+    if only is not None:
+        lines = [x for x in open(os.path.join(root, d, listname)).read().splitlines()
+                 if x.startswith("!") or tuple(x.split()[:2]) in only]
+        listname += "-again"
+        tag += "-again"
+        with open(os.path.join(root, d, listname), "w") as f:
+            f.write("".join(x + "\n" for x in lines))
     junit = os.path.join(logdir, tag + ".junit.xml")
     for f in (junit,):
         if os.path.exists(f):
             os.remove(f)
+    mpiexec = " ".join(shlex.quote(x) for x in [launcher.path] + hosts_args(hosts))
     cmd = ["perl", "./runtests", "-srcdir=.", "-testdirs=" + d, "-tests=" + listname,
-           "-mpiexec=" + launcher.path, "-junitfile=" + junit]
+           "-mpiexec=" + mpiexec, "-junitfile=" + junit]
     with open(os.path.join(logdir, tag + ".runtests.out"), "wb") as out:
         out.write(("$ " + " ".join(cmd) + "\n").encode())
         out.flush()
         subprocess.call(cmd, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL)
-    return parse_junit(junit)
+    return [(gd if r[0] == d else r[0],) + r[1:] for r in parse_junit(junit)]
 
 
 def run_job(launcher, argv, cwd, env, timeout, out_path):
@@ -866,8 +971,31 @@ def run_singletons(launcher, root, env, logdir, subset):
     return out
 
 
-def attach_jobs(rows, launchers, watch):
-    """Fills status, procs, leftover and the harness's own verdicts from the execlog."""
+def merge_retries(rows, retried):
+    """Each known flaky test that ran twice keeps one row, where its first run was: the
+    second run's, with the first run's error in first_error."""
+    out = []
+    seconds = set(retried.values())
+    for i, r in enumerate(rows):
+        if i in seconds:
+            continue
+        if i in retried:
+            again = dict(rows[retried[i]])
+            first = r["first_error"] or "failed"
+            if again["result"] == "pass":
+                again["first_error"] = "passed on its 2nd run (known flaky); 1st run: " + first
+            else:
+                again["first_error"] = "failed twice (known flaky): %s; 1st run: %s" % (
+                    again["first_error"] or "failed", first)
+            again["first_error"] = again["first_error"][:300]
+            r = again
+        out.append(r)
+    return out
+
+
+def attach_jobs(rows, launchers, watch, env_names=()):
+    """Fills status, procs, leftover and the harness's own verdicts from the execlog (and,
+    for the variables env_names, that the test's env= settings reached its processes)."""
     i = 0
     out = []
     for (d, prog, np, extra, result, secs, lines) in rows:
@@ -894,10 +1022,15 @@ def attach_jobs(rows, launchers, watch):
         leftover = sum(watch.leftover.get(j["pid"], 0) for j in jobs)
         killed = [j for j in jobs if j["pid"] in watch.killed]
         err = lines[0] if d in ("basic", "manual") and lines else first_error(lines)
+        lacking = sum(env_missing(j, extra, env_names) for j in jobs)
         if killed:
             result = "fail"
             err = ("harness killed the launcher %d s after MPIEXEC_TIMEOUT=%s (not honoured)"
                    % (KILL_GRACE, killed[0]["timeout"]))
+        elif lacking:
+            result = "fail"
+            err = ("%d test process(es) did not get the testlist's env= setting (%s)"
+                   % (lacking, extra))
         elif result == "fail" and not err:
             if jobs and jobs[0]["status"] is None:
                 err = "launcher ended without exit(): killed by a signal or _exit"
@@ -931,24 +1064,28 @@ def cmd_run(a, mpich=None, launcher_name=None, out=None, groups=None):
         groups = expand(a.subset, a.dirs.split(",") if a.dirs else None, mpich)
     # basic/ and manual/ have their own lists: --dirs alone means every test, so "full"
     subset = a.subset or ("full" if a.dirs else "ci")
-    listname = "testlist.kauri-" + (a.subset or "dirs")
     launcher = Launcher(launcher_name, a.kauri if launcher_name == "kauri" else a.hydra)
     logdir = os.path.join(out, "logs")
     os.makedirs(logdir, exist_ok=True)
     root = ensure_configured(mpich)
     rows = []
     timing = {}
+    settings = set()
     for _m, d, k in groups:
         t0 = time.time()
-        prepare_dir(root, d, k, listname, a.subset)
+        settings |= env_settings(prepare_dir(root, d, k, a.subset))
         timing["build " + d] = round(time.time() - t0, 1)
     execlog = os.path.join(logdir, "%s.execlog" % mpich)
     if os.path.exists(execlog):
         os.remove(execlog)
     env = base_env(launcher, root, execlog)
+    env_names = sorted({x.split("=", 1)[0] for x in settings})
+    if env_names:  # the execlog records them per process: did they reach the ranks?
+        env["KAURI_SUITE_ENVLOG"] = ",".join(env_names)
     t_all = time.time()
     with Watch(execlog, root) as watch:
         raw = []
+        retried = {}  # index in raw of a known flaky test's failed run -> of its second run
         for _m, d, k in groups:
             t0 = time.time()
             log("%s / %s: %s%s" % (launcher.name, mpich, d, " (every %d-th test)" % k if k > 1 else ""))
@@ -959,14 +1096,26 @@ def cmd_run(a, mpich=None, launcher_name=None, out=None, groups=None):
                 if mpich in SINGLETON_MPICHS:
                     got += run_singletons(launcher, root, env, logdir, subset)
             else:
-                got = run_runtests(launcher, mpich, root, d, listname, logdir, env)
+                got = run_runtests(launcher, mpich, root, d, list_name(a.subset, d), logdir, env)
             raw.extend(got)
+            # a known flaky test that failed runs once more (see KNOWN_FLAKY)
+            flaky = [r for r in got if r[4] == "fail" and (split_dir(d)[0], r[1], r[2]) in KNOWN_FLAKY]
+            if flaky:
+                log("%s / %s: %s: %s failed, known flaky: running again" % (
+                    launcher.name, mpich, d, ", ".join(r[1] for r in flaky)))
+                again = run_runtests(launcher, mpich, root, d, list_name(a.subset, d), logdir,
+                                     env, only=[(r[1], r[2]) for r in flaky])
+                for r in again:
+                    first = max(i for i, x in enumerate(raw) if x[:4] == r[:4])
+                    retried[first] = len(raw)
+                    raw.append(r)
             timing[d] = round(time.time() - t0, 1)
             npass = sum(1 for r in got if r[4] == "pass")
             log("%s / %s: %s: %d/%d passed in %.0f s" % (launcher.name, mpich, d, npass, len(got),
                                                           time.time() - t0))
             watch.poll()
-    rows = attach_jobs(raw, parse_execlog(execlog), watch)
+    rows = attach_jobs(raw, parse_execlog(execlog), watch, env_names)
+    rows = merge_retries(rows, retried)
     for r in rows:
         r["mpich"] = mpich
     append_results(out, rows, {
@@ -1183,7 +1332,7 @@ def cmd_all(a):
         s = time.time()
         ensure_configured(mpich)
         for _m, d, k in mine:
-            prepare_dir(suite_root(mpich), d, k, "testlist.kauri-" + a.subset, a.subset)
+            prepare_dir(suite_root(mpich), d, k, a.subset)
         stages["prepare " + mpich] = round(time.time() - s, 1)
         for launcher in ("hydra", "kauri"):
             s = time.time()
@@ -1227,16 +1376,53 @@ def cmd_selftest(_a):
     assert expand("ci", ["coll", "pt2pt"], "debian") == [("debian", "coll", 8),
                                                          ("debian", "pt2pt", 2)]
     assert expand(None, ["coll"], "debian") == [("debian", "coll", 1)]
+    # host layouts: DIR@Nhosts runs DIR with the fork launcher and N host names; its own
+    # list file, its own rows
+    assert split_dir("ft") == ("ft", 1) and split_dir("ft@2hosts") == ("ft", 2)
+    assert split_dir("errors/spawn@2hosts") == ("errors/spawn", 2)
+    assert hosts_args(1) == []
+    assert hosts_args(2) == ["-launcher", "fork", "-hosts", "127.0.0.2,127.0.0.3"]
+    assert list_name("ci", "ft") == "testlist.kauri-ci"
+    assert list_name("ci", "ft@2hosts") == "testlist.kauri-ci-2hosts"
+    assert list_name(None, "ft@2hosts") == "testlist.kauri-dirs-2hosts"
+    for m in MPICHS:
+        assert expand("ci", ["ft", "ft@2hosts"], m) == [(m, "ft", 1), (m, "ft@2hosts", 1)]
+        assert {(m, "ft", 1), (m, "ft@2hosts", 1)} <= set(SUBSETS["full"])
+    assert expand(None, ["ft@2hosts"], "ch3-pmi1") == [("ch3-pmi1", "ft@2hosts", 1)]
+    one, two = dict(row("pass", "2", "2"), dir="ft"), dict(row("fail", "2", "2"), dir="ft@2hosts")
+    assert [c[5] for c in compare([one, dict(two, result="pass")], [one, two])] == [False, True]
+    # env= settings of a testlist are checked in every process of the test
+    assert env_settings(["die 4 env=A=1 mpiexecarg=-x env=B=x=y timeLimit=10", "p 2 arg=-e=1"]) \
+        == {"A=1", "B=x=y"}
+    job = {"envs": {1: {"A": "1"}, 2: {}, 3: {"A": "2"}}}
+    assert env_missing(job, "A=1", ["A"]) == 2 and env_missing(job, "-x=1", ["A"]) == 0
+    assert env_missing({"envs": {1: {"A": "1"}}}, "A=1 C=3", ["A"]) == 0
+    # a known flaky test's second run replaces its first, where the first was
+    runs = [{"test": "a", "result": "pass", "first_error": ""},
+            {"test": "f", "result": "fail", "first_error": "hang"},
+            {"test": "b", "result": "pass", "first_error": ""},
+            {"test": "f", "result": "pass", "first_error": ""}]
+    merged = merge_retries(runs, {1: 3})
+    assert [(r["test"], r["result"]) for r in merged] == [("a", "pass"), ("f", "pass"), ("b", "pass")]
+    assert merged[1]["first_error"] == "passed on its 2nd run (known flaky); 1st run: hang"
+    merged = merge_retries(runs[:3] + [dict(runs[1], first_error="hang2")], {1: 3})
+    assert merged[1]["result"] == "fail" and merged[1]["first_error"].startswith("failed twice")
     print("suite.py selftest: ok")
     return 0
 
 
 def cmd_plan(a):
     for m, d, k in expand(a.subset):
-        print("%-9s %-16s %s" % (m, d, "every test" if k == 1 else
-                                 "1 in %d: program lines 1, %d, %d, ... of the testlist" % (k, k + 1, 2 * k + 1)))
+        hosts = split_dir(d)[1]
+        print("%-9s %-16s %s%s" % (m, d, "every test" if k == 1 else
+                                   "1 in %d: program lines 1, %d, %d, ... of the testlist" % (k, k + 1, 2 * k + 1),
+                                   "" if hosts == 1 else ", on %d simulated hosts (%s)" % (
+                                       hosts, " ".join(hosts_args(hosts)))))
     if a.subset == "ci":
         print("left out: " + ", ".join("%s/%s %s" % x for x in sorted(CI_EXCLUDE)))
+    if KNOWN_FLAKY:
+        print("run again once when they fail (known flaky): " + ", ".join(
+            "%s/%s %s" % x for x in sorted(KNOWN_FLAKY)))
     return 0
 
 
