@@ -27,6 +27,13 @@ fn program() -> String {
     )
 }
 
+/// `first`, then two fork hosts a and b with ranks 0 and 1 on a, 2 and 3 on b.
+fn with_two_hosts<'a>(first: &[&'a str]) -> Vec<&'a str> {
+    let mut a = first.to_vec();
+    a.extend(["-launcher", "fork", "-hosts", "a,b", "-ppn", "2"]);
+    a
+}
+
 /// Four ranks of the program, with `args` before it.
 fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
     let prog = program();
@@ -59,18 +66,7 @@ fn one_host_survivors_are_told_of_a_dead_rank() {
 /// Rank 3 dies on b; ranks 0 and 1 on a read it from a's own engine.
 #[test]
 fn two_hosts_survivors_are_told_of_a_dead_rank() {
-    let o = run(
-        &[
-            "-disable-auto-cleanup",
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b",
-            "-ppn",
-            "2",
-        ],
-        &[],
-    );
+    let o = run(&with_two_hosts(&["-disable-auto-cleanup"]), &[]);
     let want: Vec<String> = (0..3).map(|r| told(r, "3")).collect();
     assert_eq!(lines(&o), want, "{}", stderr(&o));
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
@@ -91,15 +87,7 @@ fn with_auto_cleanup_the_job_ends_as_before() {
 #[test]
 fn two_hosts_survivors_are_told_of_a_lost_host() {
     let o = run(
-        &[
-            "-disable-auto-cleanup",
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b",
-            "-ppn",
-            "2",
-        ],
+        &with_two_hosts(&["-disable-auto-cleanup"]),
         &[("DEAD_PROCS_KILL_AGENT", "1")],
     );
     let err = stderr(&o);
@@ -142,16 +130,7 @@ fn with_ft_an_exit_code_still_counts() {
 #[test]
 fn with_ft_a_lost_host_does_not_fail_the_job() {
     let o = run(
-        &[
-            "-with-ft",
-            "ulfm",
-            "-launcher",
-            "fork",
-            "-hosts",
-            "a,b",
-            "-ppn",
-            "2",
-        ],
+        &with_two_hosts(&["-with-ft", "ulfm"]),
         &[("DEAD_PROCS_KILL_AGENT", "1")],
     );
     let err = stderr(&o);
