@@ -591,6 +591,23 @@ const HELP_ENV: &[Block] = &[
          reads none; the traceback goes to the rank's stderr instead.",
     ),
     Block::Para(
+        "With -with-ft ulfm, also the MPIs' fault-tolerance switches, each unless\n\
+         the environment sets it:",
+    ),
+    Block::List(
+        26,
+        &[
+            Item {
+                label: "OMPI_MCA_mpi_ft_enable",
+                help: "1: Open MPI 5's ULFM (mpirun --with-ft ulfm gives the same)",
+            },
+            Item {
+                label: "MPIR_CVAR_ENABLE_FT",
+                help: "1: MPICH's fault tolerance (MPICH's own ft tests set it)",
+            },
+        ],
+    ),
+    Block::Para(
         "From a shell script running as a rank, `kauri kvs` reaches the job's key-value store over the\n\
          rank's own PMI connection:",
     ),
