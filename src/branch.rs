@@ -363,13 +363,18 @@ impl<H: Host, L: Links> Branch<H, L> {
         (!self.deferred.is_empty()).then(|| self.deferred.remove(0))
     }
 
-    /// Under [`Branch::tolerate_failures`], child `id` (lost, or done) is dropped from the
-    /// PMIx fences: one it completes goes up after the event's answer.
-    fn drop_child_from_pmix_fences(&mut self, id: u32) {
+    /// Under [`Branch::tolerate_failures`], child `Some(id)` (lost, or done) or this host's
+    /// own ranks (`None`: all ended) are dropped from the PMIx fences: one the drop completes
+    /// goes up after the event's answer.
+    fn drop_from_pmix_fences(&mut self, who: Option<u32>) {
         if !self.fault_tolerant || self.ending {
             return;
         }
-        if let Some((epoch, data)) = self.pmix_gather.drop_child(id) {
+        let done = match who {
+            Some(id) => self.pmix_gather.drop_child(id),
+            None => self.pmix_gather.drop_local(),
+        };
+        if let Some((epoch, data)) = done {
             self.deferred.push(Out::Up(Up::PmixFence { epoch, data }));
         }
     }
@@ -390,10 +395,8 @@ impl<H: Host, L: Links> Branch<H, L> {
                 if let Some(p) = self.prof.as_mut() {
                     p.exited(t);
                 }
-                if self.fault_tolerant && !self.ending && self.local_left == 0 {
-                    if let Some((epoch, data)) = self.pmix_gather.drop_local() {
-                        self.deferred.push(Out::Up(Up::PmixFence { epoch, data }));
-                    }
+                if self.local_left == 0 {
+                    self.drop_from_pmix_fences(None);
                 }
                 let mut reports = vec![Report::Exited {
                     rank,
@@ -538,7 +541,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             HubEvent::Up { id, msg: Up::Done } => {
                 self.kids.mark_done(id);
                 self.finished.push(id);
-                self.drop_child_from_pmix_fences(id);
+                self.drop_from_pmix_fences(Some(id));
                 let stuck: Vec<Report> = self
                     .stuck_fence()
                     .into_iter()
@@ -562,7 +565,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 let ranks = self.kids.ranks_below(id);
                 self.kids.mark_done(id);
                 self.finished.push(id);
-                self.drop_child_from_pmix_fences(id);
+                self.drop_from_pmix_fences(Some(id));
                 // Lost first: a fence that waited for the host can then never complete.
                 let mut reports = vec![Report::Lost {
                     host,
@@ -1225,6 +1228,43 @@ mod tests {
                 data: b"a".to_vec()
             })),
             "the next fence is this host's alone"
+        );
+    }
+
+    /// Under `-with-ft`, a PMIx fence the child entered while this host's only rank was
+    /// killed completes with the child's part when the rank's end comes in.
+    #[test]
+    fn a_host_whose_ranks_all_ended_is_not_waited_for_when_failures_are_tolerated() {
+        use std::os::unix::process::ExitStatusExt;
+        let log: Log = Rc::default();
+        let mut b = branch(&log);
+        b.tolerate_failures();
+        let child = HubEvent::Up {
+            id: 1,
+            msg: Up::PmixFence {
+                epoch: 0,
+                data: b"c".to_vec(),
+            },
+        };
+        assert_eq!(b.on_child(child), None);
+        let killed = NodeEvent::Exited {
+            rank: 0,
+            pid: 7,
+            status: std::process::ExitStatus::from_raw(libc::SIGKILL),
+            initialized: true,
+            finalized: false,
+            ran_alone: false,
+        };
+        let Some(Out::Up(Up::Reports(r))) = b.on_node(killed) else {
+            panic!("no report")
+        };
+        assert_eq!(r.len(), 1, "only the rank's end: {r:?}");
+        assert_eq!(
+            b.take_deferred(),
+            Some(Out::Up(Up::PmixFence {
+                epoch: 0,
+                data: b"c".to_vec()
+            }))
         );
     }
 }
