@@ -23,8 +23,8 @@ mod common;
 use common::raw;
 use common::sim::{self, Shape};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kauri::hub::Gather;
-use kauri::kvs::{Kvs, Packed};
+use kauri::proto::kvs::{Kvs, Packed};
+use kauri::tree::hub::Gather;
 use std::time::Duration;
 
 fn part(n: usize, keys: usize) -> Packed {

@@ -2,7 +2,7 @@
 //! count, for tree widths 2, 8, 32 and flat.
 //!
 //! * In process (default): H virtual agents with R virtual ranks each, each agent and the
-//!   root a real `kauri::branch::Branch` (the tree node kauri runs), linked over loopback TCP
+//!   root a real `kauri::tree::branch::Branch` (the tree node kauri runs), linked over loopback TCP
 //!   with kauri's real link framing, in its tree shape, committing into its store
 //!   (`common::sim`). Wire-up here is connecting every link of the tree (no launches); a
 //!   fence is every agent's ranks entering at once until every agent has committed the

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(kauri::keeper::SUBCOMMAND) {
-        return ExitCode::from(kauri::keeper::run(&args[1..]) as u8);
+    if args.first().map(String::as_str) == Some(kauri::host::keeper::SUBCOMMAND) {
+        return ExitCode::from(kauri::host::keeper::run(&args[1..]) as u8);
     }
     if args.first().map(String::as_str) == Some("agent") {
         return run_agent(&args[1..]);
@@ -14,19 +14,19 @@ fn main() -> ExitCode {
     if args.first().map(String::as_str) == Some("nameserver") {
         logging(0);
         let rest = args[1..].to_vec();
-        return run_local(async move { kauri::nameserver::run(&rest).await });
+        return run_local(async move { kauri::proto::nameserver::run(&rest).await });
     }
     if matches!(
         args.first().map(String::as_str),
         Some("--status" | "-status")
     ) {
-        return ExitCode::from(kauri::status::run(&args[1..]) as u8);
+        return ExitCode::from(kauri::cli::status::run(&args[1..]) as u8);
     }
     if args.first().map(String::as_str) == Some("kvs") {
-        return ExitCode::from(kauri::kvs_cli::run(&args[1..]));
+        return ExitCode::from(kauri::cli::kvs::run(&args[1..]));
     }
     if args.first().map(String::as_str) == Some("pmi") {
-        return ExitCode::from(kauri::pmi_cli::run(&args[1..]));
+        return ExitCode::from(kauri::cli::pmi::run(&args[1..]));
     }
     let spec = match cli::parse(&args) {
         Ok(Command::Help) => {
@@ -38,23 +38,23 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Ok(Command::Version) => {
-            kauri::show!("{}", kauri::info::version_line());
+            kauri::show!("{}", kauri::cli::info::version_line());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Man(page)) => {
-            if let Some(page) = kauri::doc::page(page) {
-                kauri::console::out(&kauri::doc::roff::render(page));
+            if let Some(page) = kauri::cli::doc::page(page) {
+                kauri::console::out(&kauri::cli::doc::roff::render(page));
             }
             return ExitCode::SUCCESS;
         }
         Ok(Command::Completions(shell)) => {
-            if let Some(script) = kauri::doc::complete::script(&shell) {
+            if let Some(script) = kauri::cli::doc::complete::script(&shell) {
                 kauri::console::out(&script);
             }
             return ExitCode::SUCCESS;
         }
         Ok(Command::Info { json }) => {
-            let info = kauri::info::gather();
+            let info = kauri::cli::info::gather();
             if json {
                 kauri::show!("{}", info.json());
             } else {
@@ -75,12 +75,12 @@ fn main() -> ExitCode {
     }
     logging(spec.verbose);
     // What ranks start and leave behind, even with setsid, comes back to kauri to be ended.
-    kauri::proc::become_subreaper();
+    kauri::host::proc::become_subreaper();
     if spec.verbose > 0 {
         // Agents log at the same level.
         std::env::set_var("KAURI_LOG", if spec.verbose > 1 { "debug" } else { "info" });
     }
-    run_local(kauri::frontend::run(*spec))
+    run_local(kauri::tree::root::run(*spec))
 }
 
 fn logging(verbose: u8) {
@@ -91,9 +91,9 @@ fn logging(verbose: u8) {
     };
     let mut filter = tracing_subscriber::EnvFilter::try_from_env("KAURI_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    if kauri::pmi::trace_enabled() {
+    if kauri::proto::pmi::trace_enabled() {
         // KAURI_PMI_TRACE: the PMI engine's wire trace, whatever the level.
-        if let Ok(d) = format!("{}=info", kauri::pmi::TRACE_TARGET).parse() {
+        if let Ok(d) = format!("{}=info", kauri::proto::pmi::TRACE_TARGET).parse() {
             filter = filter.add_directive(d);
         }
     }
@@ -119,16 +119,16 @@ fn run_local(role: impl std::future::Future<Output = i32>) -> ExitCode {
     let local = tokio::task::LocalSet::new();
     let status = local.block_on(&rt, role);
     // The PMIx server (if a PMIx job ran here) and its files.
-    kauri::pmix::shutdown();
+    kauri::proto::pmix::shutdown();
     // A clean end: the keeper of this host's ranks has nothing to do.
-    kauri::keeper::release();
+    kauri::host::keeper::release();
     // stdin may be held by a blocking reader thread: leave without waiting for it.
     std::process::exit(status);
 }
 
 /// `kauri agent …`: the internal per-host role.
 fn run_agent(args: &[String]) -> ExitCode {
-    let a = match kauri::agent::AgentArgs::parse(args) {
+    let a = match kauri::tree::agent::AgentArgs::parse(args) {
         Ok(a) => a,
         Err(e) => {
             kauri::say!("kauri agent: {e}");
@@ -139,6 +139,6 @@ fn run_agent(args: &[String]) -> ExitCode {
         std::env::set_var("KAURI_PMI_TRACE", "1");
     }
     logging(0);
-    kauri::proc::become_subreaper();
-    run_local(kauri::agent::run(a))
+    kauri::host::proc::become_subreaper();
+    run_local(kauri::tree::agent::run(a))
 }

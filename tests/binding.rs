@@ -4,7 +4,7 @@
 
 mod common;
 
-use kauri::bind::{allowed_cpus, parse_cpu_list};
+use kauri::host::bind::{allowed_cpus, parse_cpu_list};
 
 /// Each rank's allowed CPUs, by rank.
 fn cpus_by_rank(args: &[&str], n: usize) -> (Vec<Vec<usize>>, String) {
@@ -52,7 +52,7 @@ fn bind_to_core_gives_each_rank_its_own_cpu() {
         "{got:?} not within {cpus:?}"
     );
     for (r, c) in got.iter().enumerate() {
-        let line = format!("bound to CPUs {}", kauri::bind::cpu_list(c));
+        let line = format!("bound to CPUs {}", kauri::host::bind::cpu_list(c));
         assert!(
             err.lines()
                 .any(|l| l.starts_with(&format!("kauri: rank {r} on ")) && l.ends_with(&line)),

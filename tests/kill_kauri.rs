@@ -1,7 +1,7 @@
 //! Kauri itself killed with `SIGKILL` (issue #30, item 2): at every stage of a run, on one
 //! host and over two simulated hosts (`-launcher fork -hosts a,b`), and one agent killed
 //! alone; after each, nothing of the run is left: no rank, no child of a rank, no daemon a
-//! rank started with `setsid`, no zombie, no keeper ([`kauri::keeper`]).
+//! rank started with `setsid`, no zombie, no keeper ([`kauri::host::keeper`]).
 //!
 //! Every process of a run is found by a mark only it has: `KILLTEST_MARK=…` in kauri's
 //! environment, which the agents, the keeper, the ranks and what they start inherit. No test

@@ -7,7 +7,7 @@ const KAURI: &str = env!("CARGO_BIN_EXE_kauri");
 
 /// Every page of the registry (a page added there is tested here too).
 fn names() -> Vec<&'static str> {
-    let names: Vec<&str> = kauri::doc::pages().iter().map(|p| p.name).collect();
+    let names: Vec<&str> = kauri::cli::doc::pages().iter().map(|p| p.name).collect();
     for want in ["kauri", "kauri-agent", "kauri-nameserver", "kauri-kvs"] {
         assert!(names.contains(&want), "{want} is not in the registry");
     }

@@ -1,5 +1,5 @@
 //! An agent tree in one process: H virtual agents under a root, each of them (and the root)
-//! a real [`kauri::branch::Branch`], the same tree node the front end and `kauri agent` drive.
+//! a real [`kauri::tree::branch::Branch`], the same tree node the front end and `kauri agent` drive.
 //! Each agent's [`SimHost`] stands for R virtual ranks that put `keys` keys each per fence and
 //! commits the merged delta into a real [`Kvs`]; each branch's [`SimLinks`] reaches its
 //! children over loopback TCP with the real framing ([`tree::encode`], [`tree::recv_frame`])
@@ -39,14 +39,14 @@
 //! as they run in a single-threaded agent too).
 
 use bytes::Bytes;
-use kauri::branch::{Branch, Host, Links, Out};
-use kauri::hub::HubEvent;
-use kauri::kvs::{Delta, Kvs, Packed};
-use kauri::node::NodeEvent;
+use kauri::host::node::NodeEvent;
 use kauri::plan::{HostPlan, Subtree};
-use kauri::pmi::Output;
-use kauri::profile::Clock;
-use kauri::service::ServiceReply;
+use kauri::proto::kvs::{Delta, Kvs, Packed};
+use kauri::proto::pmi::Output;
+use kauri::proto::service::ServiceReply;
+use kauri::tree::branch::{Branch, Host, Links, Out};
+use kauri::tree::hub::HubEvent;
+use kauri::tree::profile::Clock;
 use kauri::tree::{self, Down, Up};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};

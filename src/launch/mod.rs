@@ -11,9 +11,13 @@
 //! start agents inside the job's allocation, so the manager accounts for them and kills them
 //! with the job.
 
+pub mod allocation;
 mod fork;
+pub mod hydra_env;
+pub mod iface;
 mod lsf;
 mod pbs;
+pub mod ports;
 mod sge;
 mod slurm;
 mod ssh;
@@ -133,7 +137,7 @@ pub fn agent_args(t: &Target, parent: &str) -> Vec<String> {
         "--host".into(),
         t.host.clone(),
     ];
-    if crate::pmi::trace_enabled() {
+    if crate::proto::pmi::trace_enabled() {
         a.push("--pmi-trace".into());
     }
     a

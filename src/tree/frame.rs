@@ -175,7 +175,7 @@ mod tests {
         rt.block_on(async {
             let msg = Up::Fence {
                 epoch: 3,
-                delta: crate::kvs::Packed::from_pairs([("k", "v")]),
+                delta: crate::proto::kvs::Packed::from_pairs([("k", "v")]),
             };
             let mut buf = Vec::new();
             send(&mut buf, &msg).await.unwrap();

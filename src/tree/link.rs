@@ -10,7 +10,7 @@
 //!
 //! An agent's link to its parent also carries its ranks' output ([`Queue::write`]'s
 //! `output`): whole lines from an output queue bounded in lines and in bytes
-//! ([`crate::iofwd::output_queue`]), so a parent that reads slowly slows the ranks' pipes
+//! ([`crate::host::iofwd::output_queue`]), so a parent that reads slowly slows the ranks' pipes
 //! rather than filling memory. Control frames go first; output goes in runs of
 //! up to 64 KiB per stream; the last frame ([`Link::finish`], the agent's `Done`) goes after
 //! every line still queued.
@@ -20,7 +20,7 @@
 
 use super::frame::encode;
 use super::msg::Up;
-use crate::iofwd::Dest;
+use crate::host::iofwd::Dest;
 use bytes::{Bytes, BytesMut};
 use serde::Serialize;
 use std::time::Duration;
@@ -324,7 +324,7 @@ mod tests {
 
     #[tokio::test]
     async fn output_is_batched_per_destination_and_the_last_frame_goes_after_it() {
-        use crate::iofwd::Stream;
+        use crate::host::iofwd::Stream;
         let (link, queue) = link();
         let (out_tx, out_rx) = mpsc::channel(16);
         let file = |f: &str| Dest {

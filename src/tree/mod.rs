@@ -21,10 +21,17 @@
 //! checked and queued. What the links carry is `plan`'s job plan and `service`'s
 //! requests; neither of those modules may import this one.
 
+pub mod agent;
 pub mod auth;
+pub mod branch;
+pub mod events;
 pub mod frame;
+pub mod hub;
 pub mod link;
 pub mod msg;
+pub mod policy;
+pub mod profile;
+pub mod root;
 pub mod shape;
 
 pub use auth::{mac, new_key, nonce, verify};

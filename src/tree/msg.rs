@@ -2,14 +2,14 @@
 //! [`Report`]s of what happened below, batched into one [`Up::Reports`].
 //!
 //! Plain data with serde derives, framed by [`super::frame`]. It carries the job plan
-//! (`crate::plan`) and the service requests (`crate::service`); it does no I/O.
+//! (`crate::plan`) and the service requests (`crate::proto::service`); it does no I/O.
 
-use crate::iofwd::Stream;
-use crate::kvs::{Delta, Packed};
+use crate::host::iofwd::Stream;
 use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
-use crate::pmi::RankPmi;
-use crate::profile::HostProfile;
-use crate::service::{Service, ServiceReply};
+use crate::proto::kvs::{Delta, Packed};
+use crate::proto::pmi::RankPmi;
+use crate::proto::service::{Service, ServiceReply};
+use crate::tree::profile::HostProfile;
 use serde::{Deserialize, Serialize};
 
 /// Parent to child.
@@ -55,7 +55,7 @@ pub enum Down {
         /// The fence.
         epoch: u64,
         /// The blobs.
-        #[serde(with = "crate::kvs::byte_string")]
+        #[serde(with = "crate::proto::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// PMIx collective `sig` is complete: every participant's contribution, concatenated (an
@@ -67,7 +67,7 @@ pub enum Down {
         /// The PMIx status.
         status: i32,
         /// The contributions.
-        #[serde(with = "crate::kvs::byte_string")]
+        #[serde(with = "crate::proto::kvs::byte_string")]
         data: Vec<u8>,
         /// The context id the front end gave it (a group construct that asked for one):
         /// unique in the run, the same for every participant.
@@ -92,7 +92,7 @@ pub enum Down {
         /// The PMIx status.
         status: i32,
         /// The rank's data.
-        #[serde(with = "crate::kvs::byte_string")]
+        #[serde(with = "crate::proto::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// Ranks of a PMIx job failed (ended abnormally, or were lost with their host): every
@@ -169,7 +169,7 @@ pub enum Report {
         /// Its host had already begun tearing the job down when it ended (so it is a
         /// casualty of the teardown, not a cause).
         in_teardown: bool,
-        /// It never spoke PMI or PMIx and ran as an Open MPI singleton ([`crate::ompi`]).
+        /// It never spoke PMI or PMIx and ran as an Open MPI singleton ([`crate::host::ompi`]).
         ran_alone: bool,
     },
     /// A rank asked to end the job.
@@ -250,7 +250,7 @@ pub enum Up {
         /// The fence.
         epoch: u64,
         /// The blobs.
-        #[serde(with = "crate::kvs::byte_string")]
+        #[serde(with = "crate::proto::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// A direct-modex request for the front end to route to the host of `rank`.
@@ -275,7 +275,7 @@ pub enum Up {
         /// The participants that are clients of the sender's server.
         covered: Vec<(String, u32)>,
         /// The sender's contribution.
-        #[serde(with = "crate::kvs::byte_string")]
+        #[serde(with = "crate::proto::kvs::byte_string")]
         data: Vec<u8>,
         /// Its participants want a context id (see [`Down::PmixCollectiveDone`]).
         context_id: bool,
@@ -289,7 +289,7 @@ pub enum Up {
         /// The PMIx status.
         status: i32,
         /// The rank's data.
-        #[serde(with = "crate::kvs::byte_string")]
+        #[serde(with = "crate::proto::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// A request for the front end, relayed up unchanged.
@@ -308,7 +308,7 @@ pub enum Up {
         /// The output file they go to instead (`-outfile-pattern`, `-errfile-pattern`).
         file: Option<String>,
         /// The bytes.
-        #[serde(with = "crate::kvs::byte_string")]
+        #[serde(with = "crate::proto::kvs::byte_string")]
         data: Vec<u8>,
     },
     /// Events for the front end.

@@ -1,0 +1,1160 @@
+//! The command line: Hydra's `mpiexec` syntax, parsed into a [`JobSpec`].
+//!
+//! Hydra options are single-dash words (`-genv`, `-ppn`); the GNU spellings `--genv` and
+//! `--np=4` are accepted too. Options before a segment's program apply to that segment
+//! (`-n`, `-env*`) or to the whole job (`-genv*`, `-hosts`, `-f`, `-ppn`, `-l`, …); `:` starts
+//! the next MPMD segment; `-configfile` reads segments one per line. Everything after a
+//! segment's program, up to `:`, is the program's own arguments.
+
+pub mod doc;
+pub mod info;
+pub mod kvs;
+pub mod pmi;
+pub mod status;
+
+use crate::console::quoted;
+use crate::launch::hydra_env::HydraEnv;
+use crate::plan::job::{
+    too_many_ranks, AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice, RANKS_MAX,
+};
+use crate::tree::profile::ProfileFormat;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// What the user asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// Run a job.
+    Run(Box<JobSpec>),
+    /// Print the usage text.
+    Help,
+    /// Print the variables ranks get, and the Hydra variables kauri reads.
+    HelpEnv,
+    /// Print the version.
+    Version,
+    /// Print a manual page in roff (`--help-man [PAGE]`): the page's name.
+    Man(&'static str),
+    /// Print the completion script for a shell (`--completions SHELL`).
+    Completions(String),
+    /// Print what this kauri serves and was built with (`-info`); `json`: as JSON (`--json`).
+    Info {
+        /// `-info --json`.
+        json: bool,
+    },
+}
+
+/// A command line Kauri cannot act on; the message is one line for the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(msg.into()))
+}
+
+/// The text of `kauri --help-env`, rendered from [`crate::cli::doc::KAURI`].
+pub fn help_env() -> String {
+    crate::cli::doc::blocks(crate::cli::doc::KAURI.environment_more)
+}
+
+/// The usage text of `kauri -h`, rendered from [`crate::cli::doc::KAURI`].
+pub fn help() -> String {
+    crate::cli::doc::help(&crate::cli::doc::KAURI)
+}
+
+struct Segment {
+    app: AppSpec,
+}
+
+struct Parser {
+    spec: JobSpec,
+    segments: Vec<AppSpec>,
+    configfile: Option<PathBuf>,
+    n_given: Vec<bool>,
+    profile_given: bool,
+    /// `-map-by` a topology object.
+    map_kind: Option<crate::host::bind::Kind>,
+    /// `-bind-to` was given (`none` included).
+    bind_given: bool,
+    /// `-genvall`, `-genvnone` or `-genvlist` was given (it wins over `HYDRA_ENV`).
+    genv_policy_given: bool,
+    /// `-auto-cleanup` was given (it cannot be combined with `-with-ft`).
+    auto_cleanup_given: bool,
+}
+
+/// Parses `args` (without the program name).
+pub fn parse(args: &[String]) -> Result<Command, UsageError> {
+    let mut p = Parser {
+        spec: JobSpec {
+            apps: Vec::new(),
+            hosts: Vec::new(),
+            ppn: None,
+            genv: Vec::new(),
+            env_policy: EnvPolicy::All,
+            wdir: None,
+            label: false,
+            output: Default::default(),
+            pmi_port: false,
+            launcher: None,
+            auto_cleanup: true,
+            fault_tolerant: false,
+            universe_size: None,
+            nameserver: None,
+            timeout: None,
+            verbose: 0,
+            map_by_node: false,
+            mapping_asked: false,
+            binding: None,
+            report_bindings: false,
+            iface: None,
+            tree_width: None,
+            cost_tree: false,
+            launcher_exec: None,
+            ml_env: false,
+            timeout_stacks: false,
+            singleton: None,
+            pmi: PmiChoice::Auto,
+            profile: None,
+            port_range: None,
+        },
+        segments: Vec::new(),
+        configfile: None,
+        n_given: Vec::new(),
+        profile_given: false,
+        map_kind: None,
+        bind_given: false,
+        genv_policy_given: false,
+        auto_cleanup_given: false,
+    };
+    if args.is_empty() {
+        return err("no program given (try kauri -h)");
+    }
+    for part in args.split(|a| a == ":") {
+        if let Some(cmd) = p.segment(part, true)? {
+            return Ok(cmd);
+        }
+    }
+    if let Some(file) = p.configfile.take() {
+        if !p.segments.is_empty() {
+            return err("-configfile cannot be combined with programs on the command line");
+        }
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| UsageError(format!("cannot read configfile {}: {e}", file.display())))?;
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
+            for part in words.split(|a| a == ":") {
+                p.segment(part, false)?;
+            }
+        }
+    }
+    if let Some(s) = &p.spec.singleton {
+        if !p.segments.is_empty() {
+            return err("-pmi_args serves a program that is already running: give no program");
+        }
+        p.segments.push(AppSpec {
+            nprocs: 1,
+            program: format!("singleton {}", s.pid),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_policy: None,
+            wdir: None,
+        });
+        p.n_given.push(true);
+    }
+    if p.segments.is_empty() {
+        return err("no program given (try kauri -h)");
+    }
+    if p.spec.fault_tolerant {
+        if p.auto_cleanup_given {
+            return err(
+                "-auto-cleanup cannot be combined with -with-ft: a fault-tolerant job \
+                        goes on when a process fails",
+            );
+        }
+        p.spec.auto_cleanup = false;
+    }
+    let hydra = HydraEnv::read(&|k| std::env::var(k).ok()).map_err(UsageError)?;
+    apply_hydra_env(&mut p.spec, p.genv_policy_given, hydra)?;
+    if p.spec.universe_size.is_none() {
+        if let Ok(v) = std::env::var("KAURI_USIZE") {
+            if !v.trim().is_empty() {
+                p.spec.universe_size = Some(universe_size(v.trim(), "KAURI_USIZE")?);
+            }
+        }
+    }
+    p.spec.timeout = timeout_from_env()?;
+    check_env_knobs(&|k| std::env::var(k).ok())?;
+    if p.spec.iface.is_none() {
+        p.spec.iface = std::env::var("HYDRA_IFACE")
+            .ok()
+            .filter(|v| !v.trim().is_empty());
+    }
+    if let Some(kind) = p.map_kind {
+        match (&mut p.spec.binding, p.bind_given) {
+            (Some(b), _) => b.map = Some(kind),
+            // -map-by OBJECT alone binds to the objects it maps to; -bind-to none does not.
+            (None, false) => {
+                p.spec.binding = Some(crate::host::bind::Binding {
+                    kind,
+                    count: 1,
+                    map: None,
+                })
+            }
+            (None, true) => {}
+        }
+    }
+    if !p.profile_given {
+        if let Ok(v) = std::env::var("KAURI_PROFILE") {
+            p.spec.profile =
+                ProfileFormat::parse(&v).map_err(|e| UsageError(format!("KAURI_PROFILE: {e}")))?;
+        }
+    }
+    // A segment without -n gets the hosts' slots; with no host named, that is decided later,
+    // once an allocation's hosts are known (0 stands for "not given").
+    let default_n = match (p.spec.ppn, p.spec.hosts.len()) {
+        (Some(ppn), 0) => ppn,
+        (Some(ppn), h) => ppn.saturating_mul(h),
+        (None, 0) => 0,
+        (None, _) => p
+            .spec
+            .hosts
+            .iter()
+            .fold(0usize, |n, h| n.saturating_add(h.slots))
+            .max(1),
+    };
+    for (app, given) in p.segments.iter_mut().zip(&p.n_given) {
+        if !given {
+            app.nprocs = default_n;
+        }
+    }
+    p.spec.apps = p.segments;
+    if p.spec.size() > RANKS_MAX {
+        return err(too_many_ranks(&format!(
+            "{} processes in all",
+            p.spec.size()
+        )));
+    }
+    Ok(Command::Run(Box::new(p.spec)))
+}
+
+/// Fills in what the command line left to Hydra's environment (see [`crate::launch::hydra_env`]):
+/// the hosts (not for a singleton, which runs here), the launcher and its program, the
+/// inheritance policy (`genv_given`: `-genvall`, `-genvnone` or `-genvlist` was given), the
+/// output prefix and the port range.
+fn apply_hydra_env(spec: &mut JobSpec, genv_given: bool, env: HydraEnv) -> Result<(), UsageError> {
+    if spec.hosts.is_empty() && spec.singleton.is_none() {
+        if let Some((var, file)) = &env.host_file {
+            spec.hosts = read_hostfile(Path::new(file))
+                .map_err(|e| UsageError(format!("{var}: {}", e.0)))?;
+        }
+    }
+    if spec.launcher.is_none() {
+        spec.launcher = env.launcher;
+    }
+    if spec.launcher_exec.is_none() {
+        spec.launcher_exec = env.launcher_exec;
+    }
+    if !genv_given {
+        if let Some(policy) = env.env_policy {
+            spec.env_policy = policy;
+        }
+    }
+    spec.label |= env.label;
+    spec.port_range = env.port_range;
+    Ok(())
+}
+
+fn timeout_from_env() -> Result<Option<Duration>, UsageError> {
+    match std::env::var("MPIEXEC_TIMEOUT") {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u128>() {
+            Ok(0) => Ok(None),
+            Ok(s) if s > SECS_MAX as u128 => err(format!(
+                "MPIEXEC_TIMEOUT={}: more than the {SECS_MAX} seconds a time may be",
+                quoted(&v)
+            )),
+            Ok(s) => Ok(Some(Duration::from_secs(s as u64))),
+            Err(_) => err(format!(
+                "MPIEXEC_TIMEOUT={} is not a number of seconds",
+                quoted(&v)
+            )),
+        },
+        _ => Ok(None),
+    }
+}
+
+/// The longest time any of kauri's times may be set to, in seconds (about three years):
+/// beyond it a deadline added to the clock could overflow.
+pub const SECS_MAX: u64 = 100_000_000;
+
+/// kauri's variables that hold a time in seconds (fractions allowed), with what they are.
+pub const SECONDS_VARS: &[&str] = &[
+    "KAURI_KILL_GRACE",
+    "KAURI_CONNECT_TIMEOUT",
+    "KAURI_HEARTBEAT",
+    "KAURI_HEARTBEAT_TIMEOUT",
+    "KAURI_TEARDOWN_WAIT",
+];
+
+/// A time in seconds as a user writes it (`2`, `0.5`), from 0 to [`SECS_MAX`]; `None` for
+/// anything else (not a number, negative, NaN, infinite, too long).
+pub fn parse_secs(v: &str) -> Option<Duration> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && (0.0..=SECS_MAX as f64).contains(s))
+        .map(Duration::from_secs_f64)
+}
+
+/// Checks the numbers in kauri's own variables (`var(name)` reads one): each time of
+/// [`SECONDS_VARS`], `KAURI_SPAWN_MAX` and `KAURI_TREE_WIDTH`; one line naming the variable
+/// and its range for the first that is wrong.
+pub fn check_env_knobs(var: &dyn Fn(&str) -> Option<String>) -> Result<(), UsageError> {
+    for &name in SECONDS_VARS {
+        if let Some(v) = var(name).filter(|v| !v.trim().is_empty()) {
+            if parse_secs(&v).is_none() {
+                return err(format!(
+                    "{name}={}: not a time from 0 to {SECS_MAX} seconds",
+                    quoted(&v)
+                ));
+            }
+        }
+    }
+    if let Some(v) = var("KAURI_SPAWN_MAX").filter(|v| !v.trim().is_empty()) {
+        match v.trim().parse::<u64>() {
+            Ok(n) if n > 0 && n <= RANKS_MAX as u64 => {}
+            _ => {
+                return err(format!(
+                    "KAURI_SPAWN_MAX={}: not a number of processes from 1 to {RANKS_MAX}",
+                    quoted(&v)
+                ))
+            }
+        }
+    }
+    if let Some(v) = var("KAURI_TREE_WIDTH").filter(|v| !v.trim().is_empty()) {
+        let v = v.trim();
+        if !(v == "flat" || v == "cost" || v.parse::<u32>().is_ok()) {
+            return err(format!(
+                "KAURI_TREE_WIDTH={}: a number (0 to {}), flat or cost",
+                quoted(v),
+                u32::MAX
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Splits `--name=value` and `-name=value`; turns `--name` (any number of dashes) into
+/// `-name`, and the name to lower case (Hydra matches names with `strcasecmp`: `-NP 4` is
+/// `-np 4`) except `-V`, kauri's `--version`.
+fn normalize(arg: &str) -> (String, Option<String>) {
+    let a = format!("-{}", arg.trim_start_matches('-'));
+    let (n, v) = match a.split_once('=') {
+        Some((n, v)) => (n.to_string(), Some(v.to_string())),
+        None => (a, None),
+    };
+    let n = if n == "-V" { n } else { n.to_ascii_lowercase() };
+    (n, v)
+}
+
+impl Parser {
+    /// Parses one segment. Returns `Some` for `-h`/`--version`, which end parsing.
+    fn segment(
+        &mut self,
+        words: &[String],
+        allow_config: bool,
+    ) -> Result<Option<Command>, UsageError> {
+        let mut seg = Segment {
+            app: AppSpec::default(),
+        };
+        let mut n_given = false;
+        let first = self.segments.is_empty();
+        let mut it = words.iter();
+        while let Some(word) = it.next() {
+            if !word.starts_with('-') || word == "-" {
+                seg.app.program = word.clone();
+                seg.app.args = it.by_ref().cloned().collect();
+                break;
+            }
+            let (name, inline) = normalize(word);
+            // The option table is the one list of names: what it lacks is unknown.
+            if crate::cli::doc::KAURI.find(&name).is_none() {
+                return err(format!(
+                    "unknown option {} (try kauri -h)",
+                    crate::console::clip(word)
+                ));
+            }
+            let mut inline = inline;
+            let has_inline = inline.is_some();
+            let mut value = |what: &str| -> Result<String, UsageError> {
+                match inline.take() {
+                    Some(v) => Ok(v),
+                    None => it
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| UsageError(format!("{what} needs a value"))),
+                }
+            };
+            self.genv_policy_given |=
+                matches!(name.as_str(), "-genvall" | "-genvnone" | "-genvlist");
+            match name.as_str() {
+                "-h" | "-help" => return Ok(Some(Command::Help)),
+                "-version" | "-V" => return Ok(Some(Command::Version)),
+                "-n" | "-np" => {
+                    let v = value(&name)?;
+                    match v.parse::<u128>() {
+                        Ok(0) => return err(format!("{name} 0: a job needs at least one process")),
+                        Ok(n) if n > RANKS_MAX as u128 => {
+                            return err(too_many_ranks(&format!("{name} {v}")))
+                        }
+                        Ok(n) => seg.app.nprocs = n as usize,
+                        Err(_) => return err(format!("{name} {v:?}: not a number of processes")),
+                    }
+                    n_given = true;
+                }
+                "-env" => {
+                    let k = value("-env")?;
+                    let v = it
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| UsageError("-env needs NAME VALUE".into()))?;
+                    seg.app.env.push((k, v));
+                }
+                "-envall" => seg.app.env_policy = Some(EnvPolicy::All),
+                "-envnone" => seg.app.env_policy = Some(EnvPolicy::None),
+                "-envlist" => seg.app.env_policy = Some(EnvPolicy::List(list(&value(&name)?))),
+                "-wdir" => {
+                    let d = PathBuf::from(value(&name)?);
+                    if first {
+                        self.spec.wdir = Some(d);
+                    } else {
+                        seg.app.wdir = Some(d);
+                    }
+                }
+                "-genv" => {
+                    let k = value("-genv")?;
+                    let v = it
+                        .next()
+                        .cloned()
+                        .ok_or_else(|| UsageError("-genv needs NAME VALUE".into()))?;
+                    self.spec.genv.push((k, v));
+                }
+                "-genvall" => self.spec.env_policy = EnvPolicy::All,
+                "-genvnone" => self.spec.env_policy = EnvPolicy::None,
+                "-genvlist" => self.spec.env_policy = EnvPolicy::List(list(&value(&name)?)),
+                "-hosts" | "-host" => self.spec.hosts.extend(parse_hosts(&value(&name)?)?),
+                "-f" | "-hostfile" | "-machinefile" => {
+                    let f = value(&name)?;
+                    self.spec.hosts.extend(read_hostfile(Path::new(&f))?);
+                }
+                "-ppn" => {
+                    self.spec.mapping_asked = true;
+                    let v = value(&name)?;
+                    match v.parse::<u128>() {
+                        Ok(n) if n > RANKS_MAX as u128 => {
+                            return err(too_many_ranks(&format!("-ppn {v}")))
+                        }
+                        Ok(n) if n > 0 => self.spec.ppn = Some(n as usize),
+                        _ => return err(format!("-ppn {v:?}: not a positive number")),
+                    }
+                }
+                "-launcher" | "-bootstrap" => self.spec.launcher = Some(value(&name)?),
+                "-launcher-exec" | "-bootstrap-exec" => {
+                    self.spec.launcher_exec = Some(value(&name)?)
+                }
+                "-map-by" => {
+                    self.spec.mapping_asked = true;
+                    let v = value(&name)?;
+                    match v.as_str() {
+                        "node" | "host" => self.spec.map_by_node = true,
+                        "slot" => self.spec.map_by_node = false,
+                        k => match crate::host::bind::Kind::parse(k) {
+                            // Ranks dealt over the host's objects of this kind: binds them
+                            // (to those objects unless -bind-to says otherwise).
+                            Some(kind) => self.map_kind = Some(kind),
+                            None => {
+                                return err(format!(
+                                    "-map-by {v:?}: use node or slot (hosts), or hwthread, \
+                                     core, l1cache, l2cache, l3cache, socket or numa"
+                                ))
+                            }
+                        },
+                    }
+                }
+                "-bind-to" | "-binding" => {
+                    let v = value(&name)?;
+                    self.bind_given = true;
+                    self.spec.binding =
+                        crate::host::bind::Binding::parse(&v).map_err(UsageError)?;
+                }
+                "-report-bindings" => self.spec.report_bindings = true,
+                "-iface" => self.spec.iface = Some(value(&name)?),
+                "-profile" => {
+                    // Only an inline value (`--profile=json`): a separate word would be the
+                    // program.
+                    let v = if has_inline {
+                        value(&name)?
+                    } else {
+                        "text".into()
+                    };
+                    self.spec.profile = ProfileFormat::parse(&v)
+                        .map_err(|e| UsageError(format!("--profile: {e}")))?;
+                    self.profile_given = true;
+                }
+                "-tree-width" => {
+                    let v = value(&name)?;
+                    self.spec.cost_tree = v == "cost";
+                    self.spec.tree_width = Some(if v == "flat" || v == "cost" {
+                        0
+                    } else {
+                        v.parse().map_err(|_| {
+                            UsageError(format!("-tree-width {v:?}: a number, flat or cost"))
+                        })?
+                    });
+                }
+                "-configfile" => {
+                    if !allow_config {
+                        return err("-configfile inside a configfile");
+                    }
+                    self.configfile = Some(PathBuf::from(value(&name)?));
+                }
+                "-l" | "-prepend-rank" => {
+                    if self.spec.output.prepend.is_some() {
+                        if allow_config {
+                            return err(PREFIX_TWICE);
+                        }
+                    } else {
+                        self.spec.label = true
+                    }
+                }
+                "-prepend-pattern" => {
+                    let p = pattern(&name, &value(&name)?)?;
+                    if self.spec.label || self.spec.output.prepend.is_some() {
+                        if allow_config {
+                            return err(PREFIX_TWICE);
+                        }
+                    } else {
+                        self.spec.output.prepend = Some(p);
+                    }
+                }
+                "-outfile-pattern" | "-outfile" => {
+                    let p = pattern(&name, &value(&name)?)?;
+                    once(&mut self.spec.output.outfile, p, &name, allow_config)?;
+                }
+                "-errfile-pattern" => {
+                    let p = pattern(&name, &value(&name)?)?;
+                    once(&mut self.spec.output.errfile, p, &name, allow_config)?;
+                }
+                "-output-from" => {
+                    let v = value(&name)?;
+                    let r = v
+                        .parse::<usize>()
+                        .map_err(|_| UsageError(format!("-output-from {v:?}: not a rank")))?;
+                    once(&mut self.spec.output.output_from, r, &name, allow_config)?;
+                }
+                "-ml-env" => self.spec.ml_env = true,
+                "-timeout-stacks" | "-get-stack-traces" => self.spec.timeout_stacks = true,
+                "-help-env" => return Ok(Some(Command::HelpEnv)),
+                "-help-man" => {
+                    let name = match inline.take() {
+                        Some(v) => v,
+                        None => it.next().cloned().unwrap_or_else(|| "kauri".into()),
+                    };
+                    return match crate::cli::doc::page(&name) {
+                        Some(page) => Ok(Some(Command::Man(page.name))),
+                        None => {
+                            let names: Vec<&str> =
+                                crate::cli::doc::pages().iter().map(|p| p.name).collect();
+                            err(format!(
+                                "--help-man {name:?}: no such page (pages: {})",
+                                names.join(", ")
+                            ))
+                        }
+                    };
+                }
+                "-info" => {
+                    let rest: Vec<String> = it.by_ref().map(|w| normalize(w).0).collect();
+                    return match rest.as_slice() {
+                        [] => Ok(Some(Command::Info { json: false })),
+                        [j] if j == "-json" => Ok(Some(Command::Info { json: true })),
+                        _ => err("-info takes only --json"),
+                    };
+                }
+                "-json" => return err("--json goes with -info: kauri -info --json"),
+                "-completions" => {
+                    let shell = value(&name)?;
+                    if !crate::cli::doc::complete::SHELLS.contains(&shell.as_str()) {
+                        return err(format!("--completions {shell:?}: use bash, zsh or fish"));
+                    }
+                    return Ok(Some(Command::Completions(shell)));
+                }
+                "-pmi-port" => self.spec.pmi_port = true,
+                "-pmi" | "-mpi" => {
+                    let v = value(&name)?;
+                    self.spec.pmi = PmiChoice::parse(&v).ok_or_else(|| {
+                        UsageError(format!("--pmi {v:?}: use auto, pmi1, pmi2 or pmix"))
+                    })?;
+                }
+                "-usize" => {
+                    let v = value(&name)?;
+                    self.spec.universe_size = Some(universe_size(&v, "-usize")?);
+                }
+                "-pmi_args" => {
+                    let mut four = Vec::new();
+                    for _ in 0..4 {
+                        four.push(value("-pmi_args PORT INTERFACE KEY PID")?);
+                    }
+                    let port = four[0].parse::<u16>().ok().filter(|&p| p > 0);
+                    let pid = four[3].parse::<u32>().ok().filter(|&p| p > 1);
+                    match (port, pid) {
+                        (Some(port), Some(pid)) => {
+                            self.spec.singleton = Some(crate::plan::job::Singleton {
+                                port,
+                                interface: four[1].clone(),
+                                key: four[2].clone(),
+                                pid,
+                            })
+                        }
+                        _ => {
+                            return err(format!(
+                                "-pmi_args {}: expected PORT INTERFACE KEY PID",
+                                four.join(" ")
+                            ))
+                        }
+                    }
+                }
+                "-nameserver" => self.spec.nameserver = Some(value(&name)?),
+                "-disable-auto-cleanup" => self.spec.auto_cleanup = false,
+                "-auto-cleanup" => {
+                    self.spec.auto_cleanup = true;
+                    self.auto_cleanup_given = true;
+                }
+                "-with-ft" => self.spec.fault_tolerant = with_ft(&value(&name)?)?,
+                "-v" | "-verbose" => self.spec.verbose += 1,
+                _ => {
+                    return err(format!(
+                        "unknown option {} (try kauri -h)",
+                        crate::console::clip(word)
+                    ))
+                }
+            }
+        }
+        if seg.app.program.is_empty() {
+            if (self.configfile.is_some() && allow_config) || self.spec.singleton.is_some() {
+                return Ok(None);
+            }
+            return err(match words.last() {
+                Some(w) => format!("no program after {w}"),
+                None => "empty segment between ':'".into(),
+            });
+        }
+        self.segments.push(seg.app);
+        self.n_given.push(n_given);
+        Ok(None)
+    }
+}
+
+/// The error for a line prefix given twice.
+const PREFIX_TWICE: &str =
+    "-prepend-pattern and -l (-prepend-rank) both set the line prefix: give one of them";
+
+/// Parses the pattern of option `name`.
+fn pattern(name: &str, v: &str) -> Result<crate::host::output::Pattern, UsageError> {
+    crate::host::output::Pattern::parse(v).map_err(|e| UsageError(format!("{name}: {e}")))
+}
+
+/// Sets an option that may be given once: twice on the command line is an error (as in
+/// Hydra); in a configfile (`on_command_line` false), a value already set wins.
+fn once<T>(
+    slot: &mut Option<T>,
+    v: T,
+    name: &str,
+    on_command_line: bool,
+) -> Result<(), UsageError> {
+    match slot {
+        Some(_) if on_command_line => err(format!("{name} given twice")),
+        Some(_) => Ok(()),
+        None => {
+            *slot = Some(v);
+            Ok(())
+        }
+    }
+}
+
+/// Parses a universe size: a positive number, `SYSTEM` (this machine's cores) or `INFINITE`.
+/// `-with-ft VALUE`, with the values PRRTE's `--with-ft` takes: `ulfm`, `mpi`, `yes`, `true`
+/// or `1` turn fault tolerance on; `no`, `false` or `0` leave it off (case ignored).
+fn with_ft(v: &str) -> Result<bool, UsageError> {
+    match v.to_ascii_lowercase().as_str() {
+        "ulfm" | "mpi" | "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => err(format!(
+            "-with-ft {}: expected ulfm (or mpi, yes, true, 1) or no (false, 0)",
+            crate::console::clip(v)
+        )),
+    }
+}
+
+fn universe_size(v: &str, what: &str) -> Result<i64, UsageError> {
+    match v {
+        "INFINITE" | "infinite" => Ok(-1),
+        "SYSTEM" | "system" => {
+            Ok(std::thread::available_parallelism().map_or(1, |n| n.get() as i64))
+        }
+        _ => v
+            .parse()
+            .ok()
+            .filter(|n: &i64| *n >= 1 || *n == -1)
+            .ok_or_else(|| {
+                UsageError(format!(
+                    "{what} {v:?}: a positive number, SYSTEM or INFINITE"
+                ))
+            }),
+    }
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The longest host name kauri takes, in bytes: DNS's 253, with room to spare.
+pub const HOST_NAME_MAX: usize = 255;
+
+/// Parses `-hosts a,b:2`. A list that names no host, or has an empty entry (`a,,b`), is an
+/// error.
+pub fn parse_hosts(v: &str) -> Result<Vec<HostSpec>, UsageError> {
+    if v.trim().is_empty() {
+        return err(format!("-hosts {}: names no host", quoted(v)));
+    }
+    v.split(',')
+        .map(|h| match h.trim() {
+            "" => err(format!(
+                "-hosts {}: an empty host name (before, between or after the commas)",
+                quoted(v)
+            )),
+            h => host_entry(h, None),
+        })
+        .collect()
+}
+
+/// One host, `name` or `name:N` (or `name` with `slots` from a hostfile's `slots=N`). A name
+/// is refused when it is empty, holds a blank or a `:` (`a:3:4`), starts with `-` (ssh would
+/// read it as an option) or is longer than [`HOST_NAME_MAX`].
+fn host_entry(entry: &str, slots: Option<&str>) -> Result<HostSpec, UsageError> {
+    let (name, n) = match (entry.split_once(':'), slots) {
+        (Some((name, n)), None) => (name, Some(n)),
+        (_, s) => (entry, s),
+    };
+    let bad = if name.is_empty() {
+        Some("an empty name")
+    } else if name.contains(char::is_whitespace) {
+        Some("a host name holds no blank")
+    } else if name.starts_with('-') {
+        Some("a host name cannot start with '-'")
+    } else if name.len() > HOST_NAME_MAX {
+        Some("a host name is at most 255 bytes")
+    } else if name.contains(':') || n.is_some_and(|n| n.contains(':')) {
+        Some("one ':' at most (write host or host:N)")
+    } else {
+        None
+    };
+    if let Some(why) = bad {
+        return err(format!("bad host {}: {why}", quoted(entry)));
+    }
+    let slots = match n {
+        None => 1,
+        Some(n) => match n.trim().parse::<u128>() {
+            Ok(k) if k > RANKS_MAX as u128 => {
+                return err(too_many_ranks(&format!("{k} slots on host {name}")))
+            }
+            Ok(k) if k > 0 => k as usize,
+            _ => return err(format!("bad slot count {} for host {name}", quoted(n))),
+        },
+    };
+    Ok(HostSpec {
+        name: name.to_string(),
+        slots,
+    })
+}
+
+/// Reads a hostfile: `host`, `host:N` (Hydra) or `host slots=N` (Open MPI) per line; `#`
+/// starts a comment.
+pub fn read_hostfile(path: &Path) -> Result<Vec<HostSpec>, UsageError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("cannot read hostfile {}: {e}", path.display())))?;
+    let mut hosts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap_or_default();
+        let mut slots = None;
+        for w in words {
+            match w.split_once('=') {
+                Some(("slots", n)) | Some(("max_slots", n)) if slots.is_none() => slots = Some(n),
+                Some(("slots", _)) | Some(("max_slots", _)) => {}
+                _ => {
+                    return err(format!(
+                        "{}:{}: cannot read {} (expected 'host', 'host:N' or 'host slots=N')",
+                        path.display(),
+                        i + 1,
+                        quoted(w)
+                    ))
+                }
+            }
+        }
+        let h = host_entry(name, slots)
+            .map_err(|e| UsageError(format!("{}:{}: {}", path.display(), i + 1, e.0)))?;
+        hosts.push(h);
+    }
+    if hosts.is_empty() {
+        return err(format!("hostfile {} lists no host", path.display()));
+    }
+    Ok(hosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &str) -> JobSpec {
+        let a: Vec<String> = args.split_whitespace().map(str::to_string).collect();
+        match parse(&a).unwrap() {
+            Command::Run(s) => *s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn protocol_choice() {
+        assert_eq!(run("-n 2 a").pmi, PmiChoice::Auto);
+        assert_eq!(run("--pmi=pmix -n 2 a").pmi, PmiChoice::Pmix);
+        assert_eq!(run("-pmi pmi2 -n 2 a").pmi, PmiChoice::Pmi2);
+        assert_eq!(run("--mpi=pmi1 -n 2 a").pmi, PmiChoice::Pmi1);
+        let bad: Vec<String> = ["--pmi=pmi3", "a"].iter().map(|s| s.to_string()).collect();
+        assert!(parse(&bad)
+            .unwrap_err()
+            .0
+            .contains("auto, pmi1, pmi2 or pmix"));
+    }
+
+    fn fails(args: &str) -> String {
+        let a: Vec<String> = args.split_whitespace().map(str::to_string).collect();
+        parse(&a).unwrap_err().0
+    }
+
+    #[test]
+    fn with_ft_takes_prrtes_values_and_implies_no_auto_cleanup() {
+        for v in ["ulfm", "ULFM", "mpi", "yes", "true", "1"] {
+            let s = run(&format!("-with-ft {v} -n 2 a"));
+            assert!(s.fault_tolerant, "{v}");
+            assert!(!s.auto_cleanup, "{v}");
+        }
+        let s = run("--with-ft=ulfm -n 2 a");
+        assert!(s.fault_tolerant && !s.auto_cleanup);
+        for v in ["no", "false", "0"] {
+            let s = run(&format!("-with-ft {v} -n 2 a"));
+            assert!(!s.fault_tolerant && s.auto_cleanup, "{v}");
+        }
+        let s = run("-with-ft ulfm -with-ft no -n 2 a");
+        assert!(!s.fault_tolerant && s.auto_cleanup, "the last one counts");
+        assert!(fails("-with-ft maybe -n 2 a").contains("-with-ft maybe: expected ulfm"));
+        assert!(fails("-with-ft ulfm -auto-cleanup -n 2 a").contains("cannot be combined"));
+        assert!(run("-with-ft ulfm -disable-auto-cleanup -n 2 a").fault_tolerant);
+    }
+
+    #[test]
+    fn process_counts_are_bounded() {
+        let limit = "more than the 16777216 processes a job may have";
+        for args in [
+            "-n 18446744073709551616 a",
+            "-n 16777217 a",
+            "-n 16777216 a : -n 1 b",
+            "-ppn 16777217 a",
+            "-ppn 16777216 -hosts a,b x",
+            "-hosts a:16777217 x",
+            "-hosts a:16777216,b:1 x",
+        ] {
+            assert!(fails(args).ends_with(limit), "{args}: {}", fails(args));
+        }
+        assert_eq!(run("-n 16777216 a").size(), RANKS_MAX);
+    }
+
+    #[test]
+    fn basic_job() {
+        let s = run("-n 4 ./a.out x -y");
+        assert_eq!(s.apps.len(), 1);
+        assert_eq!(s.apps[0].nprocs, 4);
+        assert_eq!(s.apps[0].program, "./a.out");
+        assert_eq!(s.apps[0].args, vec!["x", "-y"]);
+        assert_eq!(s.size(), 4);
+    }
+
+    #[test]
+    fn gnu_forms_and_mpmd() {
+        let s = run("--np=2 -l -genv A 1 --env B 2 ./a : -np 3 -envnone ./b q");
+        assert_eq!(s.apps[0].nprocs, 2);
+        assert_eq!(s.apps[1].nprocs, 3);
+        assert_eq!(s.apps[0].env, vec![("B".to_string(), "2".to_string())]);
+        assert_eq!(s.apps[1].env_policy, Some(EnvPolicy::None));
+        assert_eq!(s.apps[1].args, vec!["q"]);
+        assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
+        assert!(s.label);
+    }
+
+    #[test]
+    fn hydra_spellings() {
+        let s = run("---genv A 1 -NP=3 --L -GENVNONE --Env=B 2 a");
+        assert_eq!(s.apps[0].nprocs, 3);
+        assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
+        assert_eq!(s.apps[0].env, vec![("B".to_string(), "2".to_string())]);
+        assert_eq!(s.env_policy, EnvPolicy::None);
+        assert!(s.label);
+        assert_eq!(parse(&["-V".into()]).unwrap(), Command::Version);
+    }
+
+    #[test]
+    fn hydra_env_fills_only_what_the_command_line_left() {
+        let env = HydraEnv {
+            launcher: Some("ssh".into()),
+            launcher_exec: Some("/x/ssh".into()),
+            env_policy: Some(EnvPolicy::None),
+            label: true,
+            ..HydraEnv::default()
+        };
+        let mut s = run("-launcher fork -genvall -n 1 a");
+        apply_hydra_env(&mut s, true, env.clone()).unwrap();
+        assert_eq!(s.launcher.as_deref(), Some("fork"));
+        assert_eq!(s.launcher_exec.as_deref(), Some("/x/ssh"));
+        assert_eq!(s.env_policy, EnvPolicy::All);
+        assert!(s.label);
+        let mut s = run("-launcher-exec /y -n 1 a");
+        apply_hydra_env(&mut s, false, env).unwrap();
+        assert_eq!(s.launcher.as_deref(), Some("ssh"));
+        assert_eq!(s.launcher_exec.as_deref(), Some("/y"));
+        assert_eq!(s.env_policy, EnvPolicy::None);
+        let mut s = run("-hosts h -n 1 a");
+        let bad = HydraEnv {
+            host_file: Some(("HYDRA_HOST_FILE", "/nonexistent/h".into())),
+            ..HydraEnv::default()
+        };
+        apply_hydra_env(&mut s, false, bad.clone()).unwrap();
+        assert_eq!(s.hosts[0].name, "h");
+        let mut s = run("-n 1 a");
+        let e = apply_hydra_env(&mut s, false, bad).unwrap_err().0;
+        assert!(
+            e.starts_with("HYDRA_HOST_FILE: cannot read hostfile"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn profile_flag() {
+        use crate::tree::profile::ProfileFormat;
+        assert_eq!(run("--profile -n 1 a").profile, Some(ProfileFormat::Text));
+        assert_eq!(
+            run("-profile=json -n 1 a").profile,
+            Some(ProfileFormat::Json)
+        );
+        // A separate word after --profile is the program, not the format.
+        let s = run("--profile json");
+        assert_eq!(
+            (s.profile, s.apps[0].program.as_str()),
+            (Some(ProfileFormat::Text), "json")
+        );
+        assert!(fails("--profile=xml -n 1 a").contains("text or json"));
+    }
+
+    #[test]
+    fn env_policies() {
+        assert_eq!(run("-genvnone -n 1 a").env_policy, EnvPolicy::None);
+        assert_eq!(
+            run("-genvlist A,B -n 1 a").env_policy,
+            EnvPolicy::List(vec!["A".into(), "B".into()])
+        );
+    }
+
+    #[test]
+    fn hosts_and_ppn() {
+        let s = run("-hosts a,b:2 -ppn 3 ./x");
+        assert_eq!(s.hosts.len(), 2);
+        assert_eq!(s.hosts[1].slots, 2);
+        assert_eq!(s.apps[0].nprocs, 6);
+        let s = run("-hosts a,b:2 ./x");
+        assert_eq!(s.apps[0].nprocs, 3);
+        // No host named: decided once the allocation (if any) is known.
+        assert_eq!(run("./x").apps[0].nprocs, 0);
+    }
+
+    #[test]
+    fn errors_are_one_line() {
+        assert!(fails("-n 0 ./a").contains("at least one"));
+        assert!(fails("-bogus ./a").contains("unknown option -bogus"));
+        assert!(fails("-n 2").contains("no program"));
+        assert!(fails("-n x ./a").contains("not a number"));
+        assert!(fails("-n 1 a : -n 1").contains("no program"));
+        assert!(fails("-hosts a:0 ./x").contains("bad slot count"));
+    }
+
+    #[test]
+    fn output_options() {
+        use crate::host::output::Pattern;
+        let s = run(
+            "-prepend-pattern [%r@%h] -outfile-pattern o.%r -errfile-pattern e.%r -output-from 1 a",
+        );
+        assert_eq!(s.output.prepend, Some(Pattern::parse("[%r@%h]").unwrap()));
+        assert_eq!(s.output.outfile, Some(Pattern::parse("o.%r").unwrap()));
+        assert_eq!(s.output.errfile, Some(Pattern::parse("e.%r").unwrap()));
+        assert_eq!(s.output.output_from, Some(1));
+        assert!(!s.label);
+        assert!(fails("-l -prepend-pattern x a").contains("give one"));
+        assert!(fails("-prepend-pattern x -prepend-rank a").contains("give one"));
+        assert!(fails("-outfile-pattern o.%x a").contains("-outfile-pattern: unknown specifier %x"));
+        assert!(fails("-errfile-pattern e.% a").contains("lone %"));
+        assert!(fails("-output-from x a").contains("not a rank"));
+        assert!(fails("-output-from 1 -output-from 2 a").contains("given twice"));
+        assert!(fails("-outfile-pattern a -outfile b a").contains("given twice"));
+    }
+
+    #[test]
+    fn configfile_keeps_the_command_lines_output_options() {
+        let dir = std::env::temp_dir().join(format!("kauri-cfo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("cfg");
+        std::fs::write(&f, "-l -output-from 2 -outfile-pattern c.%r -n 1 ./a\n").unwrap();
+        let s = run(&format!(
+            "-prepend-pattern P -output-from 1 -configfile {}",
+            f.display()
+        ));
+        assert_eq!(s.output.output_from, Some(1));
+        assert!(!s.label, "-l in the configfile yields to -prepend-pattern");
+        assert_eq!(
+            s.output.outfile,
+            Some(crate::host::output::Pattern::parse("c.%r").unwrap())
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn help_and_version() {
+        assert_eq!(parse(&["-h".into()]).unwrap(), Command::Help);
+        assert_eq!(parse(&["--help".into()]).unwrap(), Command::Help);
+        assert_eq!(parse(&["--version".into()]).unwrap(), Command::Version);
+    }
+
+    #[test]
+    fn hostfile_forms() {
+        let dir = std::env::temp_dir().join(format!("kauri-hf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("hosts");
+        std::fs::write(&f, "# c\nn1\nn2:4\nn3 slots=2 # x\n\n").unwrap();
+        let h = read_hostfile(&f).unwrap();
+        assert_eq!(
+            h.iter()
+                .map(|h| (h.name.as_str(), h.slots))
+                .collect::<Vec<_>>(),
+            vec![("n1", 1), ("n2", 4), ("n3", 2)]
+        );
+        std::fs::write(&f, "n1\nn2 slots=x\n").unwrap();
+        assert!(read_hostfile(&f).unwrap_err().0.contains(":2:"));
+        std::fs::write(&f, "n1 foo\n").unwrap();
+        assert!(read_hostfile(&f).unwrap_err().0.contains(":1:"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn configfile_segments() {
+        let dir = std::env::temp_dir().join(format!("kauri-cf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("cfg");
+        std::fs::write(&f, "-n 1 ./a # first\n-n 2 ./b x\n").unwrap();
+        let s = run(&format!("-l -configfile {}", f.display()));
+        assert_eq!(s.apps.len(), 2);
+        assert_eq!(s.apps[1].args, vec!["x"]);
+        assert!(s.label);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The option table and the parser agree: every name in the table (shown or alias) is
+    /// known to the parser, and a name outside the table is unknown even where the parser
+    /// has a branch for it (the table gates every name).
+    #[test]
+    fn every_table_option_is_parsed() {
+        for o in crate::cli::doc::KAURI.opts() {
+            for name in o.all_names() {
+                let mut a = vec![name.to_string()];
+                a.extend((0..o.arg.words()).map(|_| "1".to_string()));
+                a.push("true".into());
+                if let Err(e) = parse(&a) {
+                    assert!(!e.0.contains("unknown option"), "{a:?}: {}", e.0);
+                }
+            }
+        }
+        assert!(fails("-not-in-the-table 1 true").contains("unknown option"));
+    }
+
+    #[test]
+    fn help_lists_every_shown_option() {
+        let text = help();
+        for o in crate::cli::doc::KAURI.opts() {
+            assert!(text.contains(&format!("  {}", o.label())), "{}", o.label());
+        }
+    }
+
+    #[test]
+    fn manual_pages_and_completions() {
+        let cmd = |a: &[&str]| parse(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(cmd(&["--help-man"]).unwrap(), Command::Man("kauri"));
+        assert_eq!(
+            cmd(&["--help-man", "kvs"]).unwrap(),
+            Command::Man("kauri-kvs")
+        );
+        assert_eq!(
+            cmd(&["--help-man=kauri-agent"]).unwrap(),
+            Command::Man("kauri-agent")
+        );
+        assert!(cmd(&["--help-man", "x"])
+            .unwrap_err()
+            .0
+            .contains("no such page"));
+        assert_eq!(
+            cmd(&["--completions", "zsh"]).unwrap(),
+            Command::Completions("zsh".into())
+        );
+        assert!(cmd(&["--completions", "csh"])
+            .unwrap_err()
+            .0
+            .contains("bash"));
+        assert!(cmd(&["--completions"])
+            .unwrap_err()
+            .0
+            .contains("needs a value"));
+    }
+
+    #[test]
+    fn pmi_args_serves_a_singleton() {
+        let s = run("-pmi_args 4711 default_interface default_key 1234");
+        assert_eq!(
+            s.singleton,
+            Some(crate::plan::job::Singleton {
+                port: 4711,
+                interface: "default_interface".into(),
+                key: "default_key".into(),
+                pid: 1234,
+            })
+        );
+        assert_eq!(s.size(), 1);
+        assert!(fails("-pmi_args 4711 x y").contains("-pmi_args"));
+        assert!(fails("-pmi_args 0 x y 1234").contains("PORT INTERFACE KEY PID"));
+        assert!(fails("-pmi_args 4711 x y pid").contains("PORT INTERFACE KEY PID"));
+        assert!(fails("-pmi_args 4711 x y 1234 ./a.out").contains("give no program"));
+    }
+}

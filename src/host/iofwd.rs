@@ -1,0 +1,290 @@
+//! Output forwarding: rank stdout/stderr to kauri's, whole lines at a time, labelled and routed
+//! as the output options say (`-l`, `-prepend-pattern`, `-outfile-pattern`, `-output-from`: see
+//! [`crate::host::output`]); and kauri's stdin to rank 0.
+//!
+//! Each rank stream is read by its own task, cut at newlines, and each complete line goes as
+//! one message to a single writer task per destination, so lines of two ranks never interleave.
+//! A line longer than [`LINE_MAX`] is passed on in pieces rather than held without bound.
+//!
+//! The lines wait for their writer in an output queue ([`output_queue`]) bounded in bytes as
+//! well as in lines: a sender waits while [`OUTPUT_QUEUE_BYTES`] are queued, so a rank that
+//! writes faster than kauri's stdout (or a parent's link, or an output file) drains stops being
+//! read, its pipe fills and the rank blocks in `write`, and kauri's memory stays bounded
+//! whatever the lines' length. The front end and every agent hold one queue each.
+
+use crate::host::output::Route;
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+
+/// Which output stream a run of lines came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Stream {
+    /// The ranks' stdout.
+    Stdout,
+    /// The ranks' stderr.
+    Stderr,
+}
+
+/// Where queued output goes: one of kauri's streams, or the output file a pattern named for
+/// the rank that wrote it (`-outfile-pattern`, `-errfile-pattern`), by its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dest {
+    /// The stream the lines came from (and go to, without a file).
+    pub stream: Stream,
+    /// The file they go to instead, relative to the front end's working directory.
+    pub file: Option<Arc<str>>,
+    /// With `file`: close it after these bytes (none, usually): the job that wrote it ended.
+    /// A later write opens it again to append.
+    pub close: bool,
+}
+
+impl From<Stream> for Dest {
+    fn from(stream: Stream) -> Dest {
+        Dest {
+            stream,
+            file: None,
+            close: false,
+        }
+    }
+}
+
+/// The longest line held back waiting for its newline.
+pub const LINE_MAX: usize = 64 * 1024;
+
+/// The most bytes of output an output queue holds; a sender waits beyond it (a line longer
+/// than this waits until the queue is empty).
+pub const OUTPUT_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+
+/// The most lines (or runs of lines from an agent) an output queue holds.
+pub const OUTPUT_QUEUE_LINES: usize = 1024;
+
+/// The sending end of an output queue ([`output_queue`]): cheap to clone, and its
+/// [`send`](OutputSender::send) waits while the queue is full, in lines or in bytes.
+#[derive(Clone, Debug)]
+pub struct OutputSender {
+    tx: mpsc::Sender<(Dest, Bytes)>,
+    budget: Arc<Semaphore>,
+}
+
+/// The bytes of one queued message, holding their share of the queue's byte budget until the
+/// receiver drops them.
+struct Budgeted {
+    data: Bytes,
+    _share: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for Budgeted {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+/// A new output queue: at most [`OUTPUT_QUEUE_LINES`] messages and [`OUTPUT_QUEUE_BYTES`]
+/// bytes wait in it. The receiver sees plain `(Dest, Bytes)`; the bytes go back to the
+/// budget when it drops them.
+pub fn output_queue() -> (OutputSender, mpsc::Receiver<(Dest, Bytes)>) {
+    let (tx, rx) = mpsc::channel(OUTPUT_QUEUE_LINES);
+    let budget = Arc::new(Semaphore::new(OUTPUT_QUEUE_BYTES));
+    (OutputSender { tx, budget }, rx)
+}
+
+impl OutputSender {
+    /// Queues `data` for `dest` (a [`Stream`] for kauri's own), waiting while the queue is
+    /// full. An error: the receiver is gone.
+    pub async fn send(
+        &self,
+        dest: impl Into<Dest>,
+        data: Bytes,
+    ) -> Result<(), mpsc::error::SendError<()>> {
+        let share = data.len().min(OUTPUT_QUEUE_BYTES) as u32;
+        let Ok(share) = self.budget.clone().acquire_many_owned(share).await else {
+            return Err(mpsc::error::SendError(())); // never closed
+        };
+        let data = Bytes::from_owner(Budgeted {
+            data,
+            _share: share,
+        });
+        self.tx
+            .send((dest.into(), data))
+            .await
+            .map_err(|_| mpsc::error::SendError(()))
+    }
+}
+
+/// How long a forwarder keeps reading, once the job has ended, while nothing arrives: a pipe
+/// can be held open by a process that escaped the rank's process group.
+pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
+
+/// Reads `r` to its end, sending each line to `out` as `route` says (its prefix before it, to
+/// its file or to `stream`; nowhere when it drops them). A last line without a newline is sent
+/// as it is. Once `ended` turns true, a read that brings nothing for [`DRAIN_IDLE`] ends it;
+/// sends are never cut short, so a slow reader of kauri's output loses nothing.
+pub async fn forward_lines<R: AsyncRead + Unpin>(
+    mut r: R,
+    stream: Stream,
+    route: Route,
+    out: OutputSender,
+    mut ended: watch::Receiver<bool>,
+) {
+    let mut buf = BytesMut::with_capacity(8192);
+    loop {
+        while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
+            let line = buf.split_to(nl + 1);
+            if send(&out, stream, &route, &line).await.is_err() {
+                return;
+            }
+        }
+        if buf.len() >= LINE_MAX {
+            let piece = buf.split();
+            if send(&out, stream, &route, &piece).await.is_err() {
+                return;
+            }
+        }
+        buf.reserve(8192);
+        let read = if *ended.borrow() {
+            match tokio::time::timeout(DRAIN_IDLE, r.read_buf(&mut buf)).await {
+                Ok(read) => read,
+                Err(_) => break,
+            }
+        } else {
+            tokio::select! {
+                read = r.read_buf(&mut buf) => read,
+                changed = ended.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                    continue;
+                }
+            }
+        };
+        match read {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    if !buf.is_empty() {
+        let _ = send(&out, stream, &route, &buf).await;
+    }
+}
+
+async fn send(
+    out: &OutputSender,
+    stream: Stream,
+    route: &Route,
+    line: &[u8],
+) -> Result<(), mpsc::error::SendError<()>> {
+    if route.drop {
+        return Ok(());
+    }
+    let msg = match route.prefix.as_ref().map(|p| p.now()) {
+        None => Bytes::copy_from_slice(line),
+        Some(p) => {
+            let mut m = BytesMut::with_capacity(p.len() + line.len());
+            m.extend_from_slice(p.as_bytes());
+            m.extend_from_slice(line);
+            m.freeze()
+        }
+    };
+    let dest = Dest {
+        stream,
+        file: route.file.as_ref().map(|f| f.now()),
+        close: false,
+    };
+    out.send(dest, msg).await
+}
+
+/// Writes every message from `rx` to `w` until all senders are gone; an error (a closed pipe)
+/// ends it and is returned so the job can be ended.
+pub async fn write_all<W: AsyncWrite + Unpin>(
+    mut rx: mpsc::Receiver<Bytes>,
+    mut w: W,
+) -> std::io::Result<()> {
+    while let Some(first) = rx.recv().await {
+        w.write_all(&first).await?;
+        while let Ok(more) = rx.try_recv() {
+            w.write_all(&more).await?;
+        }
+        w.flush().await?;
+    }
+    Ok(())
+}
+
+/// Copies `r` into `w` until either ends; used for stdin to rank 0.
+pub async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(mut r: R, mut w: W) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if w.write_all(&buf[..n]).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::output::{OutputPlan, Pattern};
+
+    #[tokio::test]
+    async fn lines_are_whole_and_labelled() {
+        let (tx, mut rx) = output_queue();
+        let (_end_tx, end_rx) = watch::channel(false);
+        let input: &[u8] = b"one\ntwo\nthree";
+        let mut plan = OutputPlan::default();
+        plan.options.prepend = Some(Pattern::parse("[%r] ").unwrap());
+        let route = Route::new(&plan, true, 3, 0, "a");
+        forward_lines(input, Stream::Stdout, route, tx, end_rx).await;
+        let mut got = Vec::new();
+        while let Some((d, b)) = rx.recv().await {
+            assert_eq!(d, Dest::from(Stream::Stdout));
+            got.push(String::from_utf8(b.to_vec()).unwrap());
+        }
+        assert_eq!(got, vec!["[3] one\n", "[3] two\n", "[3] three"]);
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_cut_not_buffered_forever() {
+        let (tx, mut rx) = output_queue();
+        let (_end_tx, end_rx) = watch::channel(false);
+        let input = vec![b'x'; LINE_MAX * 2 + 10];
+        forward_lines(&input[..], Stream::Stderr, Route::default(), tx, end_rx).await;
+        let mut total = 0;
+        while let Some((_, b)) = rx.recv().await {
+            assert!(b.len() <= LINE_MAX + 8192);
+            total += b.len();
+        }
+        assert_eq!(total, input.len());
+    }
+
+    #[tokio::test]
+    async fn files_and_dropped_ranks() {
+        let mut plan = OutputPlan::default();
+        plan.options.outfile = Some(Pattern::parse("o.%r").unwrap());
+        plan.options.output_from = Some(1);
+        let (_end_tx, end_rx) = watch::channel(false);
+        let (tx, mut rx) = output_queue();
+        let dropped = Route::new(&plan, true, 0, 0, "a");
+        forward_lines(
+            &b"zero\n"[..],
+            Stream::Stdout,
+            dropped,
+            tx.clone(),
+            end_rx.clone(),
+        )
+        .await;
+        let kept = Route::new(&plan, true, 1, 0, "a");
+        forward_lines(&b"one\n"[..], Stream::Stdout, kept, tx, end_rx).await;
+        let (dest, line) = rx.recv().await.unwrap();
+        assert_eq!(dest.file.as_deref(), Some("o.1"));
+        assert_eq!(&line[..], b"one\n");
+        assert!(rx.recv().await.is_none(), "rank 0's line is dropped");
+    }
+}

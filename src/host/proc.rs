@@ -1,0 +1,706 @@
+//! Rank processes: finding the program, building the environment, starting it with its PMI
+//! socket and stdio pipes in a session of its own, and killing what is left.
+//!
+//! Every rank leads its own session and process group (as Hydra's ranks do), so a signal
+//! reaches the rank and whatever it
+//! started, and it dies with `SIGKILL` if the agent that started it disappears
+//! (`PR_SET_PDEATHSIG`). Nothing here knows about PMI messages or jobs.
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
+
+/// Set once this process has been refused a file descriptor (`EMFILE`, `ENFILE`).
+static OUT_OF_FDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Records `e` if it says this process (`EMFILE`) or the system (`ENFILE`) is out of file
+/// descriptors; true when it does. Everything that fails after that is most likely a
+/// consequence, and [`fd_cause`] says so first.
+pub fn note_fd_error(e: &io::Error) -> bool {
+    let out = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+    if out {
+        OUT_OF_FDS.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    out
+}
+
+/// `out of file descriptors (ulimit -n is N)` once this process ran out of them (see
+/// [`note_fd_error`]).
+pub fn fd_exhaustion() -> Option<String> {
+    if !OUT_OF_FDS.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `lim`.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    Some(if rc == 0 && lim.rlim_cur != libc::RLIM_INFINITY {
+        format!("out of file descriptors (ulimit -n is {})", lim.rlim_cur)
+    } else {
+        "out of file descriptors".to_string()
+    })
+}
+
+/// `what`, led by the cause when this process ran out of file descriptors: one line that
+/// names the limit first and the failure it caused after.
+pub fn fd_cause(what: String) -> String {
+    match fd_exhaustion() {
+        Some(cause) if !what.starts_with("out of file descriptors") => format!("{cause}: {what}"),
+        _ => what,
+    }
+}
+
+/// Variables a surrounding launcher may have set that must not reach our ranks: another
+/// launcher's PMI wiring, and its PMIx variables (they would point a rank at its server).
+pub fn is_foreign_wiring(name: &str) -> bool {
+    matches!(
+        name,
+        "PMI_FD"
+            | "PMI_PORT"
+            | "PMI_ID"
+            | "PMI_RANK"
+            | "PMI_SIZE"
+            | "PMI_SPAWNED"
+            | "PMI_JOBID"
+            | "PMI_KVSNAME"
+            | "MPI_LOCALNRANKS"
+            | "MPI_LOCALRANKID"
+    ) || name.starts_with("PMIX_")
+        || name.starts_with("PRTE_")
+}
+
+/// Finds `program` the way `execvp` would, in the `PATH` the rank will have, relative paths
+/// taken from `wdir`. The error is one line for the user.
+pub fn resolve(program: &str, path_var: Option<&str>, wdir: &Path) -> Result<PathBuf, String> {
+    let check = |p: &Path| -> Result<(), String> {
+        let meta = std::fs::metadata(p).map_err(|e| format!("cannot execute {program}: {e}"))?;
+        if meta.is_dir() {
+            return Err(format!("cannot execute {program}: it is a directory"));
+        }
+        if meta.permissions().mode() & 0o111 == 0 {
+            return Err(format!("cannot execute {program}: permission denied"));
+        }
+        Ok(())
+    };
+    if program.contains('/') {
+        let p = wdir.join(program);
+        check(&p)?;
+        return Ok(p);
+    }
+    for dir in path_var
+        .unwrap_or("/usr/local/bin:/usr/bin:/bin")
+        .split(':')
+    {
+        let dir = if dir.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(dir)
+        };
+        let p = wdir.join(dir).join(program);
+        if p.is_file() && check(&p).is_ok() {
+            return Ok(p);
+        }
+    }
+    Err(format!("cannot execute {program}: not found in PATH"))
+}
+
+/// How to start one rank.
+#[derive(Debug)]
+pub struct Launch {
+    /// The resolved program.
+    pub program: PathBuf,
+    /// `argv[0]` as the user typed it.
+    pub argv0: String,
+    /// The arguments.
+    pub args: Vec<String>,
+    /// The whole environment.
+    pub env: Vec<(OsString, OsString)>,
+    /// The working directory.
+    pub wdir: PathBuf,
+    /// The rank's end of its PMI socket, inherited under its own number (`PMI_FD`).
+    pub pmi_fd: Option<OwnedFd>,
+    /// Give the rank a pipe as stdin (rank 0); otherwise `/dev/null`.
+    pub stdin: bool,
+    /// Bind the rank to these CPUs (`sched_setaffinity` before exec); `None`: inherit.
+    pub cpus: Option<libc::cpu_set_t>,
+}
+
+/// A started rank: its pid, the parent's ends of its stdio pipes, and a way to await its end.
+#[derive(Debug)]
+pub struct Child {
+    /// The process id, which is also its process group id.
+    pub pid: u32,
+    /// Its stdout.
+    pub stdout: pipe::Receiver,
+    /// Its stderr.
+    pub stderr: pipe::Receiver,
+    /// Its stdin, for rank 0.
+    pub stdin: Option<pipe::Sender>,
+    /// Resolves when the process ends.
+    pub exit: ExitWatch,
+}
+
+/// Awaits one child's end through a pidfd, so no global `SIGCHLD` reaper is needed and no
+/// other child of kauri is reaped by mistake.
+#[derive(Debug)]
+pub struct ExitWatch {
+    pid: libc::pid_t,
+    pidfd: AsyncFd<OwnedFd>,
+}
+
+impl ExitWatch {
+    /// Waits for the process to end and reaps it.
+    pub async fn wait(self) -> ExitStatus {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status into a local integer.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+            if r == self.pid {
+                return ExitStatus::from_raw(status);
+            }
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return ExitStatus::from_raw(255 << 8);
+                }
+                continue;
+            }
+            match self.pidfd.readable().await {
+                Ok(mut guard) => guard.clear_ready(),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+            }
+        }
+    }
+}
+
+impl ExitWatch {
+    /// Waits for the process to end and reaps it, blocking the thread: for a process that was
+    /// just sent `SIGKILL`, whose end is a matter of moments.
+    pub fn wait_blocking(self) -> ExitStatus {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid writes the status into a local integer.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                return ExitStatus::from_raw(status);
+            }
+            if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return ExitStatus::from_raw(255 << 8);
+            }
+        }
+    }
+}
+
+fn cstring(b: &[u8]) -> io::Result<CString> {
+    CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in a string"))
+}
+
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// What the child of [`spawn`] needs between `clone` and `execve`, prepared by the parent:
+/// only pointers into memory that lives until `clone` returns, and plain numbers.
+struct ChildPlan {
+    prog: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    sh: *const libc::c_char,
+    sh_argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    wdir: *const libc::c_char,
+    fd_in: RawFd,
+    fd_out: RawFd,
+    fd_err: RawFd,
+    pmi: Option<RawFd>,
+    cpus: Option<libc::cpu_set_t>,
+    parent: libc::pid_t,
+    fail_msg: *const u8,
+    fail_len: usize,
+}
+
+/// The child's side of [`spawn`], on its own stack in the parent's memory (`CLONE_VM`), while
+/// the parent waits (`CLONE_VFORK`): only system calls, on the plan's memory, ending in
+/// `execve` or `_exit`.
+extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
+    const BIND_MSG: &[u8] = b"kauri: cannot bind the rank to its CPUs\n";
+    // SAFETY: `plan` points to the parent's ChildPlan, alive and unchanged until this child
+    // execs or exits (the parent is suspended until then). Every call below is a system call
+    // on memory the plan names; nothing allocates, and no Rust state of the parent is touched.
+    unsafe {
+        let p = &*(plan as *const ChildPlan);
+        // The parent's signal handlers must not run here, in its memory: signals are blocked
+        // (by the parent, around the clone) and every caught one is reset to its default
+        // before they are unblocked (as posix_spawn does). Rust ignores SIGPIPE, and an
+        // ignored signal stays ignored across exec: reset it too.
+        for sig in 1..libc::SIGRTMAX() {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && (old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN
+                    || sig == libc::SIGPIPE)
+            {
+                let mut dfl: libc::sigaction = std::mem::zeroed();
+                dfl.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            }
+        }
+        // A session of its own (as Hydra does), which also makes it a process group of its
+        // own: with the kernel's autogroup scheduling, each session shares the CPU fairly
+        // with the machine's others, instead of all ranks sharing kauri's one share.
+        if libc::setsid() < 0 {
+            libc::setpgid(0, 0);
+        }
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if libc::getppid() != p.parent {
+            libc::_exit(1);
+        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+        if libc::dup2(p.fd_in, 0) < 0 || libc::dup2(p.fd_out, 1) < 0 || libc::dup2(p.fd_err, 2) < 0
+        {
+            libc::_exit(126);
+        }
+        if let Some(fd) = p.pmi {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+        }
+        if let Some(set) = &p.cpus {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                libc::write(2, BIND_MSG.as_ptr().cast(), BIND_MSG.len());
+                libc::_exit(126);
+            }
+        }
+        if libc::chdir(p.wdir) != 0 {
+            libc::write(2, p.fail_msg.cast(), p.fail_len);
+            libc::_exit(126);
+        }
+        // errno lives in the parent's thread-local storage, shared here: harmless, as the
+        // parent is suspended and reads it only if the clone itself failed.
+        libc::execve(p.prog, p.argv, p.envp);
+        if *libc::__errno_location() == libc::ENOEXEC {
+            // A script without `#!`: run it with /bin/sh, as execvp does.
+            libc::execve(p.sh, p.sh_argv, p.envp);
+        }
+        libc::write(2, p.fail_msg.cast(), p.fail_len);
+        libc::_exit(127)
+    }
+}
+
+/// The child's stack for [`child_main`]: system calls only, so a little suffices.
+const CHILD_STACK: usize = 64 << 10;
+
+/// Starts a rank with `clone(CLONE_VM | CLONE_VFORK)` and `execve`, as `posix_spawn` does:
+/// everything the child needs is prepared before, the child shares kauri's memory (no page
+/// tables copied, no copy-on-write faults in kauri afterwards) and calls only system calls,
+/// and kauri resumes as soon as the child's exec has replaced its memory, not when the new
+/// program has loaded. A launch of many ranks therefore costs kauri little per rank, and the
+/// ranks' own start-up overlaps.
+///
+/// Must be called from a thread that lives as long as the rank should (`PR_SET_PDEATHSIG`).
+pub fn spawn(l: Launch) -> io::Result<Child> {
+    // Everything the child touches, prepared now.
+    let prog = cstring(l.program.as_os_str().as_bytes())?;
+    let mut argv: Vec<CString> = vec![cstring(l.argv0.as_bytes())?];
+    for a in &l.args {
+        argv.push(cstring(a.as_bytes())?);
+    }
+    let envp: Vec<CString> = l
+        .env
+        .iter()
+        .filter_map(|(k, v)| {
+            let mut kv = Vec::with_capacity(k.len() + v.len() + 2);
+            kv.extend_from_slice(k.as_bytes());
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
+    let wdir = cstring(l.wdir.as_os_str().as_bytes())?;
+    let sh = cstring(b"/bin/sh")?;
+    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    // For a script without `#!`, exec it with /bin/sh as execvp does.
+    let mut sh_argv_p: Vec<*const libc::c_char> = vec![sh.as_ptr(), prog.as_ptr()];
+    sh_argv_p.extend(argv.iter().skip(1).map(|c| c.as_ptr()));
+    sh_argv_p.push(std::ptr::null());
+    let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
+    envp_p.push(std::ptr::null());
+    let fail_msg = format!("kauri: cannot execute {}\n", l.program.display()).into_bytes();
+
+    let (out_r, out_w) = cloexec_pipe()?;
+    let (err_r, err_w) = cloexec_pipe()?;
+    let (in_r, in_w) = if l.stdin {
+        let (r, w) = cloexec_pipe()?;
+        (r, Some(w))
+    } else {
+        let null = std::fs::File::open("/dev/null")?;
+        (OwnedFd::from(null), None)
+    };
+    let mut plan = ChildPlan {
+        prog: prog.as_ptr(),
+        argv: argv_p.as_ptr(),
+        sh: sh.as_ptr(),
+        sh_argv: sh_argv_p.as_ptr(),
+        envp: envp_p.as_ptr(),
+        wdir: wdir.as_ptr(),
+        fd_in: in_r.as_raw_fd(),
+        fd_out: out_w.as_raw_fd(),
+        fd_err: err_w.as_raw_fd(),
+        pmi: l.pmi_fd.as_ref().map(|f| f.as_raw_fd()),
+        cpus: l.cpus,
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+        fail_msg: fail_msg.as_ptr(),
+        fail_len: fail_msg.len(),
+    };
+    let mut stack = vec![0u8; CHILD_STACK];
+    // The stack grows down from its end, 16-byte aligned.
+    let top = {
+        let end = stack.as_mut_ptr() as usize + CHILD_STACK;
+        (end & !15) as *mut libc::c_void
+    };
+    // SAFETY: sigfillset and pthread_sigmask write only the sets given. Blocking every signal
+    // around the clone keeps the parent's handlers from running in the child (see
+    // child_main); the parent's mask is restored right after.
+    let pid = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        // SAFETY: the child runs child_main on `stack` with `plan`, both alive until clone
+        // returns (CLONE_VFORK suspends this thread until the child execs or exits).
+        let pid = libc::clone(
+            child_main,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut plan as *mut ChildPlan).cast(),
+        );
+        let e = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(e);
+        }
+        pid
+    };
+    drop(stack);
+    drop((out_w, err_w, in_r, l.pmi_fd));
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        let e = io::Error::last_os_error();
+        // SAFETY: the child is ours; kill and reap it so it does not linger.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+        return Err(e);
+    }
+    // SAFETY: pidfd_open returned a new descriptor that nobody else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    // SAFETY: `register` needs the descriptor to stay open for as long as the AsyncFd lives;
+    // the AsyncFd owns the OwnedFd, which closes it only when the AsyncFd is dropped.
+    let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)?;
+    Ok(Child {
+        pid: pid as u32,
+        stdout: pipe::Receiver::from_owned_fd(out_r)?,
+        stderr: pipe::Receiver::from_owned_fd(err_r)?,
+        stdin: in_w.map(pipe::Sender::from_owned_fd).transpose()?,
+        exit: ExitWatch { pid, pidfd },
+    })
+}
+
+/// Watches a process that is not kauri's child (a singleton that started kauri): its end
+/// can be seen through a pidfd, but its exit status belongs to its own parent.
+#[derive(Debug)]
+pub struct ForeignWatch {
+    pidfd: Option<AsyncFd<OwnedFd>>,
+}
+
+impl ForeignWatch {
+    /// Starts watching `pid`. A process that is already gone gives a watch that ends at once.
+    pub fn new(pid: u32) -> ForeignWatch {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return ForeignWatch { pidfd: None };
+        }
+        // SAFETY: pidfd_open returned a new descriptor that nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        // SAFETY: as in `spawn`: the AsyncFd owns the descriptor for as long as it is
+        // registered.
+        let pidfd =
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok();
+        ForeignWatch { pidfd }
+    }
+
+    /// Resolves when the process has ended (a pidfd becomes readable then).
+    pub async fn ended(self) {
+        if let Some(fd) = self.pidfd {
+            let _ = fd.readable().await;
+        }
+    }
+}
+
+/// True when this process has a child, living or a zombie.
+fn has_children() -> bool {
+    // SAFETY: waitid with WNOHANG | WNOWAIT writes only `info` and reaps nothing.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    // ECHILD: none at all. Anything else (children that are running, or an error) counts as
+    // "maybe", and the caller looks.
+    if rc < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+        return false;
+    }
+    // The only child may be this process's keeper, which is no rank's descendant: each
+    // thread's children are listed in /proc (where the kernel has CONFIG_PROC_CHILDREN).
+    let keeper = NOT_A_RANK.load(std::sync::atomic::Ordering::Relaxed);
+    if keeper == 0 {
+        return true;
+    }
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return true;
+    };
+    for t in tasks.flatten() {
+        let Ok(kids) = std::fs::read_to_string(t.path().join("children")) else {
+            return true;
+        };
+        if kids.split_whitespace().any(|k| k != keeper.to_string()) {
+            return true;
+        }
+    }
+    false
+}
+
+/// A child of this process that is no rank's descendant (the keeper, [`crate::host::keeper`]); 0
+/// when none.
+static NOT_A_RANK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Tells the sweeps that child `pid` (0: none) is not a rank's descendant, so a process whose
+/// only child it is has nothing to sweep.
+pub fn not_a_rank(pid: u32) {
+    NOT_A_RANK.store(pid, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Sends `sig` to one process (not its group); a process that is gone is not an error.
+pub fn signal_pid(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions; a positive pid names one process.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// Sends `sig` to the process group `pgid`; a group that is gone is not an error.
+pub fn signal_group(pgid: u32, sig: i32) {
+    // SAFETY: kill has no memory-safety preconditions; a negative pid names a process group.
+    unsafe {
+        libc::kill(-(pgid as libc::pid_t), sig);
+    }
+}
+
+/// Makes this process the subreaper of its descendants (`PR_SET_CHILD_SUBREAPER`): a process
+/// a rank started that outlives it, even one that left the rank's session and group with
+/// `setsid` (a daemon), becomes this process's child instead of init's, so
+/// [`kill_leftovers`] finds it and nothing outlives the job. Best effort.
+pub fn become_subreaper() {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag and touches no memory.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
+    SUBREAPER.store(rc == 0, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Set once [`become_subreaper`] succeeded.
+static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Kills (`SIGKILL`) every process still in one of `pgids` and in our session or the session
+/// its rank leads (every rank leads one, see [`spawn`]): what ranks
+/// left behind; and every child of ours (see [`become_subreaper`]) in a session of its own,
+/// which is a process a rank started that escaped with `setsid`. Scans `/proc`, so only
+/// groups that still have members are touched. Killed children of ours are reaped, so none
+/// is left a zombie. Returns how many processes it killed.
+pub fn kill_leftovers(pgids: &[u32]) -> usize {
+    sweep(pgids, true)
+}
+
+/// What [`kill_leftovers`] does to the groups `pgids` lead, without the sweep of children in
+/// sessions of their own: for one job that ended while the run goes on, whose other jobs'
+/// ranks (children of ours in sessions of their own too) still run. A daemon that escaped
+/// from it is swept when the run ends.
+pub fn kill_groups_left(pgids: &[u32]) -> usize {
+    sweep(pgids, false)
+}
+
+/// Kills (and reaps) the members of the groups `pgids` lead, and, when `escaped_too`, every
+/// child of ours in a session of its own.
+fn sweep(pgids: &[u32], escaped_too: bool) -> usize {
+    if SUBREAPER.load(std::sync::atomic::Ordering::Relaxed) && !has_children() {
+        // Every living descendant of a rank that ended has an ancestor among this process's
+        // children: an orphan goes to the nearest subreaper, this process (see
+        // `become_subreaper`). No child, nothing left; the scan of /proc is skipped.
+        return 0;
+    }
+    // SAFETY: getsid(0) and getpid have no preconditions.
+    let (sid, me) = unsafe { (libc::getsid(0), libc::getpid()) };
+    let mut killed = 0;
+    let mut reap: Vec<i32> = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the command (which may hold spaces) start after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let (state, ppid, pgrp, session) = (f.first(), f.get(1), f.get(2), f.get(3));
+        let (Some(state), Some(Ok(ppid)), Some(Ok(pgrp)), Some(Ok(session))) = (
+            state,
+            ppid.map(|s| s.parse::<i32>()),
+            pgrp.map(|s| s.parse::<u32>()),
+            session.map(|s| s.parse::<i32>()),
+        ) else {
+            continue;
+        };
+        let ours = session == sid || session as u32 == pgrp;
+        let left = ours && pgids.contains(&pgrp);
+        // A child of ours in a session of its own: a rank's descendant that called setsid and
+        // was handed to us, the subreaper, when its parent ended. (Agents kauri launches stay
+        // in its session; ranks are waited for before this runs.)
+        let escaped = escaped_too && ppid == me && session != sid;
+        if *state != "Z" && (left || escaped) {
+            // SAFETY: see signal_group; a daemon leads its own group, which goes too.
+            unsafe {
+                if escaped {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+                libc::kill(pid, libc::SIGKILL);
+            }
+            killed += 1;
+        }
+        if ppid == me && (left || escaped) {
+            reap.push(pid);
+        }
+    }
+    // Our children among them become our zombies: reap them (they die at once; give a busy
+    // machine a second).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while !reap.is_empty() && std::time::Instant::now() < deadline {
+        // SAFETY: waitpid on a pid that is our child, with WNOHANG, writes only `status`.
+        reap.retain(|&pid| {
+            let mut status = 0;
+            unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == 0 }
+        });
+        if !reap.is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    killed
+}
+
+/// The fields of `/proc/PID/stat` the sweeps need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// `R`, `S`, `Z`, …
+    pub state: char,
+    /// The parent's pid.
+    pub ppid: u32,
+    /// The process group.
+    pub pgrp: u32,
+    /// The session.
+    pub session: u32,
+}
+
+impl Stat {
+    /// Reads process `pid`'s; `None` if it is gone or unreadable.
+    pub fn read(pid: u32) -> Option<Stat> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command (which may hold spaces) start after the last ')'.
+        let rest = stat.rsplit_once(')')?.1;
+        let mut f = rest.split_whitespace();
+        let state = f.next()?.chars().next()?;
+        let mut num = || f.next()?.parse::<u32>().ok();
+        Some(Stat {
+            state,
+            ppid: num()?,
+            pgrp: num()?,
+            session: num()?,
+        })
+    }
+}
+
+/// The name of a signal, for messages.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => "signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_like_execvp() {
+        let wd = std::env::temp_dir();
+        assert!(resolve("sh", Some("/usr/bin:/bin"), &wd).is_ok());
+        let e = resolve("no-such-program-kauri", Some("/usr/bin"), &wd).unwrap_err();
+        assert!(e.contains("not found in PATH"), "{e}");
+        let f = wd.join(format!("kauri-noexec-{}", std::process::id()));
+        std::fs::write(&f, "x").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = resolve(f.to_str().unwrap(), None, &wd).unwrap_err();
+        std::fs::remove_file(&f).unwrap();
+        assert!(e.contains("permission denied"), "{e}");
+        let e = resolve("./missing", None, &wd).unwrap_err();
+        assert!(e.contains("No such file"), "{e}");
+    }
+
+    #[test]
+    fn foreign_wiring_is_recognised() {
+        assert!(is_foreign_wiring("PMI_FD"));
+        assert!(is_foreign_wiring("PMIX_RANK"));
+        assert!(!is_foreign_wiring("PMI_DEBUG"));
+        assert!(!is_foreign_wiring("PATH"));
+    }
+}

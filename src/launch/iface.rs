@@ -1,0 +1,81 @@
+//! Network interfaces by name (`-iface`, `HYDRA_IFACE`): the address kauri advertises to its
+//! agents and tells the ranks, on each host that host's own address of the interface.
+
+use std::net::IpAddr;
+
+/// Every address of this host's interface `name`, IPv4 ones first (`getifaddrs`).
+pub fn addresses(name: &str) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head it allocated, freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut p = head;
+    while !p.is_null() {
+        // SAFETY: p is an element of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        if ifa.ifa_name.is_null() || ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_name is a NUL-terminated string of the list.
+        let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+        if n.to_bytes() != name.as_bytes() {
+            continue;
+        }
+        // SAFETY: ifa_addr points to a sockaddr whose family says its layout.
+        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
+        if family == libc::AF_INET {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            out.push(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()));
+        } else if family == libc::AF_INET6 {
+            // SAFETY: an AF_INET6 address is a sockaddr_in6.
+            let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+            out.push(IpAddr::from(a.sin6_addr.s6_addr));
+        }
+    }
+    // SAFETY: head came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out.sort_by_key(|a| a.is_ipv6());
+    out
+}
+
+/// The address of interface `name` on this host (the first IPv4 one, else IPv6), or an
+/// error that says which interfaces there are.
+pub fn address(name: &str) -> Result<IpAddr, String> {
+    if let Some(a) = addresses(name).first() {
+        return Ok(*a);
+    }
+    let mut names: Vec<String> = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/sys/class/net") {
+        names = rd
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+    }
+    let host = crate::host::node::local_host();
+    Err(if names.iter().any(|n| n == name) {
+        format!("interface {name} has no address on {host}")
+    } else {
+        format!(
+            "no interface {name} on {host} (there are: {})",
+            names.join(", ")
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn loopback_has_its_address_and_a_missing_one_is_named() {
+        assert_eq!(super::address("lo"), Ok([127, 0, 0, 1].into()));
+        let e = super::address("nosuch0").unwrap_err();
+        assert!(
+            e.starts_with("no interface nosuch0 on ") && e.contains("lo"),
+            "{e}"
+        );
+    }
+}

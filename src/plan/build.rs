@@ -1,0 +1,688 @@
+//! The job plan's construction: from a [`JobSpec`] to everything decided before anything
+//! starts ([`Plan`]): the hosts (named, from an allocation, or this one), the launcher and its
+//! cost, each segment's wiring evidence and environment, the PMIx library, and the split into
+//! the ranks of this host and the hosts agents serve.
+
+use crate::host::node::is_local;
+use crate::host::output::{OutputOptions, OutputPlan};
+use crate::host::proc;
+use crate::plan::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
+use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
+use crate::tree::LaunchCost;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use tracing::debug;
+
+pub use crate::tree::policy::STATUS_LAUNCHER;
+
+/// The default width of the agent tree.
+pub const DEFAULT_TREE_WIDTH: usize = 8;
+
+/// A job name unique across concurrent launches on this host.
+pub(crate) fn kvsname(host: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("kauri_{}_{nanos:x}_{host}", std::process::id())
+}
+
+/// How a job is wired up: as asked, or (`auto`) from what its segments' programs are linked
+/// to and what their arguments name ([`segment_evidence`], [`crate::plan::job::auto_wiring`]);
+/// a job set up for Open MPI's PMI-1 path (`FLUX_PMI_LIBRARY_PATH` in its environment) is
+/// PMI.
+///
+/// Also says whether the job looks like an MPI job (a segment's program is linked to an MPI
+/// or a PMI library, or names one past itself; [`crate::tree::policy::never_wired`] speaks only
+/// of those), whatever `--pmi` asked.
+pub(crate) fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> (Wiring, bool) {
+    let found: Vec<Evidence> = apps.iter().map(segment_evidence).collect();
+    debug!(?found, ?choice, "the segments' programs");
+    let mpi = found.iter().any(|e| *e != Evidence::None);
+    let wiring = match choice {
+        PmiChoice::Pmix => Wiring::Pmix,
+        PmiChoice::Pmi1 | PmiChoice::Pmi2 => Wiring::Pmi,
+        PmiChoice::Auto if apps.iter().any(AppPlan::uses_open_mpi_flux) => Wiring::Pmi,
+        PmiChoice::Auto => crate::plan::job::auto_wiring(&found),
+    };
+    (wiring, mpi)
+}
+
+/// The most bytes of a script (or of a file an argument names that is not an ELF program)
+/// searched for [`crate::plan::job::MPI_MARKERS`].
+pub(crate) const SCRIPT_HEAD: u64 = 64 << 10;
+
+/// What one segment's program is linked to, and, for a program linked to no MPI (an
+/// interpreter, a shell, a wrapper such as `env` or `valgrind`, a script, a static binary),
+/// what lies past it: an MPI marker in its arguments (`python3 -c 'from mpi4py …'`), in the
+/// script it is, or in a script an argument names (`python3 prog.py`, `bash -c "julia x.jl"`),
+/// or a program an argument names that is linked to an MPI (`valgrind ./app`). Only regular
+/// files are opened, and only their first bytes read.
+pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
+    use crate::plan::job::{arg_words, mentions_mpi, needed_libraries_of, wants_pmi, wants_pmix};
+    use std::os::unix::fs::MetadataExt;
+    let path = a
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let wdir = std::path::Path::new(&a.wdir);
+    let head = |p: &std::path::Path, max: u64| -> Vec<u8> {
+        let mut b = Vec::new();
+        if std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
+            let _ = std::fs::File::open(p)
+                .and_then(|f| std::io::Read::read_to_end(&mut std::io::Read::take(f, max), &mut b));
+        }
+        b
+    };
+    // What one file is: (linked to Open MPI, linked to another MPI or PMI, mentions an MPI).
+    let inspect = |p: &std::path::Path| -> (bool, bool, bool) {
+        let start = head(p, 4);
+        if start == b"\x7fELF" {
+            let libs = needed_libraries_of(p);
+            (wants_pmix(&libs), wants_pmi(&libs), false)
+        } else if start.is_empty() {
+            (false, false, false)
+        } else {
+            (false, false, mentions_mpi(&head(p, SCRIPT_HEAD)))
+        }
+    };
+    // kauri itself (`kauri pmi`, `kauri kvs`, `sh -c 'kauri kvs get …'`) loads libpmix for
+    // its PMIx server, but may speak PMI-1, PMI-2 or PMIx: the same file (a hard link
+    // counts) as the running kauri.
+    let me = std::env::current_exe()
+        .and_then(std::fs::metadata)
+        .ok()
+        .map(|m| (m.dev(), m.ino()));
+    let is_me = |f: &std::path::Path| {
+        me.is_some() && std::fs::metadata(f).ok().map(|m| (m.dev(), m.ino())) == me
+    };
+    if let Ok(p) = proc::resolve(&a.program, path, wdir) {
+        if is_me(&p) {
+            return Evidence::Beyond;
+        }
+        match inspect(&p) {
+            (true, _, _) => return Evidence::Pmix,
+            (_, true, _) => return Evidence::Pmi,
+            (_, _, true) => return Evidence::Beyond,
+            _ => {}
+        }
+    }
+    if a.args.iter().any(|s| mentions_mpi(s.as_bytes())) {
+        return Evidence::Beyond;
+    }
+    let mut seen = std::collections::HashSet::new();
+    for w in arg_words(&a.args) {
+        if !seen.insert(w) {
+            continue;
+        }
+        let file = wdir.join(w);
+        let found = if std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
+            Some(file)
+        } else if !w.contains('/') && !w.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+            // A number (`-n 4 ./app 1000`) names no program on PATH.
+            proc::resolve(w, path, wdir).ok()
+        } else {
+            None
+        };
+        if let Some(f) = found.filter(|f| !is_me(f)) {
+            if let (true, _, _) | (_, true, _) | (_, _, true) = inspect(&f) {
+                return Evidence::Beyond;
+            }
+        }
+    }
+    Evidence::None
+}
+
+/// The OpenPMIx library the job's servers load: `KAURI_PMIX_LIBRARY` when set, else the
+/// `libpmix` the first segment that has one would load, when it is not the system's
+/// ([`crate::proto::pmix::library`]).
+pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
+    if let Some(v) = std::env::var(crate::proto::pmix::ffi::LIBRARY_VAR)
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        return Some(v);
+    }
+    apps.iter().find_map(|a| {
+        let var = |name: &str| {
+            a.env
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        let wdir = std::path::Path::new(&a.wdir);
+        let program = proc::resolve(&a.program, var("PATH"), wdir).ok()?;
+        let named: Vec<std::path::PathBuf> = crate::plan::job::arg_words(&a.args)
+            .into_iter()
+            .filter_map(|w| {
+                let f = wdir.join(w);
+                if f.is_file() {
+                    Some(f)
+                } else if !w.contains('/') {
+                    proc::resolve(w, var("PATH"), wdir).ok()
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let found =
+            crate::proto::pmix::library::for_program(&crate::proto::pmix::library::Program {
+                path: &program,
+                named: &named,
+                ld_library_path: var("LD_LIBRARY_PATH"),
+                virtual_env: var("VIRTUAL_ENV"),
+            })?;
+        Some(found.to_string_lossy().into_owned())
+    })
+}
+
+/// Gives every segment that uses Open MPI's `flux` path (`FLUX_PMI_LIBRARY_PATH` set) a
+/// `FLUX_JOB_ID` unique to the job, unless the user set one.
+pub(crate) fn add_flux_job_id(apps: &mut [AppPlan], kvsname: &str) {
+    for a in apps {
+        if a.uses_open_mpi_flux() && !a.env.iter().any(|(k, _)| k == "FLUX_JOB_ID") {
+            a.env.push((
+                "FLUX_JOB_ID".into(),
+                crate::plan::job::flux_job_id(kvsname).to_string(),
+            ));
+        }
+    }
+}
+
+/// The environment of one segment's ranks, before the PMI variables.
+pub(crate) fn segment_env(spec: &JobSpec, app: usize) -> Vec<(String, String)> {
+    let a = &spec.apps[app];
+    let policy = a.env_policy.as_ref().unwrap_or(&spec.env_policy);
+    // Inside a Slurm job, what describes srun's tasks and steps (not ours) stays behind, as
+    // Hydra's slurm bootstrap leaves it; a variable named in -genvlist/-envlist still passes.
+    let in_slurm_job =
+        std::env::var_os("SLURM_JOB_ID").is_some() || std::env::var_os("SLURM_JOBID").is_some();
+    let mut env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| {
+            !proc::is_foreign_wiring(k)
+                && !k.starts_with("KAURI_JOB_KEY")
+                && match policy {
+                    EnvPolicy::All => {
+                        !(in_slurm_job && crate::launch::allocation::is_slurm_task_var(k))
+                    }
+                    EnvPolicy::None => false,
+                    EnvPolicy::List(l) => l.iter().any(|n| n == k),
+                }
+        })
+        .collect();
+    if spec.ml_env {
+        // A rank's place is kauri's to say: an inherited RANK (kauri run inside another
+        // launcher's job) would shadow it. A name given with -genv/-env/-envlist still wins.
+        env.retain(|(k, _)| {
+            !crate::plan::rank_env::ML_PLACE_VARS.contains(&k.as_str())
+                || matches!(policy, EnvPolicy::List(l) if l.contains(k))
+        });
+    }
+    for (k, v) in spec.genv.iter().chain(&a.env) {
+        env.retain(|(ek, _)| ek != k);
+        env.push((k.clone(), v.clone()));
+    }
+    if spec.fault_tolerant {
+        for (k, v) in FT_VARS {
+            if !env.iter().any(|(ek, _)| ek == k) {
+                env.push((k.into(), v.into()));
+            }
+        }
+    }
+    env
+}
+
+/// What `-with-ft` sets for every rank, unless the rank's environment already has it: Open
+/// MPI 5's ULFM switch (PRRTE's `--with-ft ulfm` gives its ranks the same) and MPICH's
+/// fault-tolerance switch (which MPICH's own `ft` tests set by hand).
+pub(crate) const FT_VARS: [(&str, &str); 2] = [
+    ("OMPI_MCA_mpi_ft_enable", "1"),
+    ("MPIR_CVAR_ENABLE_FT", "1"),
+];
+
+/// The hosts (comma-separated) whose ranks `-ml-env` gives `OMP_NUM_THREADS=1`
+/// ([`crate::plan::rank_env::sets_omp_threads`]). `None` when there is none.
+pub(crate) fn omp_threads_set(p: &Plan) -> Option<String> {
+    let mut shared: Vec<&HostPlan> = p
+        .local
+        .iter()
+        .chain(&p.remote)
+        .filter(|h| {
+            h.ranks.iter().any(|r| {
+                crate::plan::rank_env::sets_omp_threads(&p.job, &p.job.apps[r.app], h.ranks.len())
+            })
+        })
+        .collect();
+    shared.sort_by_key(|h| h.index);
+    let hosts: Vec<&str> = shared.iter().map(|h| h.host.as_str()).collect();
+    (!hosts.is_empty()).then(|| hosts.join(", "))
+}
+
+/// The address agents connect back to: `KAURI_ADDR`, else the local end of the route to the
+/// first remote host (a UDP `connect` sends nothing), else loopback. (`-iface` overrides
+/// it with the interface's address.)
+pub(crate) fn advertise(first_remote: Option<&str>, fork: bool) -> IpAddr {
+    if let Some(ip) = std::env::var("KAURI_ADDR")
+        .ok()
+        .and_then(|a| a.trim().parse().ok())
+    {
+        return ip;
+    }
+    let loopback = IpAddr::from([127, 0, 0, 1]);
+    let (Some(host), false) = (first_remote, fork) else {
+        return loopback;
+    };
+    let probe = || -> std::io::Result<IpAddr> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        s.connect((host, 9))?;
+        Ok(s.local_addr()?.ip())
+    };
+    probe().unwrap_or(loopback)
+}
+
+/// What one launch costs, for the cost-model tree: `KAURI_LAUNCH_COST` (`SERIAL_MS,TOTAL_MS`
+/// less the serial part is the latency), else measured once by launching `kauri --version` to
+/// `host` the way agents will be launched: the serial cost is how long starting the launcher
+/// takes here, the latency the rest of its run. A probe that fails or takes over 10 s counts
+/// as 1 ms serial and 10 s latency (which gives a flat tree).
+pub(crate) fn launch_cost(launch: &LaunchPlan, host: &str) -> LaunchCost {
+    if let Some(c) = std::env::var("KAURI_LAUNCH_COST")
+        .ok()
+        .and_then(|v| LaunchCost::parse(&v))
+    {
+        return LaunchCost {
+            serial_us: c.serial_us,
+            latency_us: c.latency_us.saturating_sub(c.serial_us),
+        };
+    }
+    let fallback = LaunchCost {
+        serial_us: 1000,
+        latency_us: 10_000_000,
+    };
+    let mut cmd = std::process::Command::new(&launch.exec);
+    if launch.kind == "fork" {
+        cmd.arg("--version");
+    } else {
+        cmd.args(&launch.extra_args).arg(host).arg(format!(
+            "{} --version",
+            crate::launch::shell_quote(&launch.agent_path)
+        ));
+    }
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let t0 = std::time::Instant::now();
+    let Ok(mut child) = cmd.spawn() else {
+        return fallback;
+    };
+    let serial = t0.elapsed();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if t0.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_micros(200))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return fallback;
+            }
+        }
+    }
+    let total = t0.elapsed();
+    LaunchCost {
+        serial_us: serial.as_micros() as u64,
+        latency_us: (total - serial).as_micros() as u64,
+    }
+}
+
+/// Everything decided before anything starts.
+pub(crate) struct Plan {
+    pub(crate) job: JobPlan,
+    pub(crate) local: Option<HostPlan>,
+    pub(crate) remote: Vec<HostPlan>,
+    pub(crate) launch: LaunchPlan,
+    pub(crate) width: usize,
+    /// Shape the tree by launch cost (`-tree-width cost`).
+    pub(crate) cost_tree: bool,
+    /// Every host the user named (or the allocation gave), with its slots: where spawned
+    /// jobs may go.
+    pub(crate) hosts: Vec<HostSpec>,
+    /// The index in `hosts` of the host the front end serves itself.
+    pub(crate) served_here: Option<usize>,
+    /// A segment's program is linked to an MPI or names one ([`wiring`]).
+    pub(crate) looks_mpi: bool,
+    /// `MASTER_PORT`'s reservation (`-ml-env`), kept for the run's whole life.
+    pub(crate) master_port: Option<crate::launch::ports::Reservation>,
+}
+
+/// The output options of `spec`: `-l` is the prefix `[%r] `, as in Hydra.
+pub(crate) fn output_options(spec: &JobSpec) -> OutputOptions {
+    let mut o = spec.output.clone();
+    if spec.label && o.prepend.is_none() {
+        o.prepend = crate::host::output::Pattern::parse("[%r] ").ok();
+    }
+    o
+}
+
+pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
+    let mut launcher = spec.launcher.clone();
+    let mut hosts: Vec<HostSpec> = spec.hosts.clone();
+    if spec.singleton.is_some() {
+        // A singleton runs here; its spawned processes run here too (it has no way to name
+        // hosts but the spawn's own info keys).
+        hosts.clear();
+        launcher = Some("fork".into());
+    } else if hosts.is_empty() {
+        if let Some(a) = crate::launch::allocation::detect()? {
+            // The manager's own launcher starts agents inside its job, as Hydra picks its
+            // bootstrap: slurm, sge, lsf, pbs.
+            if launcher.is_none() && a.hosts.iter().any(|h| !is_local(&h.name, me)) {
+                launcher = Some(a.manager.into());
+            }
+            hosts = a.hosts;
+        }
+    }
+    // Segments without -n: the hosts' slots (Hydra's rule), or 1 on this host alone.
+    let mut spec = spec.clone();
+    let slots_total: usize = match spec.ppn {
+        Some(ppn) => ppn.saturating_mul(hosts.len().max(1)),
+        None => hosts
+            .iter()
+            .fold(0usize, |n, h| n.saturating_add(h.slots))
+            .max(1),
+    };
+    for a in spec.apps.iter_mut().filter(|a| a.nprocs == 0) {
+        a.nprocs = slots_total;
+    }
+    let spec = &spec;
+    let size = spec.size();
+    if size > crate::plan::job::RANKS_MAX {
+        return Err(crate::plan::job::too_many_ranks(&format!(
+            "{size} processes in all (the allocation's slots)"
+        )));
+    }
+    if let Some(r) = spec.output.output_from.filter(|&r| r >= size) {
+        return Err(format!(
+            "-output-from {r}: the job has {size} rank{} (0 to {})",
+            if size == 1 { "" } else { "s" },
+            size - 1
+        ));
+    }
+    let hosts_named = !hosts.is_empty();
+    if hosts.is_empty() {
+        hosts.push(HostSpec {
+            name: me.to_string(),
+            slots: size,
+        });
+    }
+    let mut kind = launcher.unwrap_or_else(|| "ssh".into());
+    if !crate::launch::NAMES.contains(&kind.as_str()) {
+        return Err(format!(
+            "unknown launcher {kind:?} ({})",
+            crate::launch::NAMES.join(", ")
+        ));
+    }
+    // PBS without pbs_tmrsh (Torque, say): ssh, as Hydra built without TM does.
+    let pbs_tmrsh = (kind == "pbs" && spec.launcher_exec.is_none())
+        .then(|| crate::launch::in_path("pbs_tmrsh"))
+        .flatten();
+    if kind == "pbs" && spec.launcher_exec.is_none() && pbs_tmrsh.is_none() {
+        kind = "ssh".into();
+    }
+    let slots: Vec<usize> = hosts.iter().map(|h| spec.ppn.unwrap_or(h.slots)).collect();
+    let placement = if spec.map_by_node {
+        Placement::cyclic(size, hosts.len())
+    } else {
+        Placement::block(size, &slots)
+    };
+    // A trainer computes RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK: under -ml-env,
+    // each host's ranks are consecutive (Hydra's counts per host, numbered host by host),
+    // unless the user chose a mapping.
+    let placement = if spec.ml_env && !spec.mapping_asked {
+        placement.by_host()
+    } else {
+        placement
+    };
+    let appnum: Vec<u32> = spec
+        .apps
+        .iter()
+        .enumerate()
+        .flat_map(|(i, a)| std::iter::repeat_n(i as u32, a.nprocs))
+        .collect();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let mut apps: Vec<AppPlan> = spec
+        .apps
+        .iter()
+        .enumerate()
+        .map(|(i, a)| AppPlan {
+            program: a.program.clone(),
+            args: a.args.clone(),
+            env: segment_env(spec, i),
+            wdir: cwd
+                .join(a.wdir.clone().or(spec.wdir.clone()).unwrap_or(cwd.clone()))
+                .display()
+                .to_string(),
+        })
+        .collect();
+    // The front end serves the first host entry that is this machine (unless Slurm must
+    // start every agent); every other host with ranks gets an agent.
+    let served_here = (kind != "slurm")
+        .then(|| hosts.iter().position(|h| is_local(&h.name, me)))
+        .flatten();
+    // Each host's ranks, in one pass over the placement.
+    let mut on_host: Vec<Vec<usize>> = vec![Vec::new(); hosts.len()];
+    for (rank, &n) in placement.node.iter().enumerate() {
+        on_host[n].push(rank);
+    }
+    let used: Vec<usize> = (0..hosts.len())
+        .filter(|&n| !on_host[n].is_empty())
+        .collect();
+    let master = if spec.ml_env {
+        let n0 = placement.node.first().copied().unwrap_or(0);
+        let here = Some(n0) == served_here || kind == "fork";
+        let addr = if here {
+            "127.0.0.1".to_string()
+        } else {
+            hosts[n0].name.clone()
+        };
+        let held = crate::launch::ports::reserve(spec.port_range.as_ref())
+            .map_err(|e| format!("cannot find a free port for MASTER_PORT: {e}"))?;
+        Some((addr, held))
+    } else {
+        None
+    };
+    let (master, master_port) = match master {
+        Some((addr, held)) => (Some((addr, held.port())), Some(held)),
+        None => (None, None),
+    };
+    let named_slots: usize = slots.iter().sum();
+    // A singleton is rank 0 of a one-rank job on this host. It gets a kvsname of its own, as
+    // MPICH's reference server gives it: its client made up `singinit_kvs_PID_0` while it had
+    // no process manager, and MPICH's ch3 renames its process group to the name the process
+    // manager gives (`MPIDI_PG_CheckForSingleton`) only when that name differs.
+    // MPICH 4.0.2's client formats the pid after its fork, in the child: the pid it passes is
+    // the launcher's own, and the program is its parent.
+    let singleton_pid = spec.singleton.as_ref().map(|s| {
+        if s.pid == std::process::id() {
+            std::os::unix::process::parent_id()
+        } else {
+            s.pid
+        }
+    });
+    let adopt = spec
+        .singleton
+        .as_ref()
+        .zip(singleton_pid)
+        .map(|(s, pid)| Adopt {
+            addr: match s.interface.as_str() {
+                "default_interface" | "" => format!("127.0.0.1:{}", s.port),
+                h if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{}", s.port),
+                h => format!("{h}:{}", s.port),
+            },
+            pid,
+        });
+    let name = kvsname(me);
+    let (wiring, looks_mpi) = wiring(spec.pmi, &apps);
+    let pmix = wiring != Wiring::Pmi;
+    let pmix_library = pmix.then(|| pmix_library(&apps)).flatten();
+    if let Some(prefix) = pmix_library
+        .as_deref()
+        .and_then(|l| crate::proto::pmix::library::open_mpi_prefix(std::path::Path::new(l)))
+    {
+        // Open MPI's relocated tree (the wheel's): its help texts, as its own mpirun says.
+        for a in apps.iter_mut() {
+            if !a.env.iter().any(|(k, _)| k == "OPAL_PREFIX") {
+                a.env
+                    .push(("OPAL_PREFIX".into(), prefix.to_string_lossy().into_owned()));
+            }
+        }
+    }
+    if !pmix {
+        add_flux_job_id(&mut apps, &name);
+    }
+    let rank_node: Vec<u32> = placement
+        .node
+        .iter()
+        .map(|n| used.iter().position(|u| u == n).unwrap_or(0) as u32)
+        .collect();
+    let job = JobPlan {
+        kvsname: name,
+        size,
+        universe_size: spec.universe_size.unwrap_or(if hosts_named {
+            named_slots as i64
+        } else {
+            -1
+        }),
+        appnum: appnum.clone(),
+        process_mapping: placement.process_mapping(),
+        apps,
+        output: OutputPlan {
+            options: output_options(spec),
+            pgid: 0,
+            start_unix_ms: crate::host::output::unix_ms(),
+        },
+        pmi_port: spec.pmi_port,
+        kill_grace_ms: env_secs("KAURI_KILL_GRACE", 3.0).as_millis() as u64,
+        hosts: used.iter().map(|&n| hosts[n].name.clone()).collect(),
+        master,
+        spawner: None,
+        parent_rank: None,
+        preput: Vec::new(),
+        adopt,
+        simulated_hosts: kind == "fork",
+        rank_node,
+        pmix,
+        pmi_too: wiring == Wiring::Both,
+        pmix_library,
+        profile: spec.profile.is_some(),
+        binding: spec.binding,
+        report_bindings: spec.report_bindings,
+        iface: spec.iface.clone(),
+        port_range: spec.port_range.clone(),
+        fault_tolerant: spec.fault_tolerant,
+    };
+    let (mut local, mut remote) = (None, Vec::new());
+    for (n, h) in hosts.iter().enumerate() {
+        let ranks: Vec<RankPlan> = std::mem::take(&mut on_host[n])
+            .into_iter()
+            .enumerate()
+            .map(|(local_id, rank)| RankPlan {
+                rank,
+                app: appnum[rank] as usize,
+                local_id,
+            })
+            .collect();
+        if ranks.is_empty() {
+            continue;
+        }
+        let hp = HostPlan {
+            host: h.name.clone(),
+            node: n,
+            index: used.iter().position(|&u| u == n).unwrap_or(0),
+            ranks,
+        };
+        if Some(n) == served_here {
+            local = Some(hp);
+        } else {
+            remote.push(hp);
+        }
+    }
+    let self_path = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "kauri".into());
+    let exec = spec
+        .launcher_exec
+        .clone()
+        .unwrap_or_else(|| match kind.as_str() {
+            "slurm" => "srun".into(),
+            "sge" => crate::launch::Sge::default_exec(),
+            "lsf" => crate::launch::Lsf::default_exec(),
+            "pbs" => pbs_tmrsh.clone().unwrap_or_else(|| "pbs_tmrsh".into()),
+            "fork" => self_path.clone(),
+            k => k.to_string(),
+        });
+    let launch = LaunchPlan {
+        kind: kind.clone(),
+        exec,
+        extra_args: crate::launch::hydra_env::launcher_extra_args(&|k| std::env::var(k).ok()),
+        agent_path: std::env::var("KAURI_AGENT_PATH").unwrap_or(self_path),
+        connect_timeout_s: env_secs("KAURI_CONNECT_TIMEOUT", 60.0).as_secs().max(1),
+        max_concurrent: std::env::var("KAURI_LAUNCH_CONCURRENCY")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(32),
+        heartbeat_ms: env_secs("KAURI_HEARTBEAT", 5.0).as_millis() as u64,
+        silence_ms: env_secs("KAURI_HEARTBEAT_TIMEOUT", 30.0).as_millis() as u64,
+    };
+    // The resource managers' launchers start every agent from here (as Hydra does): a flat
+    // tree.
+    let rm_launcher = ["slurm", "sge", "lsf", "pbs"].contains(&kind.as_str());
+    let width = if rm_launcher {
+        0
+    } else {
+        spec.tree_width
+            .or_else(|| {
+                std::env::var("KAURI_TREE_WIDTH").ok().and_then(|v| {
+                    if v == "flat" {
+                        Some(0)
+                    } else {
+                        v.parse().ok()
+                    }
+                })
+            })
+            .unwrap_or(DEFAULT_TREE_WIDTH)
+    };
+    let cost_tree = !rm_launcher
+        && (spec.cost_tree
+            || (spec.tree_width.is_none()
+                && std::env::var("KAURI_TREE_WIDTH").is_ok_and(|v| v.trim() == "cost")));
+    Ok(Plan {
+        cost_tree,
+        job,
+        local,
+        remote,
+        launch,
+        width,
+        hosts: hosts
+            .into_iter()
+            .zip(slots)
+            .map(|(h, slots)| HostSpec { slots, ..h })
+            .collect(),
+        served_here,
+        looks_mpi,
+        master_port,
+    })
+}
+
+/// One of kauri's times in seconds ([`crate::cli::SECONDS_VARS`], checked when the command
+/// line is read), or `default`.
+pub(crate) fn env_secs(var: &str, default: f64) -> Duration {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| crate::cli::parse_secs(&v))
+        .unwrap_or(Duration::from_secs_f64(default))
+}

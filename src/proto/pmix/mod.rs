@@ -1,0 +1,701 @@
+//! The PMIx server of a host: OpenPMIx's server library inside the front end or agent, for
+//! programs that wire up through PMIx (Open MPI 4.1's `ext3x` component, anything linked to
+//! `libpmix`).
+//!
+//! One server per process ([`start`], [`shutdown`]); every job of the process with ranks on
+//! this host registers its namespace ([`JobInfo`], [`register`]) and its local clients, and
+//! each rank's environment comes from the library ([`ffi::setup_fork`]). What the library asks
+//! of its host arrives as [`Upcall`]s on the namespace's channel and is handled by the
+//! [`Node`](crate::host::node::Node): a fence is a tree allgather of the hosts' opaque blobs, a
+//! direct-modex request is routed through the tree to the host of the rank in question;
+//! publish, lookup and unpublish are requests to the run's name table, as PMI's are
+//! ([`names`]); a job-control request is answered at once ([`control`]).
+//!
+//! This module decides *what* is registered (plain data, testable); [`ffi`] is the only place
+//! that talks to the C library.
+
+pub mod control;
+pub mod ffi;
+pub mod library;
+pub mod names;
+
+pub use ffi::{
+    CollectiveReply, GroupOp, GroupReply, LookupReply, ModexReply, OpReply, SpawnApp, SpawnReply,
+    Status, Upcall, Val,
+};
+
+use crate::plan::{HostPlan, JobPlan};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// What this process's server made: its own directory, the job's directory it lies in
+/// (shared with the other agents of the job on the same machine, removed by the last to
+/// leave), and its shared-memory directory.
+struct Dirs {
+    mine: PathBuf,
+    job: PathBuf,
+    shm: Option<PathBuf>,
+}
+
+static DIRS: Mutex<Option<Dirs>> = Mutex::new(None);
+
+/// The namespaces registered with this process's server, each with its local ranks (none for
+/// a namespace registered only because a local client connected to it).
+static NSPACES: Mutex<Vec<(String, Vec<u32>)>> = Mutex::new(Vec::new());
+
+/// Whether namespace `nspace` is registered with this process's server.
+pub fn registered(nspace: &str) -> bool {
+    NSPACES
+        .lock()
+        .map(|v| v.iter().any(|(n, _)| n == nspace))
+        .unwrap_or(false)
+}
+
+/// The ranks of namespace `nspace` that are clients of this process's server.
+pub fn local_ranks(nspace: &str) -> Vec<u32> {
+    NSPACES
+        .lock()
+        .ok()
+        .and_then(|v| v.iter().find(|(n, _)| n == nspace).map(|(_, r)| r.clone()))
+        .unwrap_or_default()
+}
+
+fn remember(nspace: &str, local: &[u32]) {
+    if let Ok(mut v) = NSPACES.lock() {
+        v.retain(|(n, _)| n != nspace);
+        v.push((nspace.to_string(), local.to_vec()));
+    }
+}
+
+fn forget(nspace: &str) {
+    if let Ok(mut v) = NSPACES.lock() {
+        v.retain(|(n, _)| n != nspace);
+    }
+}
+
+/// A short stable tag for a job's tmp directory name (a Unix socket path must stay short).
+fn tag(kvsname: &str) -> String {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in kvsname.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    format!("{h:08x}")
+}
+
+/// The job's tmp directory on this machine: `$TMPDIR/kauri-<tag of the kvsname>`.
+pub fn job_tmpdir(kvsname: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("kauri-{}", tag(kvsname)))
+}
+
+/// The directories a PMIx job's ranks use on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Places {
+    /// The server's own directory, `<job tmp dir>/n<node>-<pid>`: its rendezvous and
+    /// shared-memory store files, and the ranks' `PMIX_TMPDIR`/`PMIX_NSDIR` (where Open MPI
+    /// puts its session directory).
+    pub tmpdir: PathBuf,
+    /// A directory in `/dev/shm` (or `$KAURI_PMIX_SHM_DIR`) for Open MPI's shared-memory
+    /// segments (`OMPI_MCA_btl_vader_backing_directory`), so none is left behind even by a
+    /// job that aborts or crashes; `None` where there is no such directory.
+    pub shm: Option<PathBuf>,
+}
+
+/// Starts this process's PMIx server (once) for node `node` of job `kvsname`, named `host`
+/// (`PMIX_HOSTNAME`), its loopback TCP port inside `range` when one is set
+/// (`MPIEXEC_PORT_RANGE`). Everything it and the ranks put in its directories is removed by
+/// [`shutdown`].
+pub fn start(
+    kvsname: &str,
+    node: usize,
+    host: &str,
+    range: Option<&crate::launch::ports::PortRange>,
+) -> Result<Places, String> {
+    let mut dirs = DIRS.lock().map_err(|_| "PMIx state poisoned".to_string())?;
+    if let Some(d) = dirs.as_ref().filter(|_| ffi::running()) {
+        return Ok(Places {
+            tmpdir: d.mine.clone(),
+            shm: d.shm.clone(),
+        });
+    }
+    let job = job_tmpdir(kvsname);
+    let leaf = format!("n{node}-{}", std::process::id());
+    let mine = job.join(&leaf);
+    create_private_dir(&job)?;
+    create_private_dir(&mine)?;
+    let shm = shm_dir(kvsname, node)?;
+    *dirs = Some(Dirs {
+        mine: mine.clone(),
+        job,
+        shm: shm.clone(),
+    });
+    let tmpdir = mine.to_string_lossy();
+    match range {
+        Some(r) => {
+            crate::launch::ports::with_free_port(r, |port| ffi::init(&tmpdir, host, Some(port)))
+                .map_err(|e| format!("PMIx server: {e}"))?
+        }
+        None => ffi::init(&tmpdir, host, None)?,
+    }
+    Ok(Places { tmpdir: mine, shm })
+}
+
+/// Creates (private to the user) the directory for Open MPI's shared-memory segments of job
+/// `kvsname`'s ranks on node `node` of this machine:
+/// `<root>/kauri-<tag>-n<node>-<pid>`, the root being `$KAURI_PMIX_SHM_DIR` or `/dev/shm`.
+/// `None` where the root is missing or the directory cannot be made. Ranks find it through
+/// `OMPI_MCA_btl_vader_backing_directory`; whoever made it removes it with the job, so no
+/// segment outlives a job that aborts or crashes, and ranks of two simulated hosts on one
+/// machine (same hostname, same local ranks) never share a segment's name.
+///
+/// The path is predictable: something already there that is not a private directory of this
+/// user (see [`create_private_dir`]) is an error, not a directory to share the job's memory
+/// through.
+pub fn shm_dir(kvsname: &str, node: usize) -> Result<Option<PathBuf>, String> {
+    let root = std::env::var_os("KAURI_PMIX_SHM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
+    shm_dir_in(&root, kvsname, node)
+}
+
+/// [`shm_dir`] under `root`.
+fn shm_dir_in(root: &Path, kvsname: &str, node: usize) -> Result<Option<PathBuf>, String> {
+    if !root.is_dir() {
+        return Ok(None);
+    }
+    let p = root.join(format!(
+        "kauri-{}-n{node}-{}",
+        tag(kvsname),
+        std::process::id()
+    ));
+    match create_private_dir(&p) {
+        Ok(()) => Ok(Some(p)),
+        // Something is there, and it is not ours.
+        Err(e) if std::fs::symlink_metadata(&p).is_ok() => Err(e),
+        Err(e) => {
+            tracing::debug!("no private shared-memory directory: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// Creates directory `p` with mode 0700, or accepts it when it is there already as a private
+/// directory of this user: a real directory (`lstat`, a symbolic link is never followed),
+/// owned by this user, mode 0700 (another agent of the same job on this machine made it).
+/// Anything else at the path (a directory open to others or owned by another user, a link)
+/// was planted, and using it would hand the job's files to whoever did: an error that says
+/// what is wrong.
+pub fn create_private_dir(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // mkdir(2) creates no file through a symbolic link at the last component: it fails.
+    match std::fs::DirBuilder::new().mode(0o700).create(p) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", p.display())),
+    }
+    let m =
+        std::fs::symlink_metadata(p).map_err(|e| format!("cannot inspect {}: {e}", p.display()))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let why = if m.file_type().is_symlink() {
+        "it is a symbolic link".to_string()
+    } else if !m.is_dir() {
+        "it is not a directory".to_string()
+    } else if m.uid() != me {
+        format!("it is owned by uid {}", m.uid())
+    } else if m.mode() & 0o777 != 0o700 {
+        format!("its mode is {:o}, not 700", m.mode() & 0o777)
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "{} exists and is not a private directory of this user ({why}); refusing to use it",
+        p.display()
+    ))
+}
+
+/// Finalizes the server (if this process started one) and removes its files; the job's
+/// directory goes too once no other agent on this machine uses it.
+pub fn shutdown() {
+    ffi::finalize();
+    let Ok(mut dirs) = DIRS.lock() else { return };
+    if let Some(d) = dirs.take() {
+        let _ = std::fs::remove_dir_all(&d.mine);
+        let _ = std::fs::remove_dir(&d.job);
+        if let Some(shm) = d.shm {
+            let _ = std::fs::remove_dir_all(shm);
+        }
+    }
+}
+
+/// The directory of job `kvsname` in a server's directory `tmpdir` (`PMIX_NSDIR`): one per
+/// job, since several jobs may share a server.
+pub fn nsdir(tmpdir: &str, kvsname: &str) -> String {
+    format!("{tmpdir}/ns-{}", tag(kvsname))
+}
+
+/// What the library is told about one job on one host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    /// The namespace (the job's kvsname).
+    pub nspace: String,
+    /// The keys and values of `PMIx_server_register_nspace`.
+    pub info: Vec<(String, Val)>,
+    /// The local ranks.
+    pub local: Vec<u32>,
+}
+
+fn join<T: ToString>(v: impl IntoIterator<Item = T>, sep: &str) -> String {
+    v.into_iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+fn kv(k: &str, v: Val) -> (String, Val) {
+    (k.to_string(), v)
+}
+
+impl JobInfo {
+    /// The job information of `job` for a host that runs none of its ranks (see
+    /// [`register_foreign`]): everything but what describes this host.
+    pub fn foreign(job: &JobPlan) -> JobInfo {
+        let none = HostPlan {
+            host: String::new(),
+            node: usize::MAX,
+            index: usize::MAX,
+            ranks: Vec::new(),
+        };
+        let mut j = JobInfo::new(job, &none, "");
+        const THIS_HOST: [&str; 8] = [
+            "pmix.hname",
+            "pmix.nodeid",
+            "pmix.local.size",
+            "pmix.node.size",
+            "pmix.lpeers",
+            "pmix.lldr",
+            "pmix.tmpdir",
+            "pmix.nsdir",
+        ];
+        j.info.retain(|(k, _)| !THIS_HOST.contains(&k.as_str()));
+        j
+    }
+
+    /// The job information of `job` as host `me` registers it: session, job, per-app,
+    /// per-node and per-process entries, in the keys and types of OpenPMIx 4 (what PRRTE
+    /// and Slurm's `mpi/pmix` register, and what Open MPI 4.1's `ext3x` reads).
+    /// `tmpdir` is this host's tmp directory for the job.
+    pub fn new(job: &JobPlan, me: &HostPlan, tmpdir: &str) -> JobInfo {
+        let size = job.size as u32;
+        let universe = if job.universe_size > 0 {
+            job.universe_size as u32
+        } else {
+            size
+        };
+        let nodes = job.hosts.len().max(1);
+        // Every node's ranks, in rank order.
+        let mut on_node: Vec<Vec<u32>> = vec![Vec::new(); nodes];
+        for (r, &n) in job.rank_node.iter().enumerate() {
+            if let Some(list) = on_node.get_mut(n as usize) {
+                list.push(r as u32);
+            }
+        }
+        let node_of = |r: usize| job.rank_node.get(r).copied().unwrap_or(0);
+        let host_of = |n: u32| {
+            job.hosts
+                .get(n as usize)
+                .cloned()
+                .unwrap_or_else(|| me.host.clone())
+        };
+        // The first rank and the size of every app (MPMD segment).
+        let napps = job.apps.len().max(1);
+        let mut app_first = vec![u32::MAX; napps];
+        let mut app_size = vec![0u32; napps];
+        for (r, &a) in job.appnum.iter().enumerate() {
+            if let Some(f) = app_first.get_mut(a as usize) {
+                *f = (*f).min(r as u32);
+                app_size[a as usize] += 1;
+            }
+        }
+        let local: Vec<u32> = me.ranks.iter().map(|r| r.rank as u32).collect();
+        let local_ids: std::collections::HashMap<u32, u16> = me
+            .ranks
+            .iter()
+            .map(|r| (r.rank as u32, r.local_id as u16))
+            .collect();
+        let node_list = job.hosts.join(",");
+        let nmap = ffi::generate(&node_list, false).unwrap_or_else(|| node_list.clone());
+        let ppn_input = join(on_node.iter().map(|l| join(l, ",")), ";");
+        let pmap = ffi::generate(&ppn_input, true).unwrap_or_else(|| ppn_input.clone());
+
+        let mut info = vec![
+            kv(
+                "pmix.ssn.arr",
+                Val::Infos(vec![
+                    kv("pmix.session.id", Val::U32(1)),
+                    kv("pmix.univ.size", Val::U32(universe)),
+                ]),
+            ),
+            kv("pmix.univ.size", Val::U32(universe)),
+            kv("pmix.jobid", Val::Str(job.kvsname.clone())),
+            kv("pmix.nspace", Val::Str(job.kvsname.clone())),
+            kv("pmix.job.size", Val::U32(size)),
+            kv("pmix.max.size", Val::U32(universe)),
+            kv("pmix.job.napps", Val::U32(napps as u32)),
+            kv("pmix.num.nodes", Val::U32(nodes as u32)),
+            kv("pmix.nmap", Val::Str(nmap)),
+            kv("pmix.pmap", Val::Str(pmap)),
+            kv("pmix.nlist", Val::Str(node_list)),
+            kv("pmix.spawned", Val::Bool(job.spawner.is_some())),
+            kv("pmix.tmpdir", Val::Str(tmpdir.to_string())),
+            // The job's own directory in it: Open MPI makes its job session directory there
+            // and registers it for removal at the job's end; jobs of one server (spawned
+            // ones) sharing one, a job's end removed it under the next job's feet.
+            kv("pmix.nsdir", Val::Str(nsdir(tmpdir, &job.kvsname))),
+            // This host.
+            kv("pmix.hname", Val::Str(me.host.clone())),
+            kv("pmix.nodeid", Val::U32(me.index as u32)),
+            kv("pmix.local.size", Val::U32(local.len() as u32)),
+            kv("pmix.node.size", Val::U32(local.len() as u32)),
+            kv("pmix.lpeers", Val::Str(join(&local, ","))),
+            kv(
+                "pmix.lldr",
+                Val::Rank(local.iter().copied().min().unwrap_or(0)),
+            ),
+        ];
+        if let (Some(ns), Some(r)) = (&job.spawner, job.parent_rank) {
+            // PMIX_PARENT_ID: the process whose spawn started this job.
+            info.push(kv("pmix.parent", Val::Proc(ns.clone(), r)));
+        }
+        for (a, (&first, &n)) in app_first.iter().zip(&app_size).enumerate() {
+            info.push(kv(
+                "pmix.app.arr",
+                Val::Infos(vec![
+                    kv("pmix.appnum", Val::U32(a as u32)),
+                    kv("pmix.app.size", Val::U32(n)),
+                    kv(
+                        "pmix.aldr",
+                        Val::Rank(if first == u32::MAX { 0 } else { first }),
+                    ),
+                ]),
+            ));
+        }
+        for (n, ranks) in on_node.iter().enumerate() {
+            info.push(kv(
+                "pmix.node.arr",
+                Val::Infos(vec![
+                    kv("pmix.nodeid", Val::U32(n as u32)),
+                    kv("pmix.hname", Val::Str(host_of(n as u32))),
+                    kv("pmix.local.size", Val::U32(ranks.len() as u32)),
+                    kv("pmix.node.size", Val::U32(ranks.len() as u32)),
+                    kv("pmix.lpeers", Val::Str(join(ranks, ","))),
+                    kv("pmix.lldr", Val::Rank(ranks.first().copied().unwrap_or(0))),
+                ]),
+            ));
+        }
+        for r in 0..job.size {
+            let rank = r as u32;
+            let app = job.appnum.get(r).copied().unwrap_or(0);
+            let first = app_first.get(app as usize).copied().unwrap_or(0);
+            let node = node_of(r);
+            let mut p = vec![
+                kv("pmix.rank", Val::Rank(rank)),
+                kv("pmix.appnum", Val::U32(app)),
+                kv("pmix.aldr", Val::Rank(first)),
+                kv("pmix.apprank", Val::Rank(rank.saturating_sub(first))),
+                kv("pmix.grank", Val::Rank(rank)),
+                kv("pmix.nodeid", Val::U32(node)),
+                kv("pmix.hname", Val::Str(host_of(node))),
+            ];
+            // Local and node rank: the index among the ranks of its node.
+            let lr = local_ids.get(&rank).copied().or_else(|| {
+                on_node
+                    .get(node as usize)
+                    .and_then(|l| l.iter().position(|&x| x == rank))
+                    .map(|i| i as u16)
+            });
+            if let Some(lr) = lr {
+                p.push(kv("pmix.lrank", Val::U16(lr)));
+                p.push(kv("pmix.nrank", Val::U16(lr)));
+            }
+            info.push(kv("pmix.pdata", Val::Infos(p)));
+        }
+        JobInfo {
+            nspace: job.kvsname.clone(),
+            info,
+            local,
+        }
+    }
+}
+
+/// Registers a job's namespace and its local clients with this process's server, and sends
+/// the namespace's upcalls to `tx`.
+pub fn register(
+    job: &JobInfo,
+    tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
+) -> Result<(), String> {
+    ffi::route(&job.nspace, tx);
+    let done = ffi::register_nspace(&job.nspace, job.local.len(), &job.info).and_then(|()| {
+        job.local
+            .iter()
+            .try_for_each(|&r| ffi::register_client(&job.nspace, r))
+    });
+    if done.is_err() {
+        ffi::unroute(&job.nspace);
+    } else {
+        remember(&job.nspace, &job.local);
+    }
+    done
+}
+
+/// Registers job `job`, which has no rank on this host, because a local client connected to
+/// it (`PMIx_Connect`, `MPI_Comm_accept`/`connect` and the parent side of a spawn): its clients
+/// can then resolve the job's information, and ask for its ranks' data (a direct modex that
+/// reaches `tx` unless the namespace's own channel is here). False when it was registered
+/// already.
+pub fn register_foreign(
+    job: &JobPlan,
+    tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
+) -> Result<bool, String> {
+    if registered(&job.kvsname) {
+        return Ok(false);
+    }
+    let info = JobInfo::foreign(job);
+    ffi::register_nspace(&info.nspace, 0, &info.info)?;
+    ffi::route_if_none(&info.nspace, tx);
+    remember(&info.nspace, &[]);
+    Ok(true)
+}
+
+/// How the job's other ranks are told that a rank failed: a rank's abnormal end or its
+/// host's loss, in the PMIx event kauri sends (see docs/pmix.md, "Failure events").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// It ended: `code` when it exited, `signal` when a signal killed it. An exit with code 0
+    /// is a failure only when it left without finalizing while others use PMIx.
+    Ended {
+        /// Its exit code.
+        code: Option<i32>,
+        /// The signal that killed it.
+        signal: Option<i32>,
+    },
+    /// Its host's agent was lost.
+    Lost,
+    /// Its host's agent was lost in a fault-tolerant job (`-with-ft`): told as an aborted
+    /// process, the event by which Open MPI's ULFM marks a peer failed (it takes
+    /// `PMIX_ERR_LOST_CONNECTION` for its own server gone, and aborts).
+    Aborted,
+}
+
+impl Failure {
+    /// The event's status and its `PMIX_EXIT_CODE`: a signal is
+    /// `PMIX_ERR_PROC_ABORTED_BY_SIG` (exit code 128 + N, as PRRTE gives it), a non-zero
+    /// exit `PMIX_ERR_PROC_ABORTED` (Open MPI 4.1's mpirun's code for any failed process),
+    /// an exit 0 without finalize `PMIX_ERR_PROC_TERM_WO_SYNC`, a lost host
+    /// `PMIX_ERR_LOST_CONNECTION`, or under `-with-ft` `PMIX_ERR_PROC_ABORTED` (no exit code
+    /// either way: nobody saw the ranks end).
+    pub fn event(self) -> (Status, Option<i32>) {
+        match self {
+            Failure::Ended {
+                signal: Some(s), ..
+            } => (ffi::PMIX_ERR_PROC_ABORTED_BY_SIG, Some(128 + s)),
+            Failure::Ended { code: Some(0), .. } => (ffi::PMIX_ERR_PROC_TERM_WO_SYNC, Some(0)),
+            Failure::Ended { code, .. } => (ffi::PMIX_ERR_PROC_ABORTED, code),
+            Failure::Lost => (ffi::PMIX_ERR_LOST_CONNECTION, None),
+            Failure::Aborted => (ffi::PMIX_ERR_PROC_ABORTED, None),
+        }
+    }
+}
+
+/// Forgets a namespace: no more upcalls, the library's data about it released.
+pub fn deregister(nspace: &str) {
+    forget(nspace);
+    ffi::unroute(nspace);
+    ffi::deregister_nspace(nspace);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{AppPlan, RankPlan};
+
+    /// A directory kauri makes at a predictable path is used only when it is its user's: made
+    /// here with mode 0700, or found there as a real directory of this user with mode 0700
+    /// (another agent of the same job made it). A planted directory open to others, another
+    /// user's, or a symbolic link (to a good directory, or dangling) is refused.
+    #[test]
+    fn a_planted_private_dir_is_refused() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let mode = |p: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(p).unwrap().mode() & 0o777
+        };
+        let base = std::env::temp_dir().join(format!("kauri-private-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir(&base).unwrap();
+        let fresh = base.join("fresh");
+        create_private_dir(&fresh).unwrap();
+        assert_eq!(mode(&fresh), 0o700);
+        // Ours already: used as it is.
+        create_private_dir(&fresh).unwrap();
+        let open = base.join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = create_private_dir(&open).expect_err("a directory open to all is refused");
+        assert!(e.contains("mode is 777"), "{e}");
+        let link = base.join("link");
+        symlink(&fresh, &link).unwrap();
+        let e = create_private_dir(&link).expect_err("a symlink is refused");
+        assert!(e.contains("symbolic link"), "{e}");
+        let dangling = base.join("dangling");
+        symlink(base.join("target"), &dangling).unwrap();
+        assert!(create_private_dir(&dangling).is_err());
+        assert!(
+            !base.join("target").exists(),
+            "a planted symlink is not followed"
+        );
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = base.join("theirs");
+            create_private_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+            let e = create_private_dir(&theirs).expect_err("another user's directory is refused");
+            assert!(e.contains("owned by uid 65534"), "{e}");
+        }
+        // Under a root where the shared-memory directory was planted: the host's start fails.
+        let root = base.join("shm");
+        create_private_dir(&root).unwrap();
+        let made = shm_dir_in(&root, "kauri_1_x", 3).unwrap().expect("made");
+        assert_eq!(mode(&made), 0o700);
+        std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = shm_dir_in(&root, "kauri_1_x", 3).expect_err("a planted one is an error");
+        assert!(e.contains("not a private directory"), "{e}");
+        assert_eq!(shm_dir_in(&base.join("none"), "kauri_1_x", 3), Ok(None));
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    fn plan(rank_node: Vec<u32>, hosts: &[&str]) -> JobPlan {
+        let size = rank_node.len();
+        JobPlan {
+            kvsname: "kauri_1_abc_vm".into(),
+            size,
+            universe_size: -1,
+            appnum: vec![0; size],
+            process_mapping: String::new(),
+            apps: vec![AppPlan {
+                program: "a".into(),
+                args: vec![],
+                env: vec![],
+                wdir: "/".into(),
+            }],
+            output: Default::default(),
+            pmi_port: false,
+            kill_grace_ms: 0,
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            master: None,
+            spawner: None,
+            parent_rank: None,
+            preput: vec![],
+            adopt: None,
+            simulated_hosts: false,
+            rank_node,
+            pmix: true,
+            pmi_too: false,
+            pmix_library: None,
+            profile: false,
+            binding: None,
+            report_bindings: false,
+            iface: None,
+            port_range: None,
+            fault_tolerant: false,
+        }
+    }
+
+    fn get<'a>(info: &'a [(String, Val)], key: &str) -> Vec<&'a Val> {
+        info.iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v)
+            .collect()
+    }
+
+    #[test]
+    fn two_hosts_round_robin() {
+        let job = plan(vec![0, 1, 0, 1], &["n1", "n2"]);
+        let me = HostPlan {
+            host: "n2".into(),
+            node: 1,
+            index: 1,
+            ranks: vec![
+                RankPlan {
+                    rank: 1,
+                    app: 0,
+                    local_id: 0,
+                },
+                RankPlan {
+                    rank: 3,
+                    app: 0,
+                    local_id: 1,
+                },
+            ],
+        };
+        let j = JobInfo::new(&job, &me, "/tmp/x");
+        assert_eq!(j.local, vec![1, 3]);
+        assert_eq!(get(&j.info, "pmix.lpeers"), [&Val::Str("1,3".into())]);
+        assert_eq!(get(&j.info, "pmix.lldr"), [&Val::Rank(1)]);
+        assert_eq!(get(&j.info, "pmix.job.size"), [&Val::U32(4)]);
+        assert_eq!(get(&j.info, "pmix.univ.size"), [&Val::U32(4)]);
+        assert_eq!(get(&j.info, "pmix.nodeid"), [&Val::U32(1)]);
+        // The library is not running in unit tests: the plain lists are registered.
+        assert_eq!(get(&j.info, "pmix.nmap"), [&Val::Str("n1,n2".into())]);
+        assert_eq!(get(&j.info, "pmix.pmap"), [&Val::Str("0,2;1,3".into())]);
+        let pdata = get(&j.info, "pmix.pdata");
+        assert_eq!(pdata.len(), 4);
+        // Rank 2 is on n1, its second rank.
+        let Val::Infos(r2) = pdata[2] else {
+            panic!("pdata is an array")
+        };
+        assert!(r2.contains(&kv("pmix.lrank", Val::U16(1))));
+        assert!(r2.contains(&kv("pmix.hname", Val::Str("n1".into()))));
+        assert_eq!(get(&j.info, "pmix.node.arr").len(), 2);
+    }
+
+    #[test]
+    fn bad_plans_do_not_panic() {
+        // A rank map shorter than the job and pointing past the host list.
+        let mut job = plan(vec![5], &[]);
+        job.size = 3;
+        job.appnum = vec![7, 0];
+        let me = HostPlan {
+            host: "h".into(),
+            node: 0,
+            index: 0,
+            ranks: vec![],
+        };
+        let j = JobInfo::new(&job, &me, "/tmp");
+        assert_eq!(get(&j.info, "pmix.pdata").len(), 3);
+    }
+
+    #[test]
+    fn failures_and_their_events() {
+        let ended = |code, signal| Failure::Ended { code, signal }.event();
+        assert_eq!(
+            ended(None, Some(9)),
+            (ffi::PMIX_ERR_PROC_ABORTED_BY_SIG, Some(137))
+        );
+        assert_eq!(ended(Some(3), None), (ffi::PMIX_ERR_PROC_ABORTED, Some(3)));
+        assert_eq!(
+            ended(Some(0), None),
+            (ffi::PMIX_ERR_PROC_TERM_WO_SYNC, Some(0))
+        );
+        assert_eq!(ended(None, None), (ffi::PMIX_ERR_PROC_ABORTED, None));
+        assert_eq!(Failure::Lost.event(), (ffi::PMIX_ERR_LOST_CONNECTION, None));
+        assert_eq!(Failure::Aborted.event(), (ffi::PMIX_ERR_PROC_ABORTED, None));
+    }
+
+    #[test]
+    fn tags_are_short_and_stable() {
+        assert_eq!(tag("a"), tag("a"));
+        assert_ne!(tag("a"), tag("b"));
+        assert_eq!(tag("kauri_123_abcdef_host").len(), 8);
+    }
+}

@@ -1,0 +1,491 @@
+//! `kauri agent`: the per-host process of a multi-host job (an internal role, started by its
+//! parent through a launcher).
+//!
+//! It connects back to its parent, proves it holds the job key, receives its part of the job,
+//! starts its own child agents and its host's ranks, and then relays: fence contributions up
+//! (its subtree's puts merged into one message), merged deltas down, output and reports up,
+//! stdin, signals and teardown down. It exits when its ranks and its children are done, or at
+//! once, killing its ranks, when its parent disappears.
+
+use crate::host::iofwd::Stream;
+use crate::host::node::{Node, NodeEvent};
+use crate::tree::branch::{Branch, Out};
+use crate::tree::events::{self, JobTx};
+use crate::tree::hub::{Children, HubEvent};
+use crate::tree::profile::{Clock, HostProfile};
+use crate::tree::{self, Down, Link, Report, Up};
+use bytes::Bytes;
+use std::io::BufRead;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::debug;
+
+/// The command line of `kauri agent`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentArgs {
+    /// `ip:port` of the parent.
+    pub parent: String,
+    /// The agent's id; `None` under Slurm, where the host name identifies the agent.
+    pub id: Option<u32>,
+    /// The host name it stands for.
+    pub host: String,
+    /// `--pmi-trace`: log the PMI wire trace (`KAURI_PMI_TRACE`, which a remote shell does
+    /// not carry).
+    pub pmi_trace: bool,
+}
+
+impl AgentArgs {
+    /// Parses `--parent ADDR (--id N --host NAME | --slurm) [--pmi-trace]`.
+    pub fn parse(args: &[String]) -> Result<AgentArgs, String> {
+        let (mut parent, mut id, mut host, mut slurm) = (None, None, None, false);
+        let mut pmi_trace = false;
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            // The page's table is the one list of arguments (`kauri --help-man kauri-agent`).
+            if crate::cli::doc::KAURI_AGENT.find(a).is_none() {
+                return Err(format!("unknown agent argument {a}"));
+            }
+            let mut val = || it.next().cloned().ok_or(format!("{a} needs a value"));
+            match a.as_str() {
+                "--parent" => parent = Some(val()?),
+                "--id" => id = Some(val()?.parse::<u32>().map_err(|_| "bad --id".to_string())?),
+                "--host" => host = Some(val()?),
+                "--slurm" => slurm = true,
+                "--pmi-trace" => pmi_trace = true,
+                other => return Err(format!("unknown agent argument {other}")),
+            }
+        }
+        let parent = parent.ok_or("--parent is required")?;
+        if slurm {
+            let host = std::env::var("SLURMD_NODENAME")
+                .unwrap_or_else(|_| crate::host::node::local_host());
+            return Ok(AgentArgs {
+                parent,
+                id: None,
+                host,
+                pmi_trace,
+            });
+        }
+        Ok(AgentArgs {
+            parent,
+            id: Some(id.ok_or("--id is required")?),
+            host: host.ok_or("--host is required")?,
+            pmi_trace,
+        })
+    }
+}
+
+/// The job key: from the environment (removed at once, so ranks never see it) or from the
+/// first line of stdin.
+fn take_key() -> Result<String, String> {
+    if let Ok(k) = std::env::var(crate::launch::KEY_VAR) {
+        std::env::remove_var(crate::launch::KEY_VAR);
+        return Ok(k);
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .map_err(|e| format!("cannot read the job key: {e}"))?;
+    let k = line.trim().to_string();
+    if k.is_empty() {
+        return Err("no job key on stdin or in the environment".into());
+    }
+    Ok(k)
+}
+
+/// Runs the agent; returns its exit status.
+pub async fn run(args: AgentArgs) -> i32 {
+    let key = match take_key() {
+        Ok(k) => k,
+        Err(e) => {
+            say!("kauri agent on {}: {e}", args.host);
+            return 1;
+        }
+    };
+    match serve(args.clone(), key).await {
+        Ok(()) => 0,
+        Err(e) => {
+            say!("kauri agent on {}: {e}", args.host);
+            // No teardown ran (its parent is gone, most likely): what the ranks left is the
+            // keeper's to end.
+            crate::host::keeper::hand_over();
+            1
+        }
+    }
+}
+
+async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
+    let Some((mut agent, mut inbox)) = Agent::join(&args, key).await? else {
+        // The job ended before this agent connected: nothing to start.
+        return Ok(());
+    };
+    while !agent.branch.done() {
+        match inbox.next(agent.kill_at).await {
+            AgentEvent::Node(ev) => agent.on_node(ev),
+            AgentEvent::Child(ev) => agent.on_child(ev),
+            AgentEvent::Down(down) => agent.on_down(down)?,
+            AgentEvent::KillTimer => agent.on_kill_timer(),
+        }
+    }
+    agent.finish().await;
+    Ok(())
+}
+
+/// One thing that happened, for an agent.
+enum AgentEvent {
+    /// Its ranks.
+    Node(NodeEvent),
+    /// Its child links.
+    Child(HubEvent),
+    /// A message from its parent, or why the parent is gone.
+    Down(Result<(Down, Bytes), String>),
+    /// The teardown's grace is over.
+    KillTimer,
+}
+
+/// Where an agent's events come from. It holds a sender of each event channel, so neither
+/// ever reads as closed (a closed channel is ready at once, every time).
+struct AgentInbox {
+    node: events::Receiver<NodeEvent>,
+    hub: events::Receiver<HubEvent>,
+    down: mpsc::UnboundedReceiver<Result<(Down, Bytes), String>>,
+    _keep: (events::Sender<NodeEvent>, events::Sender<HubEvent>),
+}
+
+impl AgentInbox {
+    /// The next event; `kill_at`: when the grace ends, during a teardown.
+    async fn next(&mut self, kill_at: Option<Instant>) -> AgentEvent {
+        tokio::select! {
+            Some((_, ev)) = self.node.recv() => AgentEvent::Node(ev),
+            Some((_, ev)) = self.hub.recv() => AgentEvent::Child(ev),
+            down = self.down.recv() => AgentEvent::Down(
+                down.unwrap_or_else(|| Err("its parent disappeared".into())),
+            ),
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => AgentEvent::KillTimer,
+        }
+    }
+}
+
+/// An agent with its part of the job: its [`Branch`], its link to its parent, its kill
+/// timer. Each event is one method; what the branch hands up goes to the parent.
+struct Agent {
+    host: String,
+    branch: Branch,
+    /// The link to the parent (control messages go before queued output).
+    up: Link,
+    /// The task writing that link.
+    writer: tokio::task::JoinHandle<()>,
+    /// The task sending the link's heartbeat.
+    heartbeat: tokio::task::JoinHandle<()>,
+    /// When the ranks get SIGKILL, once the teardown began.
+    kill_at: Option<Instant>,
+    /// Between the teardown's SIGTERM and SIGKILL.
+    grace: Duration,
+}
+
+impl Agent {
+    /// Connects to the parent, proves the job key, takes its part of the job, and starts its
+    /// children and its ranks. `None` when the parent says the job has ended already.
+    async fn join(args: &AgentArgs, key: String) -> Result<Option<(Agent, AgentInbox)>, String> {
+        let sock = TcpStream::connect(&args.parent)
+            .await
+            .map_err(|e| format!("cannot connect to its parent {}: {e}", args.parent))?;
+        let _ = sock.set_nodelay(true);
+        let mut my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
+        let (mut rd, mut wr) = sock.into_split();
+        let id = args.id.unwrap_or(u32::MAX);
+        let nonce = match tree::recv_limited::<_, Down>(&mut rd, tree::HANDSHAKE_FRAME_MAX).await {
+            Ok(Some(Down::Challenge { nonce })) => nonce,
+            _ => return Err("its parent did not send the handshake".into()),
+        };
+        // The agent's clock starts at its handshake: its parent moves the profile onto its
+        // own clock by the moment the handshake arrived.
+        let clock = Clock::start();
+        let hello = Up::Hello {
+            id,
+            host: args.host.clone(),
+            mac: tree::mac(&key, &nonce, id),
+        };
+        tree::send(&mut wr, &hello)
+            .await
+            .map_err(|e| format!("handshake: {e}"))?;
+        let (my_id, job, me, children, launch) = match tree::recv::<_, Down>(&mut rd).await {
+            Ok(Some(Down::Spec {
+                id,
+                job,
+                me,
+                children,
+                launch,
+            })) => (id, job, me, children, launch),
+            Ok(Some(Down::Teardown | Down::Kill)) => return Ok(None),
+            Ok(None) => return Err("its parent refused it".into()),
+            _ => return Err("its parent did not send the job".into()),
+        };
+        let host = me.host.clone();
+        debug!(%host, ranks = me.ranks.len(), children = children.len(), "agent starting");
+        // -iface: the children connect to this host's address of the interface, where it
+        // has one (else to the address its parent reached it at).
+        if let (Some(i), false) = (&job.iface, children.is_empty()) {
+            match crate::launch::iface::address(i) {
+                Ok(ip) => my_ip = ip,
+                Err(e) => debug!("-iface {i}: {e}; the children connect to {my_ip}"),
+            }
+        }
+        let (every, silence) = (launch.heartbeat(), launch.silence());
+        let prof = job.profile.then(|| HostProfile {
+            ranks: me.ranks.len() as u32,
+            ..HostProfile::new(my_id, &host)
+        });
+
+        // The link up: control messages first, the ranks' output in runs.
+        let (up, queue) = tree::link();
+        let (out_tx, out_rx) = crate::host::iofwd::output_queue();
+        let writer = tokio::task::spawn_local(queue.write(wr, None, Some(out_rx)));
+        // Beating from now on: starting the children and the ranks may take a while.
+        let heartbeat =
+            tokio::task::spawn_local(tree::link::beat(up.clone(), Up::Heartbeat, every));
+        let report = |r: Report| {
+            up.send(&Up::Reports(vec![r]));
+        };
+
+        let (hub_tx, hub_rx) = events::channel();
+        let kids = Children::start(
+            children,
+            (*job).clone(),
+            launch,
+            key,
+            my_ip,
+            JobTx::new(0, hub_tx.clone()),
+            out_tx.clone(),
+        )
+        .await;
+        let kids = kids.unwrap_or_else(|e| {
+            report(Report::Failed {
+                reason: format!("agent on {host}: {e}"),
+            });
+            Children::none()
+        });
+        let (node_tx, node_rx) = events::channel();
+        // MASTER_PORT was free where the front end runs; check it where rank 0 runs.
+        let port_taken = match &job.master {
+            Some((_, port)) if me.ranks.iter().any(|r| r.rank == 0) => {
+                std::net::TcpListener::bind(("0.0.0.0", *port))
+                    .err()
+                    .map(|e| format!("MASTER_PORT {port} is not free on {host}: {e}"))
+            }
+            _ => None,
+        };
+        let fork_start = clock.now();
+        let node = match port_taken {
+            Some(e) => Err(e),
+            None => Node::start(&job, &me, JobTx::new(0, node_tx.clone()), out_tx).await,
+        };
+        let forked = clock.now();
+        let (node, error) = match node {
+            Ok(n) => (Some(n), None),
+            Err(e) => (None, Some(crate::host::proc::fd_cause(e))),
+        };
+        let started = node.is_some();
+        report(Report::NodeStarted {
+            host: host.clone(),
+            error,
+            procs: node.as_ref().map(|n| n.procs.clone()).unwrap_or_default(),
+        });
+        let mut branch = Branch::new(my_id, host.clone(), node, kids, true, clock, prof);
+        if job.fault_tolerant {
+            branch.tolerate_failures();
+        }
+        if started {
+            branch.profile_fork(fork_start, forked);
+        }
+        // The link's liveness: a heartbeat up, and a parent silent too long is a parent gone.
+        if let Some(s) = silence {
+            tree::link::keepalive(rd.as_ref(), s, tree::link::End::Child);
+        }
+        let (down_tx, down_rx) = mpsc::unbounded_channel::<Result<(Down, Bytes), String>>();
+        tokio::task::spawn_local(async move {
+            loop {
+                let next = match silence {
+                    Some(s) => match tokio::time::timeout(s, tree::recv_frame::<_, Down>(&mut rd))
+                        .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => {
+                            let why = format!("its parent was silent for {} s", s.as_secs_f64());
+                            let _ = down_tx.send(Err(why));
+                            break;
+                        }
+                    },
+                    None => tree::recv_frame::<_, Down>(&mut rd).await,
+                };
+                match next {
+                    Ok(Some(m)) => {
+                        if down_tx.send(Ok(m)).is_err() {
+                            break;
+                        }
+                    }
+                    _ => {
+                        let _ = down_tx.send(Err("its parent disappeared".into()));
+                        break;
+                    }
+                }
+            }
+        });
+        let agent = Agent {
+            host,
+            branch,
+            up,
+            writer,
+            heartbeat,
+            kill_at: None,
+            grace: Duration::from_millis(job.kill_grace_ms),
+        };
+        let inbox = AgentInbox {
+            node: node_rx,
+            hub: hub_rx,
+            down: down_rx,
+            _keep: (node_tx, hub_tx),
+        };
+        Ok(Some((agent, inbox)))
+    }
+
+    fn send(&self, out: Option<Out>) {
+        match out {
+            Some(Out::Up(m)) => {
+                self.up.send(&m);
+            }
+            Some(Out::Refused { line }) => {
+                let line = format!("kauri: {line}\n");
+                self.up.send(&Up::Output {
+                    stream: Stream::Stderr,
+                    file: None,
+                    data: line.into_bytes(),
+                });
+            }
+            None => {}
+        }
+    }
+
+    fn on_node(&mut self, ev: NodeEvent) {
+        let out = self.branch.on_node(ev);
+        self.send(out);
+        self.send_deferred();
+    }
+
+    fn on_child(&mut self, ev: HubEvent) {
+        let out = self.branch.on_child(ev);
+        self.send(out);
+        self.send_deferred();
+    }
+
+    fn send_deferred(&mut self) {
+        while let Some(out) = self.branch.take_deferred() {
+            self.send(Some(out));
+        }
+    }
+
+    /// A message from the parent, or why it is gone, which ends the agent.
+    fn on_down(&mut self, down: Result<(Down, Bytes), String>) -> Result<(), String> {
+        let (msg, frame) = match down {
+            Ok(m) => m,
+            Err(why) => {
+                // Nobody can use this part of the job any more.
+                self.branch.kill();
+                return Err(format!("{why}; killed its ranks"));
+            }
+        };
+        if msg == Down::Teardown {
+            if self.branch.teardown() {
+                self.kill_at = Some(Instant::now() + self.grace);
+            }
+            return Ok(());
+        }
+        let stacks = matches!(msg, Down::Status { stacks: true });
+        let out = self.branch.on_down(msg, frame);
+        match out {
+            // The stacks take a while: the answer goes up when they are taken.
+            Some(Out::Up(Up::Status(mine))) if stacks => {
+                let up = self.up.clone();
+                tokio::task::spawn_local(async move {
+                    let mut all = Vec::with_capacity(mine.len());
+                    for h in mine {
+                        all.push(crate::cli::status::add_stacks(h).await);
+                    }
+                    up.send(&Up::Status(all));
+                });
+            }
+            out => self.send(out),
+        }
+        Ok(())
+    }
+
+    fn on_kill_timer(&mut self) {
+        self.kill_at = None;
+        if let Some(n) = self.branch.node() {
+            n.signal(libc::SIGKILL);
+        }
+    }
+
+    /// Every rank here and below has ended: the rest of the output, the profile, `Done`.
+    async fn finish(mut self) {
+        let host = self.host.clone();
+        debug!(%host, "agent done");
+        self.branch.drain().await;
+        debug!(%host, "agent drained");
+        // Before Done: a fork-launched agent dies with its parent, which may leave right after.
+        crate::proto::pmix::shutdown();
+        if let Some((p, mut below)) = self.branch.take_profile() {
+            let mut all = vec![p];
+            all.append(&mut below);
+            self.up.send(&Up::Profile(all));
+        }
+        self.heartbeat.abort();
+        self.send(self.branch.last_refusals());
+        self.up.finish(&Up::Done);
+        let Agent {
+            writer, branch, up, ..
+        } = self;
+        // The output's senders go with the branch (its hub's launch tasks keep theirs until
+        // those end; Done does not wait for them).
+        drop((branch, up));
+        let _ = writer.await;
+        debug!(%host, "agent leaving");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every argument of the `kauri-agent` page is parsed, and one outside it is unknown.
+    #[test]
+    fn every_page_argument_is_parsed() {
+        for o in crate::cli::doc::KAURI_AGENT.opts() {
+            for name in o.all_names() {
+                let mut a = vec![name.to_string()];
+                a.extend((0..o.arg.words()).map(|_| "1".to_string()));
+                if let Err(e) = AgentArgs::parse(&a) {
+                    assert!(!e.contains("unknown"), "{a:?}: {e}");
+                }
+            }
+        }
+        let a: Vec<String> = ["--parent", "h:1", "--id", "2", "--host", "n"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            AgentArgs::parse(&a),
+            Ok(AgentArgs {
+                parent: "h:1".into(),
+                id: Some(2),
+                host: "n".into(),
+                pmi_trace: false,
+            })
+        );
+        let bad = vec!["--nope".to_string()];
+        assert!(AgentArgs::parse(&bad).unwrap_err().contains("unknown"));
+    }
+}

@@ -1,0 +1,1141 @@
+//! A parent's side of the tree: it launches its child agents, accepts and authenticates their
+//! connections, sends each its part of the job, reads what they report, and gathers fence
+//! contributions. The front end and every agent with children run one.
+//!
+//! Every child's queue exists from its launch: what is sent to a child before it connects (stdin
+//! for its rank 0, a publish, a signal) waits for it and follows its `Spec`. A child that
+//! connects after the teardown began is turned away (it gets `Teardown` instead of its part
+//! of the job) and counts as done.
+//!
+//! Launches are bounded ([`LaunchPlan::max_concurrent`] in flight, a slot freed when the agent
+//! connects or fails) and retried with back-off when sshd turns connections away under
+//! `MaxStartups`. An agent that cannot be started, does not connect back in time, or whose
+//! link ends before it said `Done` is reported as [`HubEvent::Lost`], with one line saying
+//! what and where.
+
+use crate::host::iofwd::Stream;
+use crate::launch::{self, Target};
+use crate::plan::{JobPlan, LaunchPlan, Subtree};
+use crate::proto::kvs::{merge, Packed};
+use crate::tree::events::JobTx;
+use crate::tree::{self, Down, Link, Queue, Up};
+use bytes::Bytes;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncBufReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tracing::{debug, info, warn};
+
+/// What the children did.
+#[derive(Debug)]
+pub enum HubEvent {
+    /// A message from child `id` (output goes straight to the output channel instead).
+    Up {
+        /// The child.
+        id: u32,
+        /// The message.
+        msg: Up,
+    },
+    /// Child `id` is gone or never came; `reason` is one line for the user.
+    Lost {
+        /// The child.
+        id: u32,
+        /// Why.
+        reason: String,
+    },
+    /// Connections that did not hold the job key were refused: one line for the user
+    /// (without the `kauri: ` prefix), from [`Refusals`].
+    Refused {
+        /// The line.
+        line: String,
+    },
+}
+
+/// How long a new connection has to prove it holds the key.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// The most connections of one listener in their handshake at once; more are closed at once
+/// and counted as refused.
+pub const HANDSHAKES_MAX: usize = 64;
+
+/// How many refused connections are named one by one; later ones are counted.
+pub const REFUSALS_SHOWN: usize = 3;
+
+/// The least time between two summary lines of refused connections.
+pub const REFUSALS_INTERVAL: Duration = Duration::from_secs(5);
+
+/// How many different reasons a summary names; the rest are counted as "other".
+const REASONS_SHOWN: usize = 4;
+
+/// The log of one listener's refused connections: the first [`REFUSALS_SHOWN`] are named one
+/// by one; later ones are counted, by reason, into a summary the caller asks for at most once
+/// per [`REFUSALS_INTERVAL`]. Sans-IO: it makes lines, the caller prints or sends them, so
+/// the root and an agent log the same way.
+#[derive(Debug, Default)]
+pub struct Refusals {
+    shown: usize,
+    held: BTreeMap<String, usize>,
+}
+
+/// What [`Refusals::refused`] says to do with one refusal.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Print this line now.
+    Show(String),
+    /// Counted for the next summary; `first` when it is the first since the last summary
+    /// (the caller then arranges for [`Refusals::summary`] an interval later).
+    Held {
+        /// The first held since the last summary.
+        first: bool,
+    },
+}
+
+impl Refusals {
+    /// A connection from `addr` was refused for `reason`.
+    pub fn refused(&mut self, addr: SocketAddr, reason: &str) -> Refusal {
+        if self.shown < REFUSALS_SHOWN {
+            self.shown += 1;
+            return Refusal::Show(format!("refused a connection from {addr}: {reason}"));
+        }
+        let first = self.held.is_empty();
+        *self.held.entry(reason.to_string()).or_default() += 1;
+        Refusal::Held { first }
+    }
+
+    /// The line that sums up the refusals held since the last one, if any:
+    /// `refused 297 more connections (unreadable handshake (…): 250; wrong job key: 47)`.
+    pub fn summary(&mut self) -> Option<String> {
+        if self.held.is_empty() {
+            return None;
+        }
+        let held = std::mem::take(&mut self.held);
+        let total: usize = held.values().sum();
+        let mut by_count: Vec<(String, usize)> = held.into_iter().collect();
+        by_count.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut reasons: Vec<String> = by_count
+            .iter()
+            .take(REASONS_SHOWN)
+            .map(|(r, n)| format!("{r}: {n}"))
+            .collect();
+        let other: usize = by_count.iter().skip(REASONS_SHOWN).map(|(_, n)| n).sum();
+        if other > 0 {
+            reasons.push(format!("other reasons: {other}"));
+        }
+        let s = if total == 1 { "" } else { "s" };
+        Some(format!(
+            "refused {total} more connection{s} ({})",
+            reasons.join("; ")
+        ))
+    }
+}
+
+/// Logs one refused connection through `refusals`: a line now, or counted into a summary
+/// sent [`REFUSALS_INTERVAL`] after the first refusal it counts.
+fn log_refusal(
+    refusals: &Rc<RefCell<Refusals>>,
+    events: &JobTx<HubEvent>,
+    addr: SocketAddr,
+    reason: &str,
+) {
+    let r = refusals.borrow_mut().refused(addr, reason);
+    match r {
+        Refusal::Show(line) => {
+            let _ = events.send(HubEvent::Refused { line });
+        }
+        Refusal::Held { first: true } => {
+            let (refusals, events) = (refusals.clone(), events.clone());
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(REFUSALS_INTERVAL).await;
+                let line = refusals.borrow_mut().summary();
+                if let Some(line) = line {
+                    let _ = events.send(HubEvent::Refused { line });
+                }
+            });
+        }
+        Refusal::Held { first: false } => {}
+    }
+}
+
+/// Launch attempts per agent when sshd turns connections away.
+const ATTEMPTS: u32 = 4;
+
+struct Shared {
+    pending: RefCell<HashMap<u32, Subtree>>,
+    /// Each child's link, from its launch until it is done.
+    links: RefCell<HashMap<u32, Link>>,
+    /// What waits on each link, taken by the link's writer when the child connects.
+    queued: RefCell<HashMap<u32, Queue>>,
+    /// The teardown began: children that connect from now on are turned away.
+    closing: std::cell::Cell<bool>,
+    connected: RefCell<HashSet<u32>>,
+    done: RefCell<HashSet<u32>>,
+    connect_wait: RefCell<HashMap<u32, tokio::sync::oneshot::Sender<()>>>,
+    /// When each child's launch began (for the startup profile).
+    launched_at: RefCell<HashMap<u32, Instant>>,
+    /// When each child's handshake was accepted.
+    connected_at: RefCell<HashMap<u32, Instant>>,
+    /// The refused connections, logged by [`log_refusal`].
+    refusals: Rc<RefCell<Refusals>>,
+}
+
+/// The links to this node's child agents.
+pub struct Children {
+    /// The direct children's subtrees.
+    pub subtrees: Vec<Subtree>,
+    /// The children, biggest subtree first: the order a broadcast is queued in, so the frame
+    /// that has the longest way to go leaves first.
+    order: Vec<u32>,
+    shared: Rc<Shared>,
+    accept: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        if let Some(a) = self.accept.take() {
+            a.abort();
+        }
+    }
+}
+
+impl Children {
+    /// No children.
+    pub fn none() -> Children {
+        Children {
+            subtrees: Vec::new(),
+            order: Vec::new(),
+            shared: Rc::new(Shared {
+                pending: RefCell::new(HashMap::new()),
+                links: RefCell::new(HashMap::new()),
+                queued: RefCell::new(HashMap::new()),
+                closing: std::cell::Cell::new(false),
+                connected: RefCell::new(HashSet::new()),
+                done: RefCell::new(HashSet::new()),
+                connect_wait: RefCell::new(HashMap::new()),
+                launched_at: RefCell::new(HashMap::new()),
+                connected_at: RefCell::new(HashMap::new()),
+                refusals: Rc::new(RefCell::new(Refusals::default())),
+            }),
+            accept: None,
+        }
+    }
+
+    /// Listens on `ip`, launches every child, and serves their links.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn start(
+        subtrees: Vec<Subtree>,
+        job: JobPlan,
+        plan: LaunchPlan,
+        key: String,
+        ip: IpAddr,
+        events: JobTx<HubEvent>,
+        out: crate::host::iofwd::OutputSender,
+    ) -> Result<Children, String> {
+        let mut c = Children::none();
+        if subtrees.is_empty() {
+            return Ok(c);
+        }
+        c.subtrees = subtrees.clone();
+        c.order = broadcast_order(&subtrees);
+        for t in &subtrees {
+            c.shared.pending.borrow_mut().insert(t.id, t.clone());
+            let (link, queue) = tree::link();
+            c.shared.links.borrow_mut().insert(t.id, link);
+            c.shared.queued.borrow_mut().insert(t.id, queue);
+        }
+        let listener = crate::launch::ports::listen_async(
+            IpAddr::from([0u8, 0, 0, 0]),
+            job.port_range.as_ref(),
+        )
+        .map_err(|e| format!("cannot listen for agents: {e}"))?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        let parent = SocketAddr::new(ip, port).to_string();
+        info!(%parent, children = subtrees.len(), "listening for agents");
+
+        // Accept, authenticate, serve.
+        let job = Rc::new(job);
+        {
+            let (shared, events, out, key, plan) = (
+                c.shared.clone(),
+                events.clone(),
+                out.clone(),
+                key.clone(),
+                plan.clone(),
+            );
+            let handshakes = Arc::new(Semaphore::new(HANDSHAKES_MAX));
+            c.accept = Some(tokio::task::spawn_local(async move {
+                loop {
+                    let (sock, addr) = accept_with_backoff(|| listener.accept()).await;
+                    let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                        // Closed at once: an unauthenticated peer holds no more than
+                        // HANDSHAKES_MAX sockets and buffers of this listener.
+                        drop(sock);
+                        let why = format!("over the handshake limit ({HANDSHAKES_MAX} at once)");
+                        log_refusal(&shared.refusals, &events, addr, &why);
+                        continue;
+                    };
+                    let (shared, events, out, key, plan, job) = (
+                        shared.clone(),
+                        events.clone(),
+                        out.clone(),
+                        key.clone(),
+                        plan.clone(),
+                        job.clone(),
+                    );
+                    tokio::task::spawn_local(async move {
+                        serve_child(sock, addr, permit, shared, events, out, key, plan, job).await;
+                    });
+                }
+            }));
+        }
+
+        // Launch.
+        let launcher: Rc<dyn launch::Launcher> = Rc::from(launch::for_plan(&plan)?);
+        let slots = Arc::new(Semaphore::new(plan.max_concurrent.max(1)));
+        let targets: Vec<Target> = subtrees
+            .iter()
+            .map(|t| Target {
+                id: t.id,
+                host: t.plan.host.clone(),
+            })
+            .collect();
+        let batches: Vec<Vec<Target>> = if plan.kind == "slurm" {
+            vec![targets]
+        } else {
+            targets.into_iter().map(|t| vec![t]).collect()
+        };
+        for batch in batches {
+            let (shared, events, out, key, plan, parent, launcher, slots) = (
+                c.shared.clone(),
+                events.clone(),
+                out.clone(),
+                key.clone(),
+                plan.clone(),
+                parent.clone(),
+                launcher.clone(),
+                slots.clone(),
+            );
+            tokio::task::spawn_local(async move {
+                // The slot is held until the agent connects or fails, not for its whole life.
+                let permit = slots.acquire_owned().await.ok();
+                launch_batch(
+                    batch, shared, events, out, key, plan, parent, launcher, permit,
+                )
+                .await;
+            });
+        }
+        Ok(c)
+    }
+
+    /// Sends a message to child `id` (queued until it connects, dropped once it is done).
+    pub fn send(&self, id: u32, msg: Down) {
+        if let Some(l) = self.shared.links.borrow().get(&id) {
+            l.send(&msg);
+        }
+    }
+
+    /// Sends a message to every child that is not done (queued for those not connected yet).
+    /// The message is encoded once and the same bytes go to every child (a fence's merged
+    /// delta is the biggest message there is; a parent of many children used to clone and
+    /// encode it once per child).
+    pub fn broadcast(&self, msg: &Down) {
+        let links = self.shared.links.borrow();
+        if links.is_empty() {
+            return;
+        }
+        match tree::encode(msg) {
+            Ok(f) => {
+                for l in self.order.iter().filter_map(|id| links.get(id)) {
+                    l.send_frame(f.clone());
+                }
+            }
+            Err(e) => warn!("cannot encode a message for the children: {e}"),
+        }
+    }
+
+    /// Sends a frame as it came from this node's parent to every child: a fence's result
+    /// is passed on without being encoded again.
+    pub fn broadcast_frame(&self, frame: &Bytes) {
+        let links = self.shared.links.borrow();
+        for l in self.order.iter().filter_map(|id| links.get(id)) {
+            l.send_frame(frame.clone());
+        }
+    }
+
+    /// Sends a message towards agent `to`: to the direct child whose subtree holds it.
+    /// Returns false when no child does.
+    pub fn route(&self, to: u32, msg: Down) -> bool {
+        match self.subtrees.iter().find(|t| t.contains_agent(to)) {
+            Some(t) => {
+                self.send(t.id, msg);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Every rank in the subtree of child `id` (empty for an unknown child).
+    pub fn ranks_below(&self, id: u32) -> Vec<usize> {
+        self.subtrees
+            .iter()
+            .find(|t| t.id == id)
+            .map(crate::plan::Subtree::ranks)
+            .unwrap_or_default()
+    }
+
+    /// The child whose subtree runs `rank`.
+    pub fn child_with_rank(&self, rank: usize) -> Option<u32> {
+        self.subtrees
+            .iter()
+            .find(|t| t.contains_rank(rank))
+            .map(|t| t.id)
+    }
+
+    /// Records that child `id` is finished (it said `Done`, or it is lost).
+    pub fn mark_done(&self, id: u32) {
+        self.shared.done.borrow_mut().insert(id);
+        self.shared.links.borrow_mut().remove(&id);
+        self.shared.queued.borrow_mut().remove(&id);
+    }
+
+    /// The teardown began: a child that connects from now on is sent `Teardown` instead of
+    /// its part of the job, and counts as done.
+    pub fn close(&self) {
+        self.shared.closing.set(true);
+    }
+
+    /// Stops accepting agents: the listener's socket and its task go (a job that ended while
+    /// the run goes on).
+    pub fn stop_listening(&mut self) {
+        if let Some(a) = self.accept.take() {
+            a.abort();
+        }
+    }
+
+    /// True when every child is finished.
+    pub fn all_done(&self) -> bool {
+        let done = self.shared.done.borrow();
+        self.subtrees.iter().all(|t| done.contains(&t.id))
+    }
+
+    /// The summary of the refusals held for a summary that has not been printed yet (at the
+    /// end of the job, so that none goes unsaid).
+    pub fn refusal_summary(&self) -> Option<String> {
+        self.shared.refusals.borrow_mut().summary()
+    }
+
+    /// The hosts of the children that are not finished.
+    pub fn unfinished(&self) -> Vec<String> {
+        let done = self.shared.done.borrow();
+        self.subtrees
+            .iter()
+            .filter(|t| !done.contains(&t.id))
+            .map(|t| t.plan.host.clone())
+            .collect()
+    }
+
+    /// The host of child `id`.
+    pub fn host(&self, id: u32) -> String {
+        self.subtrees
+            .iter()
+            .find(|t| t.id == id)
+            .map_or_else(|| format!("agent {id}"), |t| t.plan.host.clone())
+    }
+
+    /// When child `id`'s launch began and when its handshake was accepted.
+    pub fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
+        (
+            self.shared.launched_at.borrow().get(&id).copied(),
+            self.shared.connected_at.borrow().get(&id).copied(),
+        )
+    }
+
+    /// The ids of the direct children.
+    pub fn ids(&self) -> Vec<u32> {
+        self.subtrees.iter().map(|t| t.id).collect()
+    }
+}
+
+/// The children's ids, biggest subtree first (ties: in the given order).
+pub fn broadcast_order(subtrees: &[Subtree]) -> Vec<u32> {
+    let mut v: Vec<(usize, u32)> = subtrees.iter().map(|t| (t.agents(), t.id)).collect();
+    v.sort_by_key(|&(n, _)| std::cmp::Reverse(n));
+    v.into_iter().map(|(_, id)| id).collect()
+}
+
+/// The handshake and then the life of one child link.
+#[allow(clippy::too_many_arguments)]
+async fn serve_child(
+    sock: TcpStream,
+    addr: SocketAddr,
+    handshake: tokio::sync::OwnedSemaphorePermit,
+    shared: Rc<Shared>,
+    events: JobTx<HubEvent>,
+    out: crate::host::iofwd::OutputSender,
+    key: String,
+    plan: LaunchPlan,
+    job: Rc<JobPlan>,
+) {
+    let _ = sock.set_nodelay(true);
+    let (mut rd, mut wr) = sock.into_split();
+    let refuse = |reason: String| log_refusal(&shared.refusals, &events, addr, &reason);
+    let nonce = match tree::nonce() {
+        Ok(n) => n,
+        Err(e) => {
+            crate::host::proc::note_fd_error(&e);
+            return debug!("no nonce for a connection from {addr}: {e}");
+        }
+    };
+    if tree::send(&mut wr, &Down::Challenge { nonce })
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let hello = tokio::time::timeout(
+        HANDSHAKE,
+        tree::recv_limited::<_, Up>(&mut rd, tree::HANDSHAKE_FRAME_MAX),
+    )
+    .await;
+    let (id, host, mac) = match hello {
+        Ok(Ok(Some(Up::Hello { id, host, mac }))) => (id, host, mac),
+        Ok(Ok(Some(_))) => return refuse("it did not start with the handshake".into()),
+        Ok(Ok(None)) => return refuse("it closed the connection during the handshake".into()),
+        Ok(Err(e)) => return refuse(format!("unreadable handshake ({e})")),
+        Err(_) => return refuse("no handshake within 10 s".into()),
+    };
+    if !tree::verify(&key, &nonce, id, &mac) {
+        return refuse("wrong job key".into());
+    }
+    // A Slurm agent knows its host, not its id.
+    let id = if id == u32::MAX {
+        let p = shared.pending.borrow();
+        match p
+            .values()
+            .find(|t| t.plan.host == host || host.split('.').next() == Some(&t.plan.host))
+        {
+            Some(t) => t.id,
+            None => return refuse(format!("no agent is expected on host {host}")),
+        }
+    } else {
+        id
+    };
+    let Some(subtree) = shared.pending.borrow_mut().remove(&id) else {
+        return refuse(format!("agent {id} is not expected (or already connected)"));
+    };
+    drop(handshake);
+    debug!(id, host = %subtree.plan.host, "agent connected");
+    shared.connected.borrow_mut().insert(id);
+    shared.connected_at.borrow_mut().insert(id, Instant::now());
+    if let Some(w) = shared.connect_wait.borrow_mut().remove(&id) {
+        let _ = w.send(());
+    }
+    let Some(queue) = shared.queued.borrow_mut().remove(&id) else {
+        // Lost already (its launch timed out, say) and then connected after all.
+        let _ = tree::send(&mut wr, &Down::Teardown).await;
+        return;
+    };
+    if shared.closing.get() {
+        // The job is ending: the child starts nothing and leaves.
+        debug!(id, "agent connected during the teardown; turned away");
+        shared.done.borrow_mut().insert(id);
+        shared.links.borrow_mut().remove(&id);
+        let _ = tree::send(&mut wr, &Down::Teardown).await;
+        let _ = events.send(HubEvent::Up { id, msg: Up::Done });
+        return;
+    }
+    let (every, silence) = (plan.heartbeat(), plan.silence());
+    if let Some(s) = silence {
+        tree::link::keepalive(rd.as_ref(), s, tree::link::End::Parent);
+    }
+    let spec = tree::encode(&Down::Spec {
+        id,
+        job: Box::new((*job).clone()),
+        me: subtree.plan.clone(),
+        children: subtree.children.clone(),
+        launch: plan,
+    });
+    let spec = match spec {
+        Ok(f) => f,
+        Err(e) => return refuse(format!("cannot encode its part of the job: {e}")),
+    };
+    // Its Spec first, then whatever was queued for it since its launch, then the rest.
+    tokio::task::spawn_local(queue.write(wr, Some(spec), None));
+    let heartbeat = shared
+        .links
+        .borrow()
+        .get(&id)
+        .cloned()
+        .map(|l| tokio::task::spawn_local(tree::link::beat(l, Down::Heartbeat, every)));
+    let _stop_beating = heartbeat.map(AbortOnDrop);
+    let host = subtree.plan.host;
+    let mut why = format!("agent on {host} died");
+    loop {
+        let next = match silence {
+            Some(s) => match tokio::time::timeout(s, tree::recv::<_, Up>(&mut rd)).await {
+                Ok(r) => r,
+                Err(_) => {
+                    why = format!(
+                        "agent on {host} was silent for {} s (KAURI_HEARTBEAT_TIMEOUT)",
+                        s.as_secs_f64()
+                    );
+                    break;
+                }
+            },
+            None => tree::recv::<_, Up>(&mut rd).await,
+        };
+        match next {
+            Ok(Some(Up::Heartbeat)) => {}
+            Ok(Some(Up::Output { stream, file, data })) => {
+                let dest = crate::host::iofwd::Dest {
+                    stream,
+                    file: file.map(Into::into),
+                    close: false,
+                };
+                if out.send(dest, Bytes::from(data)).await.is_err() {
+                    break;
+                }
+            }
+            Ok(Some(Up::Done)) => {
+                let _ = events.send(HubEvent::Up { id, msg: Up::Done });
+                return;
+            }
+            Ok(Some(msg)) => {
+                let _ = events.send(HubEvent::Up { id, msg });
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    if !shared.done.borrow().contains(&id) {
+        let reason = crate::host::proc::fd_cause(why);
+        let _ = events.send(HubEvent::Lost { id, reason });
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts one launcher process (one agent, or all of Slurm's), retrying when sshd refuses,
+/// and reports agents that never connect.
+#[allow(clippy::too_many_arguments)]
+async fn launch_batch(
+    batch: Vec<Target>,
+    shared: Rc<Shared>,
+    events: JobTx<HubEvent>,
+    out: crate::host::iofwd::OutputSender,
+    key: String,
+    plan: LaunchPlan,
+    parent: String,
+    launcher: Rc<dyn launch::Launcher>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+) {
+    let mut permit = permit;
+    let now = Instant::now();
+    for t in &batch {
+        shared.launched_at.borrow_mut().insert(t.id, now);
+    }
+    let names: Vec<String> = batch.iter().map(|t| t.host.clone()).collect();
+    let what = names.join(",");
+    let mut waits = Vec::new();
+    for t in &batch {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        shared.connect_wait.borrow_mut().insert(t.id, tx);
+        waits.push(rx);
+    }
+    let all_connected = async {
+        for w in waits {
+            let _ = w.await;
+        }
+    };
+    tokio::pin!(all_connected);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(plan.connect_timeout_s);
+    let lose = |reason: String| {
+        let reason = crate::host::proc::fd_cause(reason);
+        for t in &batch {
+            if !shared.connected.borrow().contains(&t.id) {
+                let _ = events.send(HubEvent::Lost {
+                    id: t.id,
+                    reason: reason.clone(),
+                });
+            }
+        }
+    };
+    for attempt in 1..=ATTEMPTS {
+        let started = match launcher.start(&batch, &parent, &key) {
+            Ok(s) => s,
+            Err(e) if crate::host::proc::note_fd_error(&e) => {
+                return lose(format!("cannot start an agent on {what}"))
+            }
+            Err(e) => {
+                return lose(format!(
+                    "cannot start an agent on {what}: {}: {e}",
+                    plan.exec
+                ))
+            }
+        };
+        let Some(mut child) = started.into_iter().next().map(|s| s.child) else {
+            return;
+        };
+        // The launcher's stderr (ssh's complaints, the agent's own messages) goes to ours; its
+        // last line explains a failure.
+        let last = Rc::new(RefCell::new(Vec::<String>::new()));
+        if let Some(err) = child.stderr.take() {
+            let (last, out, shared) = (last.clone(), out.clone(), shared.clone());
+            let ids: Vec<u32> = batch.iter().map(|t| t.id).collect();
+            tokio::task::spawn_local(async move {
+                let mut lines = tokio::io::BufReader::new(err).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    // Once the job is ending, what an agent that never connected says is a
+                    // consequence (its parent closed, say): kept for its own failure line,
+                    // not printed.
+                    let unconnected = ids.iter().any(|i| !shared.connected.borrow().contains(i));
+                    if shared.closing.get() && unconnected {
+                        let mut v = last.borrow_mut();
+                        v.push(l);
+                        if v.len() > 3 {
+                            v.remove(0);
+                        }
+                        continue;
+                    }
+                    {
+                        let mut v = last.borrow_mut();
+                        v.push(l.clone());
+                        if v.len() > 3 {
+                            v.remove(0);
+                        }
+                    }
+                    let _ = out
+                        .send(Stream::Stderr, Bytes::from(format!("{l}\n")))
+                        .await;
+                }
+            });
+        }
+        tokio::select! {
+            _ = &mut all_connected => {
+                // Running: the links report from now on. Free the launch slot; reap the
+                // launcher when it ends.
+                drop(permit.take());
+                let _running = RunningLauncher::new();
+                let _ = child.wait().await;
+                return;
+            }
+            status = child.wait() => {
+                // Give the stderr reader a moment to take the last words.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let tail = last.borrow().join(" / ");
+                let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+                let refused = tail.contains("exchange_identification")
+                    || tail.contains("Connection closed by")
+                    || tail.contains("Connection reset by");
+                if refused && attempt < ATTEMPTS {
+                    let wait = Duration::from_millis(500 << attempt);
+                    info!(%what, attempt, "sshd refused the launch; retrying in {wait:?}");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                if shared.connected.borrow().len() >= batch.len()
+                    && batch.iter().all(|t| shared.connected.borrow().contains(&t.id))
+                {
+                    return;
+                }
+                let why = if tail.is_empty() { format!("{} {status}", plan.exec) } else { tail };
+                return lose(format!("cannot start an agent on {what}: {why}"));
+            }
+            _ = tokio::time::sleep_until(deadline) => {
+                // The launcher leads its own process group: take all of it.
+                if let Some(pid) = child.id() {
+                    crate::host::proc::signal_group(pid, libc::SIGKILL);
+                }
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                return lose(format!(
+                    "agent on {what} did not connect back within {} s",
+                    plan.connect_timeout_s
+                ));
+            }
+        }
+    }
+}
+
+/// Launcher processes whose agents connected and that have not ended yet.
+static RUNNING_LAUNCHERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts one launcher process in [`RUNNING_LAUNCHERS`] while it lives.
+struct RunningLauncher;
+
+impl RunningLauncher {
+    fn new() -> RunningLauncher {
+        RUNNING_LAUNCHERS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        RunningLauncher
+    }
+}
+
+impl Drop for RunningLauncher {
+    fn drop(&mut self) {
+        RUNNING_LAUNCHERS.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Waits, at most `patience`, until every launcher process this process started has ended
+/// (the agents it stands for said `Done` and are leaving). A resource manager's launcher
+/// (`qrsh -inherit`, `srun`, `blaunch`) reports its task's end to the manager when it ends:
+/// killed before that, the manager counts the task as failed (Grid Engine then fails the
+/// whole job: "tightly integrated parallel task … failed - killing job").
+pub async fn launchers_ended(patience: Duration) {
+    let deadline = tokio::time::Instant::now() + patience;
+    while RUNNING_LAUNCHERS.load(std::sync::atomic::Ordering::SeqCst) > 0
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Accepts the next connection. An error (EMFILE or ENFILE when file descriptors run out,
+/// ENOBUFS, …) is usually still there a moment later: wait before trying again, from 10 ms
+/// doubling to 1 s, instead of spinning on it; the first error of a run is logged.
+pub async fn accept_with_backoff<T, F, Fut>(mut accept: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<T>>,
+{
+    let mut wait = Duration::from_millis(10);
+    loop {
+        match accept().await {
+            Ok(x) => return x,
+            Err(e) => {
+                // Out of descriptors: said once, as the cause, by whatever fails because of
+                // it (crate::host::proc::fd_cause); the retries are not news.
+                let fds = crate::host::proc::note_fd_error(&e);
+                if wait == Duration::from_millis(10) && !fds {
+                    warn!("cannot accept a connection: {e}; retrying");
+                } else if wait == Duration::from_millis(10) {
+                    debug!("cannot accept a connection: {e}; retrying");
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// A fence contribution: several merge into one on the way up the tree.
+pub trait Contribution: Sized {
+    /// Merges contributions in order (the node's own first, then the children's by id).
+    fn merge(parts: impl Iterator<Item = Self>) -> Self;
+}
+
+impl Contribution for Packed {
+    fn merge(parts: impl Iterator<Item = Self>) -> Self {
+        merge(parts)
+    }
+}
+
+/// PMIx fence data: opaque blobs, concatenated.
+impl Contribution for Vec<u8> {
+    fn merge(parts: impl Iterator<Item = Self>) -> Self {
+        crate::proto::kvs::concat(parts)
+    }
+}
+
+/// Gathers one node's fence contributions: its own ranks' and one merged contribution from
+/// each child, for one epoch at a time. `T` is a PMI [`Packed`] delta or a PMIx blob.
+#[derive(Debug)]
+pub struct Gather<T = Packed> {
+    epoch: u64,
+    need_local: bool,
+    local: Option<T>,
+    children: BTreeMap<u32, T>,
+    child_ids: HashSet<u32>,
+    /// Parts of the current epoch from children dropped after they gave them.
+    dropped: Vec<T>,
+}
+
+impl<T: Contribution> Gather<T> {
+    /// A gather over the node's own ranks (if it has any) and `child_ids`.
+    pub fn new(need_local: bool, child_ids: Vec<u32>) -> Gather<T> {
+        Gather {
+            epoch: 0,
+            need_local,
+            local: None,
+            children: BTreeMap::new(),
+            child_ids: child_ids.into_iter().collect(),
+            dropped: Vec::new(),
+        }
+    }
+
+    /// The node's own contribution; returns the merged one when the epoch is complete.
+    pub fn local(&mut self, epoch: u64, part: T) -> Option<(u64, T)> {
+        if epoch != self.epoch {
+            return None;
+        }
+        self.local = Some(part);
+        self.complete()
+    }
+
+    /// A child's contribution.
+    pub fn child(&mut self, id: u32, epoch: u64, part: T) -> Option<(u64, T)> {
+        if epoch != self.epoch || !self.child_ids.contains(&id) {
+            return None;
+        }
+        self.children.insert(id, part);
+        self.complete()
+    }
+
+    /// The epoch being gathered.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Some part of the current epoch is in (this node's or a child's): a fence is under way.
+    pub fn under_way(&self) -> bool {
+        self.local.is_some() || !self.children.is_empty() || !self.dropped.is_empty()
+    }
+
+    /// The current epoch still waits for this node's own ranks.
+    pub fn needs_local(&self) -> bool {
+        self.need_local && self.local.is_none()
+    }
+
+    /// The current epoch still waits for child `id`.
+    pub fn needs_child(&self, id: u32) -> bool {
+        self.child_ids.contains(&id) && !self.children.contains_key(&id)
+    }
+
+    /// Child `id` will contribute no more (its host was lost, or all its ranks ended, in a
+    /// job that goes on without them): this epoch and the next ones complete without it (a
+    /// part it already gave this epoch is kept). Returns the merged contribution when that
+    /// completes the epoch under way.
+    pub fn drop_child(&mut self, id: u32) -> Option<(u64, T)> {
+        if !self.child_ids.remove(&id) {
+            return None;
+        }
+        if let Some(part) = self.children.remove(&id) {
+            self.dropped.push(part);
+        }
+        self.complete_under_way()
+    }
+
+    /// The node's own ranks will contribute no more (all ended): as [`Gather::drop_child`].
+    pub fn drop_local(&mut self) -> Option<(u64, T)> {
+        if !self.need_local {
+            return None;
+        }
+        self.need_local = false;
+        if let Some(part) = self.local.take() {
+            self.dropped.push(part);
+        }
+        self.complete_under_way()
+    }
+
+    /// Completes the epoch if a part of it is in and nothing more is needed: an epoch nobody
+    /// has started is not completed by a drop.
+    fn complete_under_way(&mut self) -> Option<(u64, T)> {
+        if self.under_way() {
+            self.complete()
+        } else {
+            None
+        }
+    }
+
+    fn complete(&mut self) -> Option<(u64, T)> {
+        if self.need_local && self.local.is_none() {
+            return None;
+        }
+        // Every key is a known child (checked on insert), so counting is enough: checking
+        // each id on every arrival made a gather over N children O(N²).
+        if self.children.len() < self.child_ids.len() {
+            return None;
+        }
+        let parts = self
+            .local
+            .take()
+            .into_iter()
+            .chain(std::mem::take(&mut self.children).into_values())
+            .chain(std::mem::take(&mut self.dropped));
+        let merged = T::merge(parts);
+        let e = self.epoch;
+        self.epoch += 1;
+        Some((e, merged))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(k: &str, v: &str) -> Packed {
+        Packed::from_pairs([(k, v)])
+    }
+
+    fn none() -> Packed {
+        Packed::default()
+    }
+
+    /// A persistent accept error (here EMFILE, five times) is waited out with a growing
+    /// pause, not retried at once in a loop that holds the thread.
+    #[tokio::test(start_paused = true)]
+    async fn accept_errors_back_off() {
+        let calls = std::cell::Cell::new(0);
+        let t0 = tokio::time::Instant::now();
+        let got = accept_with_backoff(|| {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move {
+                if n <= 5 {
+                    Err(std::io::Error::from_raw_os_error(libc::EMFILE))
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(got, 6);
+        // 10 + 20 + 40 + 80 + 160 ms of waiting, in the runtime's (paused) clock.
+        assert!(
+            t0.elapsed() >= Duration::from_millis(310),
+            "retried after {:?}",
+            t0.elapsed()
+        );
+    }
+
+    /// The first refusals are named, the rest counted by reason into one summary line, and
+    /// a summary comes only when something was held since the last.
+    #[test]
+    fn refusals_are_named_then_summarised() {
+        let mut r = Refusals::default();
+        let a: SocketAddr = "10.0.0.1:4000".parse().unwrap();
+        for _ in 0..REFUSALS_SHOWN {
+            assert!(matches!(r.refused(a, "wrong job key"), Refusal::Show(l)
+                if l == "refused a connection from 10.0.0.1:4000: wrong job key"));
+        }
+        assert_eq!(r.refused(a, "wrong job key"), Refusal::Held { first: true });
+        for _ in 0..295 {
+            assert_eq!(
+                r.refused(a, "wrong job key"),
+                Refusal::Held { first: false }
+            );
+        }
+        assert_eq!(r.refused(a, "no handshake"), Refusal::Held { first: false });
+        assert_eq!(
+            r.summary().as_deref(),
+            Some("refused 297 more connections (wrong job key: 296; no handshake: 1)")
+        );
+        assert_eq!(r.summary(), None);
+        for (i, why) in ["a", "b", "c", "d", "e", "f"].iter().enumerate() {
+            assert_eq!(r.refused(a, why), Refusal::Held { first: i == 0 });
+        }
+        assert_eq!(
+            r.summary().as_deref(),
+            Some("refused 6 more connections (a: 1; b: 1; c: 1; d: 1; other reasons: 2)")
+        );
+    }
+
+    #[test]
+    fn gather_waits_for_everyone_then_merges_in_order() {
+        let mut g: Gather = Gather::new(true, vec![2, 5]);
+        assert!(g.child(5, 0, one("c", "5")).is_none());
+        assert!(g.local(0, one("a", "0")).is_none());
+        assert!(
+            g.child(5, 1, none()).is_none(),
+            "a later epoch is not mixed in"
+        );
+        let (e, d) = g.child(2, 0, one("b", "2")).unwrap();
+        assert_eq!(e, 0);
+        let keys: Vec<&str> = d.pairs().map(|p| p.unwrap().0).collect();
+        assert_eq!(keys, vec!["a", "b", "c"]);
+        // The next epoch starts empty.
+        assert!(g.local(1, none()).is_none());
+    }
+
+    #[test]
+    fn a_gather_says_what_it_still_waits_for() {
+        let mut g: Gather = Gather::new(true, vec![2, 5]);
+        assert!(!g.under_way() && g.needs_local() && g.needs_child(2));
+        assert!(g.child(5, 0, none()).is_none());
+        assert!(g.under_way() && g.needs_local() && g.needs_child(2) && !g.needs_child(5));
+        assert!(!g.needs_child(7), "not a child");
+        assert!(g.local(0, none()).is_none());
+        assert!(g.child(2, 0, none()).is_some());
+        assert_eq!(g.epoch(), 1);
+        assert!(
+            !g.under_way() && g.needs_child(5),
+            "the next epoch waits for everyone"
+        );
+    }
+
+    #[test]
+    fn a_broadcast_goes_to_the_biggest_subtree_first() {
+        let hosts = (0..7)
+            .map(|i| crate::plan::HostPlan {
+                host: format!("h{i}"),
+                node: i,
+                index: i,
+                ranks: Vec::new(),
+            })
+            .collect();
+        // Width 3 over 7 hosts: 1(4,5,6), 2(7), 3.
+        let t = crate::tree::build(hosts, 3);
+        assert_eq!(broadcast_order(&t), vec![1, 2, 3]);
+        let reversed: Vec<Subtree> = t.into_iter().rev().collect();
+        assert_eq!(broadcast_order(&reversed), vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn an_unknown_child_is_ignored() {
+        let mut g: Gather = Gather::new(false, vec![1]);
+        assert!(g.child(9, 0, none()).is_none());
+        assert_eq!(g.child(1, 0, none()), Some((0, none())));
+    }
+
+    #[test]
+    fn a_root_without_ranks_needs_only_its_children() {
+        let mut g: Gather = Gather::new(false, vec![1]);
+        assert_eq!(g.child(1, 0, none()), Some((0, none())));
+    }
+
+    #[test]
+    fn blobs_are_concatenated() {
+        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![3, 1]);
+        assert!(g.child(3, 0, b"cc".to_vec()).is_none());
+        assert!(g.local(0, b"a".to_vec()).is_none());
+        assert_eq!(g.child(1, 0, b"b".to_vec()), Some((0, b"abcc".to_vec())));
+        assert_eq!(g.local(1, vec![]), None);
+    }
+
+    /// A child dropped while a fence waits for it completes the fence without it, keeps what
+    /// it gave before, and is not waited for in the next epochs; a drop with nothing under
+    /// way completes nothing.
+    #[test]
+    fn a_dropped_child_or_local_part_is_not_waited_for() {
+        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![1, 2, 3]);
+        assert_eq!(g.drop_child(3), None, "nothing under way");
+        assert!(g.child(2, 0, b"b".to_vec()).is_none());
+        assert!(g.local(0, b"a".to_vec()).is_none());
+        assert!(g.needs_child(1));
+        assert_eq!(g.drop_child(1), Some((0, b"ab".to_vec())));
+        assert!(!g.needs_child(1));
+        assert_eq!(g.drop_child(1), None, "dropped once");
+        assert!(g.local(1, b"a".to_vec()).is_none());
+        assert_eq!(g.child(2, 1, b"b".to_vec()), Some((1, b"ab".to_vec())));
+        // A child that gave its part, then is dropped: the part stays in.
+        assert!(g.child(2, 2, b"b".to_vec()).is_none());
+        assert_eq!(g.drop_child(2), None, "still waits for the local part");
+        assert_eq!(g.local(2, b"a".to_vec()), Some((2, b"ab".to_vec())));
+        // The local part dropped: a fence of the children alone.
+        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![1]);
+        assert!(g.child(1, 0, b"c".to_vec()).is_none());
+        assert_eq!(g.drop_local(), Some((0, b"c".to_vec())));
+        assert!(!g.needs_local());
+        assert_eq!(g.child(1, 1, b"c".to_vec()), Some((1, b"c".to_vec())));
+    }
+}

@@ -1,0 +1,274 @@
+//! The root's policy, as pure functions: what a rank's end means for the job, and kauri's exit
+//! status. The front end applies them; they see no socket, no process and no clock, so every
+//! rule is tested here on its own.
+
+/// Exit status when kauri itself ends the job (timeout, a failed launch, a fence that can
+/// never complete), as Hydra does.
+pub const STATUS_LAUNCHER: i32 = 255;
+
+/// Why the job ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// A rank aborted with this code.
+    Abort(i32),
+    /// `MPIEXEC_TIMEOUT` ran out.
+    Timeout,
+    /// kauri got this signal.
+    Signal(i32),
+    /// A rank failed, a host was lost, a launch failed, or a fence can never complete.
+    Failed,
+    /// kauri's stdout or stderr closed while the ranks wrote to it.
+    OutputClosed,
+}
+
+/// What one rank's end means for the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitVerdict {
+    /// Nothing: it succeeded, or the job is already ending, or the user asked to keep going.
+    Nothing,
+    /// It failed (a non-zero code or a signal): the job ends.
+    Failed,
+    /// It exited 0 without finalizing PMI while other ranks still use it: they can never
+    /// complete a fence with it, so the job ends. The text says what it did.
+    LeftPmi(&'static str),
+}
+
+/// The verdict on a rank that ended with `code` (`None`: killed by a signal). `ending`: the job
+/// is already ending; `auto_cleanup`: a failure ends the job (`-disable-auto-cleanup` turns it
+/// off); `others_in_pmi`: another rank has initialized PMI and neither finalized nor ended.
+pub fn on_exit(
+    code: Option<i32>,
+    initialized: bool,
+    finalized: bool,
+    ending: bool,
+    auto_cleanup: bool,
+    others_in_pmi: bool,
+) -> ExitVerdict {
+    if ending {
+        return ExitVerdict::Nothing;
+    }
+    let failed = code != Some(0);
+    if failed {
+        return if auto_cleanup {
+            ExitVerdict::Failed
+        } else {
+            ExitVerdict::Nothing
+        };
+    }
+    if !finalized && others_in_pmi {
+        return ExitVerdict::LeftPmi(left_pmi(initialized));
+    }
+    ExitVerdict::Nothing
+}
+
+/// How a rank that ended without finalize left PMI.
+pub fn left_pmi(initialized: bool) -> &'static str {
+    if initialized {
+        "exited without finalizing PMI"
+    } else {
+        "exited before PMI init"
+    }
+}
+
+/// What a rank's end adds to the exit status, and the words for it: `None` for a success;
+/// a code for itself, a signal as its number (Hydra reports 11 for a segfault).
+pub fn rank_failure(code: Option<i32>, signal: Option<i32>) -> Option<(i32, String)> {
+    match (code, signal) {
+        (Some(0), _) => None,
+        (Some(c), _) => Some((c, format!("exited with code {c}"))),
+        (None, Some(s)) => Some((
+            s,
+            format!(
+                "killed by signal {s} ({})",
+                crate::host::proc::signal_name(s)
+            ),
+        )),
+        (None, None) => Some((1, "ended".into())),
+    }
+}
+
+/// Whether a rank's failure is left out of kauri's exit status: under `-with-ft`
+/// (`fault_tolerant`) a rank killed by a signal is a fault its job's survivors were told of
+/// and recovered from, and PRRTE's `--with-ft ulfm` sets no exit code for it (0 when the
+/// survivors finish). A non-zero exit is the program's own verdict and still counts.
+pub fn tolerated(fault_tolerant: bool, signal: Option<i32>) -> bool {
+    fault_tolerant && signal.is_some()
+}
+
+/// The line kauri prints at the end of a job of `size` ranks (more than one) that `spoke`
+/// none of: no rank ever connected to the PMI-1/PMI-2 server or the PMIx server `offered`.
+/// An MPI library that finds no server it speaks runs as a singleton, a world of 1: N
+/// copies of "rank 0 of 1", status 0, and no word, the signature of a wrong `--pmi` (Open
+/// MPI 5 served PMI, Intel MPI or MPICH served PMIx only) or of `auto` missing an MPI it
+/// cannot see (an interpreter's module imported by another module).
+///
+/// Only when the job `looks_mpi`: a segment's program is linked to an MPI or a PMI library
+/// or names one past itself (an interpreter's `mpi4py`, a wrapped MPI program), or a rank
+/// left a singleton's trace (Open MPI 4.1's `orted`, Open MPI 5's session directory:
+/// [`crate::host::ompi`]). A job of programs that never use an MPI (`hostname`, a shell script,
+/// plain Python) never speaks PMI either and gets no line. `None` otherwise.
+pub fn never_wired(
+    size: usize,
+    spoke: usize,
+    looks_mpi: bool,
+    offered: crate::plan::job::Wiring,
+) -> Option<String> {
+    use crate::plan::job::Wiring;
+    (size > 1 && spoke == 0 && looks_mpi).then(|| {
+        let (servers, hint) = match offered {
+            Wiring::Pmi => (
+                "the PMI-1/PMI-2 server",
+                "if the program uses Open MPI (PMIx), try --pmi=pmix",
+            ),
+            Wiring::Pmix => (
+                "the PMIx server",
+                "if the program uses MPICH, Intel MPI or MVAPICH (PMI-1/PMI-2), try --pmi=pmi1",
+            ),
+            Wiring::Both => (
+                "the PMI-1/PMI-2 and PMIx servers",
+                "its MPI speaks neither to a launcher: check how it was built",
+            ),
+        };
+        format!(
+            "kauri: none of the {size} ranks connected to {servers} kauri offered: each ran \
+             alone as a singleton; {hint}"
+        )
+    })
+}
+
+/// kauri's exit status: the abort code (`& 0xff`) after an abort; 255 after a timeout, or a
+/// failure no rank's status explains; 128+N after signal N to kauri (SIGPIPE's when its
+/// output closed); otherwise `worst`, the highest rank status. Hydra 4.0.2 ORs statuses
+/// together (3 and 5 give 7); kauri takes the highest.
+pub fn exit_status(ending: Option<Ending>, worst: i32) -> i32 {
+    match ending {
+        Some(Ending::Abort(code)) => code & 0xff,
+        Some(Ending::Timeout) => STATUS_LAUNCHER,
+        Some(Ending::Signal(s)) => 128 + s,
+        Some(Ending::OutputClosed) => 128 + libc::SIGPIPE,
+        Some(Ending::Failed) if worst == 0 => STATUS_LAUNCHER,
+        _ => worst,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_ends_the_job_unless_told_otherwise_or_already_ending() {
+        assert_eq!(
+            on_exit(Some(3), true, false, false, true, true),
+            ExitVerdict::Failed
+        );
+        assert_eq!(
+            on_exit(None, true, true, false, true, false),
+            ExitVerdict::Failed,
+            "a signal is a failure"
+        );
+        assert_eq!(
+            on_exit(Some(3), true, false, false, false, true),
+            ExitVerdict::Nothing,
+            "-disable-auto-cleanup"
+        );
+        assert_eq!(
+            on_exit(Some(3), true, false, true, true, true),
+            ExitVerdict::Nothing,
+            "a casualty of the teardown is not a cause"
+        );
+    }
+
+    #[test]
+    fn leaving_pmi_early_ends_the_job_only_while_others_use_it() {
+        assert_eq!(
+            on_exit(Some(0), true, false, false, true, true),
+            ExitVerdict::LeftPmi("exited without finalizing PMI")
+        );
+        assert_eq!(
+            on_exit(Some(0), false, false, false, false, true),
+            ExitVerdict::LeftPmi("exited before PMI init"),
+            "not a failure: -disable-auto-cleanup does not keep it"
+        );
+        assert_eq!(
+            on_exit(Some(0), true, false, false, true, false),
+            ExitVerdict::Nothing,
+            "nobody waits for it (a program without PMI, or the last rank)"
+        );
+        assert_eq!(
+            on_exit(Some(0), true, true, false, true, true),
+            ExitVerdict::Nothing
+        );
+    }
+
+    #[test]
+    fn under_with_ft_only_a_signal_is_tolerated() {
+        assert!(tolerated(true, Some(9)));
+        assert!(
+            !tolerated(true, None),
+            "an exit code is the program's verdict"
+        );
+        assert!(
+            !tolerated(false, Some(9)),
+            "-disable-auto-cleanup alone: as Hydra"
+        );
+    }
+
+    #[test]
+    fn rank_statuses() {
+        assert_eq!(rank_failure(Some(0), None), None);
+        assert_eq!(
+            rank_failure(Some(7), None),
+            Some((7, "exited with code 7".into()))
+        );
+        let (s, words) = rank_failure(None, Some(11)).unwrap();
+        assert_eq!(s, 11);
+        assert!(words.starts_with("killed by signal 11 ("), "{words}");
+    }
+
+    #[test]
+    fn exit_statuses() {
+        assert_eq!(exit_status(None, 0), 0);
+        assert_eq!(exit_status(None, 5), 5);
+        assert_eq!(exit_status(Some(Ending::Abort(300)), 9), 300 & 0xff);
+        assert_eq!(exit_status(Some(Ending::Timeout), 0), 255);
+        assert_eq!(exit_status(Some(Ending::Signal(libc::SIGINT)), 0), 130);
+        assert_eq!(exit_status(Some(Ending::OutputClosed), 1), 141);
+        assert_eq!(exit_status(Some(Ending::Failed), 0), 255);
+        assert_eq!(
+            exit_status(Some(Ending::Failed), 11),
+            11,
+            "a failed rank's own status"
+        );
+    }
+
+    #[test]
+    fn never_wired_only_when_nobody_spoke_and_the_job_looks_like_mpi() {
+        use crate::plan::job::Wiring;
+        assert_eq!(
+            never_wired(4, 0, true, Wiring::Pmi).as_deref(),
+            Some(
+                "kauri: none of the 4 ranks connected to the PMI-1/PMI-2 server kauri \
+                 offered: each ran alone as a singleton; if the program uses Open MPI \
+                 (PMIx), try --pmi=pmix"
+            )
+        );
+        let line = never_wired(3, 0, true, Wiring::Pmix).unwrap();
+        assert!(
+            line.contains("none of the 3 ranks connected to the PMIx server")
+                && line.ends_with("try --pmi=pmi1"),
+            "{line}"
+        );
+        let line = never_wired(2, 0, true, Wiring::Both).unwrap();
+        assert!(line.contains("PMI-1/PMI-2 and PMIx servers"), "{line}");
+        for w in [Wiring::Pmi, Wiring::Pmix, Wiring::Both] {
+            assert!(!never_wired(2, 0, true, w).unwrap().contains('\n'));
+            assert_eq!(never_wired(1, 0, true, w), None, "a world of one is right");
+            assert_eq!(
+                never_wired(4, 0, false, w),
+                None,
+                "hostname, sh, plain Python"
+            );
+            assert_eq!(never_wired(4, 1, true, w), None, "a rank spoke");
+        }
+    }
+}

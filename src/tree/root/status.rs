@@ -1,0 +1,180 @@
+//! The hang diagnosis: asking every host for its ranks' states (`kauri --status`, a timeout)
+//! and printing the answer.
+
+use super::*;
+
+/// The diagnosis, line by line: every rank's host, pid and PMI state (at most
+/// [`STATUS_LINES`] one per line, the rest counted by state), the ranks whose host did not
+/// answer, and what each open fence still waits for.
+pub(super) fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>]) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut seen: Vec<Vec<bool>> = jobs.iter().map(|r| vec![false; r.len()]).collect();
+    let mut rest: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut listed = 0;
+    let mut rows: Vec<(usize, &str, &crate::tree::RankStatus)> = got
+        .iter()
+        .flat_map(|(j, h)| h.ranks.iter().map(move |r| (*j, h.host.as_str(), r)))
+        .collect();
+    rows.sort_by_key(|(j, _, r)| (*j, r.rank));
+    for (j, host, r) in rows {
+        if let Some(s) = seen.get_mut(j).and_then(|v| v.get_mut(r.rank)) {
+            *s = true;
+        }
+        let state = r.pmi.to_string();
+        if listed < STATUS_LINES {
+            let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+            lines.push(format!("{} on {host}{pid}: {state}", who(j, r.rank)));
+            listed += 1;
+        } else {
+            *rest.entry(state).or_default() += 1;
+        }
+    }
+    if !rest.is_empty() {
+        let counts: Vec<String> = rest.iter().map(|(s, n)| format!("{s}: {n}")).collect();
+        lines.push(format!(
+            "and {} more ranks ({})",
+            rest.values().sum::<usize>(),
+            counts.join(", ")
+        ));
+    }
+    let mut silent: Vec<String> = Vec::new();
+    for (j, ranks) in jobs.iter().enumerate() {
+        for (r, st) in ranks.iter().enumerate() {
+            if !seen[j][r] && st.ended.is_none() && !silent.contains(&st.host) {
+                silent.push(st.host.clone());
+            }
+        }
+    }
+    if !silent.is_empty() {
+        lines.push(format!("no answer from the host(s) {}", silent.join(", ")));
+    }
+    for (j, h) in got {
+        for r in &h.ranks {
+            if let Some(stack) = &r.stack {
+                let pid = r.pid.map(|p| format!(" (pid {p})")).unwrap_or_default();
+                lines.push(format!("stack of {} on {}{pid}:", who(*j, r.rank), h.host));
+                lines.extend(stack.lines().map(|l| format!("  {l}")));
+            }
+        }
+    }
+    for (_, h) in got {
+        if let Some((epoch, local, kids)) = &h.fence {
+            let mut waits = Vec::new();
+            if *local {
+                waits.push(format!("the ranks on {}", h.host));
+            }
+            waits.extend(kids.iter().map(|k| format!("the agent on {k}")));
+            if !waits.is_empty() {
+                lines.push(format!(
+                    "on {}, fence {epoch} waits for {}",
+                    h.host,
+                    waits.join(", ")
+                ));
+            }
+        }
+    }
+    lines
+}
+
+impl Root {
+    /// Asks every host of every job where its ranks are (with the stuck ranks' stacks when
+    /// `stacks`), for `whom`; joins the round under way, if one is.
+    pub(super) fn diagnose(&mut self, whom: Asked, stacks: bool) {
+        if let Some(round) = self.status.as_mut() {
+            round.for_whom.push(whom);
+            return;
+        }
+        let wait = if stacks { STACKS_WAIT } else { STATUS_WAIT };
+        let mut round = StatusRound {
+            due: Instant::now() + wait,
+            want: 0,
+            got: Vec::new(),
+            for_whom: vec![whom],
+        };
+        for (j, job) in self.jobs.iter_mut().enumerate() {
+            let Some(job) = job.live_mut() else {
+                continue;
+            };
+            round.want += job.branch.hosts();
+            let mine = job.branch.ask_status(stacks);
+            if stacks {
+                let tx = self.own_status.clone();
+                tokio::task::spawn_local(async move {
+                    let _ = tx.send((j, crate::cli::status::add_stacks(mine).await));
+                });
+            } else {
+                round.got.push((j, mine));
+            }
+        }
+        self.status = Some(round);
+        self.status_complete();
+    }
+
+    /// Hosts' answers to the diagnosis under way (late ones, after it printed, are dropped).
+    pub(super) fn status_answer(&mut self, j: usize, hosts: Vec<HostStatus>) {
+        if let Some(round) = self.status.as_mut() {
+            round.got.extend(hosts.into_iter().map(|h| (j, h)));
+            self.status_complete();
+        }
+    }
+
+    /// Prints the diagnosis once every host has answered.
+    pub(super) fn status_complete(&mut self) {
+        if self.status.as_ref().is_some_and(|r| r.got.len() >= r.want) {
+            self.print_status();
+        }
+    }
+
+    /// Gives the diagnosis (what the hosts said, and which hosts did not answer) to whoever
+    /// asked: printed for a timeout (which then tears the job down) or a signal, sent to a
+    /// `kauri --status`.
+    pub(super) fn print_status(&mut self) {
+        let Some(round) = self.status.take() else {
+            return;
+        };
+        let names: Vec<Vec<RankState>> = self
+            .jobs
+            .iter()
+            .map(|j| j.live().map_or_else(Vec::new, |j| j.ranks.clone()))
+            .collect();
+        let lines = status_lines(&round.got, &names);
+        let timeout = round.for_whom.iter().any(|w| matches!(w, Asked::Timeout));
+        let heading = if timeout {
+            "where the ranks were:"
+        } else {
+            "where the ranks are:"
+        };
+        let mut printed = false;
+        let mut timed_out = false;
+        for whom in round.for_whom {
+            match whom {
+                Asked::Timeout | Asked::Signal if !printed => {
+                    printed = true;
+                    say!("kauri:   {heading}");
+                    for line in &lines {
+                        say!("kauri:   {line}");
+                    }
+                    timed_out |= matches!(whom, Asked::Timeout);
+                }
+                Asked::Timeout => timed_out = true,
+                Asked::Signal => {}
+                Asked::Client(tx) => {
+                    let ranks: usize = names.iter().map(Vec::len).sum();
+                    let mut text = vec![format!(
+                        "kauri {} ({} job(s), {ranks} ranks, running for {:.0} s): {}",
+                        std::process::id(),
+                        names.len(),
+                        self.clock.now() as f64 / 1e6,
+                        self.command
+                    )];
+                    text.push(format!("  {heading}"));
+                    text.extend(lines.iter().map(|l| format!("  {l}")));
+                    let _ = tx.send(text);
+                }
+            }
+        }
+        if timed_out {
+            self.teardown(Ending::Timeout);
+        }
+    }
+}
