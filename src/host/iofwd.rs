@@ -19,14 +19,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
-/// Which output stream a run of lines came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub enum Stream {
-    /// The ranks' stdout.
-    Stdout,
-    /// The ranks' stderr.
-    Stderr,
-}
+pub use crate::tree::msg::Stream;
 
 /// Where queued output goes: one of kauri's streams, or the output file a pattern named for
 /// the rank that wrote it (`-outfile-pattern`, `-errfile-pattern`), by its name.

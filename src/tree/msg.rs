@@ -4,13 +4,21 @@
 //! Plain data with serde derives, framed by [`super::frame`]. It carries the job plan
 //! (`crate::plan`) and the service requests (`crate::proto::service`); it does no I/O.
 
-use crate::host::iofwd::Stream;
 use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
 use crate::proto::kvs::{Delta, Packed};
 use crate::proto::pmi::RankPmi;
 use crate::proto::service::{Service, ServiceReply};
 use crate::tree::profile::HostProfile;
 use serde::{Deserialize, Serialize};
+
+/// Which output stream a run of lines came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Stream {
+    /// The ranks' stdout.
+    Stdout,
+    /// The ranks' stderr.
+    Stderr,
+}
 
 /// Parent to child.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

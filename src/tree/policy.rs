@@ -70,6 +70,38 @@ pub fn left_pmi(initialized: bool) -> &'static str {
     }
 }
 
+/// SIGPIPE's number (Linux's, on every architecture kauri builds for; a unit test checks it
+/// against libc's), so that this module needs no libc.
+const SIGPIPE: i32 = 13;
+
+/// Linux's signal numbers and names, for messages ([`signal_name`]). Plain numbers keep the
+/// policy free of libc; a unit test checks each against libc's.
+const SIGNAL_NAMES: [(i32, &str); 15] = [
+    (1, "SIGHUP"),
+    (2, "SIGINT"),
+    (3, "SIGQUIT"),
+    (4, "SIGILL"),
+    (5, "SIGTRAP"),
+    (6, "SIGABRT"),
+    (7, "SIGBUS"),
+    (8, "SIGFPE"),
+    (9, "SIGKILL"),
+    (10, "SIGUSR1"),
+    (11, "SIGSEGV"),
+    (12, "SIGUSR2"),
+    (13, "SIGPIPE"),
+    (14, "SIGALRM"),
+    (15, "SIGTERM"),
+];
+
+/// The name of a signal, for messages: `SIGSEGV`, or `signal` for one without a name here.
+pub fn signal_name(sig: i32) -> &'static str {
+    SIGNAL_NAMES
+        .iter()
+        .find(|(n, _)| *n == sig)
+        .map_or("signal", |(_, name)| name)
+}
+
 /// What a rank's end adds to the exit status, and the words for it: `None` for a success;
 /// a code for itself, a signal as its number (Hydra reports 11 for a segfault).
 pub fn rank_failure(code: Option<i32>, signal: Option<i32>) -> Option<(i32, String)> {
@@ -80,7 +112,7 @@ pub fn rank_failure(code: Option<i32>, signal: Option<i32>) -> Option<(i32, Stri
             s,
             format!(
                 "killed by signal {s} ({})",
-                crate::host::proc::signal_name(s)
+                signal_name(s)
             ),
         )),
         (None, None) => Some((1, "ended".into())),
@@ -145,7 +177,7 @@ pub fn exit_status(ending: Option<Ending>, worst: i32) -> i32 {
         Some(Ending::Abort(code)) => code & 0xff,
         Some(Ending::Timeout) => STATUS_LAUNCHER,
         Some(Ending::Signal(s)) => 128 + s,
-        Some(Ending::OutputClosed) => 128 + libc::SIGPIPE,
+        Some(Ending::OutputClosed) => 128 + SIGPIPE,
         Some(Ending::Failed) if worst == 0 => STATUS_LAUNCHER,
         _ => worst,
     }
@@ -270,5 +302,33 @@ mod tests {
             );
             assert_eq!(never_wired(4, 1, true, w), None, "a rank spoke");
         }
+    }
+
+    #[test]
+    fn signal_numbers_are_libcs() {
+        for (n, name) in SIGNAL_NAMES {
+            let libc_n = match name {
+                "SIGHUP" => libc::SIGHUP,
+                "SIGINT" => libc::SIGINT,
+                "SIGQUIT" => libc::SIGQUIT,
+                "SIGILL" => libc::SIGILL,
+                "SIGTRAP" => libc::SIGTRAP,
+                "SIGABRT" => libc::SIGABRT,
+                "SIGBUS" => libc::SIGBUS,
+                "SIGFPE" => libc::SIGFPE,
+                "SIGKILL" => libc::SIGKILL,
+                "SIGUSR1" => libc::SIGUSR1,
+                "SIGSEGV" => libc::SIGSEGV,
+                "SIGUSR2" => libc::SIGUSR2,
+                "SIGPIPE" => libc::SIGPIPE,
+                "SIGALRM" => libc::SIGALRM,
+                "SIGTERM" => libc::SIGTERM,
+                other => panic!("{other} has no libc twin here"),
+            };
+            assert_eq!(n, libc_n, "{name}");
+        }
+        assert_eq!(SIGPIPE, libc::SIGPIPE);
+        assert_eq!(signal_name(libc::SIGSEGV), "SIGSEGV");
+        assert_eq!(signal_name(64), "signal");
     }
 }
