@@ -368,7 +368,88 @@ pub(crate) fn output_options(spec: &JobSpec) -> OutputOptions {
     o
 }
 
+/// Plans the job the user started: from `spec` to everything decided before anything
+/// starts, on the host named `me`.
 pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
+    let (launcher, mut hosts) = choose_hosts(spec, me)?;
+    // Segments without -n: the hosts' slots (Hydra's rule), or 1 on this host alone.
+    let mut spec = spec.clone();
+    let slots_total = default_nprocs(spec.ppn, &hosts);
+    for a in spec.apps.iter_mut().filter(|a| a.nprocs == 0) {
+        a.nprocs = slots_total;
+    }
+    let spec = &spec;
+    let size = spec.size();
+    check_size(spec, size)?;
+    let hosts_named = !hosts.is_empty();
+    if hosts.is_empty() {
+        hosts.push(HostSpec {
+            name: me.to_string(),
+            slots: size,
+        });
+    }
+    let (kind, pbs_tmrsh) = choose_launcher(launcher, spec)?;
+    let (slots, placement) = place(spec, size, &hosts);
+    let appnum = appnums(spec);
+    let mut apps = segment_plans(spec);
+    // The front end serves the first host entry that is this machine (unless Slurm must
+    // start every agent); every other host with ranks gets an agent.
+    let served_here = (kind != "slurm")
+        .then(|| hosts.iter().position(|h| is_local(&h.name, me)))
+        .flatten();
+    let (on_host, used) = ranks_by_host(&placement.node, hosts.len());
+    let (master, master_port) = master(spec, &placement, &hosts, served_here, &kind)?;
+    let adopt = adopt(spec);
+    let name = kvsname(me);
+    let wired = wire_segments(spec.pmi, &mut apps, &name);
+    let universe_size = spec.universe_size.unwrap_or(if hosts_named {
+        slots.iter().sum::<usize>() as i64
+    } else {
+        -1
+    });
+    let job = job_plan(
+        spec,
+        JobParts {
+            kvsname: name,
+            size,
+            universe_size,
+            appnum: appnum.clone(),
+            placement: &placement,
+            apps,
+            hosts: used.iter().map(|&n| hosts[n].name.clone()).collect(),
+            used: &used,
+            master,
+            adopt,
+            simulated_hosts: kind == "fork",
+            wired: &wired,
+        },
+    );
+    let (local, remote) = split_hosts(&hosts, on_host, &appnum, &used, served_here);
+    let launch = launch_plan(spec, &kind, pbs_tmrsh);
+    let tree_var = std::env::var("KAURI_TREE_WIDTH").ok();
+    let (width, cost_tree) = tree_shape(spec, &kind, tree_var.as_deref());
+    Ok(Plan {
+        cost_tree,
+        job,
+        local,
+        remote,
+        launch,
+        width,
+        hosts: hosts
+            .into_iter()
+            .zip(slots)
+            .map(|(h, slots)| HostSpec { slots, ..h })
+            .collect(),
+        served_here,
+        looks_mpi: wired.looks_mpi,
+        master_port,
+    })
+}
+
+/// The launcher asked for and the hosts to run on: a singleton's on this host alone (by
+/// `fork`), else the hosts named, else an allocation's (with its manager's launcher when it
+/// has a host that is not this one), else none yet.
+fn choose_hosts(spec: &JobSpec, me: &str) -> Result<(Option<String>, Vec<HostSpec>), String> {
     let mut launcher = spec.launcher.clone();
     let mut hosts: Vec<HostSpec> = spec.hosts.clone();
     if spec.singleton.is_some() {
@@ -386,20 +467,24 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             hosts = a.hosts;
         }
     }
-    // Segments without -n: the hosts' slots (Hydra's rule), or 1 on this host alone.
-    let mut spec = spec.clone();
-    let slots_total: usize = match spec.ppn {
+    Ok((launcher, hosts))
+}
+
+/// The processes of a segment without `-n`: `ppn` on every host (at least one), else the
+/// hosts' slots, and at least 1.
+fn default_nprocs(ppn: Option<usize>, hosts: &[HostSpec]) -> usize {
+    match ppn {
         Some(ppn) => ppn.saturating_mul(hosts.len().max(1)),
         None => hosts
             .iter()
             .fold(0usize, |n, h| n.saturating_add(h.slots))
             .max(1),
-    };
-    for a in spec.apps.iter_mut().filter(|a| a.nprocs == 0) {
-        a.nprocs = slots_total;
     }
-    let spec = &spec;
-    let size = spec.size();
+}
+
+/// Whether a job of `size` ranks may run as `spec` asks: at most [`crate::plan::job::RANKS_MAX`]
+/// ranks, and an `-output-from` rank it has.
+fn check_size(spec: &JobSpec, size: usize) -> Result<(), String> {
     if size > crate::plan::job::RANKS_MAX {
         return Err(crate::plan::job::too_many_ranks(&format!(
             "{size} processes in all (the allocation's slots)"
@@ -412,13 +497,15 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             size - 1
         ));
     }
-    let hosts_named = !hosts.is_empty();
-    if hosts.is_empty() {
-        hosts.push(HostSpec {
-            name: me.to_string(),
-            slots: size,
-        });
-    }
+    Ok(())
+}
+
+/// The launcher's kind (`ssh` unless one was asked for or found), and `pbs_tmrsh`'s path
+/// for `pbs`; an unknown launcher is an error.
+fn choose_launcher(
+    launcher: Option<String>,
+    spec: &JobSpec,
+) -> Result<(String, Option<String>), String> {
     let mut kind = launcher.unwrap_or_else(|| "ssh".into());
     if !crate::launch::NAMES.contains(&kind.as_str()) {
         return Err(format!(
@@ -433,6 +520,12 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     if kind == "pbs" && spec.launcher_exec.is_none() && pbs_tmrsh.is_none() {
         kind = "ssh".into();
     }
+    Ok((kind, pbs_tmrsh))
+}
+
+/// Each host's slots (`-ppn` or its own) and where the ranks go: in blocks by slots, or
+/// round-robin (`-map-by node`), consecutive on each host under `-ml-env`.
+fn place(spec: &JobSpec, size: usize, hosts: &[HostSpec]) -> (Vec<usize>, Placement) {
     let slots: Vec<usize> = hosts.iter().map(|h| spec.ppn.unwrap_or(h.slots)).collect();
     let placement = if spec.map_by_node {
         Placement::cyclic(size, hosts.len())
@@ -447,15 +540,23 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     } else {
         placement
     };
-    let appnum: Vec<u32> = spec
-        .apps
+    (slots, placement)
+}
+
+/// `appnum[r]`: the segment of every rank.
+fn appnums(spec: &JobSpec) -> Vec<u32> {
+    spec.apps
         .iter()
         .enumerate()
         .flat_map(|(i, a)| std::iter::repeat_n(i as u32, a.nprocs))
-        .collect();
+        .collect()
+}
+
+/// Every segment's program, arguments, environment ([`segment_env`]) and working directory
+/// (relative to the current one).
+fn segment_plans(spec: &JobSpec) -> Vec<AppPlan> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let mut apps: Vec<AppPlan> = spec
-        .apps
+    spec.apps
         .iter()
         .enumerate()
         .map(|(i, a)| AppPlan {
@@ -467,68 +568,102 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
                 .display()
                 .to_string(),
         })
-        .collect();
-    // The front end serves the first host entry that is this machine (unless Slurm must
-    // start every agent); every other host with ranks gets an agent.
-    let served_here = (kind != "slurm")
-        .then(|| hosts.iter().position(|h| is_local(&h.name, me)))
-        .flatten();
-    // Each host's ranks, in one pass over the placement.
-    let mut on_host: Vec<Vec<usize>> = vec![Vec::new(); hosts.len()];
-    for (rank, &n) in placement.node.iter().enumerate() {
+        .collect()
+}
+
+/// Each of `nhosts` hosts' ranks (in one pass over the placement `node`), and the hosts
+/// that have any, in order.
+fn ranks_by_host(node: &[usize], nhosts: usize) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let mut on_host: Vec<Vec<usize>> = vec![Vec::new(); nhosts];
+    for (rank, &n) in node.iter().enumerate() {
         on_host[n].push(rank);
     }
-    let used: Vec<usize> = (0..hosts.len())
-        .filter(|&n| !on_host[n].is_empty())
-        .collect();
-    let master = if spec.ml_env {
-        let n0 = placement.node.first().copied().unwrap_or(0);
-        let here = Some(n0) == served_here || kind == "fork";
-        let addr = if here {
-            "127.0.0.1".to_string()
-        } else {
-            hosts[n0].name.clone()
-        };
-        let held = crate::launch::ports::reserve(spec.port_range.as_ref())
-            .map_err(|e| format!("cannot find a free port for MASTER_PORT: {e}"))?;
-        Some((addr, held))
+    let used: Vec<usize> = (0..nhosts).filter(|&n| !on_host[n].is_empty()).collect();
+    (on_host, used)
+}
+
+/// `MASTER_ADDR` and `MASTER_PORT`, and the reservation that holds the port.
+type Master = (
+    Option<(String, u16)>,
+    Option<crate::launch::ports::Reservation>,
+);
+
+/// `MASTER_ADDR` and `MASTER_PORT` under `-ml-env`, and the port's reservation: rank 0's
+/// host (loopback when it is served here or simulated), and a free port held for the run.
+fn master(
+    spec: &JobSpec,
+    placement: &Placement,
+    hosts: &[HostSpec],
+    served_here: Option<usize>,
+    kind: &str,
+) -> Result<Master, String> {
+    if !spec.ml_env {
+        return Ok((None, None));
+    }
+    let n0 = placement.node.first().copied().unwrap_or(0);
+    let addr = master_addr(n0, hosts, served_here, kind);
+    let held = crate::launch::ports::reserve(spec.port_range.as_ref())
+        .map_err(|e| format!("cannot find a free port for MASTER_PORT: {e}"))?;
+    Ok((Some((addr, held.port())), Some(held)))
+}
+
+/// `MASTER_ADDR`: loopback when rank 0's host `n0` is served here or simulated (`fork`),
+/// else its name.
+fn master_addr(n0: usize, hosts: &[HostSpec], served_here: Option<usize>, kind: &str) -> String {
+    let here = Some(n0) == served_here || kind == "fork";
+    if here {
+        "127.0.0.1".to_string()
     } else {
-        None
-    };
-    let (master, master_port) = match master {
-        Some((addr, held)) => (Some((addr, held.port())), Some(held)),
-        None => (None, None),
-    };
-    let named_slots: usize = slots.iter().sum();
+        hosts[n0].name.clone()
+    }
+}
+
+/// The running program a singleton job adopts as its rank 0.
+fn adopt(spec: &JobSpec) -> Option<Adopt> {
     // A singleton is rank 0 of a one-rank job on this host. It gets a kvsname of its own, as
     // MPICH's reference server gives it: its client made up `singinit_kvs_PID_0` while it had
     // no process manager, and MPICH's ch3 renames its process group to the name the process
     // manager gives (`MPIDI_PG_CheckForSingleton`) only when that name differs.
     // MPICH 4.0.2's client formats the pid after its fork, in the child: the pid it passes is
     // the launcher's own, and the program is its parent.
-    let singleton_pid = spec.singleton.as_ref().map(|s| {
-        if s.pid == std::process::id() {
-            std::os::unix::process::parent_id()
-        } else {
-            s.pid
-        }
-    });
-    let adopt = spec
-        .singleton
-        .as_ref()
-        .zip(singleton_pid)
-        .map(|(s, pid)| Adopt {
-            addr: match s.interface.as_str() {
-                "default_interface" | "" => format!("127.0.0.1:{}", s.port),
-                h if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{}", s.port),
-                h => format!("{h}:{}", s.port),
-            },
-            pid,
-        });
-    let name = kvsname(me);
-    let (wiring, looks_mpi) = wiring(spec.pmi, &apps);
+    let s = spec.singleton.as_ref()?;
+    let pid = if s.pid == std::process::id() {
+        std::os::unix::process::parent_id()
+    } else {
+        s.pid
+    };
+    Some(Adopt {
+        addr: singleton_addr(&s.interface, s.port),
+        pid,
+    })
+}
+
+/// Where a singleton listens, as `host:port` from the interface and port it gave
+/// (`default_interface`: loopback; an IPv6 address in brackets).
+fn singleton_addr(interface: &str, port: u16) -> String {
+    match interface {
+        "default_interface" | "" => format!("127.0.0.1:{port}"),
+        h if h.contains(':') && !h.starts_with('[') => format!("[{h}]:{port}"),
+        h => format!("{h}:{port}"),
+    }
+}
+
+/// How the job is wired ([`wiring`]) and what that adds to its segments.
+struct Wired {
+    /// PMI, PMIx, or both.
+    wiring: Wiring,
+    /// A segment's program is linked to an MPI or names one.
+    looks_mpi: bool,
+    /// The OpenPMIx library the servers load, for a PMIx job ([`pmix_library`]).
+    pmix_library: Option<String>,
+}
+
+/// Chooses the job's wiring and gives its segments what it needs: `OPAL_PREFIX` for a
+/// relocated Open MPI's PMIx library, `FLUX_JOB_ID` for a PMI job ([`add_flux_job_id`]).
+fn wire_segments(choice: PmiChoice, apps: &mut [AppPlan], kvsname: &str) -> Wired {
+    let (wiring, looks_mpi) = wiring(choice, apps);
     let pmix = wiring != Wiring::Pmi;
-    let pmix_library = pmix.then(|| pmix_library(&apps)).flatten();
+    let pmix_library = pmix.then(|| pmix_library(apps)).flatten();
     if let Some(prefix) = pmix_library
         .as_deref()
         .and_then(|l| crate::proto::pmix::library::open_mpi_prefix(std::path::Path::new(l)))
@@ -542,24 +677,49 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         }
     }
     if !pmix {
-        add_flux_job_id(&mut apps, &name);
+        add_flux_job_id(apps, kvsname);
     }
-    let rank_node: Vec<u32> = placement
+    Wired {
+        wiring,
+        looks_mpi,
+        pmix_library,
+    }
+}
+
+/// What [`job_plan`] is made of, beyond the spec.
+struct JobParts<'a> {
+    kvsname: String,
+    size: usize,
+    universe_size: i64,
+    appnum: Vec<u32>,
+    placement: &'a Placement,
+    apps: Vec<AppPlan>,
+    /// The names of the hosts that run ranks, in node order.
+    hosts: Vec<String>,
+    /// Their indices among all hosts.
+    used: &'a [usize],
+    master: Option<(String, u16)>,
+    adopt: Option<Adopt>,
+    simulated_hosts: bool,
+    wired: &'a Wired,
+}
+
+/// The [`JobPlan`] of the job the user started.
+fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
+    let rank_node: Vec<u32> = p
+        .placement
         .node
         .iter()
-        .map(|n| used.iter().position(|u| u == n).unwrap_or(0) as u32)
+        .map(|n| p.used.iter().position(|u| u == n).unwrap_or(0) as u32)
         .collect();
-    let job = JobPlan {
-        kvsname: name,
-        size,
-        universe_size: spec.universe_size.unwrap_or(if hosts_named {
-            named_slots as i64
-        } else {
-            -1
-        }),
-        appnum: appnum.clone(),
-        process_mapping: placement.process_mapping(),
-        apps,
+    let pmix = p.wired.wiring != Wiring::Pmi;
+    JobPlan {
+        kvsname: p.kvsname,
+        size: p.size,
+        universe_size: p.universe_size,
+        appnum: p.appnum,
+        process_mapping: p.placement.process_mapping(),
+        apps: p.apps,
         output: OutputPlan {
             options: output_options(spec),
             pgid: 0,
@@ -567,24 +727,35 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         },
         pmi_port: spec.pmi_port,
         kill_grace_ms: env_secs("KAURI_KILL_GRACE", 3.0).as_millis() as u64,
-        hosts: used.iter().map(|&n| hosts[n].name.clone()).collect(),
-        master,
+        hosts: p.hosts,
+        master: p.master,
         spawner: None,
         parent_rank: None,
         preput: Vec::new(),
-        adopt,
-        simulated_hosts: kind == "fork",
+        adopt: p.adopt,
+        simulated_hosts: p.simulated_hosts,
         rank_node,
         pmix,
-        pmi_too: wiring == Wiring::Both,
-        pmix_library,
+        pmi_too: p.wired.wiring == Wiring::Both,
+        pmix_library: p.wired.pmix_library.clone(),
         profile: spec.profile.is_some(),
         binding: spec.binding,
         report_bindings: spec.report_bindings,
         iface: spec.iface.clone(),
         port_range: spec.port_range.clone(),
         fault_tolerant: spec.fault_tolerant,
-    };
+    }
+}
+
+/// The hosts with ranks, split into the one the front end serves (`served_here`) and those
+/// agents serve, each with its ranks (`on_host`) numbered on the host.
+fn split_hosts(
+    hosts: &[HostSpec],
+    mut on_host: Vec<Vec<usize>>,
+    appnum: &[u32],
+    used: &[usize],
+    served_here: Option<usize>,
+) -> (Option<HostPlan>, Vec<HostPlan>) {
     let (mut local, mut remote) = (None, Vec::new());
     for (n, h) in hosts.iter().enumerate() {
         let ranks: Vec<RankPlan> = std::mem::take(&mut on_host[n])
@@ -611,22 +782,25 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             remote.push(hp);
         }
     }
+    (local, remote)
+}
+
+/// How agents are launched: the launcher program (`-launcher-exec`, or the kind's own),
+/// where kauri is on the hosts, and the times and limits from kauri's variables.
+fn launch_plan(spec: &JobSpec, kind: &str, pbs_tmrsh: Option<String>) -> LaunchPlan {
     let self_path = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "kauri".into());
-    let exec = spec
-        .launcher_exec
-        .clone()
-        .unwrap_or_else(|| match kind.as_str() {
-            "slurm" => "srun".into(),
-            "sge" => crate::launch::Sge::default_exec(),
-            "lsf" => crate::launch::Lsf::default_exec(),
-            "pbs" => pbs_tmrsh.clone().unwrap_or_else(|| "pbs_tmrsh".into()),
-            "fork" => self_path.clone(),
-            k => k.to_string(),
-        });
-    let launch = LaunchPlan {
-        kind: kind.clone(),
+    let exec = spec.launcher_exec.clone().unwrap_or_else(|| match kind {
+        "slurm" => "srun".into(),
+        "sge" => crate::launch::Sge::default_exec(),
+        "lsf" => crate::launch::Lsf::default_exec(),
+        "pbs" => pbs_tmrsh.clone().unwrap_or_else(|| "pbs_tmrsh".into()),
+        "fork" => self_path.clone(),
+        k => k.to_string(),
+    });
+    LaunchPlan {
+        kind: kind.to_string(),
         exec,
         extra_args: crate::launch::hydra_env::launcher_extra_args(&|k| std::env::var(k).ok()),
         agent_path: std::env::var("KAURI_AGENT_PATH").unwrap_or(self_path),
@@ -637,45 +811,27 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             .unwrap_or(32),
         heartbeat_ms: env_secs("KAURI_HEARTBEAT", 5.0).as_millis() as u64,
         silence_ms: env_secs("KAURI_HEARTBEAT_TIMEOUT", 30.0).as_millis() as u64,
-    };
+    }
+}
+
+/// The tree's width and whether launch cost shapes it, from `-tree-width` or (`tree_var`)
+/// `KAURI_TREE_WIDTH`: `flat` is 0, `cost` the cost-model tree. A resource manager's
+/// launcher gets a flat tree.
+fn tree_shape(spec: &JobSpec, kind: &str, tree_var: Option<&str>) -> (usize, bool) {
     // The resource managers' launchers start every agent from here (as Hydra does): a flat
     // tree.
-    let rm_launcher = ["slurm", "sge", "lsf", "pbs"].contains(&kind.as_str());
+    let rm_launcher = ["slurm", "sge", "lsf", "pbs"].contains(&kind);
     let width = if rm_launcher {
         0
     } else {
         spec.tree_width
-            .or_else(|| {
-                std::env::var("KAURI_TREE_WIDTH").ok().and_then(|v| {
-                    if v == "flat" {
-                        Some(0)
-                    } else {
-                        v.parse().ok()
-                    }
-                })
-            })
+            .or_else(|| tree_var.and_then(|v| if v == "flat" { Some(0) } else { v.parse().ok() }))
             .unwrap_or(DEFAULT_TREE_WIDTH)
     };
     let cost_tree = !rm_launcher
         && (spec.cost_tree
-            || (spec.tree_width.is_none()
-                && std::env::var("KAURI_TREE_WIDTH").is_ok_and(|v| v.trim() == "cost")));
-    Ok(Plan {
-        cost_tree,
-        job,
-        local,
-        remote,
-        launch,
-        width,
-        hosts: hosts
-            .into_iter()
-            .zip(slots)
-            .map(|(h, slots)| HostSpec { slots, ..h })
-            .collect(),
-        served_here,
-        looks_mpi,
-        master_port,
-    })
+            || (spec.tree_width.is_none() && tree_var.is_some_and(|v| v.trim() == "cost")));
+    (width, cost_tree)
 }
 
 /// One of kauri's times in seconds ([`crate::cli::SECONDS_VARS`], checked when the command
@@ -685,4 +841,157 @@ pub(crate) fn env_secs(var: &str, default: f64) -> Duration {
         .ok()
         .and_then(|v| crate::cli::parse_secs(&v))
         .unwrap_or(Duration::from_secs_f64(default))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(args: &str) -> JobSpec {
+        let a: Vec<String> = args.split_whitespace().map(str::to_string).collect();
+        match crate::cli::parse(&a).unwrap() {
+            crate::cli::Command::Run(s) => *s,
+            _ => panic!("not a run: {args}"),
+        }
+    }
+
+    fn hosts(slots: &[usize]) -> Vec<HostSpec> {
+        slots
+            .iter()
+            .enumerate()
+            .map(|(i, &slots)| HostSpec {
+                name: format!("h{i}"),
+                slots,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn segments_without_n_take_the_slots_or_ppn_per_host_or_one() {
+        assert_eq!(default_nprocs(None, &hosts(&[2, 3])), 5);
+        assert_eq!(default_nprocs(None, &[]), 1);
+        assert_eq!(default_nprocs(Some(4), &hosts(&[2, 3])), 8);
+        assert_eq!(default_nprocs(Some(4), &[]), 4);
+        assert_eq!(default_nprocs(None, &hosts(&[usize::MAX, 3])), usize::MAX);
+    }
+
+    #[test]
+    fn too_many_ranks_or_an_output_from_rank_past_the_job_is_an_error() {
+        let mut s = spec("-n 2 a");
+        assert!(check_size(&s, 2).is_ok());
+        assert!(check_size(&s, crate::plan::job::RANKS_MAX + 1)
+            .unwrap_err()
+            .contains("processes in all (the allocation's slots)"));
+        s.output.output_from = Some(1);
+        assert!(check_size(&s, 2).is_ok());
+        assert_eq!(
+            check_size(&s, 1).unwrap_err(),
+            "-output-from 1: the job has 1 rank (0 to 0)"
+        );
+        s.output.output_from = Some(3);
+        assert_eq!(
+            check_size(&s, 2).unwrap_err(),
+            "-output-from 3: the job has 2 ranks (0 to 1)"
+        );
+    }
+
+    #[test]
+    fn the_launcher_is_ssh_unless_named_and_must_be_known() {
+        let s = spec("-n 1 a");
+        assert_eq!(choose_launcher(None, &s), Ok(("ssh".into(), None)));
+        assert_eq!(
+            choose_launcher(Some("fork".into()), &s),
+            Ok(("fork".into(), None))
+        );
+        assert!(choose_launcher(Some("telnet".into()), &s)
+            .unwrap_err()
+            .starts_with("unknown launcher \"telnet\" ("));
+    }
+
+    #[test]
+    fn placement_in_blocks_round_robin_or_by_host_under_ml_env() {
+        let mut s = spec("-n 5 a");
+        let h = hosts(&[2, 3]);
+        let (slots, p) = place(&s, 5, &h);
+        assert_eq!(slots, vec![2, 3]);
+        assert_eq!(p.node, vec![0, 0, 1, 1, 1]);
+        s.ppn = Some(1);
+        let (slots, p) = place(&s, 5, &h);
+        assert_eq!(slots, vec![1, 1]);
+        assert_eq!(p.node, vec![0, 1, 0, 1, 0]);
+        s.ml_env = true;
+        assert_eq!(place(&s, 5, &h).1.node, vec![0, 0, 0, 1, 1]);
+        s.mapping_asked = true;
+        assert_eq!(place(&s, 5, &h).1.node, vec![0, 1, 0, 1, 0]);
+        s.ppn = None;
+        s.map_by_node = true;
+        assert_eq!(place(&s, 5, &h).1.node, vec![0, 1, 0, 1, 0]);
+    }
+
+    #[test]
+    fn each_segment_numbers_its_ranks() {
+        let s = spec("-n 2 a : -n 1 b : -n 3 c");
+        assert_eq!(appnums(&s), vec![0, 0, 1, 2, 2, 2]);
+    }
+
+    #[test]
+    fn ranks_by_host_and_the_hosts_used() {
+        let (on_host, used) = ranks_by_host(&[2, 0, 2, 0], 4);
+        assert_eq!(on_host, vec![vec![1, 3], vec![], vec![0, 2], vec![]]);
+        assert_eq!(used, vec![0, 2]);
+    }
+
+    #[test]
+    fn the_master_is_loopback_when_here_or_simulated() {
+        let h = hosts(&[1, 1]);
+        assert_eq!(master_addr(1, &h, Some(0), "ssh"), "h1");
+        assert_eq!(master_addr(0, &h, Some(0), "ssh"), "127.0.0.1");
+        assert_eq!(master_addr(1, &h, None, "fork"), "127.0.0.1");
+    }
+
+    #[test]
+    fn a_singletons_address() {
+        assert_eq!(singleton_addr("default_interface", 5), "127.0.0.1:5");
+        assert_eq!(singleton_addr("", 5), "127.0.0.1:5");
+        assert_eq!(singleton_addr("::1", 5), "[::1]:5");
+        assert_eq!(singleton_addr("[::1]", 5), "[::1]:5");
+        assert_eq!(singleton_addr("node7", 5), "node7:5");
+    }
+
+    #[test]
+    fn hosts_split_into_the_served_one_and_the_agents() {
+        let h = hosts(&[1, 1, 1]);
+        let (on_host, used) = ranks_by_host(&[2, 0, 2], 3);
+        let (local, remote) = split_hosts(&h, on_host, &[0, 1, 1], &used, Some(2));
+        let local = local.unwrap();
+        assert_eq!((local.host.as_str(), local.node, local.index), ("h2", 2, 1));
+        let ids: Vec<(usize, usize, usize)> = local
+            .ranks
+            .iter()
+            .map(|r| (r.rank, r.app, r.local_id))
+            .collect();
+        assert_eq!(ids, vec![(0, 0, 0), (2, 1, 1)]);
+        assert_eq!(remote.len(), 1);
+        assert_eq!((remote[0].host.as_str(), remote[0].index), ("h0", 0));
+        let (_, remote) = split_hosts(&h, ranks_by_host(&[1], 3).0, &[0], &[1], None);
+        assert_eq!(remote[0].node, 1);
+    }
+
+    #[test]
+    fn tree_width_from_the_option_the_variable_or_the_launcher() {
+        let mut s = spec("-n 1 a");
+        assert_eq!(tree_shape(&s, "ssh", None), (DEFAULT_TREE_WIDTH, false));
+        assert_eq!(tree_shape(&s, "ssh", Some("flat")), (0, false));
+        assert_eq!(tree_shape(&s, "ssh", Some("3")), (3, false));
+        assert_eq!(
+            tree_shape(&s, "ssh", Some(" cost ")),
+            (DEFAULT_TREE_WIDTH, true)
+        );
+        assert_eq!(tree_shape(&s, "slurm", Some("cost")), (0, false));
+        s.tree_width = Some(2);
+        assert_eq!(tree_shape(&s, "ssh", Some("cost")), (2, false));
+        s.cost_tree = true;
+        assert_eq!(tree_shape(&s, "ssh", None), (2, true));
+        assert_eq!(tree_shape(&s, "pbs", None), (0, false));
+    }
 }

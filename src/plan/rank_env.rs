@@ -135,45 +135,107 @@ pub fn rank_env(
     seat: &RankSeat<'_>,
     host: &HostFacts<'_>,
 ) -> Vec<(String, String)> {
-    let user_set = |k: &str| app.env.iter().any(|(n, _)| n == k);
-    let mut env: Vec<(String, String)> = Vec::new();
-    let mut set = |k: &str, v: String| env.push((k.to_string(), v));
-    let (r, nlocal) = (seat.rank, seat.local_size);
-    if job.serves_pmi() {
-        set("PMI_RANK", r.to_string());
-        set("PMI_SIZE", job.size.to_string());
-        set("MPI_LOCALNRANKS", nlocal.to_string());
-        set("MPI_LOCALRANKID", seat.local_id.to_string());
-    }
-    for (k, v) in host.pmix {
-        set(k, v.clone());
-    }
-    if job.pmix && job.pmi_too && !MPICH_PMI_VERSION_NAMES.iter().any(|k| user_set(k)) {
-        // Served both, MPICH 5 finds PMI_SIZE and PMIX_NAMESPACE and gives up. It takes the
-        // PMI-1 server, the one MPICH programs have always used under kauri; Open MPI and
-        // Intel MPI do not read this variable.
-        set(MPICH_PMI_VERSION, "1".into());
-    }
-    if let Some(d) = host.vader_dir {
-        set(VADER_DIR_VAR, d.to_string());
-    }
     let open_mpi = job.pmix || app.uses_open_mpi_flux();
-    if host.oversubscribed && open_mpi && !user_set(YIELD_VAR) {
-        set(YIELD_VAR, "1".into());
-    }
-
-    set("KAURI_RANK", r.to_string());
-    set("KAURI_SIZE", job.size.to_string());
-    set("KAURI_LOCAL_RANK", seat.local_id.to_string());
-    set("KAURI_LOCAL_SIZE", nlocal.to_string());
-    set("KAURI_NODE", seat.node.to_string());
-    set("KAURI_NODES", job.hosts.len().to_string());
-    set("KAURI_HOST", seat.host.to_string());
-    set("KAURI_HOSTS", job.hosts.join(","));
-    set("KAURI_JOBID", job.kvsname.clone());
+    let mut env = pmi_identity_vars(job, seat);
+    env.extend(host.pmix.iter().cloned());
+    env.extend(mpich_pmi_choice(job, app));
+    env.extend(open_mpi_hints(app, host, open_mpi));
+    env.extend(kauri_vars(job, seat));
     if job.spawner.is_some() && job.serves_pmi() {
-        set("PMI_SPAWNED", "1".into());
+        env.push(("PMI_SPAWNED".into(), "1".into()));
     }
+    env.extend(interface_vars(job, app, seat, open_mpi));
+    if let Some((addr, port)) = &job.master {
+        let ml = MlSeat {
+            job,
+            app,
+            seat,
+            addr,
+            port: *port,
+        };
+        env.extend(offered(app, torchrun_vars(&ml)));
+        env.extend(offered(app, jax_vars(&ml, open_mpi)));
+    }
+    env.extend(pmi_socket_vars(job, seat, host.socket));
+    env
+}
+
+/// Whether the user set `k` in the segment's environment.
+fn user_set(app: &AppPlan, k: &str) -> bool {
+    app.env.iter().any(|(n, _)| n == k)
+}
+
+/// `vars` less those the user set in the segment's environment: what kauri only offers.
+fn offered(app: &AppPlan, vars: Vec<(String, String)>) -> Vec<(String, String)> {
+    vars.into_iter()
+        .filter(|(k, _)| !user_set(app, k))
+        .collect()
+}
+
+/// A variable, as owned strings.
+fn var(k: &str, v: impl Into<String>) -> (String, String) {
+    (k.to_string(), v.into())
+}
+
+/// The PMI-1/PMI-2 identity of a rank in a job served PMI: `PMI_RANK`, `PMI_SIZE`, and
+/// Hydra's `MPI_LOCALNRANKS`/`MPI_LOCALRANKID`.
+fn pmi_identity_vars(job: &JobPlan, seat: &RankSeat<'_>) -> Vec<(String, String)> {
+    if !job.serves_pmi() {
+        return Vec::new();
+    }
+    vec![
+        var("PMI_RANK", seat.rank.to_string()),
+        var("PMI_SIZE", job.size.to_string()),
+        var("MPI_LOCALNRANKS", seat.local_size.to_string()),
+        var("MPI_LOCALRANKID", seat.local_id.to_string()),
+    ]
+}
+
+/// MPICH's PMI choice for a job served PMI and PMIx side by side, unless the user made it.
+fn mpich_pmi_choice(job: &JobPlan, app: &AppPlan) -> Option<(String, String)> {
+    // Served both, MPICH 5 finds PMI_SIZE and PMIX_NAMESPACE and gives up. It takes the
+    // PMI-1 server, the one MPICH programs have always used under kauri; Open MPI and
+    // Intel MPI do not read this variable.
+    (job.pmix && job.pmi_too && !MPICH_PMI_VERSION_NAMES.iter().any(|k| user_set(app, k)))
+        .then(|| var(MPICH_PMI_VERSION, "1"))
+}
+
+/// Open MPI's hints from the host: its private shared-memory directory, and (on an
+/// oversubscribed host, unless the user chose) yielding when idle.
+fn open_mpi_hints(app: &AppPlan, host: &HostFacts<'_>, open_mpi: bool) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    if let Some(d) = host.vader_dir {
+        env.push(var(VADER_DIR_VAR, d));
+    }
+    if host.oversubscribed && open_mpi && !user_set(app, YIELD_VAR) {
+        env.push(var(YIELD_VAR, "1"));
+    }
+    env
+}
+
+/// kauri's own `KAURI_*` variables: where the rank is in the job and on its host.
+fn kauri_vars(job: &JobPlan, seat: &RankSeat<'_>) -> Vec<(String, String)> {
+    vec![
+        var("KAURI_RANK", seat.rank.to_string()),
+        var("KAURI_SIZE", job.size.to_string()),
+        var("KAURI_LOCAL_RANK", seat.local_id.to_string()),
+        var("KAURI_LOCAL_SIZE", seat.local_size.to_string()),
+        var("KAURI_NODE", seat.node.to_string()),
+        var("KAURI_NODES", job.hosts.len().to_string()),
+        var("KAURI_HOST", seat.host),
+        var("KAURI_HOSTS", job.hosts.join(",")),
+        var("KAURI_JOBID", job.kvsname.clone()),
+    ]
+}
+
+/// Where the rank's MPI listens and connects, unless the user said: Hydra's compatibility
+/// variables.
+fn interface_vars(
+    job: &JobPlan,
+    app: &AppPlan,
+    seat: &RankSeat<'_>,
+    open_mpi: bool,
+) -> Vec<(String, String)> {
     // As Hydra does: MPICH's ch3 then listens and connects on the address of the host as
     // named (on loopback for simulated hosts) instead of picking an interface. -iface, as
     // Hydra: MPICH's TCP transport is given the interface by name (each rank finds its own
@@ -184,70 +246,95 @@ pub fn rank_env(
         } else {
             &[NEMESIS_IFACE]
         };
-        for k in by_name {
-            if !user_set(k) {
-                set(k, i.clone());
-            }
-        }
-    } else if !user_set(ICH3_IFACE) {
+        offered(app, by_name.iter().map(|k| var(k, i.clone())).collect())
+    } else if !user_set(app, ICH3_IFACE) {
         let iface = if job.simulated_hosts {
             "127.0.0.1"
         } else {
             seat.host
         };
-        set(ICH3_IFACE, iface.to_string());
+        vec![var(ICH3_IFACE, iface)]
+    } else {
+        Vec::new()
     }
-    if let Some((addr, port)) = &job.master {
-        let mut offer = |k: &str, v: String| {
-            if !user_set(k) {
-                set(k, v);
-            }
-        };
-        // torchrun's, in the order its agent sets them, with a job of one role
-        // ("default") served by no elastic agent: never restarted, no agent store.
-        let (hosts, world) = (job.hosts.len().to_string(), job.size.to_string());
-        offer("RANK", r.to_string());
-        offer("GROUP_RANK", seat.node.to_string());
-        offer("ROLE_RANK", r.to_string());
-        offer("ROLE_NAME", "default".into());
-        offer("LOCAL_RANK", seat.local_id.to_string());
-        offer("LOCAL_WORLD_SIZE", nlocal.to_string());
-        offer("WORLD_SIZE", world.clone());
-        offer("GROUP_WORLD_SIZE", hosts);
-        offer("ROLE_WORLD_SIZE", world.clone());
-        offer("MASTER_ADDR", addr.clone());
-        offer("MASTER_PORT", port.to_string());
-        offer("TORCHELASTIC_RESTART_COUNT", "0".into());
-        offer("TORCHELASTIC_MAX_RESTARTS", "0".into());
-        offer("TORCHELASTIC_RUN_ID", job.kvsname.clone());
-        offer("TORCHELASTIC_USE_AGENT_STORE", "False".into());
-        offer("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1".into());
-        if sets_omp_threads(job, app, nlocal) {
-            offer(OMP_THREADS, "1".into());
-        }
-        // JAX's own variable for its coordinator; its process count and id it reads only
-        // from a cluster it detects: Open MPI's mpirun's variables, outside an Open MPI job
-        // (Open MPI 4.1 parses the marker as its mpirun's address).
-        offer(JAX_COORDINATOR, format!("{addr}:{port}"));
-        if !open_mpi {
-            offer("OMPI_COMM_WORLD_SIZE", world);
-            offer("OMPI_COMM_WORLD_RANK", r.to_string());
-            offer("OMPI_COMM_WORLD_LOCAL_RANK", seat.local_id.to_string());
-            offer("OMPI_COMM_WORLD_LOCAL_SIZE", nlocal.to_string());
-            offer("OMPI_COMM_WORLD_NODE_RANK", seat.local_id.to_string());
-            offer(OMPI_MARKER, format!("0.0;tcp://{addr}:{port}"));
-        }
-    }
-    match host.socket {
-        _ if !job.serves_pmi() => {}
-        Some(PmiSocket::Port(addr)) => {
-            set("PMI_PORT", addr.to_string());
-            set("PMI_ID", r.to_string());
-        }
-        Some(PmiSocket::Fd(fd)) => set("PMI_FD", fd.to_string()),
-        None => {}
+}
+
+/// A rank under `-ml-env`: its job, segment and seat, and the job's `MASTER_ADDR` and
+/// `MASTER_PORT`.
+struct MlSeat<'a> {
+    job: &'a JobPlan,
+    app: &'a AppPlan,
+    seat: &'a RankSeat<'a>,
+    addr: &'a str,
+    port: u16,
+}
+
+/// torchrun's variables, in the order its agent sets them, with a job of one role
+/// ("default") served by no elastic agent: never restarted, no agent store; and
+/// `OMP_NUM_THREADS=1` on a shared host ([`sets_omp_threads`]).
+fn torchrun_vars(ml: &MlSeat<'_>) -> Vec<(String, String)> {
+    let (job, seat) = (ml.job, ml.seat);
+    let (hosts, world) = (job.hosts.len().to_string(), job.size.to_string());
+    let mut env = vec![
+        var("RANK", seat.rank.to_string()),
+        var("GROUP_RANK", seat.node.to_string()),
+        var("ROLE_RANK", seat.rank.to_string()),
+        var("ROLE_NAME", "default"),
+        var("LOCAL_RANK", seat.local_id.to_string()),
+        var("LOCAL_WORLD_SIZE", seat.local_size.to_string()),
+        var("WORLD_SIZE", world.clone()),
+        var("GROUP_WORLD_SIZE", hosts),
+        var("ROLE_WORLD_SIZE", world),
+        var("MASTER_ADDR", ml.addr),
+        var("MASTER_PORT", ml.port.to_string()),
+        var("TORCHELASTIC_RESTART_COUNT", "0"),
+        var("TORCHELASTIC_MAX_RESTARTS", "0"),
+        var("TORCHELASTIC_RUN_ID", job.kvsname.clone()),
+        var("TORCHELASTIC_USE_AGENT_STORE", "False"),
+        var("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+    ];
+    if sets_omp_threads(job, ml.app, seat.local_size) {
+        env.push(var(OMP_THREADS, "1"));
     }
     env
+}
+
+/// JAX's variables: its coordinator, and (outside an Open MPI job) Open MPI's mpirun's
+/// variables, from which it reads its process count and id.
+fn jax_vars(ml: &MlSeat<'_>, open_mpi: bool) -> Vec<(String, String)> {
+    // JAX's own variable for its coordinator; its process count and id it reads only
+    // from a cluster it detects: Open MPI's mpirun's variables, outside an Open MPI job
+    // (Open MPI 4.1 parses the marker as its mpirun's address).
+    let (addr, port, seat) = (ml.addr, ml.port, ml.seat);
+    let mut env = vec![var(JAX_COORDINATOR, format!("{addr}:{port}"))];
+    if !open_mpi {
+        env.extend([
+            var("OMPI_COMM_WORLD_SIZE", ml.job.size.to_string()),
+            var("OMPI_COMM_WORLD_RANK", seat.rank.to_string()),
+            var("OMPI_COMM_WORLD_LOCAL_RANK", seat.local_id.to_string()),
+            var("OMPI_COMM_WORLD_LOCAL_SIZE", seat.local_size.to_string()),
+            var("OMPI_COMM_WORLD_NODE_RANK", seat.local_id.to_string()),
+            var(OMPI_MARKER, format!("0.0;tcp://{addr}:{port}")),
+        ]);
+    }
+    env
+}
+
+/// How the rank reaches its PMI-1/PMI-2 server (`PMI_PORT` and `PMI_ID`, or `PMI_FD`), in a
+/// job served PMI.
+fn pmi_socket_vars(
+    job: &JobPlan,
+    seat: &RankSeat<'_>,
+    socket: Option<PmiSocket<'_>>,
+) -> Vec<(String, String)> {
+    match socket {
+        _ if !job.serves_pmi() => Vec::new(),
+        Some(PmiSocket::Port(addr)) => {
+            vec![var("PMI_PORT", addr), var("PMI_ID", seat.rank.to_string())]
+        }
+        Some(PmiSocket::Fd(fd)) => vec![var("PMI_FD", fd.to_string())],
+        None => Vec::new(),
+    }
 }
 
 #[cfg(test)]
@@ -544,5 +631,58 @@ mod tests {
             ("PMI_FD", "9"),
         ]));
         assert_eq!(env, w);
+    }
+    #[test]
+    fn the_interface_is_the_hosts_name_or_iface_by_name_per_mpi() {
+        let mut j = job(false, false);
+        j.simulated_hosts = false;
+        assert_eq!(
+            interface_vars(&j, &app(&[]), &SEAT, false),
+            pairs(&[(ICH3_IFACE, "b")])
+        );
+        assert!(interface_vars(&j, &app(&[(ICH3_IFACE, "x")]), &SEAT, false).is_empty());
+        j.iface = Some("eth1".into());
+        assert_eq!(
+            interface_vars(&j, &app(&[]), &SEAT, false),
+            pairs(&[(NEMESIS_IFACE, "eth1")])
+        );
+        let user = app(&[("OMPI_MCA_btl_tcp_if_include", "ib0")]);
+        assert_eq!(
+            interface_vars(&j, &user, &SEAT, true),
+            pairs(&[("OMPI_MCA_oob_tcp_if_include", "eth1")])
+        );
+    }
+
+    #[test]
+    fn jax_finds_open_mpis_variables_only_outside_open_mpi() {
+        let j = job(false, false);
+        let a = app(&[]);
+        let ml = MlSeat {
+            job: &j,
+            app: &a,
+            seat: &SEAT,
+            addr: "h0",
+            port: 29500,
+        };
+        assert_eq!(jax_vars(&ml, true), pairs(&[(JAX_COORDINATOR, "h0:29500")]));
+        let outside = jax_vars(&ml, false);
+        assert_eq!(outside.len(), 7);
+        assert!(outside.contains(&(OMPI_MARKER.into(), "0.0;tcp://h0:29500".into())));
+        assert!(outside.contains(&("OMPI_COMM_WORLD_RANK".into(), "3".into())));
+    }
+
+    #[test]
+    fn the_pmi_socket_is_given_only_in_a_job_served_pmi() {
+        let port = Some(PmiSocket::Port("127.0.0.1:5000"));
+        assert_eq!(
+            pmi_socket_vars(&job(false, false), &SEAT, port),
+            pairs(&[("PMI_PORT", "127.0.0.1:5000"), ("PMI_ID", "3")])
+        );
+        assert_eq!(
+            pmi_socket_vars(&job(true, true), &SEAT, Some(PmiSocket::Fd(9))),
+            pairs(&[("PMI_FD", "9")])
+        );
+        assert!(pmi_socket_vars(&job(true, false), &SEAT, Some(PmiSocket::Fd(9))).is_empty());
+        assert!(pmi_socket_vars(&job(false, false), &SEAT, None).is_empty());
     }
 }

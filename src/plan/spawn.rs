@@ -168,124 +168,202 @@ pub(crate) fn plan_spawn(
     preput: Delta,
     pmix: Option<&crate::proto::service::PmixSpawn>,
 ) -> Result<(JobPlan, Option<HostPlan>, Vec<HostPlan>), String> {
-    let total: u64 = commands.iter().map(|c| u64::from(c.nprocs)).sum();
-    if total == 0 {
-        return Err("spawn of 0 processes".into());
-    }
-    if total > cluster.spawn_max {
-        return Err(format!(
-            "spawn of {total} processes: more than the {} one spawn may start (KAURI_SPAWN_MAX)",
-            cluster.spawn_max
-        ));
-    }
-    let size = total as usize;
+    let size = spawn_size(commands, cluster.spawn_max)?;
     let mut node_of: Vec<usize> = Vec::with_capacity(size);
     let mut appnum = Vec::with_capacity(size);
     let mut apps = Vec::with_capacity(commands.len());
-    let nhosts = cluster.hosts.len();
     for (i, c) in commands.iter().enumerate() {
-        let mut candidates: Vec<usize> = (0..nhosts).collect();
-        let mut env = cluster.env.clone();
-        let mut wdir = cluster.cwd.clone();
-        let mut per_node: Option<u64> = None;
-        let mut by_slot = false;
-        for (k, v) in &c.info {
-            match k.as_str() {
-                // Open MPI's npernode/pernode/ppr (PMIX_PPR: "N:n" or "N:node").
-                "ppr" => per_node = Some(parse_ppr(v)?),
-                // Open MPI's map_by (PMIX_MAPBY): node (the default here), or slot and its
-                // spellings (fill each host's slots before the next host).
-                "map-by" | "map_by" => match v.split(':').next().unwrap_or("") {
-                    "node" => by_slot = false,
-                    "slot" | "core" | "hwthread" | "socket" | "package" | "numa" => by_slot = true,
-                    other => {
-                        return Err(format!(
-                            "spawn: map-by {other} is not supported (node or slot)"
-                        ))
-                    }
-                },
-                "host" | "hosts" => {
-                    let names: Vec<String> = v.split(',').map(str::to_string).collect();
-                    candidates = named_hosts(cluster, &names)?;
-                }
-                "hostfile" => {
-                    let path = cluster.cwd.join(v);
-                    let listed =
-                        crate::cli::read_hostfile(&path).map_err(|e| format!("spawn: {}", e.0))?;
-                    let names: Vec<String> = listed.into_iter().map(|h| h.name).collect();
-                    candidates = named_hosts(cluster, &names)?;
-                }
-                "wdir" => wdir = cluster.cwd.join(v),
-                "path" => {
-                    let old = env
-                        .iter()
-                        .find(|(k, _)| k == "PATH")
-                        .map(|(_, v)| v.clone())
-                        .unwrap_or_default();
-                    env.retain(|(k, _)| k != "PATH");
-                    let new = if old.is_empty() {
-                        v.clone()
-                    } else {
-                        format!("{v}:{old}")
-                    };
-                    env.push(("PATH".into(), new));
-                }
-                other => debug!(key = other, value = %v, "spawn: info key ignored"),
-            }
-        }
+        let mut how = command_options(cluster, c)?;
         // A PMIx client's variables for the command (Open MPI's OMPI_PARENT_PORT, …).
         for (k, v) in pmix.and_then(|p| p.env.get(i)).into_iter().flatten() {
-            env.retain(|(n, _)| n != k);
-            env.push((k.clone(), v.clone()));
+            how.env.retain(|(n, _)| n != k);
+            how.env.push((k.clone(), v.clone()));
         }
-        if let Some(ppn) = per_node {
-            // A host named twice is one host.
-            let mut distinct = candidates.clone();
-            distinct.sort_unstable();
-            distinct.dedup();
-            let room = ppn.saturating_mul(distinct.len() as u64);
-            if u64::from(c.nprocs) > room {
-                return Err(format!(
-                    "spawn of {} processes at {ppn} per host needs more hosts than the {} it may use",
-                    c.nprocs,
-                    distinct.len()
-                ));
-            }
+        if let Some(ppn) = how.per_node {
+            check_ppr_room(c.nprocs, ppn, &how.candidates)?;
         }
-        // This command's processes on each host so far (for ppr).
-        let mut mine = vec![0u64; nhosts];
-        for _ in 0..c.nprocs {
-            let n = if let Some(ppn) = per_node {
-                // In host order, each up to ppn processes of this command (there is room:
-                // checked above).
-                match candidates.iter().find(|&&n| mine[n] < ppn) {
-                    Some(&n) => n,
-                    None => return Err("spawn: no host has room left".into()),
-                }
-            } else {
-                let start = if by_slot { 0 } else { cluster.cursor };
-                let free = (0..candidates.len())
-                    .map(|k| candidates[(start + k) % candidates.len()])
-                    .find(|&n| cluster.in_use[n] < cluster.hosts[n].slots);
-                free.unwrap_or(candidates[cluster.cursor % candidates.len()])
-            };
-            mine[n] += 1;
-            cluster.in_use[n] += 1;
-            cluster.cursor = candidates.iter().position(|&h| h == n).map_or(0, |p| p + 1);
+        for n in place_command(cluster, c.nprocs, &how)? {
             node_of.push(n);
             appnum.push(i as u32);
         }
         apps.push(AppPlan {
             program: c.execname.clone(),
             args: c.args.clone(),
-            env,
-            wdir: wdir.display().to_string(),
+            env: how.env,
+            wdir: how.wdir.display().to_string(),
         });
     }
-    let mut used: Vec<usize> = node_of.clone();
+    let (used, placement) = dense_placement(&node_of);
+    cluster.jobs_started += 1;
+    let name = format!("{}_s{}", kvsname(&cluster.me), cluster.jobs_started);
+    add_flux_job_id(&mut apps, &name);
+    let (local, remote) = spawned_hosts(cluster, &used, &node_of, &appnum);
+    let spawned = Spawned {
+        name,
+        appnum,
+        placement,
+        apps,
+        used,
+        preput,
+    };
+    let plan = spawned_job(cluster, spawner, spawned, pmix);
+    Ok((plan, local, remote))
+}
+
+/// The size of a spawned job: its commands' processes, at least one and at most
+/// `spawn_max`.
+pub(crate) fn spawn_size(commands: &[SpawnCommand], spawn_max: u64) -> Result<usize, String> {
+    let total: u64 = commands.iter().map(|c| u64::from(c.nprocs)).sum();
+    if total == 0 {
+        return Err("spawn of 0 processes".into());
+    }
+    if total > spawn_max {
+        return Err(format!(
+            "spawn of {total} processes: more than the {spawn_max} one spawn may start (KAURI_SPAWN_MAX)"
+        ));
+    }
+    Ok(total as usize)
+}
+
+/// What one spawn command's info keys ask for: where its processes may go and how, and
+/// its segment's environment and working directory.
+pub(crate) struct CommandOptions {
+    /// The hosts (indices into the cluster's) its processes may go to, in order.
+    pub(crate) candidates: Vec<usize>,
+    /// Its segment's environment.
+    pub(crate) env: Vec<(String, String)>,
+    /// Its working directory.
+    pub(crate) wdir: PathBuf,
+    /// `ppr N:n`: N processes per host.
+    pub(crate) per_node: Option<u64>,
+    /// `map-by slot`: fill each host's free slots before the next.
+    pub(crate) by_slot: bool,
+}
+
+/// Reads one spawn command's info keys (a `hostfile` key reads the file it names).
+pub(crate) fn command_options(
+    cluster: &Cluster,
+    c: &SpawnCommand,
+) -> Result<CommandOptions, String> {
+    let mut how = CommandOptions {
+        candidates: (0..cluster.hosts.len()).collect(),
+        env: cluster.env.clone(),
+        wdir: cluster.cwd.clone(),
+        per_node: None,
+        by_slot: false,
+    };
+    for (k, v) in &c.info {
+        match k.as_str() {
+            // Open MPI's npernode/pernode/ppr (PMIX_PPR: "N:n" or "N:node").
+            "ppr" => how.per_node = Some(parse_ppr(v)?),
+            "map-by" | "map_by" => how.by_slot = parse_map_by(v)?,
+            "host" | "hosts" => {
+                let names: Vec<String> = v.split(',').map(str::to_string).collect();
+                how.candidates = named_hosts(cluster, &names)?;
+            }
+            "hostfile" => {
+                let path = cluster.cwd.join(v);
+                let listed =
+                    crate::cli::read_hostfile(&path).map_err(|e| format!("spawn: {}", e.0))?;
+                let names: Vec<String> = listed.into_iter().map(|h| h.name).collect();
+                how.candidates = named_hosts(cluster, &names)?;
+            }
+            "wdir" => how.wdir = cluster.cwd.join(v),
+            "path" => prepend_path(&mut how.env, v),
+            other => debug!(key = other, value = %v, "spawn: info key ignored"),
+        }
+    }
+    Ok(how)
+}
+
+/// Reads a spawn's `map-by`: whether it fills each host's slots before the next.
+pub(crate) fn parse_map_by(v: &str) -> Result<bool, String> {
+    // Open MPI's map_by (PMIX_MAPBY): node (the default here), or slot and its
+    // spellings (fill each host's slots before the next host).
+    match v.split(':').next().unwrap_or("") {
+        "node" => Ok(false),
+        "slot" | "core" | "hwthread" | "socket" | "package" | "numa" => Ok(true),
+        other => Err(format!(
+            "spawn: map-by {other} is not supported (node or slot)"
+        )),
+    }
+}
+
+/// Puts `dir` (a spawn's `path` key) in front of `PATH` in `env`, which then ends with it.
+pub(crate) fn prepend_path(env: &mut Vec<(String, String)>, dir: &str) {
+    let old = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    env.retain(|(k, _)| k != "PATH");
+    let new = if old.is_empty() {
+        dir.to_string()
+    } else {
+        format!("{dir}:{old}")
+    };
+    env.push(("PATH".into(), new));
+}
+
+/// Whether `nprocs` processes at `ppn` per host fit on `candidates` (a host named twice is
+/// one host).
+pub(crate) fn check_ppr_room(nprocs: u32, ppn: u64, candidates: &[usize]) -> Result<(), String> {
+    let mut distinct = candidates.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let room = ppn.saturating_mul(distinct.len() as u64);
+    if u64::from(nprocs) > room {
+        return Err(format!(
+            "spawn of {nprocs} processes at {ppn} per host needs more hosts than the {} it may use",
+            distinct.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The host of each of one command's `nprocs` processes, taking their slots in the
+/// cluster (and moving its cursor past each): with `ppr`, up to N per host in host order;
+/// else the next free slot from the cursor (from the first host for `map-by slot`), or the
+/// host at the cursor when every slot is taken.
+pub(crate) fn place_command(
+    cluster: &mut Cluster,
+    nprocs: u32,
+    how: &CommandOptions,
+) -> Result<Vec<usize>, String> {
+    let candidates = &how.candidates;
+    // This command's processes on each host so far (for ppr).
+    let mut mine = vec![0u64; cluster.hosts.len()];
+    let mut placed = Vec::with_capacity(nprocs as usize);
+    for _ in 0..nprocs {
+        let n = if let Some(ppn) = how.per_node {
+            // In host order, each up to ppn processes of this command (there is room:
+            // checked above).
+            match candidates.iter().find(|&&n| mine[n] < ppn) {
+                Some(&n) => n,
+                None => return Err("spawn: no host has room left".into()),
+            }
+        } else {
+            let start = if how.by_slot { 0 } else { cluster.cursor };
+            let free = (0..candidates.len())
+                .map(|k| candidates[(start + k) % candidates.len()])
+                .find(|&n| cluster.in_use[n] < cluster.hosts[n].slots);
+            free.unwrap_or(candidates[cluster.cursor % candidates.len()])
+        };
+        mine[n] += 1;
+        cluster.in_use[n] += 1;
+        cluster.cursor = candidates.iter().position(|&h| h == n).map_or(0, |p| p + 1);
+        placed.push(n);
+    }
+    Ok(placed)
+}
+
+/// The hosts a spawned job uses (indices into the cluster's, sorted) and its placement
+/// over them: node ids are the job's own, dense from 0 (MPICH sizes its node tables by
+/// them).
+pub(crate) fn dense_placement(node_of: &[usize]) -> (Vec<usize>, crate::plan::job::Placement) {
+    let mut used: Vec<usize> = node_of.to_vec();
     used.sort_unstable();
     used.dedup();
-    // Node ids are the job's own, dense from 0 (MPICH sizes its node tables by them).
     let placement = crate::plan::job::Placement {
         node: node_of
             .iter()
@@ -293,33 +371,58 @@ pub(crate) fn plan_spawn(
             .collect(),
         nodes: used.len(),
     };
-    cluster.jobs_started += 1;
-    let name = format!("{}_s{}", kvsname(&cluster.me), cluster.jobs_started);
-    add_flux_job_id(&mut apps, &name);
-    let plan = JobPlan {
-        kvsname: name,
-        size,
+    (used, placement)
+}
+
+/// What [`spawned_job`] is made of: the spawned job's name, ranks and segments.
+pub(crate) struct Spawned {
+    /// Its kvsname.
+    pub(crate) name: String,
+    /// `appnum[r]` for every rank.
+    pub(crate) appnum: Vec<u32>,
+    /// Its placement over its own hosts.
+    pub(crate) placement: crate::plan::job::Placement,
+    /// Its segments.
+    pub(crate) apps: Vec<AppPlan>,
+    /// Its hosts, as indices into the cluster's.
+    pub(crate) used: Vec<usize>,
+    /// The spawn's preput keys.
+    pub(crate) preput: Delta,
+}
+
+/// The [`JobPlan`] of a spawned job: the run's settings, the spawner's interface, and
+/// PMIx when a PMIx client spawned it.
+pub(crate) fn spawned_job(
+    cluster: &Cluster,
+    spawner: &JobPlan,
+    s: Spawned,
+    pmix: Option<&crate::proto::service::PmixSpawn>,
+) -> JobPlan {
+    JobPlan {
+        kvsname: s.name,
+        size: s.appnum.len(),
         universe_size: cluster.universe_size,
-        appnum: appnum.clone(),
-        process_mapping: placement.process_mapping(),
-        apps,
+        process_mapping: s.placement.process_mapping(),
+        appnum: s.appnum,
+        apps: s.apps,
         output: OutputPlan {
             pgid: cluster.jobs_started as u32,
             ..cluster.output.clone()
         },
         pmi_port: cluster.pmi_port,
         kill_grace_ms: cluster.kill_grace_ms,
-        hosts: used
+        hosts: s
+            .used
             .iter()
             .map(|&n| cluster.hosts[n].name.clone())
             .collect(),
         master: None,
         spawner: Some(spawner.kvsname.clone()),
         parent_rank: pmix.map(|p| p.parent),
-        preput,
+        preput: s.preput,
         adopt: None,
         simulated_hosts: cluster.launch.kind == "fork",
-        rank_node: placement.node.iter().map(|&n| n as u32).collect(),
+        rank_node: s.placement.node.iter().map(|&n| n as u32).collect(),
         // Spawned by a PMI client: PMI; by a PMIx client: PMIx.
         pmix: pmix.is_some(),
         pmi_too: false,
@@ -331,7 +434,17 @@ pub(crate) fn plan_spawn(
         iface: spawner.iface.clone(),
         port_range: cluster.port_range.clone(),
         fault_tolerant: cluster.fault_tolerant,
-    };
+    }
+}
+
+/// A spawned job's hosts: the one the front end serves (when it has ranks there) and the
+/// others, each with its ranks in rank order.
+pub(crate) fn spawned_hosts(
+    cluster: &Cluster,
+    used: &[usize],
+    node_of: &[usize],
+    appnum: &[u32],
+) -> (Option<HostPlan>, Vec<HostPlan>) {
     let (mut local, mut remote) = (None, Vec::new());
     for (index, &n) in used.iter().enumerate() {
         let ranks: Vec<RankPlan> = node_of
@@ -357,11 +470,186 @@ pub(crate) fn plan_spawn(
             remote.push(hp);
         }
     }
-    Ok((plan, local, remote))
+    (local, remote)
 }
+
 #[cfg(test)]
 mod tests {
-    use super::parse_ppr;
+    use super::*;
+
+    fn cluster(slots: &[usize]) -> Cluster {
+        Cluster {
+            me: "h0".into(),
+            hosts: slots
+                .iter()
+                .enumerate()
+                .map(|(i, &slots)| HostSpec {
+                    name: format!("h{i}"),
+                    slots,
+                })
+                .collect(),
+            served_here: Some(0),
+            in_use: vec![0; slots.len()],
+            cursor: 0,
+            launch: LaunchPlan {
+                kind: "fork".into(),
+                exec: "kauri".into(),
+                extra_args: vec![],
+                agent_path: "kauri".into(),
+                connect_timeout_s: 1,
+                max_concurrent: 1,
+                heartbeat_ms: 1,
+                silence_ms: 0,
+            },
+            width: 8,
+            cost: None,
+            ip: IpAddr::from([127, 0, 0, 1]),
+            env: vec![("PATH".into(), "/bin".into()), ("X".into(), "1".into())],
+            cwd: PathBuf::from("/tmp"),
+            universe_size: -1,
+            output: OutputPlan::default(),
+            pmi_port: false,
+            kill_grace_ms: 0,
+            jobs_started: 0,
+            spawn_max: 10,
+            port_range: None,
+            fault_tolerant: false,
+        }
+    }
+
+    fn command(nprocs: u32, info: &[(&str, &str)]) -> SpawnCommand {
+        SpawnCommand {
+            execname: "app".into(),
+            nprocs,
+            info: info
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_spawn_starts_one_to_spawn_max_processes() {
+        assert_eq!(spawn_size(&[command(3, &[]), command(4, &[])], 10), Ok(7));
+        assert_eq!(
+            spawn_size(&[command(0, &[])], 10).unwrap_err(),
+            "spawn of 0 processes"
+        );
+        assert!(spawn_size(&[command(6, &[]), command(5, &[])], 10)
+            .unwrap_err()
+            .contains("spawn of 11 processes: more than the 10"));
+    }
+
+    #[test]
+    fn map_by_node_or_slot_and_its_spellings() {
+        assert_eq!(parse_map_by("node"), Ok(false));
+        assert_eq!(parse_map_by("slot:oversubscribe"), Ok(true));
+        assert_eq!(parse_map_by("core"), Ok(true));
+        assert!(parse_map_by("board").unwrap_err().contains("map-by board"));
+    }
+
+    #[test]
+    fn a_path_key_goes_in_front_of_path_and_path_moves_last() {
+        let mut env = vec![
+            ("PATH".to_string(), "/bin".to_string()),
+            ("X".into(), "1".into()),
+        ];
+        prepend_path(&mut env, "/opt/bin");
+        assert_eq!(env[0], ("X".into(), "1".into()));
+        assert_eq!(env[1], ("PATH".into(), "/opt/bin:/bin".into()));
+        let mut none = vec![];
+        prepend_path(&mut none, "/opt/bin");
+        assert_eq!(none, vec![("PATH".into(), "/opt/bin".into())]);
+    }
+
+    #[test]
+    fn ppr_room_counts_a_host_named_twice_once() {
+        assert!(check_ppr_room(4, 2, &[0, 1]).is_ok());
+        assert!(check_ppr_room(4, 2, &[0, 0])
+            .unwrap_err()
+            .contains("needs more hosts than the 1 it may use"));
+    }
+
+    #[test]
+    fn spawned_node_ids_are_dense_in_host_order() {
+        let (used, p) = dense_placement(&[3, 1, 3, 5]);
+        assert_eq!(used, vec![1, 3, 5]);
+        assert_eq!(p.node, vec![1, 0, 1, 2]);
+        assert_eq!(p.nodes, 3);
+    }
+
+    #[test]
+    fn info_keys_choose_hosts_wdir_path_and_mapping() {
+        let c = cluster(&[1, 1, 1]);
+        let how = command_options(
+            &c,
+            &command(
+                2,
+                &[
+                    ("host", "h2,h1"),
+                    ("wdir", "sub"),
+                    ("path", "/p"),
+                    ("map_by", "slot"),
+                    ("ppr", "1:n"),
+                ],
+            ),
+        )
+        .unwrap();
+        assert_eq!(how.candidates, vec![2, 1]);
+        assert_eq!(how.wdir, PathBuf::from("/tmp/sub"));
+        assert_eq!(how.env.last(), Some(&("PATH".into(), "/p:/bin".into())));
+        assert!(how.by_slot);
+        assert_eq!(how.per_node, Some(1));
+        assert!(command_options(&c, &command(1, &[("host", "elsewhere")])).is_err());
+    }
+
+    #[test]
+    fn placement_round_robins_free_slots_then_oversubscribes() {
+        let mut c = cluster(&[2, 1]);
+        let how = command_options(&c, &command(0, &[])).unwrap();
+        // Every slot taken, the 4th goes to the host at the cursor.
+        assert_eq!(place_command(&mut c, 4, &how), Ok(vec![0, 1, 0, 1]));
+        assert_eq!(c.in_use, vec![2, 2]);
+        assert_eq!(c.cursor, 2);
+        let mut c = cluster(&[2, 1]);
+        c.cursor = 1;
+        // map-by slot fills from the first host, whatever the cursor.
+        let slot = command_options(&c, &command(0, &[("map-by", "slot")])).unwrap();
+        assert_eq!(place_command(&mut c, 3, &slot), Ok(vec![0, 0, 1]));
+        let mut c = cluster(&[2, 1]);
+        c.cursor = 1;
+        assert_eq!(place_command(&mut c, 3, &how), Ok(vec![1, 0, 0]));
+        // ppr: up to N per host in host order.
+        let mut c = cluster(&[8, 8]);
+        let ppr = command_options(&c, &command(0, &[("ppr", "2:n")])).unwrap();
+        assert_eq!(place_command(&mut c, 4, &ppr), Ok(vec![0, 0, 1, 1]));
+        assert!(place_command(&mut c, 5, &ppr).is_err());
+    }
+
+    #[test]
+    fn spawned_hosts_split_here_and_elsewhere_with_local_ids() {
+        let c = cluster(&[1, 1, 1]);
+        let (local, remote) = spawned_hosts(&c, &[0, 2], &[2, 0, 2], &[0, 1, 1]);
+        let local = local.unwrap();
+        assert_eq!((local.host.as_str(), local.node), ("h0", 0));
+        assert_eq!(
+            local.ranks,
+            vec![RankPlan {
+                rank: 1,
+                app: 1,
+                local_id: 0
+            }]
+        );
+        assert_eq!(remote.len(), 1);
+        assert_eq!((remote[0].host.as_str(), remote[0].index), ("h2", 1));
+        let ranks: Vec<(usize, usize)> = remote[0]
+            .ranks
+            .iter()
+            .map(|r| (r.rank, r.local_id))
+            .collect();
+        assert_eq!(ranks, vec![(0, 0), (2, 1)]);
+    }
 
     #[test]
     fn ppr_is_a_count_per_node() {
