@@ -13,6 +13,7 @@
 //! kauri's.
 
 mod cluster;
+mod end;
 mod inbox;
 mod reports;
 mod services;
@@ -456,119 +457,5 @@ impl Root {
         }
         drop(job);
         self.on_out(j, refused);
-    }
-
-    /// After the last event: forwards the last output, reports the ranks that failed, prints
-    /// the startup profile, and returns kauri's exit status.
-    async fn finish(mut self) -> i32 {
-        for j in 0..self.jobs.len() {
-            let out = self.live_mut(j).and_then(|job| job.branch.last_refusals());
-            self.on_out(j, out);
-        }
-        for d in std::mem::take(&mut self.draining) {
-            let _ = d.await;
-        }
-        for j in self.jobs.iter_mut().filter_map(Job::live_mut) {
-            if self.gave_up {
-                // Ranks that did not die when killed may hold their pipes: do not wait long.
-                let _ = tokio::time::timeout(Duration::from_secs(2), j.branch.drain()).await;
-            } else {
-                j.branch.drain().await;
-            }
-        }
-        // A resource manager's launcher tells the manager how its agent ended: let it (a
-        // killed qrsh -inherit fails the whole Grid Engine job).
-        if ["slurm", "sge", "lsf", "pbs"].contains(&self.cluster.launch.kind.as_str()) {
-            crate::tree::hub::launchers_ended(Duration::from_secs(10)).await;
-        }
-        // The ranks of a lost agent started by `-launcher fork` are adopted by this process
-        // (the subreaper): killed and reaped here, or nobody would.
-        let adopted = proc::kill_leftovers(&[]);
-        if adopted > 0 {
-            debug!(adopted, "killed the ranks of lost agents");
-        }
-        let profile = self.first().branch.take_profile();
-        let size = self.first().plan.size;
-        let offered = match (self.first().plan.pmix, self.first().plan.pmi_too) {
-            (false, _) => Wiring::Pmi,
-            (true, false) => Wiring::Pmix,
-            (true, true) => Wiring::Both,
-        };
-        let looks_mpi = self.looks_mpi;
-        let fault_tolerant = self.fault_tolerant;
-        let summary: Vec<Vec<(usize, RankState)>> =
-            self.jobs.iter().map(Job::rank_states).collect();
-        let printer = self.printer.take();
-        // A host lost under -disable-auto-cleanup: the job did not end well, whatever the
-        // ranks that were left say (under -with-ft, a fault the survivors were told of).
-        let lost_fails = self.lost && !fault_tolerant;
-        let (ending, fences, tree, clock) = (
-            self.ending.or(lost_fails.then_some(Ending::Failed)),
-            self.profile.take(),
-            self.tree.clone(),
-            self.clock,
-        );
-        // Under -disable-auto-cleanup a rank's exit code is the program's business (the
-        // survivors were told and went on): no line, as under Hydra, which prints none for an
-        // exit code. MPICH's fault-tolerance tests fail on any line but ` No Errors`.
-        let quiet_codes = !self.auto_cleanup;
-        // Every sender of output goes with the jobs and the wires; the printer then empties
-        // its queue and ends.
-        drop(self);
-        let mut ending = ending;
-        if let Some((printer, stop)) = printer {
-            let _ = stop.send(());
-            if printer.await.unwrap_or(false) {
-                ending = ending.or(Some(Ending::Failed));
-            }
-        }
-        let end_us = clock.now();
-        let mut worst = 0;
-        for (idx, ranks) in summary.iter().enumerate() {
-            for (r, s) in ranks {
-                let Some((code, sig)) = s.ended else { continue };
-                if s.during_teardown {
-                    continue;
-                }
-                if let Some((status, words)) = policy::rank_failure(code, sig) {
-                    let tolerated = policy::tolerated(fault_tolerant, sig);
-                    if !tolerated {
-                        worst = worst.max(status);
-                    }
-                    if quiet_codes && code.is_some() {
-                        continue;
-                    }
-                    say!(
-                        "kauri: {} (pid {}) on {} {words}{}",
-                        who(idx, *r),
-                        s.pid,
-                        s.host,
-                        if tolerated {
-                            " (tolerated: -with-ft)"
-                        } else {
-                            ""
-                        }
-                    );
-                }
-            }
-        }
-        if let Some(first) = summary.first() {
-            let spoke = first.iter().filter(|(_, s)| s.initialized).count();
-            let traces = first.iter().any(|(_, s)| s.ran_alone);
-            if let Some(line) = policy::never_wired(size, spoke, looks_mpi || traces, offered) {
-                say!("{line}");
-            }
-        }
-        if let (Some((format, fences)), Some((here, below))) = (fences, profile) {
-            let mut hosts = vec![here];
-            hosts.extend(below);
-            let profile = JobProfile::build(size, tree, hosts, &fences, end_us);
-            match format {
-                ProfileFormat::Text => crate::console::err(&profile.text()),
-                ProfileFormat::Json => say!("{}", profile.json()),
-            }
-        }
-        debug!(worst, "job ended");
-        policy::exit_status(ending, worst)
     }
 }

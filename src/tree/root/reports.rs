@@ -40,6 +40,7 @@ impl Root {
         }
     }
 
+    /// A message up job `j`'s tree, at its top: acted on here.
     pub(super) fn on_up(&mut self, j: usize, up: Up) {
         let Some(job) = self.jobs.get_mut(j).and_then(Job::live_mut) else {
             return debug!(j, "a message up a released job's tree");
@@ -113,6 +114,7 @@ impl Root {
         }
     }
 
+    /// A report of job `j`'s ranks or hosts, handed up to the root: each kind is one step.
     pub(super) fn on_report(&mut self, j: usize, r: Report) {
         let Some(discarded) = self.live_mut(j).map(|job| job.discarded) else {
             return debug!(j, "a report of a released job");
@@ -129,211 +131,257 @@ impl Root {
                 in_teardown,
                 ran_alone,
             } => {
-                if let Some(n) = self.cluster.hosts.iter().position(|h| h.name == host) {
-                    self.cluster.in_use[n] = self.cluster.in_use[n].saturating_sub(1);
-                }
-                // A rank killed by the signal kauri forwarded to it (SIGINT, SIGHUP) ended
-                // with the job, not as a failure. Here, the teardown began with the signal,
-                // so its host says so; an agent can see its rank die of the forwarded signal
-                // before the teardown that follows it reaches it, so the root decides.
-                let forwarded = signal.is_some_and(|s| self.ending == Some(Ending::Signal(s)));
-                let in_teardown = in_teardown || forwarded;
-                let Some(job) = self.jobs[j].live_mut() else {
-                    return;
-                };
-                let Some(st) = job.ranks.get_mut(rank) else {
-                    return;
-                };
-                *st = RankState {
-                    host,
+                let end = RankEnd {
+                    rank,
                     pid,
-                    ended: Some((code, signal)),
-                    during_teardown: in_teardown || discarded,
-                    initialized,
+                    host,
+                    code,
+                    signal,
                     finalized,
+                    initialized,
+                    in_teardown,
                     ran_alone,
                 };
-                self.end_stuck_lookups();
-                if discarded {
-                    return;
-                }
-                let Some(job) = self.jobs[j].live() else {
-                    return;
-                };
-                let others_in_pmi =
-                    job.ranks.iter().enumerate().any(|(r, s)| {
-                        r != rank && s.initialized && !s.finalized && s.ended.is_none()
-                    });
-                let verdict = policy::on_exit(
-                    code,
-                    initialized,
-                    finalized,
-                    self.ending.is_some(),
-                    self.auto_cleanup,
-                    others_in_pmi,
-                );
-                // The other ranks hear of an abnormal end first (with -disable-auto-cleanup,
-                // instead of the teardown).
-                let abnormal = code != Some(0) || matches!(verdict, ExitVerdict::LeftPmi(_));
-                if abnormal && !in_teardown && self.ending.is_none() {
-                    self.pmix_failure(j, Failure::Ended { code, signal }, vec![rank]);
-                }
-                // As Hydra: a rank that leaves PMI without finalize has died, and the job goes
-                // on without it; the survivors are told.
-                let died = initialized && !finalized && !in_teardown;
-                if died && verdict == ExitVerdict::Nothing && !self.auto_cleanup {
-                    self.dead_processes(j, [rank]);
-                }
-                let Some(job) = self.jobs[j].live() else {
-                    return;
-                };
-                match verdict {
-                    ExitVerdict::Nothing => {}
-                    ExitVerdict::Failed => self.teardown(Ending::Failed),
-                    ExitVerdict::LeftPmi(what) => {
-                        say!(
-                            "kauri: {} on {} {what} while other ranks use PMI; ending the job",
-                            job.who(j, rank),
-                            job.ranks[rank].host
-                        );
-                        self.teardown(Ending::Failed);
-                    }
-                }
+                self.on_exited(j, discarded, end);
             }
-            Report::Initialized { rank } => {
-                let Some(job) = self.jobs[j].live_mut() else {
-                    return;
-                };
-                if let Some(s) = job.ranks.get_mut(rank) {
-                    s.initialized = true;
-                }
-                // A rank that already left without finalize can never join this one's fences.
-                let gone = job
-                    .ranks
-                    .iter()
-                    .enumerate()
-                    .find(|(_, s)| s.ended == Some((Some(0), None)) && !s.finalized);
-                if let (Some((g, s)), None, false) = (gone, &self.ending, discarded) {
-                    say!(
-                        "kauri: {} on {} {} while other ranks use PMI; ending the job",
-                        job.who(j, g),
-                        s.host,
-                        policy::left_pmi(s.initialized)
-                    );
-                    let left = Failure::Ended {
-                        code: Some(0),
-                        signal: None,
-                    };
-                    self.pmix_failure(j, left, vec![g]);
-                    self.teardown(Ending::Failed);
-                }
-            }
+            Report::Initialized { rank } => self.on_initialized(j, rank, discarded),
             Report::Abort {
                 rank,
                 code,
                 message,
-            } => {
-                let who = rank.map_or("a process".to_string(), |r| who(j, r));
-                let msg = if message.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {message}")
-                };
-                say!("kauri: {who} aborted the job with code {code}{msg}");
-                crate::host::mpir::aborting(&format!(
-                    "{who} aborted the job with code {code}{msg}"
-                ));
-                self.teardown(Ending::Abort(code));
-            }
-            Report::Failed { reason } => {
-                if discarded {
-                    return;
-                }
-                if self.ending.is_none() {
-                    say!("kauri: {reason}; ending the job");
-                }
-                self.teardown(Ending::Failed);
-            }
+            } => self.on_abort(j, rank, code, &message),
+            Report::Failed { reason } => self.on_failed(discarded, &reason),
             Report::Lost {
                 host,
                 reason,
                 ranks,
-            } => {
-                let Some(job) = self.jobs[j].live() else {
-                    return;
-                };
-                if job.answer.is_none() && !discarded && self.ending.is_none() {
-                    // Its ranks (and those of the hosts below it) are gone with it.
-                    let gone: Vec<usize> = ranks
-                        .into_iter()
-                        .filter(|&r| job.ranks.get(r).is_some_and(|s| s.ended.is_none()))
-                        .collect();
-                    let lost = if self.fault_tolerant {
-                        Failure::Aborted
-                    } else {
-                        Failure::Lost
-                    };
-                    self.pmix_failure(j, lost, gone.clone());
-                    if !self.auto_cleanup {
-                        self.dead_processes(j, gone);
-                    }
-                }
-                if self.jobs[j].live().is_some_and(|job| job.answer.is_some()) {
-                    // A host of a job being spawned cannot be reached: the spawn fails.
-                    debug!(%host, "a host of a spawned job was lost");
-                    self.fail_spawn(j, reason);
-                } else if !discarded && !self.auto_cleanup && self.ending.is_none() {
-                    // The user asked the job to go on when a part of it fails: without this
-                    // host. A fence that needs its ranks fails the job when it starts.
-                    let why = if self.fault_tolerant {
-                        "-with-ft"
-                    } else {
-                        "-disable-auto-cleanup"
-                    };
-                    say!("kauri: {reason}; the job goes on without it ({why})");
-                    self.lost = true;
-                } else if !discarded {
-                    if self.ending.is_none() {
-                        say!("kauri: {reason}");
-                    }
-                    self.teardown(Ending::Failed);
-                }
-            }
+            } => self.on_lost(j, discarded, &host, reason, ranks),
             Report::NodeStarted { host, error, procs } => {
-                // The debugger's table covers the first job only.
-                if j == 0 {
-                    self.first()
-                        .procs
-                        .extend(procs.into_iter().map(|(rank, pid, exe)| {
-                            crate::host::mpir::Proc {
-                                rank,
-                                host: host.clone(),
-                                executable: exe,
-                                pid,
-                            }
-                        }));
-                    self.mpir_check(j);
-                }
-                if let Some(e) = self.node_started(j, error) {
-                    if self.ending.is_none() {
-                        say!("kauri: {e}; ending the job");
-                    }
-                    debug!(%host, "a host could not start its ranks");
-                    self.teardown(Ending::Failed);
-                }
+                self.on_node_started(j, host, error, procs)
             }
             Report::ProtocolError { rank, error } => {
-                let who = rank.map_or("a PMI client".to_string(), |r| who(j, r));
-                say!("kauri: {who} sent a bad PMI message: {error}");
+                say!("kauri: {} sent a bad PMI message: {error}", client(j, rank));
             }
             Report::UnreadReplies { rank, queued } => {
-                let who = rank.map_or("a PMI client".to_string(), |r| who(j, r));
-                say!(
-                    "kauri: {who} does not read its PMI replies ({} MiB queued); closing its \
-                     connection",
-                    queued >> 20
-                );
+                say!("kauri: {}", unread_replies_line(&client(j, rank), queued));
             }
+        }
+    }
+
+    /// A rank ended: its host has a free slot again, its record says how it ended, and,
+    /// unless its job was discarded, the policy judges its end.
+    fn on_exited(&mut self, j: usize, discarded: bool, end: RankEnd) {
+        if let Some(n) = self.cluster.hosts.iter().position(|h| h.name == end.host) {
+            self.cluster.in_use[n] = self.cluster.in_use[n].saturating_sub(1);
+        }
+        let in_teardown = ended_with_job(end.in_teardown, end.signal, self.ending);
+        let Some(st) = self.live_mut(j).and_then(|job| job.ranks.get_mut(end.rank)) else {
+            return;
+        };
+        *st = end.state(in_teardown || discarded);
+        self.end_stuck_lookups();
+        if discarded {
+            return;
+        }
+        self.judge_exit(j, &end, in_teardown);
+    }
+
+    /// What a rank's end means for its job (`in_teardown`: it ended with the job): the other
+    /// ranks are told of an abnormal end or of a death, and the policy's verdict may end the
+    /// job.
+    fn judge_exit(&mut self, j: usize, end: &RankEnd, in_teardown: bool) {
+        let Some(job) = self.jobs[j].live() else {
+            return;
+        };
+        let verdict = policy::on_exit(
+            end.code,
+            end.initialized,
+            end.finalized,
+            self.ending.is_some(),
+            self.auto_cleanup,
+            others_in_pmi(&job.ranks, end.rank),
+        );
+        // The other ranks hear of an abnormal end first (with -disable-auto-cleanup,
+        // instead of the teardown).
+        if abnormal_end(end.code, verdict) && !in_teardown && self.ending.is_none() {
+            let failure = Failure::Ended {
+                code: end.code,
+                signal: end.signal,
+            };
+            self.pmix_failure(j, failure, vec![end.rank]);
+        }
+        // As Hydra: a rank that leaves PMI without finalize has died, and the job goes
+        // on without it; the survivors are told.
+        let died = end.initialized && !end.finalized && !in_teardown;
+        if died && verdict == ExitVerdict::Nothing && !self.auto_cleanup {
+            self.dead_processes(j, [end.rank]);
+        }
+        self.act_on_verdict(j, end.rank, verdict);
+    }
+
+    /// Carries out the policy's verdict on the end of job `j`'s `rank`: nothing, or the
+    /// teardown (with a line when the rank left PMI while others use it).
+    fn act_on_verdict(&mut self, j: usize, rank: usize, verdict: ExitVerdict) {
+        let Some(job) = self.jobs[j].live() else {
+            return;
+        };
+        match verdict {
+            ExitVerdict::Nothing => {}
+            ExitVerdict::Failed => self.teardown(Ending::Failed),
+            ExitVerdict::LeftPmi(what) => {
+                let line = left_pmi_line(&job.who(j, rank), &job.ranks[rank].host, what);
+                say!("kauri: {line}");
+                self.teardown(Ending::Failed);
+            }
+        }
+    }
+
+    /// A rank of job `j` finished the PMI handshake: a rank that already left without
+    /// finalize can never join this one's fences, so the job ends.
+    fn on_initialized(&mut self, j: usize, rank: usize, discarded: bool) {
+        let Some(job) = self.jobs[j].live_mut() else {
+            return;
+        };
+        if let Some(s) = job.ranks.get_mut(rank) {
+            s.initialized = true;
+        }
+        let Some(g) = left_without_finalize(&job.ranks) else {
+            return;
+        };
+        if self.ending.is_some() || discarded {
+            return;
+        }
+        let s = &job.ranks[g];
+        let line = left_pmi_line(&job.who(j, g), &s.host, policy::left_pmi(s.initialized));
+        say!("kauri: {line}");
+        let left = Failure::Ended {
+            code: Some(0),
+            signal: None,
+        };
+        self.pmix_failure(j, left, vec![g]);
+        self.teardown(Ending::Failed);
+    }
+
+    /// A rank of job `j` (or a process not known) aborted the job: said here and to the
+    /// debugger, and the job ends with its code.
+    fn on_abort(&mut self, j: usize, rank: Option<usize>, code: i32, message: &str) {
+        let who = rank.map_or("a process".to_string(), |r| who(j, r));
+        let line = abort_line(&who, code, message);
+        say!("kauri: {line}");
+        crate::host::mpir::aborting(&line);
+        self.teardown(Ending::Abort(code));
+    }
+
+    /// A job cannot go on (unless it was discarded): said once, and the job ends.
+    fn on_failed(&mut self, discarded: bool, reason: &str) {
+        if discarded {
+            return;
+        }
+        if self.ending.is_none() {
+            say!("kauri: {reason}; ending the job");
+        }
+        self.teardown(Ending::Failed);
+    }
+
+    /// An agent of job `j` on `host` was lost, with the `ranks` of its subtree: the other
+    /// ranks are told, then the spawn fails, the job goes on without it, or it ends.
+    fn on_lost(
+        &mut self,
+        j: usize,
+        discarded: bool,
+        host: &str,
+        reason: String,
+        ranks: Vec<usize>,
+    ) {
+        let Some(job) = self.jobs[j].live() else {
+            return;
+        };
+        if job.answer.is_none() && !discarded && self.ending.is_none() {
+            self.drop_lost_ranks(j, ranks);
+        }
+        let spawning = self.jobs[j].live().is_some_and(|job| job.answer.is_some());
+        let after = after_lost(AfterLostFacts {
+            spawning,
+            discarded,
+            auto_cleanup: self.auto_cleanup,
+            ending: self.ending.is_some(),
+            fault_tolerant: self.fault_tolerant,
+        });
+        match after {
+            AfterLost::FailSpawn => {
+                // A host of a job being spawned cannot be reached: the spawn fails.
+                debug!(%host, "a host of a spawned job was lost");
+                self.fail_spawn(j, reason);
+            }
+            AfterLost::GoOn(why) => {
+                // The user asked the job to go on when a part of it fails: without this
+                // host. A fence that needs its ranks fails the job when it starts.
+                say!("kauri: {reason}; the job goes on without it ({why})");
+                self.lost = true;
+            }
+            AfterLost::End { say } => {
+                if say {
+                    say!("kauri: {reason}");
+                }
+                self.teardown(Ending::Failed);
+            }
+            AfterLost::Nothing => {}
+        }
+    }
+
+    /// The ranks of a lost host (and of the hosts below it) are gone with it: those of job
+    /// `j` still running are failed processes to PMIx clients and, under
+    /// `-disable-auto-cleanup`, dead processes to the others.
+    fn drop_lost_ranks(&mut self, j: usize, ranks: Vec<usize>) {
+        let Some(job) = self.jobs[j].live() else {
+            return;
+        };
+        let gone: Vec<usize> = ranks
+            .into_iter()
+            .filter(|&r| job.ranks.get(r).is_some_and(|s| s.ended.is_none()))
+            .collect();
+        let lost = if self.fault_tolerant {
+            Failure::Aborted
+        } else {
+            Failure::Lost
+        };
+        self.pmix_failure(j, lost, gone.clone());
+        if !self.auto_cleanup {
+            self.dead_processes(j, gone);
+        }
+    }
+
+    /// An agent of job `j` on `host` started its ranks (`procs`), or could not (`error`):
+    /// the first job's go into the debugger's table, and a failure to start ends the run.
+    fn on_node_started(
+        &mut self,
+        j: usize,
+        host: String,
+        error: Option<String>,
+        procs: Vec<(usize, u32, String)>,
+    ) {
+        // The debugger's table covers the first job only.
+        if j == 0 {
+            self.first()
+                .procs
+                .extend(
+                    procs
+                        .into_iter()
+                        .map(|(rank, pid, exe)| crate::host::mpir::Proc {
+                            rank,
+                            host: host.clone(),
+                            executable: exe,
+                            pid,
+                        }),
+                );
+            self.mpir_check(j);
+        }
+        if let Some(e) = self.node_started(j, error) {
+            if self.ending.is_none() {
+                say!("kauri: {e}; ending the job");
+            }
+            debug!(%host, "a host could not start its ranks");
+            self.teardown(Ending::Failed);
         }
     }
 
@@ -469,5 +517,273 @@ impl Root {
             j.branch.teardown();
         }
         self.kill_at = Some(Instant::now() + self.grace);
+    }
+}
+
+/// A rank's end, as its host reported it ([`Report::Exited`]).
+pub(super) struct RankEnd {
+    pub(super) rank: usize,
+    pub(super) pid: u32,
+    pub(super) host: String,
+    pub(super) code: Option<i32>,
+    pub(super) signal: Option<i32>,
+    pub(super) finalized: bool,
+    pub(super) initialized: bool,
+    /// Its host had begun the teardown when it ended.
+    pub(super) in_teardown: bool,
+    pub(super) ran_alone: bool,
+}
+
+impl RankEnd {
+    /// The rank's record once ended; `during_teardown`: its end counts for nothing.
+    fn state(&self, during_teardown: bool) -> RankState {
+        RankState {
+            host: self.host.clone(),
+            pid: self.pid,
+            ended: Some((self.code, self.signal)),
+            during_teardown,
+            initialized: self.initialized,
+            finalized: self.finalized,
+            ran_alone: self.ran_alone,
+        }
+    }
+}
+
+/// Whether a rank ended with the job rather than as a failure: its host said it ended in
+/// the teardown, or it was killed by the signal kauri forwarded to it (SIGINT, SIGHUP), the
+/// signal that began the `ending`.
+pub(super) fn ended_with_job(
+    in_teardown: bool,
+    signal: Option<i32>,
+    ending: Option<Ending>,
+) -> bool {
+    // Here, the teardown began with the signal, so its host says so; an agent can see its
+    // rank die of the forwarded signal before the teardown that follows it reaches it, so
+    // the root decides.
+    let forwarded = signal.is_some_and(|s| ending == Some(Ending::Signal(s)));
+    in_teardown || forwarded
+}
+
+/// Whether a rank other than `rank` uses PMI still: it initialized, and neither finalized
+/// nor ended.
+pub(super) fn others_in_pmi(ranks: &[RankState], rank: usize) -> bool {
+    ranks
+        .iter()
+        .enumerate()
+        .any(|(r, s)| r != rank && s.initialized && !s.finalized && s.ended.is_none())
+}
+
+/// Whether a rank's end is abnormal, which the other ranks hear of: a code other than 0 (or
+/// a signal), or leaving PMI while other ranks use it.
+pub(super) fn abnormal_end(code: Option<i32>, verdict: ExitVerdict) -> bool {
+    code != Some(0) || matches!(verdict, ExitVerdict::LeftPmi(_))
+}
+
+/// The first rank that exited 0 without finalizing PMI (it can never join a fence).
+pub(super) fn left_without_finalize(ranks: &[RankState]) -> Option<usize> {
+    ranks
+        .iter()
+        .position(|s| s.ended == Some((Some(0), None)) && !s.finalized)
+}
+
+/// The line for a rank (`who`, on `host`) that left PMI (`what` it did) while other ranks
+/// use it.
+pub(super) fn left_pmi_line(who: &str, host: &str, what: &str) -> String {
+    format!("{who} on {host} {what} while other ranks use PMI; ending the job")
+}
+
+/// The line for an abort by `who` with `code` and the rank's `message` (none when empty).
+pub(super) fn abort_line(who: &str, code: i32, message: &str) -> String {
+    let msg = if message.is_empty() {
+        String::new()
+    } else {
+        format!(": {message}")
+    };
+    format!("{who} aborted the job with code {code}{msg}")
+}
+
+/// A PMI client of job `j`, by its rank when known.
+pub(super) fn client(j: usize, rank: Option<usize>) -> String {
+    rank.map_or("a PMI client".to_string(), |r| who(j, r))
+}
+
+/// The line for a client (`who`) whose connection is closed with `queued` bytes of replies
+/// it did not read, counted in MiB.
+pub(super) fn unread_replies_line(who: &str, queued: usize) -> String {
+    format!(
+        "{who} does not read its PMI replies ({} MiB queued); closing its connection",
+        queued >> 20
+    )
+}
+
+/// What the root knows when a host of a job is lost.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct AfterLostFacts {
+    /// The job is being spawned (its asker waits for the answer).
+    pub(super) spawning: bool,
+    /// The job failed to start and was killed.
+    pub(super) discarded: bool,
+    pub(super) auto_cleanup: bool,
+    /// The run is ending already.
+    pub(super) ending: bool,
+    pub(super) fault_tolerant: bool,
+}
+
+/// What the root does once a host of a job is lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AfterLost {
+    /// The spawn of the job fails.
+    FailSpawn,
+    /// The job goes on without the host, by the option named.
+    GoOn(&'static str),
+    /// The run ends; `say`: with the reason's line (none once it is ending).
+    End { say: bool },
+    /// Nothing: the job was discarded.
+    Nothing,
+}
+
+/// The decision on a lost host: a spawn fails, a job the user asked to keep going goes on
+/// (`-disable-auto-cleanup`, `-with-ft`), any other ends the run.
+pub(super) fn after_lost(f: AfterLostFacts) -> AfterLost {
+    if f.spawning {
+        AfterLost::FailSpawn
+    } else if !f.discarded && !f.auto_cleanup && !f.ending {
+        AfterLost::GoOn(if f.fault_tolerant {
+            "-with-ft"
+        } else {
+            "-disable-auto-cleanup"
+        })
+    } else if !f.discarded {
+        AfterLost::End { say: !f.ending }
+    } else {
+        AfterLost::Nothing
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(
+        initialized: bool,
+        finalized: bool,
+        ended: Option<(Option<i32>, Option<i32>)>,
+    ) -> RankState {
+        RankState {
+            initialized,
+            finalized,
+            ended,
+            ..RankState::default()
+        }
+    }
+
+    #[test]
+    fn a_rank_killed_by_the_forwarded_signal_ended_with_the_job() {
+        let int = Some(Ending::Signal(libc::SIGINT));
+        assert!(ended_with_job(false, Some(libc::SIGINT), int));
+        assert!(!ended_with_job(false, Some(libc::SIGKILL), int));
+        assert!(!ended_with_job(
+            false,
+            Some(libc::SIGINT),
+            Some(Ending::Failed)
+        ));
+        assert!(!ended_with_job(false, None, int));
+        assert!(ended_with_job(true, None, None));
+    }
+
+    #[test]
+    fn others_in_pmi_counts_only_other_running_initialized_ranks() {
+        let ranks = vec![
+            rank(true, false, None),
+            rank(true, true, None),
+            rank(true, false, Some((Some(0), None))),
+            rank(false, false, None),
+        ];
+        assert!(!others_in_pmi(&ranks, 0));
+        assert!(others_in_pmi(&ranks, 1));
+        assert!(!others_in_pmi(&ranks[1..], 5));
+    }
+
+    #[test]
+    fn an_end_is_abnormal_for_a_failure_or_leaving_pmi() {
+        assert!(!abnormal_end(Some(0), ExitVerdict::Nothing));
+        assert!(abnormal_end(Some(0), ExitVerdict::LeftPmi("left")));
+        assert!(abnormal_end(Some(3), ExitVerdict::Nothing));
+        assert!(abnormal_end(None, ExitVerdict::Failed));
+    }
+
+    #[test]
+    fn the_first_rank_that_exited_0_unfinalized_is_found() {
+        let ranks = vec![
+            rank(true, true, Some((Some(0), None))),
+            rank(true, false, Some((Some(1), None))),
+            rank(true, false, None),
+            rank(false, false, Some((Some(0), None))),
+            rank(true, false, Some((Some(0), None))),
+        ];
+        assert_eq!(left_without_finalize(&ranks), Some(3));
+        assert_eq!(left_without_finalize(&ranks[..3]), None);
+    }
+
+    #[test]
+    fn lines_for_the_user() {
+        assert_eq!(
+            abort_line("rank 2", 7, ""),
+            "rank 2 aborted the job with code 7"
+        );
+        assert_eq!(
+            abort_line("a process", 1, "bye"),
+            "a process aborted the job with code 1: bye"
+        );
+        assert_eq!(client(0, None), "a PMI client");
+        assert_eq!(client(2, Some(1)), "rank 1 of spawned job 2");
+        assert_eq!(
+            unread_replies_line("rank 0", 3 << 20 | 5),
+            "rank 0 does not read its PMI replies (3 MiB queued); closing its connection"
+        );
+        assert_eq!(
+            left_pmi_line("rank 1", "n1", "exited before PMI init"),
+            "rank 1 on n1 exited before PMI init while other ranks use PMI; ending the job"
+        );
+    }
+
+    #[test]
+    fn a_lost_host_fails_a_spawn_goes_on_or_ends_the_run() {
+        let f = AfterLostFacts {
+            spawning: false,
+            discarded: false,
+            auto_cleanup: true,
+            ending: false,
+            fault_tolerant: false,
+        };
+        assert_eq!(after_lost(f), AfterLost::End { say: true });
+        let ending = AfterLostFacts { ending: true, ..f };
+        assert_eq!(after_lost(ending), AfterLost::End { say: false });
+        let spawning = AfterLostFacts {
+            spawning: true,
+            discarded: true,
+            ..f
+        };
+        assert_eq!(after_lost(spawning), AfterLost::FailSpawn);
+        let keep = AfterLostFacts {
+            auto_cleanup: false,
+            ..f
+        };
+        assert_eq!(after_lost(keep), AfterLost::GoOn("-disable-auto-cleanup"));
+        let ft = AfterLostFacts {
+            fault_tolerant: true,
+            ..keep
+        };
+        assert_eq!(after_lost(ft), AfterLost::GoOn("-with-ft"));
+        let keep_ending = AfterLostFacts {
+            ending: true,
+            ..keep
+        };
+        assert_eq!(after_lost(keep_ending), AfterLost::End { say: false });
+        let discarded = AfterLostFacts {
+            discarded: true,
+            ..f
+        };
+        assert_eq!(after_lost(discarded), AfterLost::Nothing);
     }
 }

@@ -1,7 +1,10 @@
 //! Starting a job: the root's own node and its child agents; the run's first job.
 
 use super::*;
+use crate::plan::build::Plan;
+use crate::tree::LaunchCost;
 
+/// Raises the soft limit of open files to the hard limit.
 pub(super) fn raise_fd_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -30,12 +33,7 @@ pub(super) async fn start_job(
     clock: Clock,
     prof: Option<HostProfile>,
 ) -> Result<JobRun, (String, Option<JobRun>)> {
-    let mut ranks = vec![RankState::default(); plan.size];
-    for hp in local.iter().chain(&remote) {
-        for r in &hp.ranks {
-            ranks[r.rank].host = hp.host.clone();
-        }
-    }
+    let ranks = rank_hosts(plan.size, local.iter().chain(&remote));
     let key = tree::new_key().map_err(|e| (format!("cannot make a job key: {e}"), None))?;
     let starting = remote.len();
     let subtrees = match cluster.cost {
@@ -53,42 +51,20 @@ pub(super) async fn start_job(
     )
     .await
     .map_err(|e| (e, None))?;
-    let (node, error) = match &local {
-        None => (None, None),
-        Some(hp) => match Node::start(
-            &plan,
-            hp,
-            JobTx::new(idx, wires.node.clone()),
-            wires.out.clone(),
-        )
-        .await
-        {
-            Ok(n) => (Some(n), None),
-            Err(e) => (None, Some(crate::host::proc::fd_cause(e))),
-        },
-    };
-    let host = cluster.me.clone();
+    let (node, error) = start_node(idx, &plan, local.as_ref(), wires).await;
+    let here = local
+        .as_ref()
+        .map_or(cluster.me.as_str(), |hp| hp.host.as_str());
     let procs = node
-        .iter()
-        .flat_map(|n| n.procs.iter())
-        .map(|(rank, pid, exe)| crate::host::mpir::Proc {
-            rank: *rank,
-            host: local
-                .as_ref()
-                .map_or_else(|| host.clone(), |hp| hp.host.clone()),
-            executable: exe.clone(),
-            pid: *pid,
-        })
-        .collect();
+        .as_ref()
+        .map_or_else(Vec::new, |n| mpir_procs(here, &n.procs));
+    let mut branch = Branch::new(0, cluster.me.clone(), node, kids, false, clock, prof);
+    if plan.fault_tolerant {
+        branch.tolerate_failures();
+    }
     let run = JobRun {
         procs,
-        branch: {
-            let mut b = Branch::new(0, cluster.me.clone(), node, kids, false, clock, prof);
-            if plan.fault_tolerant {
-                b.tolerate_failures();
-            }
-            b
-        },
+        branch,
         plan,
         ranks,
         spawner: None,
@@ -104,6 +80,224 @@ pub(super) async fn start_job(
     }
 }
 
+/// The record of each of a job's `size` ranks before it starts: its host, from the hosts'
+/// plans.
+fn rank_hosts<'a>(size: usize, hosts: impl Iterator<Item = &'a HostPlan>) -> Vec<RankState> {
+    let mut ranks = vec![RankState::default(); size];
+    for hp in hosts {
+        for r in &hp.ranks {
+            ranks[r.rank].host = hp.host.clone();
+        }
+    }
+    ranks
+}
+
+/// Starts job `idx`'s ranks on this host, when it has some (`local`): the node, or why it
+/// could not start.
+async fn start_node(
+    idx: usize,
+    plan: &JobPlan,
+    local: Option<&HostPlan>,
+    wires: &Wires,
+) -> (Option<Node>, Option<String>) {
+    let Some(hp) = local else {
+        return (None, None);
+    };
+    let events = JobTx::new(idx, wires.node.clone());
+    match Node::start(plan, hp, events, wires.out.clone()).await {
+        Ok(n) => (Some(n), None),
+        Err(e) => (None, Some(crate::host::proc::fd_cause(e))),
+    }
+}
+
+/// The debugger's process table entries of the ranks started on `host`: (rank, pid,
+/// executable) each.
+fn mpir_procs(host: &str, procs: &[(usize, u32, String)]) -> Vec<crate::host::mpir::Proc> {
+    procs
+        .iter()
+        .map(|(rank, pid, exe)| crate::host::mpir::Proc {
+            rank: *rank,
+            host: host.to_string(),
+            executable: exe.clone(),
+            pid: *pid,
+        })
+        .collect()
+}
+
+/// The ends of the run's channels the root keeps, with the printer and the status socket.
+struct Ends {
+    wires: Wires,
+    svc_tx: mpsc::UnboundedSender<(Asker, ServiceReply)>,
+    own_status: mpsc::UnboundedSender<(usize, HostStatus)>,
+    status_socket: Option<crate::cli::status::Listener>,
+    printer: (
+        tokio::task::JoinHandle<bool>,
+        tokio::sync::oneshot::Sender<()>,
+    ),
+}
+
+/// The ends of the run's channels the inbox reads.
+struct Receivers {
+    node: events::Receiver<NodeEvent>,
+    hub: events::Receiver<HubEvent>,
+    replies: mpsc::UnboundedReceiver<(Asker, ServiceReply)>,
+    closed: mpsc::UnboundedReceiver<Ending>,
+    asks: mpsc::UnboundedReceiver<crate::cli::status::Ask>,
+    own: mpsc::UnboundedReceiver<(usize, HostStatus)>,
+}
+
+/// What the root is made of besides the command line and the plan.
+struct Parts {
+    clock: Clock,
+    first: JobRun,
+    cluster: Cluster,
+    names: Names,
+    ends: Ends,
+}
+
+/// Plans the run and checks what it needs before anything starts: `-iface`'s address and
+/// the output files. `Err`: kauri's exit status, its line printed.
+fn prepare(spec: &JobSpec, me: &str) -> Result<(Plan, Option<std::net::IpAddr>, Files), i32> {
+    let p = plan(spec, me).map_err(|e| {
+        say!("kauri: {e}");
+        STATUS_LAUNCHER
+    })?;
+    let iface_ip = match &spec.iface {
+        None => None,
+        Some(i) => Some(crate::launch::iface::address(i).map_err(|e| {
+            say!("kauri: -iface {i}: {e}");
+            STATUS_LAUNCHER
+        })?),
+    };
+    info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
+    if let Some(hosts) = omp_threads_set(&p) {
+        info!("-ml-env: OMP_NUM_THREADS=1 for the ranks on {hosts}, which run more than one rank each (as torchrun); set OMP_NUM_THREADS to choose");
+    }
+    // The output files the patterns name, created before anything starts: a directory
+    // that does not exist fails the run here, with one line.
+    let job = &p.job;
+    let paths = crate::host::output::files_of_job(&job.output, job.size, |r| {
+        let n = job.rank_node[r];
+        (n, job.hosts[n as usize].as_str())
+    });
+    let files = Files::create(&paths).map_err(|e| {
+        say!("kauri: {e}");
+        STATUS_LAUNCHER
+    })?;
+    Ok((p, iface_ip, files))
+}
+
+/// Starts the output printer (into `files` and kauri's own streams) and the socket
+/// `kauri --status` asks through, and makes the run's channels: the root's ends and the
+/// inbox's.
+fn open_channels(files: Files) -> (Ends, Receivers) {
+    // Output: everything the ranks and agents write, printed whole line by whole line.
+    let (out_tx, out_rx) = crate::host::iofwd::output_queue();
+    let (closed_tx, closed_rx) = mpsc::unbounded_channel::<Ending>();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // `kauri --status` from another shell, and this host's answers with stacks.
+    let (asks_tx, asks_rx) = mpsc::unbounded_channel();
+    let status_socket = crate::cli::status::Listener::start(asks_tx)
+        .map_err(|e| info!("no status socket: {e}"))
+        .ok();
+    let (own_status, own_rx) = mpsc::unbounded_channel();
+    let printer = tokio::task::spawn_local(print_output(out_rx, stop_rx, closed_tx, files));
+    // The root holds a sender of each channel for its whole life, so none reads as closed.
+    let (node_tx, node_rx) = events::channel::<NodeEvent>();
+    let (hub_tx, hub_rx) = events::channel::<HubEvent>();
+    let (svc_tx, svc_rx) = mpsc::unbounded_channel::<(Asker, ServiceReply)>();
+    let wires = Wires {
+        node: node_tx,
+        hub: hub_tx,
+        out: out_tx,
+    };
+    let ends = Ends {
+        wires,
+        svc_tx,
+        own_status,
+        status_socket,
+        printer: (printer, stop_tx),
+    };
+    let receivers = Receivers {
+        node: node_rx,
+        hub: hub_rx,
+        replies: svc_rx,
+        closed: closed_rx,
+        asks: asks_rx,
+        own: own_rx,
+    };
+    (ends, receivers)
+}
+
+/// The launch cost to the first remote host, when the tree is shaped by it
+/// (`-tree-width cost`).
+fn measure_cost(p: &Plan) -> Option<LaunchCost> {
+    let cost =
+        (p.cost_tree && !p.remote.is_empty()).then(|| launch_cost(&p.launch, &p.remote[0].host));
+    if let Some(c) = cost {
+        info!(
+            serial_us = c.serial_us,
+            latency_us = c.latency_us,
+            "launch cost"
+        );
+    }
+    cost
+}
+
+/// The shared name server's address: `-nameserver`, else `KAURI_NAMESERVER`, else
+/// `HYDRA_NAMESERVER`; none when the first one set is blank.
+fn nameserver_address(
+    flag: Option<String>,
+    kauri: Option<String>,
+    hydra: Option<String>,
+) -> Option<String> {
+    flag.or(kauri).or(hydra).filter(|s| !s.trim().is_empty())
+}
+
+/// The run's name service: the shared name server when one is named, else a table of its
+/// own.
+fn names_of(spec: &JobSpec) -> Names {
+    let address = nameserver_address(
+        spec.nameserver.clone(),
+        std::env::var("KAURI_NAMESERVER").ok(),
+        std::env::var("HYDRA_NAMESERVER").ok(),
+    );
+    match address {
+        Some(a) => Names::Server(crate::proto::nameserver::Client::new(
+            crate::proto::nameserver::address(&a),
+        )),
+        None => Names::Own(crate::proto::nameserver::Table::default()),
+    }
+}
+
+/// The tree's shape, in words, for the profile: by launch cost, flat, or its width.
+fn tree_words(cost: Option<LaunchCost>, width: usize) -> String {
+    match (cost, width) {
+        (Some(c), _) => format!(
+            "cost (launch {:.1} ms serial, {:.1} ms in all)",
+            c.serial_us as f64 / 1e3,
+            (c.serial_us + c.latency_us) as f64 / 1e3
+        ),
+        (None, 0) => "flat".into(),
+        (None, w) => w.to_string(),
+    }
+}
+
+/// The signals kauri handles, each with its stream (one that cannot be watched is left
+/// out).
+fn watch_signals() -> Vec<(i32, tokio::signal::unix::Signal)> {
+    [
+        (libc::SIGINT, SignalKind::interrupt()),
+        (libc::SIGTERM, SignalKind::terminate()),
+        (libc::SIGHUP, SignalKind::hangup()),
+        (libc::SIGUSR1, SignalKind::user_defined1()),
+        (libc::SIGUSR2, SignalKind::user_defined2()),
+    ]
+    .into_iter()
+    .filter_map(|(n, k)| Some((n, signal(k).ok()?)))
+    .collect()
+}
+
 impl Root {
     /// Plans the job, starts the printer, the first job's agents and its ranks here, and the
     /// stdin reader; returns the root and where its events will come from, or kauri's exit
@@ -112,121 +306,52 @@ impl Root {
         let clock = Clock::start();
         let me = local_host();
         raise_fd_limit();
-        let p = plan(spec, &me).map_err(|e| {
-            say!("kauri: {e}");
-            STATUS_LAUNCHER
-        })?;
-        let iface_ip = match &spec.iface {
-            None => None,
-            Some(i) => Some(crate::launch::iface::address(i).map_err(|e| {
-                say!("kauri: -iface {i}: {e}");
-                STATUS_LAUNCHER
-            })?),
-        };
-        info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
-        if let Some(hosts) = omp_threads_set(&p) {
-            info!("-ml-env: OMP_NUM_THREADS=1 for the ranks on {hosts}, which run more than one rank each (as torchrun); set OMP_NUM_THREADS to choose");
-        }
-        // The output files the patterns name, created before anything starts: a directory
-        // that does not exist fails the run here, with one line.
-        let job = &p.job;
-        let paths = crate::host::output::files_of_job(&job.output, job.size, |r| {
-            let n = job.rank_node[r];
-            (n, job.hosts[n as usize].as_str())
-        });
-        let files = Files::create(&paths).map_err(|e| {
-            say!("kauri: {e}");
-            STATUS_LAUNCHER
-        })?;
-
-        // Output: everything the ranks and agents write, printed whole line by whole line.
-        let (out_tx, out_rx) = crate::host::iofwd::output_queue();
-        let (closed_tx, closed_rx) = mpsc::unbounded_channel::<Ending>();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        // `kauri --status` from another shell, and this host's answers with stacks.
-        let (asks_tx, asks_rx) = mpsc::unbounded_channel();
-        let status_socket = crate::cli::status::Listener::start(asks_tx)
-            .map_err(|e| info!("no status socket: {e}"))
-            .ok();
-        let (own_status, own_rx) = mpsc::unbounded_channel();
-        let printer = tokio::task::spawn_local(print_output(out_rx, stop_rx, closed_tx, files));
-
-        let cost = (p.cost_tree && !p.remote.is_empty())
-            .then(|| launch_cost(&p.launch, &p.remote[0].host));
-        if let Some(c) = cost {
-            info!(
-                serial_us = c.serial_us,
-                latency_us = c.latency_us,
-                "launch cost"
-            );
-        }
+        let (p, iface_ip, files) = prepare(spec, &me)?;
+        let (ends, receivers) = open_channels(files);
+        let cost = measure_cost(&p);
         let mut cluster = Cluster::new(spec, &p, &me, cost);
         if let Some(ip) = iface_ip {
             cluster.ip = ip;
         }
-        let names = match spec
-            .nameserver
-            .clone()
-            .or_else(|| std::env::var("KAURI_NAMESERVER").ok())
-            .or_else(|| std::env::var("HYDRA_NAMESERVER").ok())
-            .filter(|s| !s.trim().is_empty())
-        {
-            Some(a) => Names::Server(crate::proto::nameserver::Client::new(
-                crate::proto::nameserver::address(&a),
-            )),
-            None => Names::Own(crate::proto::nameserver::Table::default()),
-        };
-        // The root holds a sender of each channel for its whole life, so none reads as closed.
-        let (node_tx, node_rx) = events::channel::<NodeEvent>();
-        let (hub_tx, hub_rx) = events::channel::<HubEvent>();
-        let (svc_tx, svc_rx) = mpsc::unbounded_channel::<(Asker, ServiceReply)>();
-        let wires = Wires {
-            node: node_tx,
-            hub: hub_tx,
-            out: out_tx,
-        };
-        let prof = spec.profile.map(|_| HostProfile {
-            ranks: p.local.as_ref().map_or(0, |h| h.ranks.len() as u32),
-            ..HostProfile::new(0, &me)
-        });
-        let fork_start = clock.now();
-        let started = start_job(
-            0,
-            &cluster,
-            p.job.clone(),
-            p.local.clone(),
-            p.remote.clone(),
-            &wires,
+        let names = names_of(spec);
+        let (first, start_error) = start_first(spec, &p, &me, &cluster, &ends.wires, clock).await?;
+        let parts = Parts {
             clock,
-            prof,
-        )
-        .await;
-        let forked = clock.now();
-        let (first, start_error) = match started {
-            Ok(j) => (j, None),
-            Err((e, Some(j))) => (j, Some(e)),
-            Err((e, None)) => {
-                say!("kauri: {e}");
-                return Err(STATUS_LAUNCHER);
-            }
+            first,
+            cluster,
+            names,
+            ends,
         };
-        let tree = match (cost, p.width) {
-            (Some(c), _) => format!(
-                "cost (launch {:.1} ms serial, {:.1} ms in all)",
-                c.serial_us as f64 / 1e3,
-                (c.serial_us + c.latency_us) as f64 / 1e3
-            ),
-            (None, 0) => "flat".into(),
-            (None, w) => w.to_string(),
-        };
-        let mut root = Root {
+        let mut root = Root::new(spec, p, parts);
+        let inbox = root.open_inbox(spec, receivers);
+        if let Some(e) = start_error {
+            say!("kauri: {e}");
+            root.teardown(Ending::Failed);
+        } else {
+            // Every rank here, and no host elsewhere: the table is complete now.
+            root.mpir_check(0);
+        }
+        Ok((root, inbox))
+    }
+
+    /// The root of the run, its first job started, before any event.
+    fn new(spec: &JobSpec, p: Plan, parts: Parts) -> Root {
+        let Parts {
+            clock,
+            first,
+            cluster,
+            names,
+            ends,
+        } = parts;
+        let tree = tree_words(cluster.cost, p.width);
+        Root {
             jobs: vec![Job::Live(Box::new(first))],
             draining: Vec::new(),
             cluster,
             names,
             waiting: Waiting::default(),
-            wires,
-            svc_tx,
+            wires: ends.wires,
+            svc_tx: ends.svc_tx,
             requests: Vec::new(),
             cross_dmodex: Default::default(),
             collectives: Default::default(),
@@ -240,9 +365,9 @@ impl Root {
             gave_up: false,
             lost: false,
             status: None,
-            own_status,
+            own_status: ends.own_status,
             timeout_stacks: spec.timeout_stacks,
-            _status_socket: status_socket,
+            _status_socket: ends.status_socket,
             command: std::env::args().collect::<Vec<_>>().join(" "),
             auto_cleanup: spec.auto_cleanup,
             fault_tolerant: spec.fault_tolerant,
@@ -252,48 +377,142 @@ impl Root {
             looks_mpi: p.looks_mpi,
             _master_port: p.master_port,
             tree,
-            printer: Some((printer, stop_tx)),
-        };
-        if p.local.is_some() {
-            root.first().branch.profile_fork(fork_start, forked);
+            printer: Some(ends.printer),
         }
+    }
 
+    /// Starts stdin's forwarding and watches kauri's signals: the inbox, from the ends of the
+    /// run's channels.
+    fn open_inbox(&mut self, spec: &JobSpec, receivers: Receivers) -> Inbox {
         // stdin goes to the first job's rank 0: straight into its pipe when it runs here,
         // else down the tree (queued for its agent until that agent connects).
         let (stdin_tx, stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
-        if let Some(pipe) = root.first().branch.take_stdin() {
+        if let Some(pipe) = self.first().branch.take_stdin() {
             tokio::task::spawn_local(crate::host::iofwd::pump(tokio::io::stdin(), pipe));
-        } else if root.first().branch.kids().child_with_rank(0).is_some() {
+        } else if self.first().branch.kids().child_with_rank(0).is_some() {
             tokio::task::spawn_local(read_stdin(stdin_tx));
         }
-        let signals = [
-            (libc::SIGINT, SignalKind::interrupt()),
-            (libc::SIGTERM, SignalKind::terminate()),
-            (libc::SIGHUP, SignalKind::hangup()),
-            (libc::SIGUSR1, SignalKind::user_defined1()),
-            (libc::SIGUSR2, SignalKind::user_defined2()),
-        ]
-        .into_iter()
-        .filter_map(|(n, k)| Some((n, signal(k).ok()?)))
-        .collect();
-        let inbox = Inbox {
-            node: node_rx,
-            hub: hub_rx,
-            replies: svc_rx,
+        Inbox {
+            node: receivers.node,
+            hub: receivers.hub,
+            replies: receivers.replies,
             stdin: stdin_rx,
-            closed: closed_rx,
-            signals,
+            closed: receivers.closed,
+            signals: watch_signals(),
             deadline: spec.timeout.map(|t| Instant::now() + t),
-            asks: asks_rx,
-            own: own_rx,
-        };
-        if let Some(e) = start_error {
-            say!("kauri: {e}");
-            root.teardown(Ending::Failed);
-        } else {
-            // Every rank here, and no host elsewhere: the table is complete now.
-            root.mpir_check(0);
+            asks: receivers.asks,
+            own: receivers.own,
         }
-        Ok((root, inbox))
+    }
+}
+
+/// Starts the job the user started, with this host's startup profile when it is recorded
+/// and the fork's time in it. `Err`: kauri's exit status when nothing could start; the
+/// error besides the job when its ranks here could not.
+async fn start_first(
+    spec: &JobSpec,
+    p: &Plan,
+    me: &str,
+    cluster: &Cluster,
+    wires: &Wires,
+    clock: Clock,
+) -> Result<(JobRun, Option<String>), i32> {
+    let prof = spec.profile.map(|_| HostProfile {
+        ranks: p.local.as_ref().map_or(0, |h| h.ranks.len() as u32),
+        ..HostProfile::new(0, me)
+    });
+    let fork_start = clock.now();
+    let started = start_job(
+        0,
+        cluster,
+        p.job.clone(),
+        p.local.clone(),
+        p.remote.clone(),
+        wires,
+        clock,
+        prof,
+    )
+    .await;
+    let forked = clock.now();
+    let (mut first, start_error) = match started {
+        Ok(j) => (j, None),
+        Err((e, Some(j))) => (j, Some(e)),
+        Err((e, None)) => {
+            say!("kauri: {e}");
+            return Err(STATUS_LAUNCHER);
+        }
+    };
+    if p.local.is_some() {
+        first.branch.profile_fork(fork_start, forked);
+    }
+    Ok((first, start_error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::RankPlan;
+
+    fn host(name: &str, ranks: &[usize]) -> HostPlan {
+        HostPlan {
+            host: name.into(),
+            node: 0,
+            index: 0,
+            ranks: ranks
+                .iter()
+                .map(|&rank| RankPlan {
+                    rank,
+                    app: 0,
+                    local_id: 0,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn each_rank_is_on_its_hosts_plan() {
+        let hosts = [host("a", &[0, 2]), host("b", &[1])];
+        let ranks = rank_hosts(4, hosts.iter());
+        let names: Vec<&str> = ranks.iter().map(|r| r.host.as_str()).collect();
+        assert_eq!(names, ["a", "b", "a", ""]);
+        assert!(ranks.iter().all(|r| r.ended.is_none() && r.pid == 0));
+    }
+
+    #[test]
+    fn the_trees_shape_in_words() {
+        let cost = LaunchCost {
+            serial_us: 1500,
+            latency_us: 2000,
+        };
+        assert_eq!(
+            tree_words(Some(cost), 4),
+            "cost (launch 1.5 ms serial, 3.5 ms in all)"
+        );
+        assert_eq!(tree_words(None, 0), "flat");
+        assert_eq!(tree_words(None, 8), "8");
+    }
+
+    #[test]
+    fn the_name_server_named_first_wins_unless_blank() {
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(nameserver_address(s("a"), s("b"), s("c")), s("a"));
+        assert_eq!(nameserver_address(None, s("b"), s("c")), s("b"));
+        assert_eq!(nameserver_address(None, None, s("c")), s("c"));
+        assert_eq!(nameserver_address(s(" "), s("b"), None), None);
+        assert_eq!(nameserver_address(None, None, None), None);
+    }
+
+    #[test]
+    fn the_debuggers_entries_name_the_host() {
+        let procs = mpir_procs("h", &[(3, 77, "/bin/x".into())]);
+        assert_eq!(
+            procs,
+            [crate::host::mpir::Proc {
+                rank: 3,
+                host: "h".into(),
+                executable: "/bin/x".into(),
+                pid: 77,
+            }]
+        );
     }
 }

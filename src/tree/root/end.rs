@@ -1,0 +1,238 @@
+//! The end of the run: the last output, the ranks that failed, the startup profile, and
+//! kauri's exit status.
+
+use super::*;
+
+/// What the end's report needs of the root, taken before the root is dropped.
+struct Summary {
+    /// Every job's ranks' records (a released job's failed ones).
+    ranks: Vec<Vec<(usize, RankState)>>,
+    /// The first job's size.
+    size: usize,
+    /// The servers the first job was offered.
+    offered: Wiring,
+    looks_mpi: bool,
+    fault_tolerant: bool,
+    /// Under -disable-auto-cleanup a rank's exit code is not reported.
+    quiet_codes: bool,
+    ending: Option<Ending>,
+    /// The startup profile's format and fences, when it is recorded.
+    fences: Option<(ProfileFormat, Vec<RootFence>)>,
+    /// The hosts' profiles: this host's, those below.
+    profile: Option<(HostProfile, Vec<HostProfile>)>,
+    tree: String,
+    clock: Clock,
+}
+
+/// The servers a job was offered, by its plan's `pmix` and `pmi_too`.
+fn offered(pmix: bool, pmi_too: bool) -> Wiring {
+    match (pmix, pmi_too) {
+        (false, _) => Wiring::Pmi,
+        (true, false) => Wiring::Pmix,
+        (true, true) => Wiring::Both,
+    }
+}
+
+/// The line for each rank that failed, and the worst status their failures add:
+/// those ended by the teardown count for nothing, a failure tolerated (`fault_tolerant`) adds
+/// nothing, and with `quiet_codes` an exit code has no line.
+fn failures(
+    jobs: &[Vec<(usize, RankState)>],
+    fault_tolerant: bool,
+    quiet_codes: bool,
+) -> (i32, Vec<String>) {
+    let mut worst = 0;
+    let mut lines = Vec::new();
+    for (idx, ranks) in jobs.iter().enumerate() {
+        for (r, s) in ranks {
+            let Some((code, sig)) = s.ended else { continue };
+            if s.during_teardown {
+                continue;
+            }
+            if let Some((status, words)) = policy::rank_failure(code, sig) {
+                let tolerated = policy::tolerated(fault_tolerant, sig);
+                if !tolerated {
+                    worst = worst.max(status);
+                }
+                if quiet_codes && code.is_some() {
+                    continue;
+                }
+                lines.push(format!(
+                    "kauri: {} (pid {}) on {} {words}{}",
+                    who(idx, *r),
+                    s.pid,
+                    s.host,
+                    if tolerated {
+                        " (tolerated: -with-ft)"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+        }
+    }
+    (worst, lines)
+}
+
+impl Root {
+    /// After the last event: forwards the last output, reports the ranks that failed, prints
+    /// the startup profile, and returns kauri's exit status.
+    pub(super) async fn finish(mut self) -> i32 {
+        self.drain().await;
+        // A resource manager's launcher tells the manager how its agent ended: let it (a
+        // killed qrsh -inherit fails the whole Grid Engine job).
+        if ["slurm", "sge", "lsf", "pbs"].contains(&self.cluster.launch.kind.as_str()) {
+            crate::tree::hub::launchers_ended(Duration::from_secs(10)).await;
+        }
+        // The ranks of a lost agent started by `-launcher fork` are adopted by this process
+        // (the subreaper): killed and reaped here, or nobody would.
+        let adopted = proc::kill_leftovers(&[]);
+        if adopted > 0 {
+            debug!(adopted, "killed the ranks of lost agents");
+        }
+        let summary = self.summary();
+        let printer = self.printer.take();
+        // Every sender of output goes with the jobs and the wires; the printer then empties
+        // its queue and ends.
+        drop(self);
+        let mut ending = summary.ending;
+        if let Some((printer, stop)) = printer {
+            let _ = stop.send(());
+            if printer.await.unwrap_or(false) {
+                ending = ending.or(Some(Ending::Failed));
+            }
+        }
+        let end_us = summary.clock.now();
+        let worst = report(summary, end_us);
+        debug!(worst, "job ended");
+        policy::exit_status(ending, worst)
+    }
+
+    /// Forwards every job's last output and waits for the drains: the released jobs', then
+    /// every job's still here (not long after giving up on the agents).
+    async fn drain(&mut self) {
+        for j in 0..self.jobs.len() {
+            let out = self.live_mut(j).and_then(|job| job.branch.last_refusals());
+            self.on_out(j, out);
+        }
+        for d in std::mem::take(&mut self.draining) {
+            let _ = d.await;
+        }
+        for j in self.jobs.iter_mut().filter_map(Job::live_mut) {
+            if self.gave_up {
+                // Ranks that did not die when killed may hold their pipes: do not wait long.
+                let _ = tokio::time::timeout(Duration::from_secs(2), j.branch.drain()).await;
+            } else {
+                j.branch.drain().await;
+            }
+        }
+    }
+
+    /// What the end's report needs, taken from the root.
+    fn summary(&mut self) -> Summary {
+        let profile = self.first().branch.take_profile();
+        let size = self.first().plan.size;
+        let offered = offered(self.first().plan.pmix, self.first().plan.pmi_too);
+        let ranks = self.jobs.iter().map(Job::rank_states).collect();
+        // A host lost under -disable-auto-cleanup: the job did not end well, whatever the
+        // ranks that were left say (under -with-ft, a fault the survivors were told of).
+        let lost_fails = self.lost && !self.fault_tolerant;
+        Summary {
+            ranks,
+            size,
+            offered,
+            looks_mpi: self.looks_mpi,
+            fault_tolerant: self.fault_tolerant,
+            // Under -disable-auto-cleanup a rank's exit code is the program's business (the
+            // survivors were told and went on): no line, as under Hydra, which prints none
+            // for an exit code. MPICH's fault-tolerance tests fail on any line but
+            // ` No Errors`.
+            quiet_codes: !self.auto_cleanup,
+            ending: self.ending.or(lost_fails.then_some(Ending::Failed)),
+            fences: self.profile.take(),
+            profile,
+            tree: self.tree.clone(),
+            clock: self.clock,
+        }
+    }
+}
+
+/// Prints the end's report: a line for each rank that failed, a word when no rank of an MPI
+/// job spoke to a server, and the startup profile (`end_us`: the run's end); returns the
+/// worst status the ranks' failures add.
+fn report(s: Summary, end_us: u64) -> i32 {
+    let (worst, lines) = failures(&s.ranks, s.fault_tolerant, s.quiet_codes);
+    for line in lines {
+        say!("{line}");
+    }
+    if let Some(first) = s.ranks.first() {
+        let spoke = first.iter().filter(|(_, s)| s.initialized).count();
+        let traces = first.iter().any(|(_, s)| s.ran_alone);
+        if let Some(line) = policy::never_wired(s.size, spoke, s.looks_mpi || traces, s.offered) {
+            say!("{line}");
+        }
+    }
+    if let (Some((format, fences)), Some((here, below))) = (s.fences, s.profile) {
+        let mut hosts = vec![here];
+        hosts.extend(below);
+        let profile = JobProfile::build(s.size, s.tree, hosts, &fences, end_us);
+        match format {
+            ProfileFormat::Text => crate::console::err(&profile.text()),
+            ProfileFormat::Json => say!("{}", profile.json()),
+        }
+    }
+    worst
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(host: &str, code: Option<i32>, sig: Option<i32>, teardown: bool) -> RankState {
+        RankState {
+            host: host.into(),
+            pid: 42,
+            ended: Some((code, sig)),
+            during_teardown: teardown,
+            ..RankState::default()
+        }
+    }
+
+    #[test]
+    fn the_servers_offered() {
+        assert_eq!(offered(false, true), Wiring::Pmi);
+        assert_eq!(offered(true, false), Wiring::Pmix);
+        assert_eq!(offered(true, true), Wiring::Both);
+    }
+
+    #[test]
+    fn failures_are_listed_and_the_worst_counts() {
+        let jobs = vec![
+            vec![
+                (0, ended("a", Some(0), None, false)),
+                (1, ended("a", Some(3), None, false)),
+                (2, ended("b", None, Some(9), true)),
+                (3, RankState::default()),
+            ],
+            vec![(1, ended("c", None, Some(11), false))],
+        ];
+        let (worst, lines) = failures(&jobs, false, false);
+        assert_eq!(worst, 11);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[0], "kauri: rank 1 (pid 42) on a exited with code 3");
+        assert!(lines[1]
+            .starts_with("kauri: rank 1 of spawned job 1 (pid 42) on c killed by signal 11"));
+    }
+
+    #[test]
+    fn quiet_codes_keep_the_status_and_tolerated_signals_add_nothing() {
+        let jobs = vec![vec![
+            (0, ended("a", Some(5), None, false)),
+            (1, ended("a", None, Some(9), false)),
+        ]];
+        let (worst, lines) = failures(&jobs, true, true);
+        assert_eq!(worst, 5);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].ends_with(" (tolerated: -with-ft)"), "{}", lines[0]);
+    }
+}
