@@ -62,8 +62,41 @@ pub fn help() -> String {
     crate::cli::doc::help(&crate::cli::doc::KAURI)
 }
 
+/// One segment being read: its program and options, and where it comes from.
 struct Segment {
     app: AppSpec,
+    /// `-n` was given.
+    n_given: bool,
+    /// The job's first segment: its `-wdir` is the job's.
+    first: bool,
+    /// It is on the command line, not in a configfile: an option given twice is an error.
+    on_command_line: bool,
+}
+
+/// The words of a segment still to read, and the inline value (`--name=VALUE`) of the option
+/// being read.
+struct Words<'a> {
+    it: std::slice::Iter<'a, String>,
+    inline: Option<String>,
+}
+
+impl Words<'_> {
+    /// The option's value: its inline one, else the next word (`what` names it if neither).
+    fn value(&mut self, what: &str) -> Result<String, UsageError> {
+        match self.inline.take() {
+            Some(v) => Ok(v),
+            None => self
+                .it
+                .next()
+                .cloned()
+                .ok_or_else(|| UsageError(format!("{what} needs a value"))),
+        }
+    }
+
+    /// The next word, never the inline value.
+    fn next_word(&mut self) -> Option<String> {
+        self.it.next().cloned()
+    }
 }
 
 struct Parser {
@@ -84,48 +117,7 @@ struct Parser {
 
 /// Parses `args` (without the program name).
 pub fn parse(args: &[String]) -> Result<Command, UsageError> {
-    let mut p = Parser {
-        spec: JobSpec {
-            apps: Vec::new(),
-            hosts: Vec::new(),
-            ppn: None,
-            genv: Vec::new(),
-            env_policy: EnvPolicy::All,
-            wdir: None,
-            label: false,
-            output: Default::default(),
-            pmi_port: false,
-            launcher: None,
-            auto_cleanup: true,
-            fault_tolerant: false,
-            universe_size: None,
-            nameserver: None,
-            timeout: None,
-            verbose: 0,
-            map_by_node: false,
-            mapping_asked: false,
-            binding: None,
-            report_bindings: false,
-            iface: None,
-            tree_width: None,
-            cost_tree: false,
-            launcher_exec: None,
-            ml_env: false,
-            timeout_stacks: false,
-            singleton: None,
-            pmi: PmiChoice::Auto,
-            profile: None,
-            port_range: None,
-        },
-        segments: Vec::new(),
-        configfile: None,
-        n_given: Vec::new(),
-        profile_given: false,
-        map_kind: None,
-        bind_given: false,
-        genv_policy_given: false,
-        auto_cleanup_given: false,
-    };
+    let mut p = Parser::new();
     if args.is_empty() {
         return err("no program given (try kauri -h)");
     }
@@ -134,8 +126,72 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             return Ok(cmd);
         }
     }
-    if let Some(file) = p.configfile.take() {
-        if !p.segments.is_empty() {
+    p.read_configfile()?;
+    p.add_singleton()?;
+    if p.segments.is_empty() {
+        return err("no program given (try kauri -h)");
+    }
+    p.fault_tolerance()?;
+    p.environment()?;
+    p.bind_to_mapped_objects();
+    p.profile_from_env()?;
+    p.finish()
+}
+
+impl Parser {
+    /// A parser with nothing read yet: the job's defaults.
+    fn new() -> Parser {
+        Parser {
+            spec: JobSpec {
+                apps: Vec::new(),
+                hosts: Vec::new(),
+                ppn: None,
+                genv: Vec::new(),
+                env_policy: EnvPolicy::All,
+                wdir: None,
+                label: false,
+                output: Default::default(),
+                pmi_port: false,
+                launcher: None,
+                auto_cleanup: true,
+                fault_tolerant: false,
+                universe_size: None,
+                nameserver: None,
+                timeout: None,
+                verbose: 0,
+                map_by_node: false,
+                mapping_asked: false,
+                binding: None,
+                report_bindings: false,
+                iface: None,
+                tree_width: None,
+                cost_tree: false,
+                launcher_exec: None,
+                ml_env: false,
+                timeout_stacks: false,
+                singleton: None,
+                pmi: PmiChoice::Auto,
+                profile: None,
+                port_range: None,
+            },
+            segments: Vec::new(),
+            configfile: None,
+            n_given: Vec::new(),
+            profile_given: false,
+            map_kind: None,
+            bind_given: false,
+            genv_policy_given: false,
+            auto_cleanup_given: false,
+        }
+    }
+
+    /// Reads the segments of `-configfile`, one per line (`#` starts a comment), if one was
+    /// given; it cannot be combined with programs on the command line.
+    fn read_configfile(&mut self) -> Result<(), UsageError> {
+        let Some(file) = self.configfile.take() else {
+            return Ok(());
+        };
+        if !self.segments.is_empty() {
             return err("-configfile cannot be combined with programs on the command line");
         }
         let text = std::fs::read_to_string(&file)
@@ -147,15 +203,21 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             }
             let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
             for part in words.split(|a| a == ":") {
-                p.segment(part, false)?;
+                self.segment(part, false)?;
             }
         }
+        Ok(())
     }
-    if let Some(s) = &p.spec.singleton {
-        if !p.segments.is_empty() {
+
+    /// With `-pmi_args`, the one segment: the program already running, as one rank.
+    fn add_singleton(&mut self) -> Result<(), UsageError> {
+        let Some(s) = &self.spec.singleton else {
+            return Ok(());
+        };
+        if !self.segments.is_empty() {
             return err("-pmi_args serves a program that is already running: give no program");
         }
-        p.segments.push(AppSpec {
+        self.segments.push(AppSpec {
             nprocs: 1,
             program: format!("singleton {}", s.pid),
             args: Vec::new(),
@@ -163,82 +225,108 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             env_policy: None,
             wdir: None,
         });
-        p.n_given.push(true);
+        self.n_given.push(true);
+        Ok(())
     }
-    if p.segments.is_empty() {
-        return err("no program given (try kauri -h)");
-    }
-    if p.spec.fault_tolerant {
-        if p.auto_cleanup_given {
-            return err(
-                "-auto-cleanup cannot be combined with -with-ft: a fault-tolerant job \
+
+    /// A fault-tolerant job (`-with-ft`) goes on when a process fails: no auto-cleanup.
+    fn fault_tolerance(&mut self) -> Result<(), UsageError> {
+        if self.spec.fault_tolerant {
+            if self.auto_cleanup_given {
+                return err(
+                    "-auto-cleanup cannot be combined with -with-ft: a fault-tolerant job \
                         goes on when a process fails",
-            );
+                );
+            }
+            self.spec.auto_cleanup = false;
         }
-        p.spec.auto_cleanup = false;
+        Ok(())
     }
-    let hydra = HydraEnv::read(&|k| std::env::var(k).ok()).map_err(UsageError)?;
-    apply_hydra_env(&mut p.spec, p.genv_policy_given, hydra)?;
-    if p.spec.universe_size.is_none() {
-        if let Ok(v) = std::env::var("KAURI_USIZE") {
-            if !v.trim().is_empty() {
-                p.spec.universe_size = Some(universe_size(v.trim(), "KAURI_USIZE")?);
+
+    /// Fills in what the command line left to the environment: Hydra's variables,
+    /// `KAURI_USIZE`, `MPIEXEC_TIMEOUT`, `HYDRA_IFACE`; checks kauri's own numbers.
+    fn environment(&mut self) -> Result<(), UsageError> {
+        let hydra = HydraEnv::read(&|k| std::env::var(k).ok()).map_err(UsageError)?;
+        apply_hydra_env(&mut self.spec, self.genv_policy_given, hydra)?;
+        if self.spec.universe_size.is_none() {
+            if let Ok(v) = std::env::var("KAURI_USIZE") {
+                if !v.trim().is_empty() {
+                    self.spec.universe_size = Some(universe_size(v.trim(), "KAURI_USIZE")?);
+                }
+            }
+        }
+        self.spec.timeout = timeout_from_env()?;
+        check_env_knobs(&|k| std::env::var(k).ok())?;
+        if self.spec.iface.is_none() {
+            self.spec.iface = std::env::var("HYDRA_IFACE")
+                .ok()
+                .filter(|v| !v.trim().is_empty());
+        }
+        Ok(())
+    }
+
+    /// `-map-by OBJECT`: the ranks are bound, to those objects unless `-bind-to` says otherwise.
+    fn bind_to_mapped_objects(&mut self) {
+        if let Some(kind) = self.map_kind {
+            match (&mut self.spec.binding, self.bind_given) {
+                (Some(b), _) => b.map = Some(kind),
+                // -map-by OBJECT alone binds to the objects it maps to; -bind-to none does not.
+                (None, false) => {
+                    self.spec.binding = Some(crate::host::bind::Binding {
+                        kind,
+                        count: 1,
+                        map: None,
+                    })
+                }
+                (None, true) => {}
             }
         }
     }
-    p.spec.timeout = timeout_from_env()?;
-    check_env_knobs(&|k| std::env::var(k).ok())?;
-    if p.spec.iface.is_none() {
-        p.spec.iface = std::env::var("HYDRA_IFACE")
-            .ok()
-            .filter(|v| !v.trim().is_empty());
-    }
-    if let Some(kind) = p.map_kind {
-        match (&mut p.spec.binding, p.bind_given) {
-            (Some(b), _) => b.map = Some(kind),
-            // -map-by OBJECT alone binds to the objects it maps to; -bind-to none does not.
-            (None, false) => {
-                p.spec.binding = Some(crate::host::bind::Binding {
-                    kind,
-                    count: 1,
-                    map: None,
-                })
+
+    /// `KAURI_PROFILE`, unless `--profile` was given.
+    fn profile_from_env(&mut self) -> Result<(), UsageError> {
+        if !self.profile_given {
+            if let Ok(v) = std::env::var("KAURI_PROFILE") {
+                self.spec.profile = ProfileFormat::parse(&v)
+                    .map_err(|e| UsageError(format!("KAURI_PROFILE: {e}")))?;
             }
-            (None, true) => {}
         }
+        Ok(())
     }
-    if !p.profile_given {
-        if let Ok(v) = std::env::var("KAURI_PROFILE") {
-            p.spec.profile =
-                ProfileFormat::parse(&v).map_err(|e| UsageError(format!("KAURI_PROFILE: {e}")))?;
+
+    /// The job: each segment without `-n` gets [`default_nprocs`]; at most [`RANKS_MAX`]
+    /// processes in all.
+    fn finish(mut self) -> Result<Command, UsageError> {
+        let default_n = default_nprocs(self.spec.ppn, &self.spec.hosts);
+        for (app, given) in self.segments.iter_mut().zip(&self.n_given) {
+            if !given {
+                app.nprocs = default_n;
+            }
         }
+        self.spec.apps = self.segments;
+        if self.spec.size() > RANKS_MAX {
+            return err(too_many_ranks(&format!(
+                "{} processes in all",
+                self.spec.size()
+            )));
+        }
+        Ok(Command::Run(Box::new(self.spec)))
     }
+}
+
+/// The processes of a segment without `-n`: the hosts' slots (`ppn` per host, if given).
+fn default_nprocs(ppn: Option<usize>, hosts: &[HostSpec]) -> usize {
     // A segment without -n gets the hosts' slots; with no host named, that is decided later,
     // once an allocation's hosts are known (0 stands for "not given").
-    let default_n = match (p.spec.ppn, p.spec.hosts.len()) {
+    match (ppn, hosts.len()) {
         (Some(ppn), 0) => ppn,
         (Some(ppn), h) => ppn.saturating_mul(h),
         (None, 0) => 0,
-        (None, _) => p
-            .spec
-            .hosts
+        (None, _) => hosts
             .iter()
             .fold(0usize, |n, h| n.saturating_add(h.slots))
             .max(1),
-    };
-    for (app, given) in p.segments.iter_mut().zip(&p.n_given) {
-        if !given {
-            app.nprocs = default_n;
-        }
     }
-    p.spec.apps = p.segments;
-    if p.spec.size() > RANKS_MAX {
-        return err(too_many_ranks(&format!(
-            "{} processes in all",
-            p.spec.size()
-        )));
-    }
-    Ok(Command::Run(Box::new(p.spec)))
 }
 
 /// Fills in what the command line left to Hydra's environment (see [`crate::launch::hydra_env`]):
@@ -369,14 +457,18 @@ impl Parser {
     ) -> Result<Option<Command>, UsageError> {
         let mut seg = Segment {
             app: AppSpec::default(),
+            n_given: false,
+            first: self.segments.is_empty(),
+            on_command_line: allow_config,
         };
-        let mut n_given = false;
-        let first = self.segments.is_empty();
-        let mut it = words.iter();
-        while let Some(word) = it.next() {
+        let mut w = Words {
+            it: words.iter(),
+            inline: None,
+        };
+        while let Some(word) = w.it.next() {
             if !word.starts_with('-') || word == "-" {
                 seg.app.program = word.clone();
-                seg.app.args = it.by_ref().cloned().collect();
+                seg.app.args = w.it.by_ref().cloned().collect();
                 break;
             }
             let (name, inline) = normalize(word);
@@ -387,263 +479,38 @@ impl Parser {
                     crate::console::clip(word)
                 ));
             }
-            let mut inline = inline;
-            let has_inline = inline.is_some();
-            let mut value = |what: &str| -> Result<String, UsageError> {
-                match inline.take() {
-                    Some(v) => Ok(v),
-                    None => it
-                        .next()
-                        .cloned()
-                        .ok_or_else(|| UsageError(format!("{what} needs a value"))),
-                }
-            };
+            w.inline = inline;
             self.genv_policy_given |=
                 matches!(name.as_str(), "-genvall" | "-genvnone" | "-genvlist");
-            match name.as_str() {
-                "-h" | "-help" => return Ok(Some(Command::Help)),
-                "-version" | "-V" => return Ok(Some(Command::Version)),
-                "-n" | "-np" => {
-                    let v = value(&name)?;
-                    match v.parse::<u128>() {
-                        Ok(0) => return err(format!("{name} 0: a job needs at least one process")),
-                        Ok(n) if n > RANKS_MAX as u128 => {
-                            return err(too_many_ranks(&format!("{name} {v}")))
-                        }
-                        Ok(n) => seg.app.nprocs = n as usize,
-                        Err(_) => return err(format!("{name} {v:?}: not a number of processes")),
-                    }
-                    n_given = true;
-                }
-                "-env" => {
-                    let k = value("-env")?;
-                    let v = it
-                        .next()
-                        .cloned()
-                        .ok_or_else(|| UsageError("-env needs NAME VALUE".into()))?;
-                    seg.app.env.push((k, v));
-                }
-                "-envall" => seg.app.env_policy = Some(EnvPolicy::All),
-                "-envnone" => seg.app.env_policy = Some(EnvPolicy::None),
-                "-envlist" => seg.app.env_policy = Some(EnvPolicy::List(list(&value(&name)?))),
-                "-wdir" => {
-                    let d = PathBuf::from(value(&name)?);
-                    if first {
-                        self.spec.wdir = Some(d);
-                    } else {
-                        seg.app.wdir = Some(d);
-                    }
-                }
-                "-genv" => {
-                    let k = value("-genv")?;
-                    let v = it
-                        .next()
-                        .cloned()
-                        .ok_or_else(|| UsageError("-genv needs NAME VALUE".into()))?;
-                    self.spec.genv.push((k, v));
-                }
-                "-genvall" => self.spec.env_policy = EnvPolicy::All,
-                "-genvnone" => self.spec.env_policy = EnvPolicy::None,
-                "-genvlist" => self.spec.env_policy = EnvPolicy::List(list(&value(&name)?)),
-                "-hosts" | "-host" => self.spec.hosts.extend(parse_hosts(&value(&name)?)?),
-                "-f" | "-hostfile" | "-machinefile" => {
-                    let f = value(&name)?;
-                    self.spec.hosts.extend(read_hostfile(Path::new(&f))?);
-                }
-                "-ppn" => {
-                    self.spec.mapping_asked = true;
-                    let v = value(&name)?;
-                    match v.parse::<u128>() {
-                        Ok(n) if n > RANKS_MAX as u128 => {
-                            return err(too_many_ranks(&format!("-ppn {v}")))
-                        }
-                        Ok(n) if n > 0 => self.spec.ppn = Some(n as usize),
-                        _ => return err(format!("-ppn {v:?}: not a positive number")),
-                    }
-                }
-                "-launcher" | "-bootstrap" => self.spec.launcher = Some(value(&name)?),
-                "-launcher-exec" | "-bootstrap-exec" => {
-                    self.spec.launcher_exec = Some(value(&name)?)
-                }
-                "-map-by" => {
-                    self.spec.mapping_asked = true;
-                    let v = value(&name)?;
-                    match v.as_str() {
-                        "node" | "host" => self.spec.map_by_node = true,
-                        "slot" => self.spec.map_by_node = false,
-                        k => match crate::host::bind::Kind::parse(k) {
-                            // Ranks dealt over the host's objects of this kind: binds them
-                            // (to those objects unless -bind-to says otherwise).
-                            Some(kind) => self.map_kind = Some(kind),
-                            None => {
-                                return err(format!(
-                                    "-map-by {v:?}: use node or slot (hosts), or hwthread, \
-                                     core, l1cache, l2cache, l3cache, socket or numa"
-                                ))
-                            }
-                        },
-                    }
-                }
-                "-bind-to" | "-binding" => {
-                    let v = value(&name)?;
-                    self.bind_given = true;
-                    self.spec.binding =
-                        crate::host::bind::Binding::parse(&v).map_err(UsageError)?;
-                }
-                "-report-bindings" => self.spec.report_bindings = true,
-                "-iface" => self.spec.iface = Some(value(&name)?),
-                "-profile" => {
-                    // Only an inline value (`--profile=json`): a separate word would be the
-                    // program.
-                    let v = if has_inline {
-                        value(&name)?
-                    } else {
-                        "text".into()
-                    };
-                    self.spec.profile = ProfileFormat::parse(&v)
-                        .map_err(|e| UsageError(format!("--profile: {e}")))?;
-                    self.profile_given = true;
-                }
-                "-tree-width" => {
-                    let v = value(&name)?;
-                    self.spec.cost_tree = v == "cost";
-                    self.spec.tree_width = Some(if v == "flat" || v == "cost" {
-                        0
-                    } else {
-                        v.parse().map_err(|_| {
-                            UsageError(format!("-tree-width {v:?}: a number, flat or cost"))
-                        })?
-                    });
-                }
-                "-configfile" => {
-                    if !allow_config {
-                        return err("-configfile inside a configfile");
-                    }
-                    self.configfile = Some(PathBuf::from(value(&name)?));
-                }
-                "-l" | "-prepend-rank" => {
-                    if self.spec.output.prepend.is_some() {
-                        if allow_config {
-                            return err(PREFIX_TWICE);
-                        }
-                    } else {
-                        self.spec.label = true
-                    }
-                }
-                "-prepend-pattern" => {
-                    let p = pattern(&name, &value(&name)?)?;
-                    if self.spec.label || self.spec.output.prepend.is_some() {
-                        if allow_config {
-                            return err(PREFIX_TWICE);
-                        }
-                    } else {
-                        self.spec.output.prepend = Some(p);
-                    }
-                }
-                "-outfile-pattern" | "-outfile" => {
-                    let p = pattern(&name, &value(&name)?)?;
-                    once(&mut self.spec.output.outfile, p, &name, allow_config)?;
-                }
-                "-errfile-pattern" => {
-                    let p = pattern(&name, &value(&name)?)?;
-                    once(&mut self.spec.output.errfile, p, &name, allow_config)?;
-                }
-                "-output-from" => {
-                    let v = value(&name)?;
-                    let r = v
-                        .parse::<usize>()
-                        .map_err(|_| UsageError(format!("-output-from {v:?}: not a rank")))?;
-                    once(&mut self.spec.output.output_from, r, &name, allow_config)?;
-                }
-                "-ml-env" => self.spec.ml_env = true,
-                "-timeout-stacks" | "-get-stack-traces" => self.spec.timeout_stacks = true,
-                "-help-env" => return Ok(Some(Command::HelpEnv)),
-                "-help-man" => {
-                    let name = match inline.take() {
-                        Some(v) => v,
-                        None => it.next().cloned().unwrap_or_else(|| "kauri".into()),
-                    };
-                    return match crate::cli::doc::page(&name) {
-                        Some(page) => Ok(Some(Command::Man(page.name))),
-                        None => {
-                            let names: Vec<&str> =
-                                crate::cli::doc::pages().iter().map(|p| p.name).collect();
-                            err(format!(
-                                "--help-man {name:?}: no such page (pages: {})",
-                                names.join(", ")
-                            ))
-                        }
-                    };
-                }
-                "-info" => {
-                    let rest: Vec<String> = it.by_ref().map(|w| normalize(w).0).collect();
-                    return match rest.as_slice() {
-                        [] => Ok(Some(Command::Info { json: false })),
-                        [j] if j == "-json" => Ok(Some(Command::Info { json: true })),
-                        _ => err("-info takes only --json"),
-                    };
-                }
-                "-json" => return err("--json goes with -info: kauri -info --json"),
-                "-completions" => {
-                    let shell = value(&name)?;
-                    if !crate::cli::doc::complete::SHELLS.contains(&shell.as_str()) {
-                        return err(format!("--completions {shell:?}: use bash, zsh or fish"));
-                    }
-                    return Ok(Some(Command::Completions(shell)));
-                }
-                "-pmi-port" => self.spec.pmi_port = true,
-                "-pmi" | "-mpi" => {
-                    let v = value(&name)?;
-                    self.spec.pmi = PmiChoice::parse(&v).ok_or_else(|| {
-                        UsageError(format!("--pmi {v:?}: use auto, pmi1, pmi2 or pmix"))
-                    })?;
-                }
-                "-usize" => {
-                    let v = value(&name)?;
-                    self.spec.universe_size = Some(universe_size(&v, "-usize")?);
-                }
-                "-pmi_args" => {
-                    let mut four = Vec::new();
-                    for _ in 0..4 {
-                        four.push(value("-pmi_args PORT INTERFACE KEY PID")?);
-                    }
-                    let port = four[0].parse::<u16>().ok().filter(|&p| p > 0);
-                    let pid = four[3].parse::<u32>().ok().filter(|&p| p > 1);
-                    match (port, pid) {
-                        (Some(port), Some(pid)) => {
-                            self.spec.singleton = Some(crate::plan::job::Singleton {
-                                port,
-                                interface: four[1].clone(),
-                                key: four[2].clone(),
-                                pid,
-                            })
-                        }
-                        _ => {
-                            return err(format!(
-                                "-pmi_args {}: expected PORT INTERFACE KEY PID",
-                                four.join(" ")
-                            ))
-                        }
-                    }
-                }
-                "-nameserver" => self.spec.nameserver = Some(value(&name)?),
-                "-disable-auto-cleanup" => self.spec.auto_cleanup = false,
-                "-auto-cleanup" => {
-                    self.spec.auto_cleanup = true;
-                    self.auto_cleanup_given = true;
-                }
-                "-with-ft" => self.spec.fault_tolerant = with_ft(&value(&name)?)?,
-                "-v" | "-verbose" => self.spec.verbose += 1,
-                _ => {
-                    return err(format!(
-                        "unknown option {} (try kauri -h)",
-                        crate::console::clip(word)
-                    ))
-                }
+            if let Some(cmd) = command_option(&name, &mut w)? {
+                return Ok(Some(cmd));
+            }
+            let known = self.segment_option(&name, &mut w, &mut seg)?
+                || self.genv_option(&name, &mut w)?
+                || self.host_option(&name, &mut w)?
+                || self.binding_option(&name, &mut w)?
+                || self.output_option(&name, &mut w, &seg)?
+                || self.pmi_option(&name, &mut w)?
+                || self.run_option(&name, &mut w, &seg)?;
+            if !known {
+                return err(format!(
+                    "unknown option {} (try kauri -h)",
+                    crate::console::clip(word)
+                ));
             }
         }
+        self.end_segment(seg, words)
+    }
+
+    /// Keeps a segment read to its end, which must have named a program (but for a
+    /// command line that only names a configfile, or serves a singleton).
+    fn end_segment(
+        &mut self,
+        seg: Segment,
+        words: &[String],
+    ) -> Result<Option<Command>, UsageError> {
         if seg.app.program.is_empty() {
-            if (self.configfile.is_some() && allow_config) || self.spec.singleton.is_some() {
+            if (self.configfile.is_some() && seg.on_command_line) || self.spec.singleton.is_some() {
                 return Ok(None);
             }
             return err(match words.last() {
@@ -652,8 +519,326 @@ impl Parser {
             });
         }
         self.segments.push(seg.app);
-        self.n_given.push(n_given);
+        self.n_given.push(seg.n_given);
         Ok(None)
+    }
+
+    /// The options of one segment: `-n`, `-env*`, `-wdir` (the job's, in the first segment).
+    /// `false` for another name.
+    fn segment_option(
+        &mut self,
+        name: &str,
+        w: &mut Words,
+        seg: &mut Segment,
+    ) -> Result<bool, UsageError> {
+        match name {
+            "-n" | "-np" => {
+                seg.app.nprocs = nprocs(name, &w.value(name)?)?;
+                seg.n_given = true;
+            }
+            "-env" => {
+                let k = w.value("-env")?;
+                let v = w
+                    .next_word()
+                    .ok_or_else(|| UsageError("-env needs NAME VALUE".into()))?;
+                seg.app.env.push((k, v));
+            }
+            "-envall" => seg.app.env_policy = Some(EnvPolicy::All),
+            "-envnone" => seg.app.env_policy = Some(EnvPolicy::None),
+            "-envlist" => seg.app.env_policy = Some(EnvPolicy::List(list(&w.value(name)?))),
+            "-wdir" => {
+                let d = PathBuf::from(w.value(name)?);
+                if seg.first {
+                    self.spec.wdir = Some(d);
+                } else {
+                    seg.app.wdir = Some(d);
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The environment of every rank: `-genv`, `-genvall`, `-genvnone`, `-genvlist`.
+    fn genv_option(&mut self, name: &str, w: &mut Words) -> Result<bool, UsageError> {
+        match name {
+            "-genv" => {
+                let k = w.value("-genv")?;
+                let v = w
+                    .next_word()
+                    .ok_or_else(|| UsageError("-genv needs NAME VALUE".into()))?;
+                self.spec.genv.push((k, v));
+            }
+            "-genvall" => self.spec.env_policy = EnvPolicy::All,
+            "-genvnone" => self.spec.env_policy = EnvPolicy::None,
+            "-genvlist" => self.spec.env_policy = EnvPolicy::List(list(&w.value(name)?)),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The hosts and how they are reached: `-hosts`, `-f`, `-ppn`, `-launcher`,
+    /// `-launcher-exec`, `-iface`, `-tree-width`.
+    fn host_option(&mut self, name: &str, w: &mut Words) -> Result<bool, UsageError> {
+        match name {
+            "-hosts" | "-host" => self.spec.hosts.extend(parse_hosts(&w.value(name)?)?),
+            "-f" | "-hostfile" | "-machinefile" => {
+                let f = w.value(name)?;
+                self.spec.hosts.extend(read_hostfile(Path::new(&f))?);
+            }
+            "-ppn" => {
+                self.spec.mapping_asked = true;
+                self.spec.ppn = Some(ppn(&w.value(name)?)?);
+            }
+            "-launcher" | "-bootstrap" => self.spec.launcher = Some(w.value(name)?),
+            "-launcher-exec" | "-bootstrap-exec" => self.spec.launcher_exec = Some(w.value(name)?),
+            "-iface" => self.spec.iface = Some(w.value(name)?),
+            "-tree-width" => {
+                let v = w.value(name)?;
+                self.spec.cost_tree = v == "cost";
+                self.spec.tree_width = Some(tree_width(&v)?);
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Where ranks go and what they are bound to: `-map-by`, `-bind-to`, `-report-bindings`.
+    fn binding_option(&mut self, name: &str, w: &mut Words) -> Result<bool, UsageError> {
+        match name {
+            "-map-by" => {
+                self.spec.mapping_asked = true;
+                let v = w.value(name)?;
+                match v.as_str() {
+                    "node" | "host" => self.spec.map_by_node = true,
+                    "slot" => self.spec.map_by_node = false,
+                    k => match crate::host::bind::Kind::parse(k) {
+                        // Ranks dealt over the host's objects of this kind: binds them
+                        // (to those objects unless -bind-to says otherwise).
+                        Some(kind) => self.map_kind = Some(kind),
+                        None => {
+                            return err(format!(
+                                "-map-by {v:?}: use node or slot (hosts), or hwthread, \
+                                 core, l1cache, l2cache, l3cache, socket or numa"
+                            ))
+                        }
+                    },
+                }
+            }
+            "-bind-to" | "-binding" => {
+                let v = w.value(name)?;
+                self.bind_given = true;
+                self.spec.binding = crate::host::bind::Binding::parse(&v).map_err(UsageError)?;
+            }
+            "-report-bindings" => self.spec.report_bindings = true,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The ranks' output: `-l`, `-prepend-pattern`, `-outfile-pattern`, `-errfile-pattern`,
+    /// `-output-from`. On the command line each may be given once (and one line prefix); in a
+    /// configfile, what the command line set wins.
+    fn output_option(
+        &mut self,
+        name: &str,
+        w: &mut Words,
+        seg: &Segment,
+    ) -> Result<bool, UsageError> {
+        let on_command_line = seg.on_command_line;
+        let out = &mut self.spec.output;
+        match name {
+            "-l" | "-prepend-rank" => {
+                if out.prepend.is_some() {
+                    if on_command_line {
+                        return err(PREFIX_TWICE);
+                    }
+                } else {
+                    self.spec.label = true
+                }
+            }
+            "-prepend-pattern" => {
+                let p = pattern(name, &w.value(name)?)?;
+                if self.spec.label || out.prepend.is_some() {
+                    if on_command_line {
+                        return err(PREFIX_TWICE);
+                    }
+                } else {
+                    out.prepend = Some(p);
+                }
+            }
+            "-outfile-pattern" | "-outfile" => {
+                let p = pattern(name, &w.value(name)?)?;
+                once(&mut out.outfile, p, name, on_command_line)?;
+            }
+            "-errfile-pattern" => {
+                let p = pattern(name, &w.value(name)?)?;
+                once(&mut out.errfile, p, name, on_command_line)?;
+            }
+            "-output-from" => {
+                let v = w.value(name)?;
+                let r = v
+                    .parse::<usize>()
+                    .map_err(|_| UsageError(format!("-output-from {v:?}: not a rank")))?;
+                once(&mut out.output_from, r, name, on_command_line)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// What the ranks' PMI is: `-pmi-port`, `-pmi`, `-usize`, `-pmi_args`, `-nameserver`.
+    fn pmi_option(&mut self, name: &str, w: &mut Words) -> Result<bool, UsageError> {
+        match name {
+            "-pmi-port" => self.spec.pmi_port = true,
+            "-pmi" | "-mpi" => {
+                let v = w.value(name)?;
+                self.spec.pmi = PmiChoice::parse(&v).ok_or_else(|| {
+                    UsageError(format!("--pmi {v:?}: use auto, pmi1, pmi2 or pmix"))
+                })?;
+            }
+            "-usize" => {
+                let v = w.value(name)?;
+                self.spec.universe_size = Some(universe_size(&v, "-usize")?);
+            }
+            "-pmi_args" => {
+                let mut four = Vec::new();
+                for _ in 0..4 {
+                    four.push(w.value("-pmi_args PORT INTERFACE KEY PID")?);
+                }
+                self.spec.singleton = Some(singleton(&four)?);
+            }
+            "-nameserver" => self.spec.nameserver = Some(w.value(name)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// How the job runs and reports: `-configfile`, `--profile`, `-ml-env`, `-timeout-stacks`,
+    /// `-auto-cleanup`, `-disable-auto-cleanup`, `-with-ft`, `-v`.
+    fn run_option(&mut self, name: &str, w: &mut Words, seg: &Segment) -> Result<bool, UsageError> {
+        match name {
+            "-configfile" => {
+                if !seg.on_command_line {
+                    return err("-configfile inside a configfile");
+                }
+                self.configfile = Some(PathBuf::from(w.value(name)?));
+            }
+            "-profile" => {
+                // Only an inline value (`--profile=json`): a separate word would be the
+                // program.
+                let v = w.inline.take().unwrap_or_else(|| "text".into());
+                self.spec.profile =
+                    ProfileFormat::parse(&v).map_err(|e| UsageError(format!("--profile: {e}")))?;
+                self.profile_given = true;
+            }
+            "-ml-env" => self.spec.ml_env = true,
+            "-timeout-stacks" | "-get-stack-traces" => self.spec.timeout_stacks = true,
+            "-disable-auto-cleanup" => self.spec.auto_cleanup = false,
+            "-auto-cleanup" => {
+                self.spec.auto_cleanup = true;
+                self.auto_cleanup_given = true;
+            }
+            "-with-ft" => self.spec.fault_tolerant = with_ft(&w.value(name)?)?,
+            "-v" | "-verbose" => self.spec.verbose += 1,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// The options that are a command of their own rather than part of a job (`-h`, `--version`,
+/// `--help-env`, `--help-man`, `-info`, `--completions`); `None` for another name.
+fn command_option(name: &str, w: &mut Words) -> Result<Option<Command>, UsageError> {
+    Ok(Some(match name {
+        "-h" | "-help" => Command::Help,
+        "-version" | "-V" => Command::Version,
+        "-help-env" => Command::HelpEnv,
+        "-help-man" => {
+            let name = match w.inline.take() {
+                Some(v) => v,
+                None => w.next_word().unwrap_or_else(|| "kauri".into()),
+            };
+            man_page(&name)?
+        }
+        "-info" => {
+            let rest: Vec<String> = w.it.by_ref().map(|w| normalize(w).0).collect();
+            match rest.as_slice() {
+                [] => Command::Info { json: false },
+                [j] if j == "-json" => Command::Info { json: true },
+                _ => return err("-info takes only --json"),
+            }
+        }
+        "-json" => return err("--json goes with -info: kauri -info --json"),
+        "-completions" => {
+            let shell = w.value(name)?;
+            if !crate::cli::doc::complete::SHELLS.contains(&shell.as_str()) {
+                return err(format!("--completions {shell:?}: use bash, zsh or fish"));
+            }
+            Command::Completions(shell)
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// `--help-man NAME`: the page of that name (`kvs` for `kauri-kvs`).
+fn man_page(name: &str) -> Result<Command, UsageError> {
+    match crate::cli::doc::page(name) {
+        Some(page) => Ok(Command::Man(page.name)),
+        None => {
+            let names: Vec<&str> = crate::cli::doc::pages().iter().map(|p| p.name).collect();
+            err(format!(
+                "--help-man {name:?}: no such page (pages: {})",
+                names.join(", ")
+            ))
+        }
+    }
+}
+
+/// The value `v` of `-n` (or `-np`, `name`): from 1 to [`RANKS_MAX`] processes.
+fn nprocs(name: &str, v: &str) -> Result<usize, UsageError> {
+    match v.parse::<u128>() {
+        Ok(0) => err(format!("{name} 0: a job needs at least one process")),
+        Ok(n) if n > RANKS_MAX as u128 => err(too_many_ranks(&format!("{name} {v}"))),
+        Ok(n) => Ok(n as usize),
+        Err(_) => err(format!("{name} {v:?}: not a number of processes")),
+    }
+}
+
+/// The value of `-ppn`: from 1 to [`RANKS_MAX`] processes per host.
+fn ppn(v: &str) -> Result<usize, UsageError> {
+    match v.parse::<u128>() {
+        Ok(n) if n > RANKS_MAX as u128 => err(too_many_ranks(&format!("-ppn {v}"))),
+        Ok(n) if n > 0 => Ok(n as usize),
+        _ => err(format!("-ppn {v:?}: not a positive number")),
+    }
+}
+
+/// The value of `-tree-width`: a number, or `flat` or `cost` (0: the tree is built otherwise).
+fn tree_width(v: &str) -> Result<usize, UsageError> {
+    if v == "flat" || v == "cost" {
+        return Ok(0);
+    }
+    v.parse()
+        .map_err(|_| UsageError(format!("-tree-width {v:?}: a number, flat or cost")))
+}
+
+/// The four words of `-pmi_args PORT INTERFACE KEY PID`: the program already running that
+/// kauri serves as a singleton (a port from 1, a pid above 1).
+fn singleton(four: &[String]) -> Result<crate::plan::job::Singleton, UsageError> {
+    let port = four[0].parse::<u16>().ok().filter(|&p| p > 0);
+    let pid = four[3].parse::<u32>().ok().filter(|&p| p > 1);
+    match (port, pid) {
+        (Some(port), Some(pid)) => Ok(crate::plan::job::Singleton {
+            port,
+            interface: four[1].clone(),
+            key: four[2].clone(),
+            pid,
+        }),
+        _ => err(format!(
+            "-pmi_args {}: expected PORT INTERFACE KEY PID",
+            four.join(" ")
+        )),
     }
 }
 
@@ -886,6 +1071,50 @@ mod tests {
             assert!(fails(args).ends_with(limit), "{args}: {}", fails(args));
         }
         assert_eq!(run("-n 16777216 a").size(), RANKS_MAX);
+    }
+
+    #[test]
+    fn segments_without_n_get_the_hosts_slots() {
+        let host = |name: &str, slots| HostSpec {
+            name: name.into(),
+            slots,
+        };
+        let hosts = [host("a", 2), host("b", 3)];
+        assert_eq!(default_nprocs(None, &hosts), 5);
+        assert_eq!(default_nprocs(Some(4), &hosts), 8);
+        assert_eq!(default_nprocs(Some(4), &[]), 4);
+        assert_eq!(
+            default_nprocs(None, &[]),
+            0,
+            "decided once the allocation is known"
+        );
+        assert_eq!(default_nprocs(Some(usize::MAX), &hosts), usize::MAX);
+    }
+
+    #[test]
+    fn option_values() {
+        assert_eq!(nprocs("-np", "7"), Ok(7));
+        assert!(nprocs("-n", "0")
+            .unwrap_err()
+            .0
+            .contains("at least one process"));
+        assert!(nprocs("-n", "-1")
+            .unwrap_err()
+            .0
+            .contains("not a number of processes"));
+        assert_eq!(ppn("2"), Ok(2));
+        assert!(ppn("0").unwrap_err().0.contains("not a positive number"));
+        assert_eq!(tree_width("flat"), Ok(0));
+        assert_eq!(tree_width("cost"), Ok(0));
+        assert_eq!(tree_width("16"), Ok(16));
+        assert!(tree_width("wide")
+            .unwrap_err()
+            .0
+            .contains("a number, flat or cost"));
+        let four = |s: &str| s.split(' ').map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(singleton(&four("1 i k 2")).unwrap().pid, 2);
+        assert!(singleton(&four("1 i k 1")).is_err(), "pid 1 is init");
+        assert!(singleton(&four("70000 i k 9")).is_err());
     }
 
     #[test]

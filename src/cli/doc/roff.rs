@@ -48,6 +48,7 @@ fn label(names: &[&str], arg: Arg) -> String {
     }
 }
 
+/// One `.TP` per item: the label in bold, then its help as a paragraph.
 fn items(out: &mut String, items: &[Item]) {
     for i in items {
         out.push_str(".TP\n");
@@ -60,6 +61,21 @@ fn items(out: &mut String, items: &[Item]) {
 /// The roff source of `page`.
 pub fn render(page: &Page) -> String {
     let mut out = String::new();
+    heading(&mut out, page);
+    synopsis_and_description(&mut out, page);
+    options(&mut out, page);
+    environment(&mut out, page);
+    if !page.exit_status.is_empty() {
+        out.push_str(".SH \"EXIT STATUS\"\n");
+        items(&mut out, page.exit_status);
+    }
+    examples(&mut out, page);
+    see_also(&mut out, page);
+    out
+}
+
+/// The `.TH` line, the fill settings and the NAME section.
+fn heading(out: &mut String, page: &Page) {
     let title = page.name.to_ascii_uppercase();
     // The date is the build's (SOURCE_DATE_EPOCH when set): a package's pages are reproducible.
     out.push_str(&format!(
@@ -77,6 +93,10 @@ pub fn render(page: &Page) -> String {
         escape(page.name),
         escape(page.summary)
     ));
+}
+
+/// The SYNOPSIS (one line per form) and DESCRIPTION (one paragraph per text) sections.
+fn synopsis_and_description(out: &mut String, page: &Page) {
     out.push_str(".SH SYNOPSIS\n");
     for (i, s) in page.synopsis.iter().enumerate() {
         if i > 0 {
@@ -93,70 +113,86 @@ pub fn render(page: &Page) -> String {
         out.push_str(&para(d));
         out.push('\n');
     }
-    if !page.options.is_empty() {
-        out.push_str(".SH OPTIONS\n");
-        for s in page.options {
-            if page.options.len() > 1 {
-                out.push_str(&format!(".SS \"{}\"\n", escape(s.title)));
-            }
-            for o in s.opts {
-                out.push_str(".TP\n");
-                out.push_str(&label(o.names, o.arg));
-                out.push('\n');
-                out.push_str(&para(o.help));
-                out.push('\n');
-                if !o.aliases.is_empty() {
-                    let also: Vec<String> = o
-                        .aliases
-                        .iter()
-                        .map(|a| format!("\\fB{}\\fR", escape(a)))
-                        .collect();
-                    out.push_str(&format!("Also spelled {}.\n", also.join(", ")));
-                }
-            }
+}
+
+/// The OPTIONS section, if the page has options: a subsection per group when there are
+/// several, one `.TP` per option with its other spellings.
+fn options(out: &mut String, page: &Page) {
+    if page.options.is_empty() {
+        return;
+    }
+    out.push_str(".SH OPTIONS\n");
+    for s in page.options {
+        if page.options.len() > 1 {
+            out.push_str(&format!(".SS \"{}\"\n", escape(s.title)));
         }
-    }
-    if !page.environment.is_empty() || !page.environment_more.is_empty() {
-        out.push_str(".SH ENVIRONMENT\n");
-        items(&mut out, page.environment);
-        for b in page.environment_more {
-            match b {
-                Block::Para(t) | Block::Note(t) | Block::Tail(t) => {
-                    out.push_str(".PP\n");
-                    out.push_str(&para(t));
-                    out.push('\n');
-                }
-                Block::List(_, list) => items(&mut out, list),
-            }
-        }
-    }
-    if !page.exit_status.is_empty() {
-        out.push_str(".SH \"EXIT STATUS\"\n");
-        items(&mut out, page.exit_status);
-    }
-    if !page.examples.is_empty() {
-        out.push_str(".SH EXAMPLES\n");
-        for e in page.examples {
+        for o in s.opts {
             out.push_str(".TP\n");
-            out.push_str(&format!("\\fB{}\\fR\n", escape(e.command)));
-            out.push_str(&para(e.what));
+            out.push_str(&label(o.names, o.arg));
             out.push('\n');
+            out.push_str(&para(o.help));
+            out.push('\n');
+            if !o.aliases.is_empty() {
+                let also: Vec<String> = o
+                    .aliases
+                    .iter()
+                    .map(|a| format!("\\fB{}\\fR", escape(a)))
+                    .collect();
+                out.push_str(&format!("Also spelled {}.\n", also.join(", ")));
+            }
         }
     }
-    if !page.see_also.is_empty() {
-        out.push_str(".SH \"SEE ALSO\"\n");
-        let refs: Vec<String> = page
-            .see_also
-            .iter()
-            .map(|r| match r.split_once('(') {
-                Some((name, sec)) => format!("\\fB{}\\fR({}", escape(name), sec),
-                None => format!("\\fB{}\\fR", escape(r)),
-            })
-            .collect();
-        out.push_str(&refs.join(",\n"));
+}
+
+/// The ENVIRONMENT section, if the page has one: its variables, then its further blocks.
+fn environment(out: &mut String, page: &Page) {
+    if page.environment.is_empty() && page.environment_more.is_empty() {
+        return;
+    }
+    out.push_str(".SH ENVIRONMENT\n");
+    items(out, page.environment);
+    for b in page.environment_more {
+        match b {
+            Block::Para(t) | Block::Note(t) | Block::Tail(t) => {
+                out.push_str(".PP\n");
+                out.push_str(&para(t));
+                out.push('\n');
+            }
+            Block::List(_, list) => items(out, list),
+        }
+    }
+}
+
+/// The EXAMPLES section, if the page has examples: the command in bold, then what it does.
+fn examples(out: &mut String, page: &Page) {
+    if page.examples.is_empty() {
+        return;
+    }
+    out.push_str(".SH EXAMPLES\n");
+    for e in page.examples {
+        out.push_str(".TP\n");
+        out.push_str(&format!("\\fB{}\\fR\n", escape(e.command)));
+        out.push_str(&para(e.what));
         out.push('\n');
     }
-    out
+}
+
+/// The SEE ALSO section, if the page names other pages: each name in bold, its section not.
+fn see_also(out: &mut String, page: &Page) {
+    if page.see_also.is_empty() {
+        return;
+    }
+    out.push_str(".SH \"SEE ALSO\"\n");
+    let refs: Vec<String> = page
+        .see_also
+        .iter()
+        .map(|r| match r.split_once('(') {
+            Some((name, sec)) => format!("\\fB{}\\fR({}", escape(name), sec),
+            None => format!("\\fB{}\\fR", escape(r)),
+        })
+        .collect();
+    out.push_str(&refs.join(",\n"));
+    out.push('\n');
 }
 
 #[cfg(test)]
