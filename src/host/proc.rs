@@ -303,24 +303,27 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
 /// The child's stack for [`child_main`]: system calls only, so a little suffices.
 const CHILD_STACK: usize = 64 << 10;
 
-/// Starts a rank with `clone(CLONE_VM | CLONE_VFORK)` and `execve`, as `posix_spawn` does:
-/// everything the child needs is prepared before, the child shares kauri's memory (no page
-/// tables copied, no copy-on-write faults in kauri afterwards) and calls only system calls,
-/// and kauri resumes as soon as the child's exec has replaced its memory, not when the new
-/// program has loaded. A launch of many ranks therefore costs kauri little per rank, and the
-/// ranks' own start-up overlaps.
-///
-/// Must be called from a thread that lives as long as the rank should (`PR_SET_PDEATHSIG`).
-pub fn spawn(l: Launch) -> io::Result<Child> {
-    // Everything the child touches, prepared now.
-    let prog = cstring(l.program.as_os_str().as_bytes())?;
-    let mut argv: Vec<CString> = vec![cstring(l.argv0.as_bytes())?];
-    for a in &l.args {
-        argv.push(cstring(a.as_bytes())?);
-    }
-    let envp: Vec<CString> = l
-        .env
-        .iter()
+/// The strings the child of [`spawn`] execs with, as C strings, and the null-terminated
+/// pointer arrays into them (the pointers stay valid as the value moves: they point into the
+/// strings' own heap buffers).
+struct ExecArgs {
+    prog: CString,
+    /// `argv` as C strings; `argv_p` points into them.
+    _argv: Vec<CString>,
+    /// The environment as C strings; `envp_p` points into them.
+    _envp: Vec<CString>,
+    wdir: CString,
+    sh: CString,
+    argv_p: Vec<*const libc::c_char>,
+    sh_argv_p: Vec<*const libc::c_char>,
+    envp_p: Vec<*const libc::c_char>,
+    /// What the child writes to its stderr when it cannot exec (or cannot enter `wdir`).
+    fail_msg: Vec<u8>,
+}
+
+/// The environment as `k=v` C strings; a pair with a NUL byte in it is left out.
+fn env_strings(env: &[(OsString, OsString)]) -> Vec<CString> {
+    env.iter()
         .filter_map(|(k, v)| {
             let mut kv = Vec::with_capacity(k.len() + v.len() + 2);
             kv.extend_from_slice(k.as_bytes());
@@ -328,7 +331,18 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
             kv.extend_from_slice(v.as_bytes());
             CString::new(kv).ok()
         })
-        .collect();
+        .collect()
+}
+
+/// Everything the child touches of `l`'s program, arguments, environment and directory,
+/// prepared before the clone.
+fn exec_args(l: &Launch) -> io::Result<ExecArgs> {
+    let prog = cstring(l.program.as_os_str().as_bytes())?;
+    let mut argv: Vec<CString> = vec![cstring(l.argv0.as_bytes())?];
+    for a in &l.args {
+        argv.push(cstring(a.as_bytes())?);
+    }
+    let envp = env_strings(&l.env);
     let wdir = cstring(l.wdir.as_os_str().as_bytes())?;
     let sh = cstring(b"/bin/sh")?;
     let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
@@ -340,33 +354,54 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
     let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
     envp_p.push(std::ptr::null());
     let fail_msg = format!("kauri: cannot execute {}\n", l.program.display()).into_bytes();
+    Ok(ExecArgs {
+        prog,
+        _argv: argv,
+        _envp: envp,
+        wdir,
+        sh,
+        argv_p,
+        sh_argv_p,
+        envp_p,
+        fail_msg,
+    })
+}
 
+/// A rank's stdio: the parent's ends and the child's, of its stdout and stderr pipes and
+/// of its stdin (a pipe for rank 0, `/dev/null` otherwise).
+struct Stdio {
+    out_r: OwnedFd,
+    out_w: OwnedFd,
+    err_r: OwnedFd,
+    err_w: OwnedFd,
+    in_r: OwnedFd,
+    in_w: Option<OwnedFd>,
+}
+
+/// Makes a rank's stdio pipes, with a pipe for its stdin when `stdin` is set.
+fn stdio_pipes(stdin: bool) -> io::Result<Stdio> {
     let (out_r, out_w) = cloexec_pipe()?;
     let (err_r, err_w) = cloexec_pipe()?;
-    let (in_r, in_w) = if l.stdin {
+    let (in_r, in_w) = if stdin {
         let (r, w) = cloexec_pipe()?;
         (r, Some(w))
     } else {
         let null = std::fs::File::open("/dev/null")?;
         (OwnedFd::from(null), None)
     };
-    let mut plan = ChildPlan {
-        prog: prog.as_ptr(),
-        argv: argv_p.as_ptr(),
-        sh: sh.as_ptr(),
-        sh_argv: sh_argv_p.as_ptr(),
-        envp: envp_p.as_ptr(),
-        wdir: wdir.as_ptr(),
-        fd_in: in_r.as_raw_fd(),
-        fd_out: out_w.as_raw_fd(),
-        fd_err: err_w.as_raw_fd(),
-        pmi: l.pmi_fd.as_ref().map(|f| f.as_raw_fd()),
-        cpus: l.cpus,
-        // SAFETY: getpid has no preconditions.
-        parent: unsafe { libc::getpid() },
-        fail_msg: fail_msg.as_ptr(),
-        fail_len: fail_msg.len(),
-    };
+    Ok(Stdio {
+        out_r,
+        out_w,
+        err_r,
+        err_w,
+        in_r,
+        in_w,
+    })
+}
+
+/// Clones the child that runs [`child_main`] with `plan`, on a stack of its own, with every
+/// signal blocked around the clone; returns once the child has exec'd or exited.
+fn clone_child(plan: &mut ChildPlan) -> io::Result<libc::pid_t> {
     let mut stack = vec![0u8; CHILD_STACK];
     // The stack grows down from its end, 16-byte aligned.
     let top = {
@@ -387,7 +422,7 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
             child_main,
             top,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&mut plan as *mut ChildPlan).cast(),
+            (plan as *mut ChildPlan).cast(),
         );
         let e = io::Error::last_os_error();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
@@ -397,7 +432,12 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
         pid
     };
     drop(stack);
-    drop((out_w, err_w, in_r, l.pmi_fd));
+    Ok(pid)
+}
+
+/// A pidfd for child `pid`, registered with the poller; a child that cannot be watched is
+/// killed and reaped.
+fn watch_child(pid: libc::pid_t) -> io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if pidfd < 0 {
@@ -413,13 +453,47 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
     // SAFETY: `register` needs the descriptor to stay open for as long as the AsyncFd lives;
     // the AsyncFd owns the OwnedFd, which closes it only when the AsyncFd is dropped.
-    let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)?;
+    unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}
+
+/// Starts a rank with `clone(CLONE_VM | CLONE_VFORK)` and `execve`, as `posix_spawn` does:
+/// everything the child needs is prepared before, the child shares kauri's memory (no page
+/// tables copied, no copy-on-write faults in kauri afterwards) and calls only system calls,
+/// and kauri resumes as soon as the child's exec has replaced its memory, not when the new
+/// program has loaded. A launch of many ranks therefore costs kauri little per rank, and the
+/// ranks' own start-up overlaps.
+///
+/// Must be called from a thread that lives as long as the rank should (`PR_SET_PDEATHSIG`).
+pub fn spawn(l: Launch) -> io::Result<Child> {
+    // Everything the child touches, prepared now.
+    let x = exec_args(&l)?;
+    let io = stdio_pipes(l.stdin)?;
+    let mut plan = ChildPlan {
+        prog: x.prog.as_ptr(),
+        argv: x.argv_p.as_ptr(),
+        sh: x.sh.as_ptr(),
+        sh_argv: x.sh_argv_p.as_ptr(),
+        envp: x.envp_p.as_ptr(),
+        wdir: x.wdir.as_ptr(),
+        fd_in: io.in_r.as_raw_fd(),
+        fd_out: io.out_w.as_raw_fd(),
+        fd_err: io.err_w.as_raw_fd(),
+        pmi: l.pmi_fd.as_ref().map(|f| f.as_raw_fd()),
+        cpus: l.cpus,
+        // SAFETY: getpid has no preconditions.
+        parent: unsafe { libc::getpid() },
+        fail_msg: x.fail_msg.as_ptr(),
+        fail_len: x.fail_msg.len(),
+    };
+    let pid = clone_child(&mut plan)?;
+    drop((io.out_w, io.err_w, io.in_r, l.pmi_fd));
+    let pidfd = watch_child(pid)?;
     Ok(Child {
         pid: pid as u32,
-        stdout: pipe::Receiver::from_owned_fd(out_r)?,
-        stderr: pipe::Receiver::from_owned_fd(err_r)?,
-        stdin: in_w.map(pipe::Sender::from_owned_fd).transpose()?,
+        stdout: pipe::Receiver::from_owned_fd(io.out_r)?,
+        stderr: pipe::Receiver::from_owned_fd(io.err_r)?,
+        stdin: io.in_w.map(pipe::Sender::from_owned_fd).transpose()?,
         exit: ExitWatch { pid, pidfd },
     })
 }
@@ -680,5 +754,51 @@ mod tests {
         assert!(is_foreign_wiring("PMIX_RANK"));
         assert!(!is_foreign_wiring("PMI_DEBUG"));
         assert!(!is_foreign_wiring("PATH"));
+    }
+
+    #[test]
+    fn exec_args_are_null_terminated_and_a_bad_pair_is_left_out() {
+        let env = [
+            ("A".into(), "1".into()),
+            ("B".into(), OsString::from("x\0y")),
+            ("C".into(), "".into()),
+        ];
+        let got: Vec<_> = env_strings(&env)
+            .into_iter()
+            .map(|c| c.into_string().unwrap())
+            .collect();
+        assert_eq!(got, ["A=1", "C="]);
+        let l = Launch {
+            program: "/bin/prog".into(),
+            argv0: "prog".into(),
+            args: vec!["a".into(), "b".into()],
+            env: env.to_vec(),
+            wdir: "/tmp".into(),
+            pmi_fd: None,
+            stdin: false,
+            cpus: None,
+        };
+        let x = exec_args(&l).unwrap();
+        assert_eq!(x.argv_p.len(), 4);
+        assert!(x.argv_p[3].is_null());
+        assert_eq!(x.envp_p.len(), 3);
+        // /bin/sh runs the program's path, then the arguments after argv[0].
+        // SAFETY: the pointers point into `x`'s strings, alive here.
+        let sh: Vec<String> = x.sh_argv_p[..4]
+            .iter()
+            .map(|&p| {
+                unsafe { std::ffi::CStr::from_ptr(p) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(sh, ["/bin/sh", "/bin/prog", "a", "b"]);
+        assert!(x.sh_argv_p[4].is_null());
+        assert_eq!(x.fail_msg, b"kauri: cannot execute /bin/prog\n");
+        let bad = Launch {
+            args: vec!["a\0".into()],
+            ..l
+        };
+        assert!(exec_args(&bad).is_err());
     }
 }

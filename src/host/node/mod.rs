@@ -1,0 +1,587 @@
+//! The ranks of one host: started with their PMI sockets, served by a PMI [`Engine`], their
+//! output forwarded as whole lines, their ends reported. The front end runs one for the ranks
+//! on its own host; every agent runs one for its host.
+//!
+//! A `Node` decides nothing about the job: fence completion, failures and teardown are the
+//! caller's ([`NodeEvent`] tells it what happened; [`Node::fence_done`], [`Node::signal`] act).
+//!
+//! A PMIx job ([`JobPlan::pmix`](crate::plan::JobPlan::pmix)) has no PMI sockets: its ranks reach this process's PMIx
+//! server ([`crate::proto::pmix`]) with the environment the library makes for them, and the
+//! library's upcalls (connect, finalize, abort, fence, direct modex) come back here on a
+//! channel and become the same [`NodeEvent`]s as the PMI engine's outputs; its publish, lookup
+//! and unpublish become the same name requests as PMI's (one per name, answered through
+//! [`Node::service_reply`]).
+//!
+//! Here: the `Node`, its events and what it does once started; the start of the ranks in
+//! `start`, the PMI connections in `conn`, the PMIx upcalls and their answers in `upcall`.
+
+use crate::host::proc;
+use crate::proto::pmi::{ConnId, Engine, Output};
+use crate::proto::pmix::{self, CollectiveReply, ModexReply, OpReply, SpawnReply, Upcall};
+use crate::proto::service::ServiceReply;
+use crate::tree::events::JobTx;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::rc::Rc;
+use tokio::net::unix::pipe;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+mod conn;
+mod start;
+mod upcall;
+
+pub use conn::PMI_REPLY_QUEUE_MAX;
+use conn::{Replies, Writer};
+use upcall::NameCall;
+
+/// What happened on this host.
+#[derive(Debug)]
+pub enum NodeEvent {
+    /// A rank ended.
+    Exited {
+        /// The rank.
+        rank: usize,
+        /// Its pid.
+        pid: u32,
+        /// How it ended.
+        status: ExitStatus,
+        /// It had finished the PMI handshake.
+        initialized: bool,
+        /// It had called finalize.
+        finalized: bool,
+        /// It never spoke PMI or PMIx and ran as an Open MPI singleton ([`crate::host::ompi`]).
+        ran_alone: bool,
+    },
+    /// Something from the PMI engine: `FenceReady`, `Abort`, `Failed`, `ProtocolError`,
+    /// `Initialized`, `Finalized` (for a PMIx job: the same, from the PMIx server).
+    Engine(Output),
+    /// A rank let its PMI reply queue fill (it does not read its replies): its connection
+    /// was closed.
+    UnreadReplies {
+        /// The rank, when known.
+        rank: Option<usize>,
+        /// The bytes its queue held ([`PMI_REPLY_QUEUE_MAX`]).
+        queued: usize,
+    },
+    /// Every local rank of a PMIx job entered fence `epoch`; `data` is this host's blob.
+    PmixFence {
+        /// The fence (counted per host from 0).
+        epoch: u64,
+        /// The blob.
+        data: Vec<u8>,
+    },
+    /// A local rank of a PMIx job wants the data of `rank`, which runs on another host;
+    /// answer with [`Node::pmix_dmodex_reply`] and `id`.
+    PmixDmodex {
+        /// The request.
+        id: u64,
+        /// The rank whose data is wanted.
+        rank: usize,
+        /// Its namespace, when it is another job's (one a local client connected to).
+        nspace: Option<String>,
+    },
+    /// Every local participant of a PMIx collective that is not this job's own fence (a
+    /// fence over part of a namespace or several, a disconnect) entered it; answer with
+    /// [`Node::pmix_collective_done`] and `sig`.
+    PmixCollective {
+        /// The collective's signature: its participants, sorted.
+        sig: String,
+        /// The participants (rank [`pmix::ffi::PMIX_RANK_WILDCARD`]: a whole namespace).
+        procs: Vec<(String, u32)>,
+        /// The participants that are clients of this process's server.
+        covered: Vec<(String, u32)>,
+        /// This server's contribution.
+        data: Vec<u8>,
+        /// The participants want a context id unique in the run (a group construct's
+        /// `PMIX_GROUP_ASSIGN_CONTEXT_ID`).
+        context_id: bool,
+    },
+    /// This host's PMIx server answered [`Node::pmix_dmodex_serve`]: the data of one of its
+    /// ranks, for request `req` of agent `to`.
+    DmodexServed {
+        /// The agent that asked.
+        to: u32,
+        /// Its request id.
+        req: u64,
+        /// The PMIx status.
+        status: i32,
+        /// The data.
+        data: Vec<u8>,
+    },
+}
+
+/// A PMIx job's state on this host.
+struct PmixState {
+    nspace: String,
+    initialized: HashSet<usize>,
+    finalized: HashSet<usize>,
+    next_fence: u64,
+    fences: HashMap<u64, ModexReply>,
+    next_dmodex: u64,
+    dmodex: HashMap<u64, ModexReply>,
+    /// The channel the namespace's upcalls come on (another job's namespace registered here
+    /// for a connect sends its direct-modex requests to it too).
+    upcall_tx: mpsc::UnboundedSender<Upcall>,
+    /// The next id of a request to the front end ([`PMIX_REQUESTS`] and up).
+    next_req: u64,
+    /// Spawns the front end has not answered, by request id.
+    spawns: HashMap<u64, SpawnReply>,
+    /// `PMIx_Abort`s of some processes the front end has not answered, by request id.
+    terminates: HashMap<u64, pmix::ffi::OpReply>,
+    /// Queries waiting for the run's jobs, by request id: the queries and their answer.
+    queries: HashMap<u64, (Vec<pmix::ffi::Query>, pmix::ffi::QueryReply)>,
+    /// Connects waiting for the plans of the jobs they name: request id -> connect.
+    plans_asked: HashMap<u64, u64>,
+    /// Those connects: the library's callback, how many plans are still due, the first error.
+    connects: HashMap<u64, (OpReply, usize, Option<String>)>,
+    /// Collectives under way, by signature (one at a time per signature and participant).
+    collectives: HashMap<String, std::collections::VecDeque<CollectiveReply>>,
+    /// Other jobs' namespaces this node registered for a connect (deregistered with its own).
+    foreign: Vec<String>,
+    /// Publish, lookup and unpublish calls waiting for the name table's answers.
+    next_call: u64,
+    calls: HashMap<u64, NameCall>,
+    /// The requests sent for them (ids with [`PMIX_REQUEST`] set): request -> (call, index
+    /// of its name in the call).
+    next_request: u64,
+    requests: HashMap<u64, (u64, usize)>,
+}
+
+/// The bit that marks the id of a request made for a PMIx client (the PMI engine numbers its
+/// own from 0), so the front end's answer finds its way back ([`Node::service_reply`]).
+const PMIX_REQUEST: u64 = 1 << 63;
+
+/// Request ids at and above this one are the PMIx server's (below: the PMI engine's).
+const PMIX_REQUESTS: u64 = 1 << 62;
+
+/// State shared by the tasks of one host's ranks (all on one thread).
+struct Ctx {
+    engine: RefCell<Engine>,
+    /// The engine's outputs of one `dispatch` round (kept for its room).
+    outputs: RefCell<Vec<Output>>,
+    /// One `dispatch` round's replies, by connection (kept for its room).
+    batch: RefCell<Vec<(ConnId, Replies)>>,
+    writers: RefCell<HashMap<ConnId, Writer>>,
+    events: JobTx<NodeEvent>,
+    next_conn: Cell<ConnId>,
+    pmix: RefCell<Option<PmixState>>,
+    upcalls: RefCell<Option<mpsc::UnboundedReceiver<Upcall>>>,
+    /// Ends of ranks that never spoke PMI or PMIx looked at for an Open MPI singleton's
+    /// traces ([`crate::host::ompi`]).
+    alone_checks: Cell<u32>,
+    /// When this host's ranks were about to start: an Open MPI 5 singleton's session
+    /// directory modified since then is one of theirs.
+    started: std::time::SystemTime,
+}
+
+impl Ctx {
+    /// Handles the PMIx upcalls already queued (so a rank's finalize is seen before its exit).
+    fn drain_upcalls(self: &Rc<Self>) {
+        let mut got = Vec::new();
+        if let Some(rx) = self.upcalls.borrow_mut().as_mut() {
+            while let Ok(u) = rx.try_recv() {
+                got.push(u);
+            }
+        }
+        for u in got {
+            self.upcall(u);
+        }
+    }
+}
+
+/// Reports that rank `r` (pid `pid`) ended: the engine's view first (it knows who waits in a
+/// fence here), then the event, with the status `status` gives knowing whether it finalized.
+fn rank_ended(
+    c: &Rc<Ctx>,
+    ev: &JobTx<NodeEvent>,
+    running: &RefCell<HashMap<usize, u32>>,
+    r: usize,
+    pid: u32,
+    status: impl FnOnce(bool) -> ExitStatus,
+) {
+    running.borrow_mut().remove(&r);
+    // A PMIx rank's finalize arrives on the upcall channel: take it in before its end.
+    c.drain_upcalls();
+    let (initialized, finalized) = {
+        let mut e = c.engine.borrow_mut();
+        e.rank_exited(r);
+        // A rank of a job served both speaks one of them: either counts.
+        let (pi, pf) = match c.pmix.borrow().as_ref() {
+            Some(p) => (p.initialized.contains(&r), p.finalized.contains(&r)),
+            None => (false, false),
+        };
+        (pi || e.initialized(r), pf || e.finalized(r))
+    };
+    // A rank that never spoke PMI or PMIx may have been an Open MPI singleton: a few such
+    // ends are looked at, until one is found (one says enough).
+    let ran_alone = !initialized && c.alone_checks.get() < crate::host::ompi::CHECKS_MAX && {
+        let found = crate::host::ompi::singleton_traces(c.started);
+        c.alone_checks.set(if found {
+            crate::host::ompi::CHECKS_MAX
+        } else {
+            c.alone_checks.get() + 1
+        });
+        found
+    };
+    // The end first, then what the engine makes of it ("rank 1 exited before PMI init while
+    // 1 rank(s) wait in a fence"): the front end must see a rank's own failure as the cause
+    // of the teardown, not as one of its casualties.
+    let _ = ev.send(NodeEvent::Exited {
+        rank: r,
+        pid,
+        status: status(finalized),
+        initialized,
+        finalized,
+        ran_alone,
+    });
+    c.dispatch();
+}
+
+/// Kills the ranks a failed [`Node::start`] had forked, with whatever they started in their
+/// process groups, and reaps them. Each is signalled as a group and alone: a rank forked an
+/// instant ago may not have made its group yet (`setsid` in the child), and a signal to a
+/// group that does not exist reaches nobody.
+fn abandon(forked: Vec<(usize, u32, proc::ExitWatch)>) {
+    for (_, pid, _) in &forked {
+        proc::signal_group(*pid, libc::SIGKILL);
+        proc::signal_pid(*pid, libc::SIGKILL);
+    }
+    for (rank, pid, exit) in forked {
+        let status = exit.wait_blocking();
+        crate::host::keeper::reaped(pid);
+        debug!(rank, pid, ?status, "killed: the start failed");
+    }
+}
+
+/// The ranks of one host.
+pub struct Node {
+    ctx: Rc<Ctx>,
+    /// The host's name.
+    pub host: String,
+    /// Running ranks: rank -> pid (process group).
+    running: Rc<RefCell<HashMap<usize, u32>>>,
+    /// Every pid this node started (for the leftover sweep).
+    pids: Vec<u32>,
+    forwarders: Vec<JoinHandle<()>>,
+    ended: watch::Sender<bool>,
+    /// Rank 0's stdin, when rank 0 runs here.
+    pub stdin: Option<pipe::Sender>,
+    /// The pid of a singleton served as rank 0: not ours, signalled alone, never swept.
+    adopted: Option<u32>,
+    ranks: Vec<usize>,
+    /// Open MPI's shared-memory directory for ranks on the flux path, removed with the node.
+    _vader: Option<ShmDir>,
+    /// Each rank started: rank, pid, executable (the debugger's process table).
+    pub procs: Vec<(usize, u32, String)>,
+}
+
+/// A directory removed (with what is in it) when dropped.
+struct ShmDir(PathBuf);
+
+impl Drop for ShmDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// True when `name` means this machine.
+pub fn is_local(name: &str, me: &str) -> bool {
+    name == "localhost"
+        || name == me
+        || name.starts_with("127.")
+        || name == "::1"
+        || me.split('.').next() == Some(name)
+}
+
+/// This machine's host name.
+pub fn local_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+impl Node {
+    /// Applies the merged delta of a fence the whole tree completed, releasing local ranks.
+    pub fn fence_done(&self, epoch: u64, delta: &crate::proto::kvs::Packed) {
+        self.ctx.engine.borrow_mut().fence_done(epoch, delta);
+        self.ctx.dispatch();
+    }
+
+    /// Hands a PMIx fence's result (every host's blob) to the local PMIx server, releasing
+    /// the local ranks.
+    pub fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>) {
+        self.ctx.drain_upcalls();
+        let reply = self
+            .ctx
+            .pmix
+            .borrow_mut()
+            .as_mut()
+            .and_then(|p| p.fences.remove(&epoch));
+        if let Some(reply) = reply {
+            reply.reply(pmix::ffi::PMIX_SUCCESS, data);
+        }
+    }
+
+    /// Answers the local PMIx server's direct-modex request `id` (see
+    /// [`NodeEvent::PmixDmodex`]).
+    pub fn pmix_dmodex_reply(&self, id: u64, status: i32, data: Vec<u8>) {
+        let reply = self
+            .ctx
+            .pmix
+            .borrow_mut()
+            .as_mut()
+            .and_then(|p| p.dmodex.remove(&id));
+        if let Some(reply) = reply {
+            reply.reply(status, data);
+        }
+    }
+
+    /// Answers the local PMIx server's collective `sig` (see [`NodeEvent::PmixCollective`]),
+    /// with the context id the run gave it if it asked for one; nothing when none is under
+    /// way here.
+    pub fn pmix_collective_done(
+        &self,
+        sig: &str,
+        status: i32,
+        data: Vec<u8>,
+        context_id: Option<u64>,
+    ) {
+        self.ctx.drain_upcalls();
+        let reply = self.ctx.pmix.borrow_mut().as_mut().and_then(|p| {
+            let q = p.collectives.get_mut(sig)?;
+            let r = q.pop_front();
+            if q.is_empty() {
+                p.collectives.remove(sig);
+            }
+            r
+        });
+        if let Some(reply) = reply {
+            reply.reply(status, data, context_id);
+        }
+    }
+
+    /// Tells the local clients of this host's PMIx server that `ranks` of the job failed with
+    /// `status`: one event per rank, each from that rank (see
+    /// [`pmix::ffi::notify_failure`]). Returns once the library has handed them to its
+    /// clients, so a signal sent after this call follows them. Nothing for a PMI job.
+    pub fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
+        let nspace = self.ctx.pmix.borrow().as_ref().map(|p| p.nspace.clone());
+        let Some(nspace) = nspace else { return };
+        for &r in ranks {
+            if let Err(e) = pmix::ffi::notify_failure(&nspace, r as u32, status, exit_code) {
+                warn!(
+                    "cannot tell the ranks on {} that rank {r} failed: {e}",
+                    self.host
+                );
+            }
+        }
+    }
+
+    /// How many ranks this host runs.
+    pub fn ranks(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// True when `rank` runs on this host.
+    pub fn has_rank(&self, rank: usize) -> bool {
+        self.ranks.contains(&rank)
+    }
+
+    /// Asks this host's PMIx server for the data of local rank `rank`, for request `req` of
+    /// agent `to`; the answer comes as [`NodeEvent::DmodexServed`].
+    pub fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
+        let nspace = self.ctx.pmix.borrow().as_ref().map(|p| p.nspace.clone());
+        let events = self.ctx.events.clone();
+        let answer = move |status: i32, data: Vec<u8>| {
+            let _ = events.send(NodeEvent::DmodexServed {
+                to,
+                req,
+                status,
+                data,
+            });
+        };
+        let Some(nspace) = nspace else {
+            return answer(pmix::ffi::PMIX_ERR_NOT_FOUND, Vec::new());
+        };
+        debug!(
+            rank,
+            to, req, "PMIx direct modex: serving a local rank's data"
+        );
+        let a = answer.clone();
+        if let Err(e) = pmix::ffi::dmodex_request(&nspace, rank as u32, Box::new(answer)) {
+            debug!("direct modex for rank {rank}: {e}");
+            a(pmix::ffi::PMIX_ERROR, Vec::new());
+        }
+    }
+
+    /// Hands the front end's answer to a request back to the engine (or PMIx client) that
+    /// asked.
+    pub fn service_reply(&self, id: u64, reply: ServiceReply) {
+        if id & PMIX_REQUEST != 0 {
+            return self.ctx.name_reply(id, &reply);
+        }
+        if id >= PMIX_REQUESTS {
+            self.ctx.drain_upcalls();
+            return self.pmix_service_reply(id, reply);
+        }
+        self.ctx.engine.borrow_mut().service_reply(id, reply);
+        self.ctx.dispatch();
+    }
+
+    /// Commits pairs published without a fence.
+    pub fn publish(&self, delta: crate::proto::kvs::Delta) {
+        let mut e = self.ctx.engine.borrow_mut();
+        for (k, v) in delta {
+            e.preput(k, v);
+        }
+    }
+
+    /// The job's dead ranks are `ranks`: the engine serves them as `PMI_dead_processes`
+    /// from now on, then `SIGUSR1` goes to the running ranks that initialized PMI-1/PMI-2
+    /// and did not finalize it (MPICH's handler is installed between the two; a rank out of
+    /// PMI, a PMIx one among them, would die of it).
+    pub fn dead_processes(&self, ranks: &[usize]) {
+        let survivors: Vec<usize> = {
+            let mut e = self.ctx.engine.borrow_mut();
+            e.set_dead(ranks);
+            self.running
+                .borrow()
+                .keys()
+                .copied()
+                .filter(|&r| e.initialized(r) && !e.finalized(r))
+                .collect()
+        };
+        debug!(
+            ?ranks,
+            ?survivors,
+            "dead processes: SIGUSR1 to the survivors"
+        );
+        self.signal_ranks(libc::SIGUSR1, &survivors);
+    }
+
+    /// Sends `sig` to every running rank's process group.
+    pub fn signal(&self, sig: i32) {
+        for &pid in self.running.borrow().values() {
+            if Some(pid) == self.adopted {
+                // A singleton's process group is its shell's job, kauri included.
+                proc::signal_pid(pid, sig);
+            } else {
+                proc::signal_group(pid, sig);
+            }
+        }
+    }
+
+    /// Sends `sig` to the process groups of the ranks `ranks` that run here.
+    pub fn signal_ranks(&self, sig: i32, ranks: &[usize]) {
+        for (r, &pid) in self.running.borrow().iter() {
+            if !ranks.contains(r) {
+                continue;
+            }
+            debug!(rank = r, pid, sig, "signalling a rank");
+            if Some(pid) == self.adopted {
+                proc::signal_pid(pid, sig);
+            } else {
+                proc::signal_group(pid, sig);
+            }
+        }
+    }
+
+    /// Where each rank of this host is, in rank order (the hang diagnosis).
+    pub fn status(&self) -> Vec<crate::tree::RankStatus> {
+        use crate::proto::pmi::RankPmi;
+        let running = self.running.borrow();
+        let pmix = self.ctx.pmix.borrow();
+        let engine = self.ctx.engine.borrow().status();
+        let states: Vec<(usize, RankPmi)> = match pmix.as_ref() {
+            None => engine,
+            Some(p) => self
+                .ranks
+                .iter()
+                .map(|&r| {
+                    // A job served both: a rank that never spoke PMIx may be in PMI.
+                    let in_pmi = || {
+                        engine
+                            .iter()
+                            .find(|(e, _)| *e == r)
+                            .map_or(RankPmi::NotInitialized, |(_, s)| s.clone())
+                    };
+                    let s = if !running.contains_key(&r) {
+                        RankPmi::Exited
+                    } else if p.finalized.contains(&r) {
+                        RankPmi::Finalized
+                    } else if p.initialized.contains(&r) {
+                        RankPmi::Running
+                    } else {
+                        in_pmi()
+                    };
+                    (r, s)
+                })
+                .collect(),
+        };
+        states
+            .into_iter()
+            .map(|(rank, pmi)| crate::tree::RankStatus {
+                rank,
+                pid: running.get(&rank).copied(),
+                pmi: if running.contains_key(&rank) || pmi == RankPmi::Exited {
+                    pmi
+                } else {
+                    RankPmi::Exited
+                },
+                stack: None,
+            })
+            .collect()
+    }
+
+    /// How many ranks are still running.
+    pub fn running(&self) -> usize {
+        self.running.borrow().len()
+    }
+
+    /// [`Node::drain`] for a spawned job that ended while the run goes on: what its ranks
+    /// left in their process groups is killed, but children of ours in sessions of their
+    /// own are not swept (the run's other ranks are such children); the run's last drain
+    /// sweeps them.
+    pub async fn release(self) {
+        self.drain_with(proc::kill_groups_left).await;
+    }
+
+    /// After every rank ended: kills what they left in their process groups, then forwards
+    /// the rest of their output (see
+    /// [`iofwd::forward_lines`](crate::host::iofwd::forward_lines)).
+    pub async fn drain(self) {
+        self.drain_with(proc::kill_leftovers).await;
+    }
+
+    async fn drain_with(self, kill: fn(&[u32]) -> usize) {
+        let names = self
+            .ctx
+            .pmix
+            .borrow()
+            .as_ref()
+            .map(|p| (p.nspace.clone(), p.foreign.clone()));
+        if let Some((ns, foreign)) = names {
+            pmix::deregister(&ns);
+            for f in foreign {
+                pmix::deregister(&f);
+            }
+        }
+        let left = kill(&self.pids);
+        if left > 0 {
+            debug!(left, "killed processes the ranks left behind");
+        }
+        let _ = self.ended.send(true);
+        for f in self.forwarders {
+            let _ = f.await;
+        }
+    }
+}

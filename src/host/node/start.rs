@@ -1,0 +1,768 @@
+//! Starting one host's ranks: their programs, environments, binding, PMI sockets and
+//! PMIx server, and the forks.
+
+use super::conn::{accept_pmi, serve_conn, RankSock};
+use super::{abandon, rank_ended, Ctx, Node, NodeEvent, PmixState, ShmDir, PMIX_REQUESTS};
+use crate::host::iofwd;
+use crate::host::iofwd::Stream;
+use crate::host::output::Route;
+use crate::host::proc::{self, Launch};
+use crate::plan::rank_env::{rank_env, HostFacts, PmiSocket, RankSeat, VADER_DIR_VAR};
+use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, RankPlan};
+use crate::proto::pmi::{ConnId, Engine, JobInfo};
+use crate::proto::pmix::{self, Upcall};
+use crate::tree::events::JobTx;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::rc::Rc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, warn};
+
+/// The longest a singleton may take to answer the `singinit` exchange.
+const SINGINIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Connects to a singleton (a program started without a launcher that ran
+/// `kauri -pmi_args …`) and completes MPICH's `singinit` exchange: kauri says `singinit`, the
+/// program answers `singinit` with its PMI version, kauri answers `singinit_info` with the
+/// job's kvsname and no stdio forwarding (the program keeps its own stdio). The program then
+/// speaks PMI-1 on the same connection, starting with `init`.
+async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, String> {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(&a.addr).await.map_err(|e| {
+            format!(
+                "cannot connect to the singleton (pid {}) at {}: {e}",
+                a.pid, a.addr
+            )
+        })?;
+        let _ = s.set_nodelay(true);
+        s.write_all(b"cmd=singinit pmi_version=1 pmi_subversion=1 stdio=no authtype=none\n")
+            .await
+            .map_err(|e| format!("singleton (pid {}): {e}", a.pid))?;
+        // One line, read byte by byte: the program sends nothing more until it has our answer.
+        let mut line = Vec::new();
+        loop {
+            let mut b = [0u8; 1];
+            match s.read(&mut b).await {
+                Ok(0) => {
+                    return Err(format!(
+                        "the singleton (pid {}) closed the connection during singinit",
+                        a.pid
+                    ))
+                }
+                Ok(_) if b[0] == b'\n' => break,
+                Ok(_) if line.len() < 1024 => line.push(b[0]),
+                Ok(_) => {
+                    return Err(format!(
+                        "the singleton (pid {}) sent an over-long singinit line",
+                        a.pid
+                    ))
+                }
+                Err(e) => return Err(format!("singleton (pid {}): {e}", a.pid)),
+            }
+        }
+        let line = String::from_utf8_lossy(&line).into_owned();
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+        };
+        if field("cmd") != Some("singinit") {
+            return Err(format!(
+                "the singleton (pid {}) answered {line:?}, not cmd=singinit",
+                a.pid
+            ));
+        }
+        if let Some(auth) = field("authtype").filter(|&t| t != "none") {
+            return Err(format!(
+                "the singleton (pid {}) asks for authentication {auth:?}; kauri offers none",
+                a.pid
+            ));
+        }
+        let versionok = if field("pmi_version").is_none_or(|v| v == "1") {
+            "yes"
+        } else {
+            "no"
+        };
+        s.write_all(
+            format!("cmd=singinit_info versionok={versionok} stdio=no kvsname={kvsname}\n")
+                .as_bytes(),
+        )
+        .await
+        .map_err(|e| format!("singleton (pid {}): {e}", a.pid))?;
+        if versionok == "no" {
+            return Err(format!(
+                "the singleton (pid {}) speaks {line:?}; kauri serves singletons PMI-1",
+                a.pid
+            ));
+        }
+        Ok(s)
+    };
+    tokio::time::timeout(SINGINIT_TIMEOUT, exchange)
+        .await
+        .map_err(|_| {
+            format!(
+                "the singleton (pid {}) did not complete singinit within {} s",
+                a.pid,
+                SINGINIT_TIMEOUT.as_secs()
+            )
+        })?
+}
+
+impl PmixState {
+    /// A PMIx job's state on this host before anything happened: namespace `nspace`, its
+    /// upcalls coming on `upcall_tx`.
+    pub(super) fn new(nspace: String, upcall_tx: mpsc::UnboundedSender<Upcall>) -> PmixState {
+        PmixState {
+            upcall_tx,
+            next_req: PMIX_REQUESTS,
+            spawns: HashMap::new(),
+            terminates: HashMap::new(),
+            queries: HashMap::new(),
+            plans_asked: HashMap::new(),
+            connects: HashMap::new(),
+            collectives: HashMap::new(),
+            foreign: Vec::new(),
+            nspace,
+            initialized: HashSet::new(),
+            finalized: HashSet::new(),
+            next_fence: 0,
+            fences: HashMap::new(),
+            next_dmodex: 0,
+            dmodex: HashMap::new(),
+            next_call: 0,
+            calls: HashMap::new(),
+            next_request: 0,
+            requests: HashMap::new(),
+        }
+    }
+}
+
+/// Starts this process's PMIx server if needed, registers the job's namespace and local
+/// clients, and returns each local rank's PMIx environment.
+fn start_pmix(
+    ctx: &Rc<Ctx>,
+    job: &JobPlan,
+    me: &HostPlan,
+) -> Result<HashMap<usize, Vec<(String, String)>>, String> {
+    let host = &me.host;
+    if let Err(e) = pmix::ffi::choose_library(job.pmix_library.as_deref()) {
+        tracing::warn!(job = %job.kvsname, "{e}: the job is served by it");
+    }
+    let places = pmix::start(&job.kvsname, me.node, host, job.port_range.as_ref())
+        .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
+    let tmpdir = places.tmpdir.to_string_lossy();
+    pmix::create_private_dir(std::path::Path::new(&pmix::nsdir(&tmpdir, &job.kvsname)))
+        .map_err(|e| format!("cannot make the job's PMIx directory on {host}: {e}"))?;
+    let info = pmix::JobInfo::new(job, me, &tmpdir);
+    let (tx, rx) = mpsc::unbounded_channel();
+    pmix::register(&info, tx.clone())
+        .map_err(|e| format!("cannot register the job with the PMIx server on {host}: {e}"))?;
+    *ctx.pmix.borrow_mut() = Some(PmixState::new(job.kvsname.clone(), tx.clone()));
+    *ctx.upcalls.borrow_mut() = Some(rx);
+    let mut env = HashMap::new();
+    for r in &me.ranks {
+        env.insert(r.rank, rank_pmix_env(job, r, &places, host)?);
+    }
+    serve_upcalls(ctx);
+    Ok(env)
+}
+
+/// Rank `r`'s PMIx environment: what the server library makes for it, and the variables
+/// Open MPI needs besides, unless its segment sets them.
+fn rank_pmix_env(
+    job: &JobPlan,
+    r: &RankPlan,
+    places: &pmix::Places,
+    host: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let mut e = pmix::ffi::setup_fork(&job.kvsname, r.rank as u32)
+        .map_err(|e| format!("rank {}: {e} (on {host})", r.rank))?;
+    let app_env = job.apps.get(r.app).map(|a| a.env.as_slice()).unwrap_or(&[]);
+    let has = |k: &str| app_env.iter().any(|(n, _)| n == k);
+    if !has("FLUX_JOB_ID") {
+        // Open MPI 4.x recognises a direct launch only by its launcher's variables
+        // (schizo: Slurm, Flux, JSM); under any other PMIx server it starts as a
+        // singleton. FLUX_JOB_ID makes its schizo/flux declare the launch direct
+        // (ess=pmi, no binding); PMIX_NAMESPACE then selects its PMIx component.
+        e.push((
+            "FLUX_JOB_ID".into(),
+            crate::plan::job::flux_job_id(&job.kvsname).to_string(),
+        ));
+    }
+    if let (Some(shm), false) = (&places.shm, has(VADER_DIR_VAR)) {
+        // Open MPI's shared-memory segments, removed with the directory when the server
+        // ends, even after an abort or a crash.
+        e.push((VADER_DIR_VAR.into(), shm.display().to_string()));
+    }
+    Ok(e)
+}
+
+/// Handles the PMIx upcalls on this thread as they come, until their channel closes.
+fn serve_upcalls(ctx: &Rc<Ctx>) {
+    let c = ctx.clone();
+    tokio::task::spawn_local(async move {
+        loop {
+            let next = std::future::poll_fn(|cx| match c.upcalls.borrow_mut().as_mut() {
+                Some(rx) => rx.poll_recv(cx),
+                None => std::task::Poll::Ready(None),
+            })
+            .await;
+            match next {
+                Some(u) => c.upcall(u),
+                None => break,
+            }
+        }
+    });
+}
+
+/// True when rank `rank` is the singleton the job adopts (it runs already: nothing to start).
+fn adopting(job: &JobPlan, rank: usize) -> bool {
+    rank == 0 && job.adopt.is_some()
+}
+
+/// Resolves the programs of the segments that run here, by segment (an adopted singleton
+/// has none to resolve), so a typo starts nothing.
+fn resolve_programs(
+    job: &JobPlan,
+    me: &HostPlan,
+    host: &str,
+) -> Result<HashMap<usize, PathBuf>, String> {
+    let mut programs: HashMap<usize, PathBuf> = HashMap::new();
+    for r in &me.ranks {
+        if programs.contains_key(&r.app) || adopting(job, r.rank) {
+            continue;
+        }
+        let a = job
+            .apps
+            .get(r.app)
+            .ok_or_else(|| format!("rank {} names a segment that does not exist", r.rank))?;
+        let wdir = PathBuf::from(&a.wdir);
+        if !wdir.is_dir() {
+            return Err(format!(
+                "working directory {} does not exist on {host}",
+                a.wdir
+            ));
+        }
+        let path = a
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str());
+        let p = proc::resolve(&a.program, path, &wdir).map_err(|e| format!("{e} (on {host})"))?;
+        programs.insert(r.app, p);
+    }
+    Ok(programs)
+}
+
+/// What the PMI engine knows of the job, seen from this host.
+fn job_info(job: &JobPlan, me: &HostPlan) -> JobInfo {
+    JobInfo {
+        kvsname: job.kvsname.clone(),
+        size: job.size,
+        universe_size: job.universe_size,
+        appnum: job.appnum.clone(),
+        process_mapping: job.process_mapping.clone(),
+        local_ranks: me.ranks.iter().map(|r| r.rank).collect(),
+        spawner_jobid: job.spawner.clone(),
+        puts_visible_at_once: job.adopt.is_some(),
+    }
+}
+
+/// The state this host's ranks share, with the job's PMI engine (its pre-put pairs in).
+fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -> Rc<Ctx> {
+    let mut engine = Engine::new(job_info(job, me));
+    for (k, v) in &job.preput {
+        engine.preput(k.clone(), v.clone());
+    }
+    Rc::new(Ctx {
+        engine: RefCell::new(engine),
+        outputs: RefCell::new(Vec::new()),
+        batch: RefCell::new(Vec::new()),
+        writers: RefCell::new(HashMap::new()),
+        events: events.clone(),
+        next_conn: Cell::new(job.size as ConnId),
+        pmix: RefCell::new(None),
+        upcalls: RefCell::new(None),
+        alone_checks: Cell::new(0),
+        started: std::time::SystemTime::now(),
+    })
+}
+
+/// Listens for the ranks' PMI connections on a loopback port (`-pmi-port`) and serves them;
+/// returns the address the ranks are given.
+fn listen_pmi_port(ctx: &Rc<Ctx>, job: &JobPlan, host: &str) -> Result<String, String> {
+    let l = crate::launch::ports::listen_async(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+        job.port_range.as_ref(),
+    )
+    .map_err(|e| format!("cannot listen for PMI on loopback on {host}: {e}"))?;
+    let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
+    tokio::task::spawn_local(accept_pmi(ctx.clone(), l));
+    Ok(addr)
+}
+
+/// Whether segment `a`'s ranks get a private shared-memory directory: Open MPI through its
+/// flux component (the PMI-1 library path) gets one as a PMIx job does, so no segment
+/// outlives the job and two simulated hosts' ranks never share one (unless the user set it).
+fn vader_wanted(job: &JobPlan, a: &AppPlan) -> bool {
+    !job.pmix && a.uses_open_mpi_flux() && !a.env.iter().any(|(k, _)| k == VADER_DIR_VAR)
+}
+
+/// Open MPI's private shared-memory directory on this host, when a rank here wants one
+/// ([`vader_wanted`]).
+fn private_vader_dir(job: &JobPlan, me: &HostPlan, host: &str) -> Result<Option<PathBuf>, String> {
+    if me
+        .ranks
+        .iter()
+        .any(|r| job.apps.get(r.app).is_some_and(|a| vader_wanted(job, a)))
+    {
+        pmix::shm_dir(&job.kvsname, me.node).map_err(|e| format!("{e} (on {host})"))
+    } else {
+        Ok(None)
+    }
+}
+
+/// Whether `nlocal` ranks oversubscribe this host's cores. Open MPI ranks busy-poll while
+/// they wait; when there are more ranks than cores here they must yield, which mpirun tells
+/// them by a variable (its daemons set it when they oversubscribe a node). A direct launch
+/// must say it too.
+fn oversubscribed(nlocal: usize) -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    nlocal > cores
+}
+
+/// Each local rank's CPUs (`-bind-to`), by local id; empty when the job binds nothing.
+fn rank_cpus(job: &JobPlan, nlocal: usize, host: &str) -> Result<Vec<Vec<usize>>, String> {
+    let Some(b) = &job.binding else {
+        return Ok(Vec::new());
+    };
+    let what = format!("-bind-to {}", b.kind.name());
+    let topo = crate::host::bind::Topology::read(&crate::host::bind::allowed_cpus())
+        .map_err(|e| format!("{what}: cannot read the topology of {host}: {e}"))?;
+    let (sets, wrapped) = topo.place(b, nlocal);
+    if wrapped {
+        let places = topo.objects(b.kind).len() / b.count.max(1);
+        say!(
+            "kauri: {what}: {nlocal} ranks on {host} and {} place(s) for them: \
+             ranks share them, in turn",
+            places.max(1)
+        );
+    }
+    Ok(sets)
+}
+
+/// The lines of `-report-bindings`: each rank of this host and its CPUs (`cpus_of`, by local
+/// id), in the host's rank order.
+fn binding_report(me: &HostPlan, cpus_of: &[Vec<usize>]) -> Vec<String> {
+    let host = &me.host;
+    me.ranks
+        .iter()
+        .map(|rp| {
+            let cpus = cpus_of.get(rp.local_id).map_or_else(
+                || "not bound".to_string(),
+                |c| format!("bound to CPUs {}", crate::host::bind::cpu_list(c)),
+            );
+            format!("kauri: rank {} on {host}: {cpus}", rp.rank)
+        })
+        .collect()
+}
+
+/// A rank's environment: its segment's, without a keeper mark (`keeper`, this process's,
+/// replaces one a surrounding kauri gave this process), then the variables kauri sets for it
+/// (`kauri`), then `keeper`.
+fn rank_environment(
+    app_env: &[(String, String)],
+    kauri: Vec<(String, String)>,
+    keeper: (String, String),
+) -> Vec<(OsString, OsString)> {
+    app_env
+        .iter()
+        .filter(|(k, _)| k != crate::host::keeper::VAR)
+        .cloned()
+        .chain(kauri)
+        .chain([keeper])
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect()
+}
+
+/// Makes a rank's PMI socket pair (`PMI_FD`): kauri's end, and the rank's end it inherits.
+fn socket_pair(host: &str) -> Result<(UnixStream, OwnedFd), String> {
+    let (a, b) = UnixStream::pair().map_err(|e| {
+        proc::note_fd_error(&e);
+        format!("cannot create a PMI socket on {host}: {e}")
+    })?;
+    Ok((a, b.into()))
+}
+
+/// Serves rank `r`'s PMI on kauri's end of its socket pair.
+fn serve_rank_pmi(ctx: &Rc<Ctx>, r: usize, sock: UnixStream) {
+    let conn = r as ConnId;
+    let served = RankSock::new(sock.into());
+    match served {
+        Ok(s) => {
+            ctx.engine.borrow_mut().connect(conn, Some(r));
+            tokio::task::spawn_local(serve_conn(ctx.clone(), conn, s));
+        }
+        Err(e) => warn!("rank {r}: cannot serve PMI: {e}"),
+    }
+}
+
+/// What the start of every rank of this host shares.
+struct Starting<'a> {
+    job: &'a JobPlan,
+    me: &'a HostPlan,
+    host: &'a str,
+    ctx: &'a Rc<Ctx>,
+    events: &'a JobTx<NodeEvent>,
+    out: &'a iofwd::OutputSender,
+    /// The resolved programs, by segment.
+    programs: HashMap<usize, PathBuf>,
+    /// Each rank's PMIx variables (none in a PMI job).
+    pmix_env: HashMap<usize, Vec<(String, String)>>,
+    /// The loopback address of `-pmi-port`.
+    port: Option<String>,
+    /// Open MPI's private shared-memory directory.
+    vader: Option<PathBuf>,
+    /// The ranks must yield ([`oversubscribed`]).
+    yield_idle: bool,
+    /// Tells the output forwarders the ranks' ends were handled ([`Node::drain`]).
+    ended_rx: watch::Receiver<bool>,
+}
+
+/// A rank forked by [`Node::start`]: rank, pid, and its end to watch.
+type Forked = (usize, u32, proc::ExitWatch);
+
+impl Node {
+    /// Starts the ranks `me` lists. Programs are resolved first, so a typo starts nothing;
+    /// the error is one line naming the host. A start that fails after it forked some ranks
+    /// (a later fork refused, no descriptors left for a PMI socket) kills them with their
+    /// process groups and reaps them before it returns the error: nothing it started outlives
+    /// it, and no [`NodeEvent::Exited`] follows for them.
+    pub async fn start(
+        job: &JobPlan,
+        me: &HostPlan,
+        events: JobTx<NodeEvent>,
+        out: iofwd::OutputSender,
+    ) -> Result<Node, String> {
+        let host = me.host.clone();
+        let programs = resolve_programs(job, me, &host)?;
+        let ctx = new_ctx(job, me, &events);
+        let pmix_env = if job.pmix {
+            start_pmix(&ctx, job, me)?
+        } else {
+            HashMap::new()
+        };
+        let port = if job.pmi_port {
+            Some(listen_pmi_port(&ctx, job, &host)?)
+        } else {
+            None
+        };
+        let vader = private_vader_dir(job, me, &host)?;
+        let (ended, ended_rx) = watch::channel(false);
+        let mut node = Node::new(ctx.clone(), me, ended, vader.clone());
+        let s = Starting {
+            job,
+            me,
+            host: &host,
+            ctx: &ctx,
+            events: &events,
+            out: &out,
+            programs,
+            pmix_env,
+            port,
+            vader,
+            yield_idle: oversubscribed(me.ranks.len()),
+            ended_rx,
+        };
+        // The ranks forked so far; their ends are watched only once all have started.
+        let mut forked: Vec<Forked> = Vec::new();
+        if let Err(e) = node.start_ranks(&s, &mut forked).await {
+            abandon(forked);
+            return Err(e);
+        }
+        node.watch_ends(&ctx, &events, forked);
+        Ok(node)
+    }
+
+    /// A node for host `me` that runs nothing yet.
+    fn new(
+        ctx: Rc<Ctx>,
+        me: &HostPlan,
+        ended: watch::Sender<bool>,
+        vader: Option<PathBuf>,
+    ) -> Node {
+        Node {
+            ctx,
+            host: me.host.clone(),
+            running: Rc::new(RefCell::new(HashMap::new())),
+            pids: Vec::new(),
+            forwarders: Vec::new(),
+            ended,
+            stdin: None,
+            adopted: None,
+            ranks: me.ranks.iter().map(|r| r.rank).collect(),
+            _vader: vader.map(ShmDir),
+            procs: Vec::new(),
+        }
+    }
+
+    /// Binds, reports the bindings of, and starts (or adopts) each rank of this host in
+    /// turn; each rank forked goes into `forked`.
+    async fn start_ranks(
+        &mut self,
+        s: &Starting<'_>,
+        forked: &mut Vec<Forked>,
+    ) -> Result<(), String> {
+        let cpus_of = rank_cpus(s.job, s.me.ranks.len(), s.host)?;
+        if s.job.report_bindings {
+            for line in binding_report(s.me, &cpus_of) {
+                say!("{line}");
+            }
+        }
+        for rp in &s.me.ranks {
+            if let (true, Some(a)) = (adopting(s.job, rp.rank), &s.job.adopt) {
+                self.adopt_singleton(s, a, rp.rank).await?;
+                continue;
+            }
+            forked.push(self.start_rank(s, rp, cpus_of.get(rp.local_id))?);
+        }
+        Ok(())
+    }
+
+    /// Serves the singleton that started kauri as rank `r` (over its `singinit` connection)
+    /// and watches for its end.
+    async fn adopt_singleton(
+        &mut self,
+        s: &Starting<'_>,
+        a: &Adopt,
+        r: usize,
+    ) -> Result<(), String> {
+        let stream = singinit(a, &s.job.kvsname).await?;
+        let stream = stream
+            .into_std()
+            .and_then(|s| RankSock::new(s.into()))
+            .map_err(|e| format!("cannot serve the singleton's PMI: {e}"))?;
+        let conn = r as ConnId;
+        s.ctx.engine.borrow_mut().connect(conn, Some(r));
+        tokio::task::spawn_local(serve_conn(s.ctx.clone(), conn, stream));
+        self.adopted = Some(a.pid);
+        self.running.borrow_mut().insert(r, a.pid);
+        let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
+            .map_or_else(|_| "singleton".into(), |p| p.display().to_string());
+        self.procs.push((r, a.pid, exe));
+        let (ev, c, running) = (s.events.clone(), s.ctx.clone(), self.running.clone());
+        let (pid, watch) = (a.pid, proc::ForeignWatch::new(a.pid));
+        tokio::task::spawn_local(async move {
+            watch.ended().await;
+            debug!(pid, "the singleton ended");
+            // Its exit status is its own parent's to read; kauri knows whether it
+            // finalized.
+            let status = |finalized| ExitStatus::from_raw(if finalized { 0 } else { 1 << 8 });
+            rank_ended(&c, &ev, &running, r, pid, status);
+        });
+        Ok(())
+    }
+
+    /// Forks rank `rp` (bound to `cpus`) with its PMI socket and environment, serves its
+    /// PMI and forwards its output.
+    fn start_rank(
+        &mut self,
+        s: &Starting<'_>,
+        rp: &RankPlan,
+        cpus: Option<&Vec<usize>>,
+    ) -> Result<Forked, String> {
+        let r = rp.rank;
+        let a = &s.job.apps[rp.app];
+        let mut pair = None;
+        let socket = match &s.port {
+            _ if !s.job.serves_pmi() => None,
+            Some(addr) => Some(PmiSocket::Port(addr)),
+            None => {
+                let (ours, theirs) = socket_pair(s.host)?;
+                let fd = theirs.as_raw_fd();
+                pair = Some((ours, theirs));
+                Some(PmiSocket::Fd(fd))
+            }
+        };
+        let (ours, theirs) = pair.unzip();
+        let env = self.rank_env(s, rp, socket);
+        let launch = Launch {
+            program: s.programs[&rp.app].clone(),
+            argv0: a.program.clone(),
+            args: a.args.clone(),
+            env,
+            wdir: PathBuf::from(&a.wdir),
+            pmi_fd: theirs,
+            // Only the job the user started reads kauri's stdin; a spawned job's
+            // ranks read end-of-file at once, as under Hydra.
+            stdin: r == 0 && s.job.spawner.is_none(),
+            cpus: cpus.map(|c| crate::host::bind::cpu_set(c)),
+        };
+        let child = fork_rank(s, r, launch)?;
+        let pid = child.pid;
+        crate::host::keeper::started(pid);
+        debug!(rank = r, pid, "started");
+        self.procs
+            .push((r, pid, s.programs[&rp.app].display().to_string()));
+        self.pids.push(pid);
+        self.running.borrow_mut().insert(r, pid);
+        if let Some(sock) = ours {
+            serve_rank_pmi(s.ctx, r, sock);
+        }
+        self.forward_output(s, r, child.stdout, child.stderr);
+        self.stdin = self.stdin.take().or(child.stdin);
+        Ok((r, pid, child.exit))
+    }
+
+    /// Rank `rp`'s whole environment, its PMI socket being `socket`.
+    fn rank_env(
+        &self,
+        s: &Starting<'_>,
+        rp: &RankPlan,
+        socket: Option<PmiSocket<'_>>,
+    ) -> Vec<(OsString, OsString)> {
+        let a = &s.job.apps[rp.app];
+        let vader_dir = s
+            .vader
+            .as_ref()
+            .filter(|_| vader_wanted(s.job, a))
+            .map(|d| d.display().to_string());
+        let seat = RankSeat {
+            rank: rp.rank,
+            local_id: rp.local_id,
+            local_size: s.me.ranks.len(),
+            node: s.me.index,
+            host: s.host,
+        };
+        let facts = HostFacts {
+            pmix: s.pmix_env.get(&rp.rank).map_or(&[], Vec::as_slice),
+            vader_dir: vader_dir.as_deref(),
+            oversubscribed: s.yield_idle,
+            socket,
+        };
+        rank_environment(
+            &a.env,
+            rank_env(s.job, a, &seat, &facts),
+            crate::host::keeper::env(),
+        )
+    }
+
+    /// Forwards rank `r`'s stdout and stderr, as whole lines, where the job's output goes.
+    fn forward_output(
+        &mut self,
+        s: &Starting<'_>,
+        r: usize,
+        stdout: pipe::Receiver,
+        stderr: pipe::Receiver,
+    ) {
+        let proxy = s.job.rank_node.get(r).copied().unwrap_or(0);
+        for (stream, reader) in [(Stream::Stdout, stdout), (Stream::Stderr, stderr)] {
+            let is_stdout = stream == Stream::Stdout;
+            let route = Route::new(&s.job.output, is_stdout, r, proxy, s.host);
+            self.forwarders
+                .push(tokio::task::spawn_local(iofwd::forward_lines(
+                    reader,
+                    stream,
+                    route,
+                    s.out.clone(),
+                    s.ended_rx.clone(),
+                )));
+        }
+    }
+
+    /// Watches the ends of the ranks forked: each is reaped and reported as it ends.
+    fn watch_ends(&self, ctx: &Rc<Ctx>, events: &JobTx<NodeEvent>, forked: Vec<Forked>) {
+        for (r, pid, exit) in forked {
+            let ev = events.clone();
+            let c = ctx.clone();
+            let running = self.running.clone();
+            tokio::task::spawn_local(async move {
+                let status = exit.wait().await;
+                crate::host::keeper::reaped(pid);
+                debug!(rank = r, ?status, "exited");
+                rank_ended(&c, &ev, &running, r, pid, |_| status);
+            });
+        }
+    }
+}
+
+/// Forks rank `r` as `launch` says; whatever happens to this process from then on, what the
+/// ranks start ends (the keeper is started first).
+fn fork_rank(s: &Starting<'_>, r: usize, launch: Launch) -> Result<proc::Child, String> {
+    crate::host::keeper::ensure(std::time::Duration::from_millis(s.job.kill_grace_ms));
+    let argv0 = launch.argv0.clone();
+    proc::spawn(launch).map_err(|e| {
+        proc::note_fd_error(&e);
+        format!("cannot start rank {r} ({argv0}) on {}: {e}", s.host)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::RankPlan;
+
+    #[test]
+    fn a_rank_environment_replaces_an_inherited_keeper_mark() {
+        let app = vec![
+            ("PATH".to_string(), "/bin".to_string()),
+            (crate::host::keeper::VAR.to_string(), "outer".to_string()),
+            ("A".to_string(), "1".to_string()),
+        ];
+        let kauri = vec![("PMI_RANK".to_string(), "3".to_string())];
+        let keeper = (crate::host::keeper::VAR.to_string(), "mine".to_string());
+        let got: Vec<(String, String)> = rank_environment(&app, kauri, keeper)
+            .into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect();
+        let want: Vec<(String, String)> = [
+            ("PATH", "/bin"),
+            ("A", "1"),
+            ("PMI_RANK", "3"),
+            (crate::host::keeper::VAR, "mine"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_binding_report_names_each_rank_and_its_cpus() {
+        let rank = |rank, local_id| RankPlan {
+            rank,
+            app: 0,
+            local_id,
+        };
+        let me = HostPlan {
+            host: "h1".into(),
+            node: 0,
+            index: 0,
+            ranks: vec![rank(4, 0), rank(5, 1)],
+        };
+        assert_eq!(
+            binding_report(&me, &[vec![0, 1, 2]]),
+            [
+                format!(
+                    "kauri: rank 4 on h1: bound to CPUs {}",
+                    crate::host::bind::cpu_list(&[0, 1, 2])
+                ),
+                "kauri: rank 5 on h1: not bound".to_string(),
+            ]
+        );
+        assert_eq!(
+            binding_report(&me, &[]),
+            [
+                "kauri: rank 4 on h1: not bound",
+                "kauri: rank 5 on h1: not bound"
+            ]
+        );
+    }
+}
