@@ -1183,6 +1183,32 @@ mod tests {
         );
     }
 
+    /// The engine's events reach `on_engine`: an agent (init_once) reports the first
+    /// initialized rank only, a publish goes up as it came, and what is only for the
+    /// profile makes nothing.
+    #[test]
+    fn an_agent_reports_its_first_initialized_rank_only() {
+        let log: Log = Rc::default();
+        let mut b = branch(&log);
+        let init = |rank| NodeEvent::Engine(Output::Initialized { rank });
+        assert_eq!(
+            b.on_node(init(3)),
+            Some(Out::Up(Up::Reports(vec![Report::Initialized { rank: 3 }])))
+        );
+        assert_eq!(b.on_node(init(4)), None);
+        let delta: Delta = vec![("k".into(), "v".into())];
+        assert_eq!(
+            b.on_node(NodeEvent::Engine(Output::Publish {
+                delta: delta.clone()
+            })),
+            Some(Out::Up(Up::Publish(delta)))
+        );
+        assert_eq!(
+            b.on_node(NodeEvent::Engine(Output::Finalized { rank: 3 })),
+            None
+        );
+    }
+
     /// A lost child's report names the ranks of its subtree, for the root to tell the others.
     #[test]
     fn a_lost_child_is_reported_with_its_ranks() {
