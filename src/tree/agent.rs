@@ -9,6 +9,7 @@
 
 use crate::host::iofwd::Stream;
 use crate::host::node::{Node, NodeEvent};
+use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
 use crate::tree::branch::{Branch, Out};
 use crate::tree::events::{self, JobTx};
 use crate::tree::hub::{Children, HubEvent};
@@ -16,7 +17,9 @@ use crate::tree::profile::{Clock, HostProfile};
 use crate::tree::{self, Down, Link, Report, Up};
 use bytes::Bytes;
 use std::io::BufRead;
+use std::net::IpAddr;
 use std::time::Duration;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -169,6 +172,200 @@ impl AgentInbox {
     }
 }
 
+/// An agent's part of the job, as its parent's `Spec` gave it.
+struct Part {
+    /// The agent's id.
+    id: u32,
+    /// The job.
+    job: Box<JobPlan>,
+    /// Its own host.
+    me: HostPlan,
+    /// The subtrees below it.
+    children: Vec<Subtree>,
+    /// How to start them.
+    launch: LaunchPlan,
+}
+
+/// An agent its parent accepted: its link, its part of the job.
+struct Joined {
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
+    /// Where its parent reached it.
+    my_ip: IpAddr,
+    /// The agent's clock, started at the handshake.
+    clock: Clock,
+    part: Part,
+}
+
+/// Connects to the parent and proves the job key: the link and this agent's part of the job,
+/// or `None` when the parent says the job has ended already.
+async fn handshake(args: &AgentArgs, key: &str) -> Result<Option<Joined>, String> {
+    let sock = TcpStream::connect(&args.parent)
+        .await
+        .map_err(|e| format!("cannot connect to its parent {}: {e}", args.parent))?;
+    let _ = sock.set_nodelay(true);
+    let my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
+    let (mut rd, mut wr) = sock.into_split();
+    let id = args.id.unwrap_or(u32::MAX);
+    let nonce = match tree::recv_limited::<_, Down>(&mut rd, tree::HANDSHAKE_FRAME_MAX).await {
+        Ok(Some(Down::Challenge { nonce })) => nonce,
+        _ => return Err("its parent did not send the handshake".into()),
+    };
+    // The agent's clock starts at its handshake: its parent moves the profile onto its
+    // own clock by the moment the handshake arrived.
+    let clock = Clock::start();
+    let hello = Up::Hello {
+        id,
+        host: args.host.clone(),
+        mac: tree::mac(key, &nonce, id),
+    };
+    tree::send(&mut wr, &hello)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let part = match tree::recv::<_, Down>(&mut rd).await {
+        Ok(Some(Down::Spec {
+            id,
+            job,
+            me,
+            children,
+            launch,
+        })) => Part {
+            id,
+            job,
+            me,
+            children,
+            launch,
+        },
+        Ok(Some(Down::Teardown | Down::Kill)) => return Ok(None),
+        Ok(None) => return Err("its parent refused it".into()),
+        _ => return Err("its parent did not send the job".into()),
+    };
+    Ok(Some(Joined {
+        rd,
+        wr,
+        my_ip,
+        clock,
+        part,
+    }))
+}
+
+/// Where this agent's children connect to. -iface: this host's address of the interface,
+/// where it has one (else `my_ip`, the address its parent reached it at).
+fn children_address(job: &JobPlan, children: &[Subtree], my_ip: IpAddr) -> IpAddr {
+    if let (Some(i), false) = (&job.iface, children.is_empty()) {
+        match crate::launch::iface::address(i) {
+            Ok(ip) => return ip,
+            Err(e) => debug!("-iface {i}: {e}; the children connect to {my_ip}"),
+        }
+    }
+    my_ip
+}
+
+/// This host's ranks, started or not.
+struct Ranks {
+    /// The ranks, when they started.
+    node: Option<Node>,
+    /// Why they did not.
+    error: Option<String>,
+    /// When their fork began and ended (on the agent's clock), when they started.
+    fork: Option<(u64, u64)>,
+}
+
+impl Ranks {
+    /// The report of this start, for the root.
+    fn report(&self, host: &str) -> Report {
+        Report::NodeStarted {
+            host: host.to_string(),
+            error: self.error.clone(),
+            procs: self
+                .node
+                .as_ref()
+                .map(|n| n.procs.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Starts this host's ranks, timing the fork on `clock`; not when rank 0 runs here and the
+/// job's `MASTER_PORT` is taken here.
+async fn start_ranks(
+    job: &JobPlan,
+    me: &HostPlan,
+    events: JobTx<NodeEvent>,
+    out: crate::host::iofwd::OutputSender,
+    clock: Clock,
+) -> Ranks {
+    let host = &me.host;
+    // MASTER_PORT was free where the front end runs; check it where rank 0 runs.
+    let port_taken = match &job.master {
+        Some((_, port)) if me.ranks.iter().any(|r| r.rank == 0) => {
+            std::net::TcpListener::bind(("0.0.0.0", *port))
+                .err()
+                .map(|e| format!("MASTER_PORT {port} is not free on {host}: {e}"))
+        }
+        _ => None,
+    };
+    let fork_start = clock.now();
+    let node = match port_taken {
+        Some(e) => Err(e),
+        None => Node::start(job, me, events, out).await,
+    };
+    let forked = clock.now();
+    match node {
+        Ok(n) => Ranks {
+            node: Some(n),
+            error: None,
+            fork: Some((fork_start, forked)),
+        },
+        Err(e) => Ranks {
+            node: None,
+            error: Some(crate::host::proc::fd_cause(e)),
+            fork: None,
+        },
+    }
+}
+
+/// Reads the parent's link in a task of its own: its messages, then why it ended. The
+/// link's liveness: a parent silent too long is a parent gone.
+fn listen_to_parent(
+    mut rd: OwnedReadHalf,
+    silence: Option<Duration>,
+) -> mpsc::UnboundedReceiver<Result<(Down, Bytes), String>> {
+    if let Some(s) = silence {
+        tree::link::keepalive(rd.as_ref(), s, tree::link::End::Child);
+    }
+    let (down_tx, down_rx) = mpsc::unbounded_channel::<Result<(Down, Bytes), String>>();
+    tokio::task::spawn_local(async move {
+        loop {
+            let next = match silence {
+                Some(s) => {
+                    match tokio::time::timeout(s, tree::recv_frame::<_, Down>(&mut rd)).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            let why = format!("its parent was silent for {} s", s.as_secs_f64());
+                            let _ = down_tx.send(Err(why));
+                            break;
+                        }
+                    }
+                }
+                None => tree::recv_frame::<_, Down>(&mut rd).await,
+            };
+            match next {
+                Ok(Some(m)) => {
+                    if down_tx.send(Ok(m)).is_err() {
+                        break;
+                    }
+                }
+                _ => {
+                    let _ = down_tx.send(Err("its parent disappeared".into()));
+                    break;
+                }
+            }
+        }
+    });
+    down_rx
+}
+
 /// An agent with its part of the job: its [`Branch`], its link to its parent, its kill
 /// timer. Each event is one method; what the branch hands up goes to the parent.
 struct Agent {
@@ -190,50 +387,21 @@ impl Agent {
     /// Connects to the parent, proves the job key, takes its part of the job, and starts its
     /// children and its ranks. `None` when the parent says the job has ended already.
     async fn join(args: &AgentArgs, key: String) -> Result<Option<(Agent, AgentInbox)>, String> {
-        let sock = TcpStream::connect(&args.parent)
-            .await
-            .map_err(|e| format!("cannot connect to its parent {}: {e}", args.parent))?;
-        let _ = sock.set_nodelay(true);
-        let mut my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
-        let (mut rd, mut wr) = sock.into_split();
-        let id = args.id.unwrap_or(u32::MAX);
-        let nonce = match tree::recv_limited::<_, Down>(&mut rd, tree::HANDSHAKE_FRAME_MAX).await {
-            Ok(Some(Down::Challenge { nonce })) => nonce,
-            _ => return Err("its parent did not send the handshake".into()),
+        let Some(joined) = handshake(args, &key).await? else {
+            return Ok(None);
         };
-        // The agent's clock starts at its handshake: its parent moves the profile onto its
-        // own clock by the moment the handshake arrived.
-        let clock = Clock::start();
-        let hello = Up::Hello {
-            id,
-            host: args.host.clone(),
-            mac: tree::mac(&key, &nonce, id),
-        };
-        tree::send(&mut wr, &hello)
-            .await
-            .map_err(|e| format!("handshake: {e}"))?;
-        let (my_id, job, me, children, launch) = match tree::recv::<_, Down>(&mut rd).await {
-            Ok(Some(Down::Spec {
-                id,
-                job,
-                me,
-                children,
-                launch,
-            })) => (id, job, me, children, launch),
-            Ok(Some(Down::Teardown | Down::Kill)) => return Ok(None),
-            Ok(None) => return Err("its parent refused it".into()),
-            _ => return Err("its parent did not send the job".into()),
-        };
+        let Joined {
+            rd,
+            wr,
+            my_ip,
+            clock,
+            part,
+        } = joined;
+        let (my_id, job, me) = (part.id, part.job, part.me);
+        let (children, launch) = (part.children, part.launch);
         let host = me.host.clone();
         debug!(%host, ranks = me.ranks.len(), children = children.len(), "agent starting");
-        // -iface: the children connect to this host's address of the interface, where it
-        // has one (else to the address its parent reached it at).
-        if let (Some(i), false) = (&job.iface, children.is_empty()) {
-            match crate::launch::iface::address(i) {
-                Ok(ip) => my_ip = ip,
-                Err(e) => debug!("-iface {i}: {e}; the children connect to {my_ip}"),
-            }
-        }
+        let my_ip = children_address(&job, &children, my_ip);
         let (every, silence) = (launch.heartbeat(), launch.silence());
         let prof = job.profile.then(|| HostProfile {
             ranks: me.ranks.len() as u32,
@@ -269,71 +437,15 @@ impl Agent {
             Children::none()
         });
         let (node_tx, node_rx) = events::channel();
-        // MASTER_PORT was free where the front end runs; check it where rank 0 runs.
-        let port_taken = match &job.master {
-            Some((_, port)) if me.ranks.iter().any(|r| r.rank == 0) => {
-                std::net::TcpListener::bind(("0.0.0.0", *port))
-                    .err()
-                    .map(|e| format!("MASTER_PORT {port} is not free on {host}: {e}"))
-            }
-            _ => None,
-        };
-        let fork_start = clock.now();
-        let node = match port_taken {
-            Some(e) => Err(e),
-            None => Node::start(&job, &me, JobTx::new(0, node_tx.clone()), out_tx).await,
-        };
-        let forked = clock.now();
-        let (node, error) = match node {
-            Ok(n) => (Some(n), None),
-            Err(e) => (None, Some(crate::host::proc::fd_cause(e))),
-        };
-        let started = node.is_some();
-        report(Report::NodeStarted {
-            host: host.clone(),
-            error,
-            procs: node.as_ref().map(|n| n.procs.clone()).unwrap_or_default(),
-        });
-        let mut branch = Branch::new(my_id, host.clone(), node, kids, true, clock, prof);
+        let ranks = start_ranks(&job, &me, JobTx::new(0, node_tx.clone()), out_tx, clock).await;
+        report(ranks.report(&host));
+        let mut branch = Branch::new(my_id, host.clone(), ranks.node, kids, true, clock, prof);
         if job.fault_tolerant {
             branch.tolerate_failures();
         }
-        if started {
-            branch.profile_fork(fork_start, forked);
+        if let Some((start, end)) = ranks.fork {
+            branch.profile_fork(start, end);
         }
-        // The link's liveness: a heartbeat up, and a parent silent too long is a parent gone.
-        if let Some(s) = silence {
-            tree::link::keepalive(rd.as_ref(), s, tree::link::End::Child);
-        }
-        let (down_tx, down_rx) = mpsc::unbounded_channel::<Result<(Down, Bytes), String>>();
-        tokio::task::spawn_local(async move {
-            loop {
-                let next = match silence {
-                    Some(s) => match tokio::time::timeout(s, tree::recv_frame::<_, Down>(&mut rd))
-                        .await
-                    {
-                        Ok(r) => r,
-                        Err(_) => {
-                            let why = format!("its parent was silent for {} s", s.as_secs_f64());
-                            let _ = down_tx.send(Err(why));
-                            break;
-                        }
-                    },
-                    None => tree::recv_frame::<_, Down>(&mut rd).await,
-                };
-                match next {
-                    Ok(Some(m)) => {
-                        if down_tx.send(Ok(m)).is_err() {
-                            break;
-                        }
-                    }
-                    _ => {
-                        let _ = down_tx.send(Err("its parent disappeared".into()));
-                        break;
-                    }
-                }
-            }
-        });
         let agent = Agent {
             host,
             branch,
@@ -346,7 +458,7 @@ impl Agent {
         let inbox = AgentInbox {
             node: node_rx,
             hub: hub_rx,
-            down: down_rx,
+            down: listen_to_parent(rd, silence),
             _keep: (node_tx, hub_tx),
         };
         Ok(Some((agent, inbox)))

@@ -391,14 +391,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 finalized,
                 ran_alone,
             } => {
-                self.local_left = self.local_left.saturating_sub(1);
-                if let Some(p) = self.prof.as_mut() {
-                    p.exited(t);
-                }
-                if self.local_left == 0 {
-                    self.drop_from_pmix_fences(None);
-                }
-                let mut reports = vec![Report::Exited {
+                let exited = Report::Exited {
                     rank,
                     pid,
                     host: self.host.clone(),
@@ -408,20 +401,8 @@ impl<H: Host, L: Links> Branch<H, L> {
                     initialized,
                     in_teardown: self.ending,
                     ran_alone,
-                }];
-                reports.extend(self.stuck_fence());
-                reports.extend(self.stuck_pmix_fence());
-                Some(Out::Up(Up::Reports(reports)))
-            }
-            NodeEvent::Engine(Output::FenceReady { epoch, delta }) => {
-                debug!(host = %self.host, epoch, "local fence ready");
-                if let Some(p) = self.prof.as_mut() {
-                    p.fence_ready(epoch, t);
-                }
-                match self.gather.local(epoch, delta) {
-                    Some((epoch, delta)) => Some(Out::Up(Up::Fence { epoch, delta })),
-                    None => self.stuck_fence().and_then(report),
-                }
+                };
+                Some(self.rank_exited(t, exited))
             }
             NodeEvent::PmixFence { epoch, data } => match self.pmix_gather.local(epoch, data) {
                 Some((epoch, data)) => Some(Out::Up(Up::PmixFence { epoch, data })),
@@ -465,19 +446,56 @@ impl<H: Host, L: Links> Branch<H, L> {
                     data,
                 }))
             }
-            NodeEvent::Engine(Output::Publish { delta }) => Some(Out::Up(Up::Publish(delta))),
-            NodeEvent::Engine(Output::Request { id, service }) => Some(Out::Up(Up::Request {
+            NodeEvent::UnreadReplies { rank, queued } => {
+                report(Report::UnreadReplies { rank, queued })
+            }
+            NodeEvent::Engine(o) => self.on_engine(o, t),
+        }
+    }
+
+    /// One of this host's ranks ended (`exited`, its report, at `t`): one fewer to wait for;
+    /// the fences it leaves stuck are reported with it.
+    fn rank_exited(&mut self, t: u64, exited: Report) -> Out {
+        self.local_left = self.local_left.saturating_sub(1);
+        if let Some(p) = self.prof.as_mut() {
+            p.exited(t);
+        }
+        if self.local_left == 0 {
+            self.drop_from_pmix_fences(None);
+        }
+        let mut reports = vec![exited];
+        reports.extend(self.stuck_fence());
+        reports.extend(self.stuck_pmix_fence());
+        Out::Up(Up::Reports(reports))
+    }
+
+    /// What this host's PMI engine said, at `t`: a fence contribution for the gather, a
+    /// publish or a request for above, a report, or a point of the profile.
+    fn on_engine(&mut self, o: Output, t: u64) -> Option<Out> {
+        match o {
+            Output::FenceReady { epoch, delta } => {
+                debug!(host = %self.host, epoch, "local fence ready");
+                if let Some(p) = self.prof.as_mut() {
+                    p.fence_ready(epoch, t);
+                }
+                match self.gather.local(epoch, delta) {
+                    Some((epoch, delta)) => Some(Out::Up(Up::Fence { epoch, delta })),
+                    None => self.stuck_fence().and_then(report),
+                }
+            }
+            Output::Publish { delta } => Some(Out::Up(Up::Publish(delta))),
+            Output::Request { id, service } => Some(Out::Up(Up::Request {
                 from: self.id,
                 req: id,
                 service,
             })),
-            NodeEvent::Engine(Output::Finalized { .. }) => {
+            Output::Finalized { .. } => {
                 if let Some(p) = self.prof.as_mut() {
                     p.finalized(t);
                 }
                 None
             }
-            NodeEvent::Engine(Output::Initialized { rank }) => {
+            Output::Initialized { rank } => {
                 if let Some(p) = self.prof.as_mut() {
                     p.initialized(t);
                 }
@@ -487,23 +505,18 @@ impl<H: Host, L: Links> Branch<H, L> {
                 self.told_initialized = true;
                 report(Report::Initialized { rank })
             }
-            NodeEvent::Engine(Output::Abort {
+            Output::Abort {
                 rank,
                 code,
                 message,
-            }) => report(Report::Abort {
+            } => report(Report::Abort {
                 rank,
                 code,
                 message,
             }),
-            NodeEvent::Engine(Output::Failed { reason }) => report(Report::Failed { reason }),
-            NodeEvent::Engine(Output::ProtocolError { rank, error }) => {
-                report(Report::ProtocolError { rank, error })
-            }
-            NodeEvent::UnreadReplies { rank, queued } => {
-                report(Report::UnreadReplies { rank, queued })
-            }
-            NodeEvent::Engine(_) => None,
+            Output::Failed { reason } => report(Report::Failed { reason }),
+            Output::ProtocolError { rank, error } => report(Report::ProtocolError { rank, error }),
+            _ => None,
         }
     }
 
@@ -1167,6 +1180,32 @@ mod tests {
                 ),
                 "dead [3, 1, 2]".to_string(),
             ]
+        );
+    }
+
+    /// The engine's events reach `on_engine`: an agent (init_once) reports the first
+    /// initialized rank only, a publish goes up as it came, and what is only for the
+    /// profile makes nothing.
+    #[test]
+    fn an_agent_reports_its_first_initialized_rank_only() {
+        let log: Log = Rc::default();
+        let mut b = branch(&log);
+        let init = |rank| NodeEvent::Engine(Output::Initialized { rank });
+        assert_eq!(
+            b.on_node(init(3)),
+            Some(Out::Up(Up::Reports(vec![Report::Initialized { rank: 3 }])))
+        );
+        assert_eq!(b.on_node(init(4)), None);
+        let delta: Delta = vec![("k".into(), "v".into())];
+        assert_eq!(
+            b.on_node(NodeEvent::Engine(Output::Publish {
+                delta: delta.clone()
+            })),
+            Some(Out::Up(Up::Publish(delta)))
+        );
+        assert_eq!(
+            b.on_node(NodeEvent::Engine(Output::Finalized { rank: 3 })),
+            None
         );
     }
 

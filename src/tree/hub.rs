@@ -16,7 +16,6 @@
 use crate::host::iofwd::Stream;
 use crate::launch::{self, Target};
 use crate::plan::{JobPlan, LaunchPlan, Subtree};
-use crate::proto::kvs::{merge, Packed};
 use crate::tree::events::JobTx;
 use crate::tree::{self, Down, Link, Queue, Up};
 use bytes::Bytes;
@@ -30,6 +29,8 @@ use tokio::io::AsyncBufReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
+
+pub use super::gather::{Contribution, Gather};
 
 /// What the children did.
 #[derive(Debug)]
@@ -241,12 +242,7 @@ impl Children {
         }
         c.subtrees = subtrees.clone();
         c.order = broadcast_order(&subtrees);
-        for t in &subtrees {
-            c.shared.pending.borrow_mut().insert(t.id, t.clone());
-            let (link, queue) = tree::link();
-            c.shared.links.borrow_mut().insert(t.id, link);
-            c.shared.queued.borrow_mut().insert(t.id, queue);
-        }
+        c.open_links(&subtrees);
         let listener = crate::launch::ports::listen_async(
             IpAddr::from([0u8, 0, 0, 0]),
             job.port_range.as_ref(),
@@ -255,80 +251,40 @@ impl Children {
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let parent = SocketAddr::new(ip, port).to_string();
         info!(%parent, children = subtrees.len(), "listening for agents");
+        let ctx = Ctx {
+            shared: c.shared.clone(),
+            events,
+            out,
+            key,
+            plan,
+        };
 
         // Accept, authenticate, serve.
-        let job = Rc::new(job);
-        {
-            let (shared, events, out, key, plan) = (
-                c.shared.clone(),
-                events.clone(),
-                out.clone(),
-                key.clone(),
-                plan.clone(),
-            );
-            let handshakes = Arc::new(Semaphore::new(HANDSHAKES_MAX));
-            c.accept = Some(tokio::task::spawn_local(async move {
-                loop {
-                    let (sock, addr) = accept_with_backoff(|| listener.accept()).await;
-                    let Ok(permit) = handshakes.clone().try_acquire_owned() else {
-                        // Closed at once: an unauthenticated peer holds no more than
-                        // HANDSHAKES_MAX sockets and buffers of this listener.
-                        drop(sock);
-                        let why = format!("over the handshake limit ({HANDSHAKES_MAX} at once)");
-                        log_refusal(&shared.refusals, &events, addr, &why);
-                        continue;
-                    };
-                    let (shared, events, out, key, plan, job) = (
-                        shared.clone(),
-                        events.clone(),
-                        out.clone(),
-                        key.clone(),
-                        plan.clone(),
-                        job.clone(),
-                    );
-                    tokio::task::spawn_local(async move {
-                        serve_child(sock, addr, permit, shared, events, out, key, plan, job).await;
-                    });
-                }
-            }));
-        }
+        c.accept = Some(spawn_accept(listener, ctx.clone(), Rc::new(job)));
 
         // Launch.
-        let launcher: Rc<dyn launch::Launcher> = Rc::from(launch::for_plan(&plan)?);
-        let slots = Arc::new(Semaphore::new(plan.max_concurrent.max(1)));
-        let targets: Vec<Target> = subtrees
-            .iter()
-            .map(|t| Target {
-                id: t.id,
-                host: t.plan.host.clone(),
-            })
-            .collect();
-        let batches: Vec<Vec<Target>> = if plan.kind == "slurm" {
-            vec![targets]
-        } else {
-            targets.into_iter().map(|t| vec![t]).collect()
-        };
-        for batch in batches {
-            let (shared, events, out, key, plan, parent, launcher, slots) = (
-                c.shared.clone(),
-                events.clone(),
-                out.clone(),
-                key.clone(),
-                plan.clone(),
-                parent.clone(),
-                launcher.clone(),
-                slots.clone(),
-            );
+        let launcher: Rc<dyn launch::Launcher> = Rc::from(launch::for_plan(&ctx.plan)?);
+        let slots = Arc::new(Semaphore::new(ctx.plan.max_concurrent.max(1)));
+        for batch in launch_batches(&subtrees, &ctx.plan.kind) {
+            let (ctx, parent, launcher, slots) =
+                (ctx.clone(), parent.clone(), launcher.clone(), slots.clone());
             tokio::task::spawn_local(async move {
                 // The slot is held until the agent connects or fails, not for its whole life.
                 let permit = slots.acquire_owned().await.ok();
-                launch_batch(
-                    batch, shared, events, out, key, plan, parent, launcher, permit,
-                )
-                .await;
+                launch_batch(batch, ctx, parent, launcher, permit).await;
             });
         }
         Ok(c)
+    }
+
+    /// Makes each child expected, with its link and the link's queue, from its launch on.
+    fn open_links(&self, subtrees: &[Subtree]) {
+        for t in subtrees {
+            self.shared.pending.borrow_mut().insert(t.id, t.clone());
+            let (link, queue) = tree::link();
+            self.shared.links.borrow_mut().insert(t.id, link);
+            self.shared.queued.borrow_mut().insert(t.id, queue);
+        }
     }
 
     /// Sends a message to child `id` (queued until it connects, dropped once it is done).
@@ -467,86 +423,113 @@ pub fn broadcast_order(subtrees: &[Subtree]) -> Vec<u32> {
     v.into_iter().map(|(_, id)| id).collect()
 }
 
-/// The handshake and then the life of one child link.
-#[allow(clippy::too_many_arguments)]
-async fn serve_child(
-    sock: TcpStream,
-    addr: SocketAddr,
-    handshake: tokio::sync::OwnedSemaphorePermit,
+/// What the tasks of one parent's hub share: the children's state, where their events and
+/// output go, the job key and how agents are launched.
+#[derive(Clone)]
+struct Ctx {
     shared: Rc<Shared>,
     events: JobTx<HubEvent>,
     out: crate::host::iofwd::OutputSender,
     key: String,
     plan: LaunchPlan,
+}
+
+impl Shared {
+    /// Child `id` on `host` passed its handshake: it counts as connected, and its launch
+    /// stops waiting for it.
+    fn note_connected(&self, id: u32, host: &str) {
+        debug!(id, host = %host, "agent connected");
+        self.connected.borrow_mut().insert(id);
+        self.connected_at.borrow_mut().insert(id, Instant::now());
+        if let Some(w) = self.connect_wait.borrow_mut().remove(&id) {
+            let _ = w.send(());
+        }
+    }
+}
+
+/// Accepts connections on `listener` for ever, each served by [`serve_child`] in a task of
+/// its own; one over [`HANDSHAKES_MAX`] in their handshake at once is refused.
+fn spawn_accept(
+    listener: tokio::net::TcpListener,
+    ctx: Ctx,
+    job: Rc<JobPlan>,
+) -> tokio::task::JoinHandle<()> {
+    let handshakes = Arc::new(Semaphore::new(HANDSHAKES_MAX));
+    tokio::task::spawn_local(async move {
+        loop {
+            let (sock, addr) = accept_with_backoff(|| listener.accept()).await;
+            let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                // Closed at once: an unauthenticated peer holds no more than
+                // HANDSHAKES_MAX sockets and buffers of this listener.
+                drop(sock);
+                let why = format!("over the handshake limit ({HANDSHAKES_MAX} at once)");
+                log_refusal(&ctx.shared.refusals, &ctx.events, addr, &why);
+                continue;
+            };
+            let (ctx, job) = (ctx.clone(), job.clone());
+            tokio::task::spawn_local(async move {
+                serve_child(sock, addr, permit, ctx, job).await;
+            });
+        }
+    })
+}
+
+/// The launcher processes to start, each with the agents it stands for: Slurm's one `srun`
+/// starts them all, any other launcher one agent per process.
+fn launch_batches(subtrees: &[Subtree], kind: &str) -> Vec<Vec<Target>> {
+    let targets: Vec<Target> = subtrees
+        .iter()
+        .map(|t| Target {
+            id: t.id,
+            host: t.plan.host.clone(),
+        })
+        .collect();
+    if kind == "slurm" {
+        vec![targets]
+    } else {
+        targets.into_iter().map(|t| vec![t]).collect()
+    }
+}
+
+/// The handshake and then the life of one child link.
+async fn serve_child(
+    sock: TcpStream,
+    addr: SocketAddr,
+    handshake: tokio::sync::OwnedSemaphorePermit,
+    ctx: Ctx,
     job: Rc<JobPlan>,
 ) {
     let _ = sock.set_nodelay(true);
     let (mut rd, mut wr) = sock.into_split();
+    let Ctx {
+        shared,
+        events,
+        out,
+        key,
+        plan,
+    } = ctx;
     let refuse = |reason: String| log_refusal(&shared.refusals, &events, addr, &reason);
-    let nonce = match tree::nonce() {
-        Ok(n) => n,
-        Err(e) => {
-            crate::host::proc::note_fd_error(&e);
-            return debug!("no nonce for a connection from {addr}: {e}");
-        }
+    let (id, host) = match check_hello(&mut rd, &mut wr, &key, addr).await {
+        Ok(hello) => hello,
+        Err(Some(reason)) => return refuse(reason),
+        Err(None) => return,
     };
-    if tree::send(&mut wr, &Down::Challenge { nonce })
-        .await
-        .is_err()
-    {
-        return;
-    }
-    let hello = tokio::time::timeout(
-        HANDSHAKE,
-        tree::recv_limited::<_, Up>(&mut rd, tree::HANDSHAKE_FRAME_MAX),
-    )
-    .await;
-    let (id, host, mac) = match hello {
-        Ok(Ok(Some(Up::Hello { id, host, mac }))) => (id, host, mac),
-        Ok(Ok(Some(_))) => return refuse("it did not start with the handshake".into()),
-        Ok(Ok(None)) => return refuse("it closed the connection during the handshake".into()),
-        Ok(Err(e)) => return refuse(format!("unreadable handshake ({e})")),
-        Err(_) => return refuse("no handshake within 10 s".into()),
-    };
-    if !tree::verify(&key, &nonce, id, &mac) {
-        return refuse("wrong job key".into());
-    }
-    // A Slurm agent knows its host, not its id.
-    let id = if id == u32::MAX {
-        let p = shared.pending.borrow();
-        match p
-            .values()
-            .find(|t| t.plan.host == host || host.split('.').next() == Some(&t.plan.host))
-        {
-            Some(t) => t.id,
-            None => return refuse(format!("no agent is expected on host {host}")),
-        }
-    } else {
-        id
+    let id = match agent_id(&shared.pending.borrow(), id, &host) {
+        Ok(id) => id,
+        Err(reason) => return refuse(reason),
     };
     let Some(subtree) = shared.pending.borrow_mut().remove(&id) else {
         return refuse(format!("agent {id} is not expected (or already connected)"));
     };
     drop(handshake);
-    debug!(id, host = %subtree.plan.host, "agent connected");
-    shared.connected.borrow_mut().insert(id);
-    shared.connected_at.borrow_mut().insert(id, Instant::now());
-    if let Some(w) = shared.connect_wait.borrow_mut().remove(&id) {
-        let _ = w.send(());
-    }
+    shared.note_connected(id, &subtree.plan.host);
     let Some(queue) = shared.queued.borrow_mut().remove(&id) else {
         // Lost already (its launch timed out, say) and then connected after all.
         let _ = tree::send(&mut wr, &Down::Teardown).await;
         return;
     };
     if shared.closing.get() {
-        // The job is ending: the child starts nothing and leaves.
-        debug!(id, "agent connected during the teardown; turned away");
-        shared.done.borrow_mut().insert(id);
-        shared.links.borrow_mut().remove(&id);
-        let _ = tree::send(&mut wr, &Down::Teardown).await;
-        let _ = events.send(HubEvent::Up { id, msg: Up::Done });
-        return;
+        return turn_away(&shared, &events, wr, id).await;
     }
     let (every, silence) = (plan.heartbeat(), plan.silence());
     if let Some(s) = silence {
@@ -573,10 +556,96 @@ async fn serve_child(
         .map(|l| tokio::task::spawn_local(tree::link::beat(l, Down::Heartbeat, every)));
     let _stop_beating = heartbeat.map(AbortOnDrop);
     let host = subtree.plan.host;
+    let Some(why) = relay_up(&mut rd, id, &host, silence, &events, &out).await else {
+        return;
+    };
+    if !shared.done.borrow().contains(&id) {
+        let reason = crate::host::proc::fd_cause(why);
+        let _ = events.send(HubEvent::Lost { id, reason });
+    }
+}
+
+/// Challenges a new connection and checks its answer: the id and host it gave, or why it is
+/// refused (`None`: it goes without a word, as when the challenge could not be sent).
+async fn check_hello(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    key: &str,
+    addr: SocketAddr,
+) -> Result<(u32, String), Option<String>> {
+    let nonce = match tree::nonce() {
+        Ok(n) => n,
+        Err(e) => {
+            crate::host::proc::note_fd_error(&e);
+            debug!("no nonce for a connection from {addr}: {e}");
+            return Err(None);
+        }
+    };
+    if tree::send(wr, &Down::Challenge { nonce }).await.is_err() {
+        return Err(None);
+    }
+    let hello = tokio::time::timeout(
+        HANDSHAKE,
+        tree::recv_limited::<_, Up>(rd, tree::HANDSHAKE_FRAME_MAX),
+    )
+    .await;
+    let refused = |why: String| Err(Some(why));
+    let (id, host, mac) = match hello {
+        Ok(Ok(Some(Up::Hello { id, host, mac }))) => (id, host, mac),
+        Ok(Ok(Some(_))) => return refused("it did not start with the handshake".into()),
+        Ok(Ok(None)) => return refused("it closed the connection during the handshake".into()),
+        Ok(Err(e)) => return refused(format!("unreadable handshake ({e})")),
+        Err(_) => return refused("no handshake within 10 s".into()),
+    };
+    if !tree::verify(key, &nonce, id, &mac) {
+        return refused("wrong job key".into());
+    }
+    Ok((id, host))
+}
+
+/// The id of the agent that said hello as `id` from `host`. A Slurm agent knows its host,
+/// not its id (it says `u32::MAX`): it is the expected agent of that host, by its full name
+/// or its first label.
+fn agent_id(pending: &HashMap<u32, Subtree>, id: u32, host: &str) -> Result<u32, String> {
+    if id != u32::MAX {
+        return Ok(id);
+    }
+    pending
+        .values()
+        .find(|t| t.plan.host == host || host.split('.').next() == Some(&t.plan.host))
+        .map(|t| t.id)
+        .ok_or_else(|| format!("no agent is expected on host {host}"))
+}
+
+/// The job is ending: child `id`, connected only now, starts nothing and leaves; it counts
+/// as done.
+async fn turn_away(
+    shared: &Shared,
+    events: &JobTx<HubEvent>,
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    id: u32,
+) {
+    debug!(id, "agent connected during the teardown; turned away");
+    shared.done.borrow_mut().insert(id);
+    shared.links.borrow_mut().remove(&id);
+    let _ = tree::send(&mut wr, &Down::Teardown).await;
+    let _ = events.send(HubEvent::Up { id, msg: Up::Done });
+}
+
+/// Reads child `id`'s link until it ends: output goes to `out`, other messages to `events`.
+/// `None` when the child said `Done`; else why the link ended, for the user.
+async fn relay_up(
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    id: u32,
+    host: &str,
+    silence: Option<Duration>,
+    events: &JobTx<HubEvent>,
+    out: &crate::host::iofwd::OutputSender,
+) -> Option<String> {
     let mut why = format!("agent on {host} died");
     loop {
         let next = match silence {
-            Some(s) => match tokio::time::timeout(s, tree::recv::<_, Up>(&mut rd)).await {
+            Some(s) => match tokio::time::timeout(s, tree::recv::<_, Up>(rd)).await {
                 Ok(r) => r,
                 Err(_) => {
                     why = format!(
@@ -586,7 +655,7 @@ async fn serve_child(
                     break;
                 }
             },
-            None => tree::recv::<_, Up>(&mut rd).await,
+            None => tree::recv::<_, Up>(rd).await,
         };
         match next {
             Ok(Some(Up::Heartbeat)) => {}
@@ -602,7 +671,7 @@ async fn serve_child(
             }
             Ok(Some(Up::Done)) => {
                 let _ = events.send(HubEvent::Up { id, msg: Up::Done });
-                return;
+                return None;
             }
             Ok(Some(msg)) => {
                 let _ = events.send(HubEvent::Up { id, msg });
@@ -610,10 +679,7 @@ async fn serve_child(
             Ok(None) | Err(_) => break,
         }
     }
-    if !shared.done.borrow().contains(&id) {
-        let reason = crate::host::proc::fd_cause(why);
-        let _ = events.send(HubEvent::Lost { id, reason });
-    }
+    Some(why)
 }
 
 /// Aborts a task when dropped.
@@ -627,51 +693,28 @@ impl Drop for AbortOnDrop {
 
 /// Starts one launcher process (one agent, or all of Slurm's), retrying when sshd refuses,
 /// and reports agents that never connect.
-#[allow(clippy::too_many_arguments)]
 async fn launch_batch(
     batch: Vec<Target>,
-    shared: Rc<Shared>,
-    events: JobTx<HubEvent>,
-    out: crate::host::iofwd::OutputSender,
-    key: String,
-    plan: LaunchPlan,
+    ctx: Ctx,
     parent: String,
     launcher: Rc<dyn launch::Launcher>,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     let mut permit = permit;
-    let now = Instant::now();
-    for t in &batch {
-        shared.launched_at.borrow_mut().insert(t.id, now);
-    }
+    let waits = expect_connections(&ctx.shared, &batch);
     let names: Vec<String> = batch.iter().map(|t| t.host.clone()).collect();
     let what = names.join(",");
-    let mut waits = Vec::new();
-    for t in &batch {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        shared.connect_wait.borrow_mut().insert(t.id, tx);
-        waits.push(rx);
-    }
     let all_connected = async {
         for w in waits {
             let _ = w.await;
         }
     };
     tokio::pin!(all_connected);
+    let plan = &ctx.plan;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(plan.connect_timeout_s);
-    let lose = |reason: String| {
-        let reason = crate::host::proc::fd_cause(reason);
-        for t in &batch {
-            if !shared.connected.borrow().contains(&t.id) {
-                let _ = events.send(HubEvent::Lost {
-                    id: t.id,
-                    reason: reason.clone(),
-                });
-            }
-        }
-    };
+    let lose = |reason: String| lose_unconnected(&ctx, &batch, reason);
     for attempt in 1..=ATTEMPTS {
-        let started = match launcher.start(&batch, &parent, &key) {
+        let started = match launcher.start(&batch, &parent, &ctx.key) {
             Ok(s) => s,
             Err(e) if crate::host::proc::note_fd_error(&e) => {
                 return lose(format!("cannot start an agent on {what}"))
@@ -686,39 +729,9 @@ async fn launch_batch(
         let Some(mut child) = started.into_iter().next().map(|s| s.child) else {
             return;
         };
-        // The launcher's stderr (ssh's complaints, the agent's own messages) goes to ours; its
-        // last line explains a failure.
         let last = Rc::new(RefCell::new(Vec::<String>::new()));
         if let Some(err) = child.stderr.take() {
-            let (last, out, shared) = (last.clone(), out.clone(), shared.clone());
-            let ids: Vec<u32> = batch.iter().map(|t| t.id).collect();
-            tokio::task::spawn_local(async move {
-                let mut lines = tokio::io::BufReader::new(err).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    // Once the job is ending, what an agent that never connected says is a
-                    // consequence (its parent closed, say): kept for its own failure line,
-                    // not printed.
-                    let unconnected = ids.iter().any(|i| !shared.connected.borrow().contains(i));
-                    if shared.closing.get() && unconnected {
-                        let mut v = last.borrow_mut();
-                        v.push(l);
-                        if v.len() > 3 {
-                            v.remove(0);
-                        }
-                        continue;
-                    }
-                    {
-                        let mut v = last.borrow_mut();
-                        v.push(l.clone());
-                        if v.len() > 3 {
-                            v.remove(0);
-                        }
-                    }
-                    let _ = out
-                        .send(Stream::Stderr, Bytes::from(format!("{l}\n")))
-                        .await;
-                }
-            });
+            spawn_stderr_tail(err, last.clone(), &ctx, &batch);
         }
         tokio::select! {
             _ = &mut all_connected => {
@@ -732,32 +745,26 @@ async fn launch_batch(
             status = child.wait() => {
                 // Give the stderr reader a moment to take the last words.
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                let tail = last.borrow().join(" / ");
-                let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
-                let refused = tail.contains("exchange_identification")
-                    || tail.contains("Connection closed by")
-                    || tail.contains("Connection reset by");
-                if refused && attempt < ATTEMPTS {
-                    let wait = Duration::from_millis(500 << attempt);
-                    info!(%what, attempt, "sshd refused the launch; retrying in {wait:?}");
-                    tokio::time::sleep(wait).await;
-                    continue;
+                let exit = LauncherExit {
+                    what: &what,
+                    exec: &plan.exec,
+                    tail: last.borrow().join(" / "),
+                    status: status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string()),
+                    attempt,
+                    connected: batch_connected(&ctx.shared, &batch),
+                };
+                match exit.next() {
+                    AfterExit::Retry(wait) => {
+                        info!(%what, attempt, "sshd refused the launch; retrying in {wait:?}");
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                    AfterExit::Connected => return,
+                    AfterExit::Failed(reason) => return lose(reason),
                 }
-                if shared.connected.borrow().len() >= batch.len()
-                    && batch.iter().all(|t| shared.connected.borrow().contains(&t.id))
-                {
-                    return;
-                }
-                let why = if tail.is_empty() { format!("{} {status}", plan.exec) } else { tail };
-                return lose(format!("cannot start an agent on {what}: {why}"));
             }
             _ = tokio::time::sleep_until(deadline) => {
-                // The launcher leads its own process group: take all of it.
-                if let Some(pid) = child.id() {
-                    crate::host::proc::signal_group(pid, libc::SIGKILL);
-                }
-                let _ = child.start_kill();
-                let _ = child.wait().await;
+                kill_launcher(&mut child).await;
                 return lose(format!(
                     "agent on {what} did not connect back within {} s",
                     plan.connect_timeout_s
@@ -765,6 +772,146 @@ async fn launch_batch(
             }
         }
     }
+}
+
+/// Notes the launch of `batch` (for the startup profile) and returns what says, for each of
+/// its agents, that it connected.
+fn expect_connections(
+    shared: &Shared,
+    batch: &[Target],
+) -> Vec<tokio::sync::oneshot::Receiver<()>> {
+    let now = Instant::now();
+    for t in batch {
+        shared.launched_at.borrow_mut().insert(t.id, now);
+    }
+    let mut waits = Vec::new();
+    for t in batch {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        shared.connect_wait.borrow_mut().insert(t.id, tx);
+        waits.push(rx);
+    }
+    waits
+}
+
+/// Every agent of `batch` has connected.
+fn batch_connected(shared: &Shared, batch: &[Target]) -> bool {
+    shared.connected.borrow().len() >= batch.len()
+        && batch
+            .iter()
+            .all(|t| shared.connected.borrow().contains(&t.id))
+}
+
+/// Reports each agent of `batch` that has not connected as lost, for `reason`.
+fn lose_unconnected(ctx: &Ctx, batch: &[Target], reason: String) {
+    let reason = crate::host::proc::fd_cause(reason);
+    for t in batch {
+        if !ctx.shared.connected.borrow().contains(&t.id) {
+            let _ = ctx.events.send(HubEvent::Lost {
+                id: t.id,
+                reason: reason.clone(),
+            });
+        }
+    }
+}
+
+/// How many of a launcher's last stderr lines are kept to explain its failure.
+const LAST_LINES: usize = 3;
+
+/// Appends `line` to `last`, keeping only the last [`LAST_LINES`].
+fn keep_last(last: &mut Vec<String>, line: String) {
+    last.push(line);
+    if last.len() > LAST_LINES {
+        last.remove(0);
+    }
+}
+
+/// The launcher's stderr (ssh's complaints, the agent's own messages) goes to ours; its
+/// last lines, kept in `last`, explain a failure.
+fn spawn_stderr_tail(
+    err: tokio::process::ChildStderr,
+    last: Rc<RefCell<Vec<String>>>,
+    ctx: &Ctx,
+    batch: &[Target],
+) {
+    let (out, shared) = (ctx.out.clone(), ctx.shared.clone());
+    let ids: Vec<u32> = batch.iter().map(|t| t.id).collect();
+    tokio::task::spawn_local(async move {
+        let mut lines = tokio::io::BufReader::new(err).lines();
+        while let Ok(Some(l)) = lines.next_line().await {
+            // Once the job is ending, what an agent that never connected says is a
+            // consequence (its parent closed, say): kept for its own failure line,
+            // not printed.
+            let unconnected = ids.iter().any(|i| !shared.connected.borrow().contains(i));
+            if shared.closing.get() && unconnected {
+                keep_last(&mut last.borrow_mut(), l);
+                continue;
+            }
+            keep_last(&mut last.borrow_mut(), l.clone());
+            let _ = out
+                .send(Stream::Stderr, Bytes::from(format!("{l}\n")))
+                .await;
+        }
+    });
+}
+
+/// A launcher process that ended before all its agents connected.
+struct LauncherExit<'a> {
+    /// The hosts it launched on.
+    what: &'a str,
+    /// The launcher's program.
+    exec: &'a str,
+    /// Its last stderr lines, joined.
+    tail: String,
+    /// How it ended.
+    status: String,
+    /// Which attempt it was, from 1.
+    attempt: u32,
+    /// Its agents all connected after all.
+    connected: bool,
+}
+
+/// What to do after a [`LauncherExit`].
+#[derive(Debug, PartialEq)]
+enum AfterExit {
+    /// sshd turned the launch away: try again after this wait.
+    Retry(Duration),
+    /// Nothing: its agents connected (the links report from now on).
+    Connected,
+    /// Its agents are lost: the line for the user.
+    Failed(String),
+}
+
+impl LauncherExit<'_> {
+    /// sshd turning connections away under `MaxStartups` is retried, [`ATTEMPTS`] times at
+    /// most, waiting longer each time; any other end of a launcher whose agents did not all
+    /// connect loses them, with its last words as the reason.
+    fn next(self) -> AfterExit {
+        let refused = self.tail.contains("exchange_identification")
+            || self.tail.contains("Connection closed by")
+            || self.tail.contains("Connection reset by");
+        if refused && self.attempt < ATTEMPTS {
+            return AfterExit::Retry(Duration::from_millis(500 << self.attempt));
+        }
+        if self.connected {
+            return AfterExit::Connected;
+        }
+        let why = if self.tail.is_empty() {
+            format!("{} {}", self.exec, self.status)
+        } else {
+            self.tail
+        };
+        AfterExit::Failed(format!("cannot start an agent on {}: {why}", self.what))
+    }
+}
+
+/// Kills a launcher whose agents did not connect back in time, and reaps it.
+async fn kill_launcher(child: &mut tokio::process::Child) {
+    // The launcher leads its own process group: take all of it.
+    if let Some(pid) = child.id() {
+        crate::host::proc::signal_group(pid, libc::SIGKILL);
+    }
+    let _ = child.start_kill();
+    let _ = child.wait().await;
 }
 
 /// Launcher processes whose agents connected and that have not ended yet.
@@ -828,158 +975,9 @@ where
     }
 }
 
-/// A fence contribution: several merge into one on the way up the tree.
-pub trait Contribution: Sized {
-    /// Merges contributions in order (the node's own first, then the children's by id).
-    fn merge(parts: impl Iterator<Item = Self>) -> Self;
-}
-
-impl Contribution for Packed {
-    fn merge(parts: impl Iterator<Item = Self>) -> Self {
-        merge(parts)
-    }
-}
-
-/// PMIx fence data: opaque blobs, concatenated.
-impl Contribution for Vec<u8> {
-    fn merge(parts: impl Iterator<Item = Self>) -> Self {
-        crate::proto::kvs::concat(parts)
-    }
-}
-
-/// Gathers one node's fence contributions: its own ranks' and one merged contribution from
-/// each child, for one epoch at a time. `T` is a PMI [`Packed`] delta or a PMIx blob.
-#[derive(Debug)]
-pub struct Gather<T = Packed> {
-    epoch: u64,
-    need_local: bool,
-    local: Option<T>,
-    children: BTreeMap<u32, T>,
-    child_ids: HashSet<u32>,
-    /// Parts of the current epoch from children dropped after they gave them.
-    dropped: Vec<T>,
-}
-
-impl<T: Contribution> Gather<T> {
-    /// A gather over the node's own ranks (if it has any) and `child_ids`.
-    pub fn new(need_local: bool, child_ids: Vec<u32>) -> Gather<T> {
-        Gather {
-            epoch: 0,
-            need_local,
-            local: None,
-            children: BTreeMap::new(),
-            child_ids: child_ids.into_iter().collect(),
-            dropped: Vec::new(),
-        }
-    }
-
-    /// The node's own contribution; returns the merged one when the epoch is complete.
-    pub fn local(&mut self, epoch: u64, part: T) -> Option<(u64, T)> {
-        if epoch != self.epoch {
-            return None;
-        }
-        self.local = Some(part);
-        self.complete()
-    }
-
-    /// A child's contribution.
-    pub fn child(&mut self, id: u32, epoch: u64, part: T) -> Option<(u64, T)> {
-        if epoch != self.epoch || !self.child_ids.contains(&id) {
-            return None;
-        }
-        self.children.insert(id, part);
-        self.complete()
-    }
-
-    /// The epoch being gathered.
-    pub fn epoch(&self) -> u64 {
-        self.epoch
-    }
-
-    /// Some part of the current epoch is in (this node's or a child's): a fence is under way.
-    pub fn under_way(&self) -> bool {
-        self.local.is_some() || !self.children.is_empty() || !self.dropped.is_empty()
-    }
-
-    /// The current epoch still waits for this node's own ranks.
-    pub fn needs_local(&self) -> bool {
-        self.need_local && self.local.is_none()
-    }
-
-    /// The current epoch still waits for child `id`.
-    pub fn needs_child(&self, id: u32) -> bool {
-        self.child_ids.contains(&id) && !self.children.contains_key(&id)
-    }
-
-    /// Child `id` will contribute no more (its host was lost, or all its ranks ended, in a
-    /// job that goes on without them): this epoch and the next ones complete without it (a
-    /// part it already gave this epoch is kept). Returns the merged contribution when that
-    /// completes the epoch under way.
-    pub fn drop_child(&mut self, id: u32) -> Option<(u64, T)> {
-        if !self.child_ids.remove(&id) {
-            return None;
-        }
-        if let Some(part) = self.children.remove(&id) {
-            self.dropped.push(part);
-        }
-        self.complete_under_way()
-    }
-
-    /// The node's own ranks will contribute no more (all ended): as [`Gather::drop_child`].
-    pub fn drop_local(&mut self) -> Option<(u64, T)> {
-        if !self.need_local {
-            return None;
-        }
-        self.need_local = false;
-        if let Some(part) = self.local.take() {
-            self.dropped.push(part);
-        }
-        self.complete_under_way()
-    }
-
-    /// Completes the epoch if a part of it is in and nothing more is needed: an epoch nobody
-    /// has started is not completed by a drop.
-    fn complete_under_way(&mut self) -> Option<(u64, T)> {
-        if self.under_way() {
-            self.complete()
-        } else {
-            None
-        }
-    }
-
-    fn complete(&mut self) -> Option<(u64, T)> {
-        if self.need_local && self.local.is_none() {
-            return None;
-        }
-        // Every key is a known child (checked on insert), so counting is enough: checking
-        // each id on every arrival made a gather over N children O(N²).
-        if self.children.len() < self.child_ids.len() {
-            return None;
-        }
-        let parts = self
-            .local
-            .take()
-            .into_iter()
-            .chain(std::mem::take(&mut self.children).into_values())
-            .chain(std::mem::take(&mut self.dropped));
-        let merged = T::merge(parts);
-        let e = self.epoch;
-        self.epoch += 1;
-        Some((e, merged))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn one(k: &str, v: &str) -> Packed {
-        Packed::from_pairs([(k, v)])
-    }
-
-    fn none() -> Packed {
-        Packed::default()
-    }
 
     /// A persistent accept error (here EMFILE, five times) is waited out with a growing
     /// pause, not retried at once in a loop that holds the thread.
@@ -1040,36 +1038,92 @@ mod tests {
         );
     }
 
-    #[test]
-    fn gather_waits_for_everyone_then_merges_in_order() {
-        let mut g: Gather = Gather::new(true, vec![2, 5]);
-        assert!(g.child(5, 0, one("c", "5")).is_none());
-        assert!(g.local(0, one("a", "0")).is_none());
-        assert!(
-            g.child(5, 1, none()).is_none(),
-            "a later epoch is not mixed in"
-        );
-        let (e, d) = g.child(2, 0, one("b", "2")).unwrap();
-        assert_eq!(e, 0);
-        let keys: Vec<&str> = d.pairs().map(|p| p.unwrap().0).collect();
-        assert_eq!(keys, vec!["a", "b", "c"]);
-        // The next epoch starts empty.
-        assert!(g.local(1, none()).is_none());
+    /// Seven hosts under a root of width 3: children 1, 2 and 3, on h0, h1 and h2.
+    fn three_children() -> Vec<Subtree> {
+        let hosts = (0..7)
+            .map(|i| crate::plan::HostPlan {
+                host: format!("h{i}"),
+                node: i,
+                index: i,
+                ranks: Vec::new(),
+            })
+            .collect();
+        crate::tree::build(hosts, 3)
     }
 
     #[test]
-    fn a_gather_says_what_it_still_waits_for() {
-        let mut g: Gather = Gather::new(true, vec![2, 5]);
-        assert!(!g.under_way() && g.needs_local() && g.needs_child(2));
-        assert!(g.child(5, 0, none()).is_none());
-        assert!(g.under_way() && g.needs_local() && g.needs_child(2) && !g.needs_child(5));
-        assert!(!g.needs_child(7), "not a child");
-        assert!(g.local(0, none()).is_none());
-        assert!(g.child(2, 0, none()).is_some());
-        assert_eq!(g.epoch(), 1);
-        assert!(
-            !g.under_way() && g.needs_child(5),
-            "the next epoch waits for everyone"
+    fn slurm_launches_every_agent_at_once_others_one_each() {
+        let t = three_children();
+        let ids = |b: &Vec<Target>| b.iter().map(|t| t.id).collect::<Vec<_>>();
+        let slurm = launch_batches(&t, "slurm");
+        assert_eq!(
+            slurm.iter().map(ids).collect::<Vec<_>>(),
+            vec![vec![1, 2, 3]]
+        );
+        let ssh = launch_batches(&t, "ssh");
+        assert_eq!(
+            ssh.iter().map(ids).collect::<Vec<_>>(),
+            vec![vec![1], vec![2], vec![3]]
+        );
+        assert_eq!(ssh[1][0].host, t[1].plan.host);
+    }
+
+    /// An agent that gave its id is taken at its word; a Slurm agent is found by its host,
+    /// whole or by its first label.
+    #[test]
+    fn a_slurm_agent_is_known_by_its_host() {
+        let pending: HashMap<u32, Subtree> =
+            three_children().into_iter().map(|t| (t.id, t)).collect();
+        let host_of = |id: u32| pending[&id].plan.host.clone();
+        assert_eq!(agent_id(&pending, 7, "anywhere"), Ok(7));
+        assert_eq!(agent_id(&pending, u32::MAX, &host_of(2)), Ok(2));
+        let long = format!("{}.cluster.example", host_of(3));
+        assert_eq!(agent_id(&pending, u32::MAX, &long), Ok(3));
+        assert_eq!(
+            agent_id(&pending, u32::MAX, "x.h1"),
+            Err("no agent is expected on host x.h1".to_string())
+        );
+    }
+
+    #[test]
+    fn a_launchers_last_three_lines_are_kept() {
+        let mut v = Vec::new();
+        for l in ["a", "b", "c", "d", "e"] {
+            keep_last(&mut v, l.to_string());
+        }
+        assert_eq!(v, vec!["c", "d", "e"]);
+    }
+
+    /// sshd's refusals are retried with a growing wait, but not after the last attempt; a
+    /// launcher whose agents connected anyway loses nothing; else its last words (or its
+    /// status when it said nothing) are the reason.
+    #[test]
+    fn a_launchers_end_is_retried_lost_or_nothing() {
+        let exit = |tail: &str, attempt: u32, connected: bool| LauncherExit {
+            what: "h1,h2",
+            exec: "ssh",
+            tail: tail.to_string(),
+            status: "exit status: 255".to_string(),
+            attempt,
+            connected,
+        };
+        let refused = "kex_exchange_identification: Connection closed by remote host";
+        assert_eq!(
+            exit(refused, 1, false).next(),
+            AfterExit::Retry(Duration::from_millis(1000))
+        );
+        assert_eq!(
+            exit("Connection reset by peer", 3, true).next(),
+            AfterExit::Retry(Duration::from_millis(4000))
+        );
+        assert_eq!(
+            exit(refused, ATTEMPTS, false).next(),
+            AfterExit::Failed(format!("cannot start an agent on h1,h2: {refused}"))
+        );
+        assert_eq!(exit("bye", 1, true).next(), AfterExit::Connected);
+        assert_eq!(
+            exit("", 1, false).next(),
+            AfterExit::Failed("cannot start an agent on h1,h2: ssh exit status: 255".into())
         );
     }
 
@@ -1088,54 +1142,5 @@ mod tests {
         assert_eq!(broadcast_order(&t), vec![1, 2, 3]);
         let reversed: Vec<Subtree> = t.into_iter().rev().collect();
         assert_eq!(broadcast_order(&reversed), vec![1, 2, 3]);
-    }
-
-    #[test]
-    fn an_unknown_child_is_ignored() {
-        let mut g: Gather = Gather::new(false, vec![1]);
-        assert!(g.child(9, 0, none()).is_none());
-        assert_eq!(g.child(1, 0, none()), Some((0, none())));
-    }
-
-    #[test]
-    fn a_root_without_ranks_needs_only_its_children() {
-        let mut g: Gather = Gather::new(false, vec![1]);
-        assert_eq!(g.child(1, 0, none()), Some((0, none())));
-    }
-
-    #[test]
-    fn blobs_are_concatenated() {
-        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![3, 1]);
-        assert!(g.child(3, 0, b"cc".to_vec()).is_none());
-        assert!(g.local(0, b"a".to_vec()).is_none());
-        assert_eq!(g.child(1, 0, b"b".to_vec()), Some((0, b"abcc".to_vec())));
-        assert_eq!(g.local(1, vec![]), None);
-    }
-
-    /// A child dropped while a fence waits for it completes the fence without it, keeps what
-    /// it gave before, and is not waited for in the next epochs; a drop with nothing under
-    /// way completes nothing.
-    #[test]
-    fn a_dropped_child_or_local_part_is_not_waited_for() {
-        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![1, 2, 3]);
-        assert_eq!(g.drop_child(3), None, "nothing under way");
-        assert!(g.child(2, 0, b"b".to_vec()).is_none());
-        assert!(g.local(0, b"a".to_vec()).is_none());
-        assert!(g.needs_child(1));
-        assert_eq!(g.drop_child(1), Some((0, b"ab".to_vec())));
-        assert!(!g.needs_child(1));
-        assert_eq!(g.drop_child(1), None, "dropped once");
-        assert!(g.local(1, b"a".to_vec()).is_none());
-        assert_eq!(g.child(2, 1, b"b".to_vec()), Some((1, b"ab".to_vec())));
-        // A child that gave its part, then is dropped: the part stays in.
-        assert!(g.child(2, 2, b"b".to_vec()).is_none());
-        assert_eq!(g.drop_child(2), None, "still waits for the local part");
-        assert_eq!(g.local(2, b"a".to_vec()), Some((2, b"ab".to_vec())));
-        // The local part dropped: a fence of the children alone.
-        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![1]);
-        assert!(g.child(1, 0, b"c".to_vec()).is_none());
-        assert_eq!(g.drop_local(), Some((0, b"c".to_vec())));
-        assert!(!g.needs_local());
-        assert_eq!(g.child(1, 1, b"c".to_vec()), Some((1, b"c".to_vec())));
     }
 }

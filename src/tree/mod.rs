@@ -26,6 +26,7 @@ pub mod auth;
 pub mod branch;
 pub mod events;
 pub mod frame;
+pub mod gather;
 pub mod hub;
 pub mod link;
 pub mod msg;
