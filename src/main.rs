@@ -91,7 +91,7 @@ fn logging(verbose: u8) {
     };
     let mut filter = tracing_subscriber::EnvFilter::try_from_env("KAURI_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    if kauri::proto::pmi::trace_enabled() {
+    if kauri::proto::trace_enabled() {
         // KAURI_PMI_TRACE: the PMI engine's wire trace, whatever the level.
         if let Ok(d) = format!("{}=info", kauri::proto::pmi::TRACE_TARGET).parse() {
             filter = filter.add_directive(d);

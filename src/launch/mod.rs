@@ -137,7 +137,7 @@ pub fn agent_args(t: &Target, parent: &str) -> Vec<String> {
         "--host".into(),
         t.host.clone(),
     ];
-    if crate::proto::pmi::trace_enabled() {
+    if crate::proto::trace_enabled() {
         a.push("--pmi-trace".into());
     }
     a

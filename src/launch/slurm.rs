@@ -33,7 +33,7 @@ impl Launcher for Slurm {
             .args(&self.plan.extra_args)
             .arg(&self.plan.agent_path)
             .args(["agent", "--parent", parent, "--slurm"])
-            .args(crate::proto::pmi::trace_enabled().then_some("--pmi-trace"))
+            .args(crate::proto::trace_enabled().then_some("--pmi-trace"))
             .env(KEY_VAR, key)
             .stdin(std::process::Stdio::null());
         Ok(vec![Started {

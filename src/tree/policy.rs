@@ -108,13 +108,7 @@ pub fn rank_failure(code: Option<i32>, signal: Option<i32>) -> Option<(i32, Stri
     match (code, signal) {
         (Some(0), _) => None,
         (Some(c), _) => Some((c, format!("exited with code {c}"))),
-        (None, Some(s)) => Some((
-            s,
-            format!(
-                "killed by signal {s} ({})",
-                signal_name(s)
-            ),
-        )),
+        (None, Some(s)) => Some((s, format!("killed by signal {s} ({})", signal_name(s)))),
         (None, None) => Some((1, "ended".into())),
     }
 }

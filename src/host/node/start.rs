@@ -278,6 +278,7 @@ fn job_info(job: &JobPlan, me: &HostPlan) -> JobInfo {
 /// The state this host's ranks share, with the job's PMI engine (its pre-put pairs in).
 fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -> Rc<Ctx> {
     let mut engine = Engine::new(job_info(job, me));
+    engine.set_trace(crate::proto::trace_enabled());
     for (k, v) in &job.preput {
         engine.preput(k.clone(), v.clone());
     }

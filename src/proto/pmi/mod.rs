@@ -34,15 +34,6 @@ mod v2;
 /// The `tracing` target of the PMI wire trace.
 pub const TRACE_TARGET: &str = "kauri_pmi_trace";
 
-/// Whether `KAURI_PMI_TRACE` asks for the PMI wire trace: set, and neither empty nor `0`
-/// (read once per process).
-pub fn trace_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("KAURI_PMI_TRACE").is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
-    })
-}
-
 /// Identifies one PMI connection on an agent.
 pub type ConnId = u64;
 
@@ -322,12 +313,13 @@ impl Engine {
             failed: false,
             dead: Vec::new(),
             out: Vec::new(),
-            trace: trace_enabled(),
+            trace: false,
             wbuf: BytesMut::new(),
         }
     }
 
-    /// Turns the wire trace on or off (default: [`trace_enabled`]).
+    /// Turns the wire trace on or off (default: off; the host turns it on when
+    /// [`crate::proto::trace_enabled`]).
     pub fn set_trace(&mut self, on: bool) {
         self.trace = on;
     }
