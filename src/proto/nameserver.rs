@@ -473,75 +473,123 @@ pub async fn serve(listener: TcpListener, key: Option<String>, limits: Limits) {
         };
         if clients.get() >= limits.clients {
             // One reply if the socket takes it at once (never waiting on a client), closed.
-            let e = format!(
-                "the name server serves {} clients, the most it may at once ({MAX_CLIENTS_VAR}); \
-                 try again later",
-                limits.clients
-            );
+            let e = too_many_clients(limits.clients);
             let _ = sock.try_write(format!("error {}\n", encode(&e)).as_bytes());
             debug!(%addr, "refused a client: {e}");
             continue;
         }
         clients.set(clients.get() + 1);
         next += 1;
-        let (owner, table, key, clients) = (next, table.clone(), key.clone(), clients.clone());
-        tokio::task::spawn_local(async move {
-            // Counted out however the task ends (the server dropped included).
-            let _client = Counted(clients);
-            debug!(%addr, owner, "client connected");
-            let mut authenticated = key.is_none();
-            let (rd, mut wr) = sock.into_split();
-            let mut rd = BufReader::new(rd);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                let n = match (&mut rd)
-                    .take(LINE_MAX as u64 + 1)
-                    .read_until(b'\n', &mut line)
-                    .await
-                {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                let reply = if n > LINE_MAX {
-                    // Too long: answer once, then drop the client (the rest of its line
-                    // cannot be told from a next request).
-                    let e = format!(
-                        "a request line longer than {LINE_MAX} bytes; closing the connection"
-                    );
-                    let _ = wr
-                        .write_all(format!("error {}\n", encode(&e)).as_bytes())
-                        .await;
-                    break;
-                } else {
-                    let text = String::from_utf8_lossy(&line);
-                    let text = text.trim_end_matches(['\n', '\r']);
-                    if let (false, Some(key)) = (authenticated, &key) {
-                        if let Err(e) = check_auth(text, key) {
-                            say!("kauri nameserver: refused a client at {addr}: {e}");
-                            let _ = wr
-                                .write_all(format!("error {}\n", encode(&e)).as_bytes())
-                                .await;
-                            break;
-                        }
-                        authenticated = true;
-                        "ok\n".to_string()
-                    } else if text == "auth" || text.starts_with("auth ") {
-                        "ok\n".to_string()
-                    } else {
-                        match parse_request(text) {
-                            Ok(s) => reply_line(&table.borrow_mut().apply(owner, &s)),
-                            Err(e) => format!("error {}\n", encode(&e)),
-                        }
-                    }
-                };
-                if wr.write_all(reply.as_bytes()).await.is_err() {
-                    break;
-                }
+        let served = Served {
+            owner: next,
+            addr,
+            table: table.clone(),
+            key: key.clone(),
+            clients: clients.clone(),
+        };
+        tokio::task::spawn_local(serve_client(sock, served));
+    }
+}
+
+/// Why a client beyond the `most` served at once is refused.
+fn too_many_clients(most: usize) -> String {
+    format!(
+        "the name server serves {most} clients, the most it may at once ({MAX_CLIENTS_VAR}); \
+         try again later"
+    )
+}
+
+/// What the server shares with the task serving one client.
+struct Served {
+    /// The client's number: the owner of the names it publishes.
+    owner: u64,
+    /// Its address, for the log.
+    addr: std::net::SocketAddr,
+    /// The server's table of names.
+    table: Rc<RefCell<Table>>,
+    /// The key it must present first, if any.
+    key: Option<Rc<str>>,
+    /// The count of clients served.
+    clients: Rc<std::cell::Cell<usize>>,
+}
+
+/// Serves one client on `sock`, a reply per request line, until it leaves or must be dropped;
+/// then withdraws its names.
+async fn serve_client(sock: TcpStream, served: Served) {
+    let Served {
+        owner,
+        addr,
+        table,
+        key,
+        clients,
+    } = served;
+    // Counted out however the task ends (the server dropped included).
+    let _client = Counted(clients);
+    debug!(%addr, owner, "client connected");
+    let mut authenticated = key.is_none();
+    let (rd, mut wr) = sock.into_split();
+    let mut rd = BufReader::new(rd);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let n = match (&mut rd)
+            .take(LINE_MAX as u64 + 1)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if n > LINE_MAX {
+            // Too long: answer once, then drop the client (the rest of its line
+            // cannot be told from a next request).
+            let e = format!("a request line longer than {LINE_MAX} bytes; closing the connection");
+            let _ = wr
+                .write_all(format!("error {}\n", encode(&e)).as_bytes())
+                .await;
+            break;
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        let apply = |s: &Service| table.borrow_mut().apply(owner, s);
+        let reply = match answer(text, &mut authenticated, key.as_deref(), apply) {
+            Ok(reply) => reply,
+            Err(e) => {
+                say!("kauri nameserver: refused a client at {addr}: {e}");
+                let _ = wr
+                    .write_all(format!("error {}\n", encode(&e)).as_bytes())
+                    .await;
+                break;
             }
-            table.borrow_mut().forget(owner);
-            debug!(%addr, owner, "client left; its names are withdrawn");
-        });
+        };
+        if wr.write_all(reply.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    table.borrow_mut().forget(owner);
+    debug!(%addr, owner, "client left; its names are withdrawn");
+}
+
+/// The reply line to the request line `text` of a client, `authenticated` or not yet, with
+/// `apply` answering a name request; `Err` (why) when the client had to present `key` first
+/// and did not: it gets one error reply and is dropped.
+fn answer(
+    text: &str,
+    authenticated: &mut bool,
+    key: Option<&str>,
+    apply: impl FnOnce(&Service) -> ServiceReply,
+) -> Result<String, String> {
+    if let (false, Some(key)) = (*authenticated, key) {
+        check_auth(text, key)?;
+        *authenticated = true;
+        Ok("ok\n".to_string())
+    } else if text == "auth" || text.starts_with("auth ") {
+        Ok("ok\n".to_string())
+    } else {
+        Ok(match parse_request(text) {
+            Ok(s) => reply_line(&apply(&s)),
+            Err(e) => format!("error {}\n", encode(&e)),
+        })
     }
 }
 
@@ -690,6 +738,112 @@ async fn authenticate(
     }
 }
 
+/// A client's connection to the server: replies read by line, requests written.
+type Conn = (
+    BufReader<tokio::net::tcp::OwnedReadHalf>,
+    tokio::net::tcp::OwnedWriteHalf,
+);
+
+/// The request line for `req`, or (`Err`) the reply to a request that is not a name request.
+fn request_line(req: &Service) -> Result<String, ServiceReply> {
+    let by = |b: &Option<String>| b.as_ref().map(|b| format!(" {}", encode(b)));
+    Ok(match req {
+        Service::Publish { name, port, by: b } => format!(
+            "publish {} {}{}\n",
+            encode(name),
+            encode(port),
+            by(b).unwrap_or_default()
+        ),
+        Service::Unpublish { name, by: b } => {
+            format!("unpublish {}{}\n", encode(name), by(b).unwrap_or_default())
+        }
+        Service::Lookup { name, .. } => format!("lookup {}\n", encode(name)),
+        Service::Spawn { .. } => {
+            return Err(ServiceReply::Spawn(Err("not a name request".into())));
+        }
+        Service::JobOf { .. } => return Err(ServiceReply::Job(Err("not a name request".into()))),
+        Service::Terminate { .. } => {
+            return Err(ServiceReply::Done(Err("not a name request".into())));
+        }
+        Service::Jobs => return Err(ServiceReply::Jobs(Vec::new())),
+    })
+}
+
+/// Opens a connection to `addr` (within 10 s), presenting `key` if any. `Ok(Err(line))`: the
+/// server refused the key, and `line` is the answer to give; `Err`: why it could not connect.
+async fn open(addr: &str, key: Option<&str>) -> Result<Result<Conn, String>, String> {
+    match tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            let (r, w) = s.into_split();
+            let (mut r, mut w) = (BufReader::new(r), w);
+            if let Some(k) = key {
+                if let Err(e) = authenticate(&mut r, &mut w, k).await {
+                    say!("kauri: the name server at {addr} {e}");
+                    return Ok(Err(format!("error {}", encode(&e))));
+                }
+            }
+            Ok(Ok((r, w)))
+        }
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer within 10 s".into()),
+    }
+}
+
+/// Sends `line` and reads its answer line, on `conn` or on a connection opened to `addr`;
+/// a connection that broke is reopened once. `Err`: why no answer came.
+async fn exchange(
+    conn: &mut Option<Conn>,
+    addr: &str,
+    key: Option<&str>,
+    line: &str,
+) -> Result<String, String> {
+    let mut last_err = String::new();
+    for _ in 0..2 {
+        if conn.is_none() {
+            match open(addr, key).await? {
+                Ok(c) => *conn = Some(c),
+                Err(refused) => return Ok(refused),
+            }
+        }
+        let Some((r, w)) = conn.as_mut() else { break };
+        let mut got = String::new();
+        let ok = w.write_all(line.as_bytes()).await.is_ok()
+            && matches!(r.read_line(&mut got).await, Ok(n) if n > 0);
+        if ok {
+            return Ok(got);
+        }
+        last_err = "the connection closed".into();
+        *conn = None;
+    }
+    Err(last_err)
+}
+
+/// What the server at `addr` answered, `a` (a reply line): a port, nothing, or why not.
+fn read_answer(addr: &str, a: &str) -> Result<Option<String>, String> {
+    let a = a.trim_end();
+    match a.split_once(' ').unwrap_or((a, "")) {
+        ("ok", "") => Ok(None),
+        ("ok", p) => decode(p).map(Some),
+        ("error", e) => Err(decode(e).unwrap_or_else(|_| e.to_string())),
+        _ => Err(format!("the name server at {addr} answered {a:?}")),
+    }
+}
+
+/// The reply to `req` from the server's answer `result`: a lookup wants a port.
+fn service_reply(
+    req: &Service,
+    result: Result<Option<String>, String>,
+    addr: &str,
+) -> ServiceReply {
+    match req {
+        Service::Lookup { .. } => ServiceReply::Found(
+            result.and_then(|p| p.ok_or_else(|| format!("the name server at {addr} sent no port"))),
+        ),
+        _ => ServiceReply::Done(result.map(|_| ())),
+    }
+}
+
 /// The client side: one connection to a `kauri nameserver`, opened at the first request,
 /// reopened once if it broke; requests are answered in order.
 #[derive(Clone)]
@@ -709,107 +863,24 @@ impl Client {
     pub fn with_key(addr: String, key: Option<String>) -> Client {
         let (tx, mut rx) = mpsc::unbounded_channel::<Pending>();
         tokio::task::spawn_local(async move {
-            let mut conn: Option<(
-                BufReader<tokio::net::tcp::OwnedReadHalf>,
-                tokio::net::tcp::OwnedWriteHalf,
-            )> = None;
+            let mut conn: Option<Conn> = None;
             while let Some((req, reply)) = rx.recv().await {
-                let by = |b: &Option<String>| b.as_ref().map(|b| format!(" {}", encode(b)));
-                let line = match &req {
-                    Service::Publish { name, port, by: b } => format!(
-                        "publish {} {}{}\n",
-                        encode(name),
-                        encode(port),
-                        by(b).unwrap_or_default()
-                    ),
-                    Service::Unpublish { name, by: b } => {
-                        format!("unpublish {}{}\n", encode(name), by(b).unwrap_or_default())
-                    }
-                    Service::Lookup { name, .. } => format!("lookup {}\n", encode(name)),
-                    Service::Spawn { .. } => {
-                        let _ = reply.send(ServiceReply::Spawn(Err("not a name request".into())));
-                        continue;
-                    }
-                    Service::JobOf { .. } => {
-                        let _ = reply.send(ServiceReply::Job(Err("not a name request".into())));
-                        continue;
-                    }
-                    Service::Terminate { .. } => {
-                        let _ = reply.send(ServiceReply::Done(Err("not a name request".into())));
-                        continue;
-                    }
-                    Service::Jobs => {
-                        let _ = reply.send(ServiceReply::Jobs(Vec::new()));
+                let line = match request_line(&req) {
+                    Ok(line) => line,
+                    Err(refused) => {
+                        let _ = reply.send(refused);
                         continue;
                     }
                 };
-                let mut answer = None;
-                let mut last_err = String::new();
-                for _ in 0..2 {
-                    if conn.is_none() {
-                        match tokio::time::timeout(
-                            Duration::from_secs(10),
-                            TcpStream::connect(&addr),
-                        )
-                        .await
-                        {
-                            Ok(Ok(s)) => {
-                                let _ = s.set_nodelay(true);
-                                let (r, w) = s.into_split();
-                                let (mut r, mut w) = (BufReader::new(r), w);
-                                if let Some(k) = &key {
-                                    if let Err(e) = authenticate(&mut r, &mut w, k).await {
-                                        say!("kauri: the name server at {addr} {e}");
-                                        answer = Some(format!("error {}", encode(&e)));
-                                        break;
-                                    }
-                                }
-                                conn = Some((r, w));
-                            }
-                            Ok(Err(e)) => {
-                                last_err = e.to_string();
-                                break;
-                            }
-                            Err(_) => {
-                                last_err = "no answer within 10 s".into();
-                                break;
-                            }
-                        }
-                    }
-                    let Some((r, w)) = conn.as_mut() else { break };
-                    let mut got = String::new();
-                    let ok = w.write_all(line.as_bytes()).await.is_ok()
-                        && matches!(r.read_line(&mut got).await, Ok(n) if n > 0);
-                    if ok {
-                        answer = Some(got);
-                        break;
-                    }
-                    last_err = "the connection closed".into();
-                    conn = None;
-                }
-                let result: Result<Option<String>, String> = match answer {
-                    None => {
+                let result = match exchange(&mut conn, &addr, key.as_deref(), &line).await {
+                    Err(last_err) => {
                         let e = format!("the name server at {addr} is unreachable: {last_err}");
                         say!("kauri: {e}");
                         Err(e)
                     }
-                    Some(a) => {
-                        let a = a.trim_end();
-                        match a.split_once(' ').unwrap_or((a, "")) {
-                            ("ok", "") => Ok(None),
-                            ("ok", p) => decode(p).map(Some),
-                            ("error", e) => Err(decode(e).unwrap_or_else(|_| e.to_string())),
-                            _ => Err(format!("the name server at {addr} answered {a:?}")),
-                        }
-                    }
+                    Ok(a) => read_answer(&addr, &a),
                 };
-                let r = match req {
-                    Service::Lookup { .. } => ServiceReply::Found(result.and_then(|p| {
-                        p.ok_or_else(|| format!("the name server at {addr} sent no port"))
-                    })),
-                    _ => ServiceReply::Done(result.map(|_| ())),
-                };
-                let _ = reply.send(r);
+                let _ = reply.send(service_reply(&req, result, &addr));
             }
         });
         Client { tx }
@@ -862,6 +933,78 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A server with a key wants it first and refuses anything else; once in (or with no
+    /// key), `auth` lines are taken and requests go to the table.
+    #[test]
+    fn a_client_presents_the_key_then_asks() {
+        let mut table = Table::default();
+        let mut authed = false;
+        let no_request = |_: &Service| -> ServiceReply { panic!("not a request") };
+        assert!(answer("lookup a", &mut authed, Some("s3"), no_request).is_err());
+        assert!(!authed);
+        assert!(answer("auth other", &mut authed, Some("s3"), no_request).is_err());
+        assert_eq!(
+            answer("auth s3", &mut authed, Some("s3"), no_request),
+            Ok("ok\n".into())
+        );
+        assert!(authed);
+        assert_eq!(
+            answer("auth again", &mut authed, Some("s3"), no_request),
+            Ok("ok\n".into())
+        );
+        let mut apply = |s: &Service| table.apply(1, s);
+        assert_eq!(
+            answer("publish a p%201", &mut authed, Some("s3"), &mut apply),
+            Ok("ok\n".into())
+        );
+        assert_eq!(
+            answer("lookup a", &mut authed, Some("s3"), &mut apply),
+            Ok("ok p%201\n".into())
+        );
+        let mut open = false;
+        let bad = answer("frobnicate", &mut open, None, &mut apply).unwrap();
+        assert!(bad.starts_with("error "), "{bad}");
+    }
+
+    /// The client writes name requests as lines, answers the others itself, and reads the
+    /// server's answers: a port, nothing, an error, or garbage.
+    #[test]
+    fn the_client_writes_requests_and_reads_answers() {
+        let publish = Service::Publish {
+            name: "a b".into(),
+            port: "p".into(),
+            by: Some("ns:0".into()),
+        };
+        assert_eq!(request_line(&publish), Ok("publish a%20b p ns:0\n".into()));
+        assert_eq!(
+            request_line(&Service::lookup("x".into())),
+            Ok("lookup x\n".into())
+        );
+        assert_eq!(
+            request_line(&Service::Jobs),
+            Err(ServiceReply::Jobs(Vec::new()))
+        );
+        assert_eq!(read_answer("h:1", "ok\n"), Ok(None));
+        assert_eq!(read_answer("h:1", "ok p%201\n"), Ok(Some("p 1".into())));
+        assert_eq!(
+            read_answer("h:1", "error no%20such\n"),
+            Err("no such".into())
+        );
+        assert_eq!(
+            read_answer("h:1", "what"),
+            Err("the name server at h:1 answered \"what\"".into())
+        );
+        let lookup = Service::lookup("x".into());
+        assert_eq!(
+            service_reply(&lookup, Ok(None), "h:1"),
+            ServiceReply::Found(Err("the name server at h:1 sent no port".into()))
+        );
+        assert_eq!(
+            service_reply(&publish, Ok(Some("p".into())), "h:1"),
+            ServiceReply::Done(Ok(()))
+        );
     }
 
     /// Every option of the `kauri-nameserver` page is parsed, and one outside it is unknown.

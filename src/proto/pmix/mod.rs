@@ -286,88 +286,73 @@ impl JobInfo {
     /// and Slurm's `mpi/pmix` register, and what Open MPI 4.1's `ext3x` reads).
     /// `tmpdir` is this host's tmp directory for the job.
     pub fn new(job: &JobPlan, me: &HostPlan, tmpdir: &str) -> JobInfo {
-        let size = job.size as u32;
-        let universe = if job.universe_size > 0 {
-            job.universe_size as u32
-        } else {
-            size
-        };
-        let nodes = job.hosts.len().max(1);
-        // Every node's ranks, in rank order.
-        let mut on_node: Vec<Vec<u32>> = vec![Vec::new(); nodes];
-        for (r, &n) in job.rank_node.iter().enumerate() {
-            if let Some(list) = on_node.get_mut(n as usize) {
-                list.push(r as u32);
-            }
-        }
-        let node_of = |r: usize| job.rank_node.get(r).copied().unwrap_or(0);
-        let host_of = |n: u32| {
-            job.hosts
-                .get(n as usize)
-                .cloned()
-                .unwrap_or_else(|| me.host.clone())
-        };
-        // The first rank and the size of every app (MPMD segment).
-        let napps = job.apps.len().max(1);
-        let mut app_first = vec![u32::MAX; napps];
-        let mut app_size = vec![0u32; napps];
-        for (r, &a) in job.appnum.iter().enumerate() {
-            if let Some(f) = app_first.get_mut(a as usize) {
-                *f = (*f).min(r as u32);
-                app_size[a as usize] += 1;
-            }
-        }
+        let on_node = ranks_by_node(job);
+        let apps = Apps::of(job);
         let local: Vec<u32> = me.ranks.iter().map(|r| r.rank as u32).collect();
-        let local_ids: std::collections::HashMap<u32, u16> = me
-            .ranks
-            .iter()
-            .map(|r| (r.rank as u32, r.local_id as u16))
-            .collect();
-        let node_list = job.hosts.join(",");
-        let nmap = ffi::generate(&node_list, false).unwrap_or_else(|| node_list.clone());
-        let ppn_input = join(on_node.iter().map(|l| join(l, ",")), ";");
-        let pmap = ffi::generate(&ppn_input, true).unwrap_or_else(|| ppn_input.clone());
-
-        let mut info = vec![
-            kv(
-                "pmix.ssn.arr",
-                Val::Infos(vec![
-                    kv("pmix.session.id", Val::U32(1)),
-                    kv("pmix.univ.size", Val::U32(universe)),
-                ]),
-            ),
-            kv("pmix.univ.size", Val::U32(universe)),
-            kv("pmix.jobid", Val::Str(job.kvsname.clone())),
-            kv("pmix.nspace", Val::Str(job.kvsname.clone())),
-            kv("pmix.job.size", Val::U32(size)),
-            kv("pmix.max.size", Val::U32(universe)),
-            kv("pmix.job.napps", Val::U32(napps as u32)),
-            kv("pmix.num.nodes", Val::U32(nodes as u32)),
-            kv("pmix.nmap", Val::Str(nmap)),
-            kv("pmix.pmap", Val::Str(pmap)),
-            kv("pmix.nlist", Val::Str(node_list)),
-            kv("pmix.spawned", Val::Bool(job.spawner.is_some())),
-            kv("pmix.tmpdir", Val::Str(tmpdir.to_string())),
-            // The job's own directory in it: Open MPI makes its job session directory there
-            // and registers it for removal at the job's end; jobs of one server (spawned
-            // ones) sharing one, a job's end removed it under the next job's feet.
-            kv("pmix.nsdir", Val::Str(nsdir(tmpdir, &job.kvsname))),
-            // This host.
-            kv("pmix.hname", Val::Str(me.host.clone())),
-            kv("pmix.nodeid", Val::U32(me.index as u32)),
-            kv("pmix.local.size", Val::U32(local.len() as u32)),
-            kv("pmix.node.size", Val::U32(local.len() as u32)),
-            kv("pmix.lpeers", Val::Str(join(&local, ","))),
-            kv(
-                "pmix.lldr",
-                Val::Rank(local.iter().copied().min().unwrap_or(0)),
-            ),
-        ];
+        let mut info = job_entries(job, me, tmpdir, &on_node, &local);
         if let (Some(ns), Some(r)) = (&job.spawner, job.parent_rank) {
             // PMIX_PARENT_ID: the process whose spawn started this job.
             info.push(kv("pmix.parent", Val::Proc(ns.clone(), r)));
         }
-        for (a, (&first, &n)) in app_first.iter().zip(&app_size).enumerate() {
+        info.extend(apps.entries());
+        info.extend(node_entries(job, me, &on_node));
+        info.extend(proc_entries(job, me, &on_node, &apps));
+        JobInfo {
+            nspace: job.kvsname.clone(),
+            info,
+            local,
+        }
+    }
+}
+
+/// Every node's ranks, in rank order (one list per host of `job`, at least one).
+fn ranks_by_node(job: &JobPlan) -> Vec<Vec<u32>> {
+    let nodes = job.hosts.len().max(1);
+    let mut on_node: Vec<Vec<u32>> = vec![Vec::new(); nodes];
+    for (r, &n) in job.rank_node.iter().enumerate() {
+        if let Some(list) = on_node.get_mut(n as usize) {
+            list.push(r as u32);
+        }
+    }
+    on_node
+}
+
+/// The name of node `n` of `job` (this host's when the plan has no such node).
+fn host_of(job: &JobPlan, me: &HostPlan, n: u32) -> String {
+    job.hosts
+        .get(n as usize)
+        .cloned()
+        .unwrap_or_else(|| me.host.clone())
+}
+
+/// The first rank and the size of every app (MPMD segment) of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Apps {
+    /// `first[a]`: app `a`'s lowest rank, `u32::MAX` when it has none.
+    first: Vec<u32>,
+    /// `size[a]`: how many ranks app `a` has.
+    size: Vec<u32>,
+}
+
+impl Apps {
+    /// The apps of `job` (at least one), from its ranks' `appnum`.
+    fn of(job: &JobPlan) -> Apps {
+        let napps = job.apps.len().max(1);
+        let mut first = vec![u32::MAX; napps];
+        let mut size = vec![0u32; napps];
+        for (r, &a) in job.appnum.iter().enumerate() {
+            if let Some(f) = first.get_mut(a as usize) {
+                *f = (*f).min(r as u32);
+                size[a as usize] += 1;
+            }
+        }
+        Apps { first, size }
+    }
+
+    /// One `pmix.app.arr` per app: its number, size and leader.
+    fn entries(&self) -> Vec<(String, Val)> {
+        let mut info = Vec::new();
+        for (a, (&first, &n)) in self.first.iter().zip(&self.size).enumerate() {
             info.push(kv(
                 "pmix.app.arr",
                 Val::Infos(vec![
@@ -380,52 +365,128 @@ impl JobInfo {
                 ]),
             ));
         }
-        for (n, ranks) in on_node.iter().enumerate() {
-            info.push(kv(
-                "pmix.node.arr",
-                Val::Infos(vec![
-                    kv("pmix.nodeid", Val::U32(n as u32)),
-                    kv("pmix.hname", Val::Str(host_of(n as u32))),
-                    kv("pmix.local.size", Val::U32(ranks.len() as u32)),
-                    kv("pmix.node.size", Val::U32(ranks.len() as u32)),
-                    kv("pmix.lpeers", Val::Str(join(ranks, ","))),
-                    kv("pmix.lldr", Val::Rank(ranks.first().copied().unwrap_or(0))),
-                ]),
-            ));
-        }
-        for r in 0..job.size {
-            let rank = r as u32;
-            let app = job.appnum.get(r).copied().unwrap_or(0);
-            let first = app_first.get(app as usize).copied().unwrap_or(0);
-            let node = node_of(r);
-            let mut p = vec![
-                kv("pmix.rank", Val::Rank(rank)),
-                kv("pmix.appnum", Val::U32(app)),
-                kv("pmix.aldr", Val::Rank(first)),
-                kv("pmix.apprank", Val::Rank(rank.saturating_sub(first))),
-                kv("pmix.grank", Val::Rank(rank)),
-                kv("pmix.nodeid", Val::U32(node)),
-                kv("pmix.hname", Val::Str(host_of(node))),
-            ];
-            // Local and node rank: the index among the ranks of its node.
-            let lr = local_ids.get(&rank).copied().or_else(|| {
-                on_node
-                    .get(node as usize)
-                    .and_then(|l| l.iter().position(|&x| x == rank))
-                    .map(|i| i as u16)
-            });
-            if let Some(lr) = lr {
-                p.push(kv("pmix.lrank", Val::U16(lr)));
-                p.push(kv("pmix.nrank", Val::U16(lr)));
-            }
-            info.push(kv("pmix.pdata", Val::Infos(p)));
-        }
-        JobInfo {
-            nspace: job.kvsname.clone(),
-            info,
-            local,
-        }
+        info
     }
+}
+
+/// The session- and job-level entries of `job`, then those of this host `me`, whose ranks
+/// are `local`: `on_node` gives the process map.
+fn job_entries(
+    job: &JobPlan,
+    me: &HostPlan,
+    tmpdir: &str,
+    on_node: &[Vec<u32>],
+    local: &[u32],
+) -> Vec<(String, Val)> {
+    let size = job.size as u32;
+    let universe = if job.universe_size > 0 {
+        job.universe_size as u32
+    } else {
+        size
+    };
+    let napps = job.apps.len().max(1);
+    let node_list = job.hosts.join(",");
+    let nmap = ffi::generate(&node_list, false).unwrap_or_else(|| node_list.clone());
+    let ppn_input = join(on_node.iter().map(|l| join(l, ",")), ";");
+    let pmap = ffi::generate(&ppn_input, true).unwrap_or_else(|| ppn_input.clone());
+    vec![
+        kv(
+            "pmix.ssn.arr",
+            Val::Infos(vec![
+                kv("pmix.session.id", Val::U32(1)),
+                kv("pmix.univ.size", Val::U32(universe)),
+            ]),
+        ),
+        kv("pmix.univ.size", Val::U32(universe)),
+        kv("pmix.jobid", Val::Str(job.kvsname.clone())),
+        kv("pmix.nspace", Val::Str(job.kvsname.clone())),
+        kv("pmix.job.size", Val::U32(size)),
+        kv("pmix.max.size", Val::U32(universe)),
+        kv("pmix.job.napps", Val::U32(napps as u32)),
+        kv("pmix.num.nodes", Val::U32(on_node.len() as u32)),
+        kv("pmix.nmap", Val::Str(nmap)),
+        kv("pmix.pmap", Val::Str(pmap)),
+        kv("pmix.nlist", Val::Str(node_list)),
+        kv("pmix.spawned", Val::Bool(job.spawner.is_some())),
+        kv("pmix.tmpdir", Val::Str(tmpdir.to_string())),
+        // The job's own directory in it: Open MPI makes its job session directory there
+        // and registers it for removal at the job's end; jobs of one server (spawned
+        // ones) sharing one, a job's end removed it under the next job's feet.
+        kv("pmix.nsdir", Val::Str(nsdir(tmpdir, &job.kvsname))),
+        // This host.
+        kv("pmix.hname", Val::Str(me.host.clone())),
+        kv("pmix.nodeid", Val::U32(me.index as u32)),
+        kv("pmix.local.size", Val::U32(local.len() as u32)),
+        kv("pmix.node.size", Val::U32(local.len() as u32)),
+        kv("pmix.lpeers", Val::Str(join(local, ","))),
+        kv(
+            "pmix.lldr",
+            Val::Rank(local.iter().copied().min().unwrap_or(0)),
+        ),
+    ]
+}
+
+/// One `pmix.node.arr` per node: its id, name, size, ranks and leader.
+fn node_entries(job: &JobPlan, me: &HostPlan, on_node: &[Vec<u32>]) -> Vec<(String, Val)> {
+    let mut info = Vec::new();
+    for (n, ranks) in on_node.iter().enumerate() {
+        info.push(kv(
+            "pmix.node.arr",
+            Val::Infos(vec![
+                kv("pmix.nodeid", Val::U32(n as u32)),
+                kv("pmix.hname", Val::Str(host_of(job, me, n as u32))),
+                kv("pmix.local.size", Val::U32(ranks.len() as u32)),
+                kv("pmix.node.size", Val::U32(ranks.len() as u32)),
+                kv("pmix.lpeers", Val::Str(join(ranks, ","))),
+                kv("pmix.lldr", Val::Rank(ranks.first().copied().unwrap_or(0))),
+            ]),
+        ));
+    }
+    info
+}
+
+/// One `pmix.pdata` per rank of `job`: its app, node and local rank.
+fn proc_entries(
+    job: &JobPlan,
+    me: &HostPlan,
+    on_node: &[Vec<u32>],
+    apps: &Apps,
+) -> Vec<(String, Val)> {
+    let local_ids: std::collections::HashMap<u32, u16> = me
+        .ranks
+        .iter()
+        .map(|r| (r.rank as u32, r.local_id as u16))
+        .collect();
+    let node_of = |r: usize| job.rank_node.get(r).copied().unwrap_or(0);
+    let mut info = Vec::new();
+    for r in 0..job.size {
+        let rank = r as u32;
+        let app = job.appnum.get(r).copied().unwrap_or(0);
+        let first = apps.first.get(app as usize).copied().unwrap_or(0);
+        let node = node_of(r);
+        let mut p = vec![
+            kv("pmix.rank", Val::Rank(rank)),
+            kv("pmix.appnum", Val::U32(app)),
+            kv("pmix.aldr", Val::Rank(first)),
+            kv("pmix.apprank", Val::Rank(rank.saturating_sub(first))),
+            kv("pmix.grank", Val::Rank(rank)),
+            kv("pmix.nodeid", Val::U32(node)),
+            kv("pmix.hname", Val::Str(host_of(job, me, node))),
+        ];
+        // Local and node rank: the index among the ranks of its node.
+        let lr = local_ids.get(&rank).copied().or_else(|| {
+            on_node
+                .get(node as usize)
+                .and_then(|l| l.iter().position(|&x| x == rank))
+                .map(|i| i as u16)
+        });
+        if let Some(lr) = lr {
+            p.push(kv("pmix.lrank", Val::U16(lr)));
+            p.push(kv("pmix.nrank", Val::U16(lr)));
+        }
+        info.push(kv("pmix.pdata", Val::Infos(p)));
+    }
+    info
 }
 
 /// Registers a job's namespace and its local clients with this process's server, and sends
@@ -616,6 +677,30 @@ mod tests {
             .filter(|(k, _)| k == key)
             .map(|(_, v)| v)
             .collect()
+    }
+
+    /// Ranks are listed per node in rank order, a rank on an unknown node left out; each
+    /// app's leader is its lowest rank, an app with no rank has none (`u32::MAX`).
+    #[test]
+    fn ranks_are_grouped_by_node_and_by_app() {
+        let mut j = plan(vec![1, 0, 1, 7], &["a", "b"]);
+        assert_eq!(ranks_by_node(&j), vec![vec![1], vec![0, 2]]);
+        j.apps.push(j.apps[0].clone());
+        j.apps.push(j.apps[0].clone());
+        j.appnum = vec![1, 1, 0, 1];
+        let apps = Apps::of(&j);
+        assert_eq!(apps.first, vec![2, 0, u32::MAX]);
+        assert_eq!(apps.size, vec![1, 3, 0]);
+        let leaders: Vec<Val> = apps
+            .entries()
+            .into_iter()
+            .map(|(_, v)| match v {
+                Val::Infos(kvs) => kvs[2].1.clone(),
+                v => v,
+            })
+            .collect();
+        assert_eq!(leaders, vec![Val::Rank(2), Val::Rank(0), Val::Rank(0)]);
+        assert_eq!(ranks_by_node(&plan(vec![0, 0], &[])), vec![vec![0, 1]]);
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //! [`Framing`] tells the two protocols apart on one socket: PMI-1 lines until an `init` asks
 //! for version 2, then PMI-2 frames.
 //!
+//! This module holds the engine, its state and the steps both protocols share; `v1` handles
+//! PMI-1 requests and `v2` PMI-2 requests, one method per command.
+//!
 //! With `KAURI_PMI_TRACE=1` (or `kauri -v -v`), the engine logs every request it handles and
 //! every reply it hands out, as wire text with the job and the rank, through `tracing` under
 //! the target [`TRACE_TARGET`] (the subscriber adds the time). Off, it costs one `bool` test
@@ -23,10 +26,13 @@
 use crate::proto::kvs::{Delta, Kvs, Packed};
 use crate::proto::service::{Service, ServiceReply};
 use bytes::{Bytes, BytesMut};
-use pmi_wire::limits::{KEY_MAX, KVSNAME_MAX, VALUE_MAX};
-use pmi_wire::v2::{Frame, Lookup};
-use pmi_wire::{v1, v2, Status, WireError};
+use pmi_wire::limits::{KEY_MAX, VALUE_MAX};
+use pmi_wire::v2::Frame;
+use pmi_wire::{Status, WireError};
 use std::collections::{HashMap, HashSet};
+
+mod v1;
+mod v2;
 
 /// The `tracing` target of the PMI wire trace.
 pub const TRACE_TARGET: &str = "kauri_pmi_trace";
@@ -47,9 +53,9 @@ pub type ConnId = u64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Incoming {
     /// A PMI-1 message.
-    V1(v1::Request),
+    V1(pmi_wire::v1::Request),
     /// A PMI-2 frame.
-    V2(Frame<v2::Request>),
+    V2(Frame<pmi_wire::v2::Request>),
 }
 
 /// Per-connection framing: PMI-1 lines until `init` asks for version 2, then PMI-2 frames.
@@ -59,14 +65,14 @@ pub struct Framing {
 }
 
 impl Framing {
-    /// Takes the next complete request off `buf` (see [`v1::Request::decode`] for how errors
-    /// consume input).
+    /// Takes the next complete request off `buf` (see [`pmi_wire::v1::Request::decode`] for
+    /// how errors consume input).
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Incoming>, WireError> {
         if self.v2 {
-            return Ok(Frame::<v2::Request>::decode(buf)?.map(Incoming::V2));
+            return Ok(Frame::<pmi_wire::v2::Request>::decode(buf)?.map(Incoming::V2));
         }
-        let req = v1::Request::decode(buf)?;
-        if let Some(v1::Request::Init { version: 2, .. }) = req {
+        let req = pmi_wire::v1::Request::decode(buf)?;
+        if let Some(pmi_wire::v1::Request::Init { version: 2, .. }) = req {
             self.v2 = true;
         }
         Ok(req.map(Incoming::V1))
@@ -180,11 +186,32 @@ enum Asked {
     Lookup,
 }
 
+/// A connection waiting for an answer: a fence's end, a node attribute, the front end's reply.
 #[derive(Debug, Clone)]
 struct Waiter {
     conn: ConnId,
     thrid: Option<String>,
     v2: bool,
+}
+
+impl Waiter {
+    /// A PMI-1 connection waiting.
+    fn v1(conn: ConnId) -> Waiter {
+        Waiter {
+            conn,
+            thrid: None,
+            v2: false,
+        }
+    }
+
+    /// A PMI-2 connection waiting; the answer goes under `thrid`.
+    fn v2(conn: ConnId, thrid: Option<String>) -> Waiter {
+        Waiter {
+            conn,
+            thrid,
+            v2: true,
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -505,11 +532,15 @@ impl Engine {
         self.in_fence.clear();
         for w in std::mem::take(&mut self.fence_waiters) {
             if w.v2 {
-                self.send_v2(w.conn, w.thrid, v2::Response::KvsFence(Status::ok()));
+                self.send_v2(
+                    w.conn,
+                    w.thrid,
+                    pmi_wire::v2::Response::KvsFence(Status::ok()),
+                );
             } else {
                 self.send_v1(
                     w.conn,
-                    v1::Response::BarrierOut {
+                    pmi_wire::v1::Response::BarrierOut {
                         status: Status::ok(),
                         tag: None,
                     },
@@ -546,7 +577,7 @@ impl Engine {
             if v2 {
                 pmi_wire::v2::encode_error(name, None, &status, b);
             } else {
-                v1::encode_error(name, &status, b);
+                pmi_wire::v1::encode_error(name, &status, b);
             }
         });
     }
@@ -674,77 +705,16 @@ impl Engine {
         let Some((w, asked)) = self.pending.remove(&id) else {
             return;
         };
-        let fail = |e: String| Status::error(1, e);
-        if w.v2 {
-            use v2::Response as A;
-            let msg = match (asked, reply) {
-                (Asked::Spawn, ServiceReply::Spawn(Ok(d))) => A::Spawn {
-                    status: Status::ok(),
-                    jobid: Some(d.jobid),
-                    errcodes: Vec::new(),
-                },
-                (Asked::Spawn, ServiceReply::Spawn(Err(e))) => A::Spawn {
-                    status: fail(e),
-                    jobid: None,
-                    errcodes: Vec::new(),
-                },
-                (Asked::Publish, ServiceReply::Done(r)) => {
-                    A::NamePublish(r.map_or_else(fail, |()| Status::ok()))
-                }
-                (Asked::Unpublish, ServiceReply::Done(r)) => {
-                    A::NameUnpublish(r.map_or_else(fail, |()| Status::ok()))
-                }
-                (Asked::Lookup, ServiceReply::Found(r)) => A::NameLookup(match r {
-                    Ok(port) => Lookup::found(port),
-                    Err(e) => Lookup::not_found(e),
-                }),
-                (asked, reply) => {
-                    self.out.push(Output::ProtocolError {
-                        rank: self.rank_of(w.conn),
-                        error: format!("internal: {asked:?} answered with {reply:?}"),
-                    });
-                    return;
-                }
-            };
-            self.send_v2(w.conn, w.thrid, msg);
+        let sent = if w.v2 {
+            v2::service_answer(asked, reply).map(|msg| self.send_v2(w.conn, w.thrid, msg))
         } else {
-            use v1::Response as A;
-            let msg = match (asked, reply) {
-                // No `errcodes`: clients read their absence as all 0, and a long list would
-                // not fit the classic clients' line buffer.
-                (Asked::Spawn, ServiceReply::Spawn(Ok(_))) => A::SpawnResult {
-                    status: Status::ok(),
-                    errcodes: Vec::new(),
-                },
-                (Asked::Spawn, ServiceReply::Spawn(Err(e))) => A::SpawnResult {
-                    status: fail(e),
-                    errcodes: Vec::new(),
-                },
-                (Asked::Publish, ServiceReply::Done(r)) => {
-                    A::PublishResult(r.map_or_else(fail, |()| Status::ok()))
-                }
-                (Asked::Unpublish, ServiceReply::Done(r)) => {
-                    A::UnpublishResult(r.map_or_else(fail, |()| Status::ok()))
-                }
-                (Asked::Lookup, ServiceReply::Found(r)) => match r {
-                    Ok(port) => A::LookupResult {
-                        status: Status::ok(),
-                        port: Some(port),
-                    },
-                    Err(e) => A::LookupResult {
-                        status: fail(e),
-                        port: None,
-                    },
-                },
-                (asked, reply) => {
-                    self.out.push(Output::ProtocolError {
-                        rank: self.rank_of(w.conn),
-                        error: format!("internal: {asked:?} answered with {reply:?}"),
-                    });
-                    return;
-                }
-            };
-            self.send_v1(w.conn, msg);
+            v1::service_answer(asked, reply).map(|msg| self.send_v1(w.conn, msg))
+        };
+        if let Err(error) = sent {
+            self.out.push(Output::ProtocolError {
+                rank: self.rank_of(w.conn),
+                error,
+            });
         }
     }
 
@@ -765,421 +735,20 @@ impl Engine {
         })
     }
 
-    // -----------------------------------------------------------------------------------------
-    // PMI-1
-
-    fn send_v1(&mut self, conn: ConnId, r: v1::Response) {
-        self.push_send(conn, |b| r.encode(b));
-    }
-
-    fn handle_v1(&mut self, conn: ConnId, req: v1::Request) {
-        use v1::Request as Q;
-        use v1::Response as A;
-        let reply = match req {
-            Q::InitAck { pmiid } => {
-                let id = pmiid
-                    .trim()
-                    .parse::<i64>()
-                    .map_err(|_| format!("bad pmiid {pmiid:?}"));
-                match id.and_then(|id| self.bind(conn, id)) {
-                    Ok(rank) => {
-                        self.send_v1(conn, A::InitAck);
-                        let size = self.job.size.to_string();
-                        for (k, v) in [
-                            ("size", size),
-                            ("rank", rank.to_string()),
-                            ("debug", "0".into()),
-                        ] {
-                            self.send_v1(
-                                conn,
-                                A::Set {
-                                    key: k.into(),
-                                    value: v,
-                                },
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        self.out.push(Output::ProtocolError {
-                            rank: None,
-                            error: e,
-                        });
-                        self.out.push(Output::Close { conn });
-                    }
-                }
-                return;
-            }
-            Q::Init {
-                version,
-                subversion,
-            } => {
-                let (v, s, status) = match version {
-                    1 => (1, 1, Status::ok()),
-                    2 => (2, 0, Status::ok()),
-                    _ => (
-                        version,
-                        subversion,
-                        Status::error(
-                            -1,
-                            format!("PMI version {version}.{subversion} not supported: kauri speaks 1.1 and 2.0"),
-                        ),
-                    ),
-                };
-                if status.is_ok() && version == 1 {
-                    self.mark_initialized(conn);
-                }
-                A::Init {
-                    status,
-                    version: v,
-                    subversion: s,
-                }
-            }
-            Q::GetMaxes => A::Maxes {
-                kvsname_max: KVSNAME_MAX,
-                keylen_max: KEY_MAX,
-                vallen_max: VALUE_MAX,
-            },
-            Q::GetAppnum => A::Appnum {
-                appnum: self.appnum(conn) as i32,
-            },
-            Q::GetMyKvsname => A::MyKvsname {
-                kvsname: self.job.kvsname.clone(),
-            },
-            Q::GetUniverseSize => A::UniverseSize {
-                size: self.job.universe_size as i32,
-            },
-            Q::BarrierIn { group: Some(g) } => A::BarrierOut {
-                status: Status::error(
-                    -1,
-                    format!("group barriers ({g}) need PMI 1.2; kauri speaks 1.1"),
-                ),
-                tag: None,
-            },
-            Q::BarrierIn { group: None } => {
-                let w = Waiter {
-                    conn,
-                    thrid: None,
-                    v2: false,
-                };
-                match self.enter_fence(conn, w) {
-                    Ok(()) => return,
-                    Err(e) => A::BarrierOut {
-                        status: Status::error(-1, e),
-                        tag: None,
-                    },
-                }
-            }
-            Q::Put {
-                key,
-                value,
-                kvsname,
-            } => match Self::check_put(&key, &value) {
-                // MPICH's singleton client replays its one cached put once it has a process
-                // manager, an empty one when it had none.
-                Err(_) if self.job.puts_visible_at_once && key.is_empty() && value.is_empty() => {
-                    A::PutResult(Status::ok())
-                }
-                Ok(()) if kvsname == PUBLISH_KVS => {
-                    self.out.push(Output::Publish {
-                        delta: vec![(key, value)],
-                    });
-                    A::PutResult(Status::ok())
-                }
-                Ok(()) if self.job.puts_visible_at_once => {
-                    self.kvs.preput(key, value);
-                    A::PutResult(Status::ok())
-                }
-                Ok(()) => {
-                    self.kvs.put(&key, &value);
-                    A::PutResult(Status::ok())
-                }
-                Err(e) => A::PutResult(Status::error(-1, e)),
-            },
-            // Job attributes are answered whatever the kvsname, as Hydra's proxy answers
-            // `PMI_process_mapping`; the KVS only under the job's own name, as Hydra's server
-            // refuses any other. MPICH's ch3 singleton copes as under Hydra: when a `get` under
-            // the `singinit_kvs_PID_0` it made up fails, it asks for the name the process
-            // manager gave and retries (`MPIDI_PG_CheckForSingleton`).
-            Q::Get { key, kvsname } => match self.job_attr(&key) {
-                Some(v) => A::GetResult {
-                    status: Status::ok(),
-                    value: Some(v),
-                },
-                None if kvsname != self.job.kvsname => A::GetResult {
-                    status: Status::error(
-                        -1,
-                        format!("kvsname {kvsname} is not this job's ({})", self.job.kvsname),
-                    ),
-                    value: None,
-                },
-                None => match self.kvs.get(&key) {
-                    Some(v) => A::GetResult {
-                        status: Status::ok(),
-                        value: Some(v.to_string()),
-                    },
-                    None => A::GetResult {
-                        status: Status::error(1, format!("key {key} not found")),
-                        value: None,
-                    },
-                },
-            },
-            Q::GetByIdx { idx, .. } => {
-                match usize::try_from(idx)
-                    .ok()
-                    .and_then(|i| self.kvs.get_by_idx(i))
-                {
-                    Some((k, v)) => A::GetByIdxResult {
-                        status: Status::ok(),
-                        nextidx: Some(idx + 1),
-                        key: Some(k.to_string()),
-                        val: Some(v.to_string()),
-                    },
-                    None => A::GetByIdxResult {
-                        status: Status::error(-2, "no more keys"),
-                        nextidx: None,
-                        key: None,
-                        val: None,
-                    },
-                }
-            }
-            Q::PublishName { service, port } => {
-                let w = Waiter {
-                    conn,
-                    thrid: None,
-                    v2: false,
-                };
-                return self.ask(w, Asked::Publish, Service::publish(service, port));
-            }
-            Q::UnpublishName { service } => {
-                let w = Waiter {
-                    conn,
-                    thrid: None,
-                    v2: false,
-                };
-                return self.ask(w, Asked::Unpublish, Service::unpublish(service));
-            }
-            Q::LookupName { service } => {
-                let w = Waiter {
-                    conn,
-                    thrid: None,
-                    v2: false,
-                };
-                return self.ask(w, Asked::Lookup, Service::lookup(service));
-            }
-            Q::Abort { exitcode, message } => {
-                self.out.push(Output::Abort {
-                    rank: self.rank_of(conn),
-                    code: exitcode.unwrap_or(1),
-                    message: message.unwrap_or_default(),
-                });
-                return;
-            }
-            Q::Finalize => {
-                self.finalize(conn);
-                A::FinalizeAck
-            }
-            Q::Singinit { .. } => A::SinginitInfo {
-                versionok: "no".into(),
-                stdio: "no".into(),
-                kvsname: self.job.kvsname.clone(),
-            },
-            Q::Spawn(spawn) => match Self::spawn_request(spawn) {
-                Ok(s) => {
-                    let w = Waiter {
-                        conn,
-                        thrid: None,
-                        v2: false,
-                    };
-                    return self.ask(w, Asked::Spawn, s);
-                }
-                Err(e) => A::SpawnResult {
-                    status: Status::error(-1, e),
-                    errcodes: Vec::new(),
-                },
-            },
-        };
-        self.send_v1(conn, reply);
-    }
-
-    // -----------------------------------------------------------------------------------------
-    // PMI-2
-
-    fn send_v2(&mut self, conn: ConnId, thrid: Option<String>, msg: v2::Response) {
-        self.push_send(conn, |b| Frame { thrid, msg }.encode(b));
-    }
-
-    fn handle_v2(&mut self, conn: ConnId, frame: Frame<v2::Request>) {
-        use v2::Request as Q;
-        use v2::Response as A;
-        let thrid = frame.thrid;
-        let reply = match frame.msg {
-            Q::FullInit { pmirank, .. } => {
-                let bound = match (self.rank_of(conn), pmirank) {
-                    (Some(r), _) => Ok(r),
-                    (None, Some(id)) => self.bind(conn, id),
-                    (None, None) => Err("fullinit without pmirank on an unbound connection".into()),
-                };
-                match bound {
-                    Ok(rank) => {
-                        self.mark_initialized(conn);
-                        A::FullInit {
-                            status: Status::ok(),
-                            rank: rank as i64,
-                            size: self.job.size as i64,
-                            appnum: self.appnum(conn).into(),
-                            spawner_jobid: self.job.spawner_jobid.clone(),
-                            debugged: false,
-                            pmiverbose: false,
-                        }
-                    }
-                    Err(e) => A::FullInit {
-                        status: Status::error(-1, e),
-                        rank: -1,
-                        size: self.job.size as i64,
-                        appnum: 0,
-                        spawner_jobid: None,
-                        debugged: false,
-                        pmiverbose: false,
-                    },
-                }
-            }
-            Q::JobGetId => A::JobGetId {
-                status: Status::ok(),
-                jobid: self.job.kvsname.clone(),
-            },
-            // The MPI library connects jobs itself (over the port it looked up); the process
-            // manager has nothing to copy, as under Hydra and Slurm: `kvscopy=FALSE`.
-            Q::JobConnect { .. } => A::JobConnect {
-                status: Status::ok(),
-                kvscopy: false,
-            },
-            Q::JobDisconnect { .. } => A::JobDisconnect(Status::ok()),
-            Q::KvsPut { key, value } => match Self::check_put(&key, &value) {
-                Ok(()) => {
-                    self.kvs.put(&key, &value);
-                    A::KvsPut(Status::ok())
-                }
-                Err(e) => A::KvsPut(Status::error(-1, e)),
-            },
-            Q::KvsGet { jobid, key, .. } => {
-                let ours = jobid.as_deref().is_none_or(|j| j == self.job.kvsname);
-                let v = if key == DEAD_PROCESSES_KEY {
-                    Some(self.dead_processes())
-                } else if ours {
-                    self.kvs.get(&key).map(str::to_string)
-                } else {
-                    None
-                };
-                A::KvsGet(match v {
-                    Some(v) => Lookup::found(v),
-                    None => Lookup::not_found(format!("key {key} not found")),
-                })
-            }
-            Q::KvsFence => {
-                let w = Waiter {
-                    conn,
-                    thrid: thrid.clone(),
-                    v2: true,
-                };
-                match self.enter_fence(conn, w) {
-                    Ok(()) => return,
-                    Err(e) => A::KvsFence(Status::error(-1, e)),
-                }
-            }
-            Q::InfoPutNodeAttr { key, value } => match Self::check_put(&key, &value) {
-                Ok(()) => {
-                    for w in self.node_waiters.remove(&key).unwrap_or_default() {
-                        self.send_v2(
-                            w.conn,
-                            w.thrid,
-                            A::InfoGetNodeAttr(Lookup::found(value.clone())),
-                        );
-                    }
-                    self.node_attrs.insert(key, value);
-                    A::InfoPutNodeAttr(Status::ok())
-                }
-                Err(e) => A::InfoPutNodeAttr(Status::error(-1, e)),
-            },
-            Q::InfoGetNodeAttr { key, wait } => match self.node_attrs.get(&key) {
-                Some(v) => A::InfoGetNodeAttr(Lookup::found(v.clone())),
-                None if wait => {
-                    self.node_waiters.entry(key).or_default().push(Waiter {
-                        conn,
-                        thrid,
-                        v2: true,
-                    });
-                    return;
-                }
-                None => {
-                    A::InfoGetNodeAttr(Lookup::not_found(format!("node attribute {key} not found")))
-                }
-            },
-            Q::InfoGetJobAttr { key } => A::InfoGetJobAttr(match self.job_attr(&key) {
-                Some(v) => Lookup::found(v),
-                None => Lookup::not_found(format!("job attribute {key} not found")),
-            }),
-            Q::NamePublish { name, port, .. } => {
-                let w = Waiter {
-                    conn,
-                    thrid,
-                    v2: true,
-                };
-                return self.ask(w, Asked::Publish, Service::publish(name, port));
-            }
-            Q::NameUnpublish { name } => {
-                let w = Waiter {
-                    conn,
-                    thrid,
-                    v2: true,
-                };
-                return self.ask(w, Asked::Unpublish, Service::unpublish(name));
-            }
-            Q::NameLookup { name } => {
-                let w = Waiter {
-                    conn,
-                    thrid,
-                    v2: true,
-                };
-                return self.ask(w, Asked::Lookup, Service::lookup(name));
-            }
-            Q::Spawn(spawn) => match Self::spawn_request(spawn) {
-                Ok(s) => {
-                    let w = Waiter {
-                        conn,
-                        thrid,
-                        v2: true,
-                    };
-                    return self.ask(w, Asked::Spawn, s);
-                }
-                Err(e) => A::Spawn {
-                    status: Status::error(-1, e),
-                    jobid: None,
-                    errcodes: Vec::new(),
-                },
-            },
-            Q::Abort {
-                message, exitcode, ..
-            } => {
-                self.out.push(Output::Abort {
-                    rank: self.rank_of(conn),
-                    // Old MPICH clients send no code; Hydra then exits with 255.
-                    code: exitcode.unwrap_or(255),
-                    message: message.unwrap_or_default(),
-                });
-                return;
-            }
-            Q::Finalize => {
-                self.finalize(conn);
-                A::Finalize(Status::ok())
-            }
-        };
-        self.send_v2(conn, thrid, reply);
+    /// Reports that the rank on `conn` asked to end the job with `code`.
+    fn abort(&mut self, conn: ConnId, code: i32, message: Option<String>) {
+        self.out.push(Output::Abort {
+            rank: self.rank_of(conn),
+            code,
+            message: message.unwrap_or_default(),
+        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pmi_wire::v2;
 
     fn engine(size: usize) -> Engine {
         let mut e = Engine::new(JobInfo {
