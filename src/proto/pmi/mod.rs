@@ -15,6 +15,9 @@
 //! [`Framing`] tells the two protocols apart on one socket: PMI-1 lines until an `init` asks
 //! for version 2, then PMI-2 frames.
 //!
+//! This module holds the engine, its state and the steps both protocols share; `v1` handles
+//! PMI-1 requests and `v2` PMI-2 requests, one method per command.
+//!
 //! With `KAURI_PMI_TRACE=1` (or `kauri -v -v`), the engine logs every request it handles and
 //! every reply it hands out, as wire text with the job and the rank, through `tracing` under
 //! the target [`TRACE_TARGET`] (the subscriber adds the time). Off, it costs one `bool` test
