@@ -145,11 +145,7 @@ pub(super) unsafe extern "C" fn up_fence(
             reply: CollectiveReply::Fence(reply),
         },
     };
-    if deliver_any(&procs, up) {
-        PMIX_SUCCESS
-    } else {
-        PMIX_ERR_NOT_FOUND
-    }
+    delivered(deliver_any(&procs, up))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -209,11 +205,7 @@ pub(super) unsafe extern "C" fn up_spawn(
         job_info,
         reply,
     };
-    if deliver(&ns, up) {
-        PMIX_SUCCESS
-    } else {
-        PMIX_ERR_NOT_FOUND
-    }
+    delivered(deliver(&ns, up))
 }
 
 pub(super) unsafe extern "C" fn up_connect(
@@ -261,11 +253,7 @@ pub(super) unsafe extern "C" fn up_disconnect(
         data: Vec::new(),
         reply: CollectiveReply::Op(OpReply { cbfunc, cbdata }),
     };
-    if deliver_any(&procs, up) {
-        PMIX_SUCCESS
-    } else {
-        PMIX_ERR_NOT_FOUND
-    }
+    delivered(deliver_any(&procs, up))
 }
 
 /// Directives of a group operation Kauri accepts without acting on them itself: the library
@@ -355,11 +343,7 @@ pub(super) unsafe extern "C" fn up_group(
         assign_context_id,
         reply,
     };
-    if deliver_any(&procs, up) {
-        PMIX_SUCCESS
-    } else {
-        PMIX_ERR_NOT_FOUND
-    }
+    delivered(deliver_any(&procs, up))
 }
 
 pub(super) unsafe extern "C" fn up_dmodex(
@@ -382,11 +366,7 @@ pub(super) unsafe extern "C" fn up_dmodex(
         rank,
         reply,
     };
-    if deliver(&ns, up) {
-        PMIX_SUCCESS
-    } else {
-        PMIX_ERR_NOT_FOUND
-    }
+    delivered(deliver(&ns, up))
 }
 
 pub(super) unsafe extern "C" fn up_publish(
@@ -422,11 +402,7 @@ pub(super) unsafe extern "C" fn up_publish(
         types,
         reply,
     };
-    if deliver(&ns, up) {
-        PMIX_SUCCESS
-    } else {
-        PMIX_ERR_NOT_FOUND
-    }
+    delivered(deliver(&ns, up))
 }
 
 pub(super) unsafe extern "C" fn up_unpublish(
@@ -453,11 +429,7 @@ pub(super) unsafe extern "C" fn up_unpublish(
         info,
         reply,
     };
-    if deliver(&ns, up) {
-        PMIX_SUCCESS
-    } else {
-        PMIX_ERR_NOT_FOUND
-    }
+    delivered(deliver(&ns, up))
 }
 
 pub(super) unsafe extern "C" fn up_lookup(
@@ -484,11 +456,7 @@ pub(super) unsafe extern "C" fn up_lookup(
         info,
         reply,
     };
-    if deliver(&ns, up) {
-        PMIX_SUCCESS
-    } else {
-        PMIX_ERR_NOT_FOUND
-    }
+    delivered(deliver(&ns, up))
 }
 
 /// `PMIX_LOG_STDERR`, `PMIX_LOG_STDOUT`: a client's text for the launcher's standard error or

@@ -2,6 +2,7 @@
 //! channel of its namespace.
 
 use super::replies::*;
+use super::types::{Status, PMIX_ERR_NOT_FOUND, PMIX_SUCCESS};
 use super::values::InfoVal;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -210,6 +211,16 @@ pub(super) fn deliver(nspace: &str, up: Upcall) -> bool {
     match routes().lock() {
         Ok(r) => r.get(nspace).is_some_and(|tx| tx.send(up).is_ok()),
         Err(_) => false,
+    }
+}
+
+/// An upcall's immediate status: accepted when its job took it, `PMIX_ERR_NOT_FOUND` when no
+/// job of this server serves the namespace (or its channel is closed).
+pub(super) fn delivered(ok: bool) -> Status {
+    if ok {
+        PMIX_SUCCESS
+    } else {
+        PMIX_ERR_NOT_FOUND
     }
 }
 
