@@ -115,6 +115,8 @@ struct Proc {
     state: char,
     ppid: u32,
     cmd: String,
+    /// Its name (`/proc/PID/comm`): a keeper's is `kauri-keeper`.
+    comm: String,
 }
 
 fn proc_of(pid: u32) -> Option<Proc> {
@@ -122,7 +124,9 @@ fn proc_of(pid: u32) -> Option<Proc> {
     let rest = stat.rsplit_once(')')?.1;
     let f: Vec<&str> = rest.split_whitespace().collect();
     let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     Some(Proc {
+        comm: comm.trim_end().to_string(),
         pid,
         state: f.first()?.chars().next()?,
         ppid: f.get(1)?.parse().ok()?,
@@ -385,7 +389,7 @@ fn a_clean_run_leaves_no_keeper() {
         let keepers = |run: &Run| -> Vec<Proc> {
             marked(&run.mark, &[])
                 .into_iter()
-                .filter(|p| p.cmd.contains("--keeper"))
+                .filter(|p| p.comm == kauri::host::keeper::NAME)
                 .collect()
         };
         let want = if hosts.is_empty() { 1 } else { 2 };

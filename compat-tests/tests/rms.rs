@@ -165,7 +165,10 @@ fn sge_kauri_killed_leaves_no_rank_or_agent() {
         find_marked(&ctx.marker, &ctx.dir)
             .into_iter()
             .filter(|p| p.pid != qrsh_pid && !(p.state == 'Z' && p.ppid == 1))
-            .filter(|p| p.cmdline.contains(&rank) || p.comm == "kauri" || p.comm == "qrsh")
+            .filter(|p| {
+                p.cmdline.contains(&rank)
+                    || ["kauri", "kauri-keeper", "qrsh"].contains(&p.comm.as_str())
+            })
             .collect()
     };
     let before = marked();
@@ -173,6 +176,7 @@ fn sge_kauri_killed_leaves_no_rank_or_agent() {
         .iter()
         .find(|p| {
             p.comm == "kauri" && !p.cmdline.contains(" agent ") && !p.cmdline.contains("--keeper")
+            // (a keeper is `kauri-keeper`, forked or `kauri --keeper`)
         })
         .unwrap_or_else(|| fail_clean(&ctx, format!("no front end among {before:?}")))
         .clone();
@@ -396,7 +400,8 @@ fn slurm_kauri_killed_leaves_no_rank_agent_or_step() {
         p.pid != salloc_pid
             && p.ppid != salloc_pid
             && !(p.state == 'Z' && p.ppid == 1)
-            && (p.cmdline.contains(&rank) || p.comm == "srun" || p.comm == "kauri")
+            && (p.cmdline.contains(&rank)
+                || ["srun", "kauri", "kauri-keeper"].contains(&p.comm.as_str()))
     };
     let marked = || -> Vec<ProcInfo> {
         find_marked(&ctx.marker, &ctx.dir)

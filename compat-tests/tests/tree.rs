@@ -305,7 +305,8 @@ fn assert_failed(o: &Outcome) {
 
 /// kauri processes of this test: the front end and its agents (their executable is the
 /// test's link to kauri), each with its parent in the tree (the nearest kauri ancestor).
-/// Keepers (`kauri --keeper`, one beside every process that starts ranks) are left out.
+/// Keepers (`kauri-keeper`, forked or `kauri --keeper`, one beside every process that starts
+/// ranks) are left out.
 #[derive(Debug)]
 struct Tree {
     front_end: Option<u32>,
@@ -324,9 +325,14 @@ fn kauri_tree(ctx: &Ctx) -> Tree {
         .collect();
     let mut front_end = None;
     let mut agents = BTreeMap::new();
+    let keepers: BTreeSet<u32> = procs
+        .iter()
+        .filter(|p| p.comm == "kauri-keeper")
+        .map(|p| p.pid)
+        .collect();
     for &pid in &ours {
         let argv = proc_argv(pid);
-        if argv.get(1).map(String::as_str) == Some("--keeper") {
+        if keepers.contains(&pid) || argv.get(1).map(String::as_str) == Some("--keeper") {
             // A keeper (src/host/keeper.rs): neither the front end nor an agent.
             continue;
         }

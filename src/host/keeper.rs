@@ -7,11 +7,20 @@
 //! kauri, and dies with it. `PR_SET_PDEATHSIG` reaches only a rank itself, not what it
 //! started, and those went to init and ran on (issue #30; Hydra leaves nothing). Something
 //! that outlives the starter must end them. The keeper is that survivor: one per process
-//! that starts ranks, started once (with the first rank, not per rank), `/proc/self/exe
-//! --keeper TOKEN GRACE_MS` (this very binary, even if its file was replaced since), in a
-//! process group of its own (a `^C` or a hang-up to the terminal's group does not reach it,
-//! and it ignores both anyway), with a pipe on its stdin and `/dev/null` on the rest; it
-//! closes every other descriptor it inherited, so `kauri … | cat` still sees its end.
+//! that starts ranks, started once (once the first ranks of the process are forked, not per
+//! rank), named `kauri-keeper` (its `comm`, what `ps -e` and `top` show), in a process group
+//! of its own (a `^C` or a hang-up to the terminal's group does not reach it, and it ignores
+//! both anyway), with a pipe on its stdin and `/dev/null` on the rest; it closes every other
+//! descriptor it inherited, so `kauri … | cat` still sees its end.
+//!
+//! How it starts: when the starter has one thread, a plain `fork` (no `exec`): the child
+//! runs [`run`]'s loop in a copy of the starter's memory and leaves with `_exit`. An `exec`
+//! of this binary costs about 1 ms of CPU (the dynamic loader, relocations, the runtime's
+//! start), as much as the whole of a one-rank job's own work here, and on a 2-core machine
+//! that CPU is taken from the ranks. With more than one thread (a PMIx job: the library's
+//! progress thread; output files: tokio's blocking pool) a fork could copy a lock another
+//! thread holds, so the keeper is `/proc/self/exe --keeper TOKEN GRACE_MS` then (this very
+//! binary, even if its file was replaced since).
 //!
 //! The starter writes `+PID` for each rank it starts and `-PID` when it reaped it; at a clean
 //! end it kills the keeper (`SIGKILL`) and reaps it ([`release`]), so no keeper outlives a
@@ -31,10 +40,10 @@
 //! is not its descendant; `PR_SET_PDEATHSIG` on the ranks' children cannot be set from here.
 
 use std::io::{BufRead, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -42,20 +51,24 @@ use std::time::{Duration, Instant};
 /// environment of the processes it ends.
 pub const VAR: &str = "KAURI_KEEPER";
 
-/// The hidden subcommand that runs a keeper (`kauri --keeper TOKEN GRACE_MS`).
+/// The hidden subcommand that runs a keeper (`kauri --keeper TOKEN GRACE_MS`), when it
+/// cannot be forked.
 pub const SUBCOMMAND: &str = "--keeper";
+
+/// A keeper's process name (`/proc/PID/comm`), however it was started.
+pub const NAME: &str = "kauri-keeper";
 
 /// The keeper of this process, once started.
 enum State {
-    /// None started yet.
-    NotYet,
-    /// Running: the pipe to it and the child to reap.
-    Running(ChildStdin, Child),
+    /// None started yet: the ranks started so far, told to it once it starts.
+    NotYet(Vec<u32>),
+    /// Running: the pipe to it and its pid, to kill and reap.
+    Running(std::fs::File, u32),
     /// It could not be started, or was released: do not try again.
     Gone,
 }
 
-static KEEPER: Mutex<State> = Mutex::new(State::NotYet);
+static KEEPER: Mutex<State> = Mutex::new(State::NotYet(Vec::new()));
 
 /// This process's token: its pid and the time, unique among the processes of a machine.
 pub fn token() -> &'static str {
@@ -74,39 +87,39 @@ pub fn env() -> (String, String) {
 }
 
 /// Starts this process's keeper if it has none yet, with `grace` for the ranks between its
-/// `SIGTERM` and its `SIGKILL`. Best effort: a keeper that cannot be started is one warning,
-/// and the job runs as before without it.
+/// `SIGTERM` and its `SIGKILL`, and tells it the ranks [`started`] before it. Best effort: a
+/// keeper that cannot be started is one warning, and the job runs as before without it.
+///
+/// A host calls it once its ranks are forked, not before the first, so that the keeper's
+/// start never delays theirs. Until then each rank is tied to this process by
+/// `PR_SET_PDEATHSIG`; only what a rank starts in that first moment is not covered yet.
 pub fn ensure(grace: Duration) {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
-    if !matches!(*k, State::NotYet) {
+    let State::NotYet(early) = &mut *k else {
         return;
-    }
-    // /proc/self/exe: this very binary, even if its file was replaced or removed since.
-    let started = Command::new("/proc/self/exe")
-        .arg(SUBCOMMAND)
-        .arg(token())
-        .arg(grace.as_millis().to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn();
+    };
+    let early = std::mem::take(early);
+    let started = if single_threaded() {
+        fork_keeper(grace)
+    } else {
+        exec_keeper(grace)
+    };
     *k = match started {
-        Ok(mut child) => match child.stdin.take() {
-            Some(pipe) => {
-                // A keeper that stops reading must not stop kauri: the lines are short
-                // (atomic in a pipe), and one that does not fit is dropped.
-                // SAFETY: fcntl on a descriptor we own, setting a flag.
-                unsafe {
-                    let fd = pipe.as_raw_fd();
-                    let fl = libc::fcntl(fd, libc::F_GETFL);
-                    libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-                }
-                crate::host::proc::not_a_rank(child.id());
-                State::Running(pipe, child)
+        Ok((mut pipe, pid)) => {
+            // A keeper that stops reading must not stop kauri: the lines are short (atomic
+            // in a pipe), and one that does not fit is dropped.
+            // SAFETY: fcntl on a descriptor we own, setting a flag.
+            unsafe {
+                let fd = pipe.as_raw_fd();
+                let fl = libc::fcntl(fd, libc::F_GETFL);
+                libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
             }
-            None => State::Gone,
-        },
+            crate::host::proc::not_a_rank(pid);
+            for pid in early {
+                let _ = pipe.write_all(format!("+{pid}\n").as_bytes());
+            }
+            State::Running(pipe, pid)
+        }
         Err(e) => {
             tracing::warn!("cannot start the keeper of this host's ranks: {e}");
             State::Gone
@@ -114,21 +127,92 @@ pub fn ensure(grace: Duration) {
     };
 }
 
-fn send(line: &str) {
-    let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
-    if let State::Running(pipe, _) = &mut *k {
-        let _ = pipe.write_all(line.as_bytes());
+/// Whether this process has one thread (`/proc/self/task` lists one): then only this thread
+/// could start another, and a `fork` copies no lock held elsewhere.
+fn single_threaded() -> bool {
+    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.take(2).count() == 1)
+}
+
+/// Forks the keeper (see the module's doc): the pipe's writing end and the keeper's pid.
+fn fork_keeper(grace: Duration) -> std::io::Result<(std::fs::File, u32)> {
+    let token = token();
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and are owned here alone.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: this process has one thread (the caller checked), so the child's copy of the
+    // memory holds no lock another thread took. The child only sets up its descriptors,
+    // runs the keeper's loop and leaves with `_exit`: none of the parent's destructors or
+    // exit handlers run in it.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: dup2, open and setpgid take plain numbers and a NUL-terminated path.
+        unsafe {
+            libc::dup2(rd.as_raw_fd(), 0);
+            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+            if null >= 0 {
+                libc::dup2(null, 1);
+                libc::dup2(null, 2);
+            }
+            libc::setpgid(0, 0);
+        }
+        let code = keep(token, grace);
+        // SAFETY: _exit ends this process at once; nothing of the parent's runs.
+        unsafe { libc::_exit(code) };
+    }
+    drop(rd);
+    Ok((std::fs::File::from(wr), pid as u32))
+}
+
+/// Starts the keeper as `/proc/self/exe --keeper TOKEN GRACE_MS` (this very binary, even if
+/// its file was replaced or removed since): the pipe's writing end and the keeper's pid.
+fn exec_keeper(grace: Duration) -> std::io::Result<(std::fs::File, u32)> {
+    let mut child = Command::new("/proc/self/exe")
+        .arg(SUBCOMMAND)
+        .arg(token())
+        .arg(grace.as_millis().to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let pid = child.id();
+    match child.stdin.take() {
+        // (The `Child` is dropped without a wait: `release` reaps the pid itself.)
+        Some(pipe) => Ok((std::fs::File::from(OwnedFd::from(pipe)), pid)),
+        None => Err(std::io::Error::other("the keeper has no stdin")),
     }
 }
 
-/// Records a rank started (its pid leads its session and process group).
+/// Records a rank started (its pid leads its session and process group); kept until the
+/// keeper starts, if it has not yet.
 pub fn started(pid: u32) {
-    send(&format!("+{pid}\n"));
+    let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
+    match &mut *k {
+        State::Running(pipe, _) => {
+            let _ = pipe.write_all(format!("+{pid}\n").as_bytes());
+        }
+        State::NotYet(early) => early.push(pid),
+        State::Gone => {}
+    }
 }
 
 /// Records a rank reaped: its pid may be reused from now on.
 pub fn reaped(pid: u32) {
-    send(&format!("-{pid}\n"));
+    let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
+    match &mut *k {
+        State::Running(pipe, _) => {
+            let _ = pipe.write_all(format!("-{pid}\n").as_bytes());
+        }
+        State::NotYet(early) => early.retain(|&p| p != pid),
+        State::Gone => {}
+    }
 }
 
 /// The clean end: the keeper has nothing to do, and is killed (`SIGKILL`) and reaped at
@@ -136,10 +220,17 @@ pub fn reaped(pid: u32) {
 /// keeper's own start, an exec of this binary, when the job was shorter than that.)
 pub fn release() {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
-    if let State::Running(pipe, mut child) = std::mem::replace(&mut *k, State::Gone) {
+    if let State::Running(pipe, pid) = std::mem::replace(&mut *k, State::Gone) {
         // Killed before the pipe closes: it never sees an end-of-file without `done`.
-        let _ = child.kill();
-        let _ = child.wait();
+        // SAFETY: kill and waitpid take plain numbers; the pid is our child, not yet reaped.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            let mut status = 0;
+            while libc::waitpid(pid as libc::pid_t, &mut status, 0) < 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {
+            }
+        }
         crate::host::proc::not_a_rank(0);
         drop(pipe);
     }
@@ -155,15 +246,35 @@ pub fn hand_over() {
     *k = State::Gone;
 }
 
-/// `kauri --keeper TOKEN GRACE_MS`: the keeper's own body. Returns its exit status.
+/// `kauri --keeper TOKEN GRACE_MS`: the keeper started by `exec` ([`exec_keeper`]). Returns
+/// its exit status.
 pub fn run(args: &[String]) -> i32 {
     let (Some(token), Some(grace)) = (args.first(), args.get(1).and_then(|g| g.parse().ok()))
     else {
         say!("kauri --keeper: internal: TOKEN GRACE_MS expected");
         return 2;
     };
-    // SAFETY: signal and close_range take plain numbers; this process has one thread.
+    keep(token, Duration::from_millis(grace))
+}
+
+/// The keeper's own body, however it started: reads its starter's lines on stdin until
+/// `done` (returns at once) or the end of the pipe (its starter died: it ends the run's
+/// processes). Returns its exit status.
+fn keep(token: &str, grace: Duration) -> i32 {
+    // SAFETY: prctl, sigprocmask, signal and close_range take plain numbers, a
+    // NUL-terminated name and an empty set; this process has one thread.
     unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"kauri-keeper".as_ptr());
+        // Forked, it has the starter's handlers (the runtime's, for SIGTERM and SIGCHLD,
+        // which would swallow them) and mask: back to the defaults, as after an exec.
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        for sig in 1..32 {
+            if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
         for sig in [
             libc::SIGINT,
             libc::SIGHUP,
@@ -175,8 +286,8 @@ pub fn run(args: &[String]) -> i32 {
         ] {
             libc::signal(sig, libc::SIG_IGN);
         }
-        // Anything kauri's own parent left open without close-on-exec: the keeper holds
-        // nothing of the run but its pipe.
+        // Anything kauri's own parent left open without close-on-exec (and, forked, every
+        // descriptor of the starter's): the keeper holds nothing of the run but its pipe.
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
     }
     let mut ranks: Vec<u32> = Vec::new();
@@ -192,7 +303,7 @@ pub fn run(args: &[String]) -> i32 {
             ranks.retain(|&r| r != pid);
         }
     }
-    end_the_run(token, &ranks, Duration::from_millis(grace));
+    end_the_run(token, &ranks, grace);
     0
 }
 
@@ -266,4 +377,14 @@ fn run_processes(needle: &str, ranks: &[u32]) -> Vec<u32> {
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_name_set_is_the_name_told() {
+        assert_eq!(c"kauri-keeper".to_str(), Ok(super::NAME));
+        // A process name holds 15 bytes.
+        assert!(super::NAME.len() <= 15);
+    }
 }

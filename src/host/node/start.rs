@@ -333,9 +333,10 @@ fn private_vader_dir(job: &JobPlan, me: &HostPlan, host: &str) -> Result<Option<
 /// Whether `nlocal` ranks oversubscribe this host's cores. Open MPI ranks busy-poll while
 /// they wait; when there are more ranks than cores here they must yield, which mpirun tells
 /// them by a variable (its daemons set it when they oversubscribe a node). A direct launch
-/// must say it too.
+/// must say it too. The cores are those this process may run on (`sched_getaffinity`, one
+/// system call; `available_parallelism` also reads the cgroup's files, on every start).
 fn oversubscribed(nlocal: usize) -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = crate::host::bind::allowed_cpus().len().max(1);
     nlocal > cores
 }
 
@@ -534,6 +535,11 @@ impl Node {
             }
             forked.push(self.start_rank(s, rp, cpus_of.get(rp.local_id))?);
         }
+        if !forked.is_empty() {
+            // Now, not before the first fork: the keeper's start overlaps the ranks' own. (A
+            // start that fails before this point kills and reaps what it forked itself.)
+            crate::host::keeper::ensure(std::time::Duration::from_millis(s.job.kill_grace_ms));
+        }
         Ok(())
     }
 
@@ -694,10 +700,10 @@ impl Node {
     }
 }
 
-/// Forks rank `r` as `launch` says; whatever happens to this process from then on, what the
-/// ranks start ends (the keeper is started first).
+/// Forks rank `r` as `launch` says. (Whatever happens to this process from then on, what
+/// the ranks start ends: the keeper, started once the host's ranks are forked, is told of
+/// each, [`start_ranks`](Node::start_ranks).)
 fn fork_rank(s: &Starting<'_>, r: usize, launch: Launch) -> Result<proc::Child, String> {
-    crate::host::keeper::ensure(std::time::Duration::from_millis(s.job.kill_grace_ms));
     let argv0 = launch.argv0.clone();
     proc::spawn(launch).map_err(|e| {
         proc::note_fd_error(&e);

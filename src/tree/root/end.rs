@@ -80,8 +80,10 @@ impl Root {
     pub(super) async fn finish(mut self) -> i32 {
         self.drain().await;
         // A resource manager's launcher tells the manager how its agent ended: let it (a
-        // killed qrsh -inherit fails the whole Grid Engine job).
-        if ["slurm", "sge", "lsf", "pbs"].contains(&self.cluster.launch.kind.as_str()) {
+        // killed qrsh -inherit fails the whole Grid Engine job). A fork launcher's agents are
+        // this process's children: they said `Done` and are leaving (each kills and reaps its
+        // keeper first); kauri returns once they have, so nothing of the run outlives it.
+        if ["slurm", "sge", "lsf", "pbs", "fork"].contains(&self.cluster.launch.kind.as_str()) {
             crate::tree::hub::launchers_ended(Duration::from_secs(10)).await;
         }
         // The ranks of a lost agent started by `-launcher fork` are adopted by this process

@@ -49,8 +49,14 @@ pub(super) async fn futures_signal(signals: &mut [(i32, tokio::signal::unix::Sig
 }
 
 impl<W: tokio::io::AsyncWrite + Unpin> Terminal<W> {
-    pub(super) fn new(stream: W) -> Self {
-        Terminal { stream, open: true }
+    /// The terminal writing to `stream`, whose descriptor is `fd`.
+    pub(super) fn new(stream: W, fd: std::os::fd::RawFd) -> Self {
+        Terminal {
+            stream,
+            open: true,
+            fd,
+            direct: Direct::of(fd),
+        }
     }
 
     /// Writes `data` and flushes it; false only for the write that finds the stream closed
@@ -59,13 +65,76 @@ impl<W: tokio::io::AsyncWrite + Unpin> Terminal<W> {
         if !self.open {
             return true;
         }
-        let written = match self.stream.write_all(data).await {
-            Ok(()) => self.stream.flush().await,
-            Err(e) => Err(e),
+        let written = match self.direct(data) {
+            Some(r) => r,
+            // (tokio's stream holds nothing between calls: each write is flushed before it
+            // returns, so a direct write never overtakes an earlier one.)
+            None => match self.stream.write_all(data).await {
+                Ok(()) => self.stream.flush().await,
+                Err(e) => Err(e),
+            },
         };
         self.open = written.is_ok();
         self.open
     }
+
+    /// Writes `data` on this thread if that cannot block ([`Direct`]); `None` when it could.
+    fn direct(&self, data: &[u8]) -> Option<std::io::Result<()>> {
+        match self.direct {
+            Direct::Never => return None,
+            Direct::WhenRoom if data.len() > libc::PIPE_BUF || !has_room(self.fd) => return None,
+            _ => {}
+        }
+        let mut rest = data;
+        while !rest.is_empty() {
+            // SAFETY: write(2) reads at most rest.len() bytes from `rest`.
+            let n = unsafe { libc::write(self.fd, rest.as_ptr().cast(), rest.len()) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Some(Err(e));
+            }
+            rest = &rest[(n as usize).min(rest.len())..];
+        }
+        Some(Ok(()))
+    }
+}
+
+impl Direct {
+    /// How descriptor `fd` may be written directly.
+    fn of(fd: std::os::fd::RawFd) -> Direct {
+        // SAFETY: fstat writes at most one `stat` into `st`.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Direct::Never;
+        }
+        Direct::of_stat(st.st_mode & libc::S_IFMT, st.st_rdev)
+    }
+
+    /// The same from the file type bits of `st_mode` and the device number.
+    fn of_stat(kind: libc::mode_t, rdev: libc::dev_t) -> Direct {
+        match kind {
+            libc::S_IFREG => Direct::Always,
+            // /dev/null is character device 1:3 on Linux.
+            libc::S_IFCHR if rdev == libc::makedev(1, 3) => Direct::Always,
+            libc::S_IFIFO => Direct::WhenRoom,
+            _ => Direct::Never,
+        }
+    }
+}
+
+/// Whether `poll` says descriptor `fd` takes a write now.
+fn has_room(fd: std::os::fd::RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes one pollfd; a zero timeout never waits.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLOUT != 0 && p.revents & (libc::POLLERR | libc::POLLHUP) == 0
 }
 
 /// Prints what the ranks and agents write, whole lines as they come, and writes the lines
@@ -82,8 +151,8 @@ pub(super) async fn print_output(
     mut files: Files,
 ) -> bool {
     let mut file_failed = false;
-    let mut so = Terminal::new(tokio::io::stdout());
-    let mut se = Terminal::new(tokio::io::stderr());
+    let mut so = Terminal::new(tokio::io::stdout(), libc::STDOUT_FILENO);
+    let mut se = Terminal::new(tokio::io::stderr(), libc::STDERR_FILENO);
     let mut stopping = false;
     loop {
         let next = if stopping {
@@ -139,5 +208,76 @@ pub(super) async fn read_stdin(to: mpsc::Sender<Option<Vec<u8>>>) {
         if to.send(chunk).await.is_err() || eof {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two new descriptors, owned by the OwnedFds at once.
+        unsafe {
+            assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
+        }
+    }
+
+    #[test]
+    fn what_is_written_directly() {
+        let file = std::fs::File::create(
+            std::env::temp_dir().join(format!("kauri-direct-{}", std::process::id())),
+        )
+        .unwrap();
+        assert_eq!(Direct::of(file.as_raw_fd()), Direct::Always);
+        let null = std::fs::File::create("/dev/null").unwrap();
+        assert_eq!(Direct::of(null.as_raw_fd()), Direct::Always);
+        let (r, w) = pipe();
+        assert_eq!(Direct::of(w.as_raw_fd()), Direct::WhenRoom);
+        assert_eq!(Direct::of(r.as_raw_fd()), Direct::WhenRoom);
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(Direct::of(a.as_raw_fd()), Direct::Never);
+        assert_eq!(Direct::of(-1), Direct::Never);
+        let _ = std::fs::remove_file(
+            std::env::temp_dir().join(format!("kauri-direct-{}", std::process::id())),
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pipe_with_room_is_written_at_once_and_a_full_one_waits() {
+        let (r, w) = pipe();
+        let mut t = Terminal::new(tokio::io::sink(), w.as_raw_fd());
+        // Written on this thread: the bytes are in the pipe, not in the sink.
+        assert!(t.direct(b"line 1\n").is_some());
+        assert!(t.write(b"line 2\n").await);
+        let mut buf = [0u8; 64];
+        // SAFETY: read writes at most buf.len() bytes into buf.
+        let n = unsafe { libc::read(r.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        assert_eq!(&buf[..n as usize], b"line 1\nline 2\n");
+        // More than PIPE_BUF: never directly (it might block).
+        assert!(t.direct(&vec![b'x'; libc::PIPE_BUF + 1]).is_none());
+        // A full pipe: not directly either.
+        // SAFETY: fcntl sets a flag on a descriptor owned here.
+        unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+        let chunk = [0u8; 4096];
+        // SAFETY: write reads at most chunk.len() bytes from chunk.
+        while unsafe { libc::write(w.as_raw_fd(), chunk.as_ptr().cast(), chunk.len()) } > 0 {}
+        assert!(t.direct(b"x\n").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_pipe_whose_reader_left_is_a_closed_terminal() {
+        let (r, w) = pipe();
+        drop(r);
+        let mut t = Terminal::new(tokio::io::sink(), w.as_raw_fd());
+        // poll says POLLERR: not written directly (tokio's stream would meet the EPIPE;
+        // here it is a sink). Written directly all the same, it fails with EPIPE.
+        assert!(t.direct(b"x\n").is_none());
+        t.direct = Direct::Always;
+        assert!(matches!(t.direct(b"x\n"), Some(Err(_))));
+        assert!(!t.write(b"x\n").await, "the first failed write closes it");
+        assert!(t.write(b"y\n").await, "later ones are dropped");
     }
 }

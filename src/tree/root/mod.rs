@@ -258,9 +258,30 @@ struct Inbox {
 /// fails (its reader closed it), then never again. Both streams are handled alike: the first
 /// failure ends the job with SIGPIPE's status (`Ending::OutputClosed`), as Hydra's death by
 /// SIGPIPE does; the lines after it are read from the ranks and dropped.
+///
+/// Where a write cannot block the loop it is made at once, on this thread
+/// ([`Terminal::direct`]); otherwise it goes through tokio's stream, whose writes run on a
+/// thread of the blocking pool (one more thread started, the first time).
 struct Terminal<W> {
     stream: W,
     open: bool,
+    /// The descriptor under `stream` (1 or 2), and how it may be written directly.
+    fd: std::os::fd::RawFd,
+    direct: Direct,
+}
+
+/// Whether a [`Terminal`]'s descriptor can be written without going through the blocking
+/// pool, by what it is (`fstat`, once).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Direct {
+    /// A regular file or `/dev/null`: a write never waits for a reader.
+    Always,
+    /// A pipe: a write of at most `PIPE_BUF` bytes when `poll` says it has room takes it
+    /// whole at once.
+    WhenRoom,
+    /// A terminal, a socket, anything else: never (a terminal stopped by `^S` would block
+    /// the loop).
+    Never,
 }
 
 /// The root of the run: every job's [`Branch`] on this host, the run's hosts and name service,
