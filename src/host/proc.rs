@@ -215,7 +215,8 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// What the child of [`spawn`] needs between `clone` and `execve`, prepared by the parent:
-/// only pointers into memory that lives until `clone` returns, and plain numbers.
+/// only pointers into memory that lives until `clone` returns (the child has its own copy of
+/// it from then on), and plain numbers.
 struct ChildPlan {
     prog: *const libc::c_char,
     argv: *const *const libc::c_char,
@@ -233,17 +234,17 @@ struct ChildPlan {
     fail_len: usize,
 }
 
-/// The child's side of [`spawn`], on its own stack in the parent's memory (`CLONE_VM`), while
-/// the parent waits (`CLONE_VFORK`): only system calls, on the plan's memory, ending in
+/// The child's side of [`spawn`], on its own stack in its copy of the parent's memory (a
+/// `clone` without `CLONE_VM`, as `fork`): only system calls, on the plan's memory, ending in
 /// `execve` or `_exit`.
 extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
     const BIND_MSG: &[u8] = b"kauri: cannot bind the rank to its CPUs\n";
-    // SAFETY: `plan` points to the parent's ChildPlan, alive and unchanged until this child
-    // execs or exits (the parent is suspended until then). Every call below is a system call
-    // on memory the plan names; nothing allocates, and no Rust state of the parent is touched.
+    // SAFETY: `plan` points to this child's copy of the parent's ChildPlan, as it was at the
+    // clone. Every call below is a system call on memory the plan names; nothing allocates
+    // (another thread of the parent may have held a lock of the allocator's at the clone).
     unsafe {
         let p = &*(plan as *const ChildPlan);
-        // The parent's signal handlers must not run here, in its memory: signals are blocked
+        // The parent's signal handlers must not run here, in its copy: signals are blocked
         // (by the parent, around the clone) and every caught one is reset to its default
         // before they are unblocked (as posix_spawn does). Rust ignores SIGPIPE, and an
         // ignored signal stays ignored across exec: reset it too.
@@ -288,8 +289,6 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             libc::write(2, p.fail_msg.cast(), p.fail_len);
             libc::_exit(126);
         }
-        // errno lives in the parent's thread-local storage, shared here: harmless, as the
-        // parent is suspended and reads it only if the clone itself failed.
         libc::execve(p.prog, p.argv, p.envp);
         if *libc::__errno_location() == libc::ENOEXEC {
             // A script without `#!`: run it with /bin/sh, as execvp does.
@@ -400,7 +399,8 @@ fn stdio_pipes(stdin: bool) -> io::Result<Stdio> {
 }
 
 /// Clones the child that runs [`child_main`] with `plan`, on a stack of its own, with every
-/// signal blocked around the clone; returns once the child has exec'd or exited.
+/// signal blocked around the clone; returns at once, the child running on its own copy of
+/// this process's memory (the copies of `plan` and of the stack are its).
 fn clone_child(plan: &mut ChildPlan) -> io::Result<libc::pid_t> {
     let mut stack = vec![0u8; CHILD_STACK];
     // The stack grows down from its end, 16-byte aligned.
@@ -416,12 +416,15 @@ fn clone_child(plan: &mut ChildPlan) -> io::Result<libc::pid_t> {
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        // SAFETY: the child runs child_main on `stack` with `plan`, both alive until clone
-        // returns (CLONE_VFORK suspends this thread until the child execs or exits).
+        // SAFETY: the child runs child_main on its copy of `stack` with its copy of `plan`
+        // (no CLONE_VM: a fork). Not CLONE_VM | CLONE_VFORK, as posix_spawn: that suspends
+        // this thread until the child execs, and the child, in a session of its own, waits
+        // its turn for a CPU among the job's running ranks; 1,024 ranks on a busy 2-core
+        // machine kept kauri suspended 3.7 s of a 10 s job, serving no PMI meanwhile.
         let pid = libc::clone(
             child_main,
             top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::SIGCHLD,
             (plan as *mut ChildPlan).cast(),
         );
         let e = io::Error::last_os_error();
@@ -457,12 +460,13 @@ fn watch_child(pid: libc::pid_t) -> io::Result<AsyncFd<OwnedFd>> {
         .map_err(|e| e.into_parts().1)
 }
 
-/// Starts a rank with `clone(CLONE_VM | CLONE_VFORK)` and `execve`, as `posix_spawn` does:
-/// everything the child needs is prepared before, the child shares kauri's memory (no page
-/// tables copied, no copy-on-write faults in kauri afterwards) and calls only system calls,
-/// and kauri resumes as soon as the child's exec has replaced its memory, not when the new
-/// program has loaded. A launch of many ranks therefore costs kauri little per rank, and the
-/// ranks' own start-up overlaps.
+/// Starts a rank with a `clone` that forks and an `execve`: everything the child needs is
+/// prepared before, the child calls only system calls, and kauri goes on at once, without
+/// waiting for the child to be scheduled and exec (it serves the ranks already started
+/// meanwhile). A launch of many ranks therefore costs kauri little per rank, and the ranks'
+/// own start-up overlaps. The child makes its session (and process group) itself, so a
+/// signal for its group may come before the group exists: [`signal_group`] then signals the
+/// rank alone.
 ///
 /// Must be called from a thread that lives as long as the rank should (`PR_SET_PDEATHSIG`).
 pub fn spawn(l: Launch) -> io::Result<Child> {
@@ -585,11 +589,30 @@ pub fn signal_pid(pid: u32, sig: i32) {
     }
 }
 
-/// Sends `sig` to the process group `pgid`; a group that is gone is not an error.
+/// Sends `sig` to the process group `pgid` (a rank's, whose pid it is); a group that is gone
+/// is not an error. A rank just started may not have made its group yet (its child side of
+/// [`spawn`] calls `setsid`, and [`spawn`] does not wait for it): it is still in this
+/// process's group then, and is signalled alone (it has no descendant before its exec).
 pub fn signal_group(pgid: u32, sig: i32) {
-    // SAFETY: kill has no memory-safety preconditions; a negative pid names a process group.
-    unsafe {
-        libc::kill(-(pgid as libc::pid_t), sig);
+    let pid = pgid as libc::pid_t;
+    // Twice at most: the rank may make its group between the two looks.
+    for _ in 0..2 {
+        // SAFETY: kill and getpgid have no memory-safety preconditions; a negative pid names a
+        // process group.
+        unsafe {
+            if libc::kill(-pid, sig) == 0
+                || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+            {
+                return;
+            }
+            let group = libc::getpgid(pid);
+            if group != pid {
+                if group >= 0 && group == libc::getpgid(0) {
+                    libc::kill(pid, sig);
+                }
+                return;
+            }
+        }
     }
 }
 
@@ -746,6 +769,30 @@ mod tests {
         assert!(e.contains("permission denied"), "{e}");
         let e = resolve("./missing", None, &wd).unwrap_err();
         assert!(e.contains("No such file"), "{e}");
+    }
+
+    /// A rank signalled as soon as `spawn` returns, before it can have made its session and
+    /// group (`setsid` in the child), still gets the signal.
+    #[tokio::test]
+    async fn a_rank_signalled_right_after_its_start_gets_the_signal() {
+        for _ in 0..20 {
+            let child = spawn(Launch {
+                program: "/bin/sleep".into(),
+                argv0: "sleep".into(),
+                args: vec!["30".into()],
+                env: vec![],
+                wdir: "/".into(),
+                pmi_fd: None,
+                stdin: false,
+                cpus: None,
+            })
+            .unwrap();
+            signal_group(child.pid, libc::SIGKILL);
+            let st = tokio::time::timeout(std::time::Duration::from_secs(10), child.exit.wait())
+                .await
+                .expect("the rank outlived its SIGKILL");
+            assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
+        }
     }
 
     #[test]
