@@ -93,11 +93,7 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
         client_connected2: Some(up_connected2),
         session_control: ptr::null(),
     });
-    let items = vec![
-        ("pmix.srvr.tmpdir".into(), Val::Str(tmpdir.into())),
-        ("pmix.sys.tmpdir".into(), Val::Str(tmpdir.into())),
-        ("pmix.hname".into(), Val::Str(host.into())),
-    ];
+    let items = init_items(tmpdir, host);
     // The job data store: `hash` (each client gets its data over its socket), unless the
     // user chose one (PMIX_MCA_gds). OpenPMIx 4.2.2's shared-memory stores (ds12, ds21) fail
     // a second job spawned into the same server ("PMIX ERROR … gds_ds12_lock_pthread.c",
@@ -124,6 +120,21 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
     Box::leak(module);
     *done = true;
     Ok(())
+}
+
+/// The attributes `PMIx_server_init` gets: the server's and the system's temporary
+/// directory, the host's name, and `PMIX_SERVER_SHARE_TOPOLOGY` (key `pmix.srvr.share`): the
+/// library loads this host's topology once and hands it to its clients (hwloc shared memory
+/// in `<tmpdir>/hwloc.sm`, and XML in the job data), as PRRTE's daemons do. Without it every
+/// Open MPI 5 rank discovers the topology itself in `MPI_Init`, some 200 reads of /sys each
+/// (docs/performance.md, issue #29).
+pub(super) fn init_items(tmpdir: &str, host: &str) -> Vec<(String, Val)> {
+    vec![
+        ("pmix.srvr.tmpdir".into(), Val::Str(tmpdir.into())),
+        ("pmix.sys.tmpdir".into(), Val::Str(tmpdir.into())),
+        ("pmix.hname".into(), Val::Str(host.into())),
+        ("pmix.srvr.share".into(), Val::Bool(true)),
+    ]
 }
 
 /// True when [`init`] succeeded and [`finalize`] has not run.

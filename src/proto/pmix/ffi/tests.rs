@@ -428,3 +428,16 @@ fn info_arrays_point_at_their_values() {
         );
     }
 }
+
+/// The server shares the host's topology with its clients (`PMIX_SERVER_SHARE_TOPOLOGY`,
+/// whose key is `pmix.srvr.share`), as PRRTE's daemons do: without it every Open MPI 5 rank
+/// discovers the topology itself in `MPI_Init` (issue #29; docs/performance.md).
+#[test]
+fn the_server_shares_the_topology() {
+    let items = init_items("/tmp/x", "h");
+    assert!(
+        items.contains(&("pmix.srvr.share".to_string(), Val::Bool(true))),
+        "{items:?}"
+    );
+    assert!(items.contains(&("pmix.hname".to_string(), Val::Str("h".into()))));
+}
