@@ -8,12 +8,14 @@
 //!   launchers, each with its MPI.
 //! * `pmi`: every rank runs `pmi-load` (pmi-wire's rank program: each round it puts K keys of V
 //!   bytes, fences, reads G peers' keys, checking every value), PMI-1 and PMI-2, N = 16, 64,
-//!   256, 1024: `light` (K=1 V=64 R=10 G=16) and, for PMI-1, `allgather` (K=1 V=512 R=3,
-//!   every rank reads every other rank's key). Open MPI's launcher serves no PMI-1/PMI-2, so
+//!   256, 1024: `light` (K=1 V=64 R=10 G=16) and `allgather` (K=1 V=512 R=3, every rank
+//!   reads every other rank's key). Open MPI's launcher serves no PMI-1/PMI-2, so
 //!   it has no column here. The **floor** runs too: `pmi-floor` (pmi-wire's minimal
 //!   launcher and PMI-1/PMI-2 server: one thread, one epoll loop, one read per readiness, one write
 //!   per batch of replies, a plain hash table, no output forwarding), the least any launcher
 //!   could cost here; the table gives each launcher's time over the floor's.
+//! * `first`: the first millisecond, `-n 1` running `pmi-load` for one round, 40 runs per
+//!   launcher (`--first-runs`): the launcher's fixed cost, against the floor's.
 //! * `hosts`: H simulated hosts with 4 ranks each running `pmi-load` (5 rounds, one 64-byte key,
 //!   4 gets), H = 4, 8, 16, 32, 64: kauri's fork launcher, and kauri and Hydra through a local
 //!   stand-in for ssh that sleeps 20 ms (tree width 8 for kauri). See `benches/tree.rs` for
@@ -370,6 +372,40 @@ fn pmi(bins: &Bins, pmi: u8, w: &Load, runs: usize, timeout: Duration) -> Table 
     )
 }
 
+/// The first millisecond: `-n 1 pmi-load` with one round (init, one put, a fence, finalize),
+/// so nearly all of it is the launcher's fixed cost: its own start, a rank's start, the
+/// teardown. `--first-runs` runs (default 40) per launcher, the launchers taking turns.
+fn first(bins: &Bins, timeout: Duration) -> Table {
+    let mut launchers = kauri_and_hydra(bins);
+    launchers.push(Launcher {
+        name: "floor",
+        argv: vec![bins.floor.display().to_string()],
+        env: vec![],
+    });
+    let runs: usize = opt("--first-runs")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let what = "The first millisecond: -n 1, pmi-load 1 round (PMI-1)";
+    println!("\n{what}\n");
+    let load = bins.load.display().to_string();
+    table(
+        what,
+        "first",
+        "ranks",
+        &launchers,
+        &[1],
+        |l, n| {
+            let mut a = l.argv.clone();
+            a.extend(["-n".into(), n.to_string(), load.clone()]);
+            a.extend(["--pmi", "1", "--rounds", "1", "--quiet"].map(String::from));
+            a
+        },
+        "pmi-load: ok rank=0",
+        runs,
+        timeout,
+    )
+}
+
 fn hosts(bins: &Bins, runs: usize, timeout: Duration) -> Table {
     let ssh = standin(bins);
     let kauri = bins.kauri.display().to_string();
@@ -488,7 +524,7 @@ fn write_docs(tables: &[Table], runs: usize, timeout: Duration) {
 fn main() {
     let runs: usize = opt("--runs").and_then(|v| v.parse().ok()).unwrap_or(5);
     let timeout = Duration::from_secs(opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(60));
-    let workloads = opt("--workloads").unwrap_or_else(|| "hello,pmi,allgather,hosts".into());
+    let workloads = opt("--workloads").unwrap_or_else(|| "hello,pmi,allgather,first,hosts".into());
     let bins = build();
     let mut tables = Vec::new();
     for w in workloads.split(',') {
@@ -504,9 +540,16 @@ fn main() {
                     tables.push(pmi(&bins, p as u8, &LIGHT, runs, timeout));
                 }
             }
-            "allgather" => tables.push(pmi(&bins, 1, &ALLGATHER, runs, timeout)),
+            "allgather" => {
+                for p in list("--pmi", &[1, 2]) {
+                    tables.push(pmi(&bins, p as u8, &ALLGATHER, runs, timeout));
+                }
+            }
+            "first" => tables.push(first(&bins, timeout)),
             "hosts" => tables.push(hosts(&bins, runs, timeout)),
-            other => println!("unknown workload {other:?} (hello, pmi, allgather, hosts)"),
+            other => {
+                println!("unknown workload {other:?} (hello, pmi, allgather, first, hosts)")
+            }
         }
     }
     if std::env::args().any(|a| a == "--write-docs") {
