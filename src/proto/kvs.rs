@@ -97,6 +97,20 @@ impl Packed {
         self.pairs().try_fold(0, |n, p| p.map(|_| n + 1))
     }
 
+    /// Checks the whole buffer as [`Packed::count`] does, faster: when every byte of it is
+    /// ASCII (the lengths under 128 included, as for most PMI keys and values), only the
+    /// lengths are walked; otherwise each string's UTF-8 is checked too.
+    pub fn check(&self) -> Result<(), BadPacked> {
+        if self.0.is_ascii() {
+            let mut p = self.pairs();
+            while let Some(pair) = p.next_raw() {
+                pair?;
+            }
+            return Ok(());
+        }
+        self.count().map(|_| ())
+    }
+
     /// The pairs, owned.
     pub fn to_delta(&self) -> Result<Delta, BadPacked> {
         self.pairs()
@@ -124,13 +138,17 @@ impl From<&Delta> for Packed {
     }
 }
 
+/// A pair's key and value as bytes.
+type RawPair<'a> = (&'a [u8], &'a [u8]);
+
 /// The pairs of a [`Packed`] buffer: see [`Packed::pairs`].
 pub struct Pairs<'a> {
     rest: &'a [u8],
 }
 
 impl<'a> Pairs<'a> {
-    fn string(&mut self, what: &str) -> Result<&'a str, BadPacked> {
+    /// The next string's bytes, its length checked but not its UTF-8.
+    fn raw(&mut self, what: &str) -> Result<&'a [u8], BadPacked> {
         let bad = |why: &str| BadPacked(format!("{what}: {why}"));
         let (len, rest) = self
             .rest
@@ -142,7 +160,26 @@ impl<'a> Pairs<'a> {
         }
         let (s, rest) = rest.split_at(len);
         self.rest = rest;
-        std::str::from_utf8(s).map_err(|_| bad("not UTF-8"))
+        Ok(s)
+    }
+
+    fn string(&mut self, what: &str) -> Result<&'a str, BadPacked> {
+        let s = self.raw(what)?;
+        std::str::from_utf8(s).map_err(|_| BadPacked(format!("{what}: not UTF-8")))
+    }
+
+    /// The next pair's key and value as bytes, their lengths checked but not their UTF-8.
+    fn next_raw(&mut self) -> Option<Result<RawPair<'a>, BadPacked>> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let pair = self
+            .raw("key")
+            .and_then(|k| self.raw("value").map(|v| (k, v)));
+        if pair.is_err() {
+            self.rest = &[];
+        }
+        Some(pair)
     }
 }
 
@@ -308,10 +345,11 @@ const SCANS: usize = 8;
 
 /// True when `a` and `b` (both checked) hold the same keys in the same order.
 fn same_keys(a: &Packed, b: &Packed) -> bool {
-    a.byte_len() > 0
-        && a.pairs()
-            .map(|p| p.map(|kv| kv.0).ok())
-            .eq(b.pairs().map(|p| p.map(|kv| kv.0).ok()))
+    fn keys(p: &Packed) -> impl Iterator<Item = Option<&[u8]>> {
+        let mut pairs = p.pairs();
+        std::iter::from_fn(move || pairs.next_raw()).map(|kv| kv.ok().map(|kv| kv.0))
+    }
+    a.byte_len() > 0 && keys(a).eq(keys(b))
 }
 
 /// The byte range of `part` in `whole` (`part` is a slice of it).
@@ -325,7 +363,7 @@ impl Index {
         while let Some(p) = segments.get(self.seg) {
             let bytes = &p.0[..];
             let rest = Pairs {
-                rest: &bytes[self.off..],
+                rest: bytes.get(self.off..).unwrap_or_default(),
             };
             // every segment was checked when it was committed
             for (k, v) in rest.flatten() {
@@ -385,7 +423,7 @@ impl Kvs {
     /// one pass that allocates nothing), so a bad one changes nothing; then it is kept as
     /// it came, its pairs decoded only when a rank reads.
     pub fn commit_packed(&mut self, delta: &Packed) -> Result<(), BadPacked> {
-        delta.count()?;
+        delta.check()?;
         if delta.is_empty() {
             return Ok(());
         }
@@ -449,11 +487,16 @@ impl Kvs {
             };
             for (i, p) in self.segments.iter().enumerate().skip(seg).rev() {
                 let from = if i == seg { off } else { 0 };
-                let rest = Pairs {
+                let mut rest = Pairs {
                     rest: p.0.get(from..).unwrap_or_default(),
                 };
-                if let Some(v) = rest.flatten().filter(|&(k, _)| k == key).last() {
-                    return Some(v.1);
+                let found = std::iter::from_fn(|| rest.next_raw())
+                    .flatten()
+                    .filter(|&(k, _)| k == key.as_bytes())
+                    .last();
+                if let Some((_, v)) = found {
+                    // checked when committed
+                    return std::str::from_utf8(v).ok();
                 }
             }
             let index = self.index.borrow();
@@ -721,5 +764,18 @@ mod tests {
                 assert_eq!(k.get(key), v, "{key} in round {round}");
             }
         }
+    }
+
+    #[test]
+    fn the_check_takes_the_long_way_for_bytes_past_ascii() {
+        let long = "é".repeat(100);
+        let mut k = Kvs::default();
+        k.commit_packed(&packed(&[("k", &long), ("a", "1")]))
+            .unwrap();
+        assert_eq!(k.get("k"), Some(long.as_str()));
+        let mut bad = packed(&[("a", "1"), ("k", &long)]).0.to_vec();
+        let at = bad.len() - 1;
+        bad[at] = 0xff;
+        assert!(Packed(bad.into()).check().is_err());
     }
 }
