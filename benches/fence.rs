@@ -15,6 +15,7 @@
 //! ```text
 //! cargo bench --bench fence
 //! cargo bench --bench fence -- tree_fence --warm-up-time 1 --measurement-time 3
+//! KAURI_BENCH_1024=1 cargo bench --bench fence -- "tree_fence|pmix_tree" # and 1,024 hosts
 //! ```
 //! Results: `docs/performance.md`, "Fence hot paths".
 
@@ -77,11 +78,21 @@ enum Kind {
     Floor,
 }
 
-/// A whole fence over 8, 64 and 256 virtual agents, width 8 and flat.
+/// The simulated host counts: 8, 64 and 256, and 1,024 when `KAURI_BENCH_1024` is set (its
+/// trees take a while to build and a fence there takes tens of milliseconds).
+fn host_counts() -> Vec<usize> {
+    let mut h = vec![8, 64, 256];
+    if std::env::var_os("KAURI_BENCH_1024").is_some() {
+        h.push(1024);
+    }
+    h
+}
+
+/// A whole fence over the [`host_counts`] virtual agents, width 8 and flat.
 fn tree_group(c: &mut Criterion, name: &str, kind: Kind) {
     let mut g = c.benchmark_group(name);
     g.sample_size(10);
-    for hosts in [8, 64, 256] {
+    for hosts in host_counts() {
         for width in [8, 0] {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -2,7 +2,7 @@
 //! a real [`kauri::tree::branch::Branch`], the same tree node the front end and `kauri agent` drive.
 //! Each agent's [`SimHost`] stands for R virtual ranks that put `keys` keys each per fence and
 //! commits the merged delta into a real [`Kvs`]; each branch's [`SimLinks`] reaches its
-//! children over loopback TCP with the real framing ([`tree::encode`], [`tree::recv_frame`])
+//! children over loopback TCP with the real framing ([`tree::encode`], [`tree::decode_frame`])
 //! in the real shape ([`tree::build`]). No processes and no PMI: it measures what the tree
 //! itself costs, for host counts one machine cannot run as processes.
 //!
@@ -50,10 +50,8 @@ use kauri::tree::profile::Clock;
 use kauri::tree::{self, Down, Up};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
-use std::future::Future;
 use std::io;
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -200,15 +198,10 @@ fn writer(w: tokio::net::tcp::OwnedWriteHalf, cpu: Cpu, stamps: Stamps, net: Net
     tx
 }
 
-/// Decodes one whole frame with kauri's own reader, [`tree::recv_frame`]: over a buffer
-/// that holds the frame it never waits, so it is polled once and its cost is the decoding's.
-fn decode<M: for<'de> serde::Deserialize<'de>>(buf: &[u8]) -> Option<(M, Bytes)> {
-    let mut r = buf;
-    let fut = std::pin::pin!(tree::recv_frame::<_, M>(&mut r));
-    match fut.poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(Ok(Some(m))) => Some(m),
-        _ => None,
-    }
+/// Decodes one whole frame with kauri's own decoder, [`tree::decode_frame`] (what
+/// [`tree::recv_frame`] runs on a frame it has read).
+fn decode<M: for<'de> serde::Deserialize<'de>>(buf: Vec<u8>) -> Option<(M, Bytes)> {
+    tree::decode_frame(Bytes::from(buf)).ok()
 }
 
 /// Reads one frame (not charged), decodes it on `cpu`'s account; returns the message, the
@@ -223,7 +216,7 @@ async fn read_frame<M: for<'de> serde::Deserialize<'de>>(
     let mut buf = vec![0u8; 4 + u32::from_be_bytes(len) as usize];
     buf[..4].copy_from_slice(&len);
     r.read_exact(&mut buf[4..]).await.ok()?;
-    let (m, cost) = timed(|| decode::<M>(&buf));
+    let (m, cost) = timed(|| decode::<M>(buf));
     let (m, frame) = m?;
     let arrived = stamps.borrow_mut().pop_front().unwrap_or(0.0);
     Some((m, frame, cpu.work(arrived, cost)))

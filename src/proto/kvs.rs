@@ -8,10 +8,13 @@
 //!
 //! Fence contributions and merged deltas travel as [`Packed`] pairs: one buffer that merging
 //! concatenates and forwarding copies as it is, so an agent between the root and the leaves
-//! never takes a delta apart; only the store it lands in does.
+//! never takes a delta apart; the store it lands in keeps it whole too, and takes it apart
+//! only when a rank reads a key.
 
+use bytes::Bytes;
 use indexmap::IndexMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::cell::{Cell, RefCell};
 use std::fmt;
 
 /// A list of key-value pairs in put order (preput pairs, published pairs).
@@ -24,8 +27,11 @@ pub type Delta = Vec<(String, String)>;
 /// string, so merging on the way up and forwarding on the way down cost a copy, not a decode
 /// and an encode of every pair. The buffer is checked where it is unpacked ([`Packed::pairs`]):
 /// a truncated pair or a key that is not UTF-8 is an error there, never a panic.
+///
+/// The buffer is shared ([`Bytes`]): a clone costs a reference count, so the store keeps a
+/// merged delta as it came ([`Kvs::commit_packed`]) instead of copying its pairs out.
 #[derive(Clone, Default, PartialEq, Eq)]
-pub struct Packed(Vec<u8>);
+pub struct Packed(Bytes);
 
 /// Why a [`Packed`] buffer could not be unpacked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,16 +60,21 @@ impl Packed {
     /// # Panics
     /// If the key or the value is 4 GiB or longer (PMI limits them to a few KiB).
     pub fn push(&mut self, key: &str, value: &str) {
+        // a buffer nobody else holds becomes a `Vec` and back without a copy
+        let mut v = Vec::from(std::mem::take(&mut self.0));
         for s in [key, value] {
             let len = u32::try_from(s.len()).expect("a key or value of 4 GiB");
-            self.0.extend_from_slice(&len.to_le_bytes());
-            self.0.extend_from_slice(s.as_bytes());
+            v.extend_from_slice(&len.to_le_bytes());
+            v.extend_from_slice(s.as_bytes());
         }
+        self.0 = Bytes::from(v);
     }
 
     /// Appends `other`'s pairs after this one's.
     pub fn append(&mut self, other: &Packed) {
-        self.0.extend_from_slice(&other.0);
+        let mut v = Vec::from(std::mem::take(&mut self.0));
+        v.extend_from_slice(&other.0);
+        self.0 = Bytes::from(v);
     }
 
     /// The packed size in bytes.
@@ -84,6 +95,20 @@ impl Packed {
     /// How many pairs there are, or why the buffer is bad.
     pub fn count(&self) -> Result<usize, BadPacked> {
         self.pairs().try_fold(0, |n, p| p.map(|_| n + 1))
+    }
+
+    /// Checks the whole buffer as [`Packed::count`] does, faster: when every byte of it is
+    /// ASCII (the lengths under 128 included, as for most PMI keys and values), only the
+    /// lengths are walked; otherwise each string's UTF-8 is checked too.
+    pub fn check(&self) -> Result<(), BadPacked> {
+        if self.0.is_ascii() {
+            let mut p = self.pairs();
+            while let Some(pair) = p.next_raw() {
+                pair?;
+            }
+            return Ok(());
+        }
+        self.count().map(|_| ())
     }
 
     /// The pairs, owned.
@@ -113,13 +138,17 @@ impl From<&Delta> for Packed {
     }
 }
 
+/// A pair's key and value as bytes.
+type RawPair<'a> = (&'a [u8], &'a [u8]);
+
 /// The pairs of a [`Packed`] buffer: see [`Packed::pairs`].
 pub struct Pairs<'a> {
     rest: &'a [u8],
 }
 
 impl<'a> Pairs<'a> {
-    fn string(&mut self, what: &str) -> Result<&'a str, BadPacked> {
+    /// The next string's bytes, its length checked but not its UTF-8.
+    fn raw(&mut self, what: &str) -> Result<&'a [u8], BadPacked> {
         let bad = |why: &str| BadPacked(format!("{what}: {why}"));
         let (len, rest) = self
             .rest
@@ -131,7 +160,26 @@ impl<'a> Pairs<'a> {
         }
         let (s, rest) = rest.split_at(len);
         self.rest = rest;
-        std::str::from_utf8(s).map_err(|_| bad("not UTF-8"))
+        Ok(s)
+    }
+
+    fn string(&mut self, what: &str) -> Result<&'a str, BadPacked> {
+        let s = self.raw(what)?;
+        std::str::from_utf8(s).map_err(|_| BadPacked(format!("{what}: not UTF-8")))
+    }
+
+    /// The next pair's key and value as bytes, their lengths checked but not their UTF-8.
+    fn next_raw(&mut self) -> Option<Result<RawPair<'a>, BadPacked>> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let pair = self
+            .raw("key")
+            .and_then(|k| self.raw("value").map(|v| (k, v)));
+        if pair.is_err() {
+            self.rest = &[];
+        }
+        Some(pair)
     }
 }
 
@@ -158,10 +206,55 @@ impl Serialize for Packed {
     }
 }
 
+/// Reads a [`Packed`] as a slice of the frame being decoded ([`from_frame`]) when the
+/// format lends out its bytes, as a copy otherwise.
 impl<'de> Deserialize<'de> for Packed {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Packed, D::Error> {
-        byte_string::deserialize(d).map(Packed)
+        struct Shared;
+        impl<'de> serde::de::Visitor<'de> for Shared {
+            type Value = Bytes;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a byte string")
+            }
+            fn visit_borrowed_bytes<E: serde::de::Error>(self, v: &'de [u8]) -> Result<Bytes, E> {
+                Ok(FRAME.with(|f| match &*f.borrow() {
+                    Some(frame) if within(frame, v) => frame.slice_ref(v),
+                    _ => Bytes::copy_from_slice(v),
+                }))
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Bytes, E> {
+                Ok(Bytes::copy_from_slice(v))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Bytes, E> {
+                Ok(Bytes::from(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, a: A) -> Result<Bytes, A::Error> {
+                serde::de::Visitor::visit_seq(byte_string::Bytes, a).map(Bytes::from)
+            }
+        }
+        d.deserialize_bytes(Shared).map(Packed)
     }
+}
+
+thread_local! {
+    /// The frame [`from_frame`] is decoding on this thread, if any.
+    static FRAME: RefCell<Option<Bytes>> = const { RefCell::new(None) };
+}
+
+/// True when `part` lies inside `whole`'s bytes.
+fn within(whole: &Bytes, part: &[u8]) -> bool {
+    let (w, p) = (whole.as_ptr() as usize, part.as_ptr() as usize);
+    p >= w && p + part.len() <= w + whole.len()
+}
+
+/// Runs `decode`, which decodes a message from `frame`'s bytes, so that the [`Packed`] it
+/// reads are slices of `frame` (sharing its buffer) instead of copies: a fence's merged delta
+/// goes from the frame that brought it to the store without a copy.
+pub fn from_frame<T>(frame: &Bytes, decode: impl FnOnce() -> T) -> T {
+    let old = FRAME.with(|f| f.replace(Some(frame.clone())));
+    let r = decode();
+    FRAME.with(|f| *f.borrow_mut() = old);
+    r
 }
 
 /// A `Vec<u8>` field as one byte string on the wire (`#[serde(with = "byte_string")]`):
@@ -177,36 +270,123 @@ pub mod byte_string {
 
     /// Reads a byte string (or, from self-describing formats, a sequence of bytes).
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-        struct Bytes;
-        impl<'de> de::Visitor<'de> for Bytes {
-            type Value = Vec<u8>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a byte string")
-            }
-            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
-                Ok(v.to_vec())
-            }
-            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
-                Ok(v)
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Vec<u8>, A::Error> {
-                let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 20));
-                while let Some(b) = a.next_element()? {
-                    v.push(b);
-                }
-                Ok(v)
-            }
-        }
         d.deserialize_byte_buf(Bytes)
+    }
+
+    /// The visitor of a byte string into a `Vec<u8>`.
+    pub(super) struct Bytes;
+    impl<'de> de::Visitor<'de> for Bytes {
+        type Value = Vec<u8>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a byte string")
+        }
+        fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+        fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Vec<u8>, E> {
+            Ok(v)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Vec<u8>, A::Error> {
+            let mut v = Vec::with_capacity(a.size_hint().unwrap_or(0).min(1 << 20));
+            while let Some(b) = a.next_element()? {
+                v.push(b);
+            }
+            Ok(v)
+        }
     }
 }
 
 /// The store.
+///
+/// Committed pairs are kept as the [`Packed`] segments they came in, in commit order: a
+/// fence's merged delta is checked (one pass, nothing allocated) and kept as it came, shared
+/// with the frame that carried it, and nothing is decoded until a rank reads. The first read
+/// after a commit indexes the new segments (a key to where its latest pair is, in first-put
+/// order), so an agent whose ranks read few keys never takes the rest apart. Pairs committed
+/// one by one ([`Kvs::preput`], [`Kvs::commit`]) go to a segment of the store's own.
 #[derive(Debug, Default)]
 pub struct Kvs {
-    /// In first-put order: a later put of a key replaces its value in place.
-    committed: IndexMap<String, String>,
+    /// Committed pairs, in commit order; every one was checked when it was committed.
+    segments: Vec<Packed>,
+    /// The last segment is the store's own (pairs committed one by one), so more go to it.
+    own_tail: bool,
+    /// Where each key's latest pair is, for the segments indexed so far.
+    index: RefCell<Index>,
+    /// Reads since the last commit that looked in the segments not indexed yet.
+    scans: Cell<usize>,
     pending: Packed,
+}
+
+/// Where a pair is: its segment, and the key's and the value's byte ranges in it.
+#[derive(Debug, Clone, Copy)]
+struct Loc {
+    seg: usize,
+    key: (usize, usize),
+    value: (usize, usize),
+}
+
+/// The index over a [`Kvs`]'s segments: each key's latest [`Loc`] in first-put order, and
+/// how far it has read (segment, byte offset in it).
+#[derive(Debug, Default)]
+struct Index {
+    keys: IndexMap<Box<str>, Loc>,
+    seg: usize,
+    off: usize,
+}
+
+/// Segments not yet indexed after which a commit indexes them (and compacts the store when
+/// overwritten pairs take most of it), so a job whose ranks never read keeps no more than
+/// this many deltas beside its live pairs.
+const INDEX_EVERY: usize = 16;
+
+/// Reads after a commit that walk the new segments before a read indexes them: a walk costs
+/// a few nanoseconds a pair, indexing a pair a hash and, for a new key, an allocation.
+const SCANS: usize = 8;
+
+/// True when `a` and `b` (both checked) hold the same keys in the same order.
+fn same_keys(a: &Packed, b: &Packed) -> bool {
+    fn keys(p: &Packed) -> impl Iterator<Item = Option<&[u8]>> {
+        let mut pairs = p.pairs();
+        std::iter::from_fn(move || pairs.next_raw()).map(|kv| kv.ok().map(|kv| kv.0))
+    }
+    a.byte_len() > 0 && keys(a).eq(keys(b))
+}
+
+/// The byte range of `part` in `whole` (`part` is a slice of it).
+fn span(whole: &[u8], part: &str) -> (usize, usize) {
+    (part.as_ptr() as usize - whole.as_ptr() as usize, part.len())
+}
+
+impl Index {
+    /// Indexes what `segments` holds past where this index stopped.
+    fn catch_up(&mut self, segments: &[Packed]) {
+        while let Some(p) = segments.get(self.seg) {
+            let bytes = &p.0[..];
+            let rest = Pairs {
+                rest: bytes.get(self.off..).unwrap_or_default(),
+            };
+            // every segment was checked when it was committed
+            for (k, v) in rest.flatten() {
+                let loc = Loc {
+                    seg: self.seg,
+                    key: span(bytes, k),
+                    value: span(bytes, v),
+                };
+                match self.keys.get_mut(k) {
+                    Some(old) => *old = loc,
+                    None => {
+                        self.keys.insert(k.into(), loc);
+                    }
+                }
+            }
+            if self.seg + 1 == segments.len() {
+                self.off = bytes.len();
+                return;
+            }
+            self.seg += 1;
+            self.off = 0;
+        }
+    }
 }
 
 impl Kvs {
@@ -227,52 +407,154 @@ impl Kvs {
 
     /// Applies pairs in order.
     pub fn commit(&mut self, delta: Delta) {
-        self.committed.extend(delta);
+        if !self.own_tail {
+            self.segments.push(Packed::default());
+            self.own_tail = true;
+        }
+        let Some(tail) = self.segments.last_mut() else {
+            return;
+        };
+        for (k, v) in &delta {
+            tail.push(k, v);
+        }
     }
 
-    /// Applies a merged fence delta. It is checked whole first, so a bad one changes nothing.
+    /// Applies a merged fence delta. It is checked whole first (its lengths and UTF-8, in
+    /// one pass that allocates nothing), so a bad one changes nothing; then it is kept as
+    /// it came, its pairs decoded only when a rank reads.
     pub fn commit_packed(&mut self, delta: &Packed) -> Result<(), BadPacked> {
-        let n = delta.count()?;
-        self.committed.reserve(n);
-        for (k, v) in delta.pairs().flatten() {
-            match self.committed.get_mut(k) {
-                Some(old) => {
-                    old.clear();
-                    old.push_str(v);
-                }
-                None => {
-                    self.committed.insert(k.to_string(), v.to_string());
+        delta.check()?;
+        if delta.is_empty() {
+            return Ok(());
+        }
+        self.scans.set(0);
+        if !self.own_tail && self.last_unindexed() {
+            if let Some(last) = self.segments.last_mut() {
+                if same_keys(last, delta) {
+                    // every pair of the last delta is overwritten, in place: the keys keep
+                    // their first-put order (a job that puts the same keys every fence keeps
+                    // one delta, not one per fence)
+                    *last = delta.clone();
+                    return Ok(());
                 }
             }
+        }
+        self.segments.push(delta.clone());
+        self.own_tail = false;
+        if self.segments.len() - self.index.get_mut().seg > INDEX_EVERY {
+            self.compact();
         }
         Ok(())
     }
 
-    /// Reads a committed key.
+    /// True when the index has read nothing of the last segment (and so holds no place in it).
+    fn last_unindexed(&mut self) -> bool {
+        let index = self.index.get_mut();
+        let last = self.segments.len().saturating_sub(1);
+        index.seg < last || (index.seg == last && index.off == 0)
+    }
+
+    /// Indexes every segment, then, when overwritten pairs take most of the store, packs
+    /// the live pairs into one segment of the store's own.
+    fn compact(&mut self) {
+        let index = self.index.get_mut();
+        index.catch_up(&self.segments);
+        let live: usize = index.keys.values().map(|l| 8 + l.key.1 + l.value.1).sum();
+        let held: usize = self.segments.iter().map(Packed::byte_len).sum();
+        if held <= 2 * live {
+            return;
+        }
+        let mut all = Packed::default();
+        for loc in index.keys.values() {
+            let (k, v) = pair(&self.segments, *loc);
+            all.push(k, v);
+        }
+        self.segments = vec![all];
+        self.own_tail = true;
+        *index = Index::default();
+        index.catch_up(&self.segments);
+    }
+
+    /// Reads a committed key. The first few reads after a commit look for it in the
+    /// segments not indexed yet, newest first (a walk over lengths that allocates nothing);
+    /// after them the new segments are indexed.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.committed.get(key).map(String::as_str)
+        if self.scans.get() < SCANS {
+            self.scans.set(self.scans.get() + 1);
+            let (seg, off) = {
+                let index = self.index.borrow();
+                (index.seg, index.off)
+            };
+            for (i, p) in self.segments.iter().enumerate().skip(seg).rev() {
+                let from = if i == seg { off } else { 0 };
+                let mut rest = Pairs {
+                    rest: p.0.get(from..).unwrap_or_default(),
+                };
+                let found = std::iter::from_fn(|| rest.next_raw())
+                    .flatten()
+                    .filter(|&(k, _)| k == key.as_bytes())
+                    .last();
+                if let Some((_, v)) = found {
+                    // checked when committed
+                    return std::str::from_utf8(v).ok();
+                }
+            }
+            let index = self.index.borrow();
+            let loc = *index.keys.get(key)?;
+            drop(index);
+            return Some(pair(&self.segments, loc).1);
+        }
+        let loc = {
+            let mut index = self.index.borrow_mut();
+            index.catch_up(&self.segments);
+            *index.keys.get(key)?
+        };
+        Some(pair(&self.segments, loc).1)
     }
 
     /// The `idx`-th committed pair in first-put order (legacy `getbyidx`).
     pub fn get_by_idx(&self, idx: usize) -> Option<(&str, &str)> {
-        let (k, v) = self.committed.get_index(idx)?;
-        Some((k.as_str(), v.as_str()))
+        let loc = {
+            let mut index = self.index.borrow_mut();
+            index.catch_up(&self.segments);
+            *index.keys.get_index(idx)?.1
+        };
+        Some(pair(&self.segments, loc))
     }
 
-    /// How many pairs are committed.
+    /// How many pairs are committed (distinct keys).
     pub fn len(&self) -> usize {
-        self.committed.len()
+        let mut index = self.index.borrow_mut();
+        index.catch_up(&self.segments);
+        index.keys.len()
     }
 
     /// True when nothing is committed.
     pub fn is_empty(&self) -> bool {
-        self.committed.is_empty()
+        self.segments.iter().all(Packed::is_empty)
     }
+}
+
+/// The pair at `loc`. Segments were checked when committed, so both are UTF-8; a `Loc` that
+/// does not fit (never made) reads as empty strings rather than panicking.
+fn pair(segments: &[Packed], loc: Loc) -> (&str, &str) {
+    let bytes = segments.get(loc.seg).map_or(&[][..], |p| &p.0[..]);
+    let s = |(at, len): (usize, usize)| {
+        bytes
+            .get(at..at.saturating_add(len))
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or("")
+    };
+    (s(loc.key), s(loc.value))
 }
 
 /// Merges fence contributions (from this agent and its children) into one delta, in order.
 pub fn merge(parts: impl IntoIterator<Item = Packed>) -> Packed {
-    Packed(concat(parts.into_iter().map(|p| p.0)))
+    let mut parts: Vec<Bytes> = parts.into_iter().map(|p| p.0).collect();
+    if parts.len() == 1 {
+        return Packed(parts.pop().unwrap_or_default());
+    }
+    Packed(Bytes::from(parts.concat()))
 }
 
 /// Byte buffers one after another, in one allocation; a single buffer is returned as it is
@@ -343,14 +625,14 @@ mod tests {
     #[test]
     fn bad_packed_data_is_an_error_and_commits_nothing() {
         let good = packed(&[("a", "1"), ("b", "2")]);
-        let mut cut = good.0.clone();
+        let mut cut = good.0.to_vec();
         cut.truncate(cut.len() - 1);
-        let mut not_utf8 = good.0.clone();
+        let mut not_utf8 = good.0.to_vec();
         not_utf8[4] = 0xff;
-        let mut huge = good.0.clone();
+        let mut huge = good.0.to_vec();
         huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
         for bad in [cut, not_utf8, huge, vec![1, 0]] {
-            let bad = Packed(bad);
+            let bad = Packed(bad.into());
             let mut k = Kvs::default();
             let e = k.commit_packed(&bad).unwrap_err();
             assert!(
@@ -360,5 +642,140 @@ mod tests {
             assert!(k.is_empty(), "{bad:?} committed something");
             assert_eq!(bad.pairs().filter(|p| p.is_err()).count(), 1);
         }
+    }
+    #[test]
+    fn later_segments_and_preputs_override_in_commit_order() {
+        let mut k = Kvs::default();
+        k.preput("a".into(), "pre".into());
+        k.preput("z".into(), "0".into());
+        k.commit_packed(&packed(&[("b", "1"), ("a", "2")])).unwrap();
+        assert_eq!(k.get("a"), Some("2"));
+        // a get indexed the store; what comes after must still win
+        k.preput("b".into(), "3".into());
+        k.commit_packed(&packed(&[("c", "4")])).unwrap();
+        k.put("c", "local");
+        assert_eq!(k.get("c"), Some("4"), "a put waits for the fence");
+        let d = k.take_pending();
+        k.commit_packed(&d).unwrap();
+        assert_eq!(k.get("b"), Some("3"));
+        assert_eq!(k.get("c"), Some("local"));
+        assert_eq!(k.get("nowhere"), None);
+        let order: Vec<_> = (0..k.len()).map(|i| k.get_by_idx(i).unwrap()).collect();
+        assert_eq!(
+            order,
+            [("a", "2"), ("z", "0"), ("b", "3"), ("c", "local")],
+            "first-put order, latest values"
+        );
+        assert_eq!(k.get_by_idx(4), None);
+    }
+
+    #[test]
+    fn a_bad_segment_after_good_ones_changes_nothing() {
+        let mut k = Kvs::default();
+        k.commit_packed(&packed(&[("a", "1")])).unwrap();
+        let mut cut = packed(&[("a", "2"), ("b", "3")]).0.to_vec();
+        cut.pop();
+        assert!(k.commit_packed(&Packed(cut.into())).is_err());
+        assert_eq!(k.get("a"), Some("1"));
+        assert_eq!(k.get("b"), None);
+        assert_eq!(k.len(), 1);
+    }
+
+    #[test]
+    fn an_empty_store_and_empty_deltas() {
+        let mut k = Kvs::default();
+        assert!(k.is_empty());
+        assert_eq!(k.len(), 0);
+        assert_eq!(k.get(""), None);
+        assert_eq!(k.get_by_idx(0), None);
+        k.commit_packed(&Packed::default()).unwrap();
+        assert!(k.is_empty());
+        k.commit_packed(&packed(&[("", "")])).unwrap();
+        assert!(!k.is_empty());
+        assert_eq!(k.get(""), Some(""));
+    }
+
+    #[test]
+    fn a_committed_delta_is_shared_not_copied() {
+        let d = packed(&[("a", "1")]);
+        let mut k = Kvs::default();
+        k.commit_packed(&d).unwrap();
+        assert_eq!(k.get("a").unwrap().as_ptr(), d.0[9..].as_ptr());
+    }
+
+    #[test]
+    fn many_fences_overwriting_keys_are_compacted() {
+        let mut k = Kvs::default();
+        for i in 0..100 {
+            let v = i.to_string();
+            // the keys in another order each time: no delta replaces the one before
+            let d = if i % 2 == 0 {
+                packed(&[("a", &v), ("b", "same")])
+            } else {
+                packed(&[("b", "same"), ("a", &v)])
+            };
+            k.commit_packed(&d).unwrap();
+        }
+        assert!(k.segments.len() <= INDEX_EVERY + 1, "{}", k.segments.len());
+        assert_eq!(k.get("a"), Some("99"));
+        assert_eq!(k.get_by_idx(1), Some(("b", "same")));
+        assert_eq!(k.len(), 2);
+    }
+
+    #[test]
+    fn a_delta_with_the_same_keys_replaces_the_last_in_place() {
+        let mut k = Kvs::default();
+        k.commit_packed(&packed(&[("z", "0")])).unwrap();
+        for i in 0..5 {
+            let v = i.to_string();
+            k.commit_packed(&packed(&[("b", &v), ("z", &v), ("a", &v)]))
+                .unwrap();
+        }
+        assert_eq!(k.segments.len(), 2);
+        let all: Vec<_> = (0..k.len()).map(|i| k.get_by_idx(i).unwrap()).collect();
+        assert_eq!(all, [("z", "4"), ("b", "4"), ("a", "4")]);
+        // indexed now: the next delta is kept beside it, and still wins
+        k.commit_packed(&packed(&[("b", "x"), ("z", "x"), ("a", "x")]))
+            .unwrap();
+        assert_eq!(k.segments.len(), 3);
+        assert_eq!(k.get_by_idx(0), Some(("z", "x")));
+        // preputs are not a fence's delta
+        k.preput("b".into(), "p".into());
+        k.commit_packed(&packed(&[("b", "y")])).unwrap();
+        assert_eq!(k.get("b"), Some("y"));
+    }
+
+    #[test]
+    fn reads_before_and_after_indexing_agree() {
+        let mut k = Kvs::default();
+        k.commit_packed(&packed(&[("a", "1"), ("b", "1")])).unwrap();
+        assert_eq!(k.len(), 2); // indexes
+        k.commit_packed(&packed(&[("b", "2"), ("c", "2"), ("b", "3")]))
+            .unwrap();
+        k.preput("c".into(), "p".into());
+        let want = [
+            ("a", Some("1")),
+            ("b", Some("3")),
+            ("c", Some("p")),
+            ("d", None),
+        ];
+        for round in 0..2 * SCANS {
+            for (key, v) in want {
+                assert_eq!(k.get(key), v, "{key} in round {round}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_check_takes_the_long_way_for_bytes_past_ascii() {
+        let long = "é".repeat(100);
+        let mut k = Kvs::default();
+        k.commit_packed(&packed(&[("k", &long), ("a", "1")]))
+            .unwrap();
+        assert_eq!(k.get("k"), Some(long.as_str()));
+        let mut bad = packed(&[("a", "1"), ("k", &long)]).0.to_vec();
+        let at = bad.len() - 1;
+        bad[at] = 0xff;
+        assert!(Packed(bad.into()).check().is_err());
     }
 }

@@ -36,7 +36,9 @@ pub mod root;
 pub mod shape;
 
 pub use auth::{mac, new_key, nonce, verify};
-pub use frame::{encode, recv, recv_frame, recv_limited, send, FRAME_MAX, HANDSHAKE_FRAME_MAX};
+pub use frame::{
+    decode_frame, encode, recv, recv_frame, recv_limited, send, FRAME_MAX, HANDSHAKE_FRAME_MAX,
+};
 pub use link::{link, Link, Queue};
 pub use msg::{Down, HostStatus, RankStatus, Report, Up};
 pub use shape::{build, build_cost, LaunchCost};
