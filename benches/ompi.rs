@@ -21,41 +21,10 @@
 
 mod common;
 
-use common::{build, median, opt, run_timed, summary};
+use common::{build, median, opt, run_timed, summary, wait_quiet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
-
-/// Idle and total jiffies of all CPUs, from /proc/stat.
-fn cpu_times() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let line = stat.lines().next()?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
-    Some((idle, v.iter().sum()))
-}
-
-/// Waits (at most `limit`) until a one-second window is at least 90 % idle.
-fn wait_quiet(limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        let Some((i0, t0)) = cpu_times() else {
-            return true;
-        };
-        std::thread::sleep(Duration::from_secs(1));
-        let Some((i1, t1)) = cpu_times() else {
-            return true;
-        };
-        if t1 > t0 && (i1 - i0) as f64 / (t1 - t0) as f64 >= 0.9 {
-            return true;
-        }
-    }
-    false
-}
+use std::time::Duration;
 
 /// Builds libpmi.so (release) and the hello program; returns their paths.
 fn build_ompi(target: &Path) -> (PathBuf, PathBuf) {

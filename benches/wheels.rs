@@ -23,10 +23,10 @@
 
 mod common;
 
-use common::{load_avg, median, opt, run_timed, summary};
+use common::{load_avg, median, opt, run_timed, summary, wait_quiet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Prefixes of the variables a launcher or an MPI reads, dropped from the environment the
 /// launchers get (as matrix.py's `cell_env`).
@@ -62,37 +62,6 @@ fn venv(mpi: &str) -> PathBuf {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/kauri")
         });
     cache.join("venvs").join(mpi)
-}
-
-/// Idle and total jiffies of all CPUs, from /proc/stat.
-fn cpu_times() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let v: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    Some((v.get(3)? + v.get(4).copied().unwrap_or(0), v.iter().sum()))
-}
-
-/// Waits (at most `limit`) until a one-second window is at least 90 % idle.
-fn wait_quiet(limit: Duration) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        let Some((i0, t0)) = cpu_times() else {
-            return true;
-        };
-        std::thread::sleep(Duration::from_secs(1));
-        let Some((i1, t1)) = cpu_times() else {
-            return true;
-        };
-        if t1 > t0 && (i1 - i0) as f64 / (t1 - t0) as f64 >= 0.9 {
-            return true;
-        }
-    }
-    false
 }
 
 /// CLOCK_BOOTTIME in ns: the clock the ranks' start times and timestamps count on.
