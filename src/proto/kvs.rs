@@ -251,10 +251,17 @@ fn within(whole: &Bytes, part: &[u8]) -> bool {
 /// reads are slices of `frame` (sharing its buffer) instead of copies: a fence's merged delta
 /// goes from the frame that brought it to the store without a copy.
 pub fn from_frame<T>(frame: &Bytes, decode: impl FnOnce() -> T) -> T {
-    let old = FRAME.with(|f| f.replace(Some(frame.clone())));
-    let r = decode();
-    FRAME.with(|f| *f.borrow_mut() = old);
-    r
+    /// Puts the frame decoded before back when dropped, even if `decode` panics (the
+    /// thread's slot then holds no frame, and no buffer, longer than the decode).
+    struct Restore(Option<Bytes>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let old = self.0.take();
+            FRAME.with(|f| *f.borrow_mut() = old);
+        }
+    }
+    let _restore = Restore(FRAME.with(|f| f.replace(Some(frame.clone()))));
+    decode()
 }
 
 /// A `Vec<u8>` field as one byte string on the wire (`#[serde(with = "byte_string")]`):

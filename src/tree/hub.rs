@@ -1129,16 +1129,8 @@ mod tests {
 
     #[test]
     fn a_broadcast_goes_to_the_biggest_subtree_first() {
-        let hosts = (0..7)
-            .map(|i| crate::plan::HostPlan {
-                host: format!("h{i}"),
-                node: i,
-                index: i,
-                ranks: Vec::new(),
-            })
-            .collect();
         // Width 3 over 7 hosts: 1(4,5,6), 2(7), 3.
-        let t = crate::tree::build(hosts, 3);
+        let t = three_children();
         assert_eq!(broadcast_order(&t), vec![1, 2, 3]);
         let reversed: Vec<Subtree> = t.into_iter().rev().collect();
         assert_eq!(broadcast_order(&reversed), vec![1, 2, 3]);
