@@ -104,6 +104,54 @@ fn mpich5_mpi4py_keeps_the_users_pmi_version() {
     ctx.assert_no_leftovers();
 }
 
+/// MPICH 5 asks each host for its hardware topology (`PMI_hwloc_xmlfile`, when ranks share
+/// a host) and is named the host's XML file, one per host, instead of "unavailable": its
+/// ranks load it rather than each probing the machine.
+#[test]
+fn mpich5_is_handed_each_hosts_topology() {
+    let Some(v) = wheel_venv("mpich5") else {
+        return;
+    };
+    let ctx = Ctx::new("venv_mpich5_topology");
+    let tmp = ctx.dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let python = v.join("bin/python3").to_string_lossy().into_owned();
+    let path = format!(
+        "{}:{}",
+        v.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut a: Vec<&str> = TWO_HOSTS.to_vec();
+    a.extend(["-n", "4", &python, "-c", HELLO]);
+    let o = ctx
+        .job(Launcher::Kauri, &a)
+        .program(ctx.kauri())
+        .env("PATH", &path)
+        .env("TMPDIR", &tmp.to_string_lossy())
+        .env("KAURI_PMI_TRACE", "1")
+        .run();
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.sorted_stdout(), world(4), "{o}");
+    let asked = o
+        .stderr
+        .lines()
+        .filter(|l| l.contains("-> cmd=get ") && l.contains("key=PMI_hwloc_xmlfile"))
+        .count();
+    let files: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.contains("<- cmd=get_result rc=0 value=/proc/"))
+        .filter_map(|l| l.split("value=").nth(1))
+        .collect();
+    assert_eq!(asked, 4, "every rank asks: {o}");
+    assert_eq!(files.len(), 4, "every rank is named a file: {o}");
+    let mut hosts = files.clone();
+    hosts.sort();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 2, "one file per host: {files:?}");
+    ctx.assert_no_leftovers();
+}
+
 /// MPICH 4.3 (PMI-1 unless told otherwise) is served both and keeps working.
 #[test]
 fn mpich43_mpi4py_with_no_flag() {

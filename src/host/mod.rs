@@ -1,6 +1,7 @@
 //! One host's ranks: the [`node::Node`] that starts them, serves their PMI connections and
 //! PMIx upcalls and reports their ends; the processes themselves ([`proc`], [`keeper`]), their
-//! output ([`iofwd`], [`output`]), binding ([`bind`]), and the debugger interface ([`mpir`]).
+//! output ([`iofwd`], [`output`]), binding ([`bind`]), the hardware topology handed to them
+//! ([`topology`]), and the debugger interface ([`mpir`]).
 //! The root and every agent run one `Node` for their host.
 
 pub mod bind;
@@ -12,3 +13,4 @@ pub mod ompi;
 pub mod output;
 pub mod peer;
 pub mod proc;
+pub mod topology;

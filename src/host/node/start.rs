@@ -279,6 +279,7 @@ fn job_info(job: &JobPlan, me: &HostPlan) -> JobInfo {
 fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -> Rc<Ctx> {
     let mut engine = Engine::new(job_info(job, me));
     engine.set_trace(crate::proto::trace_enabled());
+    engine.set_topology(crate::host::topology::xml_file);
     for (k, v) in &job.preput {
         engine.preput(k.clone(), v.clone());
     }

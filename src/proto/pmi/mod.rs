@@ -240,6 +240,8 @@ pub struct Engine {
     /// Where replies are encoded: each is split off as its own `Bytes`, so replies share a
     /// few allocations instead of one each.
     wbuf: BytesMut,
+    /// Names the host's topology file ([`HWLOC_XMLFILE_KEY`]), if the host has a way to.
+    topology: Option<TopologyFile>,
 }
 
 /// Where a rank is, as its host's PMI engine sees it: what a hang diagnosis prints.
@@ -293,6 +295,16 @@ const MAPPING_KEY: &str = "PMI_process_mapping";
 /// (under any kvsname), PMI-2 `kvs-get` and `info-getjobattr`.
 pub const DEAD_PROCESSES_KEY: &str = "PMI_dead_processes";
 
+/// The reserved key that names the host's hardware topology as an hwloc XML file, as Hydra's
+/// proxy serves it: MPICH 4.1 and later ask in `MPI_Init` when ranks share a host, and load
+/// the file instead of probing the machine each. Served by PMI-1 `get` (under any kvsname;
+/// `unavailable` when the host has none) and PMI-2 `info-getjobattr` (not found then).
+pub const HWLOC_XMLFILE_KEY: &str = "PMI_hwloc_xmlfile";
+
+/// What makes the host's topology file on first use, and names it: see
+/// [`Engine::set_topology`].
+pub type TopologyFile = fn() -> Option<String>;
+
 impl Engine {
     /// An engine for `job`, serving its `local_ranks`.
     pub fn new(job: JobInfo) -> Engine {
@@ -318,7 +330,14 @@ impl Engine {
             out: Vec::new(),
             trace: false,
             wbuf: BytesMut::new(),
+            topology: None,
         }
+    }
+
+    /// Serves [`HWLOC_XMLFILE_KEY`] with what `file` returns, called when a rank asks (it
+    /// may make the file then); without it, the key names no file.
+    pub fn set_topology(&mut self, file: TopologyFile) {
+        self.topology = Some(file);
     }
 
     /// Turns the wire trace on or off (default: off; the host turns it on when
@@ -679,6 +698,7 @@ impl Engine {
             MAPPING_KEY => Some(self.job.process_mapping.clone()),
             DEAD_PROCESSES_KEY => Some(self.dead_processes()),
             "universeSize" => Some(self.job.universe_size.to_string()),
+            HWLOC_XMLFILE_KEY => self.topology.and_then(|file| file()),
             _ => None,
         }
     }
@@ -1133,6 +1153,79 @@ cmd=get kvsname=other key=PMI_dead_processes
             sent[&0]
         );
         assert_eq!(sent[&1].matches("value=3,1;").count(), 2, "{}", sent[&1]);
+    }
+
+    /// `PMI_hwloc_xmlfile` names the host's topology file, as Hydra's proxy does: PMI-1 `get`
+    /// under any kvsname and PMI-2 `info-getjobattr`. A host that has none answers PMI-1
+    /// "unavailable" (rc 0, what MPICH looks for) and PMI-2 "not found"; so does an engine
+    /// given no topology at all.
+    #[test]
+    fn the_topology_file_is_served_by_both_protocols() {
+        fn here() -> Option<String> {
+            Some("/proc/1/fd/7".into())
+        }
+        fn none() -> Option<String> {
+            None
+        }
+        let frame = |msg: v2::Request| {
+            let mut b = BytesMut::new();
+            Frame { thrid: None, msg }.encode(&mut b);
+            b
+        };
+        let ask = |topology: Option<fn() -> Option<String>>| {
+            let mut e = engine(2);
+            if let Some(t) = topology {
+                e.set_topology(t);
+            }
+            let mut f = [Framing::default(), Framing::default()];
+            feed(
+                &mut e,
+                &mut f[0],
+                0,
+                b"cmd=init pmi_version=1 pmi_subversion=1\n\
+                  cmd=get kvsname=kvs_test key=PMI_hwloc_xmlfile\n\
+                  cmd=get kvsname=other key=PMI_hwloc_xmlfile\n",
+            );
+            let mut q = BytesMut::from(&b"cmd=init pmi_version=2 pmi_subversion=0\n"[..]);
+            q.extend_from_slice(&frame(v2::Request::FullInit {
+                pmijobid: None,
+                pmirank: Some(1),
+                threaded: Some(false),
+            }));
+            q.extend_from_slice(&frame(v2::Request::InfoGetJobAttr {
+                key: HWLOC_XMLFILE_KEY.into(),
+            }));
+            feed(&mut e, &mut f[1], 1, &q);
+            settle(&mut e).0
+        };
+        let sent = ask(Some(here));
+        assert!(
+            sent[&0].ends_with(
+                "cmd=get_result rc=0 value=/proc/1/fd/7\ncmd=get_result rc=0 value=/proc/1/fd/7\n"
+            ),
+            "{}",
+            sent[&0]
+        );
+        assert!(
+            sent[&1].contains("cmd=info-getjobattr-response;rc=0;found=TRUE;value=/proc/1/fd/7;"),
+            "{}",
+            sent[&1]
+        );
+        for sent in [ask(Some(none)), ask(None)] {
+            assert!(
+                sent[&0].ends_with(
+                    "cmd=get_result rc=0 value=unavailable\ncmd=get_result rc=0 value=unavailable\n"
+                ),
+                "{}",
+                sent[&0]
+            );
+            assert!(
+                sent[&1].contains("cmd=info-getjobattr-response;rc=1;"),
+                "{}",
+                sent[&1]
+            );
+            assert!(sent[&1].contains("found=FALSE;"), "{}", sent[&1]);
+        }
     }
 
     #[test]

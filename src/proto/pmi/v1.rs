@@ -2,7 +2,7 @@
 //! the connection it came from (or leaves the rank waiting: a barrier, a question for the front
 //! end).
 
-use super::{Asked, ConnId, Engine, Output, Waiter, PUBLISH_KVS};
+use super::{Asked, ConnId, Engine, Output, Waiter, HWLOC_XMLFILE_KEY, PUBLISH_KVS};
 use crate::proto::service::{Service, ServiceReply};
 use pmi_wire::limits::{KEY_MAX, KVSNAME_MAX, VALUE_MAX};
 use pmi_wire::v1::{Request as Q, Response as A};
@@ -257,6 +257,8 @@ impl Engine {
     fn v1_get_reply(&self, key: &str, kvsname: &str) -> A {
         let (status, value) = match self.job_attr(key) {
             Some(v) => (Status::ok(), Some(v)),
+            // What Hydra answers, and MPICH looks for, when the host has no topology file.
+            None if key == HWLOC_XMLFILE_KEY => (Status::ok(), Some("unavailable".into())),
             None if kvsname != self.job.kvsname => (
                 Status::error(
                     -1,
