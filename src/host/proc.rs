@@ -6,7 +6,7 @@
 //! started, and it dies with `SIGKILL` if the agent that started it disappears
 //! (`PR_SET_PDEATHSIG`). Nothing here knows about PMI messages or jobs.
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -200,10 +200,6 @@ impl ExitWatch {
     }
 }
 
-fn cstring(b: &[u8]) -> io::Result<CString> {
-    CString::new(b).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in a string"))
-}
-
 fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the array.
@@ -220,7 +216,6 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 struct ChildPlan {
     prog: *const libc::c_char,
     argv: *const *const libc::c_char,
-    sh: *const libc::c_char,
     sh_argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
     wdir: *const libc::c_char,
@@ -292,7 +287,7 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
         libc::execve(p.prog, p.argv, p.envp);
         if *libc::__errno_location() == libc::ENOEXEC {
             // A script without `#!`: run it with /bin/sh, as execvp does.
-            libc::execve(p.sh, p.sh_argv, p.envp);
+            libc::execve(*p.sh_argv, p.sh_argv, p.envp);
         }
         libc::write(2, p.fail_msg.cast(), p.fail_len);
         libc::_exit(127)
@@ -302,67 +297,122 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
 /// The child's stack for [`child_main`]: system calls only, so a little suffices.
 const CHILD_STACK: usize = 64 << 10;
 
-/// The strings the child of [`spawn`] execs with, as C strings, and the null-terminated
-/// pointer arrays into them (the pointers stay valid as the value moves: they point into the
-/// strings' own heap buffers).
+/// The strings the child of [`spawn`] execs with, packed: every string NUL-terminated and
+/// back to back in one buffer, and the null-terminated pointer arrays (`argv`, the `/bin/sh`
+/// fallback's `argv`, `envp`) back to back in one more. The pointers stay valid as the value
+/// moves (they point into the buffer's own heap allocation, which never grows once they are
+/// taken).
+///
+/// Why two allocations and not a `CString` each: the parent drops this right after the
+/// clone, while the child, a fork not yet exec'd, still shares its pages. Each page the
+/// parent writes then is copied (a copy-on-write fault, every fork write-protecting them
+/// anew), and freeing a string writes to its page (`CString`'s drop clears its first byte,
+/// the allocator's free links the chunk). Fifty strings freed one by one touched about 85
+/// pages per rank at 1,024 ranks; two allocations touch two or three.
 struct ExecArgs {
-    prog: CString,
-    /// `argv` as C strings; `argv_p` points into them.
-    _argv: Vec<CString>,
-    /// The environment as C strings; `envp_p` points into them.
-    _envp: Vec<CString>,
-    wdir: CString,
-    sh: CString,
-    argv_p: Vec<*const libc::c_char>,
-    sh_argv_p: Vec<*const libc::c_char>,
-    envp_p: Vec<*const libc::c_char>,
-    /// What the child writes to its stderr when it cannot exec (or cannot enter `wdir`).
-    fail_msg: Vec<u8>,
+    strings: Vec<u8>,
+    ptrs: Vec<*const libc::c_char>,
+    prog: usize,
+    wdir: usize,
+    /// `ptrs[..argv]` is `argv`, `ptrs[argv..sh_argv]` the fallback's, the rest `envp`.
+    argv: usize,
+    sh_argv: usize,
+    /// `strings[fail..]`: what the child writes to its stderr when it cannot exec (or cannot
+    /// enter its directory); no NUL.
+    fail: usize,
 }
 
-/// The environment as `k=v` C strings; a pair with a NUL byte in it is left out.
-fn env_strings(env: &[(OsString, OsString)]) -> Vec<CString> {
-    env.iter()
-        .filter_map(|(k, v)| {
-            let mut kv = Vec::with_capacity(k.len() + v.len() + 2);
-            kv.extend_from_slice(k.as_bytes());
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            CString::new(kv).ok()
-        })
-        .collect()
+impl ExecArgs {
+    fn at(&self, off: usize) -> *const libc::c_char {
+        self.strings[off..].as_ptr().cast()
+    }
+    fn prog(&self) -> *const libc::c_char {
+        self.at(self.prog)
+    }
+    fn wdir(&self) -> *const libc::c_char {
+        self.at(self.wdir)
+    }
+    fn argv_p(&self) -> &[*const libc::c_char] {
+        &self.ptrs[..self.argv]
+    }
+    fn sh_argv_p(&self) -> &[*const libc::c_char] {
+        &self.ptrs[self.argv..self.sh_argv]
+    }
+    fn envp_p(&self) -> &[*const libc::c_char] {
+        &self.ptrs[self.sh_argv..]
+    }
+    fn fail_msg(&self) -> &[u8] {
+        &self.strings[self.fail..]
+    }
+}
+
+/// Appends `parts` to `buf` as one NUL-terminated string; returns where it starts, or
+/// `None` (and leaves `buf` as it was) if a part holds a NUL byte.
+fn push_c(buf: &mut Vec<u8>, parts: &[&[u8]]) -> Option<usize> {
+    if parts.iter().any(|p| p.contains(&0)) {
+        return None;
+    }
+    let at = buf.len();
+    for p in parts {
+        buf.extend_from_slice(p);
+    }
+    buf.push(0);
+    Some(at)
 }
 
 /// Everything the child touches of `l`'s program, arguments, environment and directory,
-/// prepared before the clone.
+/// prepared before the clone. An environment pair with a NUL byte in it is left out; a NUL
+/// byte in the program, an argument or the directory is an error.
 fn exec_args(l: &Launch) -> io::Result<ExecArgs> {
-    let prog = cstring(l.program.as_os_str().as_bytes())?;
-    let mut argv: Vec<CString> = vec![cstring(l.argv0.as_bytes())?];
+    let nul = || io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in a string");
+    let fail = format!("kauri: cannot execute {}\n", l.program.display());
+    let size = l.program.as_os_str().len()
+        + l.argv0.len()
+        + l.args.iter().map(|a| a.len() + 1).sum::<usize>()
+        + l.env
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 2)
+            .sum::<usize>()
+        + l.wdir.as_os_str().len()
+        + fail.len()
+        + 16;
+    let mut b = Vec::with_capacity(size);
+    let prog = push_c(&mut b, &[l.program.as_os_str().as_bytes()]).ok_or_else(nul)?;
+    let sh = push_c(&mut b, &[b"/bin/sh"]).ok_or_else(nul)?;
+    let wdir = push_c(&mut b, &[l.wdir.as_os_str().as_bytes()]).ok_or_else(nul)?;
+    let mut argv = vec![push_c(&mut b, &[l.argv0.as_bytes()]).ok_or_else(nul)?];
     for a in &l.args {
-        argv.push(cstring(a.as_bytes())?);
+        argv.push(push_c(&mut b, &[a.as_bytes()]).ok_or_else(nul)?);
     }
-    let envp = env_strings(&l.env);
-    let wdir = cstring(l.wdir.as_os_str().as_bytes())?;
-    let sh = cstring(b"/bin/sh")?;
-    let mut argv_p: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).collect();
-    argv_p.push(std::ptr::null());
+    let envp: Vec<usize> = l
+        .env
+        .iter()
+        .filter_map(|(k, v)| push_c(&mut b, &[k.as_bytes(), b"=", v.as_bytes()]))
+        .collect();
+    let fail_at = b.len();
+    b.extend_from_slice(fail.as_bytes());
+    // The buffer is final: pointers into it stay valid from here on.
+    let base = b.as_ptr();
+    let p = |off: usize| base.wrapping_add(off).cast::<libc::c_char>();
+    let mut ptrs = Vec::with_capacity(argv.len() * 2 + envp.len() + 4);
+    ptrs.extend(argv.iter().map(|&o| p(o)));
+    ptrs.push(std::ptr::null());
+    let argv_end = ptrs.len();
     // For a script without `#!`, exec it with /bin/sh as execvp does.
-    let mut sh_argv_p: Vec<*const libc::c_char> = vec![sh.as_ptr(), prog.as_ptr()];
-    sh_argv_p.extend(argv.iter().skip(1).map(|c| c.as_ptr()));
-    sh_argv_p.push(std::ptr::null());
-    let mut envp_p: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).collect();
-    envp_p.push(std::ptr::null());
-    let fail_msg = format!("kauri: cannot execute {}\n", l.program.display()).into_bytes();
+    ptrs.extend([p(sh), p(prog)]);
+    ptrs.extend(argv.iter().skip(1).map(|&o| p(o)));
+    ptrs.push(std::ptr::null());
+    let sh_end = ptrs.len();
+    ptrs.extend(envp.iter().map(|&o| p(o)));
+    ptrs.push(std::ptr::null());
     Ok(ExecArgs {
+        strings: b,
+        ptrs,
         prog,
-        _argv: argv,
-        _envp: envp,
         wdir,
-        sh,
-        argv_p,
-        sh_argv_p,
-        envp_p,
-        fail_msg,
+        argv: argv_end,
+        sh_argv: sh_end,
+        fail: fail_at,
     })
 }
 
@@ -398,16 +448,41 @@ fn stdio_pipes(stdin: bool) -> io::Result<Stdio> {
     })
 }
 
-/// Clones the child that runs [`child_main`] with `plan`, on a stack of its own, with every
+/// The stack every child of [`clone_child`] runs [`child_main`] on: one mapping for the
+/// life of the process, which this process never touches. Each child gets its own copy (the
+/// clone is a fork), and writes only to that copy, so the pages are made in the child alone
+/// and nothing here is zeroed, freed or copied on write per rank. Returns its top (the
+/// stack grows down), or why it cannot be mapped.
+fn child_stack() -> io::Result<*mut libc::c_void> {
+    static STACK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    if let Some(&top) = STACK.get() {
+        return Ok(top as *mut libc::c_void);
+    }
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing; it is
+    // never unmapped.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHILD_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // The stack grows down from its end, 16-byte aligned.
+    let top = (base as usize + CHILD_STACK) & !15;
+    Ok(*STACK.get_or_init(|| top) as *mut libc::c_void)
+}
+
+/// Clones the child that runs [`child_main`] with `plan`, on [`child_stack`], with every
 /// signal blocked around the clone; returns at once, the child running on its own copy of
 /// this process's memory (the copies of `plan` and of the stack are its).
 fn clone_child(plan: &mut ChildPlan) -> io::Result<libc::pid_t> {
-    let mut stack = vec![0u8; CHILD_STACK];
-    // The stack grows down from its end, 16-byte aligned.
-    let top = {
-        let end = stack.as_mut_ptr() as usize + CHILD_STACK;
-        (end & !15) as *mut libc::c_void
-    };
+    let top = child_stack()?;
     // SAFETY: sigfillset and pthread_sigmask write only the sets given. Blocking every signal
     // around the clone keeps the parent's handlers from running in the child (see
     // child_main); the parent's mask is restored right after.
@@ -416,7 +491,7 @@ fn clone_child(plan: &mut ChildPlan) -> io::Result<libc::pid_t> {
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        // SAFETY: the child runs child_main on its copy of `stack` with its copy of `plan`
+        // SAFETY: the child runs child_main on its copy of the stack with its copy of `plan`
         // (no CLONE_VM: a fork). Not CLONE_VM | CLONE_VFORK, as posix_spawn: that suspends
         // this thread until the child execs, and the child, in a session of its own, waits
         // its turn for a CPU among the job's running ranks; 1,024 ranks on a busy 2-core
@@ -434,7 +509,6 @@ fn clone_child(plan: &mut ChildPlan) -> io::Result<libc::pid_t> {
         }
         pid
     };
-    drop(stack);
     Ok(pid)
 }
 
@@ -469,17 +543,18 @@ fn watch_child(pid: libc::pid_t) -> io::Result<AsyncFd<OwnedFd>> {
 /// rank alone.
 ///
 /// Must be called from a thread that lives as long as the rank should (`PR_SET_PDEATHSIG`).
-pub fn spawn(l: Launch) -> io::Result<Child> {
-    // Everything the child touches, prepared now.
+pub fn spawn(mut l: Launch) -> io::Result<Child> {
+    // Everything the child touches, prepared now; the launch's own strings are freed before
+    // the clone, not after it, when their pages would be copied (see ExecArgs).
     let x = exec_args(&l)?;
+    drop((std::mem::take(&mut l.env), std::mem::take(&mut l.args)));
     let io = stdio_pipes(l.stdin)?;
     let mut plan = ChildPlan {
-        prog: x.prog.as_ptr(),
-        argv: x.argv_p.as_ptr(),
-        sh: x.sh.as_ptr(),
-        sh_argv: x.sh_argv_p.as_ptr(),
-        envp: x.envp_p.as_ptr(),
-        wdir: x.wdir.as_ptr(),
+        prog: x.prog(),
+        argv: x.argv_p().as_ptr(),
+        sh_argv: x.sh_argv_p().as_ptr(),
+        envp: x.envp_p().as_ptr(),
+        wdir: x.wdir(),
         fd_in: io.in_r.as_raw_fd(),
         fd_out: io.out_w.as_raw_fd(),
         fd_err: io.err_w.as_raw_fd(),
@@ -487,8 +562,8 @@ pub fn spawn(l: Launch) -> io::Result<Child> {
         cpus: l.cpus,
         // SAFETY: getpid has no preconditions.
         parent: unsafe { libc::getpid() },
-        fail_msg: x.fail_msg.as_ptr(),
-        fail_len: x.fail_msg.len(),
+        fail_msg: x.fail_msg().as_ptr(),
+        fail_len: x.fail_msg().len(),
     };
     let pid = clone_child(&mut plan)?;
     drop((io.out_w, io.err_w, io.in_r, l.pmi_fd));
@@ -810,11 +885,6 @@ mod tests {
             ("B".into(), OsString::from("x\0y")),
             ("C".into(), "".into()),
         ];
-        let got: Vec<_> = env_strings(&env)
-            .into_iter()
-            .map(|c| c.into_string().unwrap())
-            .collect();
-        assert_eq!(got, ["A=1", "C="]);
         let l = Launch {
             program: "/bin/prog".into(),
             argv0: "prog".into(),
@@ -826,22 +896,27 @@ mod tests {
             cpus: None,
         };
         let x = exec_args(&l).unwrap();
-        assert_eq!(x.argv_p.len(), 4);
-        assert!(x.argv_p[3].is_null());
-        assert_eq!(x.envp_p.len(), 3);
-        // /bin/sh runs the program's path, then the arguments after argv[0].
         // SAFETY: the pointers point into `x`'s strings, alive here.
-        let sh: Vec<String> = x.sh_argv_p[..4]
-            .iter()
-            .map(|&p| {
-                unsafe { std::ffi::CStr::from_ptr(p) }
-                    .to_string_lossy()
-                    .into_owned()
-            })
-            .collect();
-        assert_eq!(sh, ["/bin/sh", "/bin/prog", "a", "b"]);
-        assert!(x.sh_argv_p[4].is_null());
-        assert_eq!(x.fail_msg, b"kauri: cannot execute /bin/prog\n");
+        let strs = |ps: &[*const libc::c_char]| -> Vec<String> {
+            assert!(ps.last().unwrap().is_null());
+            ps[..ps.len() - 1]
+                .iter()
+                .map(|&p| {
+                    unsafe { std::ffi::CStr::from_ptr(p) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .collect()
+        };
+        assert_eq!(strs(x.argv_p()), ["prog", "a", "b"]);
+        assert_eq!(strs(x.envp_p()), ["A=1", "C="]);
+        // /bin/sh runs the program's path, then the arguments after argv[0].
+        assert_eq!(strs(x.sh_argv_p()), ["/bin/sh", "/bin/prog", "a", "b"]);
+        // SAFETY: as above.
+        let path = |p| unsafe { std::ffi::CStr::from_ptr(p) }.to_str().unwrap();
+        assert_eq!(path(x.prog()), "/bin/prog");
+        assert_eq!(path(x.wdir()), "/tmp");
+        assert_eq!(x.fail_msg(), b"kauri: cannot execute /bin/prog\n");
         let bad = Launch {
             args: vec!["a\0".into()],
             ..l
