@@ -15,7 +15,11 @@
 //! ```text
 //! cargo bench --bench wheels                    # 5 runs, both MPIs
 //! cargo bench --bench wheels -- --runs 9 --mpis mpich5 --quiet-wait 15
+//! cargo bench --bench wheels -- --baseline /tmp/kauri-before   # another kauri beside
 //! ```
+//!
+//! With `--baseline PATH` another kauri binary (the build before a change) takes its turn
+//! too, in a third column with kauri/baseline.
 //!
 //! PRRTE's `mpirun` is not run on simulated hosts: its daemons started through the ssh
 //! stand-in hang on this machine (`NATIVE_ONE_HOST_ONLY` in matrix.py); kauri's column is
@@ -270,6 +274,7 @@ fn main() {
     let tmp = dir.join("tmp");
     std::fs::create_dir_all(&tmp).expect("make the bench's temp dir");
     let (kauri, hellos) = build_all(&dir);
+    let baseline = opt("--baseline");
     let mut rows = Vec::new();
     let mut phase_rows = Vec::new();
     for (mpi, hello) in MPIS.iter().zip(&hellos) {
@@ -285,11 +290,14 @@ fn main() {
             }
             let load = load_avg();
             let expect = format!("OK hello rank 0 of {n}:");
-            let cmds: Vec<Option<Vec<String>>> = [true, false]
+            let mut cmds: Vec<Option<Vec<String>>> = [true, false]
                 .iter()
                 .map(|&nat| argv(mpi, nat, n, hosts, &kauri, hello, &tmp))
                 .collect();
-            let mut res = [Runs::default(), Runs::default()];
+            if let Some(b) = &baseline {
+                cmds.push(argv(mpi, false, n, hosts, b, hello, &tmp));
+            }
+            let mut res: Vec<Runs> = cmds.iter().map(|_| Runs::default()).collect();
             for c in cmds.iter().flatten() {
                 let _ = run_timed(c, &[], &expect, Duration::from_secs(120));
             }
@@ -309,14 +317,22 @@ fn main() {
                 (Some(a), Some(b)) => format!("{:.2}", b / a),
                 _ => "-".into(),
             };
-            let row = format!(
-                "| {} | {n} | {hosts} | {native} | {} | {ratio} | {load} |",
+            let mut row = format!(
+                "| {} | {n} | {hosts} | {native} | {} | {ratio} |",
                 mpi.name,
                 res[1].cell()
             );
+            if let Some(b) = res.get(2) {
+                let ratio = match (b.median(), res[1].median()) {
+                    (Some(a), Some(k)) => format!("{:.2}", k / a),
+                    _ => "-".into(),
+                };
+                row += &format!(" {} | {ratio} |", b.cell());
+            }
+            row += &format!(" {load} |");
             println!("{row}");
             rows.push(row);
-            for (who, r) in ["native", "kauri"].iter().zip(&res) {
+            for (who, r) in ["native", "kauri", "baseline"].iter().zip(&res) {
                 if !r.phases.is_empty() {
                     phase_rows.push(format!(
                         "| {} | {n} | {hosts} | {who} | {} | {:.0} |",
@@ -330,8 +346,13 @@ fn main() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     println!("\nruns: {runs} per launcher and cell, after a warm-up each, taking turns\n");
-    println!("| MPI | N | hosts | native median (min-max) s | kauri median (min-max) s | kauri/native | load |");
-    println!("|---|---:|---:|---|---|---:|---:|");
+    if baseline.is_some() {
+        println!("| MPI | N | hosts | native median (min-max) s | kauri median (min-max) s | kauri/native | baseline median (min-max) s | kauri/baseline | load |");
+        println!("|---|---:|---:|---|---|---:|---|---:|---:|");
+    } else {
+        println!("| MPI | N | hosts | native median (min-max) s | kauri median (min-max) s | kauri/native | load |");
+        println!("|---|---:|---:|---|---|---:|---:|");
+    }
     rows.iter().for_each(|r| println!("{r}"));
     println!("\nStart-up phases, ms since the launcher started (medians over the runs of the slowest rank):\n");
     println!("| MPI | N | hosts | launcher | last rank exec'd | last main | longest MPI_Init | last MPI_Init return | total |");
