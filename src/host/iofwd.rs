@@ -221,10 +221,42 @@ pub async fn pump<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(mut r: R, mut w: 
     let _ = w.shutdown().await;
 }
 
+/// True when descriptor `fd` can only ever read end-of-file at once: it is `/dev/null`, or
+/// it is not open. Then there is nothing to forward, and no reader (tokio reads stdin on a
+/// thread of its blocking pool, started for it) is needed: the rank's stdin pipe is closed
+/// straight away.
+pub fn reads_nothing(fd: std::os::fd::RawFd) -> bool {
+    // SAFETY: fstat writes only into the local struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::EBADF);
+    }
+    st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::host::output::{OutputPlan, Pattern};
+
+    #[test]
+    fn only_dev_null_or_a_closed_descriptor_reads_nothing() {
+        use std::os::fd::AsRawFd;
+        let null = std::fs::File::open("/dev/null").unwrap();
+        assert!(reads_nothing(null.as_raw_fd()));
+        let zero = std::fs::File::open("/dev/zero").unwrap();
+        assert!(!reads_nothing(zero.as_raw_fd()));
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        assert!(!reads_nothing(file.as_raw_fd()));
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two new descriptors, closed below.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        assert!(!reads_nothing(fds[0]));
+        // SAFETY: both are ours.
+        unsafe { (libc::close(fds[0]), libc::close(fds[1])) };
+        // Far above any descriptor this test process has open.
+        assert!(reads_nothing(999_999));
+    }
 
     #[tokio::test]
     async fn lines_are_whole_and_labelled() {

@@ -17,6 +17,9 @@ use std::process::ExitStatus;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
+pub use crate::host::child::check_tracer;
+use crate::host::child::{clone_child, ChildPlan, Pinned, Stack};
+
 /// Set once this process has been refused a file descriptor (`EMFILE`, `ENFILE`).
 static OUT_OF_FDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -155,21 +158,28 @@ pub struct Child {
 pub struct ExitWatch {
     pid: libc::pid_t,
     pidfd: AsyncFd<OwnedFd>,
+    /// What the child may use of kauri's memory until it is reaped.
+    pinned: Pinned,
 }
 
 impl ExitWatch {
     /// Waits for the process to end and reaps it.
-    pub async fn wait(self) -> ExitStatus {
+    pub async fn wait(mut self) -> ExitStatus {
         loop {
             let mut status = 0;
             // SAFETY: waitpid writes the status into a local integer.
             let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
             if r == self.pid {
+                self.pinned.release();
                 return ExitStatus::from_raw(status);
             }
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() != io::ErrorKind::Interrupted {
+                    // ECHILD: reaped elsewhere (it can no longer run) or never ours.
+                    if e.raw_os_error() == Some(libc::ECHILD) {
+                        self.pinned.release();
+                    }
                     return ExitStatus::from_raw(255 << 8);
                 }
                 continue;
@@ -185,12 +195,13 @@ impl ExitWatch {
 impl ExitWatch {
     /// Waits for the process to end and reaps it, blocking the thread: for a process that was
     /// just sent `SIGKILL`, whose end is a matter of moments.
-    pub fn wait_blocking(self) -> ExitStatus {
+    pub fn wait_blocking(mut self) -> ExitStatus {
         loop {
             let mut status = 0;
             // SAFETY: waitpid writes the status into a local integer.
             let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
             if r == self.pid {
+                self.pinned.release();
                 return ExitStatus::from_raw(status);
             }
             if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
@@ -210,105 +221,15 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// What the child of [`spawn`] needs between `clone` and `execve`, prepared by the parent:
-/// only pointers into memory that lives until `clone` returns (the child has its own copy of
-/// it from then on), and plain numbers.
-struct ChildPlan {
-    prog: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    sh_argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-    wdir: *const libc::c_char,
-    fd_in: RawFd,
-    fd_out: RawFd,
-    fd_err: RawFd,
-    pmi: Option<RawFd>,
-    cpus: Option<libc::cpu_set_t>,
-    parent: libc::pid_t,
-    fail_msg: *const u8,
-    fail_len: usize,
-}
-
-/// The child's side of [`spawn`], on its own stack in its copy of the parent's memory (a
-/// `clone` without `CLONE_VM`, as `fork`): only system calls, on the plan's memory, ending in
-/// `execve` or `_exit`.
-extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
-    const BIND_MSG: &[u8] = b"kauri: cannot bind the rank to its CPUs\n";
-    // SAFETY: `plan` points to this child's copy of the parent's ChildPlan, as it was at the
-    // clone. Every call below is a system call on memory the plan names; nothing allocates
-    // (another thread of the parent may have held a lock of the allocator's at the clone).
-    unsafe {
-        let p = &*(plan as *const ChildPlan);
-        // The parent's signal handlers must not run here, in its copy: signals are blocked
-        // (by the parent, around the clone) and every caught one is reset to its default
-        // before they are unblocked (as posix_spawn does). Rust ignores SIGPIPE, and an
-        // ignored signal stays ignored across exec: reset it too.
-        for sig in 1..libc::SIGRTMAX() {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-                && (old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN
-                    || sig == libc::SIGPIPE)
-            {
-                let mut dfl: libc::sigaction = std::mem::zeroed();
-                dfl.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(sig, &dfl, std::ptr::null_mut());
-            }
-        }
-        // A session of its own (as Hydra does), which also makes it a process group of its
-        // own: with the kernel's autogroup scheduling, each session shares the CPU fairly
-        // with the machine's others, instead of all ranks sharing kauri's one share.
-        if libc::setsid() < 0 {
-            libc::setpgid(0, 0);
-        }
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-        if libc::getppid() != p.parent {
-            libc::_exit(1);
-        }
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-        if libc::dup2(p.fd_in, 0) < 0 || libc::dup2(p.fd_out, 1) < 0 || libc::dup2(p.fd_err, 2) < 0
-        {
-            libc::_exit(126);
-        }
-        if let Some(fd) = p.pmi {
-            libc::fcntl(fd, libc::F_SETFD, 0);
-        }
-        if let Some(set) = &p.cpus {
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
-                libc::write(2, BIND_MSG.as_ptr().cast(), BIND_MSG.len());
-                libc::_exit(126);
-            }
-        }
-        if libc::chdir(p.wdir) != 0 {
-            libc::write(2, p.fail_msg.cast(), p.fail_len);
-            libc::_exit(126);
-        }
-        libc::execve(p.prog, p.argv, p.envp);
-        if *libc::__errno_location() == libc::ENOEXEC {
-            // A script without `#!`: run it with /bin/sh, as execvp does.
-            libc::execve(*p.sh_argv, p.sh_argv, p.envp);
-        }
-        libc::write(2, p.fail_msg.cast(), p.fail_len);
-        libc::_exit(127)
-    }
-}
-
-/// The child's stack for [`child_main`]: system calls only, so a little suffices.
-const CHILD_STACK: usize = 64 << 10;
-
 /// The strings the child of [`spawn`] execs with, packed: every string NUL-terminated and
 /// back to back in one buffer, and the null-terminated pointer arrays (`argv`, the `/bin/sh`
 /// fallback's `argv`, `envp`) back to back in one more. The pointers stay valid as the value
 /// moves (they point into the buffer's own heap allocation, which never grows once they are
 /// taken).
 ///
-/// Why two allocations and not a `CString` each: the parent drops this right after the
-/// clone, while the child, a fork not yet exec'd, still shares its pages. Each page the
-/// parent writes then is copied (a copy-on-write fault, every fork write-protecting them
-/// anew), and freeing a string writes to its page (`CString`'s drop clears its first byte,
-/// the allocator's free links the chunk). Fifty strings freed one by one touched about 85
-/// pages per rank at 1,024 ranks; two allocations touch two or three.
+/// Two allocations and not a `CString` each: the child reads them in kauri's memory until it
+/// execs, so they are kept ([`Pinned`]) until it is reaped, and two allocations per rank cost
+/// the allocator less, kept and freed, than fifty.
 struct ExecArgs {
     strings: Vec<u8>,
     ptrs: Vec<*const libc::c_char>,
@@ -448,70 +369,6 @@ fn stdio_pipes(stdin: bool) -> io::Result<Stdio> {
     })
 }
 
-/// The stack every child of [`clone_child`] runs [`child_main`] on: one mapping for the
-/// life of the process, which this process never touches. Each child gets its own copy (the
-/// clone is a fork), and writes only to that copy, so the pages are made in the child alone
-/// and nothing here is zeroed, freed or copied on write per rank. Returns its top (the
-/// stack grows down), or why it cannot be mapped.
-fn child_stack() -> io::Result<*mut libc::c_void> {
-    static STACK: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    if let Some(&top) = STACK.get() {
-        return Ok(top as *mut libc::c_void);
-    }
-    // SAFETY: an anonymous private mapping at an address of the kernel's choosing; it is
-    // never unmapped.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            CHILD_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    // The stack grows down from its end, 16-byte aligned.
-    let top = (base as usize + CHILD_STACK) & !15;
-    Ok(*STACK.get_or_init(|| top) as *mut libc::c_void)
-}
-
-/// Clones the child that runs [`child_main`] with `plan`, on [`child_stack`], with every
-/// signal blocked around the clone; returns at once, the child running on its own copy of
-/// this process's memory (the copies of `plan` and of the stack are its).
-fn clone_child(plan: &mut ChildPlan) -> io::Result<libc::pid_t> {
-    let top = child_stack()?;
-    // SAFETY: sigfillset and pthread_sigmask write only the sets given. Blocking every signal
-    // around the clone keeps the parent's handlers from running in the child (see
-    // child_main); the parent's mask is restored right after.
-    let pid = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        // SAFETY: the child runs child_main on its copy of the stack with its copy of `plan`
-        // (no CLONE_VM: a fork). Not CLONE_VM | CLONE_VFORK, as posix_spawn: that suspends
-        // this thread until the child execs, and the child, in a session of its own, waits
-        // its turn for a CPU among the job's running ranks; 1,024 ranks on a busy 2-core
-        // machine kept kauri suspended 3.7 s of a 10 s job, serving no PMI meanwhile.
-        let pid = libc::clone(
-            child_main,
-            top,
-            libc::SIGCHLD,
-            (plan as *mut ChildPlan).cast(),
-        );
-        let e = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if pid < 0 {
-            return Err(e);
-        }
-        pid
-    };
-    Ok(pid)
-}
-
 /// A pidfd for child `pid`, registered with the poller; a child that cannot be watched is
 /// killed and reaped.
 fn watch_child(pid: libc::pid_t) -> io::Result<AsyncFd<OwnedFd>> {
@@ -549,7 +406,7 @@ pub fn spawn(mut l: Launch) -> io::Result<Child> {
     let x = exec_args(&l)?;
     drop((std::mem::take(&mut l.env), std::mem::take(&mut l.args)));
     let io = stdio_pipes(l.stdin)?;
-    let mut plan = ChildPlan {
+    let plan = Box::new(ChildPlan {
         prog: x.prog(),
         argv: x.argv_p().as_ptr(),
         sh_argv: x.sh_argv_p().as_ptr(),
@@ -564,16 +421,31 @@ pub fn spawn(mut l: Launch) -> io::Result<Child> {
         parent: unsafe { libc::getpid() },
         fail_msg: x.fail_msg().as_ptr(),
         fail_len: x.fail_msg().len(),
+    });
+    let stack = Stack::take()?;
+    let pid = match clone_child(&plan, &stack) {
+        Ok(pid) => pid,
+        Err(e) => {
+            stack.give_back();
+            return Err(e);
+        }
     };
-    let pid = clone_child(&mut plan)?;
+    let mut pinned = Pinned::new(stack, Box::new((plan, x)));
     drop((io.out_w, io.err_w, io.in_r, l.pmi_fd));
-    let pidfd = watch_child(pid)?;
+    let pidfd = match watch_child(pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            // watch_child reaped it.
+            pinned.release();
+            return Err(e);
+        }
+    };
     Ok(Child {
         pid: pid as u32,
         stdout: pipe::Receiver::from_owned_fd(io.out_r)?,
         stderr: pipe::Receiver::from_owned_fd(io.err_r)?,
         stdin: io.in_w.map(pipe::Sender::from_owned_fd).transpose()?,
-        exit: ExitWatch { pid, pidfd },
+        exit: ExitWatch { pid, pidfd, pinned },
     })
 }
 
@@ -867,6 +739,35 @@ mod tests {
                 .await
                 .expect("the rank outlived its SIGKILL");
             assert_eq!(st.signal(), Some(libc::SIGKILL), "{st:?}");
+        }
+    }
+
+    /// Children started back to back, none yet reaped, each still reading its own plan and
+    /// strings in kauri's memory and running on its own stack until its exec: each runs what
+    /// it was given (its own argument and environment) and exits with its own code.
+    #[tokio::test]
+    async fn children_started_together_each_run_their_own_plan() {
+        let children: Vec<_> = (0..64)
+            .map(|i| {
+                let child = spawn(Launch {
+                    program: "/bin/sh".into(),
+                    argv0: "sh".into(),
+                    args: vec!["-c".into(), format!("exit $((X + {i}))")],
+                    env: vec![("X".into(), (i * 2).to_string().into())],
+                    wdir: "/".into(),
+                    pmi_fd: None,
+                    stdin: false,
+                    cpus: None,
+                })
+                .unwrap();
+                (i, child)
+            })
+            .collect();
+        for (i, child) in children {
+            let st = tokio::time::timeout(std::time::Duration::from_secs(60), child.exit.wait())
+                .await
+                .expect("a child did not end");
+            assert_eq!(st.code(), Some(i * 3), "child {i}: {st:?}");
         }
     }
 

@@ -129,6 +129,10 @@ struct Ends {
     wires: Wires,
     svc_tx: mpsc::UnboundedSender<(Asker, ServiceReply)>,
     own_status: mpsc::UnboundedSender<(usize, HostStatus)>,
+    /// Where `kauri --status` asks arrive; the socket itself is bound by [`Root::start`]
+    /// once this host's ranks are forked (the bind makes an inode: not before the first
+    /// rank's start).
+    status_asks: mpsc::UnboundedSender<crate::cli::status::Ask>,
     status_socket: Option<crate::cli::status::Listener>,
     printer: (
         tokio::task::JoinHandle<bool>,
@@ -187,9 +191,8 @@ fn prepare(spec: &JobSpec, me: &str) -> Result<(Plan, Option<std::net::IpAddr>, 
     Ok((p, iface_ip, files))
 }
 
-/// Starts the output printer (into `files` and kauri's own streams) and the socket
-/// `kauri --status` asks through, and makes the run's channels: the root's ends and the
-/// inbox's.
+/// Starts the output printer (into `files` and kauri's own streams) and makes the run's
+/// channels: the root's ends and the inbox's.
 fn open_channels(files: Files) -> (Ends, Receivers) {
     // Output: everything the ranks and agents write, printed whole line by whole line.
     let (out_tx, out_rx) = crate::host::iofwd::output_queue();
@@ -197,9 +200,6 @@ fn open_channels(files: Files) -> (Ends, Receivers) {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     // `kauri --status` from another shell, and this host's answers with stacks.
     let (asks_tx, asks_rx) = mpsc::unbounded_channel();
-    let status_socket = crate::cli::status::Listener::start(asks_tx)
-        .map_err(|e| info!("no status socket: {e}"))
-        .ok();
     let (own_status, own_rx) = mpsc::unbounded_channel();
     let printer = tokio::task::spawn_local(print_output(out_rx, stop_rx, closed_tx, files));
     // The root holds a sender of each channel for its whole life, so none reads as closed.
@@ -215,7 +215,8 @@ fn open_channels(files: Files) -> (Ends, Receivers) {
         wires,
         svc_tx,
         own_status,
-        status_socket,
+        status_asks: asks_tx,
+        status_socket: None,
         printer: (printer, stop_tx),
     };
     let receivers = Receivers {
@@ -307,7 +308,7 @@ impl Root {
         let me = local_host();
         raise_fd_limit();
         let (p, iface_ip, files) = prepare(spec, &me)?;
-        let (ends, receivers) = open_channels(files);
+        let (mut ends, receivers) = open_channels(files);
         let cost = measure_cost(&p);
         let mut cluster = Cluster::new(spec, &p, &me, cost);
         if let Some(ip) = iface_ip {
@@ -315,6 +316,10 @@ impl Root {
         }
         let names = names_of(spec);
         let (first, start_error) = start_first(spec, &p, &me, &cluster, &ends.wires, clock).await?;
+        // `kauri --status` from another shell, and this host's answers with stacks.
+        ends.status_socket = crate::cli::status::Listener::start(ends.status_asks.clone())
+            .map_err(|e| info!("no status socket: {e}"))
+            .ok();
         let parts = Parts {
             clock,
             first,
@@ -386,11 +391,20 @@ impl Root {
     fn open_inbox(&mut self, spec: &JobSpec, receivers: Receivers) -> Inbox {
         // stdin goes to the first job's rank 0: straight into its pipe when it runs here,
         // else down the tree (queued for its agent until that agent connects).
+        // Nothing to read (`/dev/null`, as under a batch system): rank 0 reads end-of-file
+        // at once, and no reader thread is started.
         let (stdin_tx, stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
+        let empty = crate::host::iofwd::reads_nothing(0);
         if let Some(pipe) = self.first().branch.take_stdin() {
-            tokio::task::spawn_local(crate::host::iofwd::pump(tokio::io::stdin(), pipe));
+            if !empty {
+                tokio::task::spawn_local(crate::host::iofwd::pump(tokio::io::stdin(), pipe));
+            }
         } else if self.first().branch.kids().child_with_rank(0).is_some() {
-            tokio::task::spawn_local(read_stdin(stdin_tx));
+            if empty {
+                let _ = stdin_tx.try_send(None);
+            } else {
+                tokio::task::spawn_local(read_stdin(stdin_tx));
+            }
         }
         Inbox {
             node: receivers.node,

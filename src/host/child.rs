@@ -1,0 +1,328 @@
+//! The start of a rank's process, between `clone` and `execve`: what the child is given
+//! ([`ChildPlan`]), what it does ([`child_main`]: raw system calls only), the stack it runs
+//! on ([`Stack`]), what kauri keeps for it until it is reaped ([`Pinned`]), and the clone
+//! itself ([`clone_child`]), which shares kauri's memory unless a debugger traces kauri
+//! ([`check_tracer`]). [`crate::host::proc::spawn`] prepares the plan and watches the child.
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// What the child of [`crate::host::proc::spawn`] needs between `clone` and `execve`, prepared by the parent:
+/// pointers into memory that [`Pinned`] keeps, unchanged, until the child is reaped, and
+/// plain numbers.
+pub(crate) struct ChildPlan {
+    pub(crate) prog: *const libc::c_char,
+    pub(crate) argv: *const *const libc::c_char,
+    pub(crate) sh_argv: *const *const libc::c_char,
+    pub(crate) envp: *const *const libc::c_char,
+    pub(crate) wdir: *const libc::c_char,
+    pub(crate) fd_in: RawFd,
+    pub(crate) fd_out: RawFd,
+    pub(crate) fd_err: RawFd,
+    pub(crate) pmi: Option<RawFd>,
+    pub(crate) cpus: Option<libc::cpu_set_t>,
+    pub(crate) parent: libc::pid_t,
+    pub(crate) fail_msg: *const u8,
+    pub(crate) fail_len: usize,
+}
+
+/// The highest signal number the kernel knows (`_NSIG`), and the size of its signal mask.
+const NSIG: usize = 64;
+
+/// Makes `old` the child's descriptor `new`, open across `execve` (`dup2`, also when the two
+/// are the same number, where `dup2` would leave the close-on-exec flag set); raw system
+/// calls, as in [`child_main`]. Negative on failure.
+///
+/// # Safety
+/// Only for [`child_main`]: it changes the calling process's descriptor table.
+unsafe fn child_dup(old: RawFd, new: RawFd) -> isize {
+    use crate::host::syscall::raw;
+    // SAFETY: descriptor numbers only.
+    unsafe {
+        if old == new {
+            raw(
+                libc::SYS_fcntl,
+                [old as usize, libc::F_SETFD as usize, 0, 0, 0, 0],
+            )
+        } else {
+            raw(libc::SYS_dup3, [old as usize, new as usize, 0, 0, 0, 0])
+        }
+    }
+}
+
+/// Resets every caught signal to its default, and `SIGPIPE` too, in a child of
+/// [`clone_child`]: raw system calls, as in [`child_main`].
+///
+/// The parent's signal handlers must not run in the child: signals are blocked (by the
+/// parent, around the clone) and every caught one is reset to its default before they are
+/// unblocked (as `posix_spawn` does); the table of handlers is the child's own (no
+/// `CLONE_SIGHAND`). Rust ignores `SIGPIPE`, and an ignored signal stays ignored across exec:
+/// it is reset too.
+///
+/// # Safety
+/// Only for [`child_main`]: it changes the calling process's signal dispositions.
+unsafe fn reset_signals() {
+    use crate::host::syscall::{raw, KernelSigaction};
+    for sig in 1..=NSIG {
+        let mut old = KernelSigaction::default();
+        let to = &mut old as *mut KernelSigaction as usize;
+        // SAFETY: rt_sigaction reads no new action and writes the old one into `old`, whose
+        // layout is the kernel's with a NSIG-bit mask.
+        let got = unsafe { raw(libc::SYS_rt_sigaction, [sig, 0, to, NSIG / 8, 0, 0]) };
+        let caught = old.handler != libc::SIG_DFL && old.handler != libc::SIG_IGN;
+        if got == 0 && (caught || sig == libc::SIGPIPE as usize) {
+            let dfl = KernelSigaction::default();
+            let from = &dfl as *const KernelSigaction as usize;
+            // SAFETY: as above, setting the default action.
+            unsafe { raw(libc::SYS_rt_sigaction, [sig, from, 0, NSIG / 8, 0, 0]) };
+        }
+    }
+}
+
+/// The child's side of [`crate::host::proc::spawn`], on its own stack, sharing the parent's memory (a `clone`
+/// with `CLONE_VM`, see [`clone_child`]): raw system calls only ([`crate::host::syscall`]:
+/// no C library call, which would write the parent's `errno`), reading the plan's memory and
+/// writing nothing but this stack, ending in `execve` or `exit`.
+extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
+    use crate::host::syscall::raw;
+    const BIND_MSG: &[u8] = b"kauri: cannot bind the rank to its CPUs\n";
+    // SAFETY: `plan` points to the parent's ChildPlan, which the parent keeps, unchanged,
+    // until this child is reaped (Pinned). Every call below is a system call on memory the
+    // plan names or on this stack; nothing allocates (the allocator's locks are the parent's).
+    unsafe {
+        let p = &*(plan as *const ChildPlan);
+        let exit = |code: usize| -> ! {
+            loop {
+                raw(libc::SYS_exit, [code, 0, 0, 0, 0, 0]);
+            }
+        };
+        let say = |msg: *const u8, len: usize| {
+            raw(libc::SYS_write, [2, msg as usize, len, 0, 0, 0]);
+        };
+        reset_signals();
+        // A session of its own (as Hydra does), which also makes it a process group of its
+        // own: with the kernel's autogroup scheduling, each session shares the CPU fairly
+        // with the machine's others, instead of all ranks sharing kauri's one share.
+        if raw(libc::SYS_setsid, [0; 6]) < 0 {
+            raw(libc::SYS_setpgid, [0; 6]);
+        }
+        raw(
+            libc::SYS_prctl,
+            [
+                libc::PR_SET_PDEATHSIG as usize,
+                libc::SIGKILL as usize,
+                0,
+                0,
+                0,
+                0,
+            ],
+        );
+        if raw(libc::SYS_getppid, [0; 6]) != p.parent as isize {
+            exit(1);
+        }
+        let none: u64 = 0;
+        raw(
+            libc::SYS_rt_sigprocmask,
+            [
+                libc::SIG_SETMASK as usize,
+                &none as *const u64 as usize,
+                0,
+                NSIG / 8,
+                0,
+                0,
+            ],
+        );
+        if child_dup(p.fd_in, 0) < 0 || child_dup(p.fd_out, 1) < 0 || child_dup(p.fd_err, 2) < 0 {
+            exit(126);
+        }
+        if let Some(fd) = p.pmi {
+            raw(
+                libc::SYS_fcntl,
+                [fd as usize, libc::F_SETFD as usize, 0, 0, 0, 0],
+            );
+        }
+        if let Some(set) = &p.cpus {
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            let set = set as *const libc::cpu_set_t as usize;
+            if raw(libc::SYS_sched_setaffinity, [0, size, set, 0, 0, 0]) < 0 {
+                say(BIND_MSG.as_ptr(), BIND_MSG.len());
+                exit(126);
+            }
+        }
+        if raw(libc::SYS_chdir, [p.wdir as usize, 0, 0, 0, 0, 0]) < 0 {
+            say(p.fail_msg, p.fail_len);
+            exit(126);
+        }
+        let (argv, envp) = (p.argv as usize, p.envp as usize);
+        let e = raw(libc::SYS_execve, [p.prog as usize, argv, envp, 0, 0, 0]);
+        if e == -(libc::ENOEXEC as isize) {
+            // A script without `#!`: run it with /bin/sh, as execvp does.
+            let sh = p.sh_argv as usize;
+            raw(libc::SYS_execve, [*p.sh_argv as usize, sh, envp, 0, 0, 0]);
+        }
+        say(p.fail_msg, p.fail_len);
+        exit(127)
+    }
+}
+
+/// A stack for one child of [`clone_child`] to run [`child_main`] on, from a pool: the
+/// child shares kauri's memory, so each child still before its `execve` needs a stack of its
+/// own, and the stack must not be reused before the child is reaped (see [`Pinned`]). Each
+/// is mapped once, with a guard page below it, and never unmapped; a stack back in the pool
+/// keeps the few pages its last child wrote.
+pub(crate) struct Stack {
+    /// The top (the stack grows down), 16-byte aligned.
+    top: usize,
+}
+
+/// The bytes of a child's stack above its guard page: [`child_main`] makes system calls
+/// only, so a little suffices.
+const CHILD_STACK: usize = 32 << 10;
+
+/// The stacks of reaped children, ready for the next.
+static STACKS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+impl Stack {
+    /// One from the pool, or a new mapping.
+    pub(crate) fn take() -> io::Result<Stack> {
+        if let Some(top) = STACKS.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Ok(Stack { top });
+        }
+        let guard = 4096;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing; it is
+        // never unmapped.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                guard + CHILD_STACK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the mapping's first page, just made; a child overflowing its stack faults
+        // there rather than writing into kauri's memory.
+        unsafe { libc::mprotect(base, guard, libc::PROT_NONE) };
+        Ok(Stack {
+            top: (base as usize + guard + CHILD_STACK) & !15,
+        })
+    }
+
+    /// Back to the pool, for a child that can no longer be running on it.
+    pub(crate) fn give_back(self) {
+        STACKS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.top);
+    }
+}
+
+/// What a child started by [`clone_child`] may read (its plan and strings) or write (its
+/// stack) until it has called `execve` or exited: kept, unchanged, until the child is
+/// reaped, which is after both. Dropped without [`Pinned::release`] (the child never reaped
+/// here), it is leaked, never freed, so nothing of it can be reused while the child may
+/// still use it.
+pub(crate) struct Pinned(Option<(Stack, Box<dyn std::any::Any>)>);
+
+impl Pinned {
+    /// Keeps `stack` and `kept` (the plan and the strings it points into) for a child.
+    pub(crate) fn new(stack: Stack, kept: Box<dyn std::any::Any>) -> Pinned {
+        Pinned(Some((stack, kept)))
+    }
+
+    /// Frees it: only once the child has been reaped.
+    pub(crate) fn release(&mut self) {
+        if let Some((stack, kept)) = self.0.take() {
+            drop(kept);
+            stack.give_back();
+        }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(kept) = self.0.take() {
+            std::mem::forget(kept);
+        }
+    }
+}
+
+impl std::fmt::Debug for Pinned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Pinned"
+        } else {
+            "Released"
+        })
+    }
+}
+
+/// Whether [`clone_child`] may start children sharing this process's memory: not while a
+/// debugger traces it ([`check_tracer`]).
+static SHARE_MEMORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Looks whether a debugger (any tracer: `TracerPid` in `/proc/self/status`) traces this
+/// process now; while one does, ranks are started as plain forks, not sharing kauri's memory.
+/// A debugger told of a fork takes its breakpoints out of the child's memory before it lets
+/// the child go, and a child sharing kauri's memory would take them out of kauri's own: gdb
+/// then never stopped at `MPIR_Breakpoint` (`tests/mpir.rs`). Called at each job's start on
+/// a host, so a debugger that attached since (MPIR's attach mode, then a spawn) is seen too.
+pub fn check_tracer() {
+    let traced = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim() != "0"))
+        })
+        .unwrap_or(false);
+    SHARE_MEMORY.store(!traced, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Clones the child that runs [`child_main`] with `plan` on `stack`, every signal blocked
+/// around the clone, and returns at once: the child shares this process's memory (and reads
+/// `plan`, which must stay as it is until the child is reaped) until its `execve`.
+///
+/// `CLONE_VM`, so that starting a rank copies none of kauri's page tables, and nothing kauri
+/// writes afterwards is copied on write (at 1,024 ranks the page-table copies and the faults
+/// after each fork were most of kauri's CPU). Not `CLONE_VFORK` as `posix_spawn` does: that
+/// suspends this thread until the child execs, and the child, in a session of its own,
+/// waits its turn for a CPU among the job's running ranks; 1,024 ranks on a busy 2-core
+/// machine kept kauri suspended 3.7 s of a 10 s job, serving no PMI meanwhile. A fork
+/// instead where [`crate::host::syscall`] has no system calls of its own, and while a
+/// debugger traces kauri ([`check_tracer`]).
+pub(crate) fn clone_child(plan: &ChildPlan, stack: &Stack) -> io::Result<libc::pid_t> {
+    let share = SHARE_MEMORY.load(std::sync::atomic::Ordering::Relaxed);
+    let vm = if crate::host::syscall::SHARES_MEMORY && share {
+        libc::CLONE_VM
+    } else {
+        0
+    };
+    // SAFETY: sigfillset and pthread_sigmask write only the sets given. Blocking every signal
+    // around the clone keeps the parent's handlers from running in the child (see
+    // child_main); the parent's mask is restored right after.
+    let pid = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        // SAFETY: the child runs child_main on its own stack, reading `plan`, which the
+        // caller keeps until the child is reaped.
+        let pid = libc::clone(
+            child_main,
+            stack.top as *mut libc::c_void,
+            vm | libc::SIGCHLD,
+            plan as *const ChildPlan as *mut libc::c_void,
+        );
+        let e = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(e);
+        }
+        pid
+    };
+    Ok(pid)
+}
