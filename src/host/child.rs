@@ -2,7 +2,7 @@
 //! ([`ChildPlan`]), what it does ([`child_main`]: raw system calls only), the stack it runs
 //! on ([`Stack`]), what kauri keeps for it until it is reaped ([`Pinned`]), and the clone
 //! itself ([`clone_child`]), which shares kauri's memory unless a debugger traces kauri
-//! ([`check_tracer`]). [`crate::host::proc::spawn`] prepares the plan and watches the child.
+//! or the ranks are few ([`choose_start`]). [`crate::host::proc::spawn`] prepares the plan and watches the child.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -261,25 +261,36 @@ impl std::fmt::Debug for Pinned {
     }
 }
 
-/// Whether [`clone_child`] may start children sharing this process's memory: not while a
-/// debugger traces it ([`check_tracer`]).
-static SHARE_MEMORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+/// Whether [`clone_child`] starts children sharing this process's memory: see
+/// [`choose_start`].
+static SHARE_MEMORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Looks whether a debugger (any tracer: `TracerPid` in `/proc/self/status`) traces this
-/// process now; while one does, ranks are started as plain forks, not sharing kauri's memory.
-/// A debugger told of a fork takes its breakpoints out of the child's memory before it lets
-/// the child go, and a child sharing kauri's memory would take them out of kauri's own: gdb
-/// then never stopped at `MPIR_Breakpoint` (`tests/mpir.rs`). Called at each job's start on
-/// a host, so a debugger that attached since (MPIR's attach mode, then a spawn) is seen too.
-pub fn check_tracer() {
-    let traced = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim() != "0"))
-        })
-        .unwrap_or(false);
-    SHARE_MEMORY.store(!traced, std::sync::atomic::Ordering::Relaxed);
+/// The fewest ranks a host starts at once for them to share kauri's memory: below it a fork
+/// copies little (kauri is still small), and looking for a debugger (`/proc/self/status`,
+/// about 0.1 ms here, on a one-rank job's critical path) would cost more than it saves.
+pub const SHARE_MIN: usize = 8;
+
+/// Chooses how the next `ranks` ranks of this host start: sharing kauri's memory when they
+/// are [`SHARE_MIN`] or more and no debugger (no tracer at all: `TracerPid` in
+/// `/proc/self/status`) traces this process now; as plain forks otherwise.
+///
+/// Why a debugger matters: told of a fork, it takes its breakpoints out of the child's memory
+/// before it lets the child go, and a child sharing kauri's memory would take them out of
+/// kauri's own: gdb then never stopped at `MPIR_Breakpoint` (`tests/mpir.rs`). Chosen at
+/// each job's start on a host, so a debugger that attached since (MPIR's attach mode, then a
+/// spawn) is seen too.
+pub fn choose_start(ranks: usize) {
+    let traced = || {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim() != "0"))
+            })
+            .unwrap_or(false)
+    };
+    let share = ranks >= SHARE_MIN && !traced();
+    SHARE_MEMORY.store(share, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Clones the child that runs [`child_main`] with `plan` on `stack`, every signal blocked
@@ -293,7 +304,7 @@ pub fn check_tracer() {
 /// waits its turn for a CPU among the job's running ranks; 1,024 ranks on a busy 2-core
 /// machine kept kauri suspended 3.7 s of a 10 s job, serving no PMI meanwhile. A fork
 /// instead where [`crate::host::syscall`] has no system calls of its own, and while a
-/// debugger traces kauri ([`check_tracer`]).
+/// debugger traces kauri, or for a few ranks ([`choose_start`]).
 pub(crate) fn clone_child(plan: &ChildPlan, stack: &Stack) -> io::Result<libc::pid_t> {
     let share = SHARE_MEMORY.load(std::sync::atomic::Ordering::Relaxed);
     let vm = if crate::host::syscall::SHARES_MEMORY && share {

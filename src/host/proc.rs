@@ -17,7 +17,7 @@ use std::process::ExitStatus;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
-pub use crate::host::child::check_tracer;
+pub use crate::host::child::choose_start;
 use crate::host::child::{clone_child, ChildPlan, Pinned, Stack};
 
 /// Set once this process has been refused a file descriptor (`EMFILE`, `ENFILE`).
@@ -747,6 +747,7 @@ mod tests {
     /// it was given (its own argument and environment) and exits with its own code.
     #[tokio::test]
     async fn children_started_together_each_run_their_own_plan() {
+        choose_start(64);
         let children: Vec<_> = (0..64)
             .map(|i| {
                 let child = spawn(Launch {

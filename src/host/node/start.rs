@@ -524,7 +524,7 @@ impl Node {
         forked: &mut Vec<Forked>,
     ) -> Result<(), String> {
         let cpus_of = rank_cpus(s.job, s.me.ranks.len(), s.host)?;
-        proc::check_tracer();
+        proc::choose_start(s.me.ranks.len());
         if s.job.report_bindings {
             for line in binding_report(s.me, &cpus_of) {
                 say!("{line}");
