@@ -109,6 +109,8 @@ fn tree_group(c: &mut Criterion, name: &str, kind: Kind) {
                 hop_us: 0.0,
                 gbps: 10.0,
                 pmix: matches!(kind, Kind::Pmix),
+                // timed like the floor: the tree's work, not the model's clock reads
+                model: false,
             };
             let mut tree = match kind {
                 Kind::Floor => Tree::Raw(local.block_on(&rt, raw::start(shape)).expect("tree")),

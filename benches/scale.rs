@@ -101,6 +101,7 @@ fn in_process(
                 commit: true,
                 hop_us: net.hop_us,
                 pmix: false,
+                model: true,
                 gbps: net.gbps,
             };
             let line = local.block_on(&rt, async {

@@ -80,14 +80,21 @@ pub struct Shape {
     /// PMI contribution would have (what a host's PMIx server hands kauri's fence upcall),
     /// concatenated on the way up and handed whole to every host's server on the way down.
     pub pmix: bool,
+    /// Model each fence's latency ([`SimTree::modelled`]): every piece of work is timed in
+    /// thread CPU time, two system calls each. Off, nothing is timed and the modelled latency
+    /// reads 0: what `fence` then measures is the tree's work alone, as the floor's
+    /// (`common::raw`) is.
+    pub model: bool,
 }
 
 /// A virtual CPU. `free`: the virtual time (µs from the fence's start) at which its work so
-/// far ends; `run`: the call running on it now (its virtual start, this thread's CPU time then).
+/// far ends; `run`: the call running on it now (its virtual start, this thread's CPU time then);
+/// `model`: whether work is timed at all ([`Shape::model`]).
 #[derive(Default)]
 struct CpuState {
     free: Cell<f64>,
     run: Cell<Option<(f64, Duration)>>,
+    model: bool,
 }
 
 /// One agent's virtual CPU, shared by its node task, its links and its host.
@@ -105,13 +112,13 @@ impl Cpu {
     /// A call whose input is ready at `ready` begins; everything until [`Cpu::end`] is charged.
     fn begin(&self, ready: f64) {
         let start = self.0.free.get().max(ready);
-        self.0.run.set(Some((start, cpu_now())));
+        self.0.run.set(Some((start, self.clock())));
     }
 
     /// The virtual time now: inside a call, its start plus the CPU time spent in it so far.
     fn now(&self) -> f64 {
         match self.0.run.get() {
-            Some((start, t0)) => start + cpu_now().saturating_sub(t0).as_secs_f64() * 1e6,
+            Some((start, t0)) => start + self.clock().saturating_sub(t0).as_secs_f64() * 1e6,
             None => self.0.free.get(),
         }
     }
@@ -128,6 +135,21 @@ impl Cpu {
         self.0.free.set(0.0);
         self.0.run.set(None);
     }
+
+    /// This thread's CPU time when work is modelled; zero (and no system call) otherwise.
+    fn clock(&self) -> Duration {
+        match self.0.model {
+            true => cpu_now(),
+            false => Duration::ZERO,
+        }
+    }
+
+    /// The cost of `f` in this thread's CPU time (zero when not modelling), and its result.
+    fn timed<T>(&self, f: impl FnOnce() -> T) -> (T, Duration) {
+        let t = self.clock();
+        let r = f();
+        (r, self.clock().saturating_sub(t))
+    }
 }
 
 /// This thread's CPU time: what a piece of work costs, without the time the thread spent
@@ -140,13 +162,6 @@ fn cpu_now() -> Duration {
     // SAFETY: clock_gettime writes the timespec we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// The cost of `f` in this thread's CPU time, and its result.
-fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
-    let t = cpu_now();
-    let r = f();
-    (r, cpu_now().saturating_sub(t))
 }
 
 /// The virtual arrival times of the frames in flight on one link direction, in order.
@@ -180,7 +195,7 @@ fn writer(w: tokio::net::tcp::OwnedWriteHalf, cpu: Cpu, stamps: Stamps, net: Net
                     failed = true;
                     break;
                 }
-                let (r, c) = timed(|| w.try_write(&f[off..]));
+                let (r, c) = cpu.timed(|| w.try_write(&f[off..]));
                 cost += c;
                 match r {
                     Ok(n) => off += n,
@@ -216,7 +231,7 @@ async fn read_frame<M: for<'de> serde::Deserialize<'de>>(
     let mut buf = vec![0u8; 4 + u32::from_be_bytes(len) as usize];
     buf[..4].copy_from_slice(&len);
     r.read_exact(&mut buf[4..]).await.ok()?;
-    let (m, cost) = timed(|| decode::<M>(buf));
+    let (m, cost) = cpu.timed(|| decode::<M>(buf));
     let (m, frame) = m?;
     let arrived = stamps.borrow_mut().pop_front().unwrap_or(0.0);
     Some((m, frame, cpu.work(arrived, cost)))
@@ -260,7 +275,7 @@ impl Host for SimHost {
         let _ = self.done.send((self.id, self.cpu.now()));
     }
     /// A PMIx fence is complete: every host's blob, handed to the (absent) PMIx server.
-    fn pmix_fence_done(&self, _epoch: u64, _data: Vec<u8>) {
+    fn pmix_fence_done(&self, _epoch: u64, _data: Bytes) {
         let _ = self.done.send((self.id, self.cpu.now()));
     }
     fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>, _id: Option<u64>) {}
@@ -483,7 +498,14 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
     let n = s.hosts + 1;
-    let cpus: Vec<Cpu> = (0..n).map(|_| Cpu::default()).collect();
+    let cpus: Vec<Cpu> = (0..n)
+        .map(|_| {
+            Cpu(Rc::new(CpuState {
+                model: s.model,
+                ..CpuState::default()
+            }))
+        })
+        .collect();
     // Per node: its parent link (writer; reader side into a channel) and its child links.
     let mut up_tx: Vec<Option<Writer>> = (0..n).map(|_| None).collect();
     let mut down_rx: Vec<Option<FromParent>> = (0..n).map(|_| None).collect();
@@ -659,7 +681,11 @@ impl SimNode {
                 g = recv(&mut go) => match g {
                     Some(epoch) => {
                         let event = match &self.blob {
-                            Some(data) => NodeEvent::PmixFence { epoch, data: data.clone() },
+                            Some(data) => NodeEvent::PmixFence {
+                                // a copy, as the node copies the server's blob
+                                epoch,
+                                data: data.clone().into(),
+                            },
                             None => {
                                 let delta = self.local.clone().unwrap_or_default();
                                 NodeEvent::Engine(Output::FenceReady { epoch, delta })

@@ -56,7 +56,7 @@ pub trait Host {
     /// Fence `epoch` is complete everywhere: commit `delta`, release the ranks.
     fn fence_done(&self, epoch: u64, delta: &Packed);
     /// PMIx fence `epoch` is complete everywhere: every host's blob.
-    fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>);
+    fn pmix_fence_done(&self, epoch: u64, data: Bytes);
     /// PMIx collective `sig` is complete (or failed, `status`): every contribution, and the
     /// context id the run gave it (a group construct that asked for one).
     fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>, context_id: Option<u64>);
@@ -137,7 +137,7 @@ impl Host for Node {
     fn fence_done(&self, epoch: u64, delta: &Packed) {
         Node::fence_done(self, epoch, delta)
     }
-    fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>) {
+    fn pmix_fence_done(&self, epoch: u64, data: Bytes) {
         Node::pmix_fence_done(self, epoch, data)
     }
     fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>, context_id: Option<u64>) {
@@ -242,7 +242,7 @@ pub struct Branch<H = Node, L = Children> {
     node: Option<H>,
     kids: L,
     gather: Gather,
-    pmix_gather: Gather<Vec<u8>>,
+    pmix_gather: Gather<Bytes>,
     /// Ranks of this host whose end has not been handled yet: a rank's end travels through a
     /// channel after the node counts it out, so the branch is not done before they are in.
     local_left: usize,
@@ -723,7 +723,7 @@ impl<H: Host, L: Links> Branch<H, L> {
     }
 
     /// PMIx fence `epoch` is complete everywhere: every host gets every blob.
-    pub fn pmix_fence_done(&mut self, epoch: u64, data: Vec<u8>, frame: Option<Bytes>) {
+    pub fn pmix_fence_done(&mut self, epoch: u64, data: Bytes, frame: Option<Bytes>) {
         debug!(host = %self.host, epoch, bytes = data.len(), "PMIx fence done");
         let msg = Down::PmixFenceDone { epoch, data };
         match frame {
@@ -1037,7 +1037,7 @@ mod tests {
             rank == 0
         }
         fn fence_done(&self, _: u64, _: &Packed) {}
-        fn pmix_fence_done(&self, _: u64, _: Vec<u8>) {}
+        fn pmix_fence_done(&self, _: u64, _: Bytes) {}
         fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>, _id: Option<u64>) {
         }
         fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
@@ -1241,7 +1241,7 @@ mod tests {
         let mut b = branch(&log);
         let fence = |epoch| NodeEvent::PmixFence {
             epoch,
-            data: b"a".to_vec(),
+            data: Bytes::from_static(b"a"),
         };
         assert_eq!(b.on_node(fence(0)), None);
         let Some(Out::Up(Up::Reports(r))) = b.on_child(lost()) else {
@@ -1264,7 +1264,7 @@ mod tests {
             b.take_deferred(),
             Some(Out::Up(Up::PmixFence {
                 epoch: 0,
-                data: b"a".to_vec()
+                data: Bytes::from_static(b"a")
             }))
         );
         assert_eq!(b.take_deferred(), None);
@@ -1272,7 +1272,7 @@ mod tests {
             b.on_node(fence(1)),
             Some(Out::Up(Up::PmixFence {
                 epoch: 1,
-                data: b"a".to_vec()
+                data: Bytes::from_static(b"a")
             })),
             "the next fence is this host's alone"
         );
@@ -1290,7 +1290,7 @@ mod tests {
             id: 1,
             msg: Up::PmixFence {
                 epoch: 0,
-                data: b"c".to_vec(),
+                data: Bytes::from_static(b"c"),
             },
         };
         assert_eq!(b.on_child(child), None);
@@ -1310,7 +1310,7 @@ mod tests {
             b.take_deferred(),
             Some(Out::Up(Up::PmixFence {
                 epoch: 0,
-                data: b"c".to_vec()
+                data: Bytes::from_static(b"c")
             }))
         );
     }

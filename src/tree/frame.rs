@@ -229,4 +229,38 @@ mod tests {
         assert!(decode_frame::<Down>(frame.slice(..frame.len() - 1)).is_err());
         assert!(decode_frame::<Down>(frame.slice(..2)).is_err());
     }
+
+    #[test]
+    fn decoded_pmix_blobs_share_the_frame() {
+        use crate::tree::msg::{Down, Up};
+        let blobs = Bytes::from_static(b"every host's blob");
+        let within = |frame: &Bytes, data: &Bytes| {
+            let (f, p) = (frame.as_ptr() as usize, data.as_ptr() as usize);
+            p > f && p + data.len() <= f + frame.len()
+        };
+        let down = Down::PmixFenceDone {
+            epoch: 3,
+            data: blobs.clone(),
+        };
+        let (got, frame): (Down, Bytes) = decode_frame(encode(&down).unwrap()).unwrap();
+        assert_eq!(got, down);
+        let Down::PmixFenceDone { data, .. } = got else {
+            unreachable!()
+        };
+        assert!(within(&frame, &data), "the blobs are a copy");
+        let up = Up::PmixFence {
+            epoch: 3,
+            data: blobs,
+        };
+        let (got, frame): (Up, Bytes) = decode_frame(encode(&up).unwrap()).unwrap();
+        assert_eq!(got, up);
+        let Up::PmixFence { data, .. } = got else {
+            unreachable!()
+        };
+        assert!(within(&frame, &data), "the contribution is a copy");
+        // outside a frame's decoding they are a copy, and a cut frame is an error
+        let copied: Up = bincode::deserialize(&frame[4..]).unwrap();
+        assert_eq!(copied, up);
+        assert!(decode_frame::<Up>(frame.slice(..frame.len() - 1)).is_err());
+    }
 }

@@ -18,7 +18,7 @@ impl Contribution for Packed {
 }
 
 /// PMIx fence data: opaque blobs, concatenated.
-impl Contribution for Vec<u8> {
+impl Contribution for bytes::Bytes {
     fn merge(parts: impl Iterator<Item = Self>) -> Self {
         crate::proto::kvs::concat(parts)
     }
@@ -149,6 +149,7 @@ impl<T: Contribution> Gather<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     fn one(k: &str, v: &str) -> Packed {
         Packed::from_pairs([(k, v)])
@@ -206,11 +207,12 @@ mod tests {
 
     #[test]
     fn blobs_are_concatenated() {
-        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![3, 1]);
-        assert!(g.child(3, 0, b"cc".to_vec()).is_none());
-        assert!(g.local(0, b"a".to_vec()).is_none());
-        assert_eq!(g.child(1, 0, b"b".to_vec()), Some((0, b"abcc".to_vec())));
-        assert_eq!(g.local(1, vec![]), None);
+        let b = Bytes::from_static;
+        let mut g: Gather<Bytes> = Gather::new(true, vec![3, 1]);
+        assert!(g.child(3, 0, b(b"cc")).is_none());
+        assert!(g.local(0, b(b"a")).is_none());
+        assert_eq!(g.child(1, 0, b(b"b")), Some((0, b(b"abcc"))));
+        assert_eq!(g.local(1, Bytes::new()), None);
     }
 
     /// A child dropped while a fence waits for it completes the fence without it, keeps what
@@ -218,25 +220,26 @@ mod tests {
     /// way completes nothing.
     #[test]
     fn a_dropped_child_or_local_part_is_not_waited_for() {
-        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![1, 2, 3]);
+        let b = Bytes::from_static;
+        let mut g: Gather<Bytes> = Gather::new(true, vec![1, 2, 3]);
         assert_eq!(g.drop_child(3), None, "nothing under way");
-        assert!(g.child(2, 0, b"b".to_vec()).is_none());
-        assert!(g.local(0, b"a".to_vec()).is_none());
+        assert!(g.child(2, 0, b(b"b")).is_none());
+        assert!(g.local(0, b(b"a")).is_none());
         assert!(g.needs_child(1));
-        assert_eq!(g.drop_child(1), Some((0, b"ab".to_vec())));
+        assert_eq!(g.drop_child(1), Some((0, b(b"ab"))));
         assert!(!g.needs_child(1));
         assert_eq!(g.drop_child(1), None, "dropped once");
-        assert!(g.local(1, b"a".to_vec()).is_none());
-        assert_eq!(g.child(2, 1, b"b".to_vec()), Some((1, b"ab".to_vec())));
+        assert!(g.local(1, b(b"a")).is_none());
+        assert_eq!(g.child(2, 1, b(b"b")), Some((1, b(b"ab"))));
         // A child that gave its part, then is dropped: the part stays in.
-        assert!(g.child(2, 2, b"b".to_vec()).is_none());
+        assert!(g.child(2, 2, b(b"b")).is_none());
         assert_eq!(g.drop_child(2), None, "still waits for the local part");
-        assert_eq!(g.local(2, b"a".to_vec()), Some((2, b"ab".to_vec())));
+        assert_eq!(g.local(2, b(b"a")), Some((2, b(b"ab"))));
         // The local part dropped: a fence of the children alone.
-        let mut g: Gather<Vec<u8>> = Gather::new(true, vec![1]);
-        assert!(g.child(1, 0, b"c".to_vec()).is_none());
-        assert_eq!(g.drop_local(), Some((0, b"c".to_vec())));
+        let mut g: Gather<Bytes> = Gather::new(true, vec![1]);
+        assert!(g.child(1, 0, b(b"c")).is_none());
+        assert_eq!(g.drop_local(), Some((0, b(b"c"))));
         assert!(!g.needs_local());
-        assert_eq!(g.child(1, 1, b"c".to_vec()), Some((1, b"c".to_vec())));
+        assert_eq!(g.child(1, 1, b(b"c")), Some((1, b(b"c"))));
     }
 }

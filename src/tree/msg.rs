@@ -9,6 +9,7 @@ use crate::proto::kvs::{Delta, Packed};
 use crate::proto::pmi::RankPmi;
 use crate::proto::service::{Service, ServiceReply};
 use crate::tree::profile::HostProfile;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 /// Which output stream a run of lines came from.
@@ -62,9 +63,9 @@ pub enum Down {
     PmixFenceDone {
         /// The fence.
         epoch: u64,
-        /// The blobs.
-        #[serde(with = "crate::proto::kvs::byte_string")]
-        data: Vec<u8>,
+        /// The blobs, shared with the frame that brought them.
+        #[serde(with = "crate::proto::kvs::shared_bytes")]
+        data: Bytes,
     },
     /// PMIx collective `sig` is complete: every participant's contribution, concatenated (an
     /// empty one and an error status when it cannot complete). Sent down every tree of the
@@ -257,9 +258,9 @@ pub enum Up {
     PmixFence {
         /// The fence.
         epoch: u64,
-        /// The blobs.
-        #[serde(with = "crate::proto::kvs::byte_string")]
-        data: Vec<u8>,
+        /// The blobs, shared with the frame that brought them.
+        #[serde(with = "crate::proto::kvs::shared_bytes")]
+        data: Bytes,
     },
     /// A direct-modex request for the front end to route to the host of `rank`.
     Dmodex {

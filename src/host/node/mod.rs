@@ -72,7 +72,7 @@ pub enum NodeEvent {
         /// The fence (counted per host from 0).
         epoch: u64,
         /// The blob.
-        data: Vec<u8>,
+        data: bytes::Bytes,
     },
     /// A local rank of a PMIx job wants the data of `rank`, which runs on another host;
     /// answer with [`Node::pmix_dmodex_reply`] and `id`.
@@ -318,7 +318,7 @@ impl Node {
 
     /// Hands a PMIx fence's result (every host's blob) to the local PMIx server, releasing
     /// the local ranks.
-    pub fn pmix_fence_done(&self, epoch: u64, data: Vec<u8>) {
+    pub fn pmix_fence_done(&self, epoch: u64, data: bytes::Bytes) {
         self.ctx.drain_upcalls();
         let reply = self
             .ctx

@@ -615,7 +615,10 @@ impl PmixState {
         let epoch = self.next_fence;
         self.next_fence += 1;
         self.fences.insert(epoch, reply);
-        NodeEvent::PmixFence { epoch, data }
+        NodeEvent::PmixFence {
+            epoch,
+            data: data.into(),
+        }
     }
 
     /// A local rank wants the data of `rank` of `nspace`, which runs on another host.

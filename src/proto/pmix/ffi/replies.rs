@@ -333,20 +333,21 @@ unsafe impl Send for ModexReply {}
 
 unsafe extern "C" fn release_blob(p: *mut c_void) {
     if !p.is_null() {
-        // SAFETY: p is the Box<Vec<u8>> leaked in `ModexReply::reply`, released once by the
+        // SAFETY: p is the Box<Bytes> leaked in `ModexReply::reply`, released once by the
         // library when it is done with the data.
-        drop(unsafe { Box::from_raw(p.cast::<Vec<u8>>()) });
+        drop(unsafe { Box::from_raw(p.cast::<bytes::Bytes>()) });
     }
 }
 
 impl ModexReply {
     /// Hands `data` (every host's blob, or one rank's data) to the library. The bytes stay
-    /// alive until the library releases them.
-    pub fn reply(self, status: Status, data: Vec<u8>) {
+    /// alive until the library releases them; a fence's blobs are handed as they came in
+    /// the tree's frame, shared with it, not copied.
+    pub fn reply(self, status: Status, data: impl Into<bytes::Bytes>) {
         if FINALIZED.load(Ordering::SeqCst) {
             return;
         }
-        let blob = Box::new(data);
+        let blob = Box::new(data.into());
         let (ptr, len) = if blob.is_empty() {
             (ptr::null(), 0)
         } else {
