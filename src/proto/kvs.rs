@@ -16,6 +16,7 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::cell::{Cell, RefCell};
 use std::fmt;
+use std::ops::Range;
 
 /// A list of key-value pairs in put order (preput pairs, published pairs).
 pub type Delta = Vec<(String, String)>;
@@ -101,38 +102,60 @@ impl Packed {
     /// ASCII (the lengths under 128 included, as for most PMI keys and values), only the
     /// lengths are walked; otherwise each string's UTF-8 is checked too.
     pub fn check(&self) -> Result<(), BadPacked> {
-        self.check_against(None).map(|_| ())
+        self.check_keys(None).map(|_| ())
     }
 
     /// Checks the buffer as [`Packed::check`] does and, in the same walk, whether its keys
-    /// are `old`'s keys in the same order (`old` was checked before). One pass over both:
-    /// a store that is handed the same keys every fence pays one walk for a delta, not three.
-    fn check_against(&self, old: Option<&Packed>) -> Result<bool, BadPacked> {
-        let utf8 = !self.0.is_ascii();
-        let mut rest = &self.0[..];
-        let mut old = old.map(|p| &p.0[..]);
-        while !rest.is_empty() {
-            let (Some(k), Some(v)) = (take(&mut rest), take(&mut rest)) else {
-                // the slow walk says which pair is bad, and why
-                return Err(self
-                    .count()
-                    .err()
-                    .unwrap_or_else(|| BadPacked("cut short".into())));
+    /// are those of `old`, a key layout ([`Packed::check_keys`] made it for an earlier
+    /// delta): `Ok(None)` when they are, in the same order; otherwise its own key layout.
+    fn check_keys(&self, old: Option<&[u8]>) -> Result<Option<Vec<u8>>, BadPacked> {
+        let bytes = &self.0[..];
+        let utf8 = !bytes.is_ascii();
+        let (mut same, old) = (old.is_some(), old.unwrap_or_default());
+        let (mut at, mut old_at, mut keys) = (0, 0, Vec::new());
+        while at < bytes.len() {
+            let Some((key, value)) = pair_at(bytes, at) else {
+                return Err(self.why_bad("cut short"));
             };
-            if utf8 && (std::str::from_utf8(k).is_err() || std::str::from_utf8(v).is_err()) {
-                return Err(self
-                    .count()
-                    .err()
-                    .unwrap_or_else(|| BadPacked("not UTF-8".into())));
+            if utf8
+                && (std::str::from_utf8(&bytes[key.clone()]).is_err()
+                    || std::str::from_utf8(&bytes[value.clone()]).is_err())
+            {
+                return Err(self.why_bad("not UTF-8"));
             }
-            if let Some(o) = old.as_mut() {
-                match (take(o), take(o)) {
-                    (Some(ok), Some(_)) if ok == k => {}
-                    _ => old = None,
+            // the key with its length
+            let with_len = &bytes[at..key.end];
+            if same {
+                let end = old_at + with_len.len();
+                same = old
+                    .get(old_at..end)
+                    .is_some_and(|o| same_bytes(o, with_len));
+                if same {
+                    old_at = end;
+                } else {
+                    keys.extend_from_slice(&old[..old_at]);
                 }
             }
+            if !same {
+                keys.extend_from_slice(with_len);
+            }
+            at = value.end;
         }
-        Ok(old.is_some_and(|o| o.is_empty()))
+        if same && old_at == old.len() {
+            return Ok(None);
+        }
+        if same {
+            keys.extend_from_slice(&old[..old_at]);
+        }
+        Ok(Some(keys))
+    }
+
+    /// Why the buffer is bad, from the slow walk that names the pair (`fallback` if that
+    /// walk finds nothing wrong, which a caller that found something never sees).
+    fn why_bad(&self, fallback: &str) -> BadPacked {
+        self.count()
+            .err()
+            .unwrap_or_else(|| BadPacked(fallback.into()))
     }
 
     /// The pairs, owned.
@@ -165,18 +188,33 @@ impl From<&Delta> for Packed {
 /// A pair's key and value as bytes.
 type RawPair<'a> = (&'a [u8], &'a [u8]);
 
-/// The next length-prefixed string of `rest`, which moves past it; `None` when its length
-/// or its bytes are cut short (the fast walk of [`Packed::check`]: no error built).
+/// The byte ranges of the key and the value of the pair that starts at `at` in `bytes`;
+/// `None` when a length or a string is cut short (the fast walk of [`Packed::check`]: no
+/// error is built on the way).
 #[inline(always)]
-fn take<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let (len, tail) = rest.split_first_chunk::<4>()?;
-    let len = u32::from_le_bytes(*len) as usize;
-    if tail.len() < len {
-        return None;
+fn pair_at(bytes: &[u8], at: usize) -> Option<(Range<usize>, Range<usize>)> {
+    let string = |at: usize| {
+        let len = bytes.get(at..at.checked_add(4)?)?;
+        let start = at + 4;
+        let end =
+            start.checked_add(u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize)?;
+        (end <= bytes.len()).then_some(start..end)
+    };
+    let key = string(at)?;
+    let value = string(key.end)?;
+    Some((key, value))
+}
+
+/// `a == b`, without a call to `memcmp` for the short strings PMI keys mostly are.
+#[inline(always)]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
     }
-    let (s, tail) = tail.split_at(len);
-    *rest = tail;
-    Some(s)
+    if a.len() > 32 {
+        return a == b;
+    }
+    a.iter().zip(b).fold(0, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 /// The pairs of a [`Packed`] buffer: see [`Packed::pairs`].
@@ -367,7 +405,7 @@ pub mod byte_string {
 /// The store.
 ///
 /// Committed pairs are kept as the [`Packed`] segments they came in, in commit order: a
-/// fence's merged delta is checked (one pass, nothing allocated) and kept as it came, shared
+/// fence's merged delta is checked (one pass, nothing decoded) and kept as it came, shared
 /// with the frame that carried it, and nothing is decoded until a rank reads. The first read
 /// after a commit indexes the new segments (a key to where its latest pair is, in first-put
 /// order), so an agent whose ranks read few keys never takes the rest apart. Pairs committed
@@ -378,6 +416,10 @@ pub struct Kvs {
     segments: Vec<Packed>,
     /// The last segment is the store's own (pairs committed one by one), so more go to it.
     own_tail: bool,
+    /// When it is not: the last segment's keys, each after its length as in the segment,
+    /// in order (a few bytes a key). A delta with the same keys replaces that segment; they
+    /// are compared with this, not with the segment, whose pairs may be long and cold.
+    last_keys: Vec<u8>,
     /// Where each key's latest pair is, for the segments indexed so far.
     index: RefCell<Index>,
     /// Reads since the last commit that looked in the segments not indexed yet.
@@ -479,28 +521,30 @@ impl Kvs {
     }
 
     /// Applies a merged fence delta. It is checked whole first (its lengths and UTF-8, in
-    /// one pass that allocates nothing), so a bad one changes nothing; then it is kept as
-    /// it came, its pairs decoded only when a rank reads.
+    /// one pass that also compares its keys with the last delta's), so a bad one changes
+    /// nothing; then it is kept as it came, its pairs decoded only when a rank reads. A
+    /// delta whose keys are those of the last one, in the same order, replaces it (the store
+    /// keeps only that delta's keys, a few bytes each, to compare with; not the pairs).
     pub fn commit_packed(&mut self, delta: &Packed) -> Result<(), BadPacked> {
-        // the last delta, when a delta with its keys may replace it
-        let last = match !self.own_tail && self.last_unindexed() {
-            true => self.segments.last().filter(|l| !l.is_empty()),
-            false => None,
-        };
-        let same_keys = delta.check_against(last)?;
+        // the last delta's keys, when a delta with its keys may replace it
+        let last = !self.own_tail
+            && self.last_unindexed()
+            && self.segments.last().is_some_and(|l| !l.is_empty());
+        let keys = delta.check_keys(last.then_some(&self.last_keys[..]))?;
         if delta.is_empty() {
             return Ok(());
         }
         self.scans.set(0);
-        if same_keys {
+        let Some(keys) = keys else {
             if let Some(last) = self.segments.last_mut() {
                 // every pair of the last delta is overwritten, in place: the keys keep their
                 // first-put order (a job that puts the same keys every fence keeps one
                 // delta, not one per fence)
                 *last = delta.clone();
-                return Ok(());
             }
-        }
+            return Ok(());
+        };
+        self.last_keys = keys;
         self.segments.push(delta.clone());
         self.own_tail = false;
         if self.segments.len() - self.index.get_mut().seg > INDEX_EVERY {
@@ -809,25 +853,31 @@ mod tests {
 
     #[test]
     fn one_walk_checks_a_delta_and_compares_its_keys() {
-        let old = packed(&[("a", "1"), ("bb", "22")]);
-        let same = |new: &Packed| new.check_against(Some(&old));
-        assert_eq!(same(&packed(&[("a", "long value"), ("bb", "")])), Ok(true));
-        assert_eq!(same(&packed(&[("bb", "1"), ("a", "22")])), Ok(false));
-        assert_eq!(same(&packed(&[("a", "1")])), Ok(false));
-        assert_eq!(
-            same(&packed(&[("a", "1"), ("bb", "2"), ("c", "3")])),
-            Ok(false)
-        );
-        assert_eq!(same(&packed(&[("a", "1"), ("b", "22")])), Ok(false));
-        assert_eq!(packed(&[("a", "1")]).check_against(None), Ok(false));
+        let layout = |pairs: &[(&str, &str)]| packed(pairs).check_keys(None).unwrap().unwrap();
+        let old = layout(&[("a", "1"), ("bb", "22")]);
+        assert_eq!(old, b"\x01\0\0\0a\x02\0\0\0bb");
+        let same = |pairs: &[(&str, &str)]| packed(pairs).check_keys(Some(&old)).unwrap();
+        assert_eq!(same(&[("a", "long value"), ("bb", "")]), None);
+        // otherwise the delta's own layout, whichever pair differs
+        for pairs in [
+            &[("bb", "1"), ("a", "22")][..],
+            &[("a", "1")],
+            &[("a", "1"), ("bb", "2"), ("c", "3")],
+            &[("a", "1"), ("b", "22")],
+            &[("a", "1"), ("bbb", "22")],
+            &[],
+        ] {
+            assert_eq!(same(pairs), Some(layout(pairs)), "{pairs:?}");
+        }
         // a bad delta is an error with the slow walk's reason, whatever it is compared with
-        let cut = Packed(old.0.slice(..old.0.len() - 1));
-        assert_eq!(same(&cut), Err(cut.count().unwrap_err()));
-        let mut bad = old.0.to_vec();
+        let good = packed(&[("a", "1"), ("bb", "22")]);
+        let cut = Packed(good.0.slice(..good.0.len() - 1));
+        assert_eq!(cut.check_keys(Some(&old)), Err(cut.count().unwrap_err()));
+        let mut bad = good.0.to_vec();
         bad[4] = 0xff;
         let bad = Packed(bad.into());
         assert!(bad.count().unwrap_err().to_string().contains("UTF-8"));
-        assert_eq!(same(&bad), Err(bad.count().unwrap_err()));
+        assert_eq!(bad.check_keys(Some(&old)), Err(bad.count().unwrap_err()));
     }
 
     #[test]
