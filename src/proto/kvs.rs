@@ -880,6 +880,61 @@ mod tests {
         assert_eq!(bad.check_keys(Some(&old)), Err(bad.count().unwrap_err()));
     }
 
+    /// Random deltas (few keys, so layouts repeat often, and repeat the last one more
+    /// often still), preputs and reads against a plain map of the same puts.
+    #[test]
+    fn the_store_reads_as_a_map_of_every_put() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut k = Kvs::default();
+        let mut model: IndexMap<String, String> = IndexMap::new();
+        let mut last: Vec<String> = Vec::new();
+        for round in 0..2000 {
+            let keys: Vec<String> = match next(3) {
+                0 if !last.is_empty() => last.clone(),
+                _ => (0..next(4)).map(|_| format!("k{}", next(5))).collect(),
+            };
+            if next(10) == 0 {
+                let v = format!("p{round}");
+                model.insert("k0".into(), v.clone());
+                k.preput("k0".into(), v);
+            }
+            let pairs: Vec<(String, String)> = keys
+                .iter()
+                .map(|key| {
+                    (
+                        key.clone(),
+                        "v".repeat(next(3) as usize) + &round.to_string(),
+                    )
+                })
+                .collect();
+            for (key, v) in &pairs {
+                model.insert(key.clone(), v.clone());
+            }
+            k.commit_packed(&Packed::from(&pairs)).unwrap();
+            last = keys;
+            for i in 0..5 {
+                let key = format!("k{i}");
+                assert_eq!(
+                    k.get(&key),
+                    model.get(&key).map(|s| s.as_str()),
+                    "{key} at {round}"
+                );
+            }
+            if next(7) == 0 {
+                assert_eq!(k.len(), model.len());
+                for (i, (key, v)) in model.iter().enumerate() {
+                    assert_eq!(k.get_by_idx(i), Some((key.as_str(), v.as_str())));
+                }
+            }
+        }
+    }
+
     #[test]
     fn reads_before_and_after_indexing_agree() {
         let mut k = Kvs::default();
