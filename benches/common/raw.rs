@@ -28,8 +28,10 @@ pub struct RawTree {
 async fn read_payload(r: &mut OwnedReadHalf) -> Option<Vec<u8>> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await.ok()?;
-    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
-    r.read_exact(&mut buf).await.ok()?;
+    let mut buf = Vec::new();
+    tree::read_body(r, &mut buf, u32::from_be_bytes(len) as usize)
+        .await
+        .ok()?;
     Some(buf)
 }
 

@@ -228,9 +228,10 @@ async fn read_frame<M: for<'de> serde::Deserialize<'de>>(
 ) -> Option<(M, Bytes, f64)> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await.ok()?;
-    let mut buf = vec![0u8; 4 + u32::from_be_bytes(len) as usize];
-    buf[..4].copy_from_slice(&len);
-    r.read_exact(&mut buf[4..]).await.ok()?;
+    let body = u32::from_be_bytes(len) as usize;
+    let mut buf = Vec::with_capacity(4 + body);
+    buf.extend_from_slice(&len);
+    tree::read_body(r, &mut buf, body).await.ok()?;
     let (m, cost) = cpu.timed(|| decode::<M>(buf));
     let (m, frame) = m?;
     let arrived = stamps.borrow_mut().pop_front().unwrap_or(0.0);

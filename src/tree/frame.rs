@@ -84,10 +84,29 @@ async fn read_frame<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
             format!("frame of {len} bytes, more than {max}"),
         ));
     }
-    let mut frame = vec![0u8; 4 + len];
-    frame[..4].copy_from_slice(&len_bytes);
-    r.read_exact(&mut frame[4..]).await?;
+    let mut frame = Vec::with_capacity(4 + len);
+    frame.extend_from_slice(&len_bytes);
+    read_body(r, &mut frame, len).await?;
     decode_frame(Bytes::from(frame)).map(Some)
+}
+
+/// Appends the next `len` bytes of `r` to `buf`, read into its spare room as they come (not
+/// zeroed first: a fence's merged delta is the biggest frame, and every agent reads it).
+/// Reads nothing past them; a stream that ends before is an `UnexpectedEof`.
+pub async fn read_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    len: usize,
+) -> io::Result<()> {
+    let end = buf.len() + len;
+    buf.reserve_exact(len);
+    let mut body = r.take(len as u64);
+    while buf.len() < end {
+        if body.read_buf(buf).await? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
 }
 
 /// Decodes one whole frame (length and body) that is already in memory, and hands it back
@@ -262,5 +281,22 @@ mod tests {
         let copied: Up = bincode::deserialize(&frame[4..]).unwrap();
         assert_eq!(copied, up);
         assert!(decode_frame::<Up>(frame.slice(..frame.len() - 1)).is_err());
+    }
+
+    #[test]
+    fn a_body_is_read_whole_and_nothing_past_it() {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let mut r = &b"headbodytail"[..];
+                let mut buf = b"<".to_vec();
+                read_body(&mut r, &mut buf, 8).await.unwrap();
+                assert_eq!(buf, b"<headbody");
+                assert_eq!(r, b"tail");
+                read_body(&mut r, &mut buf, 0).await.unwrap();
+                let cut = read_body(&mut r, &mut buf, 5).await.unwrap_err();
+                assert_eq!(cut.kind(), io::ErrorKind::UnexpectedEof);
+            });
     }
 }
