@@ -16,7 +16,10 @@
 //! cargo bench --bench fence
 //! cargo bench --bench fence -- tree_fence --warm-up-time 1 --measurement-time 3
 //! KAURI_BENCH_1024=1 cargo bench --bench fence -- "tree_fence|pmix_tree" # and 1,024 hosts
+//! python3 benches/fence_rotate.py before=BIN,after=BIN width=8/256,width=flat/256 3 # builds
 //! ```
+//! `fence_rotate.py` runs several builds' binaries of this bench in turn, round after round, so
+//! a comparison of builds (or of a build with the floor) is made in one run.
 //! Results: `docs/performance.md`, "Fence hot paths".
 
 mod common;
