@@ -45,6 +45,27 @@ pub fn xml_file() -> Option<String> {
     .map(|x| x.path.clone())
 }
 
+/// Starts making the topology XML in a thread of its own, unless it is made or being made:
+/// a later [`xml_file`] waits for that thread's result instead of making it again. For a job
+/// whose ranks will ask (`crate::plan::JobPlan::topology_ahead`), so that the file is made
+/// while they load their libraries rather than while they wait in `MPI_Init`.
+pub fn make_ahead() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if XML.get().is_some() {
+        return;
+    }
+    ONCE.call_once(|| {
+        let made = std::thread::Builder::new()
+            .name("kauri-hwloc".into())
+            .spawn(|| {
+                xml_file();
+            });
+        if let Err(e) = made {
+            tracing::debug!("no thread to make the hwloc topology ahead: {e}");
+        }
+    });
+}
+
 /// Discovers the topology and writes it into an anonymous file.
 fn make() -> Result<Xml, String> {
     let xml = discover()?;
@@ -158,10 +179,23 @@ fn discover() -> Result<Vec<u8>, String> {
 mod tests {
     use super::*;
 
-    /// The file a rank is named holds this machine's topology, as hwloc XML with its root
-    /// object, and stays the same file for every later asker.
+    /// The file is made ahead, by a thread of its own, without anyone asking; the file a
+    /// rank is named then holds this machine's topology, as hwloc XML with its root object,
+    /// and stays the same file for every later asker. (The only test here that makes it:
+    /// nothing in this binary asks before `make_ahead`.)
     #[test]
-    fn the_file_named_holds_the_topology_and_is_made_once() {
+    fn the_file_is_made_ahead_holds_the_topology_and_is_made_once() {
+        assert!(XML.get().is_none(), "made before this test asked");
+        make_ahead();
+        make_ahead();
+        let t = std::time::Instant::now();
+        while XML.get().is_none() {
+            assert!(
+                t.elapsed().as_secs() < 120,
+                "nothing made ahead in 2 minutes"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let Some(path) = xml_file() else {
             assert!(
                 std::env::var_os("CI").is_none(),

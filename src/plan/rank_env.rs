@@ -381,6 +381,7 @@ mod tests {
             iface: None,
             port_range: None,
             fault_tolerant: false,
+            topology_ahead: false,
         }
     }
 

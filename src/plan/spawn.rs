@@ -434,6 +434,8 @@ pub(crate) fn spawned_job(
         iface: spawner.iface.clone(),
         port_range: cluster.port_range.clone(),
         fault_tolerant: cluster.fault_tolerant,
+        // a PMI client's children run the same MPI (the file is made once per host anyway)
+        topology_ahead: pmix.is_none() && spawner.topology_ahead,
     }
 }
 

@@ -541,6 +541,10 @@ impl Node {
             // Now, not before the first fork: the keeper's start overlaps the ranks' own. (A
             // start that fails before this point kills and reaps what it forked itself.)
             crate::host::keeper::ensure(std::time::Duration::from_millis(s.job.kill_grace_ms));
+            if s.job.topology_ahead {
+                // after the keeper, whose start is cheaper while kauri has one thread
+                crate::host::topology::make_ahead();
+            }
         }
         Ok(())
     }
