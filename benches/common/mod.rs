@@ -71,25 +71,39 @@ pub fn run_timed(
         }
         out
     });
-    loop {
-        if let Some(st) = child.try_wait().map_err(|e| e.to_string())? {
-            let secs = start.elapsed().as_secs_f64();
-            let out = reader.join().unwrap_or_default();
-            return if st.success() && out.contains(expect) {
-                Ok((secs, out))
-            } else {
-                Err(format!("failed ({st})"))
-            };
-        }
-        if start.elapsed() > timeout {
-            // SAFETY: kill has no memory-safety preconditions; the group is the one we made.
+    // A blocking wait, timed the moment it returns: polling `try_wait` every 2 ms made every
+    // time a multiple of the poll (a 3.5 ms job and a 4 ms one both read 4.2 ms). A watchdog
+    // thread kills the group at the timeout.
+    let group = child.id() as i32;
+    let (done, done_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = std::thread::spawn(move || {
+        let late = matches!(
+            done_rx.recv_timeout(timeout),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        );
+        if late {
+            // SAFETY: kill has no memory-safety preconditions; the group is the one we made,
+            // its leader not reaped yet (the waiting thread reaps it after this kill).
             unsafe {
-                libc::kill(-(child.id() as i32), libc::SIGKILL);
+                libc::kill(-group, libc::SIGKILL);
             }
-            let _ = child.wait();
-            return Err("timeout".into());
         }
-        std::thread::sleep(Duration::from_millis(2));
+        late
+    });
+    let st = child.wait().map_err(|e| e.to_string());
+    let secs = start.elapsed().as_secs_f64();
+    let _ = done.send(());
+    let late = watchdog.join().unwrap_or(false);
+    if late {
+        // Not joined: a rank in a session of its own may still hold the pipe.
+        return Err("timeout".into());
+    }
+    let st = st?;
+    let out = reader.join().unwrap_or_default();
+    if st.success() && out.contains(expect) {
+        Ok((secs, out))
+    } else {
+        Err(format!("failed ({st})"))
     }
 }
 

@@ -68,9 +68,12 @@ pub struct Ask {
     pub reply: oneshot::Sender<Vec<String>>,
 }
 
-/// A job's status socket; dropping it removes the socket.
+/// A job's status socket; dropping it closes and removes the socket.
 pub struct Listener {
     path: PathBuf,
+    /// The socket itself, owned here alone (the accept task holds a `Weak` between its
+    /// polls), so that [`Drop`] closes it before it unlinks its path.
+    socket: Option<std::rc::Rc<tokio::net::UnixListener>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -96,8 +99,13 @@ impl Listener {
         // The directory keeps others out already; the socket's own mode says so too.
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
-        let task = tokio::task::spawn_local(accept(listener, asks));
-        Ok(Listener { path, task })
+        let socket = std::rc::Rc::new(listener);
+        let task = tokio::task::spawn_local(accept(std::rc::Rc::downgrade(&socket), asks));
+        Ok(Listener {
+            path,
+            socket: Some(socket),
+            task,
+        })
     }
 
     /// The socket's path.
@@ -109,6 +117,12 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         self.task.abort();
+        // Closed first, while its path is still there: a socket bound in a directory that
+        // was removed holds that directory's inode until it closes, and the close then pays
+        // for the inode's end (ext4: its orphan record and its release, 0.3-1.7 ms measured
+        // on this VM's /tmp, against about 0.2 ms for the rmdir after the close). The task,
+        // aborted, may be dropped later or never (kauri leaves with `exit`).
+        drop(self.socket.take());
         let _ = std::fs::remove_file(&self.path);
         // The directory too when no other job of the user's uses it (rmdir fails otherwise).
         if let Some(dir) = self.path.parent() {
@@ -117,14 +131,23 @@ impl Drop for Listener {
     }
 }
 
-/// Accepts `kauri --status` connections: the user's own, [`CLIENTS_MAX`] at once.
-async fn accept(listener: tokio::net::UnixListener, asks: mpsc::UnboundedSender<Ask>) {
+/// Accepts `kauri --status` connections: the user's own, [`CLIENTS_MAX`] at once. Holds the
+/// socket only while it polls it (see [`Listener`]), and ends once the socket is closed.
+async fn accept(
+    listener: std::rc::Weak<tokio::net::UnixListener>,
+    asks: mpsc::UnboundedSender<Ask>,
+) {
     let me = my_uid();
     let clients = std::sync::Arc::new(tokio::sync::Semaphore::new(CLIENTS_MAX));
     loop {
-        let conn = match listener.accept().await {
-            Ok((c, _)) => c,
-            Err(_) => {
+        let next = std::future::poll_fn(|cx| match listener.upgrade() {
+            Some(l) => l.poll_accept(cx).map(Some),
+            None => std::task::Poll::Ready(None),
+        });
+        let conn = match next.await {
+            None => return,
+            Some(Ok((c, _))) => c,
+            Some(Err(_)) => {
                 // Out of file descriptors, most likely: try again later.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;

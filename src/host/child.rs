@@ -2,7 +2,7 @@
 //! ([`ChildPlan`]), what it does ([`child_main`]: raw system calls only), the stack it runs
 //! on ([`Stack`]), what kauri keeps for it until it is reaped ([`Pinned`]), and the clone
 //! itself ([`clone_child`]), which shares kauri's memory unless a debugger traces kauri
-//! or the ranks are few ([`choose_start`]). [`crate::host::proc::spawn`] prepares the plan and watches the child.
+//! ([`choose_start`]). [`crate::host::proc::spawn`] prepares the plan and watches the child.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -265,10 +265,13 @@ impl std::fmt::Debug for Pinned {
 /// [`choose_start`].
 static SHARE_MEMORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// The fewest ranks a host starts at once for them to share kauri's memory: below it a fork
-/// copies little (kauri is still small), and looking for a debugger (`/proc/self/status`,
-/// about 0.1 ms here, on a one-rank job's critical path) would cost more than it saves.
-pub const SHARE_MIN: usize = 8;
+/// The fewest ranks a host starts at once for them to share kauri's memory: one. It was 8,
+/// on the view that a fork of a small kauri copies little and that looking for a debugger
+/// (`/proc/self/status`) costs a one-rank job more than it saves; measured side by side
+/// (1,000 interleaved rounds of `-n 1`, 2026-11-27), a shared start was 0.09-0.13 ms faster
+/// (the fork's page-table copy, and its release at the rank's `execve`, are gone) and the
+/// look about 10-20 µs.
+pub const SHARE_MIN: usize = 1;
 
 /// Chooses how the next `ranks` ranks of this host start: sharing kauri's memory when they
 /// are [`SHARE_MIN`] or more and no debugger (no tracer at all: `TracerPid` in
@@ -304,7 +307,7 @@ pub fn choose_start(ranks: usize) {
 /// waits its turn for a CPU among the job's running ranks; 1,024 ranks on a busy 2-core
 /// machine kept kauri suspended 3.7 s of a 10 s job, serving no PMI meanwhile. A fork
 /// instead where [`crate::host::syscall`] has no system calls of its own, and while a
-/// debugger traces kauri, or for a few ranks ([`choose_start`]).
+/// debugger traces kauri ([`choose_start`]).
 pub(crate) fn clone_child(plan: &ChildPlan, stack: &Stack) -> io::Result<libc::pid_t> {
     let share = SHARE_MEMORY.load(std::sync::atomic::Ordering::Relaxed);
     let vm = if crate::host::syscall::SHARES_MEMORY && share {

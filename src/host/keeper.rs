@@ -23,8 +23,8 @@
 //! binary, even if its file was replaced since).
 //!
 //! The starter writes `+PID` for each rank it starts and `-PID` when it reaped it; at a clean
-//! end it kills the keeper (`SIGKILL`) and reaps it ([`release`]), so no keeper outlives a
-//! clean run. The keeper only reads: on `done` it exits at once (a starter that wants it
+//! end it kills the keeper (`SIGKILL`) once its last sweep is done ([`dismiss`]) and reaps it
+//! just before it leaves ([`release`]), so no keeper outlives a clean run. The keeper only reads: on `done` it exits at once (a starter that wants it
 //! gone without a kill may say so); on end-of-file (its starter died), it sends
 //! `SIGTERM` to the processes of the run, waits the job's kill grace
 //! (`KAURI_KILL_GRACE`) or until they are gone, then `SIGKILL`s whatever is left, again until
@@ -64,6 +64,8 @@ enum State {
     NotYet(Vec<u32>),
     /// Running: the pipe to it and its pid, to kill and reap.
     Running(std::fs::File, u32),
+    /// Killed by [`dismiss`], not reaped yet: the pipe to it and its pid, for [`release`].
+    Dismissed(std::fs::File, u32),
     /// It could not be started, or was released: do not try again.
     Gone,
 }
@@ -199,7 +201,7 @@ pub fn started(pid: u32) {
             let _ = pipe.write_all(format!("+{pid}\n").as_bytes());
         }
         State::NotYet(early) => early.push(pid),
-        State::Gone => {}
+        State::Gone | State::Dismissed(..) => {}
     }
 }
 
@@ -211,29 +213,53 @@ pub fn reaped(pid: u32) {
             let _ = pipe.write_all(format!("-{pid}\n").as_bytes());
         }
         State::NotYet(early) => early.retain(|&p| p != pid),
-        State::Gone => {}
+        State::Gone | State::Dismissed(..) => {}
     }
 }
 
-/// The clean end: the keeper has nothing to do, and is killed (`SIGKILL`) and reaped at
-/// once. (Telling it `done` and waiting for it to leave would make every run wait for the
-/// keeper's own start, an exec of this binary, when the job was shorter than that.)
+/// The run's last sweep is done (every rank of this process reaped, what they left killed):
+/// the keeper has nothing left to do, and is killed (`SIGKILL`) now, not reaped. Its exit
+/// (the release of its copy of this process's memory, about 0.1-0.3 ms here) then overlaps
+/// what this process still does before it leaves (the last output, the status socket's
+/// removal, the report), and [`release`] only reaps it. A rank started after this (none is,
+/// at the end of a run) would run without a keeper.
+pub fn dismiss() {
+    let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
+    match std::mem::replace(&mut *k, State::Gone) {
+        State::Running(pipe, pid) => {
+            // Killed before the pipe closes: it never sees an end-of-file without `done`.
+            // SAFETY: kill takes plain numbers; the pid is our child, not yet reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            *k = State::Dismissed(pipe, pid);
+        }
+        other => *k = other,
+    }
+}
+
+/// The clean end: the keeper has nothing to do, and is killed (`SIGKILL`, unless [`dismiss`]
+/// did) and reaped at once. (Telling it `done` and waiting for it to leave would make every
+/// run wait for the keeper's own start, an exec of this binary, when the job was shorter
+/// than that.)
 pub fn release() {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
-    if let State::Running(pipe, pid) = std::mem::replace(&mut *k, State::Gone) {
-        // Killed before the pipe closes: it never sees an end-of-file without `done`.
-        // SAFETY: kill and waitpid take plain numbers; the pid is our child, not yet reaped.
-        unsafe {
-            libc::kill(pid as libc::pid_t, libc::SIGKILL);
-            let mut status = 0;
-            while libc::waitpid(pid as libc::pid_t, &mut status, 0) < 0
-                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-            {
-            }
+    let (pipe, pid) = match std::mem::replace(&mut *k, State::Gone) {
+        State::Running(pipe, pid) => {
+            // Killed before the pipe closes: it never sees an end-of-file without `done`.
+            // SAFETY: kill takes plain numbers; the pid is our child, not yet reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            (pipe, pid)
         }
-        crate::host::proc::not_a_rank(0);
-        drop(pipe);
-    }
+        State::Dismissed(pipe, pid) => (pipe, pid),
+        _ => return,
+    };
+    let mut status = 0;
+    // SAFETY: waitpid takes plain numbers and writes `status`; the pid is our child, not yet
+    // reaped.
+    while unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) } < 0
+        && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+    {}
+    crate::host::proc::not_a_rank(0);
+    drop(pipe);
 }
 
 /// An end without the teardown (an agent whose parent is gone kills its ranks' groups and
@@ -242,6 +268,12 @@ pub fn release() {
 /// on its own, after this process has gone.
 pub fn hand_over() {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
+    if let State::Dismissed(..) = &*k {
+        // Already killed: reaped, not handed over.
+        drop(k);
+        release();
+        return;
+    }
     // Dropping the pipe is the end-of-file; the child is not waited for.
     *k = State::Gone;
 }

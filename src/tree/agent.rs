@@ -547,6 +547,9 @@ impl Agent {
         debug!(%host, "agent done");
         self.branch.drain().await;
         debug!(%host, "agent drained");
+        // Its ranks are reaped and swept: the keeper is killed now, its exit overlapping the
+        // rest of the end (reaped as the agent leaves).
+        crate::host::keeper::dismiss();
         // Before Done: a fork-launched agent dies with its parent, which may leave right after.
         crate::proto::pmix::shutdown();
         if let Some((p, mut below)) = self.branch.take_profile() {

@@ -92,6 +92,9 @@ impl Root {
         if adopted > 0 {
             debug!(adopted, "killed the ranks of lost agents");
         }
+        // The last sweep is done: the keeper of this host's ranks has nothing left to keep,
+        // and its exit overlaps the rest of the end (reaped as kauri leaves).
+        crate::host::keeper::dismiss();
         let summary = self.summary();
         let printer = self.printer.take();
         // Every sender of output goes with the jobs and the wires; the printer then empties
