@@ -119,7 +119,8 @@ pub struct JobPlan {
     /// Make each host's topology file (`PMI_hwloc_xmlfile`, [`crate::host::topology`]) in
     /// a thread of its own once the host's ranks are forked, while they load, instead of
     /// when the first asks: the job's programs use an MPI that may be MPICH's (an MPI was
-    /// found and the job is served PMI-1/PMI-2), whose `MPI_Init` asks for it.
+    /// found and the job is served PMI-1/PMI-2 only: no PMIx server, whose library may bring
+    /// an hwloc of its own, runs beside), whose `MPI_Init` asks for it.
     #[serde(default)]
     pub topology_ahead: bool,
 }
