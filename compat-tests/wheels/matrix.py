@@ -95,6 +95,13 @@ KNOWN_GAPS = [
     # with the venv's own OpenPMIx 5 (issue #26), 0 hangs in 25 runs and in CI: removed.
     # An entry may say "intermittent": True (a failure is reported apart, a pass is not taken
     # for a mended gap).
+    {"mpi": "openmpi5", "case": "suite:test_spawn", "hosts": None, "intermittent": True,
+     "why": "Open MPI 5 under kauri, test_spawn: hung again on 2026-11-27, in CI once "
+            "(TestSpawnMultipleSelfMany.testCommSpawn) and by hand in 2 of 9 runs beside a CI "
+            "run, one of them the build before that day's changes (e93c04c: 'malloc(): "
+            "unsorted double linked list corrupted'); the other showed the server library's "
+            "progress thread blocked on its own mutex in pmix_psensor_base_stop and kauri "
+            "ending the connect's lookups as stuck; not understood yet (session 19's note)"},
 ]
 
 # (np, hosts) per case in each mode. The cases are cheap (every cell of all four MPIs under
