@@ -551,18 +551,22 @@ impl Node {
     /// left in their process groups is killed, but children of ours in sessions of their
     /// own are not swept (the run's other ranks are such children); the run's last drain
     /// sweeps them.
+    ///
+    /// Its PMIx namespaces are deregistered from the library a moment later
+    /// ([`pmix::deregister_later`]).
     pub async fn release(self) {
-        self.drain_with(proc::kill_groups_left).await;
+        self.drain_with(proc::kill_groups_left, true).await;
     }
 
     /// After every rank ended: kills what they left in their process groups, then forwards
     /// the rest of their output (see
     /// [`iofwd::forward_lines`](crate::host::iofwd::forward_lines)).
     pub async fn drain(self) {
-        self.drain_with(proc::kill_leftovers).await;
+        self.drain_with(proc::kill_leftovers, false).await;
     }
 
-    async fn drain_with(self, kill: fn(&[u32]) -> usize) {
+    /// `later`: the library forgets the PMIx namespaces a moment later, not now.
+    async fn drain_with(self, kill: fn(&[u32]) -> usize, later: bool) {
         let names = self
             .ctx
             .pmix
@@ -570,9 +574,12 @@ impl Node {
             .as_ref()
             .map(|p| (p.nspace.clone(), p.foreign.clone()));
         if let Some((ns, foreign)) = names {
-            pmix::deregister(&ns);
-            for f in foreign {
-                pmix::deregister(&f);
+            for n in std::iter::once(ns).chain(foreign) {
+                if later {
+                    pmix::deregister_later(n);
+                } else {
+                    pmix::deregister(&n);
+                }
             }
         }
         let left = kill(&self.pids);

@@ -575,6 +575,32 @@ pub fn deregister(nspace: &str) {
     ffi::deregister_nspace(nspace);
 }
 
+/// [`deregister`] for a spawned job that ended while the run goes on: kauri forgets the
+/// namespace at once, the library [`DEREGISTER_GRACE`] later. Must run inside a `LocalSet`.
+///
+/// The library's deregistration also ends each client of the namespace whose connection it
+/// still holds: a rank has exited, but the library's progress thread has not yet read the end
+/// of its connection. Under Open MPI 5's mpi4py `test_spawn`, where the next spawn's clients
+/// connect at once, OpenPMIx 5.0 then went on to handle a lost connection for a client record
+/// it had already freed: the cores showed its progress thread taking the lock of that record
+/// (`pmix_psensor_base_stop`) in memory malloc had back on its free list, and kauri's own
+/// thread aborting in `malloc` on the list that lock had overwritten ("unsorted double linked
+/// list corrupted"); other runs hung. By the time the grace is over the library has read
+/// every end, and the deregistration has no connection left to end.
+pub fn deregister_later(nspace: String) {
+    forget(&nspace);
+    ffi::unroute(&nspace);
+    tokio::task::spawn_local(async move {
+        tokio::time::sleep(DEREGISTER_GRACE).await;
+        ffi::deregister_nspace(&nspace);
+    });
+}
+
+/// How long after a spawned job's end its namespace stays registered with the library: see
+/// [`deregister_later`]. A deregistration still waiting when the run ends is left to the
+/// library's finalize.
+pub const DEREGISTER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
 #[cfg(test)]
 mod tests {
     use super::*;
