@@ -265,14 +265,14 @@ impl std::fmt::Debug for Pinned {
 /// [`choose_start`].
 static SHARE_MEMORY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// The fewest ranks a host starts at once for them to share kauri's memory: 8. Measured
-/// side by side (1,000 interleaved rounds of `-n 1`, 2026-11-27), a shared start of one rank
-/// was 0.09-0.13 ms faster than a fork (the fork's page-table copy, and its release at the
-/// rank's `execve`, are gone) and the look for a debugger about 10-20 µs; but with the
-/// threshold at 1, the wheels matrix's Open MPI 5 `test_spawn` (a PMIx run: the library's
-/// threads beside, small spawned jobs started sharing) hung once in CI, where it had passed
-/// 25 times running; the cause is not known, so small starts fork until it is.
-pub const SHARE_MIN: usize = 8;
+/// The fewest ranks a host starts at once for them to share kauri's memory: 1, every start.
+/// Measured side by side (1,000 interleaved rounds of `-n 1`, 2026-11-27), a shared start of
+/// one rank was 0.09-0.13 ms faster than a fork (the fork's page-table copy, and its release
+/// at the rank's `execve`, are gone) and the look for a debugger about 10-20 µs. It was 8 for
+/// a while: with it at 1, Open MPI 5's `test_spawn` hung once in CI. That hang was the PMIx
+/// library's, after kauri deregistered a spawned namespace too early
+/// ([`crate::proto::pmix::deregister_later`]); it hung with 8 too.
+pub const SHARE_MIN: usize = 1;
 
 /// Chooses how the next `ranks` ranks of this host start: sharing kauri's memory when they
 /// are [`SHARE_MIN`] or more and no debugger (no tracer at all: `TracerPid` in
