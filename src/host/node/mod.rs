@@ -555,18 +555,20 @@ impl Node {
     /// Its PMIx namespaces are deregistered from the library a moment later
     /// ([`pmix::deregister_later`]).
     pub async fn release(self) {
-        self.drain_with(proc::kill_groups_left, true).await;
+        self.drain_with(proc::kill_groups_left, pmix::deregister_later)
+            .await;
     }
 
     /// After every rank ended: kills what they left in their process groups, then forwards
     /// the rest of their output (see
     /// [`iofwd::forward_lines`](crate::host::iofwd::forward_lines)).
     pub async fn drain(self) {
-        self.drain_with(proc::kill_leftovers, false).await;
+        self.drain_with(proc::kill_leftovers, pmix::deregister)
+            .await;
     }
 
-    /// `later`: the library forgets the PMIx namespaces a moment later, not now.
-    async fn drain_with(self, kill: fn(&[u32]) -> usize, later: bool) {
+    /// `kill` sweeps what the ranks left; `deregister` ends the job's PMIx namespaces.
+    async fn drain_with(self, kill: fn(&[u32]) -> usize, deregister: fn(&str)) {
         let names = self
             .ctx
             .pmix
@@ -575,11 +577,7 @@ impl Node {
             .map(|p| (p.nspace.clone(), p.foreign.clone()));
         if let Some((ns, foreign)) = names {
             for n in std::iter::once(ns).chain(foreign) {
-                if later {
-                    pmix::deregister_later(n);
-                } else {
-                    pmix::deregister(&n);
-                }
+                deregister(&n);
             }
         }
         let left = kill(&self.pids);

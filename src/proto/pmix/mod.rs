@@ -570,9 +570,14 @@ impl Failure {
 
 /// Forgets a namespace: no more upcalls, the library's data about it released.
 pub fn deregister(nspace: &str) {
+    forget_here(nspace);
+    ffi::deregister_nspace(nspace);
+}
+
+/// Kauri's half of a deregistration: no more upcalls are routed for `nspace`.
+fn forget_here(nspace: &str) {
     forget(nspace);
     ffi::unroute(nspace);
-    ffi::deregister_nspace(nspace);
 }
 
 /// [`deregister`] for a spawned job that ended while the run goes on: kauri forgets the
@@ -587,9 +592,9 @@ pub fn deregister(nspace: &str) {
 /// thread aborting in `malloc` on the list that lock had overwritten ("unsorted double linked
 /// list corrupted"); other runs hung. By the time the grace is over the library has read
 /// every end, and the deregistration has no connection left to end.
-pub fn deregister_later(nspace: String) {
-    forget(&nspace);
-    ffi::unroute(&nspace);
+pub fn deregister_later(nspace: &str) {
+    forget_here(nspace);
+    let nspace = nspace.to_string();
     tokio::task::spawn_local(async move {
         tokio::time::sleep(DEREGISTER_GRACE).await;
         ffi::deregister_nspace(&nspace);
