@@ -713,9 +713,7 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         .map(|n| p.used.iter().position(|u| u == n).unwrap_or(0) as u32)
         .collect();
     let pmix = p.wired.wiring != Wiring::Pmi;
-    // Not for a job served both ways (an interpreter's MPI module, which may be Open MPI's):
-    // its hosts' processes also run a PMIx server, whose library may bring its own hwloc.
-    let topology_ahead = p.wired.looks_mpi && p.wired.wiring == Wiring::Pmi;
+    let topology_ahead = p.wired.looks_mpi && p.wired.wiring != Wiring::Pmix;
     JobPlan {
         kvsname: p.kvsname,
         size: p.size,
@@ -871,8 +869,8 @@ mod tests {
     }
 
     /// The topology file is made ahead for a job whose programs use an MPI served PMI-1 or
-    /// PMI-2 only (MPICH's ask for it), not for a program that uses none, nor a job with a
-    /// PMIx server.
+    /// PMI-2 (MPICH's ask for it), alone or beside PMIx (an interpreter's MPI module), not for
+    /// a program that uses none, nor a PMIx-only job.
     #[test]
     fn the_topology_is_made_ahead_for_an_mpi_served_pmi() {
         let ahead = |args: &str| {
@@ -881,7 +879,7 @@ mod tests {
         };
         assert_eq!(ahead("-n 2 --pmi=pmi2 sh -c mpi4py"), (true, true));
         assert_eq!(ahead("-n 2 --pmi=pmi1 sh -c mpi4py"), (true, true));
-        assert_eq!(ahead("-n 2 sh -c mpi4py"), (false, true), "served PMIx too");
+        assert_eq!(ahead("-n 2 sh -c mpi4py"), (true, true), "served PMIx too");
         assert_eq!(ahead("-n 2 --pmi=pmix sh -c mpi4py"), (false, true));
         assert_eq!(ahead("-n 2 sh -c true"), (false, false));
         assert_eq!(ahead("-n 2 --pmi=pmi1 sh -c true"), (false, false));
