@@ -19,7 +19,7 @@ use crate::error::WireError;
 use crate::fields::Fields;
 use crate::limits::{V1_LINE_MAX, V1_SPAWN_MAX};
 use crate::{Spawn, SpawnCommand, Status};
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use nom::bytes::complete::{tag, take_till, take_till1};
 use nom::character::complete::space0;
 use nom::IResult;
@@ -761,8 +761,11 @@ fn decode_with<T>(
     let Some(n) = message_len(buf)? else {
         return Ok(None);
     };
-    let msg = buf.split_to(n);
-    parse(&msg).map(Some)
+    // Parsed in place, then consumed: no split (which would make the buffer shared and count
+    // references on every message).
+    let parsed = parse(&buf[..n]);
+    buf.advance(n);
+    parsed.map(Some)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ use crate::error::{bad, missing, WireError};
 use crate::fields::Fields;
 use crate::limits::V2_LEN_WIDTH;
 use crate::{Spawn, SpawnCommand, Status};
-use bytes::{BufMut, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use std::borrow::Cow;
 
 /// A PMI-2 message with the thread tag that a reply must echo.
@@ -365,8 +365,10 @@ fn decode_with<T>(
     let Some(n) = frame_len(buf)? else {
         return Ok(None);
     };
-    let frame = buf.split_to(n);
-    parse(body_of(&frame)).map(Some)
+    // Parsed in place, then consumed (see `v1::decode_with`).
+    let parsed = parse(body_of(&buf[..n]));
+    buf.advance(n);
+    parsed.map(Some)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 
 use super::{Ctx, NodeEvent};
 use crate::proto::pmi::{ConnId, Framing, Output};
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -14,19 +14,23 @@ use tracing::warn;
 /// slowly, never gets near it (a reply is at most a few kB, and a rank waits for each).
 pub const PMI_REPLY_QUEUE_MAX: usize = 4 << 20;
 
-/// Writes what it can of some bytes to a connection's socket now, without waiting.
-type DirectWrite = Rc<dyn Fn(&[u8]) -> std::io::Result<usize>>;
+/// What a connection's [`Writer`], its reader and its writer task share, in one allocation:
+/// a reply touches the queue's length and the socket together, and with hundreds of ranks
+/// running between two replies, each separate allocation is a cache miss of its own.
+struct ConnIo {
+    /// Replies the socket did not take yet, in order; the writer task writes them as the
+    /// socket drains.
+    pending: RefCell<BytesMut>,
+    /// The rank's socket, for direct writes.
+    sock: RankSock,
+    /// Wakes the writer task: something is pending, or the connection is done.
+    wake: tokio::sync::Notify,
+}
 
 /// The sending side of one PMI connection: its socket for direct writes, and what waits for
 /// its writer task.
 pub(super) struct Writer {
-    /// Writes what it can of the bytes to the socket now, without waiting.
-    direct: DirectWrite,
-    /// Replies the socket did not take yet, in order; the writer task writes them as the
-    /// socket drains.
-    pending: Rc<RefCell<BytesMut>>,
-    /// Wakes the writer task: something is pending, or the connection is done.
-    wake: Rc<tokio::sync::Notify>,
+    io: Rc<ConnIo>,
     /// Tells the writer task to give up: what is queued is dropped, the last words (an error
     /// reply) are written if the socket takes them, and the socket is closed.
     abandon: Option<tokio::sync::oneshot::Sender<Bytes>>,
@@ -40,23 +44,22 @@ pub(super) struct Writer {
 enum Queued {
     /// It was written, or waits for the writer task.
     Yes,
-    /// It would have taken the queue past [`PMI_REPLY_QUEUE_MAX`]: the writer was told to
-    /// give up, and the connection must be closed.
+    /// It would have taken the queue past [`PMI_REPLY_QUEUE_MAX`]: the writer must give up
+    /// ([`Writer::abandon`]), and the connection be closed.
     Overflow,
 }
 
 impl Writer {
     /// Writes `bytes` now as far as the socket takes them, and queues the rest for the writer
     /// task (behind what is queued already), unless the queue would pass
-    /// [`PMI_REPLY_QUEUE_MAX`]: then the writer task is told to drop everything queued, write
-    /// an error reply naming `rank` if the socket takes it at once, and close the socket.
-    fn queue(&mut self, bytes: &[u8], rank: Option<usize>) -> Queued {
-        let mut pending = self.pending.borrow_mut();
+    /// [`PMI_REPLY_QUEUE_MAX`] (then see [`Writer::abandon`]).
+    fn queue(&mut self, bytes: &[u8]) -> Queued {
+        let mut pending = self.io.pending.borrow_mut();
         let mut rest = bytes;
         if pending.is_empty() {
             // The common case: the rank reads its replies, and the socket has room. No task
             // wakes, nothing is copied.
-            match (self.direct)(rest) {
+            match self.io.sock.try_write(rest) {
                 Ok(n) => rest = &rest[n.min(rest.len())..],
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 // A socket that fails is the reader's to notice (it reads EOF or an error).
@@ -69,10 +72,15 @@ impl Writer {
         if pending.len() + rest.len() <= PMI_REPLY_QUEUE_MAX {
             pending.extend_from_slice(rest);
             drop(pending);
-            self.wake.notify_one();
+            self.io.wake.notify_one();
             return Queued::Yes;
         }
-        drop(pending);
+        Queued::Overflow
+    }
+
+    /// After a [`Queued::Overflow`]: tells the writer task to drop everything queued, write an
+    /// error reply naming `rank` if the socket takes it at once, and close the socket.
+    fn abandon(&mut self, rank: Option<usize>) {
         if let Some(a) = self.abandon.take() {
             let who = rank.map_or("this PMI client".to_string(), |r| format!("rank {r}"));
             let status = pmi_wire::Status::error(
@@ -90,7 +98,6 @@ impl Writer {
             }
             let _ = a.send(b.freeze());
         }
-        Queued::Overflow
     }
 }
 
@@ -280,13 +287,15 @@ impl Ctx {
     /// Writes (or queues) `bytes` for connection `conn`; a rank whose queue overflows is
     /// closed and reported.
     pub(super) fn send(&self, conn: ConnId, bytes: &[u8]) {
-        let rank = self.engine.borrow().rank_of(conn);
         let queued = match self.writers.borrow_mut().get_mut(&conn) {
-            Some(w) => w.queue(bytes, rank),
+            Some(w) => w.queue(bytes),
             None => Queued::Yes,
         };
         if let Queued::Overflow = queued {
-            self.writers.borrow_mut().remove(&conn);
+            let rank = self.engine.borrow().rank_of(conn);
+            if let Some(mut w) = self.writers.borrow_mut().remove(&conn) {
+                w.abandon(rank);
+            }
             self.engine.borrow_mut().disconnect(conn);
             let _ = self.events.send(NodeEvent::UnreadReplies {
                 rank,
@@ -309,51 +318,43 @@ impl Ctx {
 /// queue holds at most [`PMI_REPLY_QUEUE_MAX`] bytes, and a rank that lets it fill is closed
 /// (its replies dropped, an error reply written if the socket takes it).
 pub(super) async fn serve_conn(ctx: Rc<Ctx>, conn: ConnId, sock: RankSock) {
-    let sock = Rc::new(sock);
-    let v2 = start_writer(&ctx, conn, &sock);
-    read_requests(&ctx, conn, &sock, &v2).await;
+    let io = Rc::new(ConnIo {
+        pending: RefCell::new(BytesMut::new()),
+        sock,
+        wake: tokio::sync::Notify::new(),
+    });
+    let v2 = start_writer(&ctx, conn, &io);
+    read_requests(&ctx, conn, &io.sock, &v2).await;
     ctx.writers.borrow_mut().remove(&conn);
     ctx.engine.borrow_mut().disconnect(conn);
     ctx.dispatch();
 }
 
-/// Gives connection `conn` its [`Writer`] (direct writes to `sock`) and starts its writer
-/// task; returns the flag its reader sets when the connection speaks PMI-2.
-fn start_writer(ctx: &Ctx, conn: ConnId, sock: &Rc<RankSock>) -> Rc<Cell<bool>> {
-    let pending = Rc::new(RefCell::new(BytesMut::new()));
-    let wake = Rc::new(tokio::sync::Notify::new());
+/// Gives connection `conn` its [`Writer`] (direct writes to `io`'s socket) and starts its
+/// writer task; returns the flag its reader sets when the connection speaks PMI-2.
+fn start_writer(ctx: &Ctx, conn: ConnId, io: &Rc<ConnIo>) -> Rc<Cell<bool>> {
     // The last words, once the connection is abandoned; a `Writer` dropped without them (the
     // connection closed as usual) abandons nothing: what is queued is still written.
     let (abandon, abandoned) = tokio::sync::oneshot::channel::<Bytes>();
     let v2 = Rc::new(Cell::new(false));
-    let direct = {
-        let s = sock.clone();
-        Rc::new(move |b: &[u8]| s.try_write(b)) as DirectWrite
-    };
     ctx.writers.borrow_mut().insert(
         conn,
         Writer {
-            direct,
-            pending: pending.clone(),
-            wake: wake.clone(),
+            io: io.clone(),
             abandon: Some(abandon),
             v2: v2.clone(),
         },
     );
-    tokio::task::spawn_local(write_pending(sock.clone(), pending, wake, abandoned));
+    tokio::task::spawn_local(write_pending(io.clone(), abandoned));
     v2
 }
 
-/// The writer task of one connection: writes what is pending to `s` as the socket drains,
-/// each time `w` wakes it, until its [`Writer`] is dropped (then it finishes what is pending)
-/// or abandons the connection (then only the last words go, if the socket takes them); then
-/// it closes its side.
-async fn write_pending(
-    s: Rc<RankSock>,
-    p: Rc<RefCell<BytesMut>>,
-    w: Rc<tokio::sync::Notify>,
-    mut abandoned: tokio::sync::oneshot::Receiver<Bytes>,
-) {
+/// The writer task of one connection: writes what is pending to its socket as the socket
+/// drains, each time its [`Writer`] wakes it, until the writer is dropped (then it finishes
+/// what is pending) or abandons the connection (then only the last words go, if the socket
+/// takes them); then it closes its side.
+async fn write_pending(io: Rc<ConnIo>, mut abandoned: tokio::sync::oneshot::Receiver<Bytes>) {
+    let (s, p, w) = (&io.sock, &io.pending, &io.wake);
     // The writer is gone: finish what is pending, then close.
     let mut closing = false;
     let last_words = 'task: loop {
@@ -373,7 +374,7 @@ async fn write_pending(
             };
             match r {
                 Ok(n) => {
-                    let _ = p.borrow_mut().split_to(n);
+                    p.borrow_mut().advance(n);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => break 'task None,
@@ -392,6 +393,8 @@ async fn write_pending(
         }
     };
     if let Some(b) = last_words {
+        // What was queued goes now, not when the reader lets go of the connection.
+        *p.borrow_mut() = BytesMut::new();
         // The rank reads nothing: its error reply goes out only if the socket has room
         // for it now. Nothing waits on it.
         let _ = s.try_write(&b);
