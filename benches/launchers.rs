@@ -22,9 +22,9 @@
 //!   every width.
 //!
 //! The whole job is timed, `--runs` times per cell after one warm-up, the launchers taking
-//! turns run by run. A launcher that fails or does not finish within `--timeout` seconds is
-//! recorded (`timeout`, `failed`) and not run again for larger N of that workload: the table
-//! says where each launcher stops working. Every row carries the 1-minute load average before
+//! turns run by run, in a new random order each run. A launcher that fails or does not finish
+//! within `--timeout` seconds is recorded (`timeout`, `failed`) and not run again for larger
+//! N of that workload: the table says where each launcher stops working. Every row carries the 1-minute load average before
 //! it. Prints Markdown tables; with `--write-docs` also replaces the generated part of
 //! `docs/performance.md` (machine, date, tables) and draws one PNG per workload into
 //! `docs/perf/` with gnuplot (`gnuplot-nox`, installed by `.ci/setup`).
@@ -103,8 +103,11 @@ fn compile(cc: &str, src: &str, out: &Path) -> Option<PathBuf> {
     ok.then(|| out.to_path_buf())
 }
 
-/// Runs one row: every launcher `runs` times, taking turns, after a warm-up each. Launchers
-/// already marked failed in `stopped` are skipped; new failures are marked there.
+/// Runs one row: every launcher `runs` times, taking turns, after a warm-up each. Each run
+/// takes the launchers in a new random order: in a fixed one, a launcher always follows the
+/// same other, and pays for what that one leaves running as it ends (its teardown, a
+/// daemon's exit). Launchers already marked failed in `stopped` are skipped; new failures
+/// are marked there.
 fn row(
     launchers: &[(Launcher, Vec<String>)],
     expect: &str,
@@ -128,8 +131,12 @@ fn row(
             }
         }
     }
+    let mut order: Vec<usize> = (0..launchers.len()).collect();
+    let mut seed = shuffle_seed(n);
     for _ in 0..runs {
-        for (i, (l, argv)) in launchers.iter().enumerate() {
+        shuffle(&mut order, &mut seed);
+        for &i in &order {
+            let (l, argv) = &launchers[i];
             let Cell::Times(t) = &mut cells[i] else {
                 continue;
             };
@@ -143,6 +150,24 @@ fn row(
         }
     }
     cells
+}
+
+/// A seed for [`shuffle`]: the clock's nanoseconds and the row's size.
+fn shuffle_seed(n: usize) -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (t ^ (n as u64).rotate_left(32)) | 1
+}
+
+/// Shuffles `v` in place (Fisher-Yates over a xorshift generator in `seed`).
+fn shuffle(v: &mut [usize], seed: &mut u64) {
+    for i in (1..v.len()).rev() {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        v.swap(i, (*seed % (i as u64 + 1)) as usize);
+    }
 }
 
 /// A generated table and the series to plot.
@@ -489,7 +514,8 @@ fn hosts(bins: &Bins, runs: usize, timeout: Duration) -> Table {
 fn write_docs(tables: &[Table], runs: usize, timeout: Duration) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut out = format!(
-        "{}. {runs} runs per cell after a warm-up, launchers taking turns; a launcher that \
+        "{}. {runs} runs per cell after a warm-up, launchers taking turns in a new random \
+         order each run; a launcher that \
          fails or passes {} s is not run again for larger N. Load: the 1-minute load average \
          before the row.\n\n",
         machine(),
