@@ -32,6 +32,14 @@ use std::time::Duration;
 /// that takes longer hangs (and fails the test).
 const RUN_LIMIT: Duration = Duration::from_secs(240);
 
+/// How long a run under the reference `mpirun` may take before it is taken for hung; it
+/// takes about 4 s here. Open MPI 4.1.4's `mpirun` hung in the `dynamic` example in 2 of 15
+/// runs of this file on 2026-11-28 (its own run, with no kauri in it; both times after other
+/// tests had run, never in 75 runs of the same command by hand, alone, beside kauri jobs,
+/// under load or beside another `mpirun`). A reference run that hangs is tried once more;
+/// kauri's runs are not.
+const REFERENCE_LIMIT: Duration = Duration::from_secs(60);
+
 /// Ranks of each run.
 const RANKS: usize = 2;
 
@@ -61,7 +69,7 @@ fn setup(test: &str, name: &str) -> Option<(Ctx, String)> {
 /// [`Launcher::Hydra`]).
 fn run(ctx: &Ctx, launcher: Launcher, prog: &str) -> Outcome {
     let n = RANKS.to_string();
-    let job = match launcher {
+    let job = || match launcher {
         Launcher::Kauri => ctx
             .job(Launcher::Kauri, &["-n", &n, prog])
             .program(ctx.kauri()),
@@ -72,7 +80,17 @@ fn run(ctx: &Ctx, launcher: Launcher, prog: &str) -> Outcome {
             )
             .program(mpirun_openmpi()),
     };
-    let o = job.timeout(RUN_LIMIT).run();
+    let o = if launcher == Launcher::Kauri {
+        job().timeout(RUN_LIMIT).run()
+    } else {
+        let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            job().timeout(REFERENCE_LIMIT).run()
+        }));
+        first.unwrap_or_else(|_| {
+            eprintln!("=== the reference mpirun hung (see REFERENCE_LIMIT): once more");
+            job().timeout(RUN_LIMIT).run()
+        })
+    };
     eprintln!("=== {}\n{o}", o.command);
     o
 }
