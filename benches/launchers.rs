@@ -24,10 +24,10 @@
 //! The whole job is timed, `--runs` times per cell after one warm-up, the launchers taking
 //! turns run by run, in a new random order each run. A launcher that fails or does not finish
 //! within `--timeout` seconds is recorded (`timeout`, `failed`) and not run again for larger
-//! N of that workload: the table says where each launcher stops working. Every row carries the 1-minute load average before
-//! it. Prints Markdown tables; with `--write-docs` also replaces the generated part of
-//! `docs/performance.md` (machine, date, tables) and draws one PNG per workload into
-//! `docs/perf/` with gnuplot (`gnuplot-nox`, installed by `.ci/setup`).
+//! N of that workload: the table says where each launcher stops working. Every row carries
+//! the 1-minute load average before it. Prints Markdown tables; with `--write-docs` also
+//! replaces the generated part of `docs/performance.md` (machine, date, tables) and draws one
+//! PNG per workload into `docs/perf/` with gnuplot (`gnuplot-nox`, installed by `.ci/setup`).
 //!
 //! With `--baseline PATH` another kauri binary (the build before a change, say) runs beside
 //! the one under test in every cell (`kauri-before`), taking its turn like the others: the
@@ -519,9 +519,8 @@ fn write_docs(tables: &[Table], runs: usize, timeout: Duration) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut out = format!(
         "{}. {runs} runs per cell after a warm-up, launchers taking turns in a new random \
-         order each run; a launcher that \
-         fails or passes {} s is not run again for larger N. Load: the 1-minute load average \
-         before the row.\n\n",
+         order each run; a launcher that fails or passes {} s is not run again for larger N. \
+         Load: the 1-minute load average before the row.\n\n",
         machine(),
         timeout.as_secs(),
     );
