@@ -417,3 +417,75 @@ fn kauri_piped_into_cat_still_ends() {
         assert!(o.status.success(), "{line}");
     }
 }
+
+/// The keeper of a one-host run, once the ranks are up: `(pid, command line)`.
+fn keeper_of(run: &Run) -> Option<Proc> {
+    marked(&run.mark, &[])
+        .into_iter()
+        .find(|p| p.comm == kauri::host::keeper::NAME)
+}
+
+/// Each rank also starts a child with an empty environment (no mark: the keeper finds it
+/// only by the rank's session, so only if it was told of the rank), and says its pid in
+/// `bare.RANK`, then is up.
+const BARE_CHILD: &str = "env -i sleep 300 & echo $! > $KILLTEST_DIR/bare.$KAURI_RANK; up; wait";
+
+/// The processes of `run` ([`marked`]) and the children without a mark of [`BARE_CHILD`].
+fn seen_with_bare_children(run: &Run, n: usize) -> Vec<Proc> {
+    let mut seen = marked(&run.mark, &[]);
+    for r in 0..n {
+        let pid = std::fs::read_to_string(run.dir.join(format!("bare.{r}"))).unwrap();
+        let bare = proc_of(pid.trim().parse().unwrap()).expect("the bare child runs");
+        assert!(!seen.iter().any(|p| p.pid == bare.pid), "no mark: {bare:?}");
+        seen.push(bare);
+    }
+    seen
+}
+
+/// Kauri killed with `SIGKILL` while its keeper still shares its memory (a clone that has not
+/// `exec`ed yet, `KAURI_KEEPER_ALONE_AFTER` far away): the keeper sees its pipe end, becomes a
+/// process of its own with the ranks it was told of, and ends the run; nothing is left, not
+/// even the ranks' children without a mark.
+#[test]
+fn killed_while_the_keeper_shares_its_memory() {
+    let env = [
+        ("KAURI_KILL_GRACE", "3"),
+        ("KAURI_KEEPER_ALONE_AFTER", "100000"),
+    ];
+    let mut run = Run::start("shared", &["-n", "2"], BARE_CHILD, &env);
+    run.reach(&ups(2));
+    let keeper = keeper_of(&run).expect("a keeper");
+    assert!(
+        !keeper.cmd.contains(kauri::host::keeper::SUBCOMMAND),
+        "the keeper still shares kauri's memory (kauri's own command line): {keeper:?}"
+    );
+    let seen = seen_with_bare_children(&run, 2);
+    run.kill_kauri();
+    assert_all_gone(&seen, &run.mark, &[], None);
+}
+
+/// Kauri killed with `SIGKILL` after its keeper became a process of its own
+/// (`KAURI_KEEPER_ALONE_AFTER=0`: at once, with the ranks it had been told of on descriptor
+/// 3, and the ones told after on its pipe): nothing is left, not even the ranks' children
+/// without a mark.
+#[test]
+fn killed_after_the_keeper_became_a_process_of_its_own() {
+    let env = [("KAURI_KILL_GRACE", "3"), ("KAURI_KEEPER_ALONE_AFTER", "0")];
+    let mut run = Run::start("alone", &["-n", "2"], BARE_CHILD, &env);
+    run.reach(&ups(2));
+    let start = Instant::now();
+    let keeper = loop {
+        match keeper_of(&run) {
+            Some(k) if k.cmd.contains(kauri::host::keeper::SUBCOMMAND) => break k,
+            k => assert!(
+                start.elapsed() < patience(),
+                "the keeper did not exec: {k:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(keeper.cmd.trim_end().ends_with(" 3"), "{keeper:?}");
+    let seen = seen_with_bare_children(&run, 2);
+    run.kill_kauri();
+    assert_all_gone(&seen, &run.mark, &[], None);
+}

@@ -35,7 +35,7 @@ const NSIG: usize = 64;
 ///
 /// # Safety
 /// Only for [`child_main`]: it changes the calling process's descriptor table.
-unsafe fn child_dup(old: RawFd, new: RawFd) -> isize {
+pub(crate) unsafe fn child_dup(old: RawFd, new: RawFd) -> isize {
     use crate::host::syscall::raw;
     // SAFETY: descriptor numbers only.
     unsafe {
@@ -61,7 +61,7 @@ unsafe fn child_dup(old: RawFd, new: RawFd) -> isize {
 ///
 /// # Safety
 /// Only for [`child_main`]: it changes the calling process's signal dispositions.
-unsafe fn reset_signals() {
+pub(crate) unsafe fn reset_signals() {
     use crate::host::syscall::{raw, KernelSigaction};
     for sig in 1..=NSIG {
         let mut old = KernelSigaction::default();
@@ -283,18 +283,45 @@ pub const SHARE_MIN: usize = 1;
 /// kauri's own: gdb then never stopped at `MPIR_Breakpoint` (`tests/mpir.rs`). Chosen at
 /// each job's start on a host, so a debugger that attached since (MPIR's attach mode, then a
 /// spawn) is seen too.
+///
+/// Whether kauri waits for each child's `execve` (`CLONE_VFORK`): only when the ranks are
+/// fewer than the CPUs this process may run on. A new child is queued on its parent's CPU
+/// (the kernel did not move it to the idle one here), so a child that kauri does not wait for
+/// waits for kauri instead: with one rank it sat 0.17-0.23 ms in the run queue (its
+/// `schedstat`, median of 200 starts, against the floor's 0.03 ms) while kauri went on with
+/// its own start (the keeper, the status socket, the signals). Waiting, kauri leaves its CPU
+/// to the child at once and wakes, on the exec, on an idle CPU, where it goes on beside the
+/// rank: `-n 1` went 1.30 → 1.20 of the floor (300 interleaved rounds). With more ranks than
+/// CPUs there is no idle CPU to wake on, and kauri's waits only delay the next ranks (16 and
+/// 64 ranks: 1.07 → 1.11 and 1.03 → 1.05), as at 1,024 ranks they kept kauri from serving
+/// PMI (see [`clone_child`]).
 pub fn choose_start(ranks: usize) {
-    let traced = || {
-        std::fs::read_to_string("/proc/self/status")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim() != "0"))
-            })
-            .unwrap_or(false)
-    };
     let share = ranks >= SHARE_MIN && !traced();
     SHARE_MEMORY.store(share, std::sync::atomic::Ordering::Relaxed);
+    let few = ranks < crate::host::bind::allowed_cpus().len();
+    WAIT_FOR_EXEC.store(share && few, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether [`clone_child`] waits for each child's `execve`: see [`choose_start`].
+static WAIT_FOR_EXEC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether a debugger (any tracer) traces this process now: `TracerPid` in
+/// `/proc/self/status`, within the file's first kilobyte (one read, no allocation).
+fn traced() -> bool {
+    use std::io::Read;
+    let mut buf = [0u8; 1024];
+    let Ok(mut f) = std::fs::File::open("/proc/self/status") else {
+        return false;
+    };
+    let n = f.read(&mut buf).unwrap_or(0);
+    let Some(at) = buf[..n].windows(10).position(|w| w == b"TracerPid:") else {
+        return false;
+    };
+    let value = buf[at + 10..n]
+        .split(|&b| b == b'\n')
+        .next()
+        .unwrap_or_default();
+    value.iter().any(|b| (b'1'..=b'9').contains(b))
 }
 
 /// Clones the child that runs [`child_main`] with `plan` on `stack`, every signal blocked
@@ -303,19 +330,44 @@ pub fn choose_start(ranks: usize) {
 ///
 /// `CLONE_VM`, so that starting a rank copies none of kauri's page tables, and nothing kauri
 /// writes afterwards is copied on write (at 1,024 ranks the page-table copies and the faults
-/// after each fork were most of kauri's CPU). Not `CLONE_VFORK` as `posix_spawn` does: that
-/// suspends this thread until the child execs, and the child, in a session of its own,
-/// waits its turn for a CPU among the job's running ranks; 1,024 ranks on a busy 2-core
-/// machine kept kauri suspended 3.7 s of a 10 s job, serving no PMI meanwhile. A fork
+/// after each fork were most of kauri's CPU). `CLONE_VFORK`, as `posix_spawn` does, only for
+/// fewer ranks than CPUs ([`choose_start`]): it suspends this thread until the child execs,
+/// and the child, in a session of its own, waits its turn for a CPU among the job's running
+/// ranks; 1,024 ranks on a busy 2-core machine kept kauri suspended 3.7 s of a 10 s job,
+/// serving no PMI meanwhile. A fork
 /// instead where [`crate::host::syscall`] has no system calls of its own, and while a
 /// debugger traces kauri ([`choose_start`]).
 pub(crate) fn clone_child(plan: &ChildPlan, stack: &Stack) -> io::Result<libc::pid_t> {
-    let share = SHARE_MEMORY.load(std::sync::atomic::Ordering::Relaxed);
-    let vm = if crate::host::syscall::SHARES_MEMORY && share {
-        libc::CLONE_VM
+    let vm = if shares_memory() { libc::CLONE_VM } else { 0 };
+    let arg = plan as *const ChildPlan as *mut libc::c_void;
+    let wait = if vm != 0 && WAIT_FOR_EXEC.load(std::sync::atomic::Ordering::Relaxed) {
+        libc::CLONE_VFORK
     } else {
         0
     };
+    // SAFETY: child_main reads `plan`, which the caller keeps until the child is reaped.
+    unsafe { clone_with(child_main, arg, stack, vm | wait) }
+}
+
+/// Whether children started now share this process's memory ([`choose_start`]'s choice, on
+/// an architecture with [`crate::host::syscall`]'s own system calls).
+pub(crate) fn shares_memory() -> bool {
+    crate::host::syscall::SHARES_MEMORY && SHARE_MEMORY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Clones a child that runs `main(arg)` on `stack` (sharing this process's memory if `vm` is
+/// `CLONE_VM`), every signal blocked around the clone, and returns its pid at once.
+///
+/// # Safety
+/// `main` must keep to what a child sharing this memory may do (raw system calls, no C
+/// library call, no allocation: see [`child_main`]), and `arg` and `stack` must stay valid
+/// for as long as it runs on them.
+pub(crate) unsafe fn clone_with(
+    main: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    arg: *mut libc::c_void,
+    stack: &Stack,
+    vm: libc::c_int,
+) -> io::Result<libc::pid_t> {
     // SAFETY: sigfillset and pthread_sigmask write only the sets given. Blocking every signal
     // around the clone keeps the parent's handlers from running in the child (see
     // child_main); the parent's mask is restored right after.
@@ -324,13 +376,12 @@ pub(crate) fn clone_child(plan: &ChildPlan, stack: &Stack) -> io::Result<libc::p
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        // SAFETY: the child runs child_main on its own stack, reading `plan`, which the
-        // caller keeps until the child is reaped.
+        // SAFETY: the child runs `main` on its own stack, reading `arg`, as the caller vouches.
         let pid = libc::clone(
-            child_main,
+            main,
             stack.top as *mut libc::c_void,
             vm | libc::SIGCHLD,
-            plan as *const ChildPlan as *mut libc::c_void,
+            arg,
         );
         let e = io::Error::last_os_error();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());

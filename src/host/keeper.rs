@@ -13,14 +13,21 @@
 //! both anyway), with a pipe on its stdin and `/dev/null` on the rest; it closes every other
 //! descriptor it inherited, so `kauri … | cat` still sees its end.
 //!
-//! How it starts: when the starter has one thread, a plain `fork` (no `exec`): the child
-//! runs [`run`]'s loop in a copy of the starter's memory and leaves with `_exit`. An `exec`
-//! of this binary costs about 1 ms of CPU (the dynamic loader, relocations, the runtime's
-//! start), as much as the whole of a one-rank job's own work here, and on a 2-core machine
-//! that CPU is taken from the ranks. With more than one thread (a PMIx job: the library's
-//! progress thread; output files: tokio's blocking pool) a fork could copy a lock another
-//! thread holds, so the keeper is `/proc/self/exe --keeper TOKEN GRACE_MS` then (this very
-//! binary, even if its file was replaced since).
+//! How it starts: a `clone` that shares the starter's memory ([`clone_keeper`]), as the
+//! ranks start ([`crate::host::child`]): nothing is copied, and the keeper, on a small stack
+//! of its own, makes raw system calls only ([`keeper_main`]). It sets itself up, then copies
+//! what its starter writes into a memory file until the pipe ends (its starter died) or
+//! `KAURI_KEEPER_ALONE_AFTER` (1 s) has passed; then it becomes a process of its own, an
+//! `execve` of this very binary (`/proc/self/exe --keeper TOKEN GRACE_MS 3`, even if its
+//! file was replaced since), which reads those lines from the memory file, then the pipe, and
+//! does the work below. So a run shorter than a second pays for no keeper but a `clone`; a
+//! fork of kauri's memory (page tables copied, then copy-on-write faults in kauri) cost
+//! 0.1-0.2 ms of a one-rank job, and an `exec` about 1 ms of CPU. Why not share for ever: the
+//! kernel's out-of-memory killer ends every process sharing the memory of the one it
+//! chose, so a kauri it killed would take its keeper with it. Where a child cannot share
+//! memory (an architecture without [`crate::host::syscall`]'s own system calls, or a
+//! debugger tracing kauri: see [`crate::host::child::choose_start`]), the keeper is that
+//! `exec` from the start (`--keeper TOKEN GRACE_MS`).
 //!
 //! The starter writes `+PID` for each rank it starts and `-PID` when it reaped it; at a clean
 //! end it kills the keeper (`SIGKILL`) once its last sweep is done ([`dismiss`]) and reaps it
@@ -41,6 +48,7 @@
 
 use std::io::{BufRead, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
@@ -101,8 +109,8 @@ pub fn ensure(grace: Duration) {
         return;
     };
     let early = std::mem::take(early);
-    let started = if single_threaded() {
-        fork_keeper(grace)
+    let started = if crate::host::child::shares_memory() {
+        clone_keeper(grace)
     } else {
         exec_keeper(grace)
     };
@@ -129,15 +137,41 @@ pub fn ensure(grace: Duration) {
     };
 }
 
-/// Whether this process has one thread (`/proc/self/task` lists one): then only this thread
-/// could start another, and a `fork` copies no lock held elsewhere.
-fn single_threaded() -> bool {
-    std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.take(2).count() == 1)
+/// What a keeper that shares this process's memory ([`clone_keeper`]) reads: built before
+/// the clone and never freed (it may read it after this process has died).
+struct ClonePlan {
+    /// The reading end of the pipe from the starter.
+    rd: libc::c_int,
+    /// How long it shares this memory before it becomes a process of its own.
+    alone_after: libc::timespec,
+    /// `/proc/self/exe`, and `kauri --keeper TOKEN GRACE_MS 3` with its `NULL`.
+    exe: std::ffi::CString,
+    argv: Vec<*const libc::c_char>,
+    /// This process's environment when the keeper started, with its `NULL`: the keeper's
+    /// own after its `execve`, as a forked one's would be.
+    envp: Vec<*const libc::c_char>,
+    /// The strings `argv` and `envp` point into.
+    _strings: Vec<std::ffi::CString>,
 }
 
-/// Forks the keeper (see the module's doc): the pipe's writing end and the keeper's pid.
-fn fork_keeper(grace: Duration) -> std::io::Result<(std::fs::File, u32)> {
-    let token = token();
+/// The descriptor on which a keeper that became a process of its own finds the lines it had
+/// read before ([`keeper_main`]), named on its command line.
+const EARLY_FD: libc::c_int = 3;
+
+/// How long a keeper shares its starter's memory before it becomes a process of its own:
+/// `KAURI_KEEPER_ALONE_AFTER` seconds (default 1). A run shorter than that never pays for
+/// the keeper's `exec`.
+fn alone_after() -> Duration {
+    std::env::var("KAURI_KEEPER_ALONE_AFTER")
+        .ok()
+        .and_then(|v| crate::cli::parse_secs(&v))
+        .unwrap_or(Duration::from_secs(1))
+}
+
+/// Starts the keeper sharing this process's memory (see the module's doc): the pipe's
+/// writing end and the keeper's pid.
+fn clone_keeper(grace: Duration) -> std::io::Result<(std::fs::File, u32)> {
+    use std::ffi::CString;
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -145,32 +179,170 @@ fn fork_keeper(grace: Duration) -> std::io::Result<(std::fs::File, u32)> {
     }
     // SAFETY: both descriptors were just created and are owned here alone.
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: this process has one thread (the caller checked), so the child's copy of the
-    // memory holds no lock another thread took. The child only sets up its descriptors,
-    // runs the keeper's loop and leaves with `_exit`: none of the parent's destructors or
-    // exit handlers run in it.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: dup2, open and setpgid take plain numbers and a NUL-terminated path.
-        unsafe {
-            libc::dup2(rd.as_raw_fd(), 0);
-            let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
-            if null >= 0 {
-                libc::dup2(null, 1);
-                libc::dup2(null, 2);
-            }
-            libc::setpgid(0, 0);
-        }
-        let code = keep(token, grace);
-        // SAFETY: _exit ends this process at once; nothing of the parent's runs.
-        unsafe { libc::_exit(code) };
-    }
+    let alone = alone_after();
+    let args: Vec<CString> = [
+        "kauri".to_string(),
+        SUBCOMMAND.to_string(),
+        token().to_string(),
+        grace.as_millis().to_string(),
+        EARLY_FD.to_string(),
+    ]
+    .into_iter()
+    .map(|a| CString::new(a).map_err(std::io::Error::other))
+    .collect::<Result<_, _>>()?;
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // A copy, not `environ` itself: a `setenv` here later could free the array the keeper
+    // would read.
+    let env: Vec<CString> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend(v.into_vec());
+            CString::new(kv).ok()
+        })
+        .collect();
+    let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let plan = Box::leak(Box::new(ClonePlan {
+        rd: rd.as_raw_fd(),
+        alone_after: libc::timespec {
+            tv_sec: alone.as_secs() as libc::time_t,
+            tv_nsec: alone.subsec_nanos() as libc::c_long,
+        },
+        exe: c"/proc/self/exe".to_owned(),
+        argv,
+        envp,
+        _strings: args.into_iter().chain(env).collect(),
+    }));
+    // Its stack is never given back: the keeper may run on it after this process has died.
+    let stack = crate::host::child::Stack::take()?;
+    let arg = plan as *mut ClonePlan as *mut libc::c_void;
+    // SAFETY: keeper_main makes raw system calls only, reading the leaked plan, on a stack
+    // that is never given back.
+    let pid = unsafe { crate::host::child::clone_with(keeper_main, arg, &stack, libc::CLONE_VM)? };
     drop(rd);
     Ok((std::fs::File::from(wr), pid as u32))
 }
+
+/// The keeper while it shares its starter's memory ([`clone_keeper`]): raw system calls
+/// only, as in [`crate::host::child`]'s rank start (no C library call, which would write the
+/// starter's `errno`; no allocation, whose locks are the starter's). It sets itself up as
+/// [`keep`] does, then copies what the starter writes into a memory file, until the pipe
+/// ends (its starter died) or [`alone_after`] has passed; then it becomes a process of its
+/// own, `kauri --keeper TOKEN GRACE_MS 3` (`execve`, with the memory file on descriptor 3),
+/// which reads those lines, then the pipe, as a keeper started by `exec` does. Until the
+/// `execve`, a rank's death or the starter's touches nothing here but this stack.
+extern "C" fn keeper_main(plan: *mut libc::c_void) -> libc::c_int {
+    use crate::host::syscall::{raw, KernelSigaction};
+    // SAFETY: `plan` is the leaked ClonePlan; every call below is a system call on it, on
+    // this stack, or on plain numbers.
+    unsafe {
+        let p = &*(plan as *const ClonePlan);
+        crate::host::child::reset_signals();
+        let ign = KernelSigaction {
+            handler: libc::SIG_IGN,
+            ..KernelSigaction::default()
+        };
+        for sig in TERMINAL_SIGNALS {
+            let ign = &ign as *const KernelSigaction as usize;
+            raw(libc::SYS_rt_sigaction, [sig as usize, ign, 0, 8, 0, 0]);
+        }
+        let none: u64 = 0;
+        let none = &none as *const u64 as usize;
+        raw(
+            libc::SYS_rt_sigprocmask,
+            [libc::SIG_SETMASK as usize, none, 0, 8, 0, 0],
+        );
+        let name = c"kauri-keeper".as_ptr() as usize;
+        raw(
+            libc::SYS_prctl,
+            [libc::PR_SET_NAME as usize, name, 0, 0, 0, 0],
+        );
+        crate::host::child::child_dup(p.rd, 0);
+        let null = c"/dev/null".as_ptr() as usize;
+        let at = libc::AT_FDCWD as usize;
+        let null = raw(libc::SYS_openat, [at, null, libc::O_RDWR as usize, 0, 0, 0]);
+        if null >= 0 {
+            crate::host::child::child_dup(null as libc::c_int, 1);
+            crate::host::child::child_dup(null as libc::c_int, 2);
+        }
+        raw(libc::SYS_setpgid, [0; 6]);
+        raw(libc::SYS_close_range, [3, u32::MAX as usize, 0, 0, 0, 0]);
+        let mem = raw(
+            libc::SYS_memfd_create,
+            [c"kauri-keeper".as_ptr() as usize, 0, 0, 0, 0, 0],
+        );
+        if mem >= 0 && mem != EARLY_FD as isize {
+            crate::host::child::child_dup(mem as libc::c_int, EARLY_FD);
+        }
+        let mut left = p.alone_after;
+        let mut buf = [0u8; 4096];
+        loop {
+            let mut pfd = libc::pollfd {
+                fd: 0,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let pfd = &mut pfd as *mut libc::pollfd as usize;
+            // ppoll counts `left` down by the time it waited.
+            let tmo = &mut left as *mut libc::timespec as usize;
+            let r = raw(libc::SYS_ppoll, [pfd, 1, tmo, 0, 8, 0]);
+            if r == -(libc::EINTR as isize) {
+                continue;
+            }
+            if r <= 0 {
+                break; // the time is up (or polling failed): alone now
+            }
+            let n = raw(
+                libc::SYS_read,
+                [0, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
+            );
+            if n == -(libc::EINTR as isize) || n == -(libc::EAGAIN as isize) {
+                continue;
+            }
+            if n <= 0 {
+                break; // the starter died
+            }
+            let mut done = 0;
+            while done < n as usize {
+                let at = buf.as_ptr() as usize + done;
+                let w = raw(
+                    libc::SYS_write,
+                    [EARLY_FD as usize, at, n as usize - done, 0, 0, 0],
+                );
+                if w <= 0 {
+                    break;
+                }
+                done += w as usize;
+            }
+        }
+        raw(
+            libc::SYS_lseek,
+            [EARLY_FD as usize, 0, libc::SEEK_SET as usize, 0, 0, 0],
+        );
+        let (exe, argv, envp) = (p.exe.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+        raw(
+            libc::SYS_execve,
+            [exe as usize, argv as usize, envp as usize, 0, 0, 0],
+        );
+        loop {
+            raw(libc::SYS_exit, [127, 0, 0, 0, 0, 0]);
+        }
+    }
+}
+
+/// The signals from a terminal (and `SIGPIPE`) that a keeper ignores: a `^C` or a hang-up
+/// meant for the job's group is not for it, and it must outlive them.
+const TERMINAL_SIGNALS: [libc::c_int; 7] = [
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGPIPE,
+    libc::SIGTSTP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
+];
 
 /// Starts the keeper as `/proc/self/exe --keeper TOKEN GRACE_MS` (this very binary, even if
 /// its file was replaced or removed since): the pipe's writing end and the keeper's pid.
@@ -219,9 +391,9 @@ pub fn reaped(pid: u32) {
 
 /// The run's last sweep is done (every rank of this process reaped, what they left killed):
 /// the keeper has nothing left to do, and is killed (`SIGKILL`) now, not reaped. Its exit
-/// (the release of its copy of this process's memory, about 0.1-0.3 ms here) then overlaps
-/// what this process still does before it leaves (the last output, the status socket's
-/// removal, the report), and [`release`] only reaps it. A rank started after this (none is,
+/// (for one that became a process of its own, the release of its memory) then overlaps what
+/// this process still does before it leaves (the last output, the status socket's removal,
+/// the report), and [`release`] only reaps it. A rank started after this (none is,
 /// at the end of a run) would run without a keeper.
 pub fn dismiss() {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
@@ -237,9 +409,8 @@ pub fn dismiss() {
 }
 
 /// The clean end: the keeper has nothing to do, and is killed (`SIGKILL`, unless [`dismiss`]
-/// did) and reaped at once. (Telling it `done` and waiting for it to leave would make every
-/// run wait for the keeper's own start, an exec of this binary, when the job was shorter
-/// than that.)
+/// did) and reaped at once. (Telling it `done` and waiting for it to leave would make a run
+/// wait for the keeper to read it, and a keeper that shares this memory to `exec` first.)
 pub fn release() {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
     let (pipe, pid) = match std::mem::replace(&mut *k, State::Gone) {
@@ -278,27 +449,37 @@ pub fn hand_over() {
     *k = State::Gone;
 }
 
-/// `kauri --keeper TOKEN GRACE_MS`: the keeper started by `exec` ([`exec_keeper`]). Returns
-/// its exit status.
+/// `kauri --keeper TOKEN GRACE_MS [FD]`: the keeper started by `exec` ([`exec_keeper`]), or
+/// one that became a process of its own ([`keeper_main`]), whose starter's earlier lines are
+/// on descriptor `FD`. Returns its exit status.
 pub fn run(args: &[String]) -> i32 {
     let (Some(token), Some(grace)) = (args.first(), args.get(1).and_then(|g| g.parse().ok()))
     else {
-        say!("kauri --keeper: internal: TOKEN GRACE_MS expected");
+        say!("kauri --keeper: internal: TOKEN GRACE_MS [FD] expected");
         return 2;
     };
-    keep(token, Duration::from_millis(grace))
+    let mut early = Vec::new();
+    if let Some(fd) = args.get(2).and_then(|f| f.parse::<libc::c_int>().ok()) {
+        // SAFETY: fcntl only asks whether `fd` is open.
+        if fd > 2 && unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 {
+            // SAFETY: the descriptor is open, and this process's from now on (its keeper
+            // handed it over on its command line).
+            let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+            let _ = std::io::Read::read_to_end(&mut file, &mut early);
+        }
+    }
+    keep(token, &early, Duration::from_millis(grace))
 }
 
-/// The keeper's own body, however it started: reads its starter's lines on stdin until
-/// `done` (returns at once) or the end of the pipe (its starter died: it ends the run's
-/// processes). Returns its exit status.
-fn keep(token: &str, grace: Duration) -> i32 {
+/// The keeper's own body, however it started: reads its starter's lines (`early` first, then
+/// stdin) until `done` (returns at once) or the end of the pipe (its starter died: it ends
+/// the run's processes). Returns its exit status.
+fn keep(token: &str, early: &[u8], grace: Duration) -> i32 {
     // SAFETY: prctl, sigprocmask, signal and close_range take plain numbers, a
     // NUL-terminated name and an empty set; this process has one thread.
     unsafe {
         libc::prctl(libc::PR_SET_NAME, c"kauri-keeper".as_ptr());
-        // Forked, it has the starter's handlers (the runtime's, for SIGTERM and SIGCHLD,
-        // which would swallow them) and mask: back to the defaults, as after an exec.
+        // Back to the defaults, whatever the starter had.
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
@@ -307,24 +488,16 @@ fn keep(token: &str, grace: Duration) -> i32 {
                 libc::signal(sig, libc::SIG_DFL);
             }
         }
-        for sig in [
-            libc::SIGINT,
-            libc::SIGHUP,
-            libc::SIGQUIT,
-            libc::SIGPIPE,
-            libc::SIGTSTP,
-            libc::SIGTTIN,
-            libc::SIGTTOU,
-        ] {
+        for sig in TERMINAL_SIGNALS {
             libc::signal(sig, libc::SIG_IGN);
         }
-        // Anything kauri's own parent left open without close-on-exec (and, forked, every
-        // descriptor of the starter's): the keeper holds nothing of the run but its pipe.
+        // Anything kauri's own parent left open without close-on-exec: the keeper holds
+        // nothing of the run but its pipe.
         libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
     }
     let mut ranks: Vec<u32> = Vec::new();
     let stdin = std::io::stdin();
-    for line in stdin.lock().lines() {
+    for line in std::io::Read::chain(early, stdin.lock()).lines() {
         let Ok(line) = line else { break };
         if line == "done" {
             return 0;
