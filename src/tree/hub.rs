@@ -714,6 +714,7 @@ async fn launch_batch(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(plan.connect_timeout_s);
     let lose = |reason: String| lose_unconnected(&ctx, &batch, reason);
     for attempt in 1..=ATTEMPTS {
+        AGENTS_LAUNCHED.store(true, std::sync::atomic::Ordering::Relaxed);
         let started = match launcher.start(&batch, &parent, &ctx.key) {
             Ok(s) => s,
             Err(e) if crate::host::proc::note_fd_error(&e) => {
@@ -912,6 +913,15 @@ async fn kill_launcher(child: &mut tokio::process::Child) {
     }
     let _ = child.start_kill();
     let _ = child.wait().await;
+}
+
+/// Set once this process has tried to start an agent: see [`agents_launched`].
+static AGENTS_LAUNCHED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process ever tried to start an agent (a launcher run for some host). When it
+/// did not, no agent of its can have been lost and left it ranks to adopt.
+pub fn agents_launched() -> bool {
+    AGENTS_LAUNCHED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Launcher processes whose agents connected and that have not ended yet.

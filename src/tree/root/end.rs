@@ -87,8 +87,14 @@ impl Root {
             crate::tree::hub::launchers_ended(Duration::from_secs(10)).await;
         }
         // The ranks of a lost agent started by `-launcher fork` are adopted by this process
-        // (the subreaper): killed and reaped here, or nobody would.
-        let adopted = proc::kill_leftovers(&[]);
+        // (the subreaper): killed and reaped here, or nobody would. With no agent ever
+        // started, each job's node has swept what its ranks left (a second look through
+        // `/proc` was a tenth of a one-rank run's end).
+        let adopted = if crate::tree::hub::agents_launched() {
+            proc::kill_leftovers(&[])
+        } else {
+            0
+        };
         if adopted > 0 {
             debug!(adopted, "killed the ranks of lost agents");
         }
