@@ -239,6 +239,7 @@ impl Pinned {
         if let Some((stack, kept)) = self.0.take() {
             drop(kept);
             stack.give_back();
+            LIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
@@ -284,8 +285,9 @@ pub const SHARE_MIN: usize = 1;
 /// each job's start on a host, so a debugger that attached since (MPIR's attach mode, then a
 /// spawn) is seen too.
 ///
-/// Whether kauri waits for each child's `execve` (`CLONE_VFORK`): only when the ranks are
-/// fewer than the CPUs this process may run on. A new child is queued on its parent's CPU
+/// Whether kauri waits for each child's `execve` (`CLONE_VFORK`): only when the ranks, with
+/// those it started before that still run (a spawn's parents), are fewer than the CPUs this
+/// process may run on. A new child is queued on its parent's CPU
 /// (the kernel did not move it to the idle one here), so a child that kauri does not wait for
 /// waits for kauri instead: with one rank it sat 0.17-0.23 ms in the run queue (its
 /// `schedstat`, median of 200 starts, against the floor's 0.03 ms) while kauri went on with
@@ -298,9 +300,14 @@ pub const SHARE_MIN: usize = 1;
 pub fn choose_start(ranks: usize) {
     let share = ranks >= SHARE_MIN && !traced();
     SHARE_MEMORY.store(share, std::sync::atomic::Ordering::Relaxed);
-    let few = ranks < crate::host::bind::allowed_cpus().len();
+    let running = LIVE.load(std::sync::atomic::Ordering::Relaxed);
+    let few = ranks + running < crate::host::bind::allowed_cpus().len();
     WAIT_FOR_EXEC.store(share && few, std::sync::atomic::Ordering::Relaxed);
 }
+
+/// Children of [`clone_child`] not reaped yet ([`Pinned::release`]): the ranks that already
+/// run here, when a spawn starts more.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Whether [`clone_child`] waits for each child's `execve`: see [`choose_start`].
 static WAIT_FOR_EXEC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -346,7 +353,9 @@ pub(crate) fn clone_child(plan: &ChildPlan, stack: &Stack) -> io::Result<libc::p
         0
     };
     // SAFETY: child_main reads `plan`, which the caller keeps until the child is reaped.
-    unsafe { clone_with(child_main, arg, stack, vm | wait) }
+    let pid = unsafe { clone_with(child_main, arg, stack, vm | wait)? };
+    LIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(pid)
 }
 
 /// Whether children started now share this process's memory ([`choose_start`]'s choice, on
