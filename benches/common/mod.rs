@@ -46,12 +46,19 @@ pub fn build() -> Bins {
 
 /// Runs `argv` in its own process group; its wall time and stdout when it succeeded and its
 /// output contains `expect`, else why not. A run past `timeout` is killed, group and all.
+///
+/// On this thread alone: one `poll` on the job's stdout and a pidfd of it, the time taken the
+/// moment the pidfd says it ended (a zombie). No thread is started beside the job: a reader
+/// and a watchdog thread per run (as before) woke on the job's two cores just as the
+/// launcher started, and a launcher whose start leans on the idle core paid for them.
 pub fn run_timed(
     argv: &[String],
     env: &[(&str, &str)],
     expect: &str,
     timeout: Duration,
 ) -> Result<(f64, String), String> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .envs(env.iter().copied())
@@ -62,44 +69,79 @@ pub fn run_timed(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
-    let mut stdout = child.stdout.take();
-    let reader = std::thread::spawn(move || {
-        let mut out = String::new();
-        if let Some(o) = stdout.as_mut() {
-            use std::io::Read;
-            let _ = o.read_to_string(&mut out);
-        }
-        out
-    });
-    // A blocking wait, timed the moment it returns: polling `try_wait` every 2 ms made every
-    // time a multiple of the poll (a 3.5 ms job and a 4 ms one both read 4.2 ms). A watchdog
-    // thread kills the group at the timeout.
     let group = child.id() as i32;
-    let (done, done_rx) = std::sync::mpsc::channel::<()>();
-    let watchdog = std::thread::spawn(move || {
-        let late = matches!(
-            done_rx.recv_timeout(timeout),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-        );
-        if late {
-            // SAFETY: kill has no memory-safety preconditions; the group is the one we made,
-            // its leader not reaped yet (the waiting thread reaps it after this kill).
-            unsafe {
-                libc::kill(-group, libc::SIGKILL);
+    // SAFETY: pidfd_open takes a pid and flags; the child is ours and not reaped yet.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, group, 0) };
+    if raw < 0 {
+        let e = std::io::Error::last_os_error();
+        // SAFETY: kill has no memory-safety preconditions; the group is the one we made.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        let _ = child.wait();
+        return Err(format!("pidfd_open: {e}"));
+    }
+    // SAFETY: a descriptor just returned to us, owned here alone.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as i32) };
+    let mut stdout = child.stdout.take();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = start + timeout;
+    let secs = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            // SAFETY: as above; its leader is not reaped yet.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+            let _ = child.wait();
+            // A rank in a session of its own may still hold the pipe: not read to its end.
+            return Err("timeout".into());
+        }
+        let mut fds = [
+            libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: stdout.as_ref().map_or(-1, |o| o.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: poll reads and writes the two entries of `fds`.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) } < 0 {
+            continue; // EINTR
+        }
+        if fds[0].revents != 0 {
+            break start.elapsed().as_secs_f64();
+        }
+        if fds[1].revents != 0 {
+            match stdout.as_mut().map(|o| o.read(&mut buf)) {
+                Some(Ok(n)) if n > 0 => out.extend_from_slice(&buf[..n]),
+                _ => stdout = None,
             }
         }
-        late
-    });
-    let st = child.wait().map_err(|e| e.to_string());
-    let secs = start.elapsed().as_secs_f64();
-    let _ = done.send(());
-    let late = watchdog.join().unwrap_or(false);
-    if late {
-        // Not joined: a rank in a session of its own may still hold the pipe.
-        return Err("timeout".into());
+    };
+    let st = child.wait().map_err(|e| e.to_string())?;
+    // What is left in the pipe: the job has ended, so nothing more is written unless a
+    // process it left holds the pipe; read what is there without waiting for that.
+    if let Some(o) = stdout.as_mut() {
+        // SAFETY: fcntl on a descriptor we own, setting a flag.
+        unsafe {
+            let fd = o.as_raw_fd();
+            libc::fcntl(
+                fd,
+                libc::F_SETFL,
+                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+            );
+        }
+        while let Ok(n) = o.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
     }
-    let st = st?;
-    let out = reader.join().unwrap_or_default();
+    let out = String::from_utf8_lossy(&out).into_owned();
     if st.success() && out.contains(expect) {
         Ok((secs, out))
     } else {
