@@ -287,9 +287,8 @@ pub const SHARE_MIN: usize = 1;
 ///
 /// Whether kauri waits for each child's `execve` (`CLONE_VFORK`): only when the ranks, with
 /// those it started before that still run (a spawn's parents), are fewer than the CPUs this
-/// process may run on. A new child is queued on its parent's CPU
-/// (the kernel did not move it to the idle one here), so a child that kauri does not wait for
-/// waits for kauri instead: with one rank it sat 0.17-0.23 ms in the run queue (its
+/// process may run on. A new child is queued on its parent's CPU (the kernel did not move it
+/// to the idle one here), so a child that kauri does not wait for waits for kauri instead: with one rank it sat 0.17-0.23 ms in the run queue (its
 /// `schedstat`, median of 200 starts, against the floor's 0.03 ms) while kauri went on with
 /// its own start (the keeper, the status socket, the signals). Waiting, kauri leaves its CPU
 /// to the child at once and wakes, on the exec, on an idle CPU, where it goes on beside the
@@ -341,9 +340,8 @@ fn traced() -> bool {
 /// fewer ranks than CPUs ([`choose_start`]): it suspends this thread until the child execs,
 /// and the child, in a session of its own, waits its turn for a CPU among the job's running
 /// ranks; 1,024 ranks on a busy 2-core machine kept kauri suspended 3.7 s of a 10 s job,
-/// serving no PMI meanwhile. A fork
-/// instead where [`crate::host::syscall`] has no system calls of its own, and while a
-/// debugger traces kauri ([`choose_start`]).
+/// serving no PMI meanwhile. A fork instead where [`crate::host::syscall`] has no system calls
+/// of its own, and while a debugger traces kauri ([`choose_start`]).
 pub(crate) fn clone_child(plan: &ChildPlan, stack: &Stack) -> io::Result<libc::pid_t> {
     let vm = if shares_memory() { libc::CLONE_VM } else { 0 };
     let arg = plan as *const ChildPlan as *mut libc::c_void;
@@ -364,8 +362,10 @@ pub(crate) fn shares_memory() -> bool {
     crate::host::syscall::SHARES_MEMORY && SHARE_MEMORY.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Clones a child that runs `main(arg)` on `stack` (sharing this process's memory if `vm` is
-/// `CLONE_VM`), every signal blocked around the clone, and returns its pid at once.
+/// Clones a child that runs `main(arg)` on `stack`, every signal blocked around the clone,
+/// and returns its pid: at once, or once the child has called `execve` or exited when
+/// `flags` holds `CLONE_VFORK`. With `CLONE_VM` in `flags` the child shares this process's
+/// memory.
 ///
 /// # Safety
 /// `main` must keep to what a child sharing this memory may do (raw system calls, no C
@@ -375,7 +375,7 @@ pub(crate) unsafe fn clone_with(
     main: extern "C" fn(*mut libc::c_void) -> libc::c_int,
     arg: *mut libc::c_void,
     stack: &Stack,
-    vm: libc::c_int,
+    flags: libc::c_int,
 ) -> io::Result<libc::pid_t> {
     // SAFETY: sigfillset and pthread_sigmask write only the sets given. Blocking every signal
     // around the clone keeps the parent's handlers from running in the child (see
@@ -389,7 +389,7 @@ pub(crate) unsafe fn clone_with(
         let pid = libc::clone(
             main,
             stack.top as *mut libc::c_void,
-            vm | libc::SIGCHLD,
+            flags | libc::SIGCHLD,
             arg,
         );
         let e = io::Error::last_os_error();
