@@ -234,11 +234,38 @@ fn clone_keeper(grace: Duration) -> std::io::Result<(std::fs::File, u32)> {
 /// which reads those lines, then the pipe, as a keeper started by `exec` does. Until the
 /// `execve`, a rank's death or the starter's touches nothing here but this stack.
 extern "C" fn keeper_main(plan: *mut libc::c_void) -> libc::c_int {
-    use crate::host::syscall::{raw, KernelSigaction};
+    use crate::host::syscall::raw;
     // SAFETY: `plan` is the leaked ClonePlan; every call below is a system call on it, on
     // this stack, or on plain numbers.
     unsafe {
         let p = &*(plan as *const ClonePlan);
+        keeper_setup(p);
+        copy_lines(p.alone_after);
+        raw(
+            libc::SYS_lseek,
+            [EARLY_FD as usize, 0, libc::SEEK_SET as usize, 0, 0, 0],
+        );
+        let (exe, argv, envp) = (p.exe.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+        raw(
+            libc::SYS_execve,
+            [exe as usize, argv as usize, envp as usize, 0, 0, 0],
+        );
+        loop {
+            raw(libc::SYS_exit, [127, 0, 0, 0, 0, 0]);
+        }
+    }
+}
+
+/// The shared keeper's start: the signals a keeper ignores, its name, its pipe (`p.rd`) as
+/// stdin and `/dev/null` as stdout and stderr, a process group of its own, no other
+/// descriptor, and the memory file for the lines at [`EARLY_FD`].
+///
+/// # Safety
+/// Only for [`keeper_main`]: raw system calls that change the calling process.
+unsafe fn keeper_setup(p: &ClonePlan) {
+    use crate::host::syscall::{raw, KernelSigaction};
+    // SAFETY: system calls on this stack's values, static strings and plain numbers.
+    unsafe {
         crate::host::child::reset_signals();
         let ign = KernelSigaction {
             handler: libc::SIG_IGN,
@@ -276,58 +303,61 @@ extern "C" fn keeper_main(plan: *mut libc::c_void) -> libc::c_int {
         if mem >= 0 && mem != EARLY_FD as isize {
             crate::host::child::child_dup(mem as libc::c_int, EARLY_FD);
         }
-        let mut left = p.alone_after;
-        let mut buf = [0u8; 4096];
-        loop {
-            let mut pfd = libc::pollfd {
-                fd: 0,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            let pfd = &mut pfd as *mut libc::pollfd as usize;
-            // ppoll counts `left` down by the time it waited.
-            let tmo = &mut left as *mut libc::timespec as usize;
-            let r = raw(libc::SYS_ppoll, [pfd, 1, tmo, 0, 8, 0]);
-            if r == -(libc::EINTR as isize) {
-                continue;
-            }
-            if r <= 0 {
-                break; // the time is up (or polling failed): alone now
-            }
-            let n = raw(
+    }
+}
+
+/// Copies what comes on stdin (kauri's `+PID`/`-PID` lines) into [`EARLY_FD`] until stdin
+/// ends (kauri died) or `left` has passed.
+///
+/// # Safety
+/// Only for [`keeper_main`], after [`keeper_setup`]: raw system calls on this stack.
+unsafe fn copy_lines(mut left: libc::timespec) {
+    use crate::host::syscall::raw;
+    let mut buf = [0u8; 4096];
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let pfd = &mut pfd as *mut libc::pollfd as usize;
+        // ppoll counts `left` down by the time it waited.
+        let tmo = &mut left as *mut libc::timespec as usize;
+        // SAFETY: ppoll on one pollfd and a timespec of this stack.
+        let r = unsafe { raw(libc::SYS_ppoll, [pfd, 1, tmo, 0, 8, 0]) };
+        if r == -(libc::EINTR as isize) {
+            continue;
+        }
+        if r <= 0 {
+            break; // the time is up (or polling failed): alone now
+        }
+        // SAFETY: read into this stack's buffer, within its length.
+        let n = unsafe {
+            raw(
                 libc::SYS_read,
                 [0, buf.as_mut_ptr() as usize, buf.len(), 0, 0, 0],
-            );
-            if n == -(libc::EINTR as isize) || n == -(libc::EAGAIN as isize) {
-                continue;
-            }
-            if n <= 0 {
-                break; // the starter died
-            }
-            let mut done = 0;
-            while done < n as usize {
-                let at = buf.as_ptr() as usize + done;
-                let w = raw(
+            )
+        };
+        if n == -(libc::EINTR as isize) || n == -(libc::EAGAIN as isize) {
+            continue;
+        }
+        if n <= 0 {
+            break; // the starter died
+        }
+        let mut done = 0;
+        while done < n as usize {
+            let at = buf.as_ptr() as usize + done;
+            // SAFETY: write from this stack's buffer, within what was read.
+            let w = unsafe {
+                raw(
                     libc::SYS_write,
                     [EARLY_FD as usize, at, n as usize - done, 0, 0, 0],
-                );
-                if w <= 0 {
-                    break;
-                }
-                done += w as usize;
+                )
+            };
+            if w <= 0 {
+                break;
             }
-        }
-        raw(
-            libc::SYS_lseek,
-            [EARLY_FD as usize, 0, libc::SEEK_SET as usize, 0, 0, 0],
-        );
-        let (exe, argv, envp) = (p.exe.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
-        raw(
-            libc::SYS_execve,
-            [exe as usize, argv as usize, envp as usize, 0, 0, 0],
-        );
-        loop {
-            raw(libc::SYS_exit, [127, 0, 0, 0, 0, 0]);
+            done += w as usize;
         }
     }
 }
