@@ -80,7 +80,13 @@ fn main() -> ExitCode {
         // Agents log at the same level.
         std::env::set_var("KAURI_LOG", if spec.verbose > 1 { "debug" } else { "info" });
     }
-    run_local(kauri::tree::root::run(*spec))
+    // The plan, and the ranks of a job on this host alone already forked: their start
+    // overlaps the runtime's.
+    let prepared = match kauri::tree::root::prepare_run(&spec) {
+        Ok(p) => p,
+        Err(status) => return ExitCode::from(status as u8),
+    };
+    run_local(kauri::tree::root::run(*spec, prepared))
 }
 
 fn logging(verbose: u8) {

@@ -75,6 +75,30 @@ fn out_of_file_descriptors_is_one_line_naming_the_limit() {
     }
 }
 
+/// One host with too few file descriptors for its 40 ranks: the ranks forked before the
+/// refusal (forked before kauri's runtime exists, when a job runs on this host alone) are
+/// killed, with what they started, and reaped; one line names the limit and the rank that
+/// could not start, and the status is 255.
+#[test]
+fn ranks_forked_before_the_descriptors_ran_out_are_ended() {
+    let marker = format!("fd-start-{}", std::process::id());
+    let cmd = format!(
+        "ulimit -n 32; exec {} -n 40 sh -c 'sleep 300; echo {marker}'",
+        common::KAURI
+    );
+    let o = kauri_sh(&cmd);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(255), "{e}");
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 1, "one line:\n{e}");
+    let rest = lines[0]
+        .strip_prefix("kauri: out of file descriptors (ulimit -n is 32): cannot start rank ")
+        .unwrap_or_else(|| panic!("{e}"));
+    let rank: usize = rest.split(' ').next().and_then(|r| r.parse().ok()).unwrap();
+    assert!(rank > 0, "some ranks were forked before the refusal: {e}");
+    common::assert_none_left(&marker, Duration::from_secs(20));
+}
+
 /// Runs `sh -c cmd` (kauri inside it) under the same watchdog as [`kauri`].
 fn kauri_sh(cmd: &str) -> std::process::Output {
     common::run_under_watchdog(std::process::Command::new("sh").args(["-c", cmd]))

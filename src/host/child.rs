@@ -288,19 +288,21 @@ pub const SHARE_MIN: usize = 1;
 /// Whether kauri waits for each child's `execve` (`CLONE_VFORK`): only when the ranks, with
 /// those it started before that still run (a spawn's parents), are fewer than the CPUs this
 /// process may run on. A new child is queued on its parent's CPU (the kernel did not move it
-/// to the idle one here), so a child that kauri does not wait for waits for kauri instead: with one rank it sat 0.17-0.23 ms in the run queue (its
-/// `schedstat`, median of 200 starts, against the floor's 0.03 ms) while kauri went on with
-/// its own start (the keeper, the status socket, the signals). Waiting, kauri leaves its CPU
+/// to the idle one here), so a child that kauri does not wait for waits for kauri instead:
+/// with one rank it sat 0.17-0.23 ms in the run queue (its `schedstat`, median of 200
+/// starts, against the floor's 0.03 ms) while kauri went on with its own start (the keeper,
+/// the status socket, the signals). Waiting, kauri leaves its CPU
 /// to the child at once and wakes, on the exec, on an idle CPU, where it goes on beside the
 /// rank: `-n 1` went 1.30 → 1.20 of the floor (300 interleaved rounds). With more ranks than
 /// CPUs there is no idle CPU to wake on, and kauri's waits only delay the next ranks (16 and
 /// 64 ranks: 1.07 → 1.11 and 1.03 → 1.05), as at 1,024 ranks they kept kauri from serving
-/// PMI (see [`clone_child`]).
-pub fn choose_start(ranks: usize) {
+/// PMI (see [`clone_child`]). `cpus`: how many CPUs this process may run on
+/// ([`crate::host::bind::allowed_cpus`]).
+pub fn choose_start(ranks: usize, cpus: usize) {
     let share = ranks >= SHARE_MIN && !traced();
     SHARE_MEMORY.store(share, std::sync::atomic::Ordering::Relaxed);
     let running = LIVE.load(std::sync::atomic::Ordering::Relaxed);
-    let few = ranks + running < crate::host::bind::allowed_cpus().len();
+    let few = ranks + running < cpus;
     WAIT_FOR_EXEC.store(share && few, std::sync::atomic::Ordering::Relaxed);
 }
 

@@ -369,26 +369,26 @@ fn stdio_pipes(stdin: bool) -> io::Result<Stdio> {
     })
 }
 
-/// A pidfd for child `pid`, registered with the poller; a child that cannot be watched is
-/// killed and reaped.
-fn watch_child(pid: libc::pid_t) -> io::Result<AsyncFd<OwnedFd>> {
+/// A pidfd for child `pid`; a child that cannot be watched is killed and reaped.
+fn pidfd_of(pid: libc::pid_t) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if pidfd < 0 {
         let e = io::Error::last_os_error();
-        // SAFETY: the child is ours; kill and reap it so it does not linger.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-        }
+        kill_and_reap(pid);
         return Err(e);
     }
     // SAFETY: pidfd_open returned a new descriptor that nobody else owns.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
-    // SAFETY: `register` needs the descriptor to stay open for as long as the AsyncFd lives;
-    // the AsyncFd owns the OwnedFd, which closes it only when the AsyncFd is dropped.
-    unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
+    Ok(unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) })
+}
+
+/// Kills child `pid` and reaps it, so it does not linger.
+fn kill_and_reap(pid: libc::pid_t) {
+    // SAFETY: the child is ours, not yet reaped; kill and waitpid take plain numbers.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
 }
 
 /// Starts a rank with a `clone` that forks and an `execve`: everything the child needs is
@@ -399,8 +399,16 @@ fn watch_child(pid: libc::pid_t) -> io::Result<AsyncFd<OwnedFd>> {
 /// signal for its group may come before the group exists: [`signal_group`] then signals the
 /// rank alone.
 ///
-/// Must be called from a thread that lives as long as the rank should (`PR_SET_PDEATHSIG`).
-pub fn spawn(mut l: Launch) -> io::Result<Child> {
+/// Must be called from a thread that lives as long as the rank should (`PR_SET_PDEATHSIG`),
+/// inside the runtime ([`fork`] and [`Forked::watch`] are the two halves, for a start
+/// before the runtime exists).
+pub fn spawn(l: Launch) -> io::Result<Child> {
+    fork(l)?.watch()
+}
+
+/// The first half of [`spawn`], which needs no runtime: starts the rank and returns its
+/// descriptors as they are (made, not yet registered with a poller).
+pub fn fork(mut l: Launch) -> io::Result<Forked> {
     // Everything the child touches, prepared now; the launch's own strings are freed before
     // the clone, not after it, when their pages would be copied (see ExecArgs).
     let x = exec_args(&l)?;
@@ -432,21 +440,90 @@ pub fn spawn(mut l: Launch) -> io::Result<Child> {
     };
     let mut pinned = Pinned::new(stack, Box::new((plan, x)));
     drop((io.out_w, io.err_w, io.in_r, l.pmi_fd));
-    let pidfd = match watch_child(pid) {
+    let pidfd = match pidfd_of(pid) {
         Ok(fd) => fd,
         Err(e) => {
-            // watch_child reaped it.
+            // pidfd_of reaped it.
             pinned.release();
             return Err(e);
         }
     };
-    Ok(Child {
-        pid: pid as u32,
-        stdout: pipe::Receiver::from_owned_fd(io.out_r)?,
-        stderr: pipe::Receiver::from_owned_fd(io.err_r)?,
-        stdin: io.in_w.map(pipe::Sender::from_owned_fd).transpose()?,
-        exit: ExitWatch { pid, pidfd, pinned },
+    Ok(Forked {
+        pid,
+        pidfd,
+        pinned,
+        stdout: io.out_r,
+        stderr: io.err_r,
+        stdin: io.in_w,
     })
+}
+
+/// A rank [`fork`] started, its descriptors not yet registered with the runtime's poller.
+#[derive(Debug)]
+pub struct Forked {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+    pinned: Pinned,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    stdin: Option<OwnedFd>,
+}
+
+impl Forked {
+    /// The process id, which is also its process group id.
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// The second half of [`spawn`], inside the runtime: the rank's pidfd and pipes
+    /// registered with the poller. A rank that cannot be watched is killed and reaped.
+    pub fn watch(self) -> io::Result<Child> {
+        let Forked {
+            pid,
+            pidfd,
+            mut pinned,
+            stdout,
+            stderr,
+            stdin,
+        } = self;
+        let registered = (|| {
+            // SAFETY: `register` needs the descriptor to stay open for as long as the
+            // AsyncFd lives; the AsyncFd owns the OwnedFd, which closes it only when the
+            // AsyncFd is dropped.
+            let pidfd =
+                unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
+                    .map_err(|e| e.into_parts().1)?;
+            Ok::<_, io::Error>((
+                pidfd,
+                pipe::Receiver::from_owned_fd(stdout)?,
+                pipe::Receiver::from_owned_fd(stderr)?,
+                stdin.map(pipe::Sender::from_owned_fd).transpose()?,
+            ))
+        })();
+        match registered {
+            Ok((pidfd, stdout, stderr, stdin)) => Ok(Child {
+                pid: pid as u32,
+                stdout,
+                stderr,
+                stdin,
+                exit: ExitWatch { pid, pidfd, pinned },
+            }),
+            Err(e) => {
+                kill_and_reap(pid);
+                pinned.release();
+                Err(e)
+            }
+        }
+    }
+
+    /// Kills the rank (its process group too) and reaps it: a start abandoned before the
+    /// runtime watched it.
+    pub fn abandon(mut self) -> ExitStatus {
+        signal_group(self.pid as u32, libc::SIGKILL);
+        kill_and_reap(self.pid);
+        self.pinned.release();
+        ExitStatus::from_raw(libc::SIGKILL)
+    }
 }
 
 /// Watches a process that is not kauri's child (a singleton that started kauri): its end
@@ -747,7 +824,7 @@ mod tests {
     /// it was given (its own argument and environment) and exits with its own code.
     #[tokio::test]
     async fn children_started_together_each_run_their_own_plan() {
-        choose_start(64);
+        choose_start(64, crate::host::bind::allowed_cpus().len());
         let children: Vec<_> = (0..64)
             .map(|i| {
                 let child = spawn(Launch {

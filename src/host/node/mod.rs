@@ -36,6 +36,7 @@ mod upcall;
 
 pub use conn::PMI_REPLY_QUEUE_MAX;
 use conn::{Replies, Writer};
+pub use start::Early;
 use upcall::NameCall;
 
 /// What happened on this host.

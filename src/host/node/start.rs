@@ -319,13 +319,15 @@ fn vader_wanted(job: &JobPlan, a: &AppPlan) -> bool {
 
 /// Open MPI's private shared-memory directory on this host, when a rank here wants one
 /// ([`vader_wanted`]).
-fn private_vader_dir(job: &JobPlan, me: &HostPlan, host: &str) -> Result<Option<PathBuf>, String> {
+fn private_vader_dir(job: &JobPlan, me: &HostPlan, host: &str) -> Result<Option<ShmDir>, String> {
     if me
         .ranks
         .iter()
         .any(|r| job.apps.get(r.app).is_some_and(|a| vader_wanted(job, a)))
     {
-        pmix::shm_dir(&job.kvsname, me.node).map_err(|e| format!("{e} (on {host})"))
+        pmix::shm_dir(&job.kvsname, me.node)
+            .map(|d| d.map(ShmDir))
+            .map_err(|e| format!("{e} (on {host})"))
     } else {
         Ok(None)
     }
@@ -334,11 +336,10 @@ fn private_vader_dir(job: &JobPlan, me: &HostPlan, host: &str) -> Result<Option<
 /// Whether `nlocal` ranks oversubscribe this host's cores. Open MPI ranks busy-poll while
 /// they wait; when there are more ranks than cores here they must yield, which mpirun tells
 /// them by a variable (its daemons set it when they oversubscribe a node). A direct launch
-/// must say it too. The cores are those this process may run on (`sched_getaffinity`, one
-/// system call; `available_parallelism` also reads the cgroup's files, on every start).
-fn oversubscribed(nlocal: usize) -> bool {
-    let cores = crate::host::bind::allowed_cpus().len().max(1);
-    nlocal > cores
+/// must say it too. `cores`: those this process may run on (`sched_getaffinity`, one system
+/// call; `available_parallelism` also reads the cgroup's files, on every start).
+fn oversubscribed(nlocal: usize, cores: usize) -> bool {
+    nlocal > cores.max(1)
 }
 
 /// Each local rank's CPUs (`-bind-to`), by local id; empty when the job binds nothing.
@@ -417,14 +418,11 @@ fn serve_rank_pmi(ctx: &Rc<Ctx>, r: usize, sock: UnixStream) {
     }
 }
 
-/// What the start of every rank of this host shares.
-struct Starting<'a> {
+/// What forking the ranks of a host needs: nothing of the runtime.
+struct Launching<'a> {
     job: &'a JobPlan,
     me: &'a HostPlan,
     host: &'a str,
-    ctx: &'a Rc<Ctx>,
-    events: &'a JobTx<NodeEvent>,
-    out: &'a iofwd::OutputSender,
     /// The resolved programs, by segment.
     programs: HashMap<usize, PathBuf>,
     /// Each rank's PMIx variables (none in a PMI job).
@@ -432,75 +430,275 @@ struct Starting<'a> {
     /// The loopback address of `-pmi-port`.
     port: Option<String>,
     /// Open MPI's private shared-memory directory.
-    vader: Option<PathBuf>,
-    /// The ranks must yield ([`oversubscribed`]).
-    yield_idle: bool,
+    vader: Option<ShmDir>,
+    /// How many CPUs this process may run on.
+    cpus: usize,
+}
+
+/// The ranks of a host, forked and neither served nor watched yet: what [`Node::start`]
+/// takes over. [`Early::fork`] makes it before kauri's runtime exists, so the ranks' start
+/// overlaps kauri's own; otherwise [`Node::start`] forks them itself.
+pub struct Early {
+    /// The resolved programs, by segment.
+    programs: HashMap<usize, PathBuf>,
+    /// Open MPI's private shared-memory directory, removed when dropped.
+    vader: Option<ShmDir>,
+    /// The ranks forked, in the host's order.
+    ranks: Vec<Unwatched>,
+}
+
+/// A rank forked, with kauri's end of its PMI socket pair.
+struct Unwatched {
+    rank: usize,
+    app: usize,
+    child: proc::Forked,
+    pmi: Option<UnixStream>,
+}
+
+impl Unwatched {
+    /// Kills and reaps the rank, with its process group: a start given up before the rank
+    /// was watched.
+    fn abandon(self) {
+        let pid = self.child.pid();
+        let status = self.child.abandon();
+        crate::host::keeper::reaped(pid);
+        debug!(rank = self.rank, pid, ?status, "killed: the start failed");
+    }
+}
+
+impl Early {
+    /// Forks the ranks `me` lists now, on this thread, before the runtime is built: only when
+    /// nothing they need comes from it (no PMIx server, no PMI port, no singleton to adopt);
+    /// `None` otherwise, and [`Node::start`] forks them. `Err`: why they could not start
+    /// (programs are resolved first, so a typo starts nothing), with nothing of them left
+    /// running.
+    pub fn fork(job: &JobPlan, me: &HostPlan) -> Option<Result<Early, String>> {
+        if job.pmix || job.pmi_port || job.adopt.is_some() {
+            return None;
+        }
+        Some(
+            resolve_programs(job, me, &me.host)
+                .and_then(|programs| fork_host(job, me, programs, HashMap::new(), None)),
+        )
+    }
+}
+
+/// Forks the ranks of host `me` with their resolved `programs`, their PMIx variables and the
+/// PMI port, then starts the keeper. A fork that fails kills and reaps those before it.
+fn fork_host(
+    job: &JobPlan,
+    me: &HostPlan,
+    programs: HashMap<usize, PathBuf>,
+    pmix_env: HashMap<usize, Vec<(String, String)>>,
+    port: Option<String>,
+) -> Result<Early, String> {
+    let l = Launching {
+        job,
+        me,
+        host: &me.host,
+        programs,
+        pmix_env,
+        port,
+        vader: private_vader_dir(job, me, &me.host)?,
+        cpus: crate::host::bind::allowed_cpus().len().max(1),
+    };
+    let mut ranks = Vec::new();
+    let forked = l.fork_all(&mut ranks);
+    let early = Early {
+        programs: l.programs,
+        vader: l.vader,
+        ranks,
+    };
+    match forked {
+        Ok(()) => Ok(early),
+        Err(e) => {
+            early.ranks.into_iter().for_each(Unwatched::abandon);
+            Err(e)
+        }
+    }
+}
+
+impl Launching<'_> {
+    /// Reports the bindings and forks each rank of this host in turn (but a singleton to
+    /// adopt), each into `forked`; then starts the keeper, not before the first fork, so
+    /// that its start overlaps the ranks' own.
+    fn fork_all(&self, forked: &mut Vec<Unwatched>) -> Result<(), String> {
+        let nlocal = self.me.ranks.len();
+        let cpus_of = rank_cpus(self.job, nlocal, self.host)?;
+        proc::choose_start(nlocal, self.cpus);
+        if self.job.report_bindings {
+            for line in binding_report(self.me, &cpus_of) {
+                say!("{line}");
+            }
+        }
+        for rp in &self.me.ranks {
+            if !adopting(self.job, rp.rank) {
+                forked.push(self.fork_rank(rp, cpus_of.get(rp.local_id))?);
+            }
+        }
+        if !forked.is_empty() {
+            crate::host::keeper::ensure(std::time::Duration::from_millis(self.job.kill_grace_ms));
+            if self.job.topology_ahead {
+                // after the keeper, whose start is cheaper while kauri has one thread
+                crate::host::topology::make_ahead();
+            }
+        }
+        Ok(())
+    }
+
+    /// Forks rank `rp` (bound to `cpus`) with its PMI socket and environment. (Whatever
+    /// happens to this process from then on, what the rank starts ends: the keeper, started
+    /// once the host's ranks are forked, is told of each.)
+    fn fork_rank(&self, rp: &RankPlan, cpus: Option<&Vec<usize>>) -> Result<Unwatched, String> {
+        let r = rp.rank;
+        let a = &self.job.apps[rp.app];
+        let mut pair = None;
+        let socket = match &self.port {
+            _ if !self.job.serves_pmi() => None,
+            Some(addr) => Some(PmiSocket::Port(addr)),
+            None => {
+                let (ours, theirs) = socket_pair(self.host)?;
+                let fd = theirs.as_raw_fd();
+                pair = Some((ours, theirs));
+                Some(PmiSocket::Fd(fd))
+            }
+        };
+        let (ours, theirs) = pair.unzip();
+        let env = self.rank_env(rp, socket);
+        let launch = Launch {
+            program: self.programs[&rp.app].clone(),
+            argv0: a.program.clone(),
+            args: a.args.clone(),
+            env,
+            wdir: PathBuf::from(&a.wdir),
+            pmi_fd: theirs,
+            // Only the job the user started reads kauri's stdin; a spawned job's
+            // ranks read end-of-file at once, as under Hydra.
+            stdin: r == 0 && self.job.spawner.is_none(),
+            cpus: cpus.map(|c| crate::host::bind::cpu_set(c)),
+        };
+        let child = proc::fork(launch).map_err(|e| start_error(r, &a.program, self.host, e))?;
+        crate::host::keeper::started(child.pid());
+        Ok(Unwatched {
+            rank: r,
+            app: rp.app,
+            child,
+            pmi: ours,
+        })
+    }
+
+    /// Rank `rp`'s whole environment, its PMI socket being `socket`.
+    fn rank_env(&self, rp: &RankPlan, socket: Option<PmiSocket<'_>>) -> Vec<(OsString, OsString)> {
+        let a = &self.job.apps[rp.app];
+        let vader_dir = self
+            .vader
+            .as_ref()
+            .filter(|_| vader_wanted(self.job, a))
+            .map(|d| d.0.display().to_string());
+        let seat = RankSeat {
+            rank: rp.rank,
+            local_id: rp.local_id,
+            local_size: self.me.ranks.len(),
+            node: self.me.index,
+            host: self.host,
+        };
+        let facts = HostFacts {
+            pmix: self.pmix_env.get(&rp.rank).map_or(&[], Vec::as_slice),
+            vader_dir: vader_dir.as_deref(),
+            oversubscribed: oversubscribed(self.me.ranks.len(), self.cpus),
+            socket,
+        };
+        rank_environment(
+            &a.env,
+            rank_env(self.job, a, &seat, &facts),
+            crate::host::keeper::env(),
+        )
+    }
+}
+
+/// "cannot start rank R (PROGRAM) on HOST: E", with a descriptor shortage noted.
+fn start_error(r: usize, program: &str, host: &str, e: std::io::Error) -> String {
+    proc::note_fd_error(&e);
+    format!("cannot start rank {r} ({program}) on {host}: {e}")
+}
+
+/// What serving and watching the ranks of a host shares, once they are forked.
+struct Serving<'a> {
+    job: &'a JobPlan,
+    host: &'a str,
+    ctx: &'a Rc<Ctx>,
+    events: &'a JobTx<NodeEvent>,
+    out: &'a iofwd::OutputSender,
+    /// The resolved programs, by segment.
+    programs: HashMap<usize, PathBuf>,
     /// Tells the output forwarders the ranks' ends were handled ([`Node::drain`]).
     ended_rx: watch::Receiver<bool>,
 }
 
-/// A rank forked by [`Node::start`]: rank, pid, and its end to watch.
-type Forked = (usize, u32, proc::ExitWatch);
+/// A rank watched by [`Node::start`]: rank, pid, and its end to watch.
+type Watched = (usize, u32, proc::ExitWatch);
 
 impl Node {
-    /// Starts the ranks `me` lists. Programs are resolved first, so a typo starts nothing;
-    /// the error is one line naming the host. A start that fails after it forked some ranks
-    /// (a later fork refused, no descriptors left for a PMI socket) kills them with their
-    /// process groups and reaps them before it returns the error: nothing it started outlives
-    /// it, and no [`NodeEvent::Exited`] follows for them.
+    /// Starts the ranks `me` lists, or takes over those forked already (`early`, from
+    /// [`Early::fork`]). Programs are resolved first, so a typo starts nothing; the error is
+    /// one line naming the host. A start that fails after it forked some ranks (a later fork
+    /// refused, no descriptors left for a PMI socket) kills them with their process groups
+    /// and reaps them before it returns the error: nothing it started outlives it, and no
+    /// [`NodeEvent::Exited`] follows for them.
     pub async fn start(
         job: &JobPlan,
         me: &HostPlan,
         events: JobTx<NodeEvent>,
         out: iofwd::OutputSender,
+        early: Option<Early>,
     ) -> Result<Node, String> {
         let host = me.host.clone();
-        let programs = resolve_programs(job, me, &host)?;
         let ctx = new_ctx(job, me, &events);
-        let pmix_env = if job.pmix {
-            start_pmix(&ctx, job, me)?
-        } else {
-            HashMap::new()
+        let early = match early {
+            Some(e) => e,
+            None => {
+                let programs = resolve_programs(job, me, &host)?;
+                let pmix_env = if job.pmix {
+                    start_pmix(&ctx, job, me)?
+                } else {
+                    HashMap::new()
+                };
+                let port = if job.pmi_port {
+                    Some(listen_pmi_port(&ctx, job, &host)?)
+                } else {
+                    None
+                };
+                fork_host(job, me, programs, pmix_env, port)?
+            }
         };
-        let port = if job.pmi_port {
-            Some(listen_pmi_port(&ctx, job, &host)?)
-        } else {
-            None
-        };
-        let vader = private_vader_dir(job, me, &host)?;
+        let Early {
+            programs,
+            vader,
+            ranks,
+        } = early;
         let (ended, ended_rx) = watch::channel(false);
-        let mut node = Node::new(ctx.clone(), me, ended, vader.clone());
-        let s = Starting {
+        let mut node = Node::new(ctx.clone(), me, ended, vader);
+        let s = Serving {
             job,
-            me,
             host: &host,
             ctx: &ctx,
             events: &events,
             out: &out,
             programs,
-            pmix_env,
-            port,
-            vader,
-            yield_idle: oversubscribed(me.ranks.len()),
             ended_rx,
         };
-        // The ranks forked so far; their ends are watched only once all have started.
-        let mut forked: Vec<Forked> = Vec::new();
-        if let Err(e) = node.start_ranks(&s, &mut forked).await {
-            abandon(forked);
+        // The ranks watched so far; their ends are awaited only once all are watched.
+        let mut watched: Vec<Watched> = Vec::new();
+        if let Err(e) = node.take_over(&s, ranks, &mut watched).await {
+            abandon(watched);
             return Err(e);
         }
-        node.watch_ends(&ctx, &events, forked);
+        node.watch_ends(&ctx, &events, watched);
         Ok(node)
     }
 
     /// A node for host `me` that runs nothing yet.
-    fn new(
-        ctx: Rc<Ctx>,
-        me: &HostPlan,
-        ended: watch::Sender<bool>,
-        vader: Option<PathBuf>,
-    ) -> Node {
+    fn new(ctx: Rc<Ctx>, me: &HostPlan, ended: watch::Sender<bool>, vader: Option<ShmDir>) -> Node {
         Node {
             ctx,
             host: me.host.clone(),
@@ -511,39 +709,34 @@ impl Node {
             stdin: None,
             adopted: None,
             ranks: me.ranks.iter().map(|r| r.rank).collect(),
-            _vader: vader.map(ShmDir),
+            _vader: vader,
             procs: Vec::new(),
         }
     }
 
-    /// Binds, reports the bindings of, and starts (or adopts) each rank of this host in
-    /// turn; each rank forked goes into `forked`.
-    async fn start_ranks(
+    /// Adopts the singleton when it is a rank of this host, then serves and watches each
+    /// rank forked (`ranks`), each into `watched`. On an error the ranks not watched yet are
+    /// killed and reaped here.
+    async fn take_over(
         &mut self,
-        s: &Starting<'_>,
-        forked: &mut Vec<Forked>,
+        s: &Serving<'_>,
+        ranks: Vec<Unwatched>,
+        watched: &mut Vec<Watched>,
     ) -> Result<(), String> {
-        let cpus_of = rank_cpus(s.job, s.me.ranks.len(), s.host)?;
-        proc::choose_start(s.me.ranks.len());
-        if s.job.report_bindings {
-            for line in binding_report(s.me, &cpus_of) {
-                say!("{line}");
+        if let (Some(a), true) = (&s.job.adopt, self.ranks.contains(&0)) {
+            if let Err(e) = self.adopt_singleton(s, a, 0).await {
+                ranks.into_iter().for_each(Unwatched::abandon);
+                return Err(e);
             }
         }
-        for rp in &s.me.ranks {
-            if let (true, Some(a)) = (adopting(s.job, rp.rank), &s.job.adopt) {
-                self.adopt_singleton(s, a, rp.rank).await?;
-                continue;
-            }
-            forked.push(self.start_rank(s, rp, cpus_of.get(rp.local_id))?);
-        }
-        if !forked.is_empty() {
-            // Now, not before the first fork: the keeper's start overlaps the ranks' own. (A
-            // start that fails before this point kills and reaps what it forked itself.)
-            crate::host::keeper::ensure(std::time::Duration::from_millis(s.job.kill_grace_ms));
-            if s.job.topology_ahead {
-                // after the keeper, whose start is cheaper while kauri has one thread
-                crate::host::topology::make_ahead();
+        let mut ranks = ranks.into_iter();
+        while let Some(u) = ranks.next() {
+            match self.watch_rank(s, u) {
+                Ok(w) => watched.push(w),
+                Err(e) => {
+                    ranks.for_each(Unwatched::abandon);
+                    return Err(e);
+                }
             }
         }
         Ok(())
@@ -553,7 +746,7 @@ impl Node {
     /// and watches for its end.
     async fn adopt_singleton(
         &mut self,
-        s: &Starting<'_>,
+        s: &Serving<'_>,
         a: &Adopt,
         r: usize,
     ) -> Result<(), String> {
@@ -583,50 +776,26 @@ impl Node {
         Ok(())
     }
 
-    /// Forks rank `rp` (bound to `cpus`) with its PMI socket and environment, serves its
-    /// PMI and forwards its output.
-    fn start_rank(
-        &mut self,
-        s: &Starting<'_>,
-        rp: &RankPlan,
-        cpus: Option<&Vec<usize>>,
-    ) -> Result<Forked, String> {
-        let r = rp.rank;
-        let a = &s.job.apps[rp.app];
-        let mut pair = None;
-        let socket = match &s.port {
-            _ if !s.job.serves_pmi() => None,
-            Some(addr) => Some(PmiSocket::Port(addr)),
-            None => {
-                let (ours, theirs) = socket_pair(s.host)?;
-                let fd = theirs.as_raw_fd();
-                pair = Some((ours, theirs));
-                Some(PmiSocket::Fd(fd))
-            }
-        };
-        let (ours, theirs) = pair.unzip();
-        let env = self.rank_env(s, rp, socket);
-        let launch = Launch {
-            program: s.programs[&rp.app].clone(),
-            argv0: a.program.clone(),
-            args: a.args.clone(),
-            env,
-            wdir: PathBuf::from(&a.wdir),
-            pmi_fd: theirs,
-            // Only the job the user started reads kauri's stdin; a spawned job's
-            // ranks read end-of-file at once, as under Hydra.
-            stdin: r == 0 && s.job.spawner.is_none(),
-            cpus: cpus.map(|c| crate::host::bind::cpu_set(c)),
-        };
-        let child = fork_rank(s, r, launch)?;
-        let pid = child.pid;
-        crate::host::keeper::started(pid);
+    /// Serves rank `u`'s PMI, forwards its output, and registers its end to be watched.
+    fn watch_rank(&mut self, s: &Serving<'_>, u: Unwatched) -> Result<Watched, String> {
+        let Unwatched {
+            rank: r,
+            app,
+            child,
+            pmi,
+        } = u;
+        let pid = child.pid();
+        let child = child.watch().map_err(|e| {
+            // watch killed and reaped it.
+            crate::host::keeper::reaped(pid);
+            start_error(r, &s.job.apps[app].program, s.host, e)
+        })?;
         debug!(rank = r, pid, "started");
         self.procs
-            .push((r, pid, s.programs[&rp.app].display().to_string()));
+            .push((r, pid, s.programs[&app].display().to_string()));
         self.pids.push(pid);
         self.running.borrow_mut().insert(r, pid);
-        if let Some(sock) = ours {
+        if let Some(sock) = pmi {
             serve_rank_pmi(s.ctx, r, sock);
         }
         self.forward_output(s, r, child.stdout, child.stderr);
@@ -634,43 +803,10 @@ impl Node {
         Ok((r, pid, child.exit))
     }
 
-    /// Rank `rp`'s whole environment, its PMI socket being `socket`.
-    fn rank_env(
-        &self,
-        s: &Starting<'_>,
-        rp: &RankPlan,
-        socket: Option<PmiSocket<'_>>,
-    ) -> Vec<(OsString, OsString)> {
-        let a = &s.job.apps[rp.app];
-        let vader_dir = s
-            .vader
-            .as_ref()
-            .filter(|_| vader_wanted(s.job, a))
-            .map(|d| d.display().to_string());
-        let seat = RankSeat {
-            rank: rp.rank,
-            local_id: rp.local_id,
-            local_size: s.me.ranks.len(),
-            node: s.me.index,
-            host: s.host,
-        };
-        let facts = HostFacts {
-            pmix: s.pmix_env.get(&rp.rank).map_or(&[], Vec::as_slice),
-            vader_dir: vader_dir.as_deref(),
-            oversubscribed: s.yield_idle,
-            socket,
-        };
-        rank_environment(
-            &a.env,
-            rank_env(s.job, a, &seat, &facts),
-            crate::host::keeper::env(),
-        )
-    }
-
     /// Forwards rank `r`'s stdout and stderr, as whole lines, where the job's output goes.
     fn forward_output(
         &mut self,
-        s: &Starting<'_>,
+        s: &Serving<'_>,
         r: usize,
         stdout: pipe::Receiver,
         stderr: pipe::Receiver,
@@ -691,7 +827,7 @@ impl Node {
     }
 
     /// Watches the ends of the ranks forked: each is reaped and reported as it ends.
-    fn watch_ends(&self, ctx: &Rc<Ctx>, events: &JobTx<NodeEvent>, forked: Vec<Forked>) {
+    fn watch_ends(&self, ctx: &Rc<Ctx>, events: &JobTx<NodeEvent>, forked: Vec<Watched>) {
         for (r, pid, exit) in forked {
             let ev = events.clone();
             let c = ctx.clone();
@@ -704,17 +840,6 @@ impl Node {
             });
         }
     }
-}
-
-/// Forks rank `r` as `launch` says. (Whatever happens to this process from then on, what
-/// the ranks start ends: the keeper, started once the host's ranks are forked, is told of
-/// each, [`start_ranks`](Node::start_ranks).)
-fn fork_rank(s: &Starting<'_>, r: usize, launch: Launch) -> Result<proc::Child, String> {
-    let argv0 = launch.argv0.clone();
-    proc::spawn(launch).map_err(|e| {
-        proc::note_fd_error(&e);
-        format!("cannot start rank {r} ({argv0}) on {}: {e}", s.host)
-    })
 }
 
 #[cfg(test)]

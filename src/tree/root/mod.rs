@@ -25,6 +25,7 @@ use crate::plan::spawn::{plan_spawn, Cluster};
 use cluster::who;
 use inbox::{print_output, read_stdin};
 use start::start_job;
+pub use start::{prepare_run, Prepared};
 
 use crate::host::iofwd::{Dest, Stream};
 use crate::host::node::{local_host, Node, NodeEvent};
@@ -182,9 +183,10 @@ enum Names {
     Server(crate::proto::nameserver::Client),
 }
 
-/// Runs a job and returns kauri's exit status.
-pub async fn run(spec: JobSpec) -> i32 {
-    let (mut root, mut inbox) = match Root::start(&spec).await {
+/// Runs a job `prepared` planned (and may have started: [`prepare_run`], called before the
+/// runtime) and returns kauri's exit status.
+pub async fn run(spec: JobSpec, prepared: Prepared) -> i32 {
+    let (mut root, mut inbox) = match Root::start(&spec, prepared).await {
         Ok(started) => started,
         Err(status) => return status,
     };

@@ -390,6 +390,7 @@ impl Root {
             &self.wires,
             self.clock,
             None,
+            None,
         )
         .await;
         match started {
