@@ -99,6 +99,34 @@ fn ranks_forked_before_the_descriptors_ran_out_are_ended() {
     common::assert_none_left(&marker, Duration::from_secs(20));
 }
 
+/// One host and a few descriptors, for every job size around the limit: each run either
+/// succeeds or fails with the one line that names the limit, never with the failure it
+/// caused (`cannot start the runtime`, `cannot make a job key`: what a one-host job said
+/// when its ranks were forked before kauri's runtime and took the last descriptors), and
+/// never with a panic.
+#[test]
+fn a_one_host_job_near_the_descriptor_limit_names_it() {
+    for limit in [24, 32] {
+        for n in 1..=8 {
+            let cmd = format!("ulimit -n {limit}; exec {} -n {n} true", common::KAURI);
+            let o = kauri_sh(&cmd);
+            let e = stderr(&o);
+            if o.status.success() && e.is_empty() {
+                continue;
+            }
+            assert_eq!(o.status.code(), Some(255), "-n {n}, ulimit -n {limit}: {e}");
+            let lines: Vec<&str> = e.lines().collect();
+            assert_eq!(lines.len(), 1, "-n {n}, ulimit -n {limit}: one line:\n{e}");
+            assert!(
+                lines[0].starts_with(&format!(
+                    "kauri: out of file descriptors (ulimit -n is {limit}): "
+                )),
+                "-n {n}: {e}"
+            );
+        }
+    }
+}
+
 /// Runs `sh -c cmd` (kauri inside it) under the same watchdog as [`kauri`].
 fn kauri_sh(cmd: &str) -> std::process::Output {
     common::run_under_watchdog(std::process::Command::new("sh").args(["-c", cmd]))

@@ -472,8 +472,13 @@ impl Early {
     /// `None` otherwise, and [`Node::start`] forks them. `Err`: why they could not start
     /// (programs are resolved first, so a typo starts nothing), with nothing of them left
     /// running.
+    ///
+    /// Nor when descriptors may be short ([`room_to_fork_early`]): forked first, the ranks
+    /// could take the last ones, and kauri's own start fail for want of one (a runtime that
+    /// cannot start, a panic in the signal handlers' set-up) instead of the rank's fork
+    /// failing with the line that names the limit.
     pub fn fork(job: &JobPlan, me: &HostPlan) -> Option<Result<Early, String>> {
-        if job.pmix || job.pmi_port || job.adopt.is_some() {
+        if job.pmix || job.pmi_port || job.adopt.is_some() || !room_to_fork_early(me.ranks.len()) {
             return None;
         }
         Some(
@@ -481,6 +486,27 @@ impl Early {
                 .and_then(|programs| fork_host(job, me, programs, HashMap::new(), None)),
         )
     }
+}
+
+/// Descriptors kept for what kauri inherited and for its own start after early forks (the
+/// runtime, the job key, the status socket, the signals' socket pair, the keeper's pipe).
+const EARLY_FD_HEADROOM: u64 = 4096;
+
+/// Whether this process may open enough descriptors to fork `ranks` ranks before its
+/// runtime exists: five each (kauri's ends of a rank's PMI socket and pipes, its pidfd, and
+/// while it is forked the rank's ends) and [`EARLY_FD_HEADROOM`] besides. The soft limit is
+/// raised to the hard one before this is asked, so only a hard limit of a few thousand
+/// keeps a job from the early start.
+fn room_to_fork_early(ranks: usize) -> bool {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into `lim`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return false;
+    }
+    lim.rlim_cur == libc::RLIM_INFINITY || lim.rlim_cur >= 5 * ranks as u64 + EARLY_FD_HEADROOM
 }
 
 /// Forks the ranks of host `me` with their resolved `programs`, their PMIx variables and the
