@@ -437,7 +437,9 @@ struct Launching<'a> {
 
 /// The ranks of a host, forked and neither served nor watched yet: what [`Node::start`]
 /// takes over. [`Early::fork`] makes it before kauri's runtime exists, so the ranks' start
-/// overlaps kauri's own; otherwise [`Node::start`] forks them itself.
+/// overlaps kauri's own; otherwise [`Node::start`] forks them itself. Dropped with ranks
+/// still in it (a start that failed before the node took them over), it kills and reaps
+/// them.
 pub struct Early {
     /// The resolved programs, by segment.
     programs: HashMap<usize, PathBuf>,
@@ -463,6 +465,12 @@ impl Unwatched {
         let status = self.child.abandon();
         crate::host::keeper::reaped(pid);
         debug!(rank = self.rank, pid, ?status, "killed: the start failed");
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        self.ranks.drain(..).for_each(Unwatched::abandon);
     }
 }
 
@@ -535,13 +543,8 @@ fn fork_host(
         vader: l.vader,
         ranks,
     };
-    match forked {
-        Ok(()) => Ok(early),
-        Err(e) => {
-            early.ranks.into_iter().for_each(Unwatched::abandon);
-            Err(e)
-        }
-    }
+    // On an error, the ranks forked before it are killed and reaped as `early` drops.
+    forked.map(|()| early)
 }
 
 impl Launching<'_> {
@@ -680,7 +683,7 @@ impl Node {
     ) -> Result<Node, String> {
         let host = me.host.clone();
         let ctx = new_ctx(job, me, &events);
-        let early = match early {
+        let mut early = match early {
             Some(e) => e,
             None => {
                 let programs = resolve_programs(job, me, &host)?;
@@ -697,13 +700,10 @@ impl Node {
                 fork_host(job, me, programs, pmix_env, port)?
             }
         };
-        let Early {
-            programs,
-            vader,
-            ranks,
-        } = early;
+        let ranks = std::mem::take(&mut early.ranks);
+        let programs = std::mem::take(&mut early.programs);
         let (ended, ended_rx) = watch::channel(false);
-        let mut node = Node::new(ctx.clone(), me, ended, vader);
+        let mut node = Node::new(ctx.clone(), me, ended, early.vader.take());
         let s = Serving {
             job,
             host: &host,
@@ -896,6 +896,37 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn ranks_not_taken_over_are_killed_and_reaped_when_dropped() {
+        let launch = Launch {
+            program: "/bin/sleep".into(),
+            argv0: "sleep".into(),
+            args: vec!["100".into()],
+            env: Vec::new(),
+            wdir: "/".into(),
+            pmi_fd: None,
+            stdin: false,
+            cpus: None,
+        };
+        let child = proc::fork(launch).unwrap();
+        let pid = child.pid() as libc::pid_t;
+        let early = Early {
+            programs: HashMap::new(),
+            vader: None,
+            ranks: vec![Unwatched {
+                rank: 0,
+                app: 0,
+                child,
+                pmi: None,
+            }],
+        };
+        drop(early);
+        // SAFETY: waitpid with WNOHANG takes plain numbers and a null status.
+        let r = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        let e = std::io::Error::last_os_error().raw_os_error();
+        assert_eq!((r, e), (-1, Some(libc::ECHILD)), "reaped, not running");
     }
 
     #[test]
