@@ -61,17 +61,22 @@ fn out_of_file_descriptors_is_one_line_naming_the_limit() {
             "ulimit -n {limit}; exec {} -launcher fork {width} -hosts {hosts} -n 40 true",
             common::KAURI
         );
-        let o = kauri_sh(&cmd);
-        let e = stderr(&o);
-        assert_eq!(o.status.code(), Some(255), "ulimit -n {limit}: {e}");
-        let lines: Vec<&str> = e.lines().collect();
-        assert_eq!(lines.len(), 1, "ulimit -n {limit}: one line:\n{e}");
-        assert!(
-            lines[0].starts_with(&format!(
-                "kauri: out of file descriptors (ulimit -n is {limit}): "
-            )),
-            "{e}"
-        );
+        limit_line(&kauri_sh(&cmd), limit, "");
+    }
+}
+
+/// What follows "kauri: out of file descriptors (ulimit -n is LIMIT): " on the one line of
+/// `o`'s stderr, which must be all it printed, with exit status 255 (`what`: the case, for
+/// the failure's message).
+fn limit_line(o: &std::process::Output, limit: u32, what: &str) -> String {
+    let e = stderr(o);
+    assert_eq!(o.status.code(), Some(255), "{what} ulimit -n {limit}: {e}");
+    let lines: Vec<&str> = e.lines().collect();
+    assert_eq!(lines.len(), 1, "{what} ulimit -n {limit}: one line:\n{e}");
+    let prefix = format!("kauri: out of file descriptors (ulimit -n is {limit}): ");
+    match lines[0].strip_prefix(&prefix) {
+        Some(rest) => rest.to_string(),
+        None => panic!("{what} ulimit -n {limit}: {e}"),
     }
 }
 
@@ -86,16 +91,14 @@ fn ranks_forked_before_the_descriptors_ran_out_are_ended() {
         "ulimit -n 32; exec {} -n 40 sh -c 'sleep 300; echo {marker}'",
         common::KAURI
     );
-    let o = kauri_sh(&cmd);
-    let e = stderr(&o);
-    assert_eq!(o.status.code(), Some(255), "{e}");
-    let lines: Vec<&str> = e.lines().collect();
-    assert_eq!(lines.len(), 1, "one line:\n{e}");
-    let rest = lines[0]
-        .strip_prefix("kauri: out of file descriptors (ulimit -n is 32): cannot start rank ")
-        .unwrap_or_else(|| panic!("{e}"));
-    let rank: usize = rest.split(' ').next().and_then(|r| r.parse().ok()).unwrap();
-    assert!(rank > 0, "some ranks were forked before the refusal: {e}");
+    let rest = limit_line(&kauri_sh(&cmd), 32, "");
+    let rank: Option<usize> = rest
+        .strip_prefix("cannot start rank ")
+        .and_then(|r| r.split(' ').next()?.parse().ok());
+    assert!(
+        rank.is_some_and(|r| r > 0),
+        "some ranks were forked before the refusal: {rest}"
+    );
     common::assert_none_left(&marker, Duration::from_secs(20));
 }
 
@@ -110,19 +113,9 @@ fn a_one_host_job_near_the_descriptor_limit_names_it() {
         for n in 1..=8 {
             let cmd = format!("ulimit -n {limit}; exec {} -n {n} true", common::KAURI);
             let o = kauri_sh(&cmd);
-            let e = stderr(&o);
-            if o.status.success() && e.is_empty() {
-                continue;
+            if !(o.status.success() && stderr(&o).is_empty()) {
+                limit_line(&o, limit, &format!("-n {n},"));
             }
-            assert_eq!(o.status.code(), Some(255), "-n {n}, ulimit -n {limit}: {e}");
-            let lines: Vec<&str> = e.lines().collect();
-            assert_eq!(lines.len(), 1, "-n {n}, ulimit -n {limit}: one line:\n{e}");
-            assert!(
-                lines[0].starts_with(&format!(
-                    "kauri: out of file descriptors (ulimit -n is {limit}): "
-                )),
-                "-n {n}: {e}"
-            );
         }
     }
 }
