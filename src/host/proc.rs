@@ -518,11 +518,10 @@ impl Forked {
 
     /// Kills the rank (its process group too) and reaps it: a start abandoned before the
     /// runtime watched it.
-    pub fn abandon(mut self) -> ExitStatus {
+    pub fn abandon(mut self) {
         signal_group(self.pid as u32, libc::SIGKILL);
         kill_and_reap(self.pid);
         self.pinned.release();
-        ExitStatus::from_raw(libc::SIGKILL)
     }
 }
 

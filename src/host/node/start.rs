@@ -462,9 +462,9 @@ impl Unwatched {
     /// was watched.
     fn abandon(self) {
         let pid = self.child.pid();
-        let status = self.child.abandon();
+        self.child.abandon();
         crate::host::keeper::reaped(pid);
-        debug!(rank = self.rank, pid, ?status, "killed: the start failed");
+        debug!(rank = self.rank, pid, "killed and reaped: the start failed");
     }
 }
 
@@ -485,8 +485,14 @@ impl Early {
     /// could take the last ones, and kauri's own start fail for want of one (a runtime that
     /// cannot start, a panic in the signal handlers' set-up) instead of the rank's fork
     /// failing with the line that names the limit.
-    pub fn fork(job: &JobPlan, me: &HostPlan) -> Option<Result<Early, String>> {
-        if job.pmix || job.pmi_port || job.adopt.is_some() || !room_to_fork_early(me.ranks.len()) {
+    ///
+    /// `fd_limit`: the soft limit of open files, raised already to the hard one.
+    pub fn fork(job: &JobPlan, me: &HostPlan, fd_limit: u64) -> Option<Result<Early, String>> {
+        if job.pmix
+            || job.pmi_port
+            || job.adopt.is_some()
+            || !room_to_fork_early(me.ranks.len(), fd_limit)
+        {
             return None;
         }
         Some(
@@ -500,21 +506,13 @@ impl Early {
 /// runtime, the job key, the status socket, the signals' socket pair, the keeper's pipe).
 const EARLY_FD_HEADROOM: u64 = 4096;
 
-/// Whether this process may open enough descriptors to fork `ranks` ranks before its
-/// runtime exists: five each (kauri's ends of a rank's PMI socket and pipes, its pidfd, and
-/// while it is forked the rank's ends) and [`EARLY_FD_HEADROOM`] besides. The soft limit is
-/// raised to the hard one before this is asked, so only a hard limit of a few thousand
-/// keeps a job from the early start.
-fn room_to_fork_early(ranks: usize) -> bool {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into `lim`.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return false;
-    }
-    lim.rlim_cur == libc::RLIM_INFINITY || lim.rlim_cur >= 5 * ranks as u64 + EARLY_FD_HEADROOM
+/// Whether a process whose soft limit of open files is `fd_limit` may open enough
+/// descriptors to fork `ranks` ranks before its runtime exists: five each (kauri's ends of a
+/// rank's PMI socket and pipes, its pidfd, and while it is forked the rank's ends) and
+/// [`EARLY_FD_HEADROOM`] besides. The soft limit is raised to the hard one before this is
+/// asked, so only a hard limit of a few thousand keeps a job from the early start.
+fn room_to_fork_early(ranks: usize, fd_limit: u64) -> bool {
+    fd_limit == libc::RLIM_INFINITY || fd_limit >= 5 * ranks as u64 + EARLY_FD_HEADROOM
 }
 
 /// Forks the ranks of host `me` with their resolved `programs`, their PMIx variables and the
@@ -543,8 +541,14 @@ fn fork_host(
         vader: l.vader,
         ranks,
     };
-    // On an error, the ranks forked before it are killed and reaped as `early` drops.
-    forked.map(|()| early)
+    match forked {
+        Ok(()) => Ok(early),
+        Err(e) => {
+            // The ranks forked before the error are killed and reaped here.
+            drop(early);
+            Err(e)
+        }
+    }
 }
 
 impl Launching<'_> {

@@ -5,19 +5,29 @@ use crate::host::node::Early;
 use crate::plan::build::Plan;
 use crate::tree::LaunchCost;
 
-/// Raises the soft limit of open files to the hard limit.
-pub(super) fn raise_fd_limit() {
+/// Raises the soft limit of open files to the hard limit; returns the soft limit now in force
+/// (0 when it cannot be read).
+pub(super) fn raise_fd_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit/setrlimit read and write the struct we pass.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 0;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
         }
     }
+    lim.rlim_cur
 }
 
 /// Starts job `idx`'s agents and, if it has ranks here, its local ranks. The error is a start
@@ -176,9 +186,16 @@ pub struct Prepared {
     plan: Plan,
     iface_ip: Option<std::net::IpAddr>,
     files: Files,
-    /// The first job's ranks here, forked ([`Early::fork`]), with when their forks began and
-    /// ended on `clock`.
-    early: Option<(Result<Early, String>, u64, u64)>,
+    /// The first job's ranks here, forked ([`Early::fork`]).
+    early: Option<EarlyStart>,
+}
+
+/// The first job's ranks here, forked before the runtime ([`Early::fork`]), with when their
+/// forks began and ended on the run's clock.
+struct EarlyStart {
+    ranks: Result<Early, String>,
+    began: u64,
+    ended: u64,
 }
 
 /// Plans the run and checks what it needs ([`prepare`]), then, when the first job runs on
@@ -188,12 +205,16 @@ pub struct Prepared {
 pub fn prepare_run(spec: &JobSpec) -> Result<Prepared, i32> {
     let clock = Clock::start();
     let me = local_host();
-    raise_fd_limit();
+    let fd_limit = raise_fd_limit();
     let (plan, iface_ip, files) = prepare(spec, &me)?;
     let early = match (&plan.local, plan.remote.is_empty()) {
         (Some(hp), true) => {
             let began = clock.now();
-            Early::fork(&plan.job, hp).map(|e| (e, began, clock.now()))
+            Early::fork(&plan.job, hp, fd_limit).map(|ranks| EarlyStart {
+                ranks,
+                began,
+                ended: clock.now(),
+            })
         }
         _ => None,
     };
@@ -485,7 +506,7 @@ async fn start_first(
     cluster: &Cluster,
     wires: &Wires,
     clock: Clock,
-    early: Option<(Result<Early, String>, u64, u64)>,
+    early: Option<EarlyStart>,
 ) -> Result<(JobRun, Option<String>), i32> {
     let prof = spec.profile.map(|_| HostProfile {
         ranks: p.local.as_ref().map_or(0, |h| h.ranks.len() as u32),
@@ -493,9 +514,9 @@ async fn start_first(
     });
     let mut fork_start = clock.now();
     let mut forked_at = None;
-    let early = early.map(|(e, began, ended)| {
-        (fork_start, forked_at) = (began, Some(ended));
-        e
+    let early = early.map(|e| {
+        (fork_start, forked_at) = (e.began, Some(e.ended));
+        e.ranks
     });
     let started = start_job(
         0,
