@@ -5,6 +5,8 @@
 #     built with mpicc.openmpi through /usr/bin/kauri -n 2 (PMIx), and a PMI-1 and a PMI-2
 #     program built with `pkg-config kauri-pmi` / `kauri-pmi2` (no LD_LIBRARY_PATH: the rpath
 #     from the .pc file finds /usr/lib/kauri);
+#   - checks that the release binary it packs has its hot code laid out first
+#     (contrib/tools/hot-order.py check);
 #   - checks that `man kauri` renders, that the installed bash (and fish, zsh) completion completes
 #     `kauri -gen`, and that kauri is an mpirun/mpiexec alternative that nobody chose;
 #   - purges the package and checks that nothing is left: none of its files, no directory it
@@ -59,6 +61,10 @@ deb="$(readlink -f "$deb")"
 [ -f "$deb" ] || fail "build.sh made no package"
 build_s=$((SECONDS - t0))
 ok "built $deb in ${build_s}s"
+# The release binary build.sh linked: its hot code laid out first (src/main.order, build.rs).
+order="$(python3 contrib/tools/hot-order.py check "${CARGO_TARGET_DIR:-target}/release/kauri")" ||
+  fail "the hot code is not laid out first: $order"
+ok "$order"
 t1=$SECONDS
 
 # What the package holds, and which of those paths are here before it is installed.
