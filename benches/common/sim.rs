@@ -53,7 +53,6 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
@@ -213,26 +212,18 @@ fn writer(w: tokio::net::tcp::OwnedWriteHalf, cpu: Cpu, stamps: Stamps, net: Net
     tx
 }
 
-/// Decodes one whole frame with kauri's own decoder, [`tree::decode_frame`] (what
-/// [`tree::recv_frame`] runs on a frame it has read).
-fn decode<M: for<'de> serde::Deserialize<'de>>(buf: Vec<u8>) -> Option<(M, Bytes)> {
-    tree::decode_frame(Bytes::from(buf)).ok()
-}
-
-/// Reads one frame (not charged), decodes it on `cpu`'s account; returns the message, the
-/// frame as it came (for passing on) and the virtual time it is ready.
+/// Reads one frame with the link's reader, as a real link does ([`tree::FrameReader`]: the
+/// reading is not charged), and decodes it with kauri's own decoder, [`tree::decode_frame`],
+/// on `cpu`'s account; returns the message, the frame as it came (for passing on) and the
+/// virtual time it is ready.
 async fn read_frame<M: for<'de> serde::Deserialize<'de>>(
     r: &mut tokio::net::tcp::OwnedReadHalf,
+    frames: &mut tree::FrameReader,
     cpu: &Cpu,
     stamps: &Stamps,
 ) -> Option<(M, Bytes, f64)> {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len).await.ok()?;
-    let body = u32::from_be_bytes(len) as usize;
-    let mut buf = Vec::with_capacity(4 + body);
-    buf.extend_from_slice(&len);
-    tree::read_body(r, &mut buf, body).await.ok()?;
-    let (m, cost) = cpu.timed(|| decode::<M>(buf));
+    let buf = frames.next_raw(r, tree::FRAME_MAX).await.ok()??;
+    let (m, cost) = cpu.timed(|| tree::decode_frame::<M>(buf).ok());
     let (m, frame) = m?;
     let arrived = stamps.borrow_mut().pop_front().unwrap_or(0.0);
     Some((m, frame, cpu.work(arrived, cost)))
@@ -533,7 +524,8 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
         down_rx[child as usize] = Some(drx);
         let ds = down_stamps.clone();
         tokio::task::spawn_local(async move {
-            while let Some(m) = read_frame::<Down>(&mut crd, &ccpu, &ds).await {
+            let mut frames = tree::FrameReader::default();
+            while let Some(m) = read_frame::<Down>(&mut crd, &mut frames, &ccpu, &ds).await {
                 if dtx.send(m).is_err() {
                     break;
                 }
@@ -543,7 +535,10 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
         kids[parent as usize].push((child, writer(pwr, pcpu.clone(), down_stamps, net)));
         let to = kid_tx[parent as usize].clone();
         tokio::task::spawn_local(async move {
-            while let Some((m, _, t)) = read_frame::<Up>(&mut prd, &pcpu, &up_stamps).await {
+            let mut frames = tree::FrameReader::default();
+            while let Some((m, _, t)) =
+                read_frame::<Up>(&mut prd, &mut frames, &pcpu, &up_stamps).await
+            {
                 if to.send((child, m, t)).is_err() {
                     break;
                 }

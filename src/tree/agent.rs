@@ -336,19 +336,19 @@ fn listen_to_parent(
     }
     let (down_tx, down_rx) = mpsc::unbounded_channel::<Result<(Down, Bytes), String>>();
     tokio::task::spawn_local(async move {
+        let mut frames = tree::FrameReader::default();
         loop {
+            let read = frames.next::<_, Down>(&mut rd, tree::FRAME_MAX);
             let next = match silence {
-                Some(s) => {
-                    match tokio::time::timeout(s, tree::recv_frame::<_, Down>(&mut rd)).await {
-                        Ok(r) => r,
-                        Err(_) => {
-                            let why = format!("its parent was silent for {} s", s.as_secs_f64());
-                            let _ = down_tx.send(Err(why));
-                            break;
-                        }
+                Some(s) => match tokio::time::timeout(s, read).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        let why = format!("its parent was silent for {} s", s.as_secs_f64());
+                        let _ = down_tx.send(Err(why));
+                        break;
                     }
-                }
-                None => tree::recv_frame::<_, Down>(&mut rd).await,
+                },
+                None => read.await,
             };
             match next {
                 Ok(Some(m)) => {

@@ -6,7 +6,7 @@
 //! It reads from and writes to whatever stream it is given; it owns no socket and knows no
 //! message in particular (any serde type frames the same way).
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -71,42 +71,152 @@ async fn read_frame<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
     r: &mut R,
     max: usize,
 ) -> io::Result<Option<(M, Bytes)>> {
-    let mut len_bytes = [0u8; 4];
-    match r.read_exact(&mut len_bytes).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+    FrameReader::default().next(r, max).await
+}
+
+/// The smallest frame a [`FrameReader`] reads into a buffer it may reuse: smaller ones come
+/// from the allocator's free lists as cheaply, and must not pin a big buffer.
+const REUSE_MIN: usize = 16 * 1024;
+
+/// The largest buffer a [`FrameReader`] keeps for reuse: a bigger frame (rare, and a link
+/// may never see another) is read into memory of its own and not held once it is used.
+const REUSE_MAX: usize = 16 * 1024 * 1024;
+
+/// One link's reader of frames. Each frame is read into a buffer of its own and handed out
+/// as it came (`Bytes`, which the message decoded from it shares); the reader remembers the
+/// last two big ones and reads the next big frame into one of them that nobody holds any
+/// more. A link's big frames are fence results: a PMI fence's merged delta, which the store
+/// keeps until the next fence's replaces it (so two buffers take turns), and a PMIx fence's
+/// blobs, dropped once the server has them. Read into reused memory, a fence's data lands in
+/// pages already mapped and warm, not in a fresh allocation that the kernel must fault in and
+/// clear (which at 83 KB or more glibc may map and unmap again each time).
+#[derive(Default)]
+pub struct FrameReader {
+    recent: [Option<Bytes>; 2],
+    /// Buffers it allocated for big frames (the rest were reused).
+    fresh: usize,
+}
+
+impl FrameReader {
+    /// Reads one frame whose body is at most `max` bytes (refused by its length, before
+    /// anything is allocated or read for its body) and returns it decoded and as it came.
+    /// `Ok(None)` at a clean end of stream.
+    pub async fn next<R: AsyncRead + Unpin, M: for<'de> Deserialize<'de>>(
+        &mut self,
+        r: &mut R,
+        max: usize,
+    ) -> io::Result<Option<(M, Bytes)>> {
+        match self.next_raw(r, max).await? {
+            Some(frame) => decode_frame(frame).map(Some),
+            None => Ok(None),
+        }
     }
-    let len = u32::from_be_bytes(len_bytes) as usize;
-    if len > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("frame of {len} bytes, more than {max}"),
-        ));
+
+    /// [`FrameReader::next`] without the decoding: the frame (length and body) as it came.
+    pub async fn next_raw<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        max: usize,
+    ) -> io::Result<Option<Bytes>> {
+        let mut len_bytes = [0u8; 4];
+        match r.read_exact(&mut len_bytes).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let len = u32::from_be_bytes(len_bytes) as usize;
+        if len > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("frame of {len} bytes, more than {max}"),
+            ));
+        }
+        let want = 4 + len;
+        let reuse = (REUSE_MIN..=REUSE_MAX).contains(&want);
+        let mut frame = if reuse {
+            self.buffer(want)
+        } else {
+            BytesMut::with_capacity(want)
+        };
+        frame.extend_from_slice(&len_bytes);
+        read_body(r, &mut frame, len).await?;
+        let frame = frame.freeze();
+        if reuse {
+            // in the slot `buffer` emptied, or in place of the older one
+            if self.recent[0].is_some() {
+                self.recent.swap(0, 1);
+            }
+            self.recent[0] = Some(frame.clone());
+        }
+        Ok(Some(frame))
     }
-    let mut frame = Vec::with_capacity(4 + len);
-    frame.extend_from_slice(&len_bytes);
-    read_body(r, &mut frame, len).await?;
-    decode_frame(Bytes::from(frame)).map(Some)
+
+    /// An empty buffer of at least `want` bytes: a remembered one that nobody else holds and
+    /// that is big enough, or a new one. A remembered buffer nobody holds that is too small
+    /// is let go.
+    fn buffer(&mut self, want: usize) -> BytesMut {
+        for slot in &mut self.recent {
+            let Some(b) = slot.take() else { continue };
+            match b.try_into_mut() {
+                Ok(mut m) if m.capacity() >= want => {
+                    m.clear();
+                    // the other slot, if full, becomes the older one
+                    self.recent.sort_by_key(Option::is_none);
+                    return m;
+                }
+                Ok(_) => {}
+                Err(held) => *slot = Some(held),
+            }
+        }
+        self.recent.sort_by_key(Option::is_none);
+        self.fresh += 1;
+        BytesMut::with_capacity(want)
+    }
 }
 
 /// Appends the next `len` bytes of `r` to `buf`, read into its spare room as they come (not
 /// zeroed first: a fence's merged delta is the biggest frame, and every agent reads it).
 /// Reads nothing past them; a stream that ends before is an `UnexpectedEof`.
-pub async fn read_body<R: AsyncRead + Unpin>(
+pub async fn read_body<R: AsyncRead + Unpin, B: Body>(
     r: &mut R,
-    buf: &mut Vec<u8>,
+    buf: &mut B,
     len: usize,
 ) -> io::Result<()> {
-    let end = buf.len() + len;
-    buf.reserve_exact(len);
+    let end = buf.filled() + len;
+    buf.room_for(len);
     let mut body = r.take(len as u64);
-    while buf.len() < end {
+    while buf.filled() < end {
         if body.read_buf(buf).await? == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
     }
     Ok(())
+}
+
+/// A buffer that [`read_body`] appends to.
+pub trait Body: BufMut {
+    /// The bytes in it.
+    fn filled(&self) -> usize;
+    /// Makes room for `n` more bytes (exactly, where the buffer can say so).
+    fn room_for(&mut self, n: usize);
+}
+
+impl Body for Vec<u8> {
+    fn filled(&self) -> usize {
+        self.len()
+    }
+    fn room_for(&mut self, n: usize) {
+        self.reserve_exact(n);
+    }
+}
+
+impl Body for BytesMut {
+    fn filled(&self) -> usize {
+        self.len()
+    }
+    fn room_for(&mut self, n: usize) {
+        self.reserve(n);
+    }
 }
 
 /// Decodes one whole frame (length and body) that is already in memory, and hands it back
@@ -297,6 +407,94 @@ mod tests {
                 read_body(&mut r, &mut buf, 0).await.unwrap();
                 let cut = read_body(&mut r, &mut buf, 5).await.unwrap_err();
                 assert_eq!(cut.kind(), io::ErrorKind::UnexpectedEof);
+            });
+    }
+
+    /// Frames of `len`-byte bodies, each filled with its own byte, one after another.
+    fn frames(bodies: &[(usize, u8)]) -> Vec<u8> {
+        let mut s = Vec::new();
+        for &(len, b) in bodies {
+            s.extend_from_slice(&(len as u32).to_be_bytes());
+            s.extend(std::iter::repeat_n(b, len));
+        }
+        s
+    }
+
+    /// Reads every frame of `stream`, holding frame `i` when `keep[i]` (as a store holds a
+    /// fence's delta) until the next one kept replaces it; each frame's address, and how many
+    /// buffers the reader allocated for big frames.
+    fn read_all(stream: &[u8], keep: &[bool]) -> (Vec<usize>, usize) {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let mut r = stream;
+                let (mut reader, mut held, mut at) = (FrameReader::default(), None, Vec::new());
+                while let Some(f) = reader.next_raw(&mut r, FRAME_MAX).await.unwrap() {
+                    // its bytes are its own, whoever had the buffer before
+                    assert!(
+                        f[4..].iter().all(|&b| b == f[4]),
+                        "frame {} mixed",
+                        at.len()
+                    );
+                    if keep.get(at.len()).copied().unwrap_or(false) {
+                        held = Some(f.clone());
+                    }
+                    at.push(f.as_ptr() as usize);
+                }
+                drop(held);
+                (at, reader.fresh)
+            })
+    }
+
+    #[test]
+    fn a_big_frame_nobody_holds_is_read_into_the_buffer_of_the_last() {
+        let big = 100 * 1024;
+        let (at, fresh) = read_all(&frames(&[(big, 1), (big, 2), (big - 10, 3)]), &[]);
+        assert_eq!(fresh, 1);
+        assert!(at.iter().all(|&a| a == at[0]));
+        // a bigger one needs a bigger buffer
+        let (_, fresh) = read_all(&frames(&[(big, 1), (big + 1, 2)]), &[]);
+        assert_eq!(fresh, 2);
+    }
+
+    #[test]
+    fn a_held_frame_is_never_read_into_and_two_buffers_take_turns() {
+        let big = 100 * 1024;
+        let stream = frames(&[(big, 1), (big, 2), (big, 3), (big, 4)]);
+        let (at, fresh) = read_all(&stream, &[true; 4]);
+        assert_eq!(fresh, 2);
+        assert_ne!(at[0], at[1]);
+        assert_eq!((at[0], at[1]), (at[2], at[3]));
+    }
+
+    #[test]
+    fn small_frames_between_big_ones_take_no_buffer_of_theirs() {
+        let big = 100 * 1024;
+        let stream = frames(&[(big, 1), (8, 2), (big, 3), (8, 4), (0, 0), (big, 5)]);
+        let (at, fresh) = read_all(&stream, &[true, false, true, false, false, true]);
+        assert_eq!(fresh, 2);
+        assert_ne!(at[0], at[2]);
+        assert_eq!(at[0], at[5]);
+        // and a frame bigger than the reader keeps is never kept
+        let huge = REUSE_MAX;
+        let (_, fresh) = read_all(&frames(&[(huge, 1), (huge, 2)]), &[]);
+        assert_eq!(fresh, 0);
+    }
+    #[test]
+    fn a_frame_over_the_reader_s_limit_is_refused_and_a_cut_one_is_an_error() {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let stream = frames(&[(64, 1)]);
+                let mut reader = FrameReader::default();
+                let err = reader.next_raw(&mut &stream[..], 63).await.unwrap_err();
+                assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+                let cut = &stream[..stream.len() - 1];
+                let err = reader.next_raw(&mut &cut[..], 64).await.unwrap_err();
+                assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+                assert!(reader.next_raw(&mut &b""[..], 64).await.unwrap().is_none());
             });
     }
 }

@@ -643,9 +643,14 @@ async fn relay_up(
     out: &crate::host::iofwd::OutputSender,
 ) -> Option<String> {
     let mut why = format!("agent on {host} died");
+    let mut frames = tree::FrameReader::default();
     loop {
+        let read = async {
+            let next = frames.next::<_, Up>(rd, tree::FRAME_MAX).await;
+            next.map(|m| m.map(|(m, _frame)| m))
+        };
         let next = match silence {
-            Some(s) => match tokio::time::timeout(s, tree::recv::<_, Up>(rd)).await {
+            Some(s) => match tokio::time::timeout(s, read).await {
                 Ok(r) => r,
                 Err(_) => {
                     why = format!(
@@ -655,7 +660,7 @@ async fn relay_up(
                     break;
                 }
             },
-            None => tree::recv::<_, Up>(rd).await,
+            None => read.await,
         };
         match next {
             Ok(Some(Up::Heartbeat)) => {}

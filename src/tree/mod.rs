@@ -37,8 +37,8 @@ pub mod shape;
 
 pub use auth::{mac, new_key, nonce, verify};
 pub use frame::{
-    decode_frame, encode, read_body, recv, recv_frame, recv_limited, send, FRAME_MAX,
-    HANDSHAKE_FRAME_MAX,
+    decode_frame, encode, read_body, recv, recv_frame, recv_limited, send, Body, FrameReader,
+    FRAME_MAX, HANDSHAKE_FRAME_MAX,
 };
 pub use link::{link, Link, Queue};
 pub use msg::{Down, HostStatus, RankStatus, Report, Up};
