@@ -70,6 +70,61 @@ fn merge(c: &mut Criterion) {
     g.finish();
 }
 
+/// The steady state of an agent's commit: its store holds the last fence's merged delta and
+/// the next one (the same keys, as a job that puts the same keys every fence sends) replaces
+/// it; in one store, warm, and in turn over 256 stores (the simulated tree's 256 agents, whose
+/// deltas do not fit in this machine's L2 together).
+fn commit(c: &mut Criterion) {
+    let mut g = c.benchmark_group("commit");
+    let delta = |hosts: u32| {
+        let mut d = Packed::default();
+        for h in 0..hosts {
+            d.append(&sim::contribution(
+                h,
+                &Shape {
+                    hosts: hosts as usize,
+                    width: 0,
+                    ranks: 4,
+                    keys: 1,
+                    vsize: 64,
+                    commit: true,
+                    hop_us: 0.0,
+                    gbps: 10.0,
+                    pmix: false,
+                    model: false,
+                },
+            ));
+        }
+        d
+    };
+    for (hosts, stores) in [(256u32, 1usize), (256, 256)] {
+        let d = delta(hosts);
+        let copies: Vec<Packed> = (0..stores)
+            .map(|_| Packed::from_pairs(d.pairs().map(|p| p.expect("packed"))))
+            .collect();
+        let mut kvs: Vec<Kvs> = copies
+            .iter()
+            .map(|p| {
+                let mut k = Kvs::default();
+                k.commit_packed(p).expect("unpacks");
+                k
+            })
+            .collect();
+        g.throughput(Throughput::Bytes(d.byte_len() as u64));
+        g.bench_function(BenchmarkId::new(format!("stores={stores}"), hosts), |b| {
+            let mut i = 0;
+            b.iter(|| {
+                let k = &mut kvs[i % stores];
+                k.commit_packed(&copies[i % stores]).expect("unpacks");
+                i += 1;
+                // (not `len`: it would index the store, which a commit does not)
+                black_box(&*k);
+            })
+        });
+    }
+    g.finish();
+}
+
 /// What a `tree_*` group runs over the simulated tree.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -164,6 +219,7 @@ fn tree_fence_floor(c: &mut Criterion) {
 criterion_group!(
     benches,
     merge,
+    commit,
     tree_fence,
     pmix_tree_fence,
     tree_fence_floor

@@ -205,16 +205,23 @@ fn pair_at(bytes: &[u8], at: usize) -> Option<(Range<usize>, Range<usize>)> {
     Some((key, value))
 }
 
-/// `a == b`, without a call to `memcmp` for the short strings PMI keys mostly are.
+/// `a == b`, without a call to `memcmp` for the short strings PMI keys mostly are: two
+/// overlapping words from each end (a key with its length, `h17r3k0` and 4 bytes, is two
+/// 8-byte compares, not a dozen of bytes).
 #[inline(always)]
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
-    if a.len() > 32 {
-        return a == b;
+    match a.len() {
+        0..4 => a == b,
+        4..8 => a.first_chunk::<4>() == b.first_chunk() && a.last_chunk::<4>() == b.last_chunk(),
+        8..=16 => a.first_chunk::<8>() == b.first_chunk() && a.last_chunk::<8>() == b.last_chunk(),
+        17..=32 => {
+            a.first_chunk::<16>() == b.first_chunk() && a.last_chunk::<16>() == b.last_chunk()
+        }
+        _ => a == b,
     }
-    a.iter().zip(b).fold(0, |d, (x, y)| d | (x ^ y)) == 0
 }
 
 /// The pairs of a [`Packed`] buffer: see [`Packed::pairs`].
@@ -676,6 +683,20 @@ pub fn concat(parts: impl IntoIterator<Item = Bytes>) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn same_bytes_sees_every_byte_at_every_length() {
+        for n in 0..48usize {
+            let a: Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(37)).collect();
+            assert!(same_bytes(&a, &a.clone()), "{n}");
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x40;
+                assert!(!same_bytes(&a, &b), "{n} bytes, differing at {at}");
+            }
+            assert!(!same_bytes(&a, &a[..n.saturating_sub(1)]) || n == 0);
+        }
+    }
 
     fn packed(pairs: &[(&str, &str)]) -> Packed {
         Packed::from_pairs(pairs.iter().copied())
