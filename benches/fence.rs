@@ -8,9 +8,12 @@
 //! * `pmix_tree_fence`: the same for a PMIx fence: each agent hands the tree an opaque blob of
 //!   the size of its PMI contribution (as a host's PMIx server hands kauri's fence upcall),
 //!   blobs are concatenated on the way up and every host gets all of them.
+//! * `commit`: an agent's commit in the steady state (the same keys as the last fence's delta,
+//!   which the new one replaces), in one warm store and in turn over 256 stores.
 //! * `tree_fence_floor`: the floor under `tree_fence`, the same shapes over the same loopback
 //!   links moving the same bytes and nothing else (`common::raw`: no decoding, merging or
-//!   committing); `tree_fence` over it is how far the tree is from the least a fence costs.
+//!   committing; each agent keeps the last whole it received, as a store must); `tree_fence`
+//!   over it is how far the tree is from the least a fence costs.
 //!
 //! ```text
 //! cargo bench --bench fence
@@ -79,21 +82,7 @@ fn commit(c: &mut Criterion) {
     let delta = |hosts: u32| {
         let mut d = Packed::default();
         for h in 0..hosts {
-            d.append(&sim::contribution(
-                h,
-                &Shape {
-                    hosts: hosts as usize,
-                    width: 0,
-                    ranks: 4,
-                    keys: 1,
-                    vsize: 64,
-                    commit: true,
-                    hop_us: 0.0,
-                    gbps: 10.0,
-                    pmix: false,
-                    model: false,
-                },
-            ));
+            d.append(&sim::contribution(h, &shape(hosts as usize, 0, Kind::Pmi)));
         }
         d
     };
@@ -123,6 +112,23 @@ fn commit(c: &mut Criterion) {
         });
     }
     g.finish();
+}
+
+/// The benches' job: 4 virtual ranks per agent, each putting one 64-byte key per fence.
+fn shape(hosts: usize, width: usize, kind: Kind) -> Shape {
+    Shape {
+        hosts,
+        width,
+        ranks: 4,
+        keys: 1,
+        vsize: 64,
+        commit: true,
+        hop_us: 0.0,
+        gbps: 10.0,
+        pmix: matches!(kind, Kind::Pmix),
+        // timed like the floor: the tree's work, not the model's clock reads
+        model: false,
+    }
 }
 
 /// What a `tree_*` group runs over the simulated tree.
@@ -157,19 +163,7 @@ fn tree_group(c: &mut Criterion, name: &str, kind: Kind) {
                 .build()
                 .expect("runtime");
             let local = tokio::task::LocalSet::new();
-            let shape = Shape {
-                hosts,
-                width,
-                ranks: 4,
-                keys: 1,
-                vsize: 64,
-                commit: true,
-                hop_us: 0.0,
-                gbps: 10.0,
-                pmix: matches!(kind, Kind::Pmix),
-                // timed like the floor: the tree's work, not the model's clock reads
-                model: false,
-            };
+            let shape = shape(hosts, width, kind);
             let mut tree = match kind {
                 Kind::Floor => Tree::Raw(local.block_on(&rt, raw::start(shape)).expect("tree")),
                 _ => Tree::Sim(local.block_on(&rt, sim::start(shape)).expect("tree")),

@@ -7,6 +7,14 @@
 //! agent forwards it to its own children, then counts as done. No decoding, no merge, no
 //! key-value store: what any tree implementation pays for the copies and the system calls
 //! of one fence here, the least a fence can cost on this machine for this shape.
+//!
+//! Each agent keeps what it received until the next fence's replaces it, as the agents of
+//! [`super::sim`] keep theirs in their stores: a fence's result is what its ranks read after
+//! it, so no implementation can let go of it (for a PMIx fence, the host's server holds it).
+//! Until session 25 the floor dropped it once forwarded; in one process standing in for 256
+//! hosts that made its receives land in one buffer kept warm in cache, where any store's
+//! land in 256 buffers (21 MB at 256 hosts, flat), and the floor read about 18 % below what
+//! a fence that keeps its result can cost (`docs/performance.md`, "fourth pass").
 
 use super::sim::{contribution, edges, Shape};
 use kauri::tree::{self, Up};
@@ -105,6 +113,8 @@ pub async fn start(s: Shape) -> io::Result<RawTree> {
         let done_tx = done_tx.clone();
         let nkids = my_kids.len();
         tokio::task::spawn_local(async move {
+            // the last fence's whole, kept (an agent's; the root runs no ranks here)
+            let mut kept: Option<Vec<u8>> = None;
             loop {
                 // Gather: this node's own part (agents) and one payload per child.
                 let mut all = Vec::new();
@@ -138,8 +148,12 @@ pub async fn start(s: Shape) -> io::Result<RawTree> {
                         return;
                     }
                 }
-                if mine.is_some() && done_tx.send(()).is_err() {
-                    return;
+                if mine.is_some() {
+                    // replaced only now, as a store replaces its last delta after the read
+                    drop(kept.replace(whole));
+                    if done_tx.send(()).is_err() {
+                        return;
+                    }
                 }
             }
         });
