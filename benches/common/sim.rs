@@ -535,9 +535,15 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
         kids[parent as usize].push((child, writer(pwr, pcpu.clone(), down_stamps, net)));
         let to = kid_tx[parent as usize].clone();
         tokio::task::spawn_local(async move {
-            let mut frames = tree::FrameReader::default();
-            while let Some((m, _, t)) =
-                read_frame::<Up>(&mut prd, &mut frames, &pcpu, &up_stamps).await
+            // a parent's links read each frame into memory of its own, as `hub` reads them
+            // (`tree::recv`): a wide parent keeps no buffers per child
+            while let Some((m, _, t)) = read_frame::<Up>(
+                &mut prd,
+                &mut tree::FrameReader::default(),
+                &pcpu,
+                &up_stamps,
+            )
+            .await
             {
                 if to.send((child, m, t)).is_err() {
                     break;

@@ -85,7 +85,10 @@ const REUSE_MAX: usize = 16 * 1024 * 1024;
 /// One link's reader of frames. Each frame is read into a buffer of its own and handed out
 /// as it came (`Bytes`, which the message decoded from it shares); the reader remembers the
 /// last two big ones and reads the next big frame into one of them that nobody holds any
-/// more. A link's big frames are fence results: a PMI fence's merged delta, which the store
+/// more. An agent reads its parent's link with one. (A parent's links to its children do
+/// not: a root with a thousand children would keep two buffers for each, and what comes up
+/// is small contributions and output that is handed on at once.) The big frames from a
+/// parent are fence results: a PMI fence's merged delta, which the store
 /// keeps until the next fence's replaces it (so two buffers take turns), and a PMIx fence's
 /// blobs, dropped once the server has them. Read into reused memory, a fence's data lands in
 /// pages already mapped and warm, not in a fresh allocation that the kernel must fault in and

@@ -643,14 +643,9 @@ async fn relay_up(
     out: &crate::host::iofwd::OutputSender,
 ) -> Option<String> {
     let mut why = format!("agent on {host} died");
-    let mut frames = tree::FrameReader::default();
     loop {
-        let read = async {
-            let next = frames.next::<_, Up>(rd, tree::FRAME_MAX).await;
-            next.map(|m| m.map(|(m, _frame)| m))
-        };
         let next = match silence {
-            Some(s) => match tokio::time::timeout(s, read).await {
+            Some(s) => match tokio::time::timeout(s, tree::recv::<_, Up>(rd)).await {
                 Ok(r) => r,
                 Err(_) => {
                     why = format!(
@@ -660,7 +655,7 @@ async fn relay_up(
                     break;
                 }
             },
-            None => read.await,
+            None => tree::recv::<_, Up>(rd).await,
         };
         match next {
             Ok(Some(Up::Heartbeat)) => {}
