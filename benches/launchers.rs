@@ -25,9 +25,12 @@
 //! turns run by run, in a new random order each run. A launcher that fails or does not finish
 //! within `--timeout` seconds is recorded (`timeout`, `failed`) and not run again for larger
 //! N of that workload: the table says where each launcher stops working. Every row carries
-//! the 1-minute load average before it. Prints Markdown tables; with `--write-docs` also
-//! replaces the generated part of `docs/performance.md` (machine, date, tables) and draws one
-//! PNG per workload into `docs/perf/` with gnuplot (`gnuplot-nox`, installed by `.ci/setup`).
+//! the 1-minute load average before it, and how many of its runs started on a quiet machine:
+//! before each run the bench waits (at most `--quiet-wait` seconds, 30; 0 does not wait) for a
+//! quarter-second in which the machine is 90 % idle. Prints Markdown tables; with
+//! `--write-docs` also replaces the generated part of `docs/performance.md` (machine, date,
+//! tables) and draws one PNG per workload into `docs/perf/` with gnuplot (`gnuplot-nox`,
+//! installed by `.ci/setup`).
 //!
 //! With `--baseline PATH` another kauri binary (the build before a change, say) runs beside
 //! the one under test in every cell (`kauri-before`), taking its turn like the others: the
@@ -44,7 +47,8 @@
 mod common;
 
 use common::{
-    build, load_avg, machine, median, opt, plot, run_timed, standin, summary, write_generated, Bins,
+    build, load_avg, machine, median, opt, plot, run_timed, standin, summary, wait_idle,
+    write_generated, Bins,
 };
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -104,11 +108,25 @@ fn compile(cc: &str, src: &str, out: &Path) -> Option<PathBuf> {
     ok.then(|| out.to_path_buf())
 }
 
+/// How long a round waits for a quiet machine (`--quiet-wait` seconds, default 30; 0 does
+/// not wait), and the window it must find at least 90 % idle.
+fn quiet_wait() -> Duration {
+    Duration::from_secs(
+        opt("--quiet-wait")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30),
+    )
+}
+const QUIET_WINDOW: Duration = Duration::from_millis(250);
+
 /// Runs one row: every launcher `runs` times, taking turns, after a warm-up each. Each run
 /// takes the launchers in a new random order: in a fixed one, a launcher always follows the
 /// same other, and pays for what that one leaves running as it ends (its teardown, a
-/// daemon's exit). Launchers already marked failed in `stopped` are skipped; new failures
-/// are marked there.
+/// daemon's exit). Before each run (each round of turns) it waits, up to `--quiet-wait`, for
+/// a quarter-second in which the machine is 90 % idle: the ranks of the run before (the
+/// last of 1,024 take a while to go) would otherwise fall on the next one. Launchers already
+/// marked failed in `stopped` are skipped; new failures are marked there. Returns the cells
+/// and how many rounds started on a quiet machine.
 fn row(
     launchers: &[(Launcher, Vec<String>)],
     expect: &str,
@@ -116,7 +134,7 @@ fn row(
     timeout: Duration,
     stopped: &mut [Option<String>],
     n: usize,
-) -> Vec<Cell> {
+) -> (Vec<Cell>, usize) {
     let mut cells: Vec<Cell> = stopped
         .iter()
         .map(|s| match s {
@@ -134,7 +152,12 @@ fn row(
     }
     let mut order: Vec<usize> = (0..launchers.len()).collect();
     let mut seed = shuffle_seed(n);
+    let wait = quiet_wait();
+    let mut quiet = 0;
     for _ in 0..runs {
+        if wait.is_zero() || wait_idle(wait, QUIET_WINDOW) {
+            quiet += 1;
+        }
         shuffle(&mut order, &mut seed);
         for &i in &order {
             let (l, argv) = &launchers[i];
@@ -150,7 +173,7 @@ fn row(
             }
         }
     }
-    cells
+    (cells, quiet)
 }
 
 /// A seed for [`shuffle`]: the clock's nanoseconds and the row's size.
@@ -190,14 +213,14 @@ fn header(x: &str, names: &[&str], extra: &str) -> String {
             .collect::<String>()
     );
     h.push_str(extra);
-    h.push_str(" load |\n|---:|");
+    h.push_str(" quiet | load |\n|---:|");
     for _ in names {
         h.push_str("---|");
     }
     for _ in extra.matches('|') {
         h.push_str("---:|");
     }
-    h.push_str("---:|\n");
+    h.push_str("---:|---:|\n");
     h
 }
 
@@ -242,7 +265,7 @@ fn table(
         let load = load_avg();
         let lines: Vec<(Launcher, Vec<String>)> =
             launchers.iter().map(|l| (l.clone(), argv(l, n))).collect();
-        let cells = row(&lines, expect, runs, timeout, &mut stopped, n);
+        let (cells, quiet) = row(&lines, expect, runs, timeout, &mut stopped, n);
         let meds: Vec<Option<f64>> = cells.iter().map(Cell::median).collect();
         for (s, m) in series.iter_mut().zip(&meds) {
             if let Some(m) = m {
@@ -256,7 +279,7 @@ fn table(
         for &(a, b) in &pairs {
             let _ = write!(line, " {} |", ratio(meds[a], meds[b]));
         }
-        let _ = writeln!(line, " {load} |");
+        let _ = writeln!(line, " {quiet}/{runs} | {load} |");
         print!("{line}");
         text.push_str(&line);
     }
@@ -520,9 +543,11 @@ fn write_docs(tables: &[Table], runs: usize, timeout: Duration) {
     let mut out = format!(
         "{}. {runs} runs per cell after a warm-up, launchers taking turns in a new random \
          order each run; a launcher that fails or passes {} s is not run again for larger N. \
-         Load: the 1-minute load average before the row.\n\n",
+         Quiet: the runs that started after a quarter-second at least 90 % idle (each waits \
+         up to {} s for one). Load: the 1-minute load average before the row.\n\n",
         machine(),
         timeout.as_secs(),
+        quiet_wait().as_secs(),
     );
     for t in tables {
         let _ = writeln!(out, "#### {}\n\n{}", t.title, t.text);

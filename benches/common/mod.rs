@@ -304,12 +304,19 @@ fn cpu_times() -> Option<(u64, u64)> {
 
 /// Waits (at most `limit`) until a one-second window is at least 90 % idle.
 pub fn wait_quiet(limit: Duration) -> bool {
+    wait_idle(limit, Duration::from_secs(1))
+}
+
+/// Waits (at most `limit`) until a `window` of the machine's time is at least 90 % idle
+/// over all CPUs (by /proc/stat); true when one was. Machines without /proc/stat count as
+/// quiet.
+pub fn wait_idle(limit: Duration, window: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < limit {
         let Some((i0, t0)) = cpu_times() else {
             return true;
         };
-        std::thread::sleep(Duration::from_secs(1));
+        std::thread::sleep(window);
         let Some((i1, t1)) = cpu_times() else {
             return true;
         };

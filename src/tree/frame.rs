@@ -88,15 +88,17 @@ const REUSE_MAX: usize = 16 * 1024 * 1024;
 /// more. An agent reads its parent's link with one. (A parent's links to its children do
 /// not: a root with a thousand children would keep two buffers for each, and what comes up
 /// is small contributions and output that is handed on at once.) The big frames from a
-/// parent are fence results: a PMI fence's merged delta, which the store
-/// keeps until the next fence's replaces it (so two buffers take turns), and a PMIx fence's
-/// blobs, dropped once the server has them. Read into reused memory, a fence's data lands in
+/// parent are fence results: a PMI fence's merged delta, which the store keeps until the next
+/// fence's replaces it (so two buffers take turns), and a PMIx fence's blobs, dropped once
+/// the server has them. Read into reused memory, a fence's data lands in
 /// pages already mapped and warm, not in a fresh allocation that the kernel must fault in and
 /// clear (which at 83 KB or more glibc may map and unmap again each time).
 #[derive(Default)]
 pub struct FrameReader {
-    recent: [Option<Bytes>; 2],
+    /// The last big frames read, newest first; at most two.
+    recent: Vec<Bytes>,
     /// Buffers it allocated for big frames (the rest were reused).
+    #[cfg(test)]
     fresh: usize,
 }
 
@@ -145,11 +147,8 @@ impl FrameReader {
         read_body(r, &mut frame, len).await?;
         let frame = frame.freeze();
         if reuse {
-            // in the slot `buffer` emptied, or in place of the older one
-            if self.recent[0].is_some() {
-                self.recent.swap(0, 1);
-            }
-            self.recent[0] = Some(frame.clone());
+            self.recent.insert(0, frame.clone());
+            self.recent.truncate(2);
         }
         Ok(Some(frame))
     }
@@ -158,21 +157,18 @@ impl FrameReader {
     /// that is big enough, or a new one. A remembered buffer nobody holds that is too small
     /// is let go.
     fn buffer(&mut self, want: usize) -> BytesMut {
-        for slot in &mut self.recent {
-            let Some(b) = slot.take() else { continue };
-            match b.try_into_mut() {
-                Ok(mut m) if m.capacity() >= want => {
+        while let Some(i) = self.recent.iter().position(Bytes::is_unique) {
+            if let Ok(mut m) = self.recent.remove(i).try_into_mut() {
+                if m.capacity() >= want {
                     m.clear();
-                    // the other slot, if full, becomes the older one
-                    self.recent.sort_by_key(Option::is_none);
                     return m;
                 }
-                Ok(_) => {}
-                Err(held) => *slot = Some(held),
             }
         }
-        self.recent.sort_by_key(Option::is_none);
-        self.fresh += 1;
+        #[cfg(test)]
+        {
+            self.fresh += 1;
+        }
         BytesMut::with_capacity(want)
     }
 }
