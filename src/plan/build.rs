@@ -713,7 +713,12 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         .map(|n| p.used.iter().position(|u| u == n).unwrap_or(0) as u32)
         .collect();
     let pmix = p.wired.wiring != Wiring::Pmi;
-    let topology_ahead = p.wired.looks_mpi && p.wired.wiring != Wiring::Pmix;
+    // Several simulated hosts are several agents on this one machine: each would run hwloc's
+    // discovery ahead at once, while the agents after it and their ranks are still starting
+    // (16 ranks on 4: 0.450 s against 0.408 s with the file made when a rank asks). Made
+    // when asked, as Hydra's proxies make theirs.
+    let shared_machine = p.simulated_hosts && p.used.len() > 1;
+    let topology_ahead = p.wired.looks_mpi && p.wired.wiring != Wiring::Pmix && !shared_machine;
     JobPlan {
         kvsname: p.kvsname,
         size: p.size,
@@ -883,6 +888,21 @@ mod tests {
         assert_eq!(ahead("-n 2 --pmi=pmix sh -c mpi4py"), (false, true));
         assert_eq!(ahead("-n 2 sh -c true"), (false, false));
         assert_eq!(ahead("-n 2 --pmi=pmi1 sh -c true"), (false, false));
+        // simulated hosts: one is this machine as usual; several share it, and make the
+        // file when a rank asks
+        let fork = "-launcher fork -n 2 --pmi=pmi1";
+        assert_eq!(
+            ahead(&format!("{fork} -hosts a sh -c mpi4py")),
+            (true, true)
+        );
+        assert_eq!(
+            ahead(&format!("{fork} -hosts a:2,b sh -c mpi4py")),
+            (true, true)
+        );
+        assert_eq!(
+            ahead(&format!("{fork} -hosts a,b sh -c mpi4py")),
+            (false, true)
+        );
     }
 
     #[test]

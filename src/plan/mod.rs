@@ -120,7 +120,8 @@ pub struct JobPlan {
     /// a thread of its own once the host's ranks are forked, while they load, instead of
     /// when the first asks: the job's programs use an MPI that may be MPICH's (an MPI was
     /// found and the job is served PMI-1/PMI-2 only: no PMIx server, whose library may bring
-    /// an hwloc of its own, runs beside), whose `MPI_Init` asks for it.
+    /// an hwloc of its own, runs beside), whose `MPI_Init` asks for it. Not when several
+    /// simulated hosts (`-launcher fork`) share this machine: their agents make it when asked.
     #[serde(default)]
     pub topology_ahead: bool,
 }
