@@ -90,9 +90,9 @@ const REUSE_MAX: usize = 16 * 1024 * 1024;
 /// is small contributions and output that is handed on at once.) The big frames from a
 /// parent are fence results: a PMI fence's merged delta, which the store keeps until the next
 /// fence's replaces it (so two buffers take turns), and a PMIx fence's blobs, dropped once
-/// the server has them. Read into reused memory, a fence's data lands in
-/// pages already mapped and warm, not in a fresh allocation that the kernel must fault in and
-/// clear (which at 83 KB or more glibc may map and unmap again each time).
+/// the server has them. Read into reused memory, a fence's data lands in pages already
+/// mapped and warm, not in a fresh allocation that the kernel must fault in and clear (which
+/// at 83 KB or more glibc may map and unmap again each time).
 #[derive(Default)]
 pub struct FrameReader {
     /// The last big frames read, newest first; at most two.
