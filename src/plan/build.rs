@@ -713,12 +713,9 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         .map(|n| p.used.iter().position(|u| u == n).unwrap_or(0) as u32)
         .collect();
     let pmix = p.wired.wiring != Wiring::Pmi;
-    // Several simulated hosts are several agents on this one machine: each would run hwloc's
-    // discovery ahead at once, while the agents after it and their ranks are still starting
-    // (16 ranks on 4: 0.450 s against 0.408 s with the file made when a rank asks). Made
-    // when asked, as Hydra's proxies make theirs.
-    let shared_machine = p.simulated_hosts && p.used.len() > 1;
-    let topology_ahead = p.wired.looks_mpi && p.wired.wiring != Wiring::Pmix && !shared_machine;
+    let topology_ahead = p.wired.looks_mpi
+        && p.wired.wiring != Wiring::Pmix
+        && !shares_one_machine(p.simulated_hosts, p.used.len());
     JobPlan {
         kvsname: p.kvsname,
         size: p.size,
@@ -752,6 +749,15 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         fault_tolerant: spec.fault_tolerant,
         topology_ahead,
     }
+}
+
+/// Whether a job's hosts are several simulated hosts, that is several agents on this one
+/// machine. Each would run hwloc's discovery ahead at once while the agents after it and
+/// their ranks are still starting (16 ranks on 4: 0.450 s against 0.408 s with the file made
+/// when a rank asks), so such a job's topology is made when asked, as Hydra's proxies make
+/// theirs.
+pub(crate) fn shares_one_machine(simulated_hosts: bool, hosts_used: usize) -> bool {
+    simulated_hosts && hosts_used > 1
 }
 
 /// The hosts with ranks, split into the one the front end serves (`served_here`) and those

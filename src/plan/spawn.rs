@@ -2,7 +2,9 @@
 //! job's ranks go ([`plan_spawn`]): round-robin over free slots, the hosts its info keys name,
 //! `map-by slot`, `ppr N:n`.
 
-use crate::plan::build::{add_flux_job_id, advertise, kvsname, segment_env, Plan};
+use crate::plan::build::{
+    add_flux_job_id, advertise, kvsname, segment_env, shares_one_machine, Plan,
+};
 
 use crate::host::node::is_local;
 use crate::host::output::OutputPlan;
@@ -398,6 +400,7 @@ pub(crate) fn spawned_job(
     s: Spawned,
     pmix: Option<&crate::proto::service::PmixSpawn>,
 ) -> JobPlan {
+    let simulated = cluster.launch.kind == "fork";
     JobPlan {
         kvsname: s.name,
         size: s.appnum.len(),
@@ -421,7 +424,7 @@ pub(crate) fn spawned_job(
         parent_rank: pmix.map(|p| p.parent),
         preput: s.preput,
         adopt: None,
-        simulated_hosts: cluster.launch.kind == "fork",
+        simulated_hosts: simulated,
         rank_node: s.placement.node.iter().map(|&n| n as u32).collect(),
         // Spawned by a PMI client: PMI; by a PMIx client: PMIx.
         pmix: pmix.is_some(),
@@ -434,8 +437,11 @@ pub(crate) fn spawned_job(
         iface: spawner.iface.clone(),
         port_range: cluster.port_range.clone(),
         fault_tolerant: cluster.fault_tolerant,
-        // a PMI client's children run the same MPI (the file is made once per host anyway)
-        topology_ahead: pmix.is_none() && spawner.topology_ahead,
+        // a PMI client's children run the same MPI (the file is made once per host anyway),
+        // unless they go to several simulated hosts
+        topology_ahead: pmix.is_none()
+            && spawner.topology_ahead
+            && !shares_one_machine(simulated, s.used.len()),
     }
 }
 
@@ -651,6 +657,41 @@ mod tests {
             .map(|r| (r.rank, r.local_id))
             .collect();
         assert_eq!(ranks, vec![(0, 0), (2, 1)]);
+    }
+
+    #[test]
+    fn a_spawn_onto_several_simulated_hosts_makes_the_topology_when_asked() {
+        let args: Vec<String> = "-launcher fork -n 2 --pmi=pmi1 -hosts a sh -c mpi4py"
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let crate::cli::Command::Run(spec) = crate::cli::parse(&args).unwrap() else {
+            panic!("not a run");
+        };
+        let spawner = crate::plan::build::plan(&spec, "localhost").unwrap().job;
+        assert!(spawner.topology_ahead, "one simulated host makes it ahead");
+        let ahead = |node_of: &[usize], pmix: Option<&crate::proto::service::PmixSpawn>| {
+            let (used, placement) = dense_placement(node_of);
+            let s = Spawned {
+                name: "s".into(),
+                appnum: vec![0; node_of.len()],
+                placement,
+                apps: vec![],
+                used,
+                preput: Delta::default(),
+            };
+            spawned_job(&cluster(&[1, 1, 1]), &spawner, s, pmix).topology_ahead
+        };
+        assert!(ahead(&[1, 1], None), "one host, as its spawner");
+        assert!(
+            !ahead(&[0, 2], None),
+            "two simulated hosts share this machine"
+        );
+        let pmix = crate::proto::service::PmixSpawn {
+            env: vec![],
+            parent: 0,
+        };
+        assert!(!ahead(&[1], Some(&pmix)), "a PMIx client's children");
     }
 
     #[test]
