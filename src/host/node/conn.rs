@@ -1,8 +1,9 @@
-//! The PMI connection hot path: a rank's socket, the replies written straight to it, and the
-//! writer task that waits for a socket that does not take them at once.
+//! The PMI connection hot path's writing side: a rank's socket, the replies written straight
+//! to it, and the writer task that waits for a socket that does not take them at once. (The
+//! reading side is [`super::poll`].)
 
 use super::{Ctx, NodeEvent};
-use crate::proto::pmi::{ConnId, Framing, Output};
+use crate::proto::pmi::{ConnId, Output};
 use bytes::{Buf, Bytes, BytesMut};
 use std::cell::{Cell, RefCell};
 use std::os::fd::AsRawFd;
@@ -17,14 +18,25 @@ pub const PMI_REPLY_QUEUE_MAX: usize = 4 << 20;
 /// What a connection's [`Writer`], its reader and its writer task share, in one allocation:
 /// a reply touches the queue's length and the socket together, and with hundreds of ranks
 /// running between two replies, each separate allocation is a cache miss of its own.
-struct ConnIo {
+pub(super) struct ConnIo {
     /// Replies the socket did not take yet, in order; the writer task writes them as the
     /// socket drains.
     pending: RefCell<BytesMut>,
-    /// The rank's socket, for direct writes.
-    sock: RankSock,
+    /// The rank's socket, for direct writes (and its reads).
+    pub(super) sock: RankSock,
     /// Wakes the writer task: something is pending, or the connection is done.
     wake: tokio::sync::Notify,
+}
+
+impl ConnIo {
+    /// A connection on `sock`, nothing pending.
+    pub(super) fn new(sock: RankSock) -> ConnIo {
+        ConnIo {
+            pending: RefCell::new(BytesMut::new()),
+            sock,
+            wake: tokio::sync::Notify::new(),
+        }
+    }
 }
 
 /// The sending side of one PMI connection: its socket for direct writes, and what waits for
@@ -105,13 +117,20 @@ impl Writer {
 /// read and written through `&self` (no split, no lock between the halves), so that
 /// `dispatch` can write a reply straight away.
 ///
-/// It is registered with the poller for reading only. A socket registered for writing too
-/// (as tokio's streams are) wakes the poller each time the rank reads a reply, since its
-/// send buffer drains: one wake-up of kauri per reply, for nothing. Replies are written with
-/// a plain non-blocking `write`; only when the socket is full does [`RankSock::writable`]
-/// register a duplicate of the descriptor for writing, for as long as it waits.
+/// It is watched for reading only, in its job's epoll set ([`super::poll`]). A socket
+/// registered for writing too (as tokio's streams are) wakes the poller each time the rank
+/// reads a reply, since its send buffer drains: one wake-up of kauri per reply, for nothing.
+/// Replies are written with a plain non-blocking `write`; only when the socket is full does
+/// [`RankSock::writable`] register a duplicate of the descriptor for writing, for as long as
+/// it waits.
 pub(super) struct RankSock {
-    fd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    fd: std::os::fd::OwnedFd,
+}
+
+impl AsRawFd for RankSock {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
 }
 
 impl RankSock {
@@ -125,46 +144,24 @@ impl RankSock {
                 return Err(std::io::Error::last_os_error());
             }
         }
-        // SAFETY: the AsyncFd owns the descriptor, which stays open for as long as it is
-        // registered (it closes it only when dropped).
-        let fd = unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
-        }
-        .map_err(|e| e.into_parts().1)?;
         Ok(RankSock { fd })
     }
 
-    /// Waits until the socket has something to read (or an end), then reads what it holds
-    /// into `buf`'s spare room. A read that leaves room unfilled emptied the socket: the
-    /// readiness is cleared then, so the next call waits for new data instead of costing one
-    /// more read that would block (new data is a new edge for the edge-triggered poller, so
-    /// nothing is missed).
-    async fn read_buf(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
+    /// Reads what the socket holds into `buf`'s spare room, without waiting (`WouldBlock`
+    /// when it holds nothing; `Ok(0)` at its end).
+    pub(super) fn read_into(&self, buf: &mut BytesMut) -> std::io::Result<usize> {
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(4096);
         }
-        loop {
-            let mut ready = self.fd.readable().await?;
-            let spare = buf.spare_capacity_mut();
-            let room = spare.len();
-            // SAFETY: read(2) writes at most `room` bytes into the spare capacity.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), spare.as_mut_ptr().cast(), room) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::WouldBlock {
-                    ready.clear_ready();
-                    continue;
-                }
-                return Err(e);
-            }
-            let n = n as usize;
-            // SAFETY: the kernel initialised the first n bytes of the spare capacity.
-            unsafe { buf.set_len(buf.len() + n) };
-            if n > 0 && n < room {
-                ready.clear_ready();
-            }
-            return Ok(n);
+        let spare = buf.spare_capacity_mut();
+        // SAFETY: read(2) writes at most `spare.len()` bytes into the spare capacity.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
         }
+        // SAFETY: the kernel initialised the first n bytes of the spare capacity.
+        unsafe { buf.set_len(buf.len() + n as usize) };
+        Ok(n as usize)
     }
 
     /// Writes what the socket takes of `b` now, without waiting.
@@ -311,28 +308,9 @@ impl Ctx {
     }
 }
 
-/// Serves one PMI connection until it closes. The reader (this task) reads what the socket
-/// has, hands every complete request to the engine, and lets `dispatch` write the replies of
-/// that read straight to the socket, one write per connection; only what the socket does not
-/// take waits, for a writer task, so a rank that does not read its replies blocks nobody. The
-/// queue holds at most [`PMI_REPLY_QUEUE_MAX`] bytes, and a rank that lets it fill is closed
-/// (its replies dropped, an error reply written if the socket takes it).
-pub(super) async fn serve_conn(ctx: Rc<Ctx>, conn: ConnId, sock: RankSock) {
-    let io = Rc::new(ConnIo {
-        pending: RefCell::new(BytesMut::new()),
-        sock,
-        wake: tokio::sync::Notify::new(),
-    });
-    let v2 = start_writer(&ctx, conn, &io);
-    read_requests(&ctx, conn, &io.sock, &v2).await;
-    ctx.writers.borrow_mut().remove(&conn);
-    ctx.engine.borrow_mut().disconnect(conn);
-    ctx.dispatch();
-}
-
 /// Gives connection `conn` its [`Writer`] (direct writes to `io`'s socket) and starts its
 /// writer task; returns the flag its reader sets when the connection speaks PMI-2.
-fn start_writer(ctx: &Ctx, conn: ConnId, io: &Rc<ConnIo>) -> Rc<Cell<bool>> {
+pub(super) fn start_writer(ctx: &Ctx, conn: ConnId, io: &Rc<ConnIo>) -> Rc<Cell<bool>> {
     // The last words, once the connection is abandoned; a `Writer` dropped without them (the
     // connection closed as usual) abandons nothing: what is queued is still written.
     let (abandon, abandoned) = tokio::sync::oneshot::channel::<Bytes>();
@@ -402,40 +380,6 @@ async fn write_pending(io: Rc<ConnIo>, mut abandoned: tokio::sync::oneshot::Rece
     s.shutdown_write();
 }
 
-/// The reader of connection `conn`: reads what `sock` has, hands every complete request to
-/// the engine and dispatches the replies, until the socket ends, the input is beyond repair
-/// or the engine closed the connection. Sets `v2` when the connection speaks PMI-2.
-async fn read_requests(ctx: &Rc<Ctx>, conn: ConnId, sock: &RankSock, v2: &Cell<bool>) {
-    let mut framing = Framing::default();
-    let mut buf = BytesMut::with_capacity(4096);
-    'read: loop {
-        match sock.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        loop {
-            let decoded = framing.decode(&mut buf);
-            v2.set(framing.is_v2());
-            match decoded {
-                Ok(Some(req)) => ctx.engine.borrow_mut().handle(conn, req),
-                Ok(None) => break,
-                Err(e) => {
-                    let fatal = e.is_fatal();
-                    ctx.engine.borrow_mut().bad_input(conn, framing.is_v2(), &e);
-                    if fatal {
-                        ctx.dispatch();
-                        break 'read;
-                    }
-                }
-            }
-        }
-        ctx.dispatch();
-        if !ctx.writers.borrow().contains_key(&conn) {
-            break; // closed by the engine
-        }
-    }
-}
-
 /// Accepts the ranks' PMI connections on the `-pmi-port` listener `l` and serves each (the
 /// connection says which rank it is, with `PMI_ID`).
 pub(super) async fn accept_pmi(c: Rc<Ctx>, l: tokio::net::TcpListener) {
@@ -463,6 +407,6 @@ pub(super) async fn accept_pmi(c: Rc<Ctx>, l: tokio::net::TcpListener) {
         };
         let conn = c.new_conn();
         c.engine.borrow_mut().connect(conn, None);
-        tokio::task::spawn_local(serve_conn(c.clone(), conn, sock));
+        super::poll::serve_conn(&c, conn, sock);
     }
 }

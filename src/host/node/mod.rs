@@ -31,6 +31,7 @@ use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 mod conn;
+mod poll;
 mod start;
 mod upcall;
 
@@ -167,6 +168,8 @@ struct Ctx {
     /// One `dispatch` round's replies, by connection (kept for its room).
     batch: RefCell<Vec<(ConnId, Replies)>>,
     writers: RefCell<HashMap<ConnId, Writer>>,
+    /// The loop reading this job's PMI connections here, while it has any.
+    pmi_poll: RefCell<Option<Rc<poll::PmiPoll>>>,
     events: JobTx<NodeEvent>,
     next_conn: Cell<ConnId>,
     pmix: RefCell<Option<PmixState>>,

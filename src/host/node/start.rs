@@ -1,7 +1,8 @@
 //! Starting one host's ranks: their programs, environments, binding, PMI sockets and
 //! PMIx server, and the forks.
 
-use super::conn::{accept_pmi, serve_conn, RankSock};
+use super::conn::{accept_pmi, RankSock};
+use super::poll::serve_conn;
 use super::{abandon, rank_ended, Ctx, Node, NodeEvent, PmixState, ShmDir, PMIX_REQUESTS};
 use crate::host::iofwd;
 use crate::host::iofwd::Stream;
@@ -276,7 +277,7 @@ fn job_info(job: &JobPlan, me: &HostPlan) -> JobInfo {
 }
 
 /// The state this host's ranks share, with the job's PMI engine (its pre-put pairs in).
-fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -> Rc<Ctx> {
+pub(super) fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -> Rc<Ctx> {
     let mut engine = Engine::new(job_info(job, me));
     engine.set_trace(crate::proto::trace_enabled());
     engine.set_topology(crate::host::topology::xml_file);
@@ -288,6 +289,7 @@ fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -> Rc<Ctx> {
         outputs: RefCell::new(Vec::new()),
         batch: RefCell::new(Vec::new()),
         writers: RefCell::new(HashMap::new()),
+        pmi_poll: RefCell::new(None),
         events: events.clone(),
         next_conn: Cell::new(job.size as ConnId),
         pmix: RefCell::new(None),
@@ -412,7 +414,7 @@ fn serve_rank_pmi(ctx: &Rc<Ctx>, r: usize, sock: UnixStream) {
     match served {
         Ok(s) => {
             ctx.engine.borrow_mut().connect(conn, Some(r));
-            tokio::task::spawn_local(serve_conn(ctx.clone(), conn, s));
+            serve_conn(ctx, conn, s);
         }
         Err(e) => warn!("rank {r}: cannot serve PMI: {e}"),
     }
@@ -787,7 +789,7 @@ impl Node {
             .map_err(|e| format!("cannot serve the singleton's PMI: {e}"))?;
         let conn = r as ConnId;
         s.ctx.engine.borrow_mut().connect(conn, Some(r));
-        tokio::task::spawn_local(serve_conn(s.ctx.clone(), conn, stream));
+        serve_conn(s.ctx, conn, stream);
         self.adopted = Some(a.pid);
         self.running.borrow_mut().insert(r, a.pid);
         let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
