@@ -8,8 +8,9 @@
 //! * `pmix_tree_fence`: the same for a PMIx fence: each agent hands the tree an opaque blob of
 //!   the size of its PMI contribution (as a host's PMIx server hands kauri's fence upcall),
 //!   blobs are concatenated on the way up and every host gets all of them.
-//! * `commit`: an agent's commit in the steady state (the same keys as the last fence's delta,
-//!   which the new one replaces), in one warm store and in turn over 256 stores.
+//! * `commit`: a fence's commit in the steady state (the same keys as the last fence's delta,
+//!   which the new one replaces): the root's one check of the merged delta (`check`), and an
+//!   agent's commit, which takes the root's word, in one warm store and in turn over 256.
 //! * `tree_fence_floor`: the floor under `tree_fence`, the same shapes over the same loopback
 //!   links moving the same bytes and nothing else (`common::raw`: no decoding, merging or
 //!   committing; each agent keeps the last whole it received, as a store must); `tree_fence`
@@ -30,7 +31,7 @@ mod common;
 use common::raw;
 use common::sim::{self, Shape};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kauri::proto::kvs::{Kvs, Packed};
+use kauri::proto::kvs::{FenceKeys, Kvs, Packed};
 use kauri::tree::hub::Gather;
 use std::time::Duration;
 
@@ -73,10 +74,12 @@ fn merge(c: &mut Criterion) {
     g.finish();
 }
 
-/// The steady state of an agent's commit: its store holds the last fence's merged delta and
-/// the next one (the same keys, as a job that puts the same keys every fence sends) replaces
-/// it; in one store, warm, and in turn over 256 stores (the simulated tree's 256 agents, whose
-/// deltas do not fit in this machine's L2 together).
+/// The steady state of a fence's commit: the root checks the merged delta once
+/// (`check`: the whole walk, and whether its keys are the last one's), then each agent's
+/// store, which holds the last fence's merged delta, takes the next one (the same keys, as a
+/// job that puts the same keys every fence sends) in its place without walking it; in one
+/// store, warm, and in turn over 256 stores (the simulated tree's 256 agents, whose deltas do
+/// not fit in this machine's L2 together).
 fn commit(c: &mut Criterion) {
     let mut g = c.benchmark_group("commit");
     let delta = |hosts: u32| {
@@ -100,11 +103,18 @@ fn commit(c: &mut Criterion) {
             })
             .collect();
         g.throughput(Throughput::Bytes(d.byte_len() as u64));
+        if stores == 1 {
+            let mut keys = FenceKeys::default();
+            keys.check(&d).expect("unpacks");
+            g.bench_function(BenchmarkId::new("check", hosts), |b| {
+                b.iter(|| assert!(keys.check(black_box(&d)).expect("unpacks")))
+            });
+        }
         g.bench_function(BenchmarkId::new(format!("stores={stores}"), hosts), |b| {
             let mut i = 0;
             b.iter(|| {
                 let k = &mut kvs[i % stores];
-                k.commit_packed(&copies[i % stores]).expect("unpacks");
+                k.commit_checked(&copies[i % stores], true);
                 i += 1;
                 // (not `len`: it would index the store, which a commit does not)
                 black_box(&*k);

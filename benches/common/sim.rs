@@ -257,12 +257,9 @@ impl Host for SimHost {
     fn has_rank(&self, rank: usize) -> bool {
         (self.first..self.first + self.ranks).contains(&rank)
     }
-    fn fence_done(&self, _epoch: u64, delta: &Packed) {
+    fn fence_done(&self, _epoch: u64, delta: &Packed, same_keys: bool) {
         if self.commit {
-            self.kvs
-                .borrow_mut()
-                .commit_packed(delta)
-                .expect("the simulated delta unpacks");
+            self.kvs.borrow_mut().commit_checked(delta, same_keys);
         }
         let _ = self.done.send((self.id, self.cpu.now()));
     }
@@ -732,7 +729,10 @@ impl SimNode {
                     let _ = up.send((f, self.cpu.now()));
                 }
             }
-            (None, Up::Fence { epoch, delta }) => self.branch.fence_done(epoch, delta, None),
+            (None, Up::Fence { epoch, delta }) => {
+                let failed = self.branch.fence_done(epoch, delta);
+                assert!(failed.is_none(), "the simulated delta unpacks: {failed:?}");
+            }
             (None, Up::PmixFence { epoch, data }) => self.branch.pmix_fence_done(epoch, data, None),
             (None, _) => {}
         }

@@ -3,13 +3,14 @@
 //!
 //! A fence moves pending puts into the committed store of every agent: each agent hands its
 //! pending puts up ([`Kvs::take_pending`]), the root merges every agent's contribution, and
-//! every agent applies the merged delta ([`Kvs::commit`]). Reads only ever see committed pairs,
+//! every agent applies the merged delta ([`Kvs::commit_checked`]). Reads only ever see committed pairs,
 //! so a read never waits on the network. Later puts of a key overwrite earlier ones.
 //!
 //! Fence contributions and merged deltas travel as [`Packed`] pairs: one buffer that merging
 //! concatenates and forwarding copies as it is, so an agent between the root and the leaves
 //! never takes a delta apart; the store it lands in keeps it whole too, and takes it apart
-//! only when a rank reads a key.
+//! only when a rank reads a key. The root checks each merged delta once, for every agent
+//! ([`FenceKeys`]), so no agent walks one on commit.
 
 use bytes::Bytes;
 use indexmap::IndexMap;
@@ -106,8 +107,8 @@ impl Packed {
     }
 
     /// Checks the buffer as [`Packed::check`] does and, in the same walk, whether its keys
-    /// are those of `old`, a key layout ([`Packed::check_keys`] made it for an earlier
-    /// delta): `Ok(None)` when they are, in the same order; otherwise its own key layout.
+    /// are those of `old`, a key layout (this function made it for an earlier delta):
+    /// `Ok(None)` when they are, in the same order; otherwise its own key layout.
     fn check_keys(&self, old: Option<&[u8]>) -> Result<Option<Vec<u8>>, BadPacked> {
         let bytes = &self.0[..];
         let utf8 = !bytes.is_ascii();
@@ -182,6 +183,28 @@ impl fmt::Debug for Packed {
 impl From<&Delta> for Packed {
     fn from(d: &Delta) -> Packed {
         Packed::from_pairs(d.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    }
+}
+
+/// The keys of the last merged fence delta a tree's root checked, each after its length as
+/// in the delta, in order (a few bytes a key): the root checks each merged delta once, for
+/// every agent, and tells them whether its keys are the last one's ([`Kvs::commit_checked`]).
+#[derive(Debug, Default)]
+pub struct FenceKeys(Vec<u8>);
+
+impl FenceKeys {
+    /// Checks `delta` whole (its lengths and UTF-8, as [`Packed::check`]) and, in the same
+    /// walk, whether its keys are the last delta's, in the same order: `Ok(true)` when they
+    /// are and it has any. A bad delta is an error and leaves the last delta's keys as they
+    /// were.
+    pub fn check(&mut self, delta: &Packed) -> Result<bool, BadPacked> {
+        match delta.check_keys(Some(&self.0))? {
+            None => Ok(!delta.is_empty()),
+            Some(keys) => {
+                self.0 = keys;
+                Ok(false)
+            }
+        }
     }
 }
 
@@ -412,21 +435,25 @@ pub mod byte_string {
 /// The store.
 ///
 /// Committed pairs are kept as the [`Packed`] segments they came in, in commit order: a
-/// fence's merged delta is checked (one pass, nothing decoded) and kept as it came, shared
-/// with the frame that carried it, and nothing is decoded until a rank reads. The first read
-/// after a commit indexes the new segments (a key to where its latest pair is, in first-put
+/// fence's merged delta is kept as it came, shared with the frame that carried it, and
+/// nothing is decoded until a rank reads. The tree's root checked it once
+/// ([`FenceKeys::check`]) for every agent, so an agent's commit does not walk it; reads stay
+/// checked all the same (a pair that does not unpack reads as missing, never as a panic).
+/// The first read after a commit indexes the new segments (a key to where its latest pair is, in first-put
 /// order), so an agent whose ranks read few keys never takes the rest apart. Pairs committed
 /// one by one ([`Kvs::preput`], [`Kvs::commit`]) go to a segment of the store's own.
 #[derive(Debug, Default)]
 pub struct Kvs {
-    /// Committed pairs, in commit order; every one was checked when it was committed.
+    /// Committed pairs, in commit order.
     segments: Vec<Packed>,
     /// The last segment is the store's own (pairs committed one by one), so more go to it.
     own_tail: bool,
-    /// When it is not: the last segment's keys, each after its length as in the segment,
-    /// in order (a few bytes a key). A delta with the same keys replaces that segment; they
-    /// are compared with this, not with the segment, whose pairs may be long and cold.
-    last_keys: Vec<u8>,
+    /// The last segment is the merged delta of the last fence committed: a delta with its
+    /// keys, in order, replaces it.
+    last_fence: bool,
+    /// The keys of the deltas [`Kvs::commit_packed`] checked itself (a store that is its
+    /// own root); an agent's store, which takes the root's word, keeps none.
+    keys: FenceKeys,
     /// Where each key's latest pair is, for the segments indexed so far.
     index: RefCell<Index>,
     /// Reads since the last commit that looked in the segments not indexed yet.
@@ -470,11 +497,15 @@ impl Index {
     fn catch_up(&mut self, segments: &[Packed]) {
         while let Some(p) = segments.get(self.seg) {
             let bytes = &p.0[..];
-            let rest = Pairs {
+            let mut rest = Pairs {
                 rest: bytes.get(self.off..).unwrap_or_default(),
             };
-            // every segment was checked when it was committed
-            for (k, v) in rest.flatten() {
+            // The root checked every delta; one that is bad all the same (never sent) is read
+            // as `Kvs::get` walks it: a pair that is not UTF-8 is skipped, a cut one ends it.
+            for (k, v) in std::iter::from_fn(|| rest.next_raw()).map_while(Result::ok) {
+                let (Ok(k), Ok(v)) = (std::str::from_utf8(k), std::str::from_utf8(v)) else {
+                    continue;
+                };
                 let loc = Loc {
                     seg: self.seg,
                     key: span(bytes, k),
@@ -518,6 +549,7 @@ impl Kvs {
         if !self.own_tail {
             self.segments.push(Packed::default());
             self.own_tail = true;
+            self.last_fence = false;
         }
         let Some(tail) = self.segments.last_mut() else {
             return;
@@ -527,37 +559,40 @@ impl Kvs {
         }
     }
 
-    /// Applies a merged fence delta. It is checked whole first (its lengths and UTF-8, in
-    /// one pass that also compares its keys with the last delta's), so a bad one changes
-    /// nothing; then it is kept as it came, its pairs decoded only when a rank reads. A
-    /// delta whose keys are those of the last one, in the same order, replaces it (the store
-    /// keeps only that delta's keys, a few bytes each, to compare with; not the pairs).
+    /// Checks a merged fence delta whole, as the root of a tree does ([`FenceKeys::check`]),
+    /// then commits it ([`Kvs::commit_checked`]): a bad one changes nothing. For a store that
+    /// is its own root; an agent takes the root's word.
     pub fn commit_packed(&mut self, delta: &Packed) -> Result<(), BadPacked> {
-        // the last delta's keys, when a delta with its keys may replace it
-        let last = !self.own_tail
-            && self.last_unindexed()
-            && self.segments.last().is_some_and(|l| !l.is_empty());
-        let keys = delta.check_keys(last.then_some(&self.last_keys[..]))?;
+        let same_keys = self.keys.check(delta)?;
+        self.commit_checked(delta, same_keys);
+        Ok(())
+    }
+
+    /// Applies the merged delta of a fence, which the root checked ([`FenceKeys::check`]),
+    /// without walking it: it is kept as it came, its pairs decoded only when a rank reads.
+    /// `same_keys` is the root's word that its keys are the last fence's, in the same order:
+    /// then it replaces that fence's delta where the store still holds it last and no read
+    /// has indexed it (a job that puts the same keys every fence keeps one delta, not one
+    /// per fence, and the keys keep their first-put order). A delta that was not checked
+    /// cannot make a read panic: a pair that does not unpack reads as missing.
+    pub fn commit_checked(&mut self, delta: &Packed, same_keys: bool) {
         if delta.is_empty() {
-            return Ok(());
+            self.last_fence = false;
+            return;
         }
         self.scans.set(0);
-        let Some(keys) = keys else {
+        if same_keys && self.last_fence && self.last_unindexed() {
             if let Some(last) = self.segments.last_mut() {
-                // every pair of the last delta is overwritten, in place: the keys keep their
-                // first-put order (a job that puts the same keys every fence keeps one
-                // delta, not one per fence)
                 *last = delta.clone();
+                return;
             }
-            return Ok(());
-        };
-        self.last_keys = keys;
+        }
         self.segments.push(delta.clone());
         self.own_tail = false;
+        self.last_fence = true;
         if self.segments.len() - self.index.get_mut().seg > INDEX_EVERY {
             self.compact();
         }
-        Ok(())
     }
 
     /// True when the index has read nothing of the last segment (and so holds no place in it).
@@ -584,6 +619,7 @@ impl Kvs {
         }
         self.segments = vec![all];
         self.own_tail = true;
+        self.last_fence = false;
         *index = Index::default();
         index.catch_up(&self.segments);
     }
@@ -604,12 +640,12 @@ impl Kvs {
                     rest: p.0.get(from..).unwrap_or_default(),
                 };
                 let found = std::iter::from_fn(|| rest.next_raw())
-                    .flatten()
+                    .map_while(Result::ok)
                     .filter(|&(k, _)| k == key.as_bytes())
+                    .filter_map(|(_, v)| std::str::from_utf8(v).ok())
                     .last();
-                if let Some((_, v)) = found {
-                    // checked when committed
-                    return std::str::from_utf8(v).ok();
+                if found.is_some() {
+                    return found;
                 }
             }
             let index = self.index.borrow();
@@ -648,7 +684,7 @@ impl Kvs {
     }
 }
 
-/// The pair at `loc`. Segments were checked when committed, so both are UTF-8; a `Loc` that
+/// The pair at `loc`. The index holds only pairs whose strings are UTF-8; a `Loc` that
 /// does not fit (never made) reads as empty strings rather than panicking.
 fn pair(segments: &[Packed], loc: Loc) -> (&str, &str) {
     let bytes = segments.get(loc.seg).map_or(&[][..], |p| &p.0[..]);
@@ -870,6 +906,65 @@ mod tests {
         k.preput("b".into(), "p".into());
         k.commit_packed(&packed(&[("b", "y")])).unwrap();
         assert_eq!(k.get("b"), Some("y"));
+    }
+
+    /// An agent takes the root's word that a delta's keys are the last fence's, but replaces
+    /// only what is that fence's delta, last, and not indexed yet: not pairs committed one by
+    /// one after it, nor a delta before an empty one.
+    #[test]
+    fn the_roots_word_replaces_only_the_last_fences_delta() {
+        let mut k = Kvs::default();
+        let ab = |v: &str| packed(&[("a", v), ("b", v)]);
+        k.commit_checked(&ab("1"), false);
+        k.commit_checked(&ab("2"), true);
+        assert_eq!(k.segments.len(), 1);
+        k.preput("c".into(), "p".into());
+        k.commit_checked(&ab("3"), true);
+        assert_eq!(k.segments.len(), 3);
+        k.commit_checked(&Packed::default(), false);
+        k.commit_checked(&ab("4"), true);
+        assert_eq!(k.segments.len(), 4);
+        assert_eq!(k.get("c"), Some("p"));
+        assert_eq!(k.len(), 3);
+        k.commit_checked(&ab("5"), true);
+        assert_eq!(k.segments.len(), 5);
+        let all: Vec<_> = (0..k.len()).map(|i| k.get_by_idx(i).unwrap()).collect();
+        assert_eq!(all, [("a", "5"), ("b", "5"), ("c", "p")]);
+    }
+
+    /// A delta committed on the root's word that does not unpack (the root checks every one,
+    /// so only a defect could send it) reads as missing from its bad pair on, through every
+    /// read and the compaction; it never panics and never hides a later delta.
+    #[test]
+    fn an_unchecked_bad_delta_reads_as_missing_from_its_bad_pair_on() {
+        let mut k = Kvs::default();
+        let mut bytes = packed(&[("a", "1")]).0.to_vec();
+        bytes.extend_from_slice(&[1, 0, 0, 0, b'b', 9, 0, 0, 0, b'x']);
+        let cut = Packed(bytes.into());
+        let mut bad_utf8 = packed(&[("c", "1")]).0.to_vec();
+        bad_utf8.extend_from_slice(&[1, 0, 0, 0, 0xff, 1, 0, 0, 0, b'y']);
+        bad_utf8.extend_from_slice(&[1, 0, 0, 0, b'c', 1, 0, 0, 0, 0xfe]);
+        bad_utf8.extend_from_slice(&packed(&[("d", "2")]).0);
+        let bad_utf8 = Packed(bad_utf8.into());
+        for round in 0..2 * INDEX_EVERY {
+            for d in [&cut, &bad_utf8] {
+                k.commit_checked(d, false);
+                let seen = round > 0 || d == &bad_utf8;
+                // the first reads walk the new delta, the later ones the index: the same
+                for _ in 0..=SCANS {
+                    assert_eq!(k.get("a"), Some("1"), "{round}");
+                    assert_eq!(k.get("b"), None);
+                    assert_eq!(k.get("c"), seen.then_some("1"));
+                    assert_eq!(k.get("d"), seen.then_some("2"));
+                    assert_eq!(k.get("\u{fffd}"), None);
+                }
+            }
+        }
+        k.commit_checked(&packed(&[("b", "2")]), false);
+        assert_eq!(k.get("b"), Some("2"));
+        assert_eq!(k.len(), 4);
+        let all: Vec<_> = (0..k.len()).map(|i| k.get_by_idx(i).unwrap()).collect();
+        assert_eq!(all, [("a", "1"), ("c", "1"), ("d", "2"), ("b", "2")]);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! virtual ranks and loopback links, so its numbers describe this code.
 
 use crate::host::node::{Node, NodeEvent};
-use crate::proto::kvs::{Delta, Packed};
+use crate::proto::kvs::{Delta, FenceKeys, Packed};
 use crate::proto::pmi::Output;
 use crate::proto::service::ServiceReply;
 use crate::tree::hub::{Children, Gather, HubEvent};
@@ -53,8 +53,10 @@ pub trait Host {
     fn running(&self) -> usize;
     /// True when `rank` runs here.
     fn has_rank(&self, rank: usize) -> bool;
-    /// Fence `epoch` is complete everywhere: commit `delta`, release the ranks.
-    fn fence_done(&self, epoch: u64, delta: &Packed);
+    /// Fence `epoch` is complete everywhere: commit `delta`, which the root checked, with
+    /// the root's word on whether its keys are the last fence's
+    /// ([`crate::proto::kvs::Kvs::commit_checked`]); release the ranks.
+    fn fence_done(&self, epoch: u64, delta: &Packed, same_keys: bool);
     /// PMIx fence `epoch` is complete everywhere: every host's blob.
     fn pmix_fence_done(&self, epoch: u64, data: Bytes);
     /// PMIx collective `sig` is complete (or failed, `status`): every contribution, and the
@@ -134,8 +136,8 @@ impl Host for Node {
     fn has_rank(&self, rank: usize) -> bool {
         Node::has_rank(self, rank)
     }
-    fn fence_done(&self, epoch: u64, delta: &Packed) {
-        Node::fence_done(self, epoch, delta)
+    fn fence_done(&self, epoch: u64, delta: &Packed, same_keys: bool) {
+        Node::fence_done(self, epoch, delta, same_keys)
     }
     fn pmix_fence_done(&self, epoch: u64, data: Bytes) {
         Node::pmix_fence_done(self, epoch, data)
@@ -259,6 +261,8 @@ pub struct Branch<H = Node, L = Children> {
     fence_stuck: bool,
     /// The same for the PMIx fence under way.
     pmix_fence_stuck: bool,
+    /// At the root: the keys of the last merged delta, to check each one against.
+    fence_keys: FenceKeys,
     /// The job is fault tolerant (`-with-ft`): PMIx fences go on without a lost host or a
     /// host whose ranks all ended ([`Branch::tolerate_failures`]).
     fault_tolerant: bool,
@@ -300,6 +304,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             finished: Vec::new(),
             fence_stuck: false,
             pmix_fence_stuck: false,
+            fence_keys: FenceKeys::default(),
             fault_tolerant: false,
             deferred: Vec::new(),
             clock,
@@ -666,7 +671,11 @@ impl<H: Host, L: Links> Branch<H, L> {
     /// without encoding it again where it is for all of them.
     pub fn on_down(&mut self, msg: Down, frame: Bytes) -> Option<Out> {
         match msg {
-            Down::FenceDone { epoch, delta } => self.fence_done(epoch, delta, Some(frame)),
+            Down::FenceDone {
+                epoch,
+                delta,
+                same_keys,
+            } => self.release_fence(epoch, delta, same_keys, Some(frame)),
             Down::PmixFenceDone { epoch, data } => self.pmix_fence_done(epoch, data, Some(frame)),
             Down::DmodexServe { from, req, rank } => return self.dmodex_serve(from, req, rank),
             Down::PmixCollectiveDone {
@@ -705,20 +714,40 @@ impl<H: Host, L: Links> Branch<H, L> {
         None
     }
 
+    /// Fence `epoch` is complete everywhere, and this is the root: the merged delta is
+    /// checked, once for every agent, and sent down with whether its keys are the last
+    /// fence's ([`FenceKeys::check`]), so no agent walks it. A delta that does not unpack
+    /// (a child sent a bad contribution) goes nowhere, and the job fails with the reason.
+    pub fn fence_done(&mut self, epoch: u64, delta: Packed) -> Option<Out> {
+        match self.fence_keys.check(&delta) {
+            Ok(same_keys) => {
+                self.release_fence(epoch, delta, same_keys, None);
+                None
+            }
+            Err(e) => report(Report::Failed {
+                reason: format!("fence {epoch}: {e}"),
+            }),
+        }
+    }
+
     /// Fence `epoch` is complete everywhere: the children get the merged delta (`frame`, when
     /// it came from the parent, as it came), then this host's ranks are released.
-    pub fn fence_done(&mut self, epoch: u64, delta: Packed, frame: Option<Bytes>) {
-        debug!(host = %self.host, epoch, bytes = delta.byte_len(), "fence done");
+    fn release_fence(&mut self, epoch: u64, delta: Packed, same_keys: bool, frame: Option<Bytes>) {
+        debug!(host = %self.host, epoch, bytes = delta.byte_len(), same_keys, "fence done");
         if let Some(p) = self.prof.as_mut() {
             p.fence_released(epoch, self.clock.now());
         }
-        let msg = Down::FenceDone { epoch, delta };
+        let msg = Down::FenceDone {
+            epoch,
+            delta,
+            same_keys,
+        };
         match frame {
             Some(f) => self.kids.broadcast_frame(&f),
             None => self.kids.broadcast(&msg),
         }
         if let (Some(n), Down::FenceDone { delta, .. }) = (&self.node, &msg) {
-            n.fence_done(epoch, delta);
+            n.fence_done(epoch, delta, same_keys);
         }
     }
 
@@ -1036,7 +1065,11 @@ mod tests {
         fn has_rank(&self, rank: usize) -> bool {
             rank == 0
         }
-        fn fence_done(&self, _: u64, _: &Packed) {}
+        fn fence_done(&self, epoch: u64, delta: &Packed, same_keys: bool) {
+            self.0
+                .borrow_mut()
+                .push(format!("fence {epoch} {delta:?} {same_keys}"));
+        }
         fn pmix_fence_done(&self, _: u64, _: Bytes) {}
         fn pmix_collective_done(&self, _sig: &str, _status: i32, _data: Vec<u8>, _id: Option<u64>) {
         }
@@ -1206,6 +1239,76 @@ mod tests {
         assert_eq!(
             b.on_node(NodeEvent::Engine(Output::Finalized { rank: 3 })),
             None
+        );
+    }
+
+    /// At the root, each merged delta is checked once for every agent: it goes down (and to
+    /// this host) with whether its keys are the last fence's, in order; one that does not
+    /// unpack goes nowhere and fails the job with the reason; the next good one is compared
+    /// with the last good one.
+    #[test]
+    fn the_root_checks_each_merged_delta_and_says_when_its_keys_repeat() {
+        let log: Log = Rc::default();
+        let mut b = branch(&log);
+        let d = |pairs: &[(&str, &str)]| Packed::from_pairs(pairs.iter().copied());
+        let fences = [
+            d(&[("a", "1"), ("b", "2")]),
+            d(&[("a", "3"), ("b", "4")]),
+            d(&[("b", "5"), ("a", "6")]),
+            Packed::default(),
+            d(&[("b", "7"), ("a", "8")]),
+        ];
+        for (epoch, delta) in fences.iter().enumerate() {
+            assert_eq!(b.fence_done(epoch as u64, delta.clone()), None);
+        }
+        let went: Vec<(bool, bool)> = fences
+            .iter()
+            .enumerate()
+            .map(|(epoch, delta)| {
+                let down = |same_keys| Down::FenceDone {
+                    epoch: epoch as u64,
+                    delta: delta.clone(),
+                    same_keys,
+                };
+                let log = log.borrow();
+                let at = |line: String| log.iter().position(|l| *l == line);
+                let same = at(format!("broadcast {:?}", down(true)));
+                let host = at(format!("fence {epoch} {delta:?} true"));
+                let other = at(format!("broadcast {:?}", down(false)));
+                assert_eq!(log.len(), 2 * fences.len(), "{log:?}");
+                (same.is_some() && host.is_some(), other.is_some())
+            })
+            .collect();
+        assert_eq!(
+            went,
+            [
+                (false, true),
+                (true, false),
+                (false, true),
+                (false, true),
+                (false, true)
+            ]
+        );
+        log.borrow_mut().clear();
+        let cut = {
+            let mut v = bincode::serialize(&d(&[("a", "9"), ("b", "10")])).unwrap();
+            v.truncate(v.len() - 1);
+            let len = v.len() as u64 - 8;
+            v[..8].copy_from_slice(&len.to_le_bytes());
+            bincode::deserialize::<Packed>(&v).unwrap()
+        };
+        let out = b.fence_done(5, cut);
+        assert!(
+            matches!(&out, Some(Out::Up(Up::Reports(r))) if matches!(&r[..],
+                [Report::Failed { reason }] if reason.starts_with("fence 5: malformed key-value data"))),
+            "{out:?}"
+        );
+        assert!(log.borrow().is_empty(), "{:?}", log.borrow());
+        b.fence_done(6, d(&[("b", "11"), ("a", "12")]));
+        assert!(
+            log.borrow()[0].ends_with("same_keys: true }"),
+            "{:?}",
+            log.borrow()
         );
     }
 

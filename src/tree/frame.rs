@@ -339,6 +339,7 @@ mod tests {
         let msg = Down::FenceDone {
             epoch: 1,
             delta: Packed::from_pairs([("key", "value")]),
+            same_keys: false,
         };
         let (got, frame): (Down, Bytes) = decode_frame(encode(&msg).unwrap()).unwrap();
         assert_eq!(got, msg);

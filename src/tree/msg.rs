@@ -48,6 +48,9 @@ pub enum Down {
         epoch: u64,
         /// Every put of the job since the previous fence.
         delta: Packed,
+        /// The root checked `delta` and found its keys those of the previous fence's delta,
+        /// in the same order: an agent's store replaces that delta with it.
+        same_keys: bool,
     },
     /// The parent is alive (sent every `KAURI_HEARTBEAT` seconds).
     Heartbeat,

@@ -314,9 +314,13 @@ pub fn local_host() -> String {
 }
 
 impl Node {
-    /// Applies the merged delta of a fence the whole tree completed, releasing local ranks.
-    pub fn fence_done(&self, epoch: u64, delta: &crate::proto::kvs::Packed) {
-        self.ctx.engine.borrow_mut().fence_done(epoch, delta);
+    /// Applies the merged delta of a fence the whole tree completed (checked at the root,
+    /// which says whether its keys are the last fence's), releasing local ranks.
+    pub fn fence_done(&self, epoch: u64, delta: &crate::proto::kvs::Packed, same_keys: bool) {
+        self.ctx
+            .engine
+            .borrow_mut()
+            .fence_done(epoch, delta, same_keys);
         self.ctx.dispatch();
     }
 

@@ -52,7 +52,8 @@ impl Root {
                 if let Some((_, fences)) = self.profile.as_mut().filter(|_| j == 0) {
                     fences.push(RootFence::new(epoch, self.clock.now(), &delta));
                 }
-                branch.fence_done(epoch, delta, None);
+                let out = branch.fence_done(epoch, delta);
+                self.on_out(j, out);
             }
             Up::PmixFence { epoch, data } => branch.pmix_fence_done(epoch, data, None),
             Up::Publish(delta) => branch.publish(delta),
