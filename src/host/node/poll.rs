@@ -36,10 +36,8 @@ pub(super) struct PmiPoll {
     set: tokio::io::unix::AsyncFd<OwnedFd>,
     /// Each connection's reading state, by the slot its socket is registered under.
     slots: RefCell<Vec<Option<Reading>>>,
-    /// Slots free for the next connection.
+    /// Slots free for the next connection (the others hold one).
     free: RefCell<Vec<usize>>,
-    /// Connections in the set.
-    live: Cell<usize>,
 }
 
 /// What reading one connection keeps between reads.
@@ -110,7 +108,6 @@ impl PmiPoll {
             set,
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
-            live: Cell::new(0),
         })
     }
 
@@ -137,8 +134,12 @@ impl PmiPoll {
         } else {
             slots[slot] = Some(r);
         }
-        self.live.set(self.live.get() + 1);
         Ok(())
+    }
+
+    /// How many connections are in the set.
+    fn live(&self) -> usize {
+        self.slots.borrow().len() - self.free.borrow().len()
     }
 
     /// Takes the connection in `slot` out of the set and closes it.
@@ -153,7 +154,6 @@ impl PmiPoll {
             )
         };
         self.free.borrow_mut().push(slot);
-        self.live.set(self.live.get() - 1);
         let conn = r.conn;
         drop(r);
         close(ctx, conn);
@@ -164,7 +164,7 @@ impl PmiPoll {
     /// connection left it ends, and the job's next connection starts another.
     async fn run(ctx: Rc<Ctx>, me: Rc<PmiPoll>) {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; BATCH];
-        'wait: while me.live.get() > 0 {
+        'wait: while me.live() > 0 {
             let Ok(mut ready) = me.set.readable().await else {
                 break;
             };
@@ -197,7 +197,7 @@ impl PmiPoll {
                 for e in &events[..k as usize] {
                     me.serve(&ctx, e.u64 as usize);
                 }
-                if me.live.get() == 0 {
+                if me.live() == 0 {
                     break 'wait;
                 }
                 served += k as usize;
@@ -347,7 +347,7 @@ mod tests {
             let (ctx, _events) = job();
             let mut ranks: Vec<_> = (0..3).map(|r| connect(&ctx, r)).collect();
             let first = ctx.pmi_poll.borrow().clone().expect("a loop");
-            assert_eq!(first.live.get(), 3, "one loop for the three");
+            assert_eq!(first.live(), 3, "one loop for the three");
             for rank in &mut ranks {
                 let init = ask(rank, "cmd=init pmi_version=1 pmi_subversion=1\n").await;
                 assert!(init.starts_with("cmd=response_to_init"), "{init}");
@@ -356,13 +356,13 @@ mod tests {
             }
             // A rank's end takes its connection out; the others are still served.
             drop(ranks.remove(1));
-            until(|| first.live.get() == 2).await;
+            until(|| first.live() == 2).await;
             let maxes = ask(&mut ranks[1], "cmd=get_maxes\n").await;
             assert!(maxes.starts_with("cmd=maxes"), "{maxes}");
             // The last end ends the loop; a new connection starts another.
             ranks.clear();
             until(|| ctx.pmi_poll.borrow().is_none()).await;
-            assert_eq!(first.live.get(), 0);
+            assert_eq!(first.live(), 0);
             let mut again = connect(&ctx, 1);
             let second = ctx.pmi_poll.borrow().clone().expect("a new loop");
             assert!(!Rc::ptr_eq(&first, &second));
