@@ -1,12 +1,13 @@
 //! The layout's one checked rule (`docs/design.md`, "Layout"): the pure modules do no I/O.
 //!
-//! A pure module (the PMI engine, the key-value store, the service vocabulary, the plan's
-//! types and each rank's variables, the tree's messages, shape, fence gathers and profile,
-//! the root's policy) is state and decisions: data in, data out. It may not name tokio, libc,
-//! processes, files, sockets, threads or the clock's wall time, and the only `crate::` modules
-//! it may use are other pure modules, plus the few plain-data types listed in
-//! [`DATA_TYPES`], which live beside the I/O that fills them. Doc comments and each file's
-//! tests (from its last `#[cfg(test)]` at column 0) are not read: tests may use anything.
+//! A pure module (the PMI engine, the key-value store, the service vocabulary, Open MPI's job
+//! ids of the run's job names, the plan's types and each rank's variables, the tree's
+//! messages, shape, fence gathers and profile, the root's policy) is state and decisions:
+//! data in, data out. It may not name tokio, libc, processes, files, sockets, threads or the
+//! clock's wall time, and the only `crate::` modules it may use are other pure modules, plus
+//! the few plain-data types listed in [`DATA_TYPES`], which live beside the I/O that fills
+//! them. Doc comments and each file's tests (from its last `#[cfg(test)]` at column 0) are
+//! not read: tests may use anything.
 //!
 //! The test reads the source, so it fails the moment a pure file gains an import it may not
 //! have, a pure file is renamed without this list following it, or an allowed data type moves.
@@ -18,6 +19,7 @@ use std::path::{Path, PathBuf};
 const PURE: &[&str] = &[
     "proto/kvs.rs",
     "proto/pmi",
+    "proto/pmix/jobid.rs",
     "proto/service.rs",
     "plan/mod.rs",
     "plan/rank_env.rs",

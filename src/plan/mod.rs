@@ -49,7 +49,7 @@ pub struct RankPlan {
 }
 
 /// What every host needs to know about the job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobPlan {
     /// The KVS name (PMI-2 job id).
     pub kvsname: String,

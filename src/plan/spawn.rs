@@ -2,15 +2,14 @@
 //! job's ranks go ([`plan_spawn`]): round-robin over free slots, the hosts its info keys name,
 //! `map-by slot`, `ppr N:n`.
 
-use crate::plan::build::{
-    add_flux_job_id, advertise, kvsname, segment_env, shares_one_machine, Plan,
-};
+use crate::plan::build::{add_flux_job_id, advertise, segment_env, shares_one_machine, Plan};
 
 use crate::host::node::is_local;
 use crate::host::output::OutputPlan;
 use crate::plan::job::{HostSpec, JobSpec};
 use crate::plan::{AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::proto::kvs::Delta;
+use crate::proto::pmix::jobid::JobNames;
 use crate::tree::LaunchCost;
 use pmi_wire::SpawnCommand;
 use std::net::IpAddr;
@@ -42,6 +41,8 @@ pub(crate) struct Cluster {
     pub(crate) pmi_port: bool,
     pub(crate) kill_grace_ms: u64,
     pub(crate) jobs_started: usize,
+    /// The names of the jobs the run spawns: the first job's, `@N`.
+    pub(crate) names: JobNames,
     /// The most processes one spawn may start (`KAURI_SPAWN_MAX`).
     pub(crate) spawn_max: u64,
     /// The ports listeners keep to (`MPIEXEC_PORT_RANGE`).
@@ -97,6 +98,7 @@ impl Cluster {
             pmi_port: p.job.pmi_port,
             kill_grace_ms: p.job.kill_grace_ms,
             jobs_started: 0,
+            names: JobNames::new(&p.job.kvsname),
             spawn_max: spawn_max(),
             port_range: p.job.port_range.clone(),
             fault_tolerant: p.job.fault_tolerant,
@@ -196,8 +198,8 @@ pub(crate) fn plan_spawn(
         });
     }
     let (used, placement) = dense_placement(&node_of);
+    let (name, _) = cluster.names.next_job()?;
     cluster.jobs_started += 1;
-    let name = format!("{}_s{}", kvsname(&cluster.me), cluster.jobs_started);
     add_flux_job_id(&mut apps, &name);
     let (local, remote) = spawned_hosts(cluster, &used, &node_of, &appnum);
     let spawned = Spawned {
@@ -519,6 +521,7 @@ mod tests {
             pmi_port: false,
             kill_grace_ms: 0,
             jobs_started: 0,
+            names: JobNames::new("kauri_1_0_h0"),
             spawn_max: 10,
             port_range: None,
             fault_tolerant: false,
@@ -534,6 +537,27 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             ..Default::default()
+        }
+    }
+
+    /// Open MPI turns a namespace into a job id, and two jobs of one id are one job to it
+    /// (`proto::pmix::jobid`). Names made afresh for each spawn shared an Open MPI 5 id once
+    /// in a few hundred jobs, and a run of mpi4py's spawn tests hung or crashed.
+    #[test]
+    fn every_spawned_job_has_its_own_open_mpi_job_id() {
+        use crate::proto::pmix::jobid::{ompi4_job_id, ompi5_job_id};
+        let mut c = cluster(&[4, 4]);
+        c.names = JobNames::new("kauri_31_5e2a_h0");
+        let first = JobPlan {
+            kvsname: "kauri_31_5e2a_h0".into(),
+            ..Default::default()
+        };
+        let mut five = std::collections::HashSet::from([ompi5_job_id(&first.kvsname)]);
+        let mut four = std::collections::HashSet::from([ompi4_job_id(&first.kvsname)]);
+        for _ in 0..3000 {
+            let (job, _, _) = plan_spawn(&mut c, &first, &[command(1, &[])], vec![], None).unwrap();
+            assert!(five.insert(ompi5_job_id(&job.kvsname)), "{}", job.kvsname);
+            assert!(four.insert(ompi4_job_id(&job.kvsname)), "{}", job.kvsname);
         }
     }
 

@@ -16,6 +16,7 @@
 
 pub mod control;
 pub mod ffi;
+pub mod jobid;
 pub mod library;
 pub mod names;
 
