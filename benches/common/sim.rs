@@ -285,8 +285,8 @@ impl Host for SimHost {
     fn signal(&self, _sig: i32) {}
     fn signal_ranks(&self, _sig: i32, _ranks: &[usize]) {}
     /// Virtual ranks have no PMI state to report.
-    fn status(&self) -> Vec<kauri::tree::RankStatus> {
-        Vec::new()
+    fn status(&self) -> (Vec<kauri::tree::RankStatus>, Option<u64>) {
+        (Vec::new(), None)
     }
     /// No rank 0 process, no stdin.
     fn take_stdin(&mut self) -> Option<tokio::net::unix::pipe::Sender> {

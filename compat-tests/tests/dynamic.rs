@@ -334,6 +334,79 @@ fn pmi_a_spawned_jobs_lost_grandchild_fails_only_the_spawn() {
 }
 
 /// A spawned rank that crashes ends the run with its signal, named as a spawned job's rank.
+/// Children that outlive their parents without a word to kauri (what Open MPI children in a
+/// barrier with parents that have gone look like): `kauri --status` names their job while it
+/// runs, `MPIEXEC_TIMEOUT` ends it with the same line, and nothing is left. On one host and
+/// on two simulated hosts (where the agents say how long their ranks have been quiet).
+fn pmi_orphans(hosts: Option<&str>) {
+    let ctx = Ctx::new(&format!("pmi_orphans_{}", hosts.is_some()));
+    let d = ctx.pmi_dyn();
+    let prog = [d.as_str(), "orphan", "2"];
+    let args: Vec<String> = match hosts {
+        Some(h) => fork(h, 2, &prog),
+        None => ["-n", "1"]
+            .iter()
+            .chain(&prog)
+            .map(|s| s.to_string())
+            .collect(),
+    };
+    let mut child = Command::new(ctx.kauri())
+        .args(&args)
+        .env(compat_tests::MARKER_VAR, &ctx.marker)
+        .env("MPIEXEC_TIMEOUT", "30")
+        .current_dir(&ctx.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kauri");
+    let pid = child.id().to_string();
+    let err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
+    let want = "may wait for parents that are gone: every rank of the first job, which \
+                spawned it, has ended, and its 2 rank(s) still run and have asked nothing of \
+                kauri for";
+    let mut asked = String::new();
+    while child.try_wait().unwrap().is_none() && !asked.contains(want) {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let o = Command::new(ctx.kauri())
+            .args(["--status", &pid])
+            .output()
+            .expect("kauri --status");
+        asked = String::from_utf8_lossy(&o.stdout).into_owned();
+    }
+    let status = child.wait().unwrap();
+    let stderr = reader.join().unwrap();
+    eprintln!("=== kauri --status\n{asked}\n=== kauri's stderr\n{stderr}");
+    let named = "spawned job 1 (kauri_";
+    assert!(
+        asked.lines().any(|l| l.contains(named) && l.contains(want)),
+        "{asked}"
+    );
+    assert!(
+        stderr.contains("job timed out after 30 s (MPIEXEC_TIMEOUT)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains(named) && l.contains(want)),
+        "{stderr}"
+    );
+    assert_ne!(status.code(), Some(0));
+    ctx.assert_no_leftovers();
+}
+
+#[test]
+fn pmi_children_waiting_for_parents_that_are_gone_are_named() {
+    pmi_orphans(None);
+}
+
+#[test]
+fn pmi_children_waiting_for_parents_that_are_gone_are_named_on_two_hosts() {
+    pmi_orphans(Some("n1,n2"));
+}
+
 #[test]
 fn pmi_a_crashing_spawned_rank_ends_the_run() {
     let ctx = Ctx::new("pmi_spawned_crash");

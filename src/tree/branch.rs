@@ -80,8 +80,9 @@ pub trait Host {
     fn signal(&self, sig: i32);
     /// Send `sig` to the running ranks among `ranks`.
     fn signal_ranks(&self, sig: i32, ranks: &[usize]);
-    /// Where each rank is, in rank order.
-    fn status(&self) -> Vec<RankStatus>;
+    /// Where each rank is, in rank order, and how many ms ago the ranks here last asked
+    /// something of kauri (`None` while none has).
+    fn status(&self) -> (Vec<RankStatus>, Option<u64>);
     /// Rank 0's stdin, when rank 0 runs here and it was not taken yet.
     fn take_stdin(&mut self) -> Option<pipe::Sender>;
     /// After the last event: forward the rest of the output, kill what the ranks left.
@@ -169,8 +170,8 @@ impl Host for Node {
     fn signal_ranks(&self, sig: i32, ranks: &[usize]) {
         Node::signal_ranks(self, sig, ranks)
     }
-    fn status(&self) -> Vec<RankStatus> {
-        Node::status(self)
+    fn status(&self) -> (Vec<RankStatus>, Option<u64>) {
+        (Node::status(self), Node::quiet_ms(self))
     }
     fn take_stdin(&mut self) -> Option<pipe::Sender> {
         self.stdin.take()
@@ -930,7 +931,7 @@ impl<H: Host, L: Links> Branch<H, L> {
     /// host's are the caller's to add, see [`crate::cli::status::add_stacks`]).
     pub fn ask_status(&mut self, stacks: bool) -> HostStatus {
         self.kids.broadcast(&Down::Status { stacks });
-        let ranks = self.node.as_ref().map(H::status).unwrap_or_default();
+        let (ranks, quiet_ms) = self.node.as_ref().map(H::status).unwrap_or_default();
         // Ranks in the fence being gathered here (not in one this host has sent up already,
         // whose rest is up to the other hosts).
         let epoch = self.gather.epoch();
@@ -951,6 +952,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             host: self.host.clone(),
             ranks,
             fence,
+            quiet_ms,
         }
     }
 
@@ -1091,8 +1093,8 @@ mod tests {
         fn signal_ranks(&self, sig: i32, ranks: &[usize]) {
             self.0.borrow_mut().push(format!("signal {sig} {ranks:?}"));
         }
-        fn status(&self) -> Vec<RankStatus> {
-            Vec::new()
+        fn status(&self) -> (Vec<RankStatus>, Option<u64>) {
+            (Vec::new(), None)
         }
         fn take_stdin(&mut self) -> Option<pipe::Sender> {
             None

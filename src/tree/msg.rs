@@ -347,6 +347,9 @@ pub struct HostStatus {
     /// The fence under way on this host, if one is: its number, whether it still waits for
     /// this host's own ranks, and the hosts of the children it still waits for.
     pub fence: Option<(u64, bool, Vec<String>)>,
+    /// How many milliseconds ago this host's ranks of the job last asked something of
+    /// kauri (a PMI request or a PMIx upcall); `None` while none has, or with no ranks here.
+    pub quiet_ms: Option<u64>,
 }
 
 /// Where one rank is.

@@ -12,6 +12,10 @@
 //!     `spawn failed: <why>`. Every rank then fences and finalizes.
 //! pmi-dyn [--pmi 1|2] nest DEPTH
 //!     rank 0 spawns one copy that nests DEPTH-1 levels further.
+//! pmi-dyn [--pmi 1|2] orphan N
+//!     rank 0 spawns N copies that print their line and then sleep without end, in no PMI
+//!     call, while their parents fence, finalize and exit (children waiting for parents
+//!     that are gone).
 //! pmi-dyn [--pmi 1|2] publish NAME PORT [SECONDS]
 //!     rank 0 publishes, waits SECONDS (default 0), unpublishes.
 //! pmi-dyn [--pmi 1|2] lookup NAME [--wait SECONDS]
@@ -80,7 +84,10 @@ fn run() -> Result<ExitCode, String> {
     let cmd = args.first().cloned().unwrap_or_default();
     let mut status = 0u8;
     match cmd.as_str() {
-        "spawn" | "nest" if c.rank() == actor => {
+        "sleep-alone" => loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        },
+        "spawn" | "nest" | "orphan" if c.rank() == actor => {
             let n: u32 = args
                 .get(1)
                 .and_then(|v| v.parse().ok())
@@ -101,6 +108,8 @@ fn run() -> Result<ExitCode, String> {
                         (n - 1).to_string(),
                     ]
                 }
+            } else if cmd == "orphan" {
+                vec!["--pmi".into(), pmi.into(), "sleep-alone".into()]
             } else {
                 vec!["--pmi".into(), pmi.into()]
             };

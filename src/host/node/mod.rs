@@ -180,6 +180,16 @@ struct Ctx {
     /// When this host's ranks were about to start: an Open MPI 5 singleton's session
     /// directory modified since then is one of theirs.
     started: std::time::SystemTime,
+    /// When this host's ranks of the job last asked something of kauri: a PMI request or a
+    /// PMIx upcall (`None` while none has).
+    last_heard: Cell<Option<std::time::Instant>>,
+}
+
+impl Ctx {
+    /// A rank here asked something of kauri.
+    fn heard(&self) {
+        self.last_heard.set(Some(std::time::Instant::now()));
+    }
 }
 
 impl Ctx {
@@ -548,6 +558,15 @@ impl Node {
                 stack: None,
             })
             .collect()
+    }
+
+    /// How many milliseconds ago this host's ranks of the job last asked something of kauri
+    /// (a PMI request or a PMIx upcall); `None` while none has.
+    pub fn quiet_ms(&self) -> Option<u64> {
+        self.ctx
+            .last_heard
+            .get()
+            .map(|t| t.elapsed().as_millis() as u64)
     }
 
     /// How many ranks are still running.

@@ -265,7 +265,10 @@ fn read_requests(ctx: &Ctx, r: &mut Reading) -> bool {
         let decoded = r.framing.decode(&mut r.buf);
         r.v2.set(r.framing.is_v2());
         match decoded {
-            Ok(Some(req)) => ctx.engine.borrow_mut().handle(r.conn, req),
+            Ok(Some(req)) => {
+                ctx.heard();
+                ctx.engine.borrow_mut().handle(r.conn, req)
+            }
             Ok(None) => break,
             Err(e) => {
                 let fatal = e.is_fatal();

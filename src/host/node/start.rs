@@ -296,6 +296,7 @@ pub(super) fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -
         upcalls: RefCell::new(None),
         alone_checks: Cell::new(0),
         started: std::time::SystemTime::now(),
+        last_heard: Cell::new(None),
     })
 }
 

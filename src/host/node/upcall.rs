@@ -200,6 +200,7 @@ impl Ctx {
     /// Handles one upcall of the PMIx server library: a name call becomes requests to the
     /// front end, anything else a [`NodeEvent`] (nothing when no PMIx job runs here).
     pub(super) fn upcall(self: &Rc<Self>, u: Upcall) {
+        self.heard();
         match u {
             Upcall::Publish {
                 rank,

@@ -76,6 +76,67 @@ pub(super) fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>])
     lines
 }
 
+/// Where a spawned job came from, for the hang diagnosis: the job that spawned it, and
+/// whether every rank of that one has ended.
+pub(super) struct Lineage {
+    pub(super) spawner: usize,
+    pub(super) spawner_ended: bool,
+}
+
+/// A line for each spawned job that may wait for parents that are gone: every rank of the job
+/// that spawned it has ended, while each of its own ranks still runs, none waits in a PMI call
+/// and no fence of its is under way (what Open MPI children in a barrier with their vanished
+/// parents look like). `names[j]` is job `j`'s name.
+pub(super) fn orphan_lines(
+    got: &[(usize, HostStatus)],
+    jobs: &[Vec<RankState>],
+    lineage: &[Option<Lineage>],
+    names: &[&str],
+) -> Vec<String> {
+    use crate::proto::pmi::RankPmi;
+    let mut lines = Vec::new();
+    for (j, l) in lineage.iter().enumerate() {
+        let Some(l) = l.as_ref().filter(|l| l.spawner_ended) else {
+            continue;
+        };
+        let ranks = &jobs[j];
+        if ranks.is_empty() || ranks.iter().any(|r| r.ended.is_some()) {
+            continue;
+        }
+        let hosts: Vec<&HostStatus> = got
+            .iter()
+            .filter(|(k, _)| *k == j)
+            .map(|(_, h)| h)
+            .collect();
+        let waiting = hosts.iter().any(|h| {
+            h.fence.is_some()
+                || h.ranks
+                    .iter()
+                    .any(|r| !matches!(r.pmi, RankPmi::Running | RankPmi::NotInitialized))
+        });
+        if hosts.is_empty() || waiting {
+            continue;
+        }
+        let last = match hosts.iter().filter_map(|h| h.quiet_ms).min() {
+            Some(ms) => format!("for {:.0} s", ms as f64 / 1e3),
+            None => "since they started".to_string(),
+        };
+        let parent = if l.spawner == 0 {
+            "the first job".to_string()
+        } else {
+            format!("spawned job {}", l.spawner)
+        };
+        lines.push(format!(
+            "spawned job {j} ({}) may wait for parents that are gone: every rank of {parent}, \
+             which spawned it, has ended, and its {} rank(s) still run and have asked nothing \
+             of kauri {last}",
+            names[j],
+            ranks.len()
+        ));
+    }
+    lines
+}
+
 impl Root {
     /// Asks every host of every job where its ranks are (with the stuck ranks' stacks when
     /// `stacks`), for `whom`; joins the round under way, if one is.
@@ -118,6 +179,25 @@ impl Root {
         }
     }
 
+    /// Where each live spawned job came from ([`Lineage`]); `None` for the first job and the
+    /// released ones.
+    fn lineage(&self) -> Vec<Option<Lineage>> {
+        let ended = |k: usize| match &self.jobs[k] {
+            Job::Live(j) => j.ranks.iter().all(|r| r.ended.is_some()),
+            Job::Released(_) => true,
+        };
+        self.jobs
+            .iter()
+            .map(|j| {
+                let spawner = j.live()?.spawner?;
+                Some(Lineage {
+                    spawner,
+                    spawner_ended: ended(spawner),
+                })
+            })
+            .collect()
+    }
+
     /// Prints the diagnosis once every host has answered.
     pub(super) fn status_complete(&mut self) {
         if self.status.as_ref().is_some_and(|r| r.got.len() >= r.want) {
@@ -137,7 +217,13 @@ impl Root {
             .iter()
             .map(|j| j.live().map_or_else(Vec::new, |j| j.ranks.clone()))
             .collect();
-        let lines = status_lines(&round.got, &names);
+        let mut lines = status_lines(&round.got, &names);
+        lines.extend(orphan_lines(
+            &round.got,
+            &names,
+            &self.lineage(),
+            &self.jobs.iter().map(Job::kvsname).collect::<Vec<_>>(),
+        ));
         let timeout = round.for_whom.iter().any(|w| matches!(w, Asked::Timeout));
         let heading = if timeout {
             "where the ranks were:"
