@@ -48,6 +48,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -74,8 +75,12 @@ ONE_NODE_ONLY = {
 }
 # Seconds a launcher has after SIGTERM (on a timeout) before its session is killed.
 TERM_GRACE = 20
-# Seconds each group's launcher may run (2 busy cores: generous).
-TIMEOUT = {"main": 900, "test_spawn": 240, "test_dynproc": 240}
+# Seconds each group's launcher may run (2 busy cores: generous; `main` takes 7 to 280 s).
+TIMEOUT = {"main": 600, "test_spawn": 240, "test_dynproc": 240}
+# kauri is given its own deadline this much before the group's timeout (MPIEXEC_TIMEOUT): a
+# hang then ends with kauri's table of where every rank was, in the launcher's log and in the
+# row's detail (kauri_deadline, timeout_table).
+KAURI_DEADLINE_MARGIN = 30
 # The runs of a mode: (launcher, np, groups). Two hangs that cost a run its whole timeout
 # keep the isolated modules out of most CI runs: Open MPI 4.1.4's own spawn fails after some
 # twenty spawns in one job on this machine (MPI_ERR_INTERN) and mpirun's test_spawn then
@@ -122,6 +127,31 @@ def launcher_argv(a, launcher, np):
     if launcher == "kauri":
         return [a.kauri, "-n", str(np)]
     return [a.kauri, "-launcher", "fork", "-hosts", "a,b", "-n", str(np)]
+
+
+def kauri_deadline(env, timeout):
+    """The environment of a kauri run whose group has `timeout` seconds: kauri's own
+    MPIEXEC_TIMEOUT ends it KAURI_DEADLINE_MARGIN seconds earlier, with its table."""
+    env = dict(env)
+    env["MPIEXEC_TIMEOUT"] = str(max(10, int(timeout) - KAURI_DEADLINE_MARGIN))
+    return env
+
+
+def timeout_table(logpath, most=12):
+    """kauri's MPIEXEC_TIMEOUT report in a launcher log, joined for a detail column: the
+    `job timed out` line and the first `most` lines of its table; None when it has none."""
+    try:
+        with open(logpath, errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    start = next((i for i, l in enumerate(lines)
+                  if l.startswith("kauri: job timed out") and "MPIEXEC_TIMEOUT" in l), None)
+    if start is None:
+        return None
+    table = [l[len("kauri:"):].strip() for l in lines[start:]
+             if l.startswith("kauri:   ")][:most]
+    return " / ".join([lines[start][len("kauri: "):]] + table)
 
 
 def group_include(group):
@@ -211,8 +241,9 @@ def run_group(a, launcher, np, group, test_dir, outdir):
         f.write(("$ %s\n" % " ".join(argv)).encode())
         f.flush()
         # A session of its own: on a timeout the launcher and everything under it go at once.
+        env = kauri_deadline(os.environ, timeout) if launcher != "mpirun" else None
         p = subprocess.Popen(argv, cwd=work, stdout=f, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)
+                             stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         try:
             status = p.wait(timeout=timeout)
             timed_out = False
@@ -240,8 +271,11 @@ def run_group(a, launcher, np, group, test_dir, outdir):
             sources.add(lines[0].split(" from ")[1].split(",")[0])
         per_rank.append(parse_rank_log(lines))
     detail = []
+    table = timeout_table(os.path.join(logdir, "launcher.out"))
     if timed_out:
         detail.append("timeout after %d s" % timeout)
+    elif table:
+        detail.append(table)
     elif status != 0:
         detail.append("launcher exit status %d" % status)
     if sorted(worlds) != [(r, np) for r in range(np)]:
@@ -498,6 +532,20 @@ def cmd_selftest(_a):
     assert [(r["launcher"], r["test"]) for r in reg] == [("kauri", "S.a")], reg
     assert not gap_fail and now_passing == [("kauri-2h np=2", "test_spawn")], now_passing
     del KNOWN_GAPS[("kauri-2h", "test_spawn")]
+    # kauri's own deadline, and its report in a row's detail.
+    assert kauri_deadline({"A": "1"}, 600) == {"A": "1", "MPIEXEC_TIMEOUT": "570"}
+    assert kauri_deadline({}, 20)["MPIEXEC_TIMEOUT"] == "10"
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+        f.write("$ kauri -n 2 python3\nrank 0 says hi\n"
+                "kauri: job timed out after 570 s (MPIEXEC_TIMEOUT)\n"
+                "kauri:   where the ranks were:\n"
+                "kauri:   rank 0 on vm (pid 7): running (in no PMI call)\n"
+                "kauri: rank 0 (pid 7) on vm killed by signal 9 (SIGKILL)\n")
+    t = timeout_table(f.name)
+    assert t == ("job timed out after 570 s (MPIEXEC_TIMEOUT) / where the ranks were: / "
+                 "rank 0 on vm (pid 7): running (in no PMI call)"), t
+    os.unlink(f.name)
+    assert timeout_table(f.name) is None
     print("mpi4py suite.py selftest: ok")
     return 0
 

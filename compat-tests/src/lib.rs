@@ -13,7 +13,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -715,17 +715,26 @@ impl Job {
             })
         });
         let mut out_pipe = child.stdout.take().expect("stdout pipe");
-        let mut err_pipe = child.stderr.take().expect("stderr pipe");
         let out_reader = thread::spawn(move || {
             let mut v = Vec::new();
             let _ = out_pipe.read_to_end(&mut v);
             v
         });
-        let err_reader = thread::spawn(move || {
-            let mut v = Vec::new();
-            let _ = err_pipe.read_to_end(&mut v);
-            v
-        });
+        // Stderr as it comes: a hang's report is read before the job is killed.
+        let err_so_far = Arc::new(Mutex::new(Vec::new()));
+        let err_reader = {
+            let (mut pipe, sink) = (
+                child.stderr.take().expect("stderr pipe"),
+                err_so_far.clone(),
+            );
+            thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while let Ok(n @ 1..) = pipe.read(&mut buf) {
+                    sink.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+                std::mem::take(&mut *sink.lock().unwrap())
+            })
+        };
 
         let start = Instant::now();
         let status = loop {
@@ -736,6 +745,12 @@ impl Job {
             }
         };
         let Some(status) = status else {
+            // kauri says where every rank is on SIGUSR1: the report names what hung.
+            let report = if self.wrapper.is_empty() && exe.file_name() == Some("kauri".as_ref()) {
+                hang_report(pgid, &err_so_far)
+            } else {
+                String::new()
+            };
             kill_group(pgid);
             let _ = child.kill();
             let _ = child.wait();
@@ -743,7 +758,7 @@ impl Job {
             // Pipes may still be held by escaped processes; do not wait for the readers forever.
             panic!(
                 "{command}: still running after {:?} (the job hangs); killed its process group \
-                 {pgid} and {} other marked process(es)",
+                 {pgid} and {} other marked process(es){report}",
                 self.timeout,
                 killed.len()
             );
@@ -764,6 +779,29 @@ impl Job {
             signal: status.signal(),
         }
     }
+}
+
+/// Sends kauri (pid `pid`) `SIGUSR1` and waits up to 20 s for the table it prints ("where
+/// the ranks are:"); returns kauri's stderr since the start (its last 8 KiB), or says that no
+/// table came.
+fn hang_report(pid: u32, stderr: &Mutex<Vec<u8>>) -> String {
+    let start = Instant::now();
+    let heading = b"where the ranks are:";
+    let printed = |v: &[u8]| v.windows(heading.len()).any(|w| w == heading);
+    signal_pid(pid, "USR1");
+    while !printed(&stderr.lock().unwrap()) && start.elapsed() < Duration::from_secs(20) {
+        thread::sleep(Duration::from_millis(100));
+    }
+    // The table's last lines follow its heading closely.
+    thread::sleep(Duration::from_millis(500));
+    let v = stderr.lock().unwrap();
+    let text = String::from_utf8_lossy(&v[v.len().saturating_sub(8192)..]).into_owned();
+    let what = if printed(&v) {
+        "kauri's report (SIGUSR1)"
+    } else {
+        "no report from kauri within 20 s of SIGUSR1"
+    };
+    format!("\n--- {what}; its stderr:\n{text}")
 }
 
 fn join_reader(h: thread::JoinHandle<Vec<u8>>, marker: &str, dir: &Path, command: &str) -> Vec<u8> {
