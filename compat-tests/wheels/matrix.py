@@ -7,7 +7,7 @@ Standard library only. See README.md next to this file; in short:
 
   matrix.py all --mode ci --kauri target/debug/kauri --out OUT   # cases, suite, compare
   matrix.py cases --mode ci --kauri K --out OUT [--mpis impi] [--cases py-spawn]
-  matrix.py suite --kauri K --out OUT [--mpis mpich43] [--launchers native]
+  matrix.py suite --kauri K --out OUT [--mpis mpich43] [--launchers native] [--groups test_spawn]
   matrix.py compare --out OUT       # exit 1 on a regression or a known gap that passes
   matrix.py plan --mode ci          # what a mode runs
   matrix.py selftest                # the checks, the comparison and the leftover rules
@@ -468,7 +468,8 @@ def case_plan(a):
 
 def suite_plan(a):
     return [(mpi, launcher, 2, g) for mpi in pick(a, a.mpis, MPIS)
-            for launcher in pick(a, a.launchers, LAUNCHERS) for g in SUITE_GROUPS]
+            for launcher in pick(a, a.launchers, LAUNCHERS)
+            for g in pick(a, getattr(a, "groups", None), SUITE_GROUPS)]
 
 
 def prepare(a):
@@ -810,7 +811,9 @@ def main():
             sp.add_argument("--mode", choices=sorted(MODES), default="ci")
 
     common(sub.add_parser("cases", help="the cases of a mode"))
-    common(sub.add_parser("suite", help="mpi4py's test suite at 2 ranks"), suite_only=True)
+    su = sub.add_parser("suite", help="mpi4py's test suite at 2 ranks")
+    common(su, suite_only=True)
+    su.add_argument("--groups", help="comma-separated, of: " + ", ".join(SUITE_GROUPS))
     al = sub.add_parser("all", help="cases, suite, then compare")
     common(al)
     al.add_argument("--no-suite", action="store_true")
