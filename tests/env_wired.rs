@@ -527,24 +527,43 @@ fn ml_python() -> Option<String> {
     ok.then_some(py)
 }
 
+/// JAX finds its cluster with no arguments, on one host and on two; also when the script
+/// mentions mpi4py (issue #51: such a script used to be served PMIx alone, and the job then
+/// got none of the variables JAX reads: "Number of processes must be defined").
 #[test]
 fn jax_initializes_with_no_arguments_on_one_host_and_on_two() {
     let Some(py) = ml_python() else { return };
-    let prog = program("jax_init.py");
+    let plain = program("jax_init.py");
+    let dir = std::env::temp_dir().join(format!("kauri-jax-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let named = dir.join("jax_init_mpi4py.py");
+    let text = std::fs::read_to_string(&plain).unwrap();
+    std::fs::write(
+        &named,
+        format!("# the model's data comes through mpi4py\n{text}"),
+    )
+    .unwrap();
+    let named = named.to_string_lossy().into_owned();
     let want: Vec<String> = (0..4)
         .map(|r| format!("jax {r}/4 devices=1 sum=6"))
         .collect();
-    for hosts in [&[][..], &["-launcher", "fork", "-hosts", "a,b"][..]] {
+    let cases = [
+        (&[][..], &plain),
+        (&["-launcher", "fork", "-hosts", "a,b"][..], &plain),
+        (&[][..], &named),
+    ];
+    for (hosts, prog) in cases {
         let mut args = vec!["-ml-env"];
         args.extend(hosts);
-        args.extend(["-n", "4", &py, &prog]);
+        args.extend(["-n", "4", &py, prog]);
         let o = kauri(&args, &[]);
-        assert!(o.status.success(), "{hosts:?}: {}", err(&o));
+        assert!(o.status.success(), "{hosts:?} {prog}: {}", err(&o));
         // (Gloo reports its connections on standard output too.)
         let got: Vec<String> = lines(&o)
             .into_iter()
             .filter(|l| l.starts_with("jax "))
             .collect();
-        assert_eq!(got, want, "{hosts:?}: {}", err(&o));
+        assert_eq!(got, want, "{hosts:?} {prog}: {}", err(&o));
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -91,9 +91,12 @@ fn ten_jobs_without_a_range_each_get_their_own_master_port() {
     jobs_at_once(&[], None);
 }
 
+/// Two jobs hold a range of four ports: each its `MASTER_PORT` (the highest free ones) and the
+/// loopback port of its PMIx door (the lowest: every job is offered PMIx). A third job finds
+/// no `MASTER_PORT` and says so.
 #[test]
 fn a_range_with_every_port_reserved_is_one_line() {
-    let range = "29150:29151";
+    let range = "29150:29153";
     let env = [("MPIEXEC_PORT_RANGE", range)];
     let dir = std::env::temp_dir().join(format!("kauri-ports-reserved-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -203,6 +203,29 @@ fn remove_stale_run_dirs(base: &Path) {
     }
 }
 
+/// Runs the build command `cmd`, failing the test with its output when it fails.
+pub fn build_or_panic(cmd: &mut Command) {
+    let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The libraries `file` names (`DT_NEEDED`), as `readelf -d` prints them.
+pub fn needed_libraries(file: &str) -> Vec<String> {
+    let o = Command::new("readelf")
+        .args(["-d", file])
+        .output()
+        .unwrap_or_else(|e| panic!("readelf: {e}"));
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| Some(l.split_once('[')?.1.trim_end_matches(']').to_string()))
+        .collect()
+}
+
 pub(crate) fn compile(cc: &Path, src: &Path, out: &Path, libs: &[&str]) -> Result<(), String> {
     let res = Command::new(cc)
         .arg("-O1")
@@ -548,6 +571,35 @@ impl Ctx {
     }
 
     /// Writes an executable script `name` into this test's directory and returns its path.
+    /// `programs/through_lib.c` built twice in this test's directory: as `libkwrap.so` by
+    /// `mpicc` (with `flags`), and as a program linked to that library alone (`cc`, an rpath
+    /// to it), whose own libraries name no MPI (checked). The program's path.
+    pub fn through_lib(&self, mpicc: &str, flags: &[&str]) -> String {
+        let src = Path::new(PROGRAMS_DIR).join("through_lib.c");
+        let dir = self.dir.to_string_lossy().into_owned();
+        let lib = format!("{dir}/libkwrap.so");
+        let mut lib_cmd = Command::new(mpicc);
+        lib_cmd
+            .args(flags)
+            .args(["-shared", "-fPIC", "-o", &lib])
+            .arg(&src);
+        build_or_panic(&mut lib_cmd);
+        let prog = format!("{dir}/through_lib");
+        let mut prog_cmd = Command::new("cc");
+        prog_cmd
+            .args(["-DTHROUGH_LIB_MAIN", "-o", &prog])
+            .arg(&src)
+            .args(["-L", &dir, "-lkwrap", &format!("-Wl,-rpath,{dir}")]);
+        build_or_panic(&mut prog_cmd);
+        let libs = needed_libraries(&prog);
+        assert!(
+            libs.iter().any(|l| l == "libkwrap.so")
+                && !libs.iter().any(|l| l.starts_with("libmpi")),
+            "{libs:?}"
+        );
+        prog
+    }
+
     pub fn script(&self, name: &str, text: &str) -> String {
         use std::os::unix::fs::PermissionsExt;
         let dst = self.dir.join(name);

@@ -725,7 +725,8 @@ fn count(o: &Outcome, prefix: &str) -> usize {
 }
 
 /// `--pmi=pmix`: every rank gets the PMIx server's variables and none of the PMI ones (a
-/// PMI_FD in kauri's own environment does not leak either); a PMI job gets no PMIx variable.
+/// PMI_FD in kauri's own environment does not leak either); `--pmi=pmi1`/`pmi2` give no PMIx
+/// variable; `auto` (no flag) gives both, kauri's own values.
 #[test]
 fn choice_variables() {
     let ctx = Ctx::new("pmix_choice_variables");
@@ -742,7 +743,7 @@ fn choice_variables() {
     ] {
         assert_eq!(count(&k, v), 0, "{v} reached a PMIx job\n{k}");
     }
-    for args in [&["--pmi=pmi1"][..], &["--pmi=pmi2"], &[]] {
+    for args in [&["--pmi=pmi1"][..], &["--pmi=pmi2"]] {
         let k = env_of(&ctx, args, 2);
         assert_eq!(
             count(&k, "PMIX_"),
@@ -752,11 +753,22 @@ fn choice_variables() {
         assert_eq!(count(&k, "PMI_FD="), 2, "{k}");
         assert_eq!(count(&k, "PMI_FD=99"), 0, "{k}");
     }
+    let k = env_of(&ctx, &[], 2);
+    for v in [
+        "PMIX_NAMESPACE=",
+        "PMIX_SERVER_URI4=",
+        "PMI_FD=",
+        "PMI_RANK=",
+    ] {
+        assert_eq!(count(&k, v), 2, "{v}\n{k}");
+    }
+    assert_eq!(count(&k, "PMIX_RANK=9"), 0, "{k}");
+    assert_eq!(count(&k, "PMI_FD=99"), 0, "{k}");
     ctx.assert_no_leftovers();
 }
 
-/// `--pmi=auto` picks PMIx for an Open MPI program (the other tests give no flag at all,
-/// so they rely on it too); a bad `--pmi` value is one line and status 255.
+/// `--pmi=auto` serves an Open MPI program (the other tests give no flag at all, so they
+/// rely on it too); a bad `--pmi` value is one line and status 255.
 #[test]
 fn choice_auto_and_bad_values() {
     let ctx = Ctx::new("pmix_choice_auto");
@@ -774,7 +786,7 @@ fn choice_auto_and_bad_values() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Interpreters and wrappers: `--pmi=auto` looking past the program
+// Interpreters and wrappers: served both, whatever they run
 
 /// The interpreter Debian's `python3-mpi4py` (Open MPI 4.1) is built for: a `python3`
 /// earlier in `PATH` (pyenv, a venv) may not have it.
@@ -801,9 +813,8 @@ fn world_lines(n: usize) -> Vec<String> {
 }
 
 /// Issue #17's test: `kauri -n 4 python3 -c 'from mpi4py import MPI; …'` with no flag is
-/// one world of 4 (`python3` is linked to no MPI; `auto` finds mpi4py in the argument and
-/// serves PMIx beside PMI), on one host and on two simulated hosts; and a script that
-/// imports mpi4py, named as the interpreter's argument, is found too.
+/// one world of 4 (`python3` is linked to no MPI; every job is served PMIx beside PMI), on
+/// one host and on two simulated hosts; and so is a script that imports mpi4py.
 #[test]
 fn auto_python_mpi4py_is_one_world() {
     need_mpi4py();
@@ -821,27 +832,25 @@ fn auto_python_mpi4py_is_one_world() {
     ctx.assert_no_leftovers();
 }
 
-/// A job served both: every rank has the PMI variables and the PMIx ones; an interpreter
-/// whose arguments name no MPI stays a PMI job with no PMIx variable (and no PMIx server).
+/// Every job is served both (issue #51): every rank has the PMI variables and the PMIx
+/// ones, whether or not its arguments name an MPI.
 #[test]
-fn auto_both_and_plain_interpreter_variables() {
+fn auto_serves_both_to_every_job() {
     let ctx = Ctx::new("pmix_auto_both_vars");
     let show = "import os; print(sorted(k for k in os.environ if k.startswith(('PMI', 'MPI_'))))";
-    let both = format!("{show} # mpi4py");
-    let k = kauri_argv(&ctx, ONE_HOST, 2, &[PYTHON, "-c", &both], &[]);
-    assert_eq!(k.code, Some(0), "{k}");
-    for v in [
-        "'PMI_FD'",
-        "'PMI_RANK'",
-        "'PMIX_NAMESPACE'",
-        "'PMIX_SERVER_URI2'",
-    ] {
-        assert_eq!(k.stdout.matches(v).count(), 2, "{v} missing\n{k}");
+    let named = format!("{show} # mpi4py");
+    for prog in [named.as_str(), show] {
+        let k = kauri_argv(&ctx, ONE_HOST, 2, &[PYTHON, "-c", prog], &[]);
+        assert_eq!(k.code, Some(0), "{k}");
+        for v in [
+            "'PMI_FD'",
+            "'PMI_RANK'",
+            "'PMIX_NAMESPACE'",
+            "'PMIX_SERVER_URI2'",
+        ] {
+            assert_eq!(k.stdout.matches(v).count(), 2, "{v} missing\n{k}");
+        }
     }
-    let k = kauri_argv(&ctx, ONE_HOST, 2, &[PYTHON, "-c", show], &[]);
-    assert_eq!(k.code, Some(0), "{k}");
-    assert_eq!(k.stdout.matches("'PMI_FD'").count(), 2, "{k}");
-    assert_eq!(k.stdout.matches("PMIX_").count(), 0, "{k}");
     ctx.assert_no_leftovers();
 }
 

@@ -3,10 +3,10 @@
 //! `${KAURI_CACHE:-$HOME/.cache/kauri}/venvs` ([`compat_tests::wheel_venv`]: a missing one is
 //! skipped with a line saying so, and fails under `CI=true`).
 //!
-//! `python3 -c 'from mpi4py import MPI …'` is linked to no MPI, so `--pmi=auto` serves it
-//! PMI-1/PMI-2 and PMIx side by side (issue #17). Each MPI must take the one it speaks and
-//! make one world: MPICH 5 reads both `PMI_SIZE` and `PMIX_NAMESPACE` and, unless told
-//! which (`MPIR_CVAR_PMI_VERSION`), aborts every rank (issue #26).
+//! Every job is served PMI-1/PMI-2 and PMIx side by side (issue #51; before, only an
+//! interpreter whose arguments named an MPI was, issue #17). Each MPI must take the one it
+//! speaks and make one world: MPICH 5 reads both `PMI_SIZE` and `PMIX_NAMESPACE` and, unless
+//! told which (`MPIR_CVAR_PMI_VERSION`), aborts every rank (issue #26).
 //!
 //! `a_wrong_pmi_*`: given the wrong `--pmi`, every rank runs as a singleton; kauri says so
 //! in one line. `programs_without_an_mpi_*`: a job that uses no MPI gets no such line.
@@ -428,12 +428,11 @@ fn a_wrong_pmi_is_named_in_one_line() {
     }
 }
 
-/// Issue #26: a script that imports mpi4py through a module of its own gives `--pmi=auto`
-/// nothing to see, so kauri serves PMI only, and Open MPI 5's ranks each run alone. Open MPI
-/// 5 forks no `orted`; its singletons leave a session directory `ompi.<host>.<uid>/jf.0` in
-/// their temporary directory, and kauri names the flag from that trace.
+/// Issue #51: a script that imports mpi4py through a module of its own (no word of it names
+/// an MPI) forms one world: every job is offered both protocols. Before, `--pmi=auto` saw
+/// nothing, served PMI only, and Open MPI 5's ranks each ran alone, status 0.
 #[test]
-fn openmpi5_behind_an_indirect_import_is_named_in_one_line() {
+fn openmpi5_behind_an_indirect_import_forms_its_world() {
     let Some(v) = wheel_venv("openmpi5") else {
         return;
     };
@@ -443,17 +442,51 @@ fn openmpi5_behind_an_indirect_import_is_named_in_one_line() {
         "app.py",
         "import mylib\nc = mylib.MPI.COMM_WORLD\nprint('rank', c.Get_rank(), 'of', c.Get_size())\n",
     );
-    let shm = singletons_shm(&ctx);
-    let o = kauri_py(&ctx, &v, &["-genv", SM_DIR, &shm], 3, &[&app]);
-    assert_eq!(o.code, Some(0), "{o}");
-    assert_eq!(o.stdout.matches("rank 0 of 1").count(), 3, "{o}");
-    let lines = never_wired_lines(&o);
-    assert_eq!(lines.len(), 1, "{o}");
-    assert!(
-        lines[0].starts_with("kauri: none of the 3 ranks connected to the PMI-1/PMI-2 server")
-            && lines[0].ends_with("try --pmi=pmix"),
-        "{o}"
-    );
+    for hosts in [ONE_HOST, TWO_HOSTS] {
+        for n in [2, 4] {
+            let o = kauri_py(&ctx, &v, hosts, n, &[&app]);
+            assert_eq!(o.code, Some(0), "{hosts:?} -n {n}: {o}");
+            assert_eq!(o.sorted_stdout(), world(n), "{hosts:?} -n {n}: {o}");
+            assert!(!o.stderr.contains("kauri:"), "{hosts:?} -n {n}: {o}");
+        }
+    }
+    ctx.assert_no_leftovers();
+}
+
+/// Issue #51: a C program that reaches Open MPI 5 only through a library of its own (its own
+/// libraries name no MPI) forms one world, served by the wheel's own OpenPMIx 5 (found past
+/// the program, through its library, to `libmpi.so.40` and its `libpmix`): the communicator
+/// it builds from a group gets its context id from the server's group construct, which
+/// Debian's OpenPMIx 4.2 server cannot answer for an OpenPMIx 5 client.
+#[test]
+fn openmpi5_program_through_a_library_of_its_own() {
+    let Some(v) = wheel_venv("openmpi5") else {
+        return;
+    };
+    let ctx = Ctx::new("venv_openmpi5_through_lib");
+    let mpicc = v.join("bin/mpicc").to_string_lossy().into_owned();
+    let prog = ctx.through_lib(&mpicc, &["-DTHROUGH_LIB_GROUPS"]);
+    let tmp = ctx.dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    for hosts in [ONE_HOST, TWO_HOSTS] {
+        for n in [2, 4] {
+            let mut a: Vec<String> = hosts.iter().map(|s| s.to_string()).collect();
+            a.extend(["-n".into(), n.to_string(), prog.clone()]);
+            let o = ctx
+                .job(Launcher::Kauri, &a)
+                .program(ctx.kauri())
+                .env("TMPDIR", &tmp.to_string_lossy())
+                .run();
+            eprintln!("=== kauri {a:?}\n{o}");
+            assert_eq!(o.code, Some(0), "{hosts:?} -n {n}: {o}");
+            let mut want: Vec<String> = (0..n)
+                .map(|r| format!("through_lib: rank {r} of {n} groups ok"))
+                .collect();
+            want.sort();
+            assert_eq!(o.sorted_stdout(), want, "{hosts:?} -n {n}: {o}");
+            assert!(!o.stderr.contains("kauri:"), "{hosts:?} -n {n}: {o}");
+        }
+    }
     ctx.assert_no_leftovers();
 }
 

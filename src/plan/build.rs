@@ -28,25 +28,31 @@ pub(crate) fn kvsname(host: &str) -> String {
     format!("kauri_{}_{nanos:x}_{host}", std::process::id())
 }
 
-/// How a job is wired up: as asked, or (`auto`) from what its segments' programs are linked
-/// to and what their arguments name ([`segment_evidence`], [`crate::plan::job::auto_wiring`]);
-/// a job set up for Open MPI's PMI-1 path (`FLUX_PMI_LIBRARY_PATH` in its environment) is
-/// PMI.
+/// How a job is wired up: as asked, or (`auto`) both PMI-1/PMI-2 and PMIx, whatever its
+/// programs are (each rank speaks the one its MPI speaks; the PMIx server starts only when a
+/// client needs it: [`crate::proto::pmix::door`]); a job set up for Open MPI's PMI-1 path
+/// (`FLUX_PMI_LIBRARY_PATH` in its environment) is PMI.
 ///
-/// Also says whether the job looks like an MPI job (a segment's program is linked to an MPI
-/// or a PMI library, or names one past itself; [`crate::tree::policy::never_wired`] speaks only
-/// of those), whatever `--pmi` asked.
-pub(crate) fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> (Wiring, bool) {
+/// Also says what reading the segments' programs found ([`segment_evidence`]), whatever
+/// `--pmi` asked: whether the job looks like an MPI job (a segment's program is linked to an
+/// MPI or a PMI library, or names one past itself; [`crate::tree::policy::never_wired`]
+/// speaks only of those), and whether a segment's program is linked to Open MPI or
+/// `libpmix` (its hosts start their PMIx servers at once).
+pub(crate) fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> Wired {
     let found: Vec<Evidence> = apps.iter().map(segment_evidence).collect();
     debug!(?found, ?choice, "the segments' programs");
-    let mpi = found.iter().any(|e| *e != Evidence::None);
     let wiring = match choice {
         PmiChoice::Pmix => Wiring::Pmix,
         PmiChoice::Pmi1 | PmiChoice::Pmi2 => Wiring::Pmi,
         PmiChoice::Auto if apps.iter().any(AppPlan::uses_open_mpi_flux) => Wiring::Pmi,
-        PmiChoice::Auto => crate::plan::job::auto_wiring(&found),
+        PmiChoice::Auto => Wiring::Both,
     };
-    (wiring, mpi)
+    Wired {
+        wiring,
+        looks_mpi: found.iter().any(|e| *e != Evidence::None),
+        pmix_now: wiring == Wiring::Pmix || found.contains(&Evidence::Pmix),
+        pmix_library: None,
+    }
 }
 
 /// The most bytes of a script (or of a file an argument names that is not an ELF program)
@@ -649,11 +655,14 @@ fn singleton_addr(interface: &str, port: u16) -> String {
 }
 
 /// How the job is wired ([`wiring`]) and what that adds to its segments.
-struct Wired {
+pub(crate) struct Wired {
     /// PMI, PMIx, or both.
-    wiring: Wiring,
+    pub(crate) wiring: Wiring,
     /// A segment's program is linked to an MPI or names one.
-    looks_mpi: bool,
+    pub(crate) looks_mpi: bool,
+    /// A segment's program is linked to Open MPI or `libpmix` (or `--pmi=pmix`): the
+    /// job's PMIx servers start at once.
+    pub(crate) pmix_now: bool,
     /// The OpenPMIx library the servers load, for a PMIx job ([`pmix_library`]).
     pmix_library: Option<String>,
 }
@@ -661,8 +670,8 @@ struct Wired {
 /// Chooses the job's wiring and gives its segments what it needs: `OPAL_PREFIX` for a
 /// relocated Open MPI's PMIx library, `FLUX_JOB_ID` for a PMI job ([`add_flux_job_id`]).
 fn wire_segments(choice: PmiChoice, apps: &mut [AppPlan], kvsname: &str) -> Wired {
-    let (wiring, looks_mpi) = wiring(choice, apps);
-    let pmix = wiring != Wiring::Pmi;
+    let mut wired = wiring(choice, apps);
+    let pmix = wired.wiring != Wiring::Pmi;
     let pmix_library = pmix.then(|| pmix_library(apps)).flatten();
     if let Some(prefix) = pmix_library
         .as_deref()
@@ -679,11 +688,8 @@ fn wire_segments(choice: PmiChoice, apps: &mut [AppPlan], kvsname: &str) -> Wire
     if !pmix {
         add_flux_job_id(apps, kvsname);
     }
-    Wired {
-        wiring,
-        looks_mpi,
-        pmix_library,
-    }
+    wired.pmix_library = pmix_library;
+    wired
 }
 
 /// What [`job_plan`] is made of, beyond the spec.
@@ -740,6 +746,7 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         rank_node,
         pmix,
         pmi_too: p.wired.wiring == Wiring::Both,
+        pmix_now: p.wired.pmix_now,
         pmix_library: p.wired.pmix_library.clone(),
         profile: spec.profile.is_some(),
         binding: spec.binding,

@@ -365,12 +365,15 @@ fn dynamic_by(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Dynamic {
     parse().unwrap_or_default()
 }
 
-/// True when a program naming these libraries wires up through PMIx: Open MPI 4's
-/// `libmpi.so.40`, or `libpmix` itself.
+/// True when a program naming these libraries wires up through PMIx: Open MPI 4 and 5's
+/// `libmpi.so.40`, or one of its language bindings that load it (`libmpi_mpifh.so.40`,
+/// `libmpi_usempif08.so.40`, `libmpi_usempi_ignore_tkr.so.40`, `libmpi_cxx.so.40`: a
+/// Fortran or C++ program names these, not `libmpi.so.40`), or `libpmix` itself.
 pub fn wants_pmix(needed: &[String]) -> bool {
-    needed
-        .iter()
-        .any(|l| l.starts_with("libmpi.so.40") || l.starts_with("libpmix.so"))
+    needed.iter().any(|l| {
+        l.starts_with("libpmix.so")
+            || (l.starts_with("libmpi") && !l.starts_with("libmpich") && l.contains(".so.40"))
+    })
 }
 
 /// True when a program naming these libraries wires up through PMI-1/PMI-2: MPICH and its
@@ -384,15 +387,15 @@ pub fn wants_pmi(needed: &[String]) -> bool {
     })
 }
 
-/// How `--pmi=auto` wires a job up.
+/// How a job is wired up: what `--pmi` asked, or `auto`'s choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wiring {
     /// PMI-1/PMI-2 only.
     Pmi,
     /// PMIx only.
     Pmix,
-    /// PMIx and PMI-1/PMI-2 side by side: the program is not linked to an MPI itself but
-    /// something it runs may be (an interpreter's MPI module, a wrapped program).
+    /// PMIx and PMI-1/PMI-2 side by side, each rank speaking the one its MPI speaks:
+    /// `--pmi=auto`, whatever the programs are.
     Both,
 }
 
@@ -408,18 +411,6 @@ pub enum Evidence {
     Beyond,
     /// Nothing points to an MPI.
     None,
-}
-
-/// The job's wiring under `--pmi=auto`, from each segment's evidence: PMIx when a program
-/// is linked to Open MPI, both when an MPI was found past a program, else PMI.
-pub fn auto_wiring(segments: &[Evidence]) -> Wiring {
-    if segments.contains(&Evidence::Pmix) {
-        Wiring::Pmix
-    } else if segments.contains(&Evidence::Beyond) {
-        Wiring::Both
-    } else {
-        Wiring::Pmi
-    }
 }
 
 /// Words in a script or in an argument that say an MPI is used from an interpreter:
@@ -829,17 +820,6 @@ mod tests {
     }
 
     #[test]
-    fn auto_wiring_from_the_segments() {
-        use Evidence as E;
-        assert_eq!(auto_wiring(&[E::None]), Wiring::Pmi);
-        assert_eq!(auto_wiring(&[E::Pmi]), Wiring::Pmi);
-        assert_eq!(auto_wiring(&[E::Pmix]), Wiring::Pmix);
-        assert_eq!(auto_wiring(&[E::Beyond]), Wiring::Both);
-        assert_eq!(auto_wiring(&[E::Pmi, E::Beyond]), Wiring::Both);
-        assert_eq!(auto_wiring(&[E::Beyond, E::Pmix, E::None]), Wiring::Pmix);
-    }
-
-    #[test]
     fn markers_and_argument_words() {
         assert!(mentions_mpi(b"from mpi4py import MPI\n"));
         assert!(mentions_mpi(b"using MPI\nMPI.Init()"));
@@ -894,6 +874,16 @@ mod tests {
         ]));
         assert!(wants_pmix(&["libpmix.so.2".to_string()]));
         assert!(!wants_pmix(&["libmpi.so.12".to_string()]));
+        // Open MPI's Fortran and C++ programs name their bindings, not libmpi.so.40.
+        for binding in [
+            "libmpi_mpifh.so.40",
+            "libmpi_usempif08.so.40",
+            "libmpi_usempi_ignore_tkr.so.40",
+            "libmpi_cxx.so.40",
+        ] {
+            assert!(wants_pmix(&[binding.to_string()]), "{binding}");
+        }
+        assert!(!wants_pmix(&["libmpichfort.so.12".to_string()]));
     }
 
     #[test]

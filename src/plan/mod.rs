@@ -94,6 +94,10 @@ pub struct JobPlan {
     /// not linked to an MPI itself but runs one: an interpreter's MPI module, a wrapped
     /// program). Each rank speaks whichever its MPI library speaks.
     pub pmi_too: bool,
+    /// With `pmix`: the job's programs are known to speak PMIx (they load Open MPI or
+    /// `libpmix`, or a PMIx client spawned them): each host starts its PMIx server as soon as
+    /// its ranks are forked, not when the first client knocks ([`crate::proto::pmix::door`]).
+    pub pmix_now: bool,
     /// With `pmix`: the OpenPMIx library file the servers load instead of the system's (the
     /// one the ranks' programs load, or `KAURI_PMIX_LIBRARY`); see [`crate::proto::pmix::library`].
     #[serde(default)]

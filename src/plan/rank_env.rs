@@ -135,7 +135,10 @@ pub fn rank_env(
     seat: &RankSeat<'_>,
     host: &HostFacts<'_>,
 ) -> Vec<(String, String)> {
+    // Open MPI may run: served PMIx (or set up for its PMI-1 path). Known to run: served
+    // PMIx alone, or its programs are Open MPI's.
     let open_mpi = job.pmix || app.uses_open_mpi_flux();
+    let only_open_mpi = (job.pmix && (!job.pmi_too || job.pmix_now)) || app.uses_open_mpi_flux();
     let mut env = pmi_identity_vars(job, seat);
     env.extend(host.pmix.iter().cloned());
     env.extend(mpich_pmi_choice(job, app));
@@ -144,7 +147,7 @@ pub fn rank_env(
     if job.spawner.is_some() && job.serves_pmi() {
         env.push(("PMI_SPAWNED".into(), "1".into()));
     }
-    env.extend(interface_vars(job, app, seat, open_mpi));
+    env.extend(interface_vars(job, app, seat, open_mpi, !only_open_mpi));
     if let Some((addr, port)) = &job.master {
         let ml = MlSeat {
             job,
@@ -154,7 +157,7 @@ pub fn rank_env(
             port: *port,
         };
         env.extend(offered(app, torchrun_vars(&ml)));
-        env.extend(offered(app, jax_vars(&ml, open_mpi)));
+        env.extend(offered(app, jax_vars(&ml, only_open_mpi)));
     }
     env.extend(pmi_socket_vars(job, seat, host.socket));
     env
@@ -235,17 +238,21 @@ fn interface_vars(
     app: &AppPlan,
     seat: &RankSeat<'_>,
     open_mpi: bool,
+    mpich: bool,
 ) -> Vec<(String, String)> {
     // As Hydra does: MPICH's ch3 then listens and connects on the address of the host as
     // named (on loopback for simulated hosts) instead of picking an interface. -iface, as
     // Hydra: MPICH's TCP transport is given the interface by name (each rank finds its own
-    // host's address of it) instead of a host name; Open MPI's the same way.
+    // host's address of it) instead of a host name; Open MPI's the same way; a job that may
+    // be either (served both) gets both.
     if let Some(i) = &job.iface {
-        let by_name: &[&str] = if open_mpi {
-            &["OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"]
-        } else {
-            &[NEMESIS_IFACE]
-        };
+        let mut by_name: Vec<&str> = Vec::new();
+        if open_mpi {
+            by_name.extend(["OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include"]);
+        }
+        if mpich {
+            by_name.push(NEMESIS_IFACE);
+        }
         offered(app, by_name.iter().map(|k| var(k, i.clone())).collect())
     } else if !user_set(app, ICH3_IFACE) {
         let iface = if job.simulated_hosts {
@@ -299,12 +306,14 @@ fn torchrun_vars(ml: &MlSeat<'_>) -> Vec<(String, String)> {
     env
 }
 
-/// JAX's variables: its coordinator, and (outside an Open MPI job) Open MPI's mpirun's
-/// variables, from which it reads its process count and id.
+/// JAX's variables: its coordinator, and (unless the job is known to be Open MPI's: served
+/// PMIx alone, or its programs linked to Open MPI) Open MPI's mpirun's variables, from which
+/// it reads its process count and id.
 fn jax_vars(ml: &MlSeat<'_>, open_mpi: bool) -> Vec<(String, String)> {
     // JAX's own variable for its coordinator; its process count and id it reads only
-    // from a cluster it detects: Open MPI's mpirun's variables, outside an Open MPI job
-    // (Open MPI 4.1 parses the marker as its mpirun's address).
+    // from a cluster it detects: Open MPI's mpirun's variables, unless the job is known to
+    // be Open MPI's, whose variables they are. (A job served both may be an interpreter's
+    // Open MPI 4.1 through mpi4py: it starts through PMIx with the marker set too.)
     let (addr, port, seat) = (ml.addr, ml.port, ml.seat);
     let mut env = vec![var(JAX_COORDINATOR, format!("{addr}:{port}"))];
     if !open_mpi {
@@ -375,6 +384,7 @@ mod tests {
             rank_node: vec![0, 0, 1, 1],
             pmix,
             pmi_too,
+            pmix_now: false,
             profile: false,
             binding: None,
             report_bindings: false,
@@ -638,19 +648,28 @@ mod tests {
         let mut j = job(false, false);
         j.simulated_hosts = false;
         assert_eq!(
-            interface_vars(&j, &app(&[]), &SEAT, false),
+            interface_vars(&j, &app(&[]), &SEAT, false, true),
             pairs(&[(ICH3_IFACE, "b")])
         );
-        assert!(interface_vars(&j, &app(&[(ICH3_IFACE, "x")]), &SEAT, false).is_empty());
+        assert!(interface_vars(&j, &app(&[(ICH3_IFACE, "x")]), &SEAT, false, true).is_empty());
         j.iface = Some("eth1".into());
         assert_eq!(
-            interface_vars(&j, &app(&[]), &SEAT, false),
+            interface_vars(&j, &app(&[]), &SEAT, false, true),
             pairs(&[(NEMESIS_IFACE, "eth1")])
         );
         let user = app(&[("OMPI_MCA_btl_tcp_if_include", "ib0")]);
         assert_eq!(
-            interface_vars(&j, &user, &SEAT, true),
+            interface_vars(&j, &user, &SEAT, true, false),
             pairs(&[("OMPI_MCA_oob_tcp_if_include", "eth1")])
+        );
+        // A job that may be either: both MPIs' names.
+        assert_eq!(
+            interface_vars(&j, &app(&[]), &SEAT, true, true),
+            pairs(&[
+                ("OMPI_MCA_btl_tcp_if_include", "eth1"),
+                ("OMPI_MCA_oob_tcp_if_include", "eth1"),
+                (NEMESIS_IFACE, "eth1")
+            ])
         );
     }
 

@@ -431,6 +431,7 @@ pub(crate) fn spawned_job(
         // Spawned by a PMI client: PMI; by a PMIx client: PMIx.
         pmix: pmix.is_some(),
         pmi_too: false,
+        pmix_now: pmix.is_some(),
         // The server of this run is already started, with its library.
         pmix_library: None,
         profile: false,

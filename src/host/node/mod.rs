@@ -390,10 +390,13 @@ impl Node {
     /// Tells the local clients of this host's PMIx server that `ranks` of the job failed with
     /// `status`: one event per rank, each from that rank (see
     /// [`pmix::ffi::notify_failure`]). Returns once the library has handed them to its
-    /// clients, so a signal sent after this call follows them. Nothing for a PMI job.
+    /// clients, so a signal sent after this call follows them. Nothing for a PMI job, nor
+    /// while the server has not started (no client ever knocked: there is nobody to tell).
     pub fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
         let nspace = self.ctx.pmix.borrow().as_ref().map(|p| p.nspace.clone());
-        let Some(nspace) = nspace else { return };
+        let Some(nspace) = nspace.filter(|_| pmix::ffi::running()) else {
+            return;
+        };
         for &r in ranks {
             if let Err(e) = pmix::ffi::notify_failure(&nspace, r as u32, status, exit_code) {
                 warn!(

@@ -145,46 +145,61 @@ impl PmixState {
     }
 }
 
-/// Starts this process's PMIx server if needed, registers the job's namespace and local
-/// clients, and returns each local rank's PMIx environment.
-fn start_pmix(
-    ctx: &Rc<Ctx>,
-    job: &JobPlan,
-    me: &HostPlan,
-) -> Result<HashMap<usize, Vec<(String, String)>>, String> {
+/// A job's PMIx on this host, offered before its ranks start ([`offer_pmix`]): each local
+/// rank's variables, and the channel of the namespace's upcalls.
+pub(super) struct PmixOffer {
+    env: HashMap<usize, Vec<(String, String)>>,
+    tx: mpsc::UnboundedSender<Upcall>,
+    rx: mpsc::UnboundedReceiver<Upcall>,
+}
+
+/// Offers the job PMIx on this host ([`pmix::offer`]: the server library starts later, when
+/// a client knocks, or when [`Node::start`] starts it for a job of Open MPI).
+fn offer_pmix(job: &JobPlan, me: &HostPlan) -> Result<PmixOffer, String> {
     let host = &me.host;
     if let Err(e) = pmix::ffi::choose_library(job.pmix_library.as_deref()) {
         tracing::warn!(job = %job.kvsname, "{e}: the job is served by it");
     }
-    let places = pmix::start(&job.kvsname, me.node, host, job.port_range.as_ref())
-        .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
-    let tmpdir = places.tmpdir.to_string_lossy();
-    pmix::create_private_dir(std::path::Path::new(&pmix::nsdir(&tmpdir, &job.kvsname)))
-        .map_err(|e| format!("cannot make the job's PMIx directory on {host}: {e}"))?;
-    let info = pmix::JobInfo::new(job, me, &tmpdir);
     let (tx, rx) = mpsc::unbounded_channel();
-    pmix::register(&info, tx.clone())
-        .map_err(|e| format!("cannot register the job with the PMIx server on {host}: {e}"))?;
-    *ctx.pmix.borrow_mut() = Some(PmixState::new(job.kvsname.clone(), tx.clone()));
-    *ctx.upcalls.borrow_mut() = Some(rx);
+    let given = pmix::offer(job, me, tx.clone()).map_err(|e| format!("{e} (on {host})"))?;
+    let places = pmix::places(&job.kvsname, me.node).map_err(|e| format!("{e} (on {host})"))?;
     let mut env = HashMap::new();
     for r in &me.ranks {
-        env.insert(r.rank, rank_pmix_env(job, r, &places, host)?);
+        let given = given.get(&r.rank).cloned().unwrap_or_default();
+        env.insert(r.rank, rank_pmix_env(job, r, given, &places));
     }
-    serve_upcalls(ctx);
-    Ok(env)
+    Ok(PmixOffer { env, tx, rx })
 }
 
-/// Rank `r`'s PMIx environment: what the server library makes for it, and the variables
-/// Open MPI needs besides, unless its segment sets them.
+/// Serves a job offered PMIx here (`offer`) from this thread: its upcalls, the door, and,
+/// for a job of Open MPI (`now`), the server library at once.
+fn serve_pmix(
+    ctx: &Rc<Ctx>,
+    job: &JobPlan,
+    offer: Option<PmixOffer>,
+    now: bool,
+) -> Result<(), String> {
+    let Some(o) = offer else {
+        return Ok(());
+    };
+    *ctx.pmix.borrow_mut() = Some(PmixState::new(job.kvsname.clone(), o.tx));
+    *ctx.upcalls.borrow_mut() = Some(o.rx);
+    serve_upcalls(ctx);
+    pmix::door::serve(pmix::start_now);
+    if now {
+        pmix::start_now()?;
+    }
+    Ok(())
+}
+
+/// Rank `r`'s PMIx environment: what the server gives it (`given`), and the variables Open
+/// MPI needs besides, unless its segment sets them.
 fn rank_pmix_env(
     job: &JobPlan,
     r: &RankPlan,
+    mut e: Vec<(String, String)>,
     places: &pmix::Places,
-    host: &str,
-) -> Result<Vec<(String, String)>, String> {
-    let mut e = pmix::ffi::setup_fork(&job.kvsname, r.rank as u32)
-        .map_err(|e| format!("rank {}: {e} (on {host})", r.rank))?;
+) -> Vec<(String, String)> {
     let app_env = job.apps.get(r.app).map(|a| a.env.as_slice()).unwrap_or(&[]);
     let has = |k: &str| app_env.iter().any(|(n, _)| n == k);
     if !has("FLUX_JOB_ID") {
@@ -202,7 +217,7 @@ fn rank_pmix_env(
         // ends, even after an abort or a crash.
         e.push((VADER_DIR_VAR.into(), shm.display().to_string()));
     }
-    Ok(e)
+    e
 }
 
 /// Handles the PMIx upcalls on this thread as they come, until their channel closes.
@@ -450,6 +465,8 @@ pub struct Early {
     vader: Option<ShmDir>,
     /// The ranks forked, in the host's order.
     ranks: Vec<Unwatched>,
+    /// The job's PMIx, offered before the ranks were forked.
+    pmix: Option<PmixOffer>,
 }
 
 /// A rank forked, with kauri's end of its PMI socket pair.
@@ -479,7 +496,7 @@ impl Drop for Early {
 
 impl Early {
     /// Forks the ranks `me` lists now, on this thread, before the runtime is built: only when
-    /// nothing they need comes from it (no PMIx server, no PMI port, no singleton to adopt);
+    /// nothing they need comes from it (no PMI port, no singleton to adopt);
     /// `None` otherwise, and [`Node::start`] forks them. `Err`: why they could not start
     /// (programs are resolved first, so a typo starts nothing), with nothing of them left
     /// running.
@@ -491,17 +508,13 @@ impl Early {
     ///
     /// `fd_limit`: the soft limit of open files, raised already to the hard one.
     pub fn fork(job: &JobPlan, me: &HostPlan, fd_limit: u64) -> Option<Result<Early, String>> {
-        if job.pmix
-            || job.pmi_port
-            || job.adopt.is_some()
-            || !room_to_fork_early(me.ranks.len(), fd_limit)
-        {
+        if job.pmi_port || job.adopt.is_some() || !room_to_fork_early(me.ranks.len(), fd_limit) {
             return None;
         }
-        Some(
-            resolve_programs(job, me, &me.host)
-                .and_then(|programs| fork_host(job, me, programs, HashMap::new(), None)),
-        )
+        Some(resolve_programs(job, me, &me.host).and_then(|programs| {
+            let offer = job.pmix.then(|| offer_pmix(job, me)).transpose()?;
+            fork_host(job, me, programs, offer, None)
+        }))
     }
 }
 
@@ -518,15 +531,20 @@ fn room_to_fork_early(ranks: usize, fd_limit: u64) -> bool {
     fd_limit == libc::RLIM_INFINITY || fd_limit >= 5 * ranks as u64 + EARLY_FD_HEADROOM
 }
 
-/// Forks the ranks of host `me` with their resolved `programs`, their PMIx variables and the
-/// PMI port, then starts the keeper. A fork that fails kills and reaps those before it.
+/// Forks the ranks of host `me` with their resolved `programs`, their PMIx variables (of
+/// `pmix`, which the result keeps) and the PMI port, then starts the keeper. A fork that
+/// fails kills and reaps those before it.
 fn fork_host(
     job: &JobPlan,
     me: &HostPlan,
     programs: HashMap<usize, PathBuf>,
-    pmix_env: HashMap<usize, Vec<(String, String)>>,
+    mut pmix: Option<PmixOffer>,
     port: Option<String>,
 ) -> Result<Early, String> {
+    let pmix_env = pmix
+        .as_mut()
+        .map(|o| std::mem::take(&mut o.env))
+        .unwrap_or_default();
     let l = Launching {
         job,
         me,
@@ -543,6 +561,7 @@ fn fork_host(
         programs: l.programs,
         vader: l.vader,
         ranks,
+        pmix,
     };
     match forked {
         Ok(()) => Ok(early),
@@ -694,19 +713,16 @@ impl Node {
             Some(e) => e,
             None => {
                 let programs = resolve_programs(job, me, &host)?;
-                let pmix_env = if job.pmix {
-                    start_pmix(&ctx, job, me)?
-                } else {
-                    HashMap::new()
-                };
+                let offer = job.pmix.then(|| offer_pmix(job, me)).transpose()?;
                 let port = if job.pmi_port {
                     Some(listen_pmi_port(&ctx, job, &host)?)
                 } else {
                     None
                 };
-                fork_host(job, me, programs, pmix_env, port)?
+                fork_host(job, me, programs, offer, port)?
             }
         };
+        serve_pmix(&ctx, job, early.pmix.take(), job.pmix_now)?;
         let ranks = std::mem::take(&mut early.ranks);
         let programs = std::mem::take(&mut early.programs);
         let (ended, ended_rx) = watch::channel(false);
@@ -928,6 +944,7 @@ mod tests {
                 child,
                 pmi: None,
             }],
+            pmix: None,
         };
         drop(early);
         // SAFETY: waitpid with WNOHANG takes plain numbers and a null status.

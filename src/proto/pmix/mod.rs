@@ -15,6 +15,7 @@
 //! that talks to the C library.
 
 pub mod control;
+pub mod door;
 pub mod ffi;
 pub mod jobid;
 pub mod library;
@@ -36,6 +37,8 @@ struct Dirs {
     mine: PathBuf,
     job: PathBuf,
     shm: Option<PathBuf>,
+    /// Made on disk ([`make_places`]); until then only named.
+    made: bool,
 }
 
 static DIRS: Mutex<Option<Dirs>> = Mutex::new(None);
@@ -102,43 +105,210 @@ pub struct Places {
     pub shm: Option<PathBuf>,
 }
 
-/// Starts this process's PMIx server (once) for node `node` of job `kvsname`, named `host`
-/// (`PMIX_HOSTNAME`), its loopback TCP port inside `range` when one is set
-/// (`MPIEXEC_PORT_RANGE`). Everything it and the ranks put in its directories is removed by
-/// [`shutdown`].
-pub fn start(
-    kvsname: &str,
-    node: usize,
-    host: &str,
-    range: Option<&crate::launch::ports::PortRange>,
-) -> Result<Places, String> {
+/// This process's PMIx directories, named once (for node `node` of job `kvsname`, the first
+/// job it offers PMIx) and made when its server starts ([`make_places`]): a job whose ranks
+/// never use PMIx leaves nothing on disk. Everything the library and the ranks put there is
+/// removed by [`shutdown`].
+pub fn places(kvsname: &str, node: usize) -> Result<Places, String> {
     let mut dirs = DIRS.lock().map_err(|_| "PMIx state poisoned".to_string())?;
-    if let Some(d) = dirs.as_ref().filter(|_| ffi::running()) {
-        return Ok(Places {
-            tmpdir: d.mine.clone(),
-            shm: d.shm.clone(),
+    let d = dirs.get_or_insert_with(|| {
+        let job = job_tmpdir(kvsname);
+        Dirs {
+            mine: job.join(format!("n{node}-{}", std::process::id())),
+            job,
+            shm: shm_path(kvsname, node),
+            made: false,
+        }
+    });
+    Ok(Places {
+        tmpdir: d.mine.clone(),
+        shm: d.shm.clone(),
+    })
+}
+
+/// Makes this process's PMIx directories ([`places`]), once.
+fn make_places() -> Result<(), String> {
+    let mut dirs = DIRS.lock().map_err(|_| "PMIx state poisoned".to_string())?;
+    let Some(d) = dirs.as_mut().filter(|d| !d.made) else {
+        return Ok(());
+    };
+    create_private_dir(&d.job)?;
+    create_private_dir(&d.mine)?;
+    if let Some(shm) = &d.shm {
+        create_private_dir(shm)?;
+    }
+    d.made = true;
+    Ok(())
+}
+
+/// How this process's server starts: on which host name, in which directory, its loopback
+/// port inside which range (`MPIEXEC_PORT_RANGE`).
+#[derive(Debug, Clone)]
+struct Start {
+    host: String,
+    tmpdir: String,
+    range: Option<crate::launch::ports::PortRange>,
+}
+
+/// A job offered PMIx on this host before the library started: registered when it does.
+struct Waiting {
+    job: JobPlan,
+    me: HostPlan,
+    tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
+    /// What kauri gave its first local rank, to compare with the library's own.
+    first: (u32, Vec<(String, String)>),
+}
+
+/// The server's start, once a job was offered; the jobs waiting for it; its own address.
+struct Server {
+    start: Option<Start>,
+    waiting: Vec<Waiting>,
+    upstream: Option<std::net::SocketAddr>,
+}
+
+static SERVER: Mutex<Server> = Mutex::new(Server {
+    start: None,
+    waiting: Vec::new(),
+    upstream: None,
+});
+
+/// Offers job `job` PMIx on host `me` (its upcalls to `tx`): each local rank's PMIx
+/// variables. With OpenPMIx 4 or 5 the library need not run: the ranks are given the door
+/// ([`door`]), and the job is registered when the library starts ([`start_now`]: at the
+/// first client's knock, or when the host asks). With another release, or `PMIX_MCA_*`
+/// settings of the user's that change what a client is given, the library starts now and
+/// gives each rank its variables itself.
+pub fn offer(
+    job: &JobPlan,
+    me: &HostPlan,
+    tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
+) -> Result<std::collections::HashMap<usize, Vec<(String, String)>>, String> {
+    let places = places(&job.kvsname, me.node)?;
+    let tmpdir = places.tmpdir.to_string_lossy().into_owned();
+    if let Ok(mut s) = SERVER.lock() {
+        s.start.get_or_insert(Start {
+            host: me.host.clone(),
+            tmpdir: tmpdir.clone(),
+            range: job.port_range.clone(),
         });
     }
-    let job = job_tmpdir(kvsname);
-    let leaf = format!("n{node}-{}", std::process::id());
-    let mine = job.join(&leaf);
-    create_private_dir(&job)?;
-    create_private_dir(&mine)?;
-    let shm = shm_dir(kvsname, node)?;
-    *dirs = Some(Dirs {
-        mine: mine.clone(),
-        job,
-        shm: shm.clone(),
-    });
-    let tmpdir = mine.to_string_lossy();
-    match range {
-        Some(r) => {
-            crate::launch::ports::with_free_port(r, |port| ffi::init(&tmpdir, host, Some(port)))
-                .map_err(|e| format!("PMIx server: {e}"))?
+    let release = door_release();
+    let mut env = std::collections::HashMap::new();
+    let Some(release) = release.filter(|_| !ffi::running()) else {
+        // The library's own variables: it runs already, or kauri cannot make them.
+        SERVER
+            .lock()
+            .map_err(|_| "PMIx state poisoned".to_string())?
+            .run()?;
+        register_here(job, me, &tmpdir, tx)?;
+        for r in &me.ranks {
+            env.insert(r.rank, ffi::setup_fork(&job.kvsname, r.rank as u32)?);
         }
-        None => ffi::init(&tmpdir, host, None)?,
+        return Ok(env);
+    };
+    let port = door::open(job.port_range.as_ref())?;
+    for r in &me.ranks {
+        let c = door::Client {
+            nspace: &job.kvsname,
+            rank: r.rank,
+            host: &me.host,
+            tmpdir: &tmpdir,
+            release: &release,
+            port,
+        };
+        env.insert(r.rank, door::client_env(&c));
     }
-    Ok(Places { tmpdir: mine, shm })
+    let first = me.ranks.first().map_or(0, |r| r.rank);
+    let waiting = Waiting {
+        job: job.clone(),
+        me: me.clone(),
+        tx,
+        first: (first as u32, env.get(&first).cloned().unwrap_or_default()),
+    };
+    SERVER
+        .lock()
+        .map_err(|_| "PMIx state poisoned".to_string())?
+        .waiting
+        .push(waiting);
+    Ok(env)
+}
+
+/// Makes job `job`'s directory in the server's directory `tmpdir` and registers the job and its
+/// clients on host `me` with the running library, its upcalls to `tx`.
+fn register_here(
+    job: &JobPlan,
+    me: &HostPlan,
+    tmpdir: &str,
+    tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
+) -> Result<(), String> {
+    create_private_dir(Path::new(&nsdir(tmpdir, &job.kvsname)))
+        .map_err(|e| format!("cannot make the job's PMIx directory: {e}"))?;
+    register(&JobInfo::new(job, me, tmpdir), tx)
+        .map_err(|e| format!("cannot register the job with the PMIx server: {e}"))
+}
+
+/// The release of the library a client behind the door would be served by, when kauri can
+/// make its variables: OpenPMIx 4 or 5, read from the library's file, and no `PMIX_MCA_*`
+/// setting of the user's but the data store `hash`, the security `native` and the port.
+fn door_release() -> Option<String> {
+    // (`vars_os`: another variable's value need not be UTF-8; Grid Engine's are not.)
+    let mca_ok = std::env::vars_os().all(|(k, v)| match k.to_str() {
+        Some("PMIX_MCA_gds") => v == "hash",
+        Some("PMIX_MCA_psec") => v == "native",
+        Some(ffi::PORT_VAR) => true,
+        Some(k) => !k.starts_with("PMIX_MCA_"),
+        None => true,
+    });
+    let release = ffi::library_file().and_then(|f| ffi::release_of(&f))?;
+    (mca_ok && door::release_known(&release)).then_some(release)
+}
+
+/// Starts this process's server library, unless it runs, and registers every job waiting
+/// for it: the library's own address (where the door carries its clients). An error says
+/// what failed, on which host.
+pub fn start_now() -> Result<std::net::SocketAddr, String> {
+    let mut s = SERVER
+        .lock()
+        .map_err(|_| "PMIx state poisoned".to_string())?;
+    s.run()?;
+    s.upstream
+        .ok_or_else(|| "the PMIx server gave its clients no address".to_string())
+}
+
+impl Server {
+    /// Starts the library unless it runs, and registers the waiting jobs.
+    fn run(&mut self) -> Result<(), String> {
+        let Some(start) = self.start.clone() else {
+            return Err("no job was offered PMIx here".into());
+        };
+        let host = &start.host;
+        if !ffi::running() {
+            make_places().map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
+            let init = |port| ffi::init(&start.tmpdir, host, port);
+            match &start.range {
+                Some(r) => crate::launch::ports::with_free_port(r, |port| init(Some(port))),
+                None => init(None),
+            }
+            .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
+        }
+        for w in std::mem::take(&mut self.waiting) {
+            register_here(&w.job, &w.me, &start.tmpdir, w.tx)
+                .map_err(|e| format!("{e} on {host}"))?;
+            let (rank, ours) = &w.first;
+            let library = ffi::setup_fork(&w.job.kvsname, *rank)
+                .map_err(|e| format!("PMIx server on {host}: {e}"))?;
+            let differ = door::differences(ours, &library);
+            if !differ.is_empty() {
+                say!(
+                    "kauri: the PMIx server library gives its clients other variables than \
+                     kauri gave them: {}",
+                    differ.join(", ")
+                );
+            }
+            self.upstream = self.upstream.or_else(|| door::upstream(&library));
+        }
+        Ok(())
+    }
 }
 
 /// Creates (private to the user) the directory for Open MPI's shared-memory segments of job
@@ -153,10 +323,25 @@ pub fn start(
 /// user (see [`create_private_dir`]) is an error, not a directory to share the job's memory
 /// through.
 pub fn shm_dir(kvsname: &str, node: usize) -> Result<Option<PathBuf>, String> {
-    let root = std::env::var_os("KAURI_PMIX_SHM_DIR")
+    shm_dir_in(&shm_root(), kvsname, node)
+}
+
+/// Where the shared-memory directories go: `$KAURI_PMIX_SHM_DIR`, else `/dev/shm`.
+fn shm_root() -> PathBuf {
+    std::env::var_os("KAURI_PMIX_SHM_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/dev/shm"));
-    shm_dir_in(&root, kvsname, node)
+        .unwrap_or_else(|| PathBuf::from("/dev/shm"))
+}
+
+/// The path [`shm_dir`] would make, not made; `None` where the root is missing.
+fn shm_path(kvsname: &str, node: usize) -> Option<PathBuf> {
+    let root = shm_root();
+    root.is_dir().then(|| root.join(shm_leaf(kvsname, node)))
+}
+
+/// The name of a shared-memory directory: `kauri-<tag>-n<node>-<pid>`.
+fn shm_leaf(kvsname: &str, node: usize) -> String {
+    format!("kauri-{}-n{node}-{}", tag(kvsname), std::process::id())
 }
 
 /// [`shm_dir`] under `root`.
@@ -164,11 +349,7 @@ fn shm_dir_in(root: &Path, kvsname: &str, node: usize) -> Result<Option<PathBuf>
     if !root.is_dir() {
         return Ok(None);
     }
-    let p = root.join(format!(
-        "kauri-{}-n{node}-{}",
-        tag(kvsname),
-        std::process::id()
-    ));
+    let p = root.join(shm_leaf(kvsname, node));
     match create_private_dir(&p) {
         Ok(()) => Ok(Some(p)),
         // Something is there, and it is not ours.
@@ -220,7 +401,7 @@ pub fn create_private_dir(p: &Path) -> Result<(), String> {
 pub fn shutdown() {
     ffi::finalize();
     let Ok(mut dirs) = DIRS.lock() else { return };
-    if let Some(d) = dirs.take() {
+    if let Some(d) = dirs.take().filter(|d| d.made) {
         let _ = std::fs::remove_dir_all(&d.mine);
         let _ = std::fs::remove_dir(&d.job);
         if let Some(shm) = d.shm {
@@ -694,6 +875,7 @@ mod tests {
             rank_node,
             pmix: true,
             pmi_too: false,
+            pmix_now: true,
             pmix_library: None,
             profile: false,
             binding: None,

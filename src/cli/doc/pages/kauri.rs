@@ -181,10 +181,10 @@ const GLOBAL: &[Opt] = &[
         aliases: &["--mpi"],
         arg: Arg::Equals("auto|pmi1|pmi2|pmix"),
         values: Values::Words(&["auto", "pmi1", "pmi2", "pmix"]),
-        help: "how processes wire up: pmix runs a PMIx server on every host\n\
-               (Open MPI 4.1 without mpirun); pmi1/pmi2 serve PMI-1 and PMI-2 on\n\
-               PMI_FD; auto (default) picks pmix for programs linked to Open\n\
-               MPI's libmpi.so.40 or to libpmix, else PMI-1/PMI-2",
+        help: "how processes wire up: auto (default) serves both PMI-1/PMI-2\n\
+               and PMIx, each rank speaking its MPI's (MPICH, Intel MPI: PMI;\n\
+               Open MPI: PMIx, its server started when a rank first uses it);\n\
+               pmi1/pmi2 serve PMI-1 and PMI-2 on PMI_FD only; pmix PMIx only",
     },
     Opt {
         values: Values::Words(&["SYSTEM", "INFINITE"]),

@@ -180,6 +180,118 @@ fn load() -> Result<Lib, String> {
     ))
 }
 
+/// The file this process loads its library from (or will, at its first PMIx call), found the
+/// way the dynamic linker would: [`LIBRARY_VAR`], else the file [`choose_library`] chose,
+/// else the system's `libpmix.so.2` in the directories of `LD_LIBRARY_PATH`, then the
+/// system's library directories. `None` when there is none.
+pub fn library_file() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    if let Some(Ok(l)) = LIB.get() {
+        return Some(PathBuf::from(&l.path)).filter(|p| p.is_absolute() && p.is_file());
+    }
+    let wanted = std::env::var(LIBRARY_VAR)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .or_else(|| CHOSEN.lock().ok().and_then(|c| c.clone()));
+    if let Some(w) = wanted.map(PathBuf::from).filter(|w| w.is_file()) {
+        return Some(w);
+    }
+    let ld_path = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+    let dirs: Vec<&str> = ld_path
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .chain([
+            "/lib/x86_64-linux-gnu",
+            "/usr/lib/x86_64-linux-gnu",
+            "/lib/aarch64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu",
+            "/lib64",
+            "/usr/lib64",
+            "/lib",
+            "/usr/lib",
+            "/usr/local/lib",
+        ])
+        .chain(option_env!("KAURI_PMIX_LIBDIR"))
+        .collect();
+    dirs.iter()
+        .map(|d| PathBuf::from(d).join(SYSTEM_LIBRARY))
+        .find(|f| f.is_file())
+}
+
+/// The OpenPMIx release of the library file `path` (`4.2.2rc2`), read from its version line
+/// in the file (`OpenPMIx 4.2.2rc2 (PMIx Standard: …`, what `PMIx_Get_version` returns)
+/// without loading it: its `.rodata` section when the section headers say where, else its
+/// first 8 MiB.
+pub fn release_of(path: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).ok()?;
+    let read = |off: u64, len: usize| -> Option<Vec<u8>> {
+        let mut b = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            match f.read_at(&mut b[got..], off + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return None,
+            }
+        }
+        b.truncate(got);
+        Some(b)
+    };
+    let (off, len) = rodata(&read).unwrap_or((0, 8 << 20));
+    version_in(&read(off, len)?)
+}
+
+/// The `.rodata` section of an ELF64 little-endian file: (offset, size), from its section
+/// headers.
+fn rodata(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<(u64, usize)> {
+    let le64 = |b: &[u8], o: usize| Some(u64::from_le_bytes(b.get(o..o + 8)?.try_into().ok()?));
+    let le32 = |b: &[u8], o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    let le16 = |b: &[u8], o: usize| Some(u16::from_le_bytes(b.get(o..o + 2)?.try_into().ok()?));
+    let h = read(0, 64)?;
+    if h.get(0..6)? != b"\x7fELF\x02\x01" {
+        return None;
+    }
+    let (shoff, size) = (le64(&h, 0x28)?, usize::from(le16(&h, 0x3a)?));
+    let (num, names) = (usize::from(le16(&h, 0x3c)?), usize::from(le16(&h, 0x3e)?));
+    if size < 64 || num > 4096 {
+        return None;
+    }
+    let sh = read(shoff, num * size)?;
+    let section = |i: usize| {
+        Some((
+            le32(&sh, i * size)?,
+            le64(&sh, i * size + 0x18)?,
+            le64(&sh, i * size + 0x20)?,
+        ))
+    };
+    let (_, str_off, str_len) = section(names)?;
+    let strtab = read(str_off, usize::try_from(str_len).ok()?.min(1 << 20))?;
+    (0..num).find_map(|i| {
+        let (name, off, len) = section(i)?;
+        let name = strtab.get(usize::try_from(name).ok()?..)?;
+        (name.starts_with(b".rodata\0")).then_some((off, usize::try_from(len).ok()?.min(64 << 20)))
+    })
+}
+
+/// The release in an OpenPMIx version line found in `bytes`: what follows `OpenPMIx ` up to
+/// the space before `(PMIx Standard`.
+fn version_in(bytes: &[u8]) -> Option<String> {
+    let key = b"OpenPMIx ";
+    let mut from = 0;
+    while let Some(i) = bytes[from..].windows(key.len()).position(|w| w == key) {
+        let start = from + i + key.len();
+        let rest = &bytes[start..];
+        let end = rest.iter().position(|&c| c == b' ' || c == 0)?;
+        if rest[end..].starts_with(b" (PMIx Standard") && rest.first()?.is_ascii_digit() {
+            return std::str::from_utf8(&rest[..end]).ok().map(str::to_string);
+        }
+        from = start;
+    }
+    None
+}
+
 /// The PMIx library's own version line (`OpenPMIx 4.2.2, ...`), as `PMIx_Get_version` gives it.
 pub fn library_version() -> String {
     let Ok(l) = lib() else {
@@ -214,5 +326,56 @@ pub(super) fn check(what: &str, rc: Status) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{what}: {} ({rc})", error_string(rc)))
+    }
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::*;
+
+    #[test]
+    fn the_release_is_read_from_the_version_line() {
+        let line = b"..\0OpenPMIx rules\0OpenPMIx 4.2.2rc2 (PMIx Standard: 4.2, Stable ABI: 0.0)\0";
+        assert_eq!(version_in(line).as_deref(), Some("4.2.2rc2"));
+        assert_eq!(
+            version_in(b"OpenPMIx 5.0.11 (PMIx Standard: 5.1)").as_deref(),
+            Some("5.0.11")
+        );
+        assert_eq!(version_in(b"no version here"), None);
+        assert_eq!(version_in(b"OpenPMIx 4.2.2rc2"), None);
+        assert_eq!(version_in(b"OpenPMIx "), None);
+    }
+
+    /// The installed libraries (Debian's 4.2, and any other `KAURI_TEST_PMIX_LIBS` names):
+    /// the release read from the file is the one the library gives.
+    #[test]
+    fn the_release_read_from_the_file_is_the_librarys_own() {
+        let mut files: Vec<std::path::PathBuf> = std::env::var("KAURI_TEST_PMIX_LIBS")
+            .unwrap_or_default()
+            .split(':')
+            .filter(|f| !f.is_empty())
+            .map(Into::into)
+            .collect();
+        files.extend(library_file());
+        for f in files {
+            let from_file = release_of(&f).expect("a release in the file");
+            let c = std::ffi::CString::new(f.to_string_lossy().as_bytes()).unwrap();
+            // SAFETY: c is NUL-terminated; the handle is used for one symbol and kept.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+            assert!(!h.is_null(), "{}", f.display());
+            // SAFETY: handle live; the name is NUL-terminated.
+            let sym = unsafe { libc::dlsym(h, c"PMIx_Get_version".as_ptr()) };
+            assert!(!sym.is_null());
+            // SAFETY: PMIx_Get_version takes nothing and returns a static C string.
+            let v = unsafe {
+                let f: unsafe extern "C" fn() -> *const c_char = std::mem::transmute(sym);
+                CStr::from_ptr(f()).to_string_lossy().into_owned()
+            };
+            assert_eq!(
+                version_in(v.as_bytes()).as_deref(),
+                Some(from_file.as_str()),
+                "{v}"
+            );
+        }
     }
 }

@@ -31,7 +31,10 @@ mod upcall;
 mod values;
 
 pub use client::PmixClient;
-pub use loader::{choose_library, error_string, library_version, loaded_library, LIBRARY_VAR};
+pub use loader::{
+    choose_library, error_string, library_file, library_version, loaded_library, release_of,
+    LIBRARY_VAR,
+};
 pub use replies::{
     group_results, CollectiveReply, GroupOp, GroupReply, LookupReply, ModexReply, OpReply,
     QueryReply, SpawnReply, GROUP_ASSIGN_CONTEXT_ID, GROUP_CONTEXT_ID, GROUP_ENDPT_DATA,

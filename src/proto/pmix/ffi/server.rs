@@ -103,6 +103,11 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
     if std::env::var_os("PMIX_MCA_gds").is_none() {
         std::env::set_var("PMIX_MCA_gds", "hash");
     }
+    // The security module, the same way: `native`, which kauri names in the variables it
+    // gives clients behind its door (`pmix::door`).
+    if std::env::var_os("PMIX_MCA_psec").is_none() {
+        std::env::set_var("PMIX_MCA_psec", "native");
+    }
     // The port, the same way; taken away again once the library has read it, so that agents
     // this process starts (simulated hosts) do not inherit it.
     let port = port.filter(|_| std::env::var_os(PORT_VAR).is_none());
@@ -122,7 +127,8 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
     Ok(())
 }
 
-/// The attributes `PMIx_server_init` gets: the server's and the system's temporary
+/// The attributes `PMIx_server_init` gets: the server's namespace and rank (those kauri names
+/// in the variables it gives clients behind its door), the server's and the system's temporary
 /// directory, the host's name, and `PMIX_SERVER_SHARE_TOPOLOGY` (key `pmix.srvr.share`): the
 /// library loads this host's topology once and hands it to its clients (hwloc shared memory
 /// in `<tmpdir>/hwloc.sm`, and XML in the job data), as PRRTE's daemons do. Without it every
@@ -130,6 +136,11 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
 /// (docs/performance.md, issue #29).
 pub(super) fn init_items(tmpdir: &str, host: &str) -> Vec<(String, Val)> {
     vec![
+        (
+            "pmix.srv.nspace".into(),
+            Val::Str(crate::proto::pmix::door::server_nspace()),
+        ),
+        ("pmix.srv.rank".into(), Val::Rank(0)),
         ("pmix.srvr.tmpdir".into(), Val::Str(tmpdir.into())),
         ("pmix.sys.tmpdir".into(), Val::Str(tmpdir.into())),
         ("pmix.hname".into(), Val::Str(host.into())),

@@ -1,0 +1,155 @@
+//! Wiring without a guess (issue #51): with no `--pmi` flag every job is offered PMI-1/PMI-2
+//! and PMIx side by side, and each MPI forms its world however its program reaches it: an
+//! Open MPI Fortran program (linked to `libmpi_mpifh.so.40`, not `libmpi.so.40`), a C
+//! program that reaches Open MPI or MPICH only through a library of its own (as a program
+//! linked to PETSc or HDF5 does), and a Python script that imports mpi4py through a module
+//! of its own. Before, `--pmi=auto` looked for Open MPI among the program's own libraries and
+//! for words such as `mpi4py` in the script: each of these ran as N singletons, status 0.
+//!
+//! And what that costs a job that speaks no PMIx: nothing of the server. The library is
+//! loaded only when a client knocks at the door kauri opened for it (`proto::pmix::door`).
+//!
+//! The same for the pip wheels' Open MPI 5: `wheel_mpis.rs`.
+
+use compat_tests::{Ctx, Launcher, Outcome};
+use std::path::Path;
+use std::process::Command;
+
+const ONE_HOST: &[&str] = &[];
+const TWO_HOSTS: &[&str] = &["-launcher", "fork", "-hosts", "a,b"];
+
+/// The interpreter Debian's `python3-mpi4py` (Open MPI 4.1) is built for.
+const PYTHON: &str = "/usr/bin/python3";
+
+/// `kauri HOSTS -n N ARGV…`, no `--pmi`, with `TMPDIR` in the test's directory.
+fn kauri(ctx: &Ctx, hosts: &[&str], n: usize, argv: &[&str]) -> Outcome {
+    let tmp = ctx.dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let n = n.to_string();
+    let mut a: Vec<&str> = hosts.to_vec();
+    a.extend(["-n", &n]);
+    a.extend(argv);
+    let o = ctx
+        .job(Launcher::Kauri, &a)
+        .program(ctx.kauri())
+        .env("TMPDIR", &tmp.to_string_lossy())
+        .run();
+    eprintln!("=== kauri {a:?}\n{o}");
+    o
+}
+
+/// Each run of `argv` at 2 and 4 ranks, on one host and on two simulated hosts, prints
+/// `{prefix}rank R of N` once for every R of one world, with status 0 and no line from kauri.
+fn one_world_everywhere(ctx: &Ctx, argv: &[&str], prefix: &str) {
+    for hosts in [ONE_HOST, TWO_HOSTS] {
+        for n in [2, 4] {
+            let o = kauri(ctx, hosts, n, argv);
+            assert_eq!(o.code, Some(0), "{hosts:?} -n {n}: {o}");
+            let mut want: Vec<String> =
+                (0..n).map(|r| format!("{prefix}rank {r} of {n}")).collect();
+            want.sort();
+            assert_eq!(o.sorted_stdout(), want, "{hosts:?} -n {n}: {o}");
+            assert!(!o.stderr.contains("kauri:"), "{hosts:?} -n {n}: {o}");
+        }
+    }
+    ctx.assert_no_leftovers();
+}
+
+/// Quantum ESPRESSO's case: an Open MPI Fortran program names `libmpi_mpifh.so.40` and
+/// reaches `libmpi.so.40` only through it.
+#[test]
+fn open_mpi_fortran_program_forms_its_world() {
+    let ctx = Ctx::new("wiring_fortran");
+    let prog = ctx.dir.join("hello_f90").to_string_lossy().into_owned();
+    let src = Path::new(compat_tests::PROGRAMS_DIR).join("hello.f90");
+    compat_tests::build_or_panic(
+        Command::new("mpifort.openmpi")
+            .arg("-o")
+            .arg(&prog)
+            .arg(&src),
+    );
+    let libs = compat_tests::needed_libraries(&prog);
+    assert!(
+        libs.iter().any(|l| l == "libmpi_mpifh.so.40") && !libs.iter().any(|l| l == "libmpi.so.40"),
+        "{libs:?}"
+    );
+    one_world_everywhere(&ctx, &[&prog], "hello.f90: ");
+}
+
+/// PETSc's case: the program is linked to a library of its own, which is linked to Open MPI.
+#[test]
+fn open_mpi_program_through_a_library_of_its_own_forms_its_world() {
+    let ctx = Ctx::new("wiring_through_lib_ompi");
+    let prog = ctx.through_lib("mpicc.openmpi", &[]);
+    one_world_everywhere(&ctx, &[&prog], "through_lib: ");
+}
+
+/// The same with MPICH: it takes the PMI-1 server it always had.
+#[test]
+fn mpich_program_through_a_library_of_its_own_forms_its_world() {
+    let ctx = Ctx::new("wiring_through_lib_mpich");
+    let prog = ctx.through_lib("mpicc.mpich", &[]);
+    one_world_everywhere(&ctx, &[&prog], "through_lib: ");
+}
+
+/// petsc4py's case: the script imports a module (here one of its own) that imports mpi4py,
+/// and no word of the script names an MPI.
+#[test]
+fn python_reaching_mpi4py_through_another_module_forms_its_world() {
+    let ctx = Ctx::new("wiring_python_indirect");
+    ctx.script("mylib.py", "from mpi4py import MPI\n");
+    let app = ctx.script(
+        "app.py",
+        "import mylib\nc = mylib.MPI.COMM_WORLD\nprint('rank', c.Get_rank(), 'of', c.Get_size())\n",
+    );
+    one_world_everywhere(&ctx, &[PYTHON, &app], "");
+}
+
+/// Whether kauri's process (`pid`) has an OpenPMIx library mapped.
+fn pmix_loaded(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains("libpmix"))
+}
+
+/// A job whose ranks never knock loads no PMIx library at all (`sleep`, an MPICH program
+/// that waits after `MPI_Init`), though each rank was offered PMIx; an Open MPI job does,
+/// once its ranks connect. Watched in kauri's own memory map while the job runs.
+#[test]
+fn the_pmix_server_starts_only_for_a_job_that_uses_it() {
+    let ctx = Ctx::new("wiring_lazy_server");
+    let mpich_sleeper = ctx.prog("sleeper");
+    let ompi_sleeper = "from mpi4py import MPI; import time; \
+                        print('rank', MPI.COMM_WORLD.Get_rank(), 'ready', flush=True); \
+                        time.sleep(600)";
+    for (argv, ready, loads) in [
+        (&["sleep", "600"][..], false, false),
+        (&[mpich_sleeper.as_str()], true, false),
+        (&[PYTHON, "-c", ompi_sleeper], true, true),
+    ] {
+        let mut child = Command::new(ctx.kauri())
+            .args(["-n", "2"])
+            .args(argv)
+            .env(compat_tests::MARKER_VAR, &ctx.marker)
+            .env("MPIEXEC_TIMEOUT", "120")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // The MPI programs say when they are past MPI_Init; sleep is given a moment.
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        if ready {
+            for _ in 0..2 {
+                let mut line = String::new();
+                std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+                assert!(line.contains("ready"), "{argv:?}: {line}");
+            }
+        } else {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+        let loaded = pmix_loaded(pid);
+        compat_tests::signal_pid(pid, "TERM");
+        let _ = child.wait();
+        assert_eq!(loaded, loads, "{argv:?}: libpmix mapped in kauri: {loaded}");
+    }
+    ctx.assert_no_leftovers();
+}
