@@ -1,27 +1,35 @@
-//! Open MPI processes that kauri did not wire up. An Open MPI 4.1 program started without a
-//! PMIx server (in a PMI job: `--pmi=auto` found no sign of Open MPI, or `--pmi=pmi1`) runs
-//! as a singleton, a world of one, and says nothing. It does leave a trace: in `MPI_Init` a
-//! 4.1 singleton forks an `orted` to be its own process manager, and that daemon outlives
-//! it by a moment. When the rank ends, the kernel hands the daemon (alive or a zombie) to
-//! kauri, the subreaper of its ranks' descendants ([`crate::host::proc::become_subreaper`]): a
-//! child of kauri's named `orted` at a rank's end means an Open MPI singleton ran. The agent
-//! reports it with the rank's end, and the front end says why in one line
-//! ([`crate::tree::policy::never_wired`]).
+//! Open MPI processes that kauri did not wire up. An Open MPI program that finds no PMIx
+//! server (`--pmi=pmi1`, or a wrapper that cleared its `PMIX_*` variables) runs as a
+//! singleton, a world of one, and says nothing. It does leave a trace, one per rank:
 //!
-//! Open MPI 5 forks no daemon for a singleton; it makes a session directory in its temporary
-//! directory, `ompi.<host>.<uid>/jf.0/<job>` (job family 0 is a singleton's: a job wired by
-//! a PMIx server gets its family from the server's namespace), and leaves that behind. A
-//! `jf.0` modified since the host's ranks started is the same trace.
+//! * Open MPI 4.1 forks an `orted` in `MPI_Init`, to be its own process manager: a child of
+//!   the rank named `orted` while it runs ([`singleton_running`]). The daemon outlives the
+//!   rank by a moment: when the rank ends, the kernel hands it (alive or a zombie) to kauri,
+//!   the subreaper of its ranks' descendants ([`crate::host::proc::become_subreaper`]), so a
+//!   child of kauri's named `orted` at a rank's end is the same trace ([`singleton_ended`]).
+//! * Open MPI 5 forks no daemon. Its singleton's namespace is `singleton.<host>.<pid>`, and
+//!   it makes its job's session directory in its temporary directory,
+//!   `ompi.<host>.<uid>/jf.0/<job id>`, the job id made from that namespace as Open MPI makes
+//!   every job id ([`crate::proto::pmix::jobid::ompi5_job_id`]), and leaves it there. So the
+//!   directory of a rank's pid is that rank's trace, while it runs and after.
 //!
-//! This module reads `/proc` only; it knows nothing of jobs or of the tree.
+//! While the ranks run, their host looks for these traces from time to time, so that such a
+//! job ends at once; at a rank's end the host looks once more, and the front end names the
+//! flag that would help ([`crate::tree::policy::never_wired`]).
+//!
+//! This module reads `/proc` and the temporary directory only; it knows nothing of jobs or of
+//! the tree.
+
+use crate::proto::pmix::jobid::ompi5_job_id;
 
 /// How many ranks that never spoke PMI or PMIx a host looks at before it stops looking (a
 /// job of env-only programs has none, and a scan per rank would cost it time).
 pub const CHECKS_MAX: u32 = 4;
 
-/// The pids of this process's children, from every thread's `children` list.
-fn children() -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+/// The pids of the children of process `pid` (`self` for this one), from every thread's
+/// `children` list.
+fn children_of(pid: &str) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
     tasks
@@ -35,29 +43,35 @@ fn children() -> Vec<u32> {
         .collect()
 }
 
-/// True when a child of this process (a rank's descendant handed over at the rank's end) is
-/// Open MPI 4's `orted`: the daemon an Open MPI singleton forks.
-pub fn singleton_daemon() -> bool {
-    children().into_iter().any(|pid| {
-        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "orted")
+/// True when one of the children of process `pid` (`self`: this one) is Open MPI 4's
+/// `orted`, the daemon an Open MPI singleton forks.
+fn has_daemon(pid: &str) -> bool {
+    children_of(pid).into_iter().any(|child| {
+        std::fs::read_to_string(format!("/proc/{child}/comm"))
+            .is_ok_and(|c| c.trim_end() == "orted")
     })
 }
 
-/// True when an Open MPI singleton ran here since `since`: Open MPI 4's daemon is a child
-/// of this process, or Open MPI 5's singleton session directory in the temporary directory
-/// the ranks inherit was made or changed.
-pub fn singleton_traces(since: std::time::SystemTime) -> bool {
-    singleton_daemon() || singleton_session(&std::env::temp_dir(), &hostname(), since)
+/// True when the running rank `pid` is an Open MPI singleton: Open MPI 4's daemon is its
+/// child, or Open MPI 5's singleton made its session directory.
+pub fn singleton_running(pid: u32) -> bool {
+    has_daemon(&pid.to_string()) || singleton_session(&std::env::temp_dir(), &hostname(), pid)
 }
 
-/// True when `<tmp>/ompi.<host>.<uid>/jf.0` (Open MPI 5's session directory of singletons,
-/// for this user) was modified at or after `since`.
-pub fn singleton_session(tmp: &std::path::Path, host: &str, since: std::time::SystemTime) -> bool {
+/// True when the rank `pid`, which has just ended, ran as an Open MPI singleton: Open MPI 4's
+/// daemon is now a child of this process, or Open MPI 5's singleton left its session
+/// directory.
+pub fn singleton_ended(pid: u32) -> bool {
+    has_daemon("self") || singleton_session(&std::env::temp_dir(), &hostname(), pid)
+}
+
+/// True when `<tmp>/ompi.<host>.<uid>/jf.0/<job id of singleton.<host>.<pid>>`, the session
+/// directory of process `pid` as an Open MPI 5 singleton of this user, is there.
+pub fn singleton_session(tmp: &std::path::Path, host: &str, pid: u32) -> bool {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
-    std::fs::metadata(tmp.join(format!("ompi.{host}.{uid}")).join("jf.0"))
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| t >= since)
+    let job = ompi5_job_id(&format!("singleton.{host}.{pid}"));
+    tmp.join(format!("ompi.{host}.{uid}/jf.0/{job}")).is_dir()
 }
 
 /// This machine's host name as Open MPI names its session directory (`gethostname`).
@@ -75,27 +89,24 @@ fn hostname() -> String {
 mod tests {
     use super::*;
 
+    /// The job id of `singleton.vm.6264` is 1027866624: the directory an Open MPI 5.0.11
+    /// singleton of pid 6264 made on host `vm` (seen here).
     #[test]
-    fn sees_a_singleton_session_made_since() {
+    fn sees_a_singletons_session_by_its_pid() {
         let tmp = std::env::temp_dir().join(format!("ompi5-test-{}", std::process::id()));
-        let before = std::time::SystemTime::now() - std::time::Duration::from_secs(2);
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
-        assert!(!singleton_session(&tmp, "h", before));
-        std::fs::create_dir_all(tmp.join(format!("ompi.h.{uid}/jf.0/3571253248"))).unwrap();
-        assert!(singleton_session(&tmp, "h", before));
-        assert!(!singleton_session(&tmp, "other", before));
-        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
-        assert!(
-            !singleton_session(&tmp, "h", later),
-            "an older one is not this job's"
-        );
+        assert!(!singleton_session(&tmp, "vm", 6264));
+        std::fs::create_dir_all(tmp.join(format!("ompi.vm.{uid}/jf.0/1027866624/0"))).unwrap();
+        assert!(singleton_session(&tmp, "vm", 6264));
+        assert!(!singleton_session(&tmp, "vm", 6265), "another process's");
+        assert!(!singleton_session(&tmp, "other", 6264));
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]
     fn sees_a_child_by_its_name() {
-        assert!(!singleton_daemon());
+        assert!(!has_daemon("self"));
         // A child named orted (comm is the file name of what it runs).
         let dir = std::env::temp_dir().join(format!("ompi-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -104,7 +115,7 @@ mod tests {
         let mut child = std::process::Command::new(&orted).arg("5").spawn().unwrap();
         let mut seen = false;
         for _ in 0..200 {
-            if singleton_daemon() {
+            if has_daemon("self") && has_daemon(&std::process::id().to_string()) {
                 seen = true;
                 break;
             }
@@ -114,6 +125,5 @@ mod tests {
         child.wait().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(seen, "a child named orted is seen");
-        assert!(children().is_empty() || !singleton_daemon());
     }
 }

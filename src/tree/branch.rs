@@ -455,6 +455,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             NodeEvent::UnreadReplies { rank, queued } => {
                 report(Report::UnreadReplies { rank, queued })
             }
+            NodeEvent::Singleton { rank } => report(Report::Singleton { rank }),
             NodeEvent::Engine(o) => self.on_engine(o, t),
         }
     }

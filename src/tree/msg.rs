@@ -208,6 +208,11 @@ pub enum Report {
         /// The bytes that waited.
         queued: usize,
     },
+    /// A running rank that never spoke PMI or PMIx runs as an Open MPI singleton.
+    Singleton {
+        /// The rank.
+        rank: usize,
+    },
     /// The job cannot go on.
     Failed {
         /// One line saying why.

@@ -121,6 +121,32 @@ pub fn tolerated(fault_tolerant: bool, signal: Option<i32>) -> bool {
     fault_tolerant && signal.is_some()
 }
 
+/// What a job was served, for [`singleton_line`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served {
+    /// PMIx (alone or beside PMI-1/PMI-2).
+    Pmix,
+    /// PMI-1/PMI-2 only, as `--pmi=pmi1` or `pmi2` asked.
+    Pmi,
+    /// PMI-1/PMI-2 only, for Open MPI's PMI-1 path (`FLUX_PMI_LIBRARY_PATH`).
+    FluxPmi,
+}
+
+/// The line that ends a job a rank of which (`who`, on `host`) runs as an Open MPI singleton
+/// ([`crate::host::ompi`]), naming what would have served it.
+pub fn singleton_line(who: &str, host: &str, served: Served) -> String {
+    let why = match served {
+        Served::Pmix => "kauri offered it PMIx, but it did not connect (were its PMIX_* variables cleared?)",
+        Served::Pmi => {
+            "Open MPI wires up through PMIx, which --pmi=pmi1 and --pmi=pmi2 do not offer (drop the flag)"
+        }
+        Served::FluxPmi => {
+            "its PMI-1 path did not start (is FLUX_PMI_LIBRARY_PATH a libpmi.so it can load?)"
+        }
+    };
+    format!("kauri: {who} on {host} runs alone as an Open MPI singleton: {why}; ending the job")
+}
+
 /// The line kauri prints at the end of a job of `size` ranks (more than one) that `spoke`
 /// none of: no rank ever connected to the PMI-1/PMI-2 server or the PMIx server `offered`.
 /// An MPI library that finds no server it speaks runs as a singleton, a world of 1: N
@@ -265,6 +291,18 @@ mod tests {
             11,
             "a failed rank's own status"
         );
+    }
+
+    #[test]
+    fn a_singleton_is_one_line_naming_what_would_serve_it() {
+        let l = singleton_line("rank 2", "h1", Served::Pmi);
+        assert!(l.starts_with("kauri: rank 2 on h1 runs alone as an Open MPI singleton: "));
+        assert!(l.contains("(drop the flag); ending the job"), "{l}");
+        assert!(singleton_line("rank 0", "h", Served::Pmix).contains("PMIX_* variables"));
+        assert!(singleton_line("rank 0", "h", Served::FluxPmi).contains("FLUX_PMI_LIBRARY_PATH"));
+        for s in [Served::Pmi, Served::Pmix, Served::FluxPmi] {
+            assert!(!singleton_line("rank 0", "h", s).contains('\n'));
+        }
     }
 
     #[test]

@@ -61,6 +61,12 @@ pub enum NodeEvent {
     /// Something from the PMI engine: `FenceReady`, `Abort`, `Failed`, `ProtocolError`,
     /// `Initialized`, `Finalized` (for a PMIx job: the same, from the PMIx server).
     Engine(Output),
+    /// A running rank that never spoke PMI or PMIx shows an Open MPI singleton's trace
+    /// ([`crate::host::ompi::singleton_running`]).
+    Singleton {
+        /// The rank.
+        rank: usize,
+    },
     /// A rank let its PMI reply queue fill (it does not read its replies): its connection
     /// was closed.
     UnreadReplies {
@@ -177,9 +183,6 @@ struct Ctx {
     /// Ends of ranks that never spoke PMI or PMIx looked at for an Open MPI singleton's
     /// traces ([`crate::host::ompi`]).
     alone_checks: Cell<u32>,
-    /// When this host's ranks were about to start: an Open MPI 5 singleton's session
-    /// directory modified since then is one of theirs.
-    started: std::time::SystemTime,
     /// When this host's ranks of the job last asked something of kauri: a PMI request or a
     /// PMIx upcall (`None` while none has).
     last_heard: Cell<Option<std::time::Instant>>,
@@ -190,6 +193,51 @@ impl Ctx {
     fn heard(&self) {
         self.last_heard.set(Some(std::time::Instant::now()));
     }
+
+    /// Whether rank `r` spoke PMI or PMIx (either counts in a job served both).
+    fn spoke(&self, r: usize) -> bool {
+        self.engine.borrow().initialized(r)
+            || self
+                .pmix
+                .borrow()
+                .as_ref()
+                .is_some_and(|p| p.initialized.contains(&r))
+    }
+}
+
+/// When a host looks for Open MPI singletons among its running ranks that have not spoken PMI
+/// or PMIx: seconds after they started.
+const ALONE_LOOKS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// Watches this host's running ranks that have not spoken PMI or PMIx for an Open MPI
+/// singleton's trace ([`crate::host::ompi::singleton_running`]), at most
+/// [`crate::host::ompi::CHECKS_MAX`] ranks each time, at [`ALONE_LOOKS`]: the first found is
+/// reported ([`NodeEvent::Singleton`]), and the front end ends the job.
+fn watch_singletons(c: Rc<Ctx>, running: Rc<RefCell<HashMap<usize, u32>>>) {
+    tokio::task::spawn_local(async move {
+        let start = tokio::time::Instant::now();
+        for at in ALONE_LOOKS {
+            tokio::time::sleep_until(start + std::time::Duration::from_secs(at)).await;
+            let mut quiet: Vec<(usize, u32)> = running
+                .borrow()
+                .iter()
+                .filter(|(r, _)| !c.spoke(**r))
+                .map(|(r, p)| (*r, *p))
+                .collect();
+            if running.borrow().is_empty() {
+                return;
+            }
+            quiet.sort_unstable();
+            quiet.truncate(crate::host::ompi::CHECKS_MAX as usize);
+            let alone = quiet
+                .iter()
+                .find(|(_, pid)| crate::host::ompi::singleton_running(*pid));
+            if let Some((rank, _)) = alone {
+                let _ = c.events.send(NodeEvent::Singleton { rank: *rank });
+                return;
+            }
+        }
+    });
 }
 
 impl Ctx {
@@ -233,7 +281,7 @@ fn rank_ended(
     // A rank that never spoke PMI or PMIx may have been an Open MPI singleton: a few such
     // ends are looked at, until one is found (one says enough).
     let ran_alone = !initialized && c.alone_checks.get() < crate::host::ompi::CHECKS_MAX && {
-        let found = crate::host::ompi::singleton_traces(c.started);
+        let found = crate::host::ompi::singleton_ended(pid);
         c.alone_checks.set(if found {
             crate::host::ompi::CHECKS_MAX
         } else {

@@ -310,7 +310,6 @@ pub(super) fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -
         pmix: RefCell::new(None),
         upcalls: RefCell::new(None),
         alone_checks: Cell::new(0),
-        started: std::time::SystemTime::now(),
         last_heard: Cell::new(None),
     })
 }
@@ -743,6 +742,7 @@ impl Node {
             return Err(e);
         }
         node.watch_ends(&ctx, &events, watched);
+        super::watch_singletons(ctx.clone(), node.running.clone());
         Ok(node)
     }
 

@@ -12,6 +12,8 @@ struct Summary {
     /// The servers the first job was offered.
     offered: Wiring,
     looks_mpi: bool,
+    /// A rank was seen running as a singleton, and said so.
+    singleton_seen: bool,
     fault_tolerant: bool,
     /// Under -disable-auto-cleanup a rank's exit code is not reported.
     quiet_codes: bool,
@@ -153,6 +155,7 @@ impl Root {
             size,
             offered,
             looks_mpi: self.looks_mpi,
+            singleton_seen: self.singleton_seen,
             fault_tolerant: self.fault_tolerant,
             // Under -disable-auto-cleanup a rank's exit code is the program's business (the
             // survivors were told and went on): no line, as under Hydra, which prints none
@@ -172,15 +175,20 @@ impl Root {
 /// job spoke to a server, and the startup profile (`end_us`: the run's end); returns the
 /// worst status the ranks' failures add.
 fn report(s: Summary, end_us: u64) -> i32 {
-    let (worst, lines) = failures(&s.ranks, s.fault_tolerant, s.quiet_codes);
+    let (mut worst, lines) = failures(&s.ranks, s.fault_tolerant, s.quiet_codes);
     for line in lines {
         say!("{line}");
     }
-    if let Some(first) = s.ranks.first() {
+    if let Some(first) = s.ranks.first().filter(|_| !s.singleton_seen) {
         let spoke = first.iter().filter(|(_, s)| s.initialized).count();
         let traces = first.iter().any(|(_, s)| s.ran_alone);
         if let Some(line) = policy::never_wired(s.size, spoke, s.looks_mpi || traces, s.offered) {
             say!("{line}");
+            // Served one protocol only, by the user's choice, and a flag would have helped:
+            // the run failed, as it would have if the singletons had been seen at once.
+            if s.offered != crate::plan::job::Wiring::Both {
+                worst = worst.max(policy::STATUS_LAUNCHER);
+            }
         }
     }
     if let (Some((format, fences)), Some((here, below))) = (s.fences, s.profile) {

@@ -348,6 +348,9 @@ struct Root {
     profile: Option<(ProfileFormat, Vec<RootFence>)>,
     /// The first job looks like an MPI job ([`wiring`]).
     looks_mpi: bool,
+    /// A rank ran as an Open MPI singleton and ended the run, with its own line: the end's
+    /// report adds none ([`policy::never_wired`]).
+    singleton_seen: bool,
     /// The tree's shape, in words, for the profile.
     tree: String,
     /// The output printer and the signal that stops it once everything is sent.

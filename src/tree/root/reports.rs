@@ -166,6 +166,7 @@ impl Root {
             Report::UnreadReplies { rank, queued } => {
                 say!("kauri: {}", unread_replies_line(&client(j, rank), queued));
             }
+            Report::Singleton { rank } => self.on_singleton(j, discarded, rank),
         }
     }
 
@@ -274,6 +275,29 @@ impl Root {
     }
 
     /// A job cannot go on (unless it was discarded): said once, and the job ends.
+    /// A rank of job `j` runs as an Open MPI singleton: the job ends now, with one line naming
+    /// the rank and what would have served it, and a failing status.
+    fn on_singleton(&mut self, j: usize, discarded: bool, rank: usize) {
+        let Some(job) = self.jobs[j].live() else {
+            return;
+        };
+        if discarded || self.ending.is_some() {
+            return;
+        }
+        let host = job.ranks.get(rank).map_or("its host", |r| r.host.as_str());
+        let served = if job.plan.pmix {
+            policy::Served::Pmix
+        } else if job.plan.apps.iter().any(|a| a.uses_open_mpi_flux()) {
+            policy::Served::FluxPmi
+        } else {
+            policy::Served::Pmi
+        };
+        let line = policy::singleton_line(&client(j, Some(rank)), host, served);
+        say!("{line}");
+        self.singleton_seen = true;
+        self.teardown(Ending::Failed);
+    }
+
     fn on_failed(&mut self, discarded: bool, reason: &str) {
         if discarded {
             return;

@@ -455,6 +455,7 @@ impl Root {
             clock,
             profile: spec.profile.map(|format| (format, Vec::new())),
             looks_mpi: p.looks_mpi,
+            singleton_seen: false,
             _master_port: p.master_port,
             tree,
             printer: Some(ends.printer),
