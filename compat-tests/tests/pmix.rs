@@ -725,7 +725,8 @@ fn count(o: &Outcome, prefix: &str) -> usize {
 }
 
 /// `--pmi=pmix`: every rank gets the PMIx server's variables and none of the PMI ones (a
-/// PMI_FD in kauri's own environment does not leak either); `--pmi=pmi1`/`pmi2` give no PMIx
+/// PMI_FD in kauri's own environment does not leak either), but Hydra's and mpirun's
+/// variables of where it is; `--pmi=pmi1`/`pmi2` give no PMIx
 /// variable; `auto` (no flag) gives both, kauri's own values.
 #[test]
 fn choice_variables() {
@@ -734,14 +735,16 @@ fn choice_variables() {
     assert_eq!(count(&k, "PMIX_NAMESPACE="), 2, "{k}");
     assert_eq!(count(&k, "PMIX_SERVER_URI2="), 2, "{k}");
     assert_eq!(count(&k, "PMIX_RANK=9"), 0, "{k}");
-    for v in [
-        "PMI_FD=",
-        "PMI_RANK=",
-        "PMI_SIZE=",
-        "PMI_PORT=",
-        "MPI_LOCALNRANKS=",
-    ] {
+    for v in ["PMI_FD=", "PMI_RANK=", "PMI_SIZE=", "PMI_PORT="] {
         assert_eq!(count(&k, v), 0, "{v} reached a PMIx job\n{k}");
+    }
+    // Where a rank is, as Hydra and mpirun say it, whatever the job is served.
+    for v in [
+        "MPI_LOCALNRANKS=2",
+        "OMPI_COMM_WORLD_SIZE=2",
+        "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+    ] {
+        assert_eq!(count(&k, v), 2, "{v}\n{k}");
     }
     for args in [&["--pmi=pmi1"][..], &["--pmi=pmi2"]] {
         let k = env_of(&ctx, args, 2);

@@ -63,7 +63,8 @@ pub fn fd_cause(what: String) -> String {
 }
 
 /// Variables a surrounding launcher may have set that must not reach our ranks: another
-/// launcher's PMI wiring, and its PMIx variables (they would point a rank at its server).
+/// launcher's PMI wiring, its PMIx variables (they would point a rank at its server), and
+/// `mpirun`'s `OMPI_COMM_WORLD_*` (kauri gives its own).
 pub fn is_foreign_wiring(name: &str) -> bool {
     matches!(
         name,
@@ -78,6 +79,7 @@ pub fn is_foreign_wiring(name: &str) -> bool {
             | "MPI_LOCALNRANKS"
             | "MPI_LOCALRANKID"
     ) || name.starts_with("PMIX_")
+        || name.starts_with("OMPI_COMM_WORLD_")
         || name.starts_with("PRTE_")
 }
 
@@ -852,6 +854,7 @@ mod tests {
     fn foreign_wiring_is_recognised() {
         assert!(is_foreign_wiring("PMI_FD"));
         assert!(is_foreign_wiring("PMIX_RANK"));
+        assert!(is_foreign_wiring("OMPI_COMM_WORLD_RANK"));
         assert!(!is_foreign_wiring("PMI_DEBUG"));
         assert!(!is_foreign_wiring("PATH"));
     }

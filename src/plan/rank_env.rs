@@ -140,6 +140,7 @@ pub fn rank_env(
     let open_mpi = job.pmix || app.uses_open_mpi_flux();
     let only_open_mpi = (job.pmix && (!job.pmi_too || job.pmix_now)) || app.uses_open_mpi_flux();
     let mut env = pmi_identity_vars(job, seat);
+    env.extend(offered(app, launcher_vars(job, seat)));
     env.extend(host.pmix.iter().cloned());
     env.extend(mpich_pmi_choice(job, app));
     env.extend(open_mpi_hints(app, host, open_mpi));
@@ -180,8 +181,7 @@ fn var(k: &str, v: impl Into<String>) -> (String, String) {
     (k.to_string(), v.into())
 }
 
-/// The PMI-1/PMI-2 identity of a rank in a job served PMI: `PMI_RANK`, `PMI_SIZE`, and
-/// Hydra's `MPI_LOCALNRANKS`/`MPI_LOCALRANKID`.
+/// The PMI-1/PMI-2 identity of a rank in a job served PMI: `PMI_RANK`, `PMI_SIZE`.
 fn pmi_identity_vars(job: &JobPlan, seat: &RankSeat<'_>) -> Vec<(String, String)> {
     if !job.serves_pmi() {
         return Vec::new();
@@ -189,8 +189,23 @@ fn pmi_identity_vars(job: &JobPlan, seat: &RankSeat<'_>) -> Vec<(String, String)
     vec![
         var("PMI_RANK", seat.rank.to_string()),
         var("PMI_SIZE", job.size.to_string()),
+    ]
+}
+
+/// Where the rank is, in the variables each MPI's own launcher gives, whatever the job is
+/// served: Hydra's `MPI_LOCALNRANKS`/`MPI_LOCALRANKID`, and Open MPI's `mpirun`'s
+/// `OMPI_COMM_WORLD_{SIZE,RANK,LOCAL_RANK,LOCAL_SIZE,NODE_RANK}`. Packages read them
+/// before any MPI starts (Debian's h5py picks its MPI build from them, JAX and others detect
+/// their cluster); no MPI here is misled by the other's (each checked with its hello).
+fn launcher_vars(job: &JobPlan, seat: &RankSeat<'_>) -> Vec<(String, String)> {
+    vec![
         var("MPI_LOCALNRANKS", seat.local_size.to_string()),
         var("MPI_LOCALRANKID", seat.local_id.to_string()),
+        var("OMPI_COMM_WORLD_SIZE", job.size.to_string()),
+        var("OMPI_COMM_WORLD_RANK", seat.rank.to_string()),
+        var("OMPI_COMM_WORLD_LOCAL_RANK", seat.local_id.to_string()),
+        var("OMPI_COMM_WORLD_LOCAL_SIZE", seat.local_size.to_string()),
+        var("OMPI_COMM_WORLD_NODE_RANK", seat.local_id.to_string()),
     ]
 }
 
@@ -314,17 +329,11 @@ fn jax_vars(ml: &MlSeat<'_>, open_mpi: bool) -> Vec<(String, String)> {
     // from a cluster it detects: Open MPI's mpirun's variables, unless the job is known to
     // be Open MPI's, whose variables they are. (A job served both may be an interpreter's
     // Open MPI 4.1 through mpi4py: it starts through PMIx with the marker set too.)
-    let (addr, port, seat) = (ml.addr, ml.port, ml.seat);
+    let (addr, port) = (ml.addr, ml.port);
     let mut env = vec![var(JAX_COORDINATOR, format!("{addr}:{port}"))];
     if !open_mpi {
-        env.extend([
-            var("OMPI_COMM_WORLD_SIZE", ml.job.size.to_string()),
-            var("OMPI_COMM_WORLD_RANK", seat.rank.to_string()),
-            var("OMPI_COMM_WORLD_LOCAL_RANK", seat.local_id.to_string()),
-            var("OMPI_COMM_WORLD_LOCAL_SIZE", seat.local_size.to_string()),
-            var("OMPI_COMM_WORLD_NODE_RANK", seat.local_id.to_string()),
-            var(OMPI_MARKER, format!("0.0;tcp://{addr}:{port}")),
-        ]);
+        // The `OMPI_COMM_WORLD_*` it then reads, every rank has ([`launcher_vars`]).
+        env.push(var(OMPI_MARKER, format!("0.0;tcp://{addr}:{port}")));
     }
     env
 }
@@ -442,11 +451,28 @@ mod tests {
         w
     }
 
-    const PMI_HEAD: [(&str, &str); 4] = [
-        ("PMI_RANK", "3"),
-        ("PMI_SIZE", "4"),
+    /// What every rank gets, as its MPI's launcher would give it (rank 3 of 4, the second
+    /// of two on its host).
+    const LAUNCHER_VARS: [(&str, &str); 7] = [
         ("MPI_LOCALNRANKS", "2"),
         ("MPI_LOCALRANKID", "1"),
+        ("OMPI_COMM_WORLD_SIZE", "4"),
+        ("OMPI_COMM_WORLD_RANK", "3"),
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
+        ("OMPI_COMM_WORLD_NODE_RANK", "1"),
+    ];
+
+    const PMI_HEAD: [(&str, &str); 9] = [
+        ("PMI_RANK", "3"),
+        ("PMI_SIZE", "4"),
+        LAUNCHER_VARS[0],
+        LAUNCHER_VARS[1],
+        LAUNCHER_VARS[2],
+        LAUNCHER_VARS[3],
+        LAUNCHER_VARS[4],
+        LAUNCHER_VARS[5],
+        LAUNCHER_VARS[6],
     ];
 
     #[test]
@@ -481,7 +507,8 @@ mod tests {
             ..Default::default()
         };
         let env = rank_env(&job(true, false), &app(&[]), &SEAT, &host);
-        let head: Vec<(&str, &str)> = pmix.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut head = LAUNCHER_VARS.to_vec();
+        head.extend(pmix.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         assert_eq!(env, want(&head, &[]));
     }
 
@@ -528,14 +555,15 @@ mod tests {
         };
         let a = app(&[(YIELD_VAR, "0"), ("OMPI_MCA_oob_tcp_if_include", "lo")]);
         let env = rank_env(&j, &a, &SEAT, &host);
-        let mut w = pairs(&KAURI_VARS);
+        let mut w = pairs(&LAUNCHER_VARS);
+        w.extend(pairs(&KAURI_VARS));
         w.push(("OMPI_MCA_btl_tcp_if_include".into(), "eth1".into()));
-        // An Open MPI job (served PMIx): no Open MPI variable is made up.
+        // An Open MPI job (served PMIx alone): no mpirun marker is made up for JAX.
         w.extend(pairs(&TORCHRUN_VARS));
         w.push((JAX_COORDINATOR.into(), "a:29500".into()));
         assert_eq!(env, w);
         let env = rank_env(&j, &app(&[]), &SEAT, &host);
-        assert_eq!(env[0], (YIELD_VAR.to_string(), "1".to_string()));
+        assert!(env.contains(&(YIELD_VAR.to_string(), "1".to_string())));
     }
 
     /// What torchrun sets for rank 3 of 4, the second of two on the second host, with
@@ -560,14 +588,10 @@ mod tests {
         ("OMP_NUM_THREADS", "1"),
     ];
 
-    /// JAX's coordinator and the Open MPI variables its `OmpiCluster` reads.
-    const JAX_VARS: [(&str, &str); 7] = [
+    /// JAX's coordinator and the marker by which its `OmpiCluster` reads the
+    /// `OMPI_COMM_WORLD_*` every rank has.
+    const JAX_VARS: [(&str, &str); 2] = [
         ("JAX_COORDINATOR_ADDRESS", "a:29500"),
-        ("OMPI_COMM_WORLD_SIZE", "4"),
-        ("OMPI_COMM_WORLD_RANK", "3"),
-        ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
-        ("OMPI_COMM_WORLD_LOCAL_SIZE", "2"),
-        ("OMPI_COMM_WORLD_NODE_RANK", "1"),
         ("OMPI_MCA_orte_hnp_uri", "0.0;tcp://a:29500"),
     ];
 
@@ -593,10 +617,13 @@ mod tests {
         let env = rank_env(&j, &app(&[]), &alone, &host);
         assert!(!env.iter().any(|(k, _)| k == OMP_THREADS), "{env:?}");
         assert!(env.contains(&("LOCAL_WORLD_SIZE".into(), "1".into())));
-        // Without -ml-env, none of them.
+        // Without -ml-env, none of them (but Open MPI's own, which every rank has).
         j.master = None;
         let env = rank_env(&j, &app(&[]), &SEAT, &host);
-        for k in ML_PLACE_VARS.iter().chain([&OMP_THREADS]) {
+        let ml_only = ML_PLACE_VARS
+            .iter()
+            .filter(|k| !k.starts_with("OMPI_COMM_WORLD_"));
+        for k in ml_only.chain([&OMP_THREADS]) {
             assert!(!env.iter().any(|(n, _)| n == k), "{k}: {env:?}");
         }
     }
@@ -686,9 +713,8 @@ mod tests {
         };
         assert_eq!(jax_vars(&ml, true), pairs(&[(JAX_COORDINATOR, "h0:29500")]));
         let outside = jax_vars(&ml, false);
-        assert_eq!(outside.len(), 7);
+        assert_eq!(outside.len(), 2);
         assert!(outside.contains(&(OMPI_MARKER.into(), "0.0;tcp://h0:29500".into())));
-        assert!(outside.contains(&("OMPI_COMM_WORLD_RANK".into(), "3".into())));
     }
 
     #[test]
