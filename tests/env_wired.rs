@@ -564,3 +564,35 @@ fn jax_initializes_with_no_arguments_on_one_host_and_on_two() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Open MPI's ranks must yield when more of them than the machine's cores run on it. Simulated
+/// hosts (`-launcher fork`) are one machine: with as many ranks as cores plus one, split over
+/// two of them, each host alone has no more ranks than cores, but together they have more,
+/// and every rank is told to yield (issue #51: before, none was, and Open MPI's ranks
+/// busy-polled each other out). On one real host with as many ranks as cores, none is.
+#[test]
+fn simulated_hosts_count_the_machines_ranks_against_its_cores() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let show = "echo yield=${OMPI_MCA_mpi_yield_when_idle:-no}";
+    let n = (cores + 1).to_string();
+    let o = kauri(
+        &[
+            "-launcher",
+            "fork",
+            "-hosts",
+            "a,b",
+            "-n",
+            &n,
+            "sh",
+            "-c",
+            show,
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(lines(&o), vec!["yield=1"; cores + 1], "{}", err(&o));
+    let n = cores.to_string();
+    let o = kauri(&["-n", &n, "sh", "-c", show], &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(lines(&o), vec!["yield=no"; cores], "{}", err(&o));
+}

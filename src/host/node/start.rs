@@ -355,8 +355,16 @@ fn private_vader_dir(job: &JobPlan, me: &HostPlan, host: &str) -> Result<Option<
 /// them by a variable (its daemons set it when they oversubscribe a node). A direct launch
 /// must say it too. `cores`: those this process may run on (`sched_getaffinity`, one system
 /// call; `available_parallelism` also reads the cgroup's files, on every start).
-fn oversubscribed(nlocal: usize, cores: usize) -> bool {
-    nlocal > cores.max(1)
+///
+/// Simulated hosts (`-launcher fork`) are one machine: the ranks that share its cores are
+/// every host's, not this host's alone (`-hosts a,b -n 4` on 2 cores runs 4 ranks on them).
+fn oversubscribed(job: &JobPlan, nlocal: usize, cores: usize) -> bool {
+    let sharing = if job.simulated_hosts {
+        job.size
+    } else {
+        nlocal
+    };
+    sharing > cores.max(1)
 }
 
 /// Each local rank's CPUs (`-bind-to`), by local id; empty when the job binds nothing.
@@ -659,7 +667,7 @@ impl Launching<'_> {
         let facts = HostFacts {
             pmix: self.pmix_env.get(&rp.rank).map_or(&[], Vec::as_slice),
             vader_dir: vader_dir.as_deref(),
-            oversubscribed: oversubscribed(self.me.ranks.len(), self.cpus),
+            oversubscribed: oversubscribed(self.job, self.me.ranks.len(), self.cpus),
             socket,
         };
         rank_environment(
