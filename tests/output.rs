@@ -536,3 +536,123 @@ fn a_finished_spawned_job_closes_its_output_files() {
     assert_eq!(shared, want, "every job's line in the shared file");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// What a terminal the test holds shows: everything read from its master so far.
+struct Terminal {
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    seen: String,
+}
+
+impl Terminal {
+    /// Reads until the text contains every one of `want` (within 120 s, else the test
+    /// fails).
+    fn until(&mut self, want: &[&str]) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while !want.iter().all(|w| self.seen.contains(w)) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(b) => self.seen.push_str(&String::from_utf8_lossy(&b)),
+                Err(_) => panic!("never saw {want:?} on the terminal: {:?}", self.seen),
+            }
+        }
+    }
+}
+
+/// kauri run with its stdout and stderr on a terminal (a pseudo-terminal the test holds),
+/// with `args`; returns the process and what its terminal shows.
+fn kauri_on_a_terminal(args: &[&str]) -> (std::process::Child, Terminal) {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two new descriptors; the name, termios and window size are null.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors are new and owned by nobody else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let child = Command::new(KAURI)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut m = std::fs::File::from(master);
+    std::thread::spawn(move || {
+        let mut b = [0u8; 4096];
+        while let Ok(n @ 1..) = m.read(&mut b) {
+            if tx.send(b[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    (
+        child,
+        Terminal {
+            rx,
+            seen: String::new(),
+        },
+    )
+}
+
+/// Issue #51: with kauri's stdout on a terminal, each rank's stdout is a pseudo-terminal (as
+/// under mpirun), so the rank's own buffering writes each line as it comes: Python (line
+/// buffered on a terminal, block buffered on a pipe) prints a line and waits for a file the
+/// test makes only once the line reached the terminal, on one host and on two simulated
+/// hosts. Then ranks that printed and wait for ever are ended by Ctrl-C (`SIGINT` to kauri):
+/// what they printed was on the terminal already. `--no-pty` gives a pipe; stderr stays a
+/// pipe.
+#[test]
+fn ranks_on_a_terminal_write_each_line_as_it_comes() {
+    let dir = fresh_dir("pty");
+    let gate = dir.join("gate");
+    let prog = format!(
+        "import os, sys, time\n\
+         print('first', os.environ['PMI_RANK'], sys.stdout.isatty(), sys.stderr.isatty())\n\
+         while not os.path.exists({gate:?}): time.sleep(0.05)\n\
+         print('second', os.environ['PMI_RANK'])\n"
+    );
+    for hosts in [&[][..], &["-launcher", "fork", "-hosts", "a,b"][..]] {
+        let _ = std::fs::remove_file(&gate);
+        let mut args = hosts.to_vec();
+        args.extend(["-n", "2", "python3", "-c", &prog]);
+        let (mut child, mut term) = kauri_on_a_terminal(&args);
+        term.until(&["first 0 True False", "first 1 True False"]);
+        std::fs::write(&gate, "").unwrap();
+        term.until(&["second 0", "second 1"]);
+        assert!(child.wait().unwrap().success(), "{hosts:?}: {}", term.seen);
+    }
+    // Ctrl-C: nothing printed before it is lost.
+    let (mut child, mut term) = kauri_on_a_terminal(&[
+        "-n",
+        "2",
+        "python3",
+        "-c",
+        "import os, time; print('line', os.environ['PMI_RANK']); time.sleep(600)",
+    ]);
+    term.until(&["line 0", "line 1"]);
+    // SAFETY: kill takes plain numbers.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{}", term.seen);
+    // --no-pty: a pipe, as without a terminal.
+    let (mut child, mut term) = kauri_on_a_terminal(&[
+        "--no-pty",
+        "-n",
+        "1",
+        "python3",
+        "-c",
+        "import sys; print('tty', sys.stdout.isatty())",
+    ]);
+    term.until(&["tty False"]);
+    assert!(child.wait().unwrap().success(), "{}", term.seen);
+    let _ = std::fs::remove_dir_all(&dir);
+}

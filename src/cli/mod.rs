@@ -638,7 +638,7 @@ impl Parser {
     }
 
     /// The ranks' output: `-l`, `-prepend-pattern`, `-outfile-pattern`, `-errfile-pattern`,
-    /// `-output-from`. On the command line each may be given once (and one line prefix); in a
+    /// `-output-from`, `--no-pty`. On the command line each may be given once (and one line prefix); in a
     /// configfile, what the command line set wins.
     fn output_option(
         &mut self,
@@ -668,6 +668,7 @@ impl Parser {
                     out.prepend = Some(p);
                 }
             }
+            "-no-pty" => out.no_pty = true,
             "-outfile-pattern" | "-outfile" => {
                 let p = pattern(name, &w.value(name)?)?;
                 once(&mut out.outfile, p, name, on_command_line)?;

@@ -127,6 +127,14 @@ pub struct OutputOptions {
     /// Only this rank's output is kept (of every job); the others' is read and dropped, files
     /// or not.
     pub output_from: Option<usize>,
+    /// Give each rank's stdout a pseudo-terminal rather than a pipe (kauri's own stdout is a
+    /// terminal, it goes to no file, and `--no-pty` was not given): C stdio, Fortran's
+    /// runtime and Python then write each line as it comes, as under `mpirun`.
+    #[serde(default)]
+    pub terminal: bool,
+    /// `--no-pty`: never a pseudo-terminal.
+    #[serde(default)]
+    pub no_pty: bool,
 }
 
 /// One job's output as its hosts need it: the run's options and the job's values for `%g`
@@ -470,6 +478,7 @@ mod tests {
                 outfile: Some(Pattern::parse("o.%r").unwrap()),
                 errfile: None,
                 output_from: Some(1),
+                ..Default::default()
             },
             pgid: 0,
             start_unix_ms: unix_ms(),

@@ -137,6 +137,8 @@ pub struct Launch {
     pub stdin: bool,
     /// Bind the rank to these CPUs (`sched_setaffinity` before exec); `None`: inherit.
     pub cpus: Option<libc::cpu_set_t>,
+    /// Give the rank a pseudo-terminal as stdout instead of a pipe ([`open_pty`]).
+    pub pty: bool,
 }
 
 /// A started rank: its pid, the parent's ends of its stdio pipes, and a way to await its end.
@@ -145,7 +147,7 @@ pub struct Child {
     /// The process id, which is also its process group id.
     pub pid: u32,
     /// Its stdout.
-    pub stdout: pipe::Receiver,
+    pub stdout: Output,
     /// Its stderr.
     pub stderr: pipe::Receiver,
     /// Its stdin, for rank 0.
@@ -209,6 +211,111 @@ impl ExitWatch {
             if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
                 return ExitStatus::from_raw(255 << 8);
             }
+        }
+    }
+}
+
+/// A pseudo-terminal for a rank's stdout: the master (kauri's end, close-on-exec,
+/// non-blocking) and the terminal's own end, which the rank gets as its stdout. Output passes
+/// unchanged (no `\n` becomes `\r\n`: the terminal's output processing is off) and nothing
+/// is echoed; the rank does not make it its controlling terminal (it leads a session of its
+/// own, without one).
+pub fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    // SAFETY: posix_openpt takes flags and returns a new descriptor or -1.
+    let m = unsafe { libc::posix_openpt(flags) };
+    if m < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: m is a new descriptor nobody else owns.
+    let master = unsafe { OwnedFd::from_raw_fd(m) };
+    // SAFETY: grantpt and unlockpt take the master's descriptor; TIOCGPTPEER opens the
+    // terminal's end by the master (no name to look up), close-on-exec and without making
+    // it a controlling terminal.
+    let slave = unsafe {
+        if libc::grantpt(m) != 0 || libc::unlockpt(m) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        libc::ioctl(
+            m,
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if slave < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: slave is a new descriptor nobody else owns.
+    let slave = unsafe { OwnedFd::from_raw_fd(slave) };
+    // SAFETY: termios is plain data; tcgetattr fills it and tcsetattr reads it.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        if libc::tcgetattr(slave.as_raw_fd(), &mut t) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        t.c_oflag &= !libc::OPOST;
+        t.c_lflag &= !(libc::ECHO | libc::ICANON | libc::ISIG | libc::IEXTEN);
+        if libc::tcsetattr(slave.as_raw_fd(), libc::TCSANOW, &t) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok((master, slave))
+}
+
+/// A rank's stdout, as kauri reads it: a pipe, or the master of its pseudo-terminal.
+#[derive(Debug)]
+pub enum Output {
+    /// A pipe's reading end.
+    Pipe(pipe::Receiver),
+    /// A pseudo-terminal's master: once every process holding the terminal's end has closed
+    /// it, a read fails with `EIO`, which is its end of file.
+    Pty(AsyncFd<OwnedFd>),
+}
+
+impl tokio::io::AsyncRead for Output {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        use std::task::Poll;
+        match self.get_mut() {
+            Output::Pipe(p) => std::pin::Pin::new(p).poll_read(cx, buf),
+            Output::Pty(fd) => loop {
+                let mut guard = match fd.poll_read_ready(cx) {
+                    Poll::Ready(Ok(g)) => g,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                };
+                let unfilled = buf.initialize_unfilled();
+                let read = guard.try_io(|inner| {
+                    // SAFETY: unfilled is a valid, writable buffer of its length.
+                    let n = unsafe {
+                        libc::read(
+                            inner.as_raw_fd(),
+                            unfilled.as_mut_ptr().cast(),
+                            unfilled.len(),
+                        )
+                    };
+                    if n < 0 {
+                        Err(io::Error::last_os_error())
+                    } else {
+                        Ok(n as usize)
+                    }
+                });
+                match read {
+                    Ok(Ok(n)) => {
+                        buf.advance(n);
+                        return Poll::Ready(Ok(()));
+                    }
+                    // The terminal's end is closed everywhere: the end of the output.
+                    Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => {
+                        return Poll::Ready(Ok(()));
+                    }
+                    Ok(Err(e)) => return Poll::Ready(Err(e)),
+                    Err(_would_block) => continue,
+                }
+            },
         }
     }
 }
@@ -350,9 +457,10 @@ struct Stdio {
     in_w: Option<OwnedFd>,
 }
 
-/// Makes a rank's stdio pipes, with a pipe for its stdin when `stdin` is set.
-fn stdio_pipes(stdin: bool) -> io::Result<Stdio> {
-    let (out_r, out_w) = cloexec_pipe()?;
+/// Makes a rank's stdio pipes, with a pipe for its stdin when `stdin` is set, and a
+/// pseudo-terminal for its stdout when `pty` is.
+fn stdio_pipes(stdin: bool, pty: bool) -> io::Result<Stdio> {
+    let (out_r, out_w) = if pty { open_pty()? } else { cloexec_pipe()? };
     let (err_r, err_w) = cloexec_pipe()?;
     let (in_r, in_w) = if stdin {
         let (r, w) = cloexec_pipe()?;
@@ -415,7 +523,7 @@ pub fn fork(mut l: Launch) -> io::Result<Forked> {
     // the clone, not after it, when their pages would be copied (see ExecArgs).
     let x = exec_args(&l)?;
     drop((std::mem::take(&mut l.env), std::mem::take(&mut l.args)));
-    let io = stdio_pipes(l.stdin)?;
+    let io = stdio_pipes(l.stdin, l.pty)?;
     let plan = Box::new(ChildPlan {
         prog: x.prog(),
         argv: x.argv_p().as_ptr(),
@@ -455,6 +563,7 @@ pub fn fork(mut l: Launch) -> io::Result<Forked> {
         pidfd,
         pinned,
         stdout: io.out_r,
+        pty: l.pty,
         stderr: io.err_r,
         stdin: io.in_w,
     })
@@ -467,6 +576,8 @@ pub struct Forked {
     pidfd: OwnedFd,
     pinned: Pinned,
     stdout: OwnedFd,
+    /// `stdout` is a pseudo-terminal's master.
+    pty: bool,
     stderr: OwnedFd,
     stdin: Option<OwnedFd>,
 }
@@ -485,6 +596,7 @@ impl Forked {
             pidfd,
             mut pinned,
             stdout,
+            pty,
             stderr,
             stdin,
         } = self;
@@ -495,9 +607,19 @@ impl Forked {
             let pidfd =
                 unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
                     .map_err(|e| e.into_parts().1)?;
+            let stdout = if pty {
+                // SAFETY: as for the pidfd: the AsyncFd owns the descriptor it watches.
+                let master = unsafe {
+                    AsyncFd::register_with_interest(stdout, tokio::io::Interest::READABLE)
+                }
+                .map_err(|e| e.into_parts().1)?;
+                Output::Pty(master)
+            } else {
+                Output::Pipe(pipe::Receiver::from_owned_fd(stdout)?)
+            };
             Ok::<_, io::Error>((
                 pidfd,
-                pipe::Receiver::from_owned_fd(stdout)?,
+                stdout,
                 pipe::Receiver::from_owned_fd(stderr)?,
                 stdin.map(pipe::Sender::from_owned_fd).transpose()?,
             ))
@@ -810,6 +932,7 @@ mod tests {
                 pmi_fd: None,
                 stdin: false,
                 cpus: None,
+                pty: false,
             })
             .unwrap();
             signal_group(child.pid, libc::SIGKILL);
@@ -837,6 +960,7 @@ mod tests {
                     pmi_fd: None,
                     stdin: false,
                     cpus: None,
+                    pty: false,
                 })
                 .unwrap();
                 (i, child)
@@ -875,6 +999,7 @@ mod tests {
             pmi_fd: None,
             stdin: false,
             cpus: None,
+            pty: false,
         };
         let x = exec_args(&l).unwrap();
         // SAFETY: the pointers point into `x`'s strings, alive here.

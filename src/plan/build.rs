@@ -371,6 +371,9 @@ pub(crate) fn output_options(spec: &JobSpec) -> OutputOptions {
     if spec.label && o.prepend.is_none() {
         o.prepend = crate::host::output::Pattern::parse("[%r] ").ok();
     }
+    // SAFETY: isatty takes a descriptor number and only answers.
+    let on_terminal = unsafe { libc::isatty(libc::STDOUT_FILENO) } == 1;
+    o.terminal = on_terminal && !o.no_pty && o.outfile.is_none();
     o
 }
 

@@ -638,6 +638,7 @@ impl Launching<'_> {
             // ranks read end-of-file at once, as under Hydra.
             stdin: r == 0 && self.job.spawner.is_none(),
             cpus: cpus.map(|c| crate::host::bind::cpu_set(c)),
+            pty: self.job.output.options.terminal,
         };
         let child = proc::fork(launch).map_err(|e| start_error(r, &a.program, self.host, e))?;
         crate::host::keeper::started(child.pid());
@@ -865,22 +866,27 @@ impl Node {
         &mut self,
         s: &Serving<'_>,
         r: usize,
-        stdout: pipe::Receiver,
+        stdout: proc::Output,
         stderr: pipe::Receiver,
     ) {
         let proxy = s.job.rank_node.get(r).copied().unwrap_or(0);
-        for (stream, reader) in [(Stream::Stdout, stdout), (Stream::Stderr, stderr)] {
-            let is_stdout = stream == Stream::Stdout;
-            let route = Route::new(&s.job.output, is_stdout, r, proxy, s.host);
-            self.forwarders
-                .push(tokio::task::spawn_local(iofwd::forward_lines(
-                    reader,
-                    stream,
-                    route,
-                    s.out.clone(),
-                    s.ended_rx.clone(),
-                )));
-        }
+        let route = |is_stdout| Route::new(&s.job.output, is_stdout, r, proxy, s.host);
+        self.forwarders
+            .push(tokio::task::spawn_local(iofwd::forward_lines(
+                stdout,
+                Stream::Stdout,
+                route(true),
+                s.out.clone(),
+                s.ended_rx.clone(),
+            )));
+        self.forwarders
+            .push(tokio::task::spawn_local(iofwd::forward_lines(
+                stderr,
+                Stream::Stderr,
+                route(false),
+                s.out.clone(),
+                s.ended_rx.clone(),
+            )));
     }
 
     /// Watches the ends of the ranks forked: each is reaped and reported as it ends.
@@ -940,6 +946,7 @@ mod tests {
             pmi_fd: None,
             stdin: false,
             cpus: None,
+            pty: false,
         };
         let child = proc::fork(launch).unwrap();
         let pid = child.pid() as libc::pid_t;

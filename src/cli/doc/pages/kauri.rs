@@ -165,6 +165,12 @@ const GLOBAL: &[Opt] = &[
         "show (or write to files) only this rank's output",
     ),
     flag(
+        &["--no-pty"],
+        "give the ranks' stdout a pipe even when kauri's is a terminal (by\n\
+         default it is then a pseudo-terminal, as mpirun gives it: C stdio\n\
+         and Fortran write each line as it comes)",
+    ),
+    flag(
         &["-ml-env"],
         "also set what torchrun sets (RANK, LOCAL_RANK, GROUP_RANK,\n\
          MASTER_ADDR, MASTER_PORT, ...) and what jax.distributed.initialize()\n\
