@@ -579,6 +579,8 @@ fn kauri_on_a_terminal(args: &[&str]) -> (std::process::Child, Terminal) {
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
     let child = Command::new(KAURI)
         .args(args)
+        // Python's own buffering decides, as a user's shell leaves it.
+        .env_remove("PYTHONUNBUFFERED")
         .stdin(std::process::Stdio::null())
         .stdout(slave.try_clone().unwrap())
         .stderr(slave)
