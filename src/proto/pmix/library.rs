@@ -69,10 +69,14 @@ pub struct Program<'a> {
 
 /// The `libpmix` file the ranks of `p` would load, when it is not the system's.
 pub fn for_program(p: &Program) -> Option<PathBuf> {
-    let system = system_dirs();
+    // The system's directories are resolved only when a library was found (most jobs find
+    // none, and resolving them is some forty system calls).
     let foreign = |f: PathBuf| -> Option<PathBuf> {
         let c = f.canonicalize().ok()?;
-        (!system.iter().any(|d| c.parent() == Some(d.as_path()))).then_some(f)
+        (!system_dirs()
+            .iter()
+            .any(|d| c.parent() == Some(d.as_path())))
+        .then_some(f)
     };
     let lib_path: Vec<PathBuf> = p
         .ld_library_path

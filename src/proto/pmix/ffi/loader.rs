@@ -279,17 +279,13 @@ fn rodata(read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<(u64, usize)> 
 /// the space before `(PMIx Standard`.
 fn version_in(bytes: &[u8]) -> Option<String> {
     let key = b"OpenPMIx ";
-    let mut from = 0;
-    while let Some(i) = bytes[from..].windows(key.len()).position(|w| w == key) {
-        let start = from + i + key.len();
-        let rest = &bytes[start..];
+    memchr::memmem::find_iter(bytes, key).find_map(|i| {
+        let rest = &bytes[i + key.len()..];
         let end = rest.iter().position(|&c| c == b' ' || c == 0)?;
-        if rest[end..].starts_with(b" (PMIx Standard") && rest.first()?.is_ascii_digit() {
-            return std::str::from_utf8(&rest[..end]).ok().map(str::to_string);
-        }
-        from = start;
-    }
-    None
+        (rest[end..].starts_with(b" (PMIx Standard") && rest.first()?.is_ascii_digit())
+            .then(|| std::str::from_utf8(&rest[..end]).ok().map(str::to_string))
+            .flatten()
+    })
 }
 
 /// The PMIx library's own version line (`OpenPMIx 4.2.2, ...`), as `PMIx_Get_version` gives it.
