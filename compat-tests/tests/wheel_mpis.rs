@@ -496,6 +496,76 @@ fn openmpi5_program_through_a_library_of_its_own() {
     ctx.assert_no_leftovers();
 }
 
+/// Issue #51: a Fortran program of the wheel's Open MPI 5 forms one world with no flag. The
+/// wheel ships no Fortran bindings (no `libmpi_mpifh`, no `mpifort`), so the program is built
+/// with gfortran over bindings of the test's own making (`fortran_shim.c`, built with the
+/// wheel's `mpicc`): the program names `libkfort.so`, which names `libmpi.so.40`, as Open
+/// MPI's Fortran programs name `libmpi_mpifh.so.40`.
+#[test]
+fn openmpi5_fortran_program_forms_its_world() {
+    let Some(v) = wheel_venv("openmpi5") else {
+        return;
+    };
+    let Ok(gfortran) = which_gfortran() else {
+        let why = "gfortran not found (.ci/setup installs it)";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        return eprintln!("skipped: {why}");
+    };
+    let ctx = Ctx::new("venv_openmpi5_fortran");
+    let dir = ctx.dir.to_string_lossy().into_owned();
+    let programs = Path::new(compat_tests::PROGRAMS_DIR);
+    let lib = format!("{dir}/libkfort.so");
+    compat_tests::build_or_panic(
+        std::process::Command::new(v.join("bin/mpicc"))
+            .args(["-shared", "-fPIC", "-o", &lib])
+            .arg(programs.join("fortran_shim.c")),
+    );
+    let prog = format!("{dir}/hello_shim");
+    compat_tests::build_or_panic(
+        std::process::Command::new(gfortran)
+            .args(["-o", &prog])
+            .arg(programs.join("hello_shim.f90"))
+            .args(["-L", &dir, "-lkfort", &format!("-Wl,-rpath,{dir}")]),
+    );
+    let libs = compat_tests::needed_libraries(&prog);
+    assert!(
+        libs.iter().any(|l| l == "libkfort.so") && !libs.iter().any(|l| l.starts_with("libmpi")),
+        "{libs:?}"
+    );
+    let tmp = ctx.dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    for hosts in [ONE_HOST, TWO_HOSTS] {
+        for n in [2, 4] {
+            let mut a: Vec<String> = hosts.iter().map(|s| s.to_string()).collect();
+            a.extend(["-n".into(), n.to_string(), prog.clone()]);
+            let o = ctx
+                .job(Launcher::Kauri, &a)
+                .program(ctx.kauri())
+                .env("TMPDIR", &tmp.to_string_lossy())
+                .run();
+            eprintln!("=== kauri {a:?}\n{o}");
+            assert_eq!(o.code, Some(0), "{hosts:?} -n {n}: {o}");
+            let mut want: Vec<String> = (0..n)
+                .map(|r| format!("hello_shim.f90: rank {r} of {n}"))
+                .collect();
+            want.sort();
+            assert_eq!(o.sorted_stdout(), want, "{hosts:?} -n {n}: {o}");
+            assert!(!o.stderr.contains("kauri:"), "{hosts:?} -n {n}: {o}");
+        }
+    }
+    ctx.assert_no_leftovers();
+}
+
+/// `gfortran` on the `PATH`.
+fn which_gfortran() -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join("gfortran"))
+        .find(|p| p.is_file())
+        .ok_or(())
+}
+
 /// Programs that use no MPI never connect either, and get no line: `hostname`, and a
 /// Python program that imports no MPI.
 #[test]
