@@ -212,12 +212,22 @@ const ALONE_LOOKS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
 /// Watches this host's running ranks that have not spoken PMI or PMIx for an Open MPI
 /// singleton's trace ([`crate::host::ompi::singleton_running`]), at most
 /// [`crate::host::ompi::CHECKS_MAX`] ranks each time, at [`ALONE_LOOKS`]: the first found is
-/// reported ([`NodeEvent::Singleton`]), and the front end ends the job.
-fn watch_singletons(c: Rc<Ctx>, running: Rc<RefCell<HashMap<usize, u32>>>) {
+/// reported ([`NodeEvent::Singleton`]), and the front end ends the job. It ends with the node
+/// (`ended`).
+fn watch_singletons(
+    c: Rc<Ctx>,
+    running: Rc<RefCell<HashMap<usize, u32>>>,
+    mut ended: tokio::sync::watch::Receiver<bool>,
+) {
     tokio::task::spawn_local(async move {
         let start = tokio::time::Instant::now();
         for at in ALONE_LOOKS {
-            tokio::time::sleep_until(start + std::time::Duration::from_secs(at)).await;
+            // A node that ended lets go of its context at once, not at the next look (a run
+            // of many short spawned jobs would otherwise hold a second's worth of them).
+            tokio::select! {
+                _ = tokio::time::sleep_until(start + std::time::Duration::from_secs(at)) => {}
+                _ = ended.wait_for(|e| *e) => return,
+            }
             let mut quiet: Vec<(usize, u32)> = running
                 .borrow()
                 .iter()

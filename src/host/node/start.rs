@@ -751,7 +751,7 @@ impl Node {
             return Err(e);
         }
         node.watch_ends(&ctx, &events, watched);
-        super::watch_singletons(ctx.clone(), node.running.clone());
+        super::watch_singletons(ctx.clone(), node.running.clone(), node.ended.subscribe());
         Ok(node)
     }
 

@@ -756,9 +756,15 @@ pub fn deregister(nspace: &str) {
     ffi::deregister_nspace(nspace);
 }
 
-/// Kauri's half of a deregistration: no more upcalls are routed for `nspace`.
+/// Kauri's half of a deregistration: no more upcalls are routed for `nspace`, and it no longer
+/// waits to be registered.
 fn forget_here(nspace: &str) {
     forget(nspace);
+    // A job that ended before any client knocked is no longer waiting for the library (a run
+    // of a thousand spawns of programs that never speak PMIx would otherwise keep them all).
+    if let Ok(mut s) = SERVER.lock() {
+        s.waiting.retain(|w| w.job.kvsname != nspace);
+    }
     ffi::unroute(nspace);
 }
 
