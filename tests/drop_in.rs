@@ -358,6 +358,37 @@ fn descendants_that_escape_with_setsid_are_ended_too() {
     }
 }
 
+/// Every rank leads a process group of its own in the session of the kauri (or agent) that
+/// started it, as mpirun's ranks do. With the kernel's autogroup scheduling a session is a
+/// scheduling group, and a rank that yields the CPU while it waits (Open MPI's
+/// `mpi_yield_when_idle`, set when a host is oversubscribed) yields it only to its own
+/// group's tasks: when each rank led a session of its own (as Hydra's do), NWChem on 4 ranks
+/// of 2 cores took 41 s beside two busy loops, against 2.8 s under mpirun.
+#[test]
+fn ranks_share_the_session_of_the_process_that_started_them() {
+    let prog = "echo $$ $(ps -o pgid= -p $$) $(ps -o sid= -p $$) $(ps -o sid= -p $PPID)";
+    for hosts in [&[][..], &["-launcher", "fork", "-hosts", "a,b"][..]] {
+        let mut args = hosts.to_vec();
+        args.extend(["-n", "2", "sh", "-c", prog]);
+        let o = kauri(&args, None, &[]);
+        assert!(o.status.success(), "{hosts:?}: {}", stderr(&o));
+        let lines = stdout_lines(&o);
+        assert_eq!(lines.len(), 2, "{hosts:?}: {lines:?}");
+        for l in &lines {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "{hosts:?}: {l}");
+            assert_eq!(
+                f[0], f[1],
+                "{hosts:?}: a rank leads its own process group: {l}"
+            );
+            assert_eq!(
+                f[2], f[3],
+                "{hosts:?}: a rank is in its starter's session: {l}"
+            );
+        }
+    }
+}
+
 #[test]
 fn sigint_is_forwarded_and_ends_the_job() {
     let marker = "kauri-marker-sigint";

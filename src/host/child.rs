@@ -100,12 +100,13 @@ extern "C" fn child_main(plan: *mut libc::c_void) -> libc::c_int {
             raw(libc::SYS_write, [2, msg as usize, len, 0, 0, 0]);
         };
         reset_signals();
-        // A session of its own (as Hydra does), which also makes it a process group of its
-        // own: with the kernel's autogroup scheduling, each session shares the CPU fairly
-        // with the machine's others, instead of all ranks sharing kauri's one share.
-        if raw(libc::SYS_setsid, [0; 6]) < 0 {
-            raw(libc::SYS_setpgid, [0; 6]);
-        }
+        // A process group of its own in kauri's session, as mpirun's ranks are (Hydra makes
+        // each rank a session leader): with the kernel's autogroup scheduling a session is a
+        // scheduling group, and a rank that yields the CPU while it waits (Open MPI's
+        // `mpi_yield_when_idle`, MPICH's polls) yields it only to its own group's tasks. Each
+        // rank alone in a session of its own yielded to nobody: NWChem on 4 ranks took 41 s
+        // beside two busy loops, against 2.8 s under mpirun (`docs/performance.md`).
+        raw(libc::SYS_setpgid, [0; 6]);
         raw(
             libc::SYS_prctl,
             [
@@ -340,8 +341,7 @@ fn traced() -> bool {
 /// writes afterwards is copied on write (at 1,024 ranks the page-table copies and the faults
 /// after each fork were most of kauri's CPU). `CLONE_VFORK`, as `posix_spawn` does, only for
 /// fewer ranks than CPUs ([`choose_start`]): it suspends this thread until the child execs,
-/// and the child, in a session of its own, waits its turn for a CPU among the job's running
-/// ranks; 1,024 ranks on a busy 2-core machine kept kauri suspended 3.7 s of a 10 s job,
+/// and the child waits its turn for a CPU among the job's running ranks; 1,024 ranks on a busy 2-core machine kept kauri suspended 3.7 s of a 10 s job,
 /// serving no PMI meanwhile. A fork instead where [`crate::host::syscall`] has no system calls
 /// of its own, and while a debugger traces kauri ([`choose_start`]).
 pub(crate) fn clone_child(plan: &ChildPlan, stack: &Stack) -> io::Result<libc::pid_t> {

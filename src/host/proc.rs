@@ -1,9 +1,8 @@
 //! Rank processes: finding the program, building the environment, starting it with its PMI
-//! socket and stdio pipes in a session of its own, and killing what is left.
+//! socket and stdio pipes in a process group of its own, and killing what is left.
 //!
-//! Every rank leads its own session and process group (as Hydra's ranks do), so a signal
-//! reaches the rank and whatever it
-//! started, and it dies with `SIGKILL` if the agent that started it disappears
+//! Every rank leads its own process group in kauri's session (as mpirun's ranks do), so a
+//! signal reaches the rank and whatever it started, and it dies with `SIGKILL` if the agent that started it disappears
 //! (`PR_SET_PDEATHSIG`). Nothing here knows about PMI messages or jobs.
 
 use std::ffi::OsString;
@@ -218,8 +217,8 @@ impl ExitWatch {
 /// A pseudo-terminal for a rank's stdout: the master (kauri's end, close-on-exec,
 /// non-blocking) and the terminal's own end, which the rank gets as its stdout. Output passes
 /// unchanged (no `\n` becomes `\r\n`: the terminal's output processing is off) and nothing
-/// is echoed; the rank does not make it its controlling terminal (it leads a session of its
-/// own, without one).
+/// is echoed; the rank does not make it its controlling terminal (`O_NOCTTY`; it is no
+/// session's leader).
 pub fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
     let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NONBLOCK;
     // SAFETY: posix_openpt takes flags and returns a new descriptor or -1.
@@ -776,8 +775,8 @@ pub fn become_subreaper() {
 /// Set once [`become_subreaper`] succeeded.
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Kills (`SIGKILL`) every process still in one of `pgids` and in our session or the session
-/// its rank leads (every rank leads one, see [`spawn`]): what ranks
+/// Kills (`SIGKILL`) every process still in one of `pgids` and in our session (every rank
+/// leads a process group in it, see [`spawn`]) or in a session the group's leader leads: what ranks
 /// left behind; and every child of ours (see [`become_subreaper`]) in a session of its own,
 /// which is a process a rank started that escaped with `setsid`. Scans `/proc`, so only
 /// groups that still have members are touched. Killed children of ours are reaped, so none
@@ -787,9 +786,9 @@ pub fn kill_leftovers(pgids: &[u32]) -> usize {
 }
 
 /// What [`kill_leftovers`] does to the groups `pgids` lead, without the sweep of children in
-/// sessions of their own: for one job that ended while the run goes on, whose other jobs'
-/// ranks (children of ours in sessions of their own too) still run. A daemon that escaped
-/// from it is swept when the run ends.
+/// sessions of their own: for one job that ended while the run goes on, whose other jobs' ranks
+/// may have started such daemons and still use them. A daemon that escaped from it is swept
+/// when the run ends.
 pub fn kill_groups_left(pgids: &[u32]) -> usize {
     sweep(pgids, false)
 }
