@@ -224,3 +224,154 @@ fn h5py_mpio() {
     }
     ctx.assert_no_leftovers();
 }
+
+/// What a terminal shows: the lines `script` (util-linux) copies from the pseudo-terminal it
+/// gives kauri, as they come.
+struct Terminal {
+    rx: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Terminal {
+    /// Reads lines until `done` holds for what was seen (within 300 s, else the test fails).
+    fn until(&mut self, what: &str, done: impl Fn(&[String]) -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+        while !done(&self.seen) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => panic!("never saw {what} on the terminal: {:#?}", self.seen),
+            }
+        }
+    }
+}
+
+/// The step of a thermodynamic row of LAMMPS ("step temp epair emol etotal press").
+fn thermo_step(line: &str) -> Option<u64> {
+    let w: Vec<&str> = line.split_whitespace().collect();
+    (w.len() == 6 && w[1..].iter().all(|x| x.parse::<f64>().is_ok()))
+        .then(|| w[0].parse().ok())
+        .flatten()
+}
+
+/// `script` running kauri, killed if the test ends first (a failed one): the terminal then
+/// hangs up, and kauri ends its job on the `SIGHUP`.
+struct Script(std::process::Child);
+
+impl Drop for Script {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// `kauri ARGS` run by `script` on a pseudo-terminal of its own, as a person at a terminal
+/// runs it; stdin is the terminal's keyboard (a `^C` written to it is a Ctrl-C).
+fn kauri_on_a_terminal(ctx: &Ctx, args: &[&str]) -> (Script, Terminal) {
+    use std::io::BufRead;
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let kauri = ctx.kauri().to_string_lossy().into_owned();
+    let cmd = std::iter::once(kauri.as_str())
+        .chain(args.iter().copied())
+        .map(quote)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut child = std::process::Command::new("script")
+        .args(["-qfec", &format!("exec {cmd}"), "/dev/null"])
+        .env(compat_tests::MARKER_VAR, &ctx.marker)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("script");
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l.trim_end_matches('\r').to_string()).is_err() {
+                break;
+            }
+        }
+    });
+    (
+        Script(child),
+        Terminal {
+            rx,
+            seen: Vec::new(),
+        },
+    )
+}
+
+/// Issue #51: LAMMPS under kauri, on a terminal, shows its thermodynamic rows as it computes
+/// them, as under mpirun: each rank's stdout is a pseudo-terminal, so its C stdio writes a
+/// line at a time. The melt's 250 steps, then LAMMPS waits (its `shell` command) for a file
+/// the test makes only once the rows of steps 0 to 250 are on the terminal, then 50 steps
+/// more; on one host and on two simulated hosts. (Before, the rows sat in LAMMPS's 4 KiB
+/// buffer of a pipe, and the test waited for ever.) Then Ctrl-C typed while LAMMPS waits: the
+/// job ends with status 130, nothing left, every row it printed on the terminal.
+#[test]
+fn lammps_on_a_terminal_shows_each_row_as_it_comes() {
+    if !have("/usr/bin/lmp", "apt-get install lammps (.ci/setup)")
+        || !have("/usr/bin/script", "apt-get install bsdutils")
+    {
+        return;
+    }
+    let ctx = Ctx::new("apps_lammps_terminal");
+    let gate = ctx.dir.join("gate");
+    let wait = ctx.dir.join("wait_for_gate.sh");
+    std::fs::write(
+        &wait,
+        format!(
+            "#!/bin/sh\nwhile [ ! -e '{}' ]; do sleep 0.1; done\n",
+            gate.display()
+        ),
+    )
+    .unwrap();
+    let melt = std::fs::read_to_string(input("in.melt")).unwrap();
+    let gated = ctx.dir.join("in.melt.gated");
+    std::fs::write(
+        &gated,
+        format!("{melt}shell sh {}\nrun 50\n", wait.display()),
+    )
+    .unwrap();
+    let gated = gated.to_string_lossy().into_owned();
+    let first_run = |seen: &[String]| {
+        let steps: Vec<u64> = seen.iter().filter_map(|l| thermo_step(l)).collect();
+        (0..=250).step_by(50).all(|s| steps.contains(&s))
+    };
+    for hosts in [&[][..], TWO_HOSTS] {
+        let _ = std::fs::remove_file(&gate);
+        let mut args = hosts.to_vec();
+        args.extend(["-n", "2", "lmp", "-log", "none", "-in", &gated]);
+        let (mut script, mut term) = kauri_on_a_terminal(&ctx, &args);
+        term.until("the rows of steps 0 to 250", first_run);
+        assert!(
+            script.0.try_wait().unwrap().is_none(),
+            "{hosts:?}: ended early: {:#?}",
+            term.seen
+        );
+        std::fs::write(&gate, "").unwrap();
+        term.until("the row of step 300", |seen| {
+            seen.iter().any(|l| thermo_step(l) == Some(300))
+        });
+        let status = script.0.wait().unwrap();
+        assert!(status.success(), "{hosts:?}: {status}: {:#?}", term.seen);
+    }
+    // Ctrl-C while LAMMPS waits for a gate that never comes.
+    let _ = std::fs::remove_file(&gate);
+    let (mut script, mut term) =
+        kauri_on_a_terminal(&ctx, &["-n", "2", "lmp", "-log", "none", "-in", &gated]);
+    term.until("the rows of steps 0 to 250", first_run);
+    {
+        use std::io::Write;
+        let keyboard = script.0.stdin.as_mut().unwrap();
+        keyboard.write_all(b"\x03").unwrap();
+        keyboard.flush().unwrap();
+    }
+    let status = script.0.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{:#?}", term.seen);
+    ctx.assert_no_leftovers();
+}
