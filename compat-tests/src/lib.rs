@@ -600,6 +600,39 @@ impl Ctx {
         prog
     }
 
+    /// Runs `kauri HOSTS -n N ARGV…` (no `--pmi`, `TMPDIR` in this test's directory) at 2 and
+    /// 4 ranks, on one host and on two simulated hosts (`-launcher fork -hosts a,b`): each run
+    /// must print `line(r, n)` once for every rank `r` of one world of `n`, end with status 0
+    /// and say nothing of kauri's own; then nothing of the test may be left.
+    pub fn assert_one_world_everywhere(
+        &self,
+        argv: &[&str],
+        line: &dyn Fn(usize, usize) -> String,
+    ) {
+        let tmp = self.dir.join("tmp");
+        std::fs::create_dir_all(&tmp).expect("create TMPDIR");
+        for hosts in [&[][..], &["-launcher", "fork", "-hosts", "a,b"][..]] {
+            for n in [2, 4] {
+                let n_s = n.to_string();
+                let mut a: Vec<&str> = hosts.to_vec();
+                a.extend(["-n", &n_s]);
+                a.extend(argv);
+                let o = self
+                    .job(Launcher::Kauri, &a)
+                    .program(self.kauri())
+                    .env("TMPDIR", &tmp.to_string_lossy())
+                    .run();
+                eprintln!("=== kauri {a:?}\n{o}");
+                assert_eq!(o.code, Some(0), "{hosts:?} -n {n}: {o}");
+                let mut want: Vec<String> = (0..n).map(|r| line(r, n)).collect();
+                want.sort();
+                assert_eq!(o.sorted_stdout(), want, "{hosts:?} -n {n}: {o}");
+                assert!(!o.stderr.contains("kauri:"), "{hosts:?} -n {n}: {o}");
+            }
+        }
+        self.assert_no_leftovers();
+    }
+
     pub fn script(&self, name: &str, text: &str) -> String {
         use std::os::unix::fs::PermissionsExt;
         let dst = self.dir.join(name);

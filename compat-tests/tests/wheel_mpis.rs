@@ -472,28 +472,9 @@ fn openmpi5_program_through_a_library_of_its_own() {
     let ctx = Ctx::new("venv_openmpi5_through_lib");
     let mpicc = v.join("bin/mpicc").to_string_lossy().into_owned();
     let prog = ctx.through_lib(&mpicc, &["-DTHROUGH_LIB_GROUPS"]);
-    let tmp = ctx.dir.join("tmp");
-    std::fs::create_dir_all(&tmp).unwrap();
-    for hosts in [ONE_HOST, TWO_HOSTS] {
-        for n in [2, 4] {
-            let mut a: Vec<String> = hosts.iter().map(|s| s.to_string()).collect();
-            a.extend(["-n".into(), n.to_string(), prog.clone()]);
-            let o = ctx
-                .job(Launcher::Kauri, &a)
-                .program(ctx.kauri())
-                .env("TMPDIR", &tmp.to_string_lossy())
-                .run();
-            eprintln!("=== kauri {a:?}\n{o}");
-            assert_eq!(o.code, Some(0), "{hosts:?} -n {n}: {o}");
-            let mut want: Vec<String> = (0..n)
-                .map(|r| format!("through_lib: rank {r} of {n} groups ok"))
-                .collect();
-            want.sort();
-            assert_eq!(o.sorted_stdout(), want, "{hosts:?} -n {n}: {o}");
-            assert!(!o.stderr.contains("kauri:"), "{hosts:?} -n {n}: {o}");
-        }
-    }
-    ctx.assert_no_leftovers();
+    ctx.assert_one_world_everywhere(&[&prog], &|r, n| {
+        format!("through_lib: rank {r} of {n} groups ok")
+    });
 }
 
 /// Issue #51: a Fortran program of the wheel's Open MPI 5 forms one world with no flag. The
@@ -532,28 +513,7 @@ fn openmpi5_fortran_program_forms_its_world() {
         libs.iter().any(|l| l == "libkfort.so") && !libs.iter().any(|l| l.starts_with("libmpi")),
         "{libs:?}"
     );
-    let tmp = ctx.dir.join("tmp");
-    std::fs::create_dir_all(&tmp).unwrap();
-    for hosts in [ONE_HOST, TWO_HOSTS] {
-        for n in [2, 4] {
-            let mut a: Vec<String> = hosts.iter().map(|s| s.to_string()).collect();
-            a.extend(["-n".into(), n.to_string(), prog.clone()]);
-            let o = ctx
-                .job(Launcher::Kauri, &a)
-                .program(ctx.kauri())
-                .env("TMPDIR", &tmp.to_string_lossy())
-                .run();
-            eprintln!("=== kauri {a:?}\n{o}");
-            assert_eq!(o.code, Some(0), "{hosts:?} -n {n}: {o}");
-            let mut want: Vec<String> = (0..n)
-                .map(|r| format!("hello_shim.f90: rank {r} of {n}"))
-                .collect();
-            want.sort();
-            assert_eq!(o.sorted_stdout(), want, "{hosts:?} -n {n}: {o}");
-            assert!(!o.stderr.contains("kauri:"), "{hosts:?} -n {n}: {o}");
-        }
-    }
-    ctx.assert_no_leftovers();
+    ctx.assert_one_world_everywhere(&[&prog], &|r, n| format!("hello_shim.f90: rank {r} of {n}"));
 }
 
 /// `gfortran` on the `PATH`.

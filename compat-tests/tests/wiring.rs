@@ -11,48 +11,17 @@
 //!
 //! The same for the pip wheels' Open MPI 5: `wheel_mpis.rs`.
 
-use compat_tests::{Ctx, Launcher, Outcome};
+use compat_tests::Ctx;
 use std::path::Path;
 use std::process::Command;
-
-const ONE_HOST: &[&str] = &[];
-const TWO_HOSTS: &[&str] = &["-launcher", "fork", "-hosts", "a,b"];
 
 /// The interpreter Debian's `python3-mpi4py` (Open MPI 4.1) is built for.
 const PYTHON: &str = "/usr/bin/python3";
 
-/// `kauri HOSTS -n N ARGV…`, no `--pmi`, with `TMPDIR` in the test's directory.
-fn kauri(ctx: &Ctx, hosts: &[&str], n: usize, argv: &[&str]) -> Outcome {
-    let tmp = ctx.dir.join("tmp");
-    std::fs::create_dir_all(&tmp).unwrap();
-    let n = n.to_string();
-    let mut a: Vec<&str> = hosts.to_vec();
-    a.extend(["-n", &n]);
-    a.extend(argv);
-    let o = ctx
-        .job(Launcher::Kauri, &a)
-        .program(ctx.kauri())
-        .env("TMPDIR", &tmp.to_string_lossy())
-        .run();
-    eprintln!("=== kauri {a:?}\n{o}");
-    o
-}
-
 /// Each run of `argv` at 2 and 4 ranks, on one host and on two simulated hosts, prints
 /// `{prefix}rank R of N` once for every R of one world, with status 0 and no line from kauri.
 fn one_world_everywhere(ctx: &Ctx, argv: &[&str], prefix: &str) {
-    for hosts in [ONE_HOST, TWO_HOSTS] {
-        for n in [2, 4] {
-            let o = kauri(ctx, hosts, n, argv);
-            assert_eq!(o.code, Some(0), "{hosts:?} -n {n}: {o}");
-            let mut want: Vec<String> =
-                (0..n).map(|r| format!("{prefix}rank {r} of {n}")).collect();
-            want.sort();
-            assert_eq!(o.sorted_stdout(), want, "{hosts:?} -n {n}: {o}");
-            assert!(!o.stderr.contains("kauri:"), "{hosts:?} -n {n}: {o}");
-        }
-    }
-    ctx.assert_no_leftovers();
+    ctx.assert_one_world_everywhere(argv, &|r, n| format!("{prefix}rank {r} of {n}"));
 }
 
 /// Quantum ESPRESSO's case: an Open MPI Fortran program names `libmpi_mpifh.so.40` and

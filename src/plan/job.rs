@@ -194,24 +194,10 @@ pub struct Dynamic {
 /// section and its string table; empty for anything that is not a 64-bit little-endian ELF
 /// file with a dynamic section.
 pub fn dynamic_of(path: &std::path::Path) -> Dynamic {
-    use std::os::unix::fs::FileExt;
     let Ok(f) = std::fs::File::open(path) else {
         return Dynamic::default();
     };
-    dynamic_by(&|off, len| {
-        let mut b = vec![0u8; len];
-        let mut got = 0;
-        while got < len {
-            match f.read_at(&mut b[got..], off.checked_add(got as u64)?) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return None,
-            }
-        }
-        b.truncate(got);
-        Some(b)
-    })
+    dynamic_by(&|off, len| crate::proto::pmix::ffi::read_at_most(&f, off, len))
 }
 
 /// The most bytes of a program's string table [`needed_libraries_of`] reads.
