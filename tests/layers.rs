@@ -37,6 +37,7 @@ const DATA_TYPES: &[(&str, &str)] = &[
     ("host::bind", "Binding"),
     ("host::output", "OutputPlan"),
     ("launch::ports", "PortRange"),
+    ("plan::job", "MpiSign"),
     ("plan::job", "Wiring"),
 ];
 

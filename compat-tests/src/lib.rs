@@ -32,6 +32,7 @@ const MPI_PROGRAMS: &[&str] = &[
     "early_exit",
     "stdin",
     "sleeper",
+    "cleared_env",
     "singleton",
 ];
 /// Programs compiled with `cc … -lpmi2` (Slurm's PMI-2 client).

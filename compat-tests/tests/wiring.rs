@@ -122,3 +122,65 @@ fn the_pmix_server_starts_only_for_a_job_that_uses_it() {
     }
     ctx.assert_no_leftovers();
 }
+
+/// An MPICH program (linked to `libmpich.so.12` itself) whose ranks lose kauri's variables
+/// (here the program clears them, as `env -i` or a container's `--cleanenv` would) runs as
+/// N singletons, and MPICH's singletons leave no trace while they run. kauri says so at the
+/// end in one line, and the run fails with 255: N copies of "rank 0 of 1" and status 0 would
+/// look like success. A job that never looks like MPI (`hostname`) keeps status 0 and no line;
+/// one whose ranks failed before any MPI started (`import mpi4py`, then exit 3) gets the
+/// failure's line and status, and no word of singletons.
+#[test]
+fn mpich_singletons_fail_the_run() {
+    let ctx = Ctx::new("wiring_mpich_singletons");
+    let prog = ctx.prog("cleared_env");
+    let libs = compat_tests::needed_libraries(&prog);
+    assert!(libs.iter().any(|l| l.starts_with("libmpich")), "{libs:?}");
+    for hosts in [&[][..], &["-launcher", "fork", "-hosts", "a,b"][..]] {
+        let mut a: Vec<&str> = hosts.to_vec();
+        a.extend(["-n", "2", &prog]);
+        let o = ctx
+            .job(compat_tests::Launcher::Kauri, &a)
+            .program(ctx.kauri())
+            .run();
+        assert_eq!(o.code, Some(255), "{hosts:?}: {o}");
+        assert_eq!(
+            o.sorted_stdout(),
+            ["cleared rank 0 of 1", "cleared rank 0 of 1"],
+            "{hosts:?}: {o}"
+        );
+        let lines: Vec<&str> = o
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("kauri:"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{hosts:?}: {o}");
+        assert!(
+            lines[0].starts_with(
+                "kauri: none of the 2 ranks connected to the PMI-1/PMI-2 and PMIx servers"
+            ) && lines[0].contains("--cleanenv"),
+            "{hosts:?}: {o}"
+        );
+        let o = ctx
+            .job(
+                compat_tests::Launcher::Kauri,
+                &[hosts, &["-n", "2", "hostname"]].concat(),
+            )
+            .program(ctx.kauri())
+            .run();
+        assert_eq!(o.code, Some(0), "{hosts:?}: {o}");
+        assert!(!o.stderr.contains("kauri:"), "{hosts:?}: {o}");
+        let failed = [
+            hosts,
+            &["-n", "2", PYTHON, "-c", "import sys, mpi4py; sys.exit(3)"],
+        ];
+        let o = ctx
+            .job(compat_tests::Launcher::Kauri, &failed.concat())
+            .program(ctx.kauri())
+            .run();
+        assert_eq!(o.code, Some(3), "{hosts:?}: {o}");
+        assert!(o.stderr.contains("exited with code 3"), "{hosts:?}: {o}");
+        assert!(!o.stderr.contains("singleton"), "{hosts:?}: {o}");
+    }
+    ctx.assert_no_leftovers();
+}

@@ -49,7 +49,7 @@ pub(crate) fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> Wired {
     };
     Wired {
         wiring,
-        looks_mpi: found.iter().any(|e| *e != Evidence::None),
+        mpi: crate::plan::job::MpiSign::of(&found),
         pmix_now: wiring == Wiring::Pmix || found.contains(&Evidence::Pmix),
         pmix_library: None,
     }
@@ -359,8 +359,8 @@ pub(crate) struct Plan {
     pub(crate) hosts: Vec<HostSpec>,
     /// The index in `hosts` of the host the front end serves itself.
     pub(crate) served_here: Option<usize>,
-    /// A segment's program is linked to an MPI or names one ([`wiring`]).
-    pub(crate) looks_mpi: bool,
+    /// How surely the job uses an MPI ([`wiring`]).
+    pub(crate) mpi: crate::plan::job::MpiSign,
     /// `MASTER_PORT`'s reservation (`-ml-env`), kept for the run's whole life.
     pub(crate) master_port: Option<crate::launch::ports::Reservation>,
 }
@@ -450,7 +450,7 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             .map(|(h, slots)| HostSpec { slots, ..h })
             .collect(),
         served_here,
-        looks_mpi: wired.looks_mpi,
+        mpi: wired.mpi,
         master_port,
     })
 }
@@ -661,8 +661,8 @@ fn singleton_addr(interface: &str, port: u16) -> String {
 pub(crate) struct Wired {
     /// PMI, PMIx, or both.
     pub(crate) wiring: Wiring,
-    /// A segment's program is linked to an MPI or names one.
-    pub(crate) looks_mpi: bool,
+    /// How surely the job uses an MPI: a segment's program is linked to one or names one.
+    pub(crate) mpi: crate::plan::job::MpiSign,
     /// A segment's program is linked to Open MPI or `libpmix` (or `--pmi=pmix`): the
     /// job's PMIx servers start at once.
     pub(crate) pmix_now: bool,
@@ -722,7 +722,7 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         .map(|n| p.used.iter().position(|u| u == n).unwrap_or(0) as u32)
         .collect();
     let pmix = p.wired.wiring != Wiring::Pmi;
-    let topology_ahead = p.wired.looks_mpi
+    let topology_ahead = p.wired.mpi != crate::plan::job::MpiSign::None
         && p.wired.wiring != Wiring::Pmix
         && !shares_one_machine(p.simulated_hosts, p.used.len());
     JobPlan {
@@ -896,7 +896,10 @@ mod tests {
     fn the_topology_is_made_ahead_for_an_mpi_served_pmi() {
         let ahead = |args: &str| {
             let p = plan(&spec(args), "localhost").unwrap();
-            (p.job.topology_ahead, p.looks_mpi)
+            (
+                p.job.topology_ahead,
+                p.mpi != crate::plan::job::MpiSign::None,
+            )
         };
         assert_eq!(ahead("-n 2 --pmi=pmi2 sh -c mpi4py"), (true, true));
         assert_eq!(ahead("-n 2 --pmi=pmi1 sh -c mpi4py"), (true, true));

@@ -136,8 +136,7 @@ pub struct Singleton {
 /// The wire-up protocol of a job (`--pmi=auto|pmi1|pmi2|pmix`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PmiChoice {
-    /// PMIx when the program is linked to Open MPI 4's `libmpi.so.40` or to `libpmix`,
-    /// else PMI-1/PMI-2.
+    /// PMI-1/PMI-2 and PMIx side by side, whatever the programs are ([`Wiring::Both`]).
     #[default]
     Auto,
     /// PMI-1 (and PMI-2: the server tells them apart per connection).
@@ -397,6 +396,38 @@ pub enum Evidence {
     Beyond,
     /// Nothing points to an MPI.
     None,
+}
+
+/// How surely a job uses an MPI, by what reading its segments' programs found
+/// ([`Evidence`]): it decides what ranks that never connected to a server mean at the
+/// job's end ([`crate::tree::policy::never_wired`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum MpiSign {
+    /// Nothing points to an MPI (`hostname`, a shell script, plain Python).
+    #[default]
+    None,
+    /// Something names an MPI that a rank may never start: a word (an interpreter's
+    /// `mpi4py`), a program an argument names (a wrapper's), or a program linked to Open
+    /// MPI (whose singletons kauri sees by their traces while they run).
+    Named,
+    /// A segment's program is itself linked to an MPICH-ABI MPI or a PMI client library:
+    /// it starts its MPI, and a singleton of it leaves no trace.
+    LinkedPmi,
+}
+
+impl MpiSign {
+    /// The strongest sign among the segments' evidence.
+    pub fn of(found: &[Evidence]) -> MpiSign {
+        found
+            .iter()
+            .map(|e| match e {
+                Evidence::Pmi => MpiSign::LinkedPmi,
+                Evidence::Pmix | Evidence::Beyond => MpiSign::Named,
+                Evidence::None => MpiSign::None,
+            })
+            .max()
+            .unwrap_or_default()
+    }
 }
 
 /// Words in a script or in an argument that say an MPI is used from an interpreter:

@@ -148,25 +148,31 @@ pub fn singleton_line(who: &str, host: &str, served: Served) -> String {
 }
 
 /// The line kauri prints at the end of a job of `size` ranks (more than one) that `spoke`
-/// none of: no rank ever connected to the PMI-1/PMI-2 server or the PMIx server `offered`.
-/// An MPI library that finds no server it speaks runs as a singleton, a world of 1: N
-/// copies of "rank 0 of 1", status 0, and no word, the signature of a wrong `--pmi` (Open
-/// MPI 5 served PMI, Intel MPI or MPICH served PMIx only) or of `auto` missing an MPI it
-/// cannot see (an interpreter's module imported by another module).
+/// none of: no rank ever connected to the PMI-1/PMI-2 server or the PMIx server `offered`;
+/// with it, whether the run fails (status 255). An MPI library that finds no server it
+/// speaks runs as a singleton, a world of 1: N copies of "rank 0 of 1", status 0, and no
+/// word, the signature of a wrong `--pmi` (Open MPI 5 served PMI, Intel MPI or MPICH served
+/// PMIx only) or of ranks that lost kauri's variables (`env -i`, a container's `--cleanenv`).
 ///
-/// Only when the job `looks_mpi`: a segment's program is linked to an MPI or a PMI library
-/// or names one past itself (an interpreter's `mpi4py`, a wrapped MPI program), or a rank
-/// left a singleton's trace (Open MPI 4.1's `orted`, Open MPI 5's session directory:
-/// [`crate::host::ompi`]). A job of programs that never use an MPI (`hostname`, a shell script,
-/// plain Python) never speaks PMI either and gets no line. `None` otherwise.
+/// Only when the job shows an `mpi` ([`crate::plan::job::MpiSign`]): a segment's program is linked to an MPI or
+/// a PMI library or names one past itself (an interpreter's `mpi4py`, a wrapped MPI program),
+/// or a rank left a singleton's trace (Open MPI 4.1's `orted`, Open MPI 5's session
+/// directory: [`crate::host::ompi`]). A job of programs that never use an MPI (`hostname`, a
+/// shell script, plain Python) never speaks PMI either and gets no line. `None` otherwise.
+///
+/// The run fails when a flag chose one protocol (the other would have served), and when a
+/// segment's program is itself linked to an MPICH-ABI MPI ([`crate::plan::job::MpiSign::LinkedPmi`]): it
+/// starts its MPI, whose singletons leave no trace to see them by while they run. A word or
+/// a wrapped program is only a sign (`python3 -c 'import mpi4py'` starts no MPI), and Open
+/// MPI's singletons end the run while they run ([`singleton_line`]).
 pub fn never_wired(
     size: usize,
     spoke: usize,
-    looks_mpi: bool,
+    mpi: crate::plan::job::MpiSign,
     offered: crate::plan::job::Wiring,
-) -> Option<String> {
-    use crate::plan::job::Wiring;
-    (size > 1 && spoke == 0 && looks_mpi).then(|| {
+) -> Option<(String, bool)> {
+    use crate::plan::job::{MpiSign, Wiring};
+    (size > 1 && spoke == 0 && mpi != MpiSign::None).then(|| {
         let (servers, hint) = match offered {
             Wiring::Pmi => (
                 "the PMI-1/PMI-2 server",
@@ -178,13 +184,15 @@ pub fn never_wired(
             ),
             Wiring::Both => (
                 "the PMI-1/PMI-2 and PMIx servers",
-                "its MPI speaks neither to a launcher: check how it was built",
+                "were the ranks' PMI_* and PMIX_* variables cleared (env -i, a container's \
+                 --cleanenv), or is its MPI built without a launcher's client?",
             ),
         };
-        format!(
+        let line = format!(
             "kauri: none of the {size} ranks connected to {servers} kauri offered: each ran \
              alone as a singleton; {hint}"
-        )
+        );
+        (line, offered != Wiring::Both || mpi == MpiSign::LinkedPmi)
     })
 }
 
@@ -307,32 +315,47 @@ mod tests {
 
     #[test]
     fn never_wired_only_when_nobody_spoke_and_the_job_looks_like_mpi() {
-        use crate::plan::job::Wiring;
+        use crate::plan::job::{MpiSign, Wiring};
+        let named = MpiSign::Named;
         assert_eq!(
-            never_wired(4, 0, true, Wiring::Pmi).as_deref(),
-            Some(
+            never_wired(4, 0, named, Wiring::Pmi),
+            Some((
                 "kauri: none of the 4 ranks connected to the PMI-1/PMI-2 server kauri \
                  offered: each ran alone as a singleton; if the program uses Open MPI \
                  (PMIx), try --pmi=pmix"
-            )
+                    .into(),
+                true
+            ))
         );
-        let line = never_wired(3, 0, true, Wiring::Pmix).unwrap();
+        let (line, fails) = never_wired(3, 0, named, Wiring::Pmix).unwrap();
         assert!(
             line.contains("none of the 3 ranks connected to the PMIx server")
-                && line.ends_with("try --pmi=pmi1"),
+                && line.ends_with("try --pmi=pmi1")
+                && fails,
             "{line}"
         );
-        let line = never_wired(2, 0, true, Wiring::Both).unwrap();
-        assert!(line.contains("PMI-1/PMI-2 and PMIx servers"), "{line}");
+        let (line, fails) = never_wired(2, 0, named, Wiring::Both).unwrap();
+        assert!(
+            line.contains("PMI-1/PMI-2 and PMIx servers") && line.contains("--cleanenv"),
+            "{line}"
+        );
+        assert!(
+            !fails,
+            "a word is only a sign: `python3 -c 'import mpi4py'`"
+        );
+        let (_, fails) = never_wired(2, 0, MpiSign::LinkedPmi, Wiring::Both).unwrap();
+        assert!(fails, "MPICH's singletons leave no trace");
         for w in [Wiring::Pmi, Wiring::Pmix, Wiring::Both] {
-            assert!(!never_wired(2, 0, true, w).unwrap().contains('\n'));
-            assert_eq!(never_wired(1, 0, true, w), None, "a world of one is right");
+            for m in [MpiSign::Named, MpiSign::LinkedPmi] {
+                assert!(!never_wired(2, 0, m, w).unwrap().0.contains('\n'));
+                assert_eq!(never_wired(1, 0, m, w), None, "a world of one is right");
+                assert_eq!(never_wired(4, 1, m, w), None, "a rank spoke");
+            }
             assert_eq!(
-                never_wired(4, 0, false, w),
+                never_wired(4, 0, MpiSign::None, w),
                 None,
                 "hostname, sh, plain Python"
             );
-            assert_eq!(never_wired(4, 1, true, w), None, "a rank spoke");
         }
     }
 

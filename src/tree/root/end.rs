@@ -11,7 +11,8 @@ struct Summary {
     size: usize,
     /// The servers the first job was offered.
     offered: Wiring,
-    looks_mpi: bool,
+    /// How surely the first job uses an MPI.
+    mpi: crate::plan::job::MpiSign,
     /// A rank was seen running as a singleton, and said so.
     singleton_seen: bool,
     fault_tolerant: bool,
@@ -154,7 +155,7 @@ impl Root {
             ranks,
             size,
             offered,
-            looks_mpi: self.looks_mpi,
+            mpi: self.mpi,
             singleton_seen: self.singleton_seen,
             fault_tolerant: self.fault_tolerant,
             // Under -disable-auto-cleanup a rank's exit code is the program's business (the
@@ -179,14 +180,21 @@ fn report(s: Summary, end_us: u64) -> i32 {
     for line in lines {
         say!("{line}");
     }
-    if let Some(first) = s.ranks.first().filter(|_| !s.singleton_seen) {
+    // With no flag, a rank that failed has its own line (a program that ended before it
+    // could start its MPI, such as `python3 -c 'import mpi4py'` without mpi4py): no word
+    // of singletons. A flag's hint is kept: singletons that fail their checks need it.
+    let quiet = worst != 0 && s.offered == crate::plan::job::Wiring::Both;
+    if let Some(first) = s.ranks.first().filter(|_| !s.singleton_seen && !quiet) {
         let spoke = first.iter().filter(|(_, s)| s.initialized).count();
         let traces = first.iter().any(|(_, s)| s.ran_alone);
-        if let Some(line) = policy::never_wired(s.size, spoke, s.looks_mpi || traces, s.offered) {
+        let mpi = if traces {
+            s.mpi.max(crate::plan::job::MpiSign::Named)
+        } else {
+            s.mpi
+        };
+        if let Some((line, fails)) = policy::never_wired(s.size, spoke, mpi, s.offered) {
             say!("{line}");
-            // Served one protocol only, by the user's choice, and a flag would have helped:
-            // the run failed, as it would have if the singletons had been seen at once.
-            if s.offered != crate::plan::job::Wiring::Both {
+            if fails {
                 worst = worst.max(policy::STATUS_LAUNCHER);
             }
         }

@@ -346,8 +346,8 @@ struct Root {
     clock: Clock,
     /// The startup profile's format and every fence the root completed, when it is recorded.
     profile: Option<(ProfileFormat, Vec<RootFence>)>,
-    /// The first job looks like an MPI job ([`wiring`]).
-    looks_mpi: bool,
+    /// How surely the first job uses an MPI ([`crate::plan::build::wiring`]).
+    mpi: crate::plan::job::MpiSign,
     /// A rank ran as an Open MPI singleton and ended the run, with its own line: the end's
     /// report adds none ([`policy::never_wired`]).
     singleton_seen: bool,

@@ -454,7 +454,7 @@ impl Root {
             timeout: spec.timeout,
             clock,
             profile: spec.profile.map(|format| (format, Vec::new())),
-            looks_mpi: p.looks_mpi,
+            mpi: p.mpi,
             singleton_seen: false,
             _master_port: p.master_port,
             tree,
