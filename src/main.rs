@@ -103,9 +103,13 @@ fn logging(verbose: u8) {
             filter = filter.add_directive(d);
         }
     }
+    // Colour only on a terminal, and not under NO_COLOR: a log in a file or a pipe is text.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .with_target(false)
         .init();
 }

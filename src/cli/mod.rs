@@ -7,6 +7,7 @@
 //! segment's program, up to `:`, is the program's own arguments.
 
 pub mod doc;
+mod habits;
 pub mod info;
 pub mod kvs;
 pub mod pmi;
@@ -73,6 +74,21 @@ struct Segment {
     on_command_line: bool,
 }
 
+impl Segment {
+    /// The segment's number of processes, given by `name` (`-n`, `-np`, `-c`): once only, as
+    /// Hydra refuses a second (`-n 2 -l -n 3` is a typo, not a request for 3).
+    fn set_nprocs(&mut self, name: &str, n: usize) -> Result<(), UsageError> {
+        if self.n_given {
+            return err(format!(
+                "the number of processes is given twice ({name} {n}): give -n once per segment"
+            ));
+        }
+        self.app.nprocs = n;
+        self.n_given = true;
+        Ok(())
+    }
+}
+
 /// The words of a segment still to read, and the inline value (`--name=VALUE`) of the option
 /// being read.
 struct Words<'a> {
@@ -113,6 +129,8 @@ struct Parser {
     genv_policy_given: bool,
     /// `-auto-cleanup` was given (it cannot be combined with `-with-ft`).
     auto_cleanup_given: bool,
+    /// `--timeout` was given (it wins over `MPIEXEC_TIMEOUT`).
+    timeout_given: bool,
 }
 
 /// Parses `args` (without the program name).
@@ -123,6 +141,13 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
     }
     for part in args.split(|a| a == ":") {
         if let Some(cmd) = p.segment(part, true)? {
+            // `-h` is the help alone: with a job around it, it is a typo (Open MPI's hosts
+            // are `-H`), and printing the help would run nothing and exit 0.
+            if cmd == Command::Help && args.len() > 1 {
+                return err(
+                    "-h shows the help and takes nothing else (hosts are -hosts or -H HOSTS)",
+                );
+            }
             return Ok(cmd);
         }
     }
@@ -173,6 +198,8 @@ impl Parser {
                 pmi: PmiChoice::Auto,
                 profile: None,
                 port_range: None,
+                display_map: false,
+                print_exit_codes: false,
             },
             segments: Vec::new(),
             configfile: None,
@@ -182,6 +209,7 @@ impl Parser {
             bind_given: false,
             genv_policy_given: false,
             auto_cleanup_given: false,
+            timeout_given: false,
         }
     }
 
@@ -255,7 +283,10 @@ impl Parser {
                 }
             }
         }
-        self.spec.timeout = timeout_from_env()?;
+        let from_env = timeout_from_env()?;
+        if !self.timeout_given {
+            self.spec.timeout = from_env;
+        }
         check_env_knobs(&|k| std::env::var(k).ok())?;
         if self.spec.iface.is_none() {
             self.spec.iface = std::env::var("HYDRA_IFACE")
@@ -438,14 +469,19 @@ pub fn check_env_knobs(var: &dyn Fn(&str) -> Option<String>) -> Result<(), Usage
 
 /// Splits `--name=value` and `-name=value`; turns `--name` (any number of dashes) into
 /// `-name`, and the name to lower case (Hydra matches names with `strcasecmp`: `-NP 4` is
-/// `-np 4`) except `-V`, kauri's `--version`.
+/// `-np 4`) except the single letters whose case carries a meaning
+/// ([`crate::cli::doc::CASED`]: `-V`, `-H`, `-N`).
 fn normalize(arg: &str) -> (String, Option<String>) {
     let a = format!("-{}", arg.trim_start_matches('-'));
     let (n, v) = match a.split_once('=') {
         Some((n, v)) => (n.to_string(), Some(v.to_string())),
         None => (a, None),
     };
-    let n = if n == "-V" { n } else { n.to_ascii_lowercase() };
+    let n = if crate::cli::doc::CASED.contains(&n.as_str()) {
+        n
+    } else {
+        n.to_ascii_lowercase()
+    };
     (n, v)
 }
 
@@ -492,7 +528,8 @@ impl Parser {
                 || self.binding_option(&name, &mut w)?
                 || self.output_option(&name, &mut w, &seg)?
                 || self.pmi_option(&name, &mut w)?
-                || self.run_option(&name, &mut w, &seg)?;
+                || self.run_option(&name, &mut w, &seg)?
+                || self.habit_option(&name, &mut w, &mut seg)?;
             if !known {
                 return err(format!(
                     "unknown option {} (try kauri -h)",
@@ -533,10 +570,7 @@ impl Parser {
         seg: &mut Segment,
     ) -> Result<bool, UsageError> {
         match name {
-            "-n" | "-np" => {
-                seg.app.nprocs = nprocs(name, &w.value(name)?)?;
-                seg.n_given = true;
-            }
+            "-n" | "-np" => seg.set_nprocs(name, nprocs(name, &w.value(name)?)?)?,
             "-env" => {
                 let k = w.value("-env")?;
                 let v = w
@@ -582,7 +616,7 @@ impl Parser {
     /// `-launcher-exec`, `-iface`, `-tree-width`.
     fn host_option(&mut self, name: &str, w: &mut Words) -> Result<bool, UsageError> {
         match name {
-            "-hosts" | "-host" => self.spec.hosts.extend(parse_hosts(&w.value(name)?)?),
+            "-hosts" | "-host" | "-H" => self.spec.hosts.extend(parse_hosts(&w.value(name)?)?),
             "-f" | "-hostfile" | "-machinefile" => {
                 let f = w.value(name)?;
                 self.spec.hosts.extend(read_hostfile(Path::new(&f))?);
@@ -610,6 +644,9 @@ impl Parser {
             "-map-by" => {
                 self.spec.mapping_asked = true;
                 let v = w.value(name)?;
+                if self.map_by_ppr(&v)?.is_some() {
+                    return Ok(true);
+                }
                 match v.as_str() {
                     "node" | "host" => self.spec.map_by_node = true,
                     "slot" => self.spec.map_by_node = false,
@@ -1332,12 +1369,20 @@ mod tests {
         assert!(fails("-not-in-the-table 1 true").contains("unknown option"));
     }
 
+    /// `-h` shows every option a person types, with every spelling the parser takes (Hydra's
+    /// older names, Open MPI's), and not the ones only programs type (`-pmi_args`).
     #[test]
     fn help_lists_every_shown_option() {
         let text = help();
-        for o in crate::cli::doc::KAURI.opts() {
-            assert!(text.contains(&format!("  {}", o.label())), "{}", o.label());
+        for s in crate::cli::doc::KAURI.options {
+            for o in s.opts {
+                let shown = text.contains(&format!("  {}", o.label_with_aliases()));
+                assert_eq!(shown, s.in_help, "{}", o.label_with_aliases());
+            }
         }
+        assert!(!text.contains("-pmi_args"));
+        assert_eq!(text.matches("  -map-by").count(), 1);
+        assert!(text.contains("\nExamples:\n"));
     }
 
     #[test]

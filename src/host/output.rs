@@ -135,6 +135,10 @@ pub struct OutputOptions {
     /// `--no-pty`: never a pseudo-terminal.
     #[serde(default)]
     pub no_pty: bool,
+    /// `--merge-stderr-to-stdout`: each rank's stderr is its stdout (the same pipe or
+    /// terminal), as Open MPI's `mpirun` gives it.
+    #[serde(default)]
+    pub merge_stderr: bool,
 }
 
 /// One job's output as its hosts need it: the run's options and the job's values for `%g`

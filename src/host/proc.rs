@@ -114,6 +114,13 @@ pub fn resolve(program: &str, path_var: Option<&str>, wdir: &Path) -> Result<Pat
             return Ok(p);
         }
     }
+    // A program of the working directory typed without `./`, as a shell would refuse it too.
+    let here = wdir.join(program);
+    if here.is_file() && check(&here).is_ok() {
+        return Err(format!(
+            "cannot execute {program}: not found in PATH (./{program} exists)"
+        ));
+    }
     Err(format!("cannot execute {program}: not found in PATH"))
 }
 
@@ -138,6 +145,9 @@ pub struct Launch {
     pub cpus: Option<libc::cpu_set_t>,
     /// Give the rank a pseudo-terminal as stdout instead of a pipe ([`open_pty`]).
     pub pty: bool,
+    /// Give the rank its stdout as its stderr too (`--merge-stderr-to-stdout`): its stderr
+    /// pipe then ends at once.
+    pub merge_stderr: bool,
 }
 
 /// A started rank: its pid, the parent's ends of its stdio pipes, and a way to await its end.
@@ -531,7 +541,11 @@ pub fn fork(mut l: Launch) -> io::Result<Forked> {
         wdir: x.wdir(),
         fd_in: io.in_r.as_raw_fd(),
         fd_out: io.out_w.as_raw_fd(),
-        fd_err: io.err_w.as_raw_fd(),
+        fd_err: if l.merge_stderr {
+            io.out_w.as_raw_fd()
+        } else {
+            io.err_w.as_raw_fd()
+        },
         pmi: l.pmi_fd.as_ref().map(|f| f.as_raw_fd()),
         cpus: l.cpus,
         // SAFETY: getpid has no preconditions.
@@ -915,6 +929,18 @@ mod tests {
         assert!(e.contains("permission denied"), "{e}");
         let e = resolve("./missing", None, &wd).unwrap_err();
         assert!(e.contains("No such file"), "{e}");
+        // A program of the working directory, typed without ./, is named.
+        let dir = wd.join(format!("kauri-here-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("hello-kauri");
+        std::fs::write(&f, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let e = resolve("hello-kauri", Some("/usr/bin"), &dir).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            e.ends_with("not found in PATH (./hello-kauri exists)"),
+            "{e}"
+        );
     }
 
     /// A rank signalled as soon as `spawn` returns, before it can have made its session and
@@ -932,6 +958,7 @@ mod tests {
                 stdin: false,
                 cpus: None,
                 pty: false,
+                merge_stderr: false,
             })
             .unwrap();
             signal_group(child.pid, libc::SIGKILL);
@@ -960,6 +987,7 @@ mod tests {
                     stdin: false,
                     cpus: None,
                     pty: false,
+                    merge_stderr: false,
                 })
                 .unwrap();
                 (i, child)
@@ -999,6 +1027,7 @@ mod tests {
             stdin: false,
             cpus: None,
             pty: false,
+            merge_stderr: false,
         };
         let x = exec_args(&l).unwrap();
         // SAFETY: the pointers point into `x`'s strings, alive here.

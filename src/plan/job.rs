@@ -116,6 +116,10 @@ pub struct JobSpec {
     pub profile: Option<crate::tree::profile::ProfileFormat>,
     /// The ports every listener of the run keeps to (`MPIEXEC_PORT_RANGE`); `None`: any.
     pub port_range: Option<crate::launch::ports::PortRange>,
+    /// Print which ranks each host runs before they start (`--display-map`).
+    pub display_map: bool,
+    /// Print every rank's exit status at the end (`-print-all-exitcodes`).
+    pub print_exit_codes: bool,
 }
 
 /// A singleton: an MPI program started without a launcher that now needs one. Its PMI-1

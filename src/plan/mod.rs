@@ -230,3 +230,70 @@ impl LaunchPlan {
         (self.silence_ms > 0).then(|| std::time::Duration::from_millis(self.silence_ms))
     }
 }
+
+/// Ranks as a person reads them: runs of consecutive ranks joined (`0-3,8,10-11`).
+pub fn rank_ranges(ranks: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        out.push(if j == i {
+            ranks[i].to_string()
+        } else {
+            format!("{}-{}", ranks[i], ranks[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// `--display-map`: which ranks each host of a job runs, one line per host in the job's
+/// order of hosts (`hosts`, each rank's host index `rank_node`); hosts with no rank are left
+/// out.
+pub fn rank_map(hosts: &[String], rank_node: &[u32]) -> Vec<String> {
+    hosts
+        .iter()
+        .enumerate()
+        .filter_map(|(n, h)| {
+            let ranks: Vec<usize> = (0..rank_node.len())
+                .filter(|&r| rank_node[r] as usize == n)
+                .collect();
+            (!ranks.is_empty()).then(|| {
+                format!(
+                    "kauri: map: {h} runs {} rank{} ({})",
+                    ranks.len(),
+                    if ranks.len() == 1 { "" } else { "s" },
+                    rank_ranges(&ranks)
+                )
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod map_tests {
+    use super::*;
+
+    #[test]
+    fn ranks_read_as_runs() {
+        assert_eq!(rank_ranges(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
+        assert_eq!(rank_ranges(&[5]), "5");
+        assert_eq!(rank_ranges(&[]), "");
+    }
+
+    #[test]
+    fn the_map_names_each_hosts_ranks() {
+        let hosts = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        assert_eq!(
+            rank_map(&hosts, &[0, 1, 0, 1, 0]),
+            [
+                "kauri: map: a runs 3 ranks (0,2,4)",
+                "kauri: map: b runs 2 ranks (1,3)"
+            ]
+        );
+        assert_eq!(rank_map(&hosts, &[2]), ["kauri: map: c runs 1 rank (0)"]);
+    }
+}

@@ -76,9 +76,23 @@ pub struct Opt {
 impl Opt {
     /// The option as `-h` shows it: `-n, -np N`, `--pmi=auto|pmi1|pmi2|pmix`, `--profile[=json]`.
     pub fn label(&self) -> String {
-        let names = self.names.join(", ");
+        self.label_of(&self.names.join(", "))
+    }
+
+    /// The option as `-h` shows it, with the other spellings the parser takes: `-hosts,
+    /// -host, -H H1[:N],H2[:N]`.
+    pub fn label_with_aliases(&self) -> String {
+        Opt {
+            names: &[],
+            ..*self
+        }
+        .label_of(&self.all_names().collect::<Vec<_>>().join(", "))
+    }
+
+    /// The label with `names` written as given.
+    fn label_of(&self, names: &str) -> String {
         match self.arg {
-            Arg::None => names,
+            Arg::None => names.to_string(),
             Arg::Words(m) => format!("{names} {m}"),
             Arg::Equals(m) => format!("{names}={m}"),
             Arg::OptionalEquals(m) => format!("{names}[={m}]"),
@@ -121,6 +135,8 @@ pub struct OptSection {
     pub title: &'static str,
     /// Its options, in order.
     pub opts: &'static [Opt],
+    /// `-h` shows it (else only the manual page: options no person types).
+    pub in_help: bool,
 }
 
 /// A command line and what it does.
@@ -177,11 +193,16 @@ impl Page {
     }
 }
 
+/// The option names whose case carries a meaning: `-V` (kauri's `--version`, apart from
+/// `-v`), `-H` (Open MPI's hosts, apart from `-h`), `-N` (Open MPI's processes per node,
+/// apart from `-n`).
+pub const CASED: &[&str] = &["-V", "-H", "-N"];
+
 /// An option name as the parser compares it: one leading dash, lower case (Hydra matches with
-/// `strcasecmp`), except `-V` (kauri's `--version`, apart from `-v`).
+/// `strcasecmp`), except the names of [`CASED`].
 pub fn normalize(name: &str) -> String {
     let n = format!("-{}", name.trim_start_matches('-'));
-    if n == "-V" {
+    if CASED.contains(&n.as_str()) {
         n
     } else {
         n.to_ascii_lowercase()
@@ -243,16 +264,22 @@ pub fn help(page: &Page) -> String {
         out.push_str(d);
         out.push('\n');
     }
-    for s in page.options {
+    for s in page.options.iter().filter(|s| s.in_help) {
         out.push_str(&format!("\n{}:\n", s.title));
         for o in s.opts {
-            item(&mut out, 2, 26, &o.label(), o.help);
+            item(&mut out, 2, 26, &o.label_with_aliases(), o.help);
         }
     }
     if !page.environment.is_empty() {
         out.push_str("\nEnvironment:\n");
         for v in page.environment {
             item(&mut out, 2, 26, v.label, v.help);
+        }
+    }
+    if !page.examples.is_empty() {
+        out.push_str("\nExamples:\n");
+        for e in page.examples {
+            out.push_str(&format!("  {}\n      {}\n", e.command, e.what));
         }
     }
     out

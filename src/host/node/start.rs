@@ -639,6 +639,7 @@ impl Launching<'_> {
             stdin: r == 0 && self.job.spawner.is_none(),
             cpus: cpus.map(|c| crate::host::bind::cpu_set(c)),
             pty: self.job.output.options.terminal,
+            merge_stderr: self.job.output.options.merge_stderr,
         };
         let child = proc::fork(launch).map_err(|e| start_error(r, &a.program, self.host, e))?;
         crate::host::keeper::started(child.pid());
@@ -947,6 +948,7 @@ mod tests {
             stdin: false,
             cpus: None,
             pty: false,
+            merge_stderr: false,
         };
         let child = proc::fork(launch).unwrap();
         let pid = child.pid() as libc::pid_t;

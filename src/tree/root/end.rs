@@ -15,6 +15,8 @@ struct Summary {
     mpi: crate::plan::job::MpiSign,
     /// A rank was seen running as a singleton, and said so.
     singleton_seen: bool,
+    /// `-print-all-exitcodes`.
+    print_exit_codes: bool,
     fault_tolerant: bool,
     /// Under -disable-auto-cleanup a rank's exit code is not reported.
     quiet_codes: bool,
@@ -75,6 +77,37 @@ fn failures(
         }
     }
     (worst, lines)
+}
+
+/// `-print-all-exitcodes`: every rank's exit status of the first job, one line per host in
+/// the order of the hosts' first ranks (`kauri: exit codes on n1 (ranks 0-3): 0,0,3,0`); a
+/// rank killed by a signal shows `signal N`, one that has not ended `-`.
+fn exit_code_lines(ranks: &[(usize, RankState)]) -> Vec<String> {
+    let mut hosts: Vec<(&str, Vec<usize>, Vec<String>)> = Vec::new();
+    for (r, s) in ranks {
+        let code = match s.ended {
+            Some((Some(c), _)) => c.to_string(),
+            Some((None, Some(sig))) => format!("signal {sig}"),
+            _ => "-".to_string(),
+        };
+        match hosts.iter_mut().find(|(h, _, _)| *h == s.host) {
+            Some((_, rs, codes)) => {
+                rs.push(*r);
+                codes.push(code);
+            }
+            None => hosts.push((&s.host, vec![*r], vec![code])),
+        }
+    }
+    hosts
+        .into_iter()
+        .map(|(h, rs, codes)| {
+            format!(
+                "kauri: exit codes on {h} (ranks {}): {}",
+                crate::plan::rank_ranges(&rs),
+                codes.join(",")
+            )
+        })
+        .collect()
 }
 
 impl Root {
@@ -157,6 +190,7 @@ impl Root {
             offered,
             mpi: self.mpi,
             singleton_seen: self.singleton_seen,
+            print_exit_codes: self.print_exit_codes,
             fault_tolerant: self.fault_tolerant,
             // Under -disable-auto-cleanup a rank's exit code is the program's business (the
             // survivors were told and went on): no line, as under Hydra, which prints none
@@ -176,6 +210,11 @@ impl Root {
 /// job spoke to a server, and the startup profile (`end_us`: the run's end); returns the
 /// worst status the ranks' failures add.
 fn report(s: Summary, end_us: u64) -> i32 {
+    if s.print_exit_codes {
+        for line in exit_code_lines(s.ranks.first().map_or(&[], Vec::as_slice)) {
+            say!("{line}");
+        }
+    }
     let (mut worst, lines) = failures(&s.ranks, s.fault_tolerant, s.quiet_codes);
     for line in lines {
         say!("{line}");
@@ -230,6 +269,30 @@ mod tests {
         assert_eq!(offered(false, true), Wiring::Pmi);
         assert_eq!(offered(true, false), Wiring::Pmix);
         assert_eq!(offered(true, true), Wiring::Both);
+    }
+
+    #[test]
+    fn every_exit_code_is_listed_by_host() {
+        let ranks = vec![
+            (0, ended("a", Some(0), None, false)),
+            (1, ended("b", Some(3), None, false)),
+            (2, ended("a", None, Some(9), true)),
+            (
+                3,
+                RankState {
+                    host: "b".into(),
+                    ..RankState::default()
+                },
+            ),
+        ];
+        assert_eq!(
+            exit_code_lines(&ranks),
+            [
+                "kauri: exit codes on a (ranks 0,2): 0,signal 9",
+                "kauri: exit codes on b (ranks 1,3): 3,-"
+            ]
+        );
+        assert!(exit_code_lines(&[]).is_empty());
     }
 
     #[test]

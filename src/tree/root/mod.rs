@@ -351,6 +351,8 @@ struct Root {
     /// A rank ran as an Open MPI singleton and ended the run, with its own line: the end's
     /// report adds none ([`policy::never_wired`]).
     singleton_seen: bool,
+    /// `-print-all-exitcodes`: the end lists every rank's exit status.
+    print_exit_codes: bool,
     /// The tree's shape, in words, for the profile.
     tree: String,
     /// The output printer and the signal that stops it once everything is sent.

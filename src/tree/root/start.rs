@@ -242,6 +242,11 @@ fn prepare(spec: &JobSpec, me: &str) -> Result<(Plan, Option<std::net::IpAddr>, 
             STATUS_LAUNCHER
         })?),
     };
+    if spec.display_map {
+        for line in crate::plan::rank_map(&p.job.hosts, &p.job.rank_node) {
+            say!("{line}");
+        }
+    }
     info!(kvsname = %p.job.kvsname, size = p.job.size, hosts = p.remote.len() + p.local.is_some() as usize, "starting job");
     if let Some(hosts) = omp_threads_set(&p) {
         info!("-ml-env: OMP_NUM_THREADS=1 for the ranks on {hosts}, which run more than one rank each (as torchrun); set OMP_NUM_THREADS to choose");
@@ -456,6 +461,7 @@ impl Root {
             profile: spec.profile.map(|format| (format, Vec::new())),
             mpi: p.mpi,
             singleton_seen: false,
+            print_exit_codes: spec.print_exit_codes,
             _master_port: p.master_port,
             tree,
             printer: Some(ends.printer),

@@ -33,6 +33,7 @@ pub static KAURI_AGENT: Page = Page {
     ],
     options: &[OptSection {
         title: "Arguments",
+        in_help: true,
         opts: &[
             with(
                 &["--parent"],

@@ -44,7 +44,7 @@ const GLOBAL: &[Opt] = &[
         "every process inherits only these variables",
     ),
     Opt {
-        aliases: &["-host"],
+        aliases: &["-host", "-H"],
         ..with(
             &["-hosts"],
             "H1[:N],H2[:N]",
@@ -86,8 +86,10 @@ const GLOBAL: &[Opt] = &[
         values: Values::Words(MAP_BY),
         ..with(
             &["-map-by"],
-            "node|slot",
-            "deal ranks round-robin over hosts (node) or fill each host (slot,\nthe default)",
+            "node|slot|OBJ",
+            "deal ranks round-robin over hosts (node) or fill each host (slot,\n\
+             the default); OBJ (the names of -bind-to): deal each host's ranks\n\
+             over its OBJs before binding; alone, it also binds to OBJ",
         )
     },
     Opt {
@@ -98,15 +100,6 @@ const GLOBAL: &[Opt] = &[
             "OBJ[:N]",
             "bind each rank to N (default 1) of its host's OBJ: none (the\n\
              default), hwthread, core, l1cache, l2cache, l3cache, socket, numa",
-        )
-    },
-    Opt {
-        values: Values::Words(MAP_BY),
-        ..with(
-            &["-map-by"],
-            "OBJ",
-            "deal each host's ranks over its OBJ (same names) before binding;\n\
-             alone, it also binds to OBJ",
         )
     },
     flag(&["-report-bindings"], "print each rank's CPUs as it starts"),
@@ -202,13 +195,6 @@ const GLOBAL: &[Opt] = &[
         )
     },
     with(
-        &["-pmi_args"],
-        "PORT IFACE KEY PID",
-        "serve a program started without a launcher (a singleton) that\n\
-         needs one: MPICH's PMI-1 client runs 'mpiexec -pmi_args ...' from\n\
-         PATH (see contrib/mpiexec)",
-    ),
-    with(
         &["-nameserver"],
         "HOST[:PORT]",
         "publish/lookup names through a 'kauri nameserver' (default port\n\
@@ -286,6 +272,76 @@ const GLOBAL: &[Opt] = &[
             "print the completion script for bash, zsh or fish",
         )
     },
+];
+
+/// What programs type, not people: shown in the manual page, not by `-h`.
+const INTERNAL: &[Opt] = &[with(
+    &["-pmi_args"],
+    "PORT IFACE KEY PID",
+    "serve a program started without a launcher (a singleton) that\n\
+     needs one: MPICH's PMI-1 client runs 'mpiexec -pmi_args ...' from\n\
+     PATH (see contrib/mpiexec)",
+)];
+
+/// Open MPI's and Hydra's spellings kauri takes (`crate::cli::habits`).
+const HABITS: &[Opt] = &[
+    with(&["-c"], "N", "Open MPI's -np: number of processes"),
+    with(
+        &["-N", "--npernode"],
+        "N",
+        "Open MPI's processes per node: -ppn N",
+    ),
+    with(
+        &["-x"],
+        "NAME[=VALUE]",
+        "Open MPI's export: -genv NAME VALUE (kauri's own value if none)",
+    ),
+    with(
+        &["--mca", "--gmca"],
+        "KEY VALUE",
+        "Open MPI's parameter: OMPI_MCA_KEY=VALUE for every rank",
+    ),
+    flag(
+        &["--tag-output"],
+        "Open MPI's -l: prefix every line with [RANK]",
+    ),
+    with(
+        &["--timeout", "-timeout"],
+        "SECS",
+        "end the job after SECS seconds, as MPIEXEC_TIMEOUT (which it\n\
+         overrides)",
+    ),
+    flag(
+        &["--merge-stderr-to-stdout"],
+        "each rank's stderr is its stdout, as Open MPI gives it",
+    ),
+    Opt {
+        aliases: &["-print-rank-map"],
+        ..flag(
+            &["--display-map"],
+            "print which ranks each host runs, before they start",
+        )
+    },
+    flag(
+        &["-print-all-exitcodes"],
+        "Hydra's: print every rank's exit status at the end",
+    ),
+    flag(
+        &["--oversubscribe", "--allow-run-as-root"],
+        "Open MPI's; what kauri always does (more ranks than slots run;\n\
+         root may run jobs)",
+    ),
+    with(
+        &["--stdin"],
+        "0",
+        "Open MPI's: stdin goes to rank 0, as it always does in kauri",
+    ),
+    with(
+        &["--output-filename", "-gdb"],
+        "...",
+        "refused, with kauri's own spelling (-outfile-pattern; a debugger\n\
+         per rank, or MPIR)",
+    ),
 ];
 
 const ENVIRONMENT: &[Item] = &[
@@ -712,8 +768,10 @@ pub static KAURI: Page = Page {
         },
     ],
     description: &[
-        "Kauri launches parallel programs and serves them PMI-1 and PMI-2, like mpiexec.hydra,\n\
-         or PMIx (Open MPI 4.1 programs, started without mpirun).",
+        "Kauri launches parallel programs and serves them PMI-1, PMI-2 and PMIx side by side,\n\
+         each rank speaking its MPI's: MPICH, Intel MPI and MVAPICH as under mpiexec.hydra,\n\
+         Open MPI 4 and 5 as under mpirun. Hydra's options are kauri's, and most of\n\
+         mpirun's are taken too.",
     ],
     details: &[
         "The command line is Hydra's: options are single-dash words (-genv, -ppn); the GNU \
@@ -733,11 +791,23 @@ pub static KAURI: Page = Page {
     options: &[
         OptSection {
             title: "Local options (per MPMD segment)",
+            in_help: true,
             opts: LOCAL,
         },
         OptSection {
             title: "Global options",
+            in_help: true,
             opts: GLOBAL,
+        },
+        OptSection {
+            title: "Open MPI's and Hydra's other spellings",
+            in_help: true,
+            opts: HABITS,
+        },
+        OptSection {
+            title: "Used by programs, not typed",
+            in_help: false,
+            opts: INTERNAL,
         },
     ],
     environment: ENVIRONMENT,
@@ -789,8 +859,13 @@ pub static KAURI: Page = Page {
             what: "An MPMD job: rank 0 runs ./server, ranks 1 to 3 ./client.",
         },
         Example {
-            command: "kauri --pmi=pmix -n 4 python3 prog.py",
-            what: "An Open MPI program, wired up by a PMIx server.",
+            command: "kauri -n 4 python3 prog.py",
+            what: "An mpi4py program, whichever MPI it loads (MPICH, Open MPI, Intel MPI): \
+                   nothing to choose.",
+        },
+        Example {
+            command: "kauri -H n1:4,n2:4 -x OMP_NUM_THREADS=2 --tag-output ./a.out",
+            what: "The same job typed as for Open MPI's mpirun.",
         },
         Example {
             command: "MPIEXEC_TIMEOUT=60 kauri -timeout-stacks -n 8 ./a.out",

@@ -34,6 +34,7 @@ pub static KAURI_KVS: Page = Page {
     ],
     options: &[OptSection {
         title: "Commands",
+        in_help: true,
         opts: &[
             with(
                 &["put"],

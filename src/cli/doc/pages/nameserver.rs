@@ -24,6 +24,7 @@ pub static KAURI_NAMESERVER: Page = Page {
     ],
     options: &[OptSection {
         title: "Options",
+        in_help: true,
         opts: &[
             Opt {
                 aliases: &["-p"],

@@ -33,6 +33,7 @@ pub static KAURI_PMI: Page = Page {
     options: &[
         OptSection {
             title: "Subcommands",
+            in_help: true,
             opts: &[
                 flag(
                     &["barrier"],
@@ -59,6 +60,7 @@ pub static KAURI_PMI: Page = Page {
         },
         OptSection {
             title: "Options",
+            in_help: true,
             opts: &[
                 Opt {
                     aliases: &[],
