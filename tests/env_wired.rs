@@ -254,6 +254,33 @@ fn kvs_errors_are_one_line() {
     );
 }
 
+/// `kauri kvs -h` and `--help` print the usage on stdout and succeed, as `kauri pmi -h`
+/// does (issue 52); a real usage error keeps stderr and status 2.
+#[test]
+fn kvs_help_is_on_stdout_and_succeeds() {
+    for flag in ["-h", "--help"] {
+        let o = Command::new(KAURI).args(["kvs", flag]).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(0), "kauri kvs {flag}: {}", err(&o));
+        assert!(
+            out.starts_with("Usage: kauri kvs put KEY VALUE"),
+            "kauri kvs {flag}: {out}"
+        );
+        assert!(out.contains("fence"), "kauri kvs {flag}: {out}");
+        assert_eq!(err(&o), "", "kauri kvs {flag}");
+    }
+    for bad in [&["frobnicate"][..], &[], &["get"], &["-x"]] {
+        let o = Command::new(KAURI).arg("kvs").args(bad).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "kauri kvs {bad:?}");
+        assert!(o.stdout.is_empty(), "kauri kvs {bad:?}");
+        assert!(
+            err(&o).contains("kauri kvs -h for help"),
+            "kauri kvs {bad:?}: {}",
+            err(&o)
+        );
+    }
+}
+
 #[test]
 fn help_env_lists_the_variables() {
     let o = Command::new(KAURI).arg("--help-env").output().unwrap();

@@ -205,6 +205,97 @@ fn status_from_another_shell_and_on_sigusr1_while_the_job_goes_on() {
     let _ = std::fs::remove_dir_all(&rt);
 }
 
+/// Makes its file when dropped: what a test waits for comes even when an assertion fails.
+struct Touch(std::path::PathBuf);
+
+impl Drop for Touch {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.0, "");
+    }
+}
+
+/// While the launcher still starts host b's agent (a stand-in for ssh that waits for the file
+/// `go` before it runs the agent), `kauri --status` says host b's agent is being launched, for
+/// how long and by which launcher, and does not count b among the hosts that did not answer;
+/// host a, whose agent is up, answers for its rank. Once b's agent runs, the job ends well.
+/// Before (issue 52), b was in `no answer from the host(s) b`, as if its agent were up.
+#[test]
+fn status_during_start_up_names_the_hosts_still_being_launched() {
+    let marker = format!("status-launching-{}", std::process::id());
+    let rt = runtime_dir("launching");
+    let go = rt.join("go");
+    let (dir, ssh) = common::script(
+        &marker,
+        "slow-ssh",
+        &format!(
+            r#"#!/bin/sh
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
+host=$1; shift
+# Host b's launch takes until the test says go (300 s at most: nothing outlives the test).
+n=0
+while [ "$host" = b ] && [ ! -e {go} ] && [ $n -lt 3000 ]; do sleep 0.1; n=$((n + 1)); done
+exec sh -c "$*"
+"#,
+            go = go.display()
+        ),
+    );
+    let prog = format!(
+        "while [ ! -e {} ]; do sleep 0.1; done; echo ran on $KAURI_HOST # {marker}",
+        go.display()
+    );
+    let env = [
+        ("XDG_RUNTIME_DIR", rt.to_str().unwrap()),
+        ("KAURI_ADDR", "127.0.0.1"),
+        // b's launch may take its time on a loaded machine.
+        ("KAURI_CONNECT_TIMEOUT", "300"),
+    ];
+    let job = Job::start(
+        &[
+            "-launcher",
+            "ssh",
+            "-launcher-exec",
+            &ssh,
+            "-hosts",
+            "a,b",
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            &prog,
+        ],
+        &env,
+    );
+    // Should an assertion fail, b's launch and the ranks still go on to their end.
+    let _go_anyway = Touch(go.clone());
+    let pid = job.pid();
+    let text = status_until(
+        pid,
+        &env,
+        &["rank 0 on a (pid ", "host b: agent being launched for "],
+    );
+    eprintln!("kauri --status {pid}:\n{text}");
+    let launching = text
+        .lines()
+        .find(|l| l.contains("host b: agent being launched for "))
+        .unwrap();
+    assert!(launching.ends_with(" s (ssh)"), "{text}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains("no answer from") && l.contains('b')),
+        "b is being launched, not silent: {text}"
+    );
+    std::fs::write(&go, "").unwrap();
+    let (code, out, err) = job.end();
+    assert_eq!(code, Some(0), "{err}");
+    let mut lines: Vec<&str> = out.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["ran on a", "ran on b"], "{err}");
+    assert_none_left(&marker, Duration::from_secs(30));
+    let _ = std::fs::remove_dir_all(&rt);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `-timeout-stacks`: when `MPIEXEC_TIMEOUT` fires, the diagnosis has each stuck rank's stack,
 /// taken on its own host (here one simulated host each), before the job ends.
 #[test]

@@ -403,6 +403,10 @@ impl Links for SimLinks {
     fn timings(&self, _id: u32) -> (Option<Instant>, Option<Instant>) {
         (None, None)
     }
+    /// Every simulated child is up from the start.
+    fn launching(&self) -> Vec<(u32, tree::Launching)> {
+        Vec::new()
+    }
 }
 
 /// A running simulated tree.

@@ -31,7 +31,8 @@ use std::time::Duration;
 
 const USAGE: &str = "usage: kauri kvs put KEY VALUE | get KEY [--wait] | fence | barrier";
 
-/// Runs `kauri kvs ARGS`; returns the exit status (0, 1 on failure, 2 on bad usage).
+/// Runs `kauri kvs ARGS`; returns the exit status (0, 1 on failure, 2 on bad usage). `-h`
+/// and `--help` print the usage on stdout.
 pub fn run(args: &[String]) -> u8 {
     let words: Vec<&str> = args.iter().map(String::as_str).collect();
     let result = match words.as_slice() {
@@ -42,8 +43,12 @@ pub fn run(args: &[String]) -> u8 {
         },
         ["get", key, "--wait"] | ["get", "--wait", key] => wait_for(key),
         ["fence"] | ["barrier"] => session(|c| c.fence().map(|_| None)),
+        ["-h"] | ["--help"] => {
+            crate::console::out(&crate::cli::doc::help(&crate::cli::doc::KAURI_KVS));
+            return 0;
+        }
         _ => {
-            say!("kauri kvs: {USAGE}");
+            say!("kauri kvs: {USAGE} (kauri kvs -h for help)");
             return 2;
         }
     };

@@ -196,6 +196,16 @@ impl Subtree {
     pub fn agents(&self) -> usize {
         1 + self.children.iter().map(Subtree::agents).sum::<usize>()
     }
+
+    /// The hosts of the agents below this subtree's root, at every depth, depth first.
+    pub fn hosts_below(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for c in &self.children {
+            v.push(c.plan.host.clone());
+            v.extend(c.hosts_below());
+        }
+        v
+    }
 }
 
 /// How agents reach hosts; sent down so every agent launches its children the same way.

@@ -20,7 +20,7 @@ use crate::proto::pmi::Output;
 use crate::proto::service::ServiceReply;
 use crate::tree::hub::{Children, Gather, HubEvent};
 use crate::tree::profile::{Clock, HostProfile};
-use crate::tree::{Down, HostStatus, RankStatus, Report, Up};
+use crate::tree::{Down, HostStatus, Launching, RankStatus, Report, Up};
 use bytes::Bytes;
 use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
@@ -122,6 +122,9 @@ pub trait Links {
     fn refusal_summary(&self) -> Option<String>;
     /// When child `id`'s launch began and when it connected (for the startup profile).
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>);
+    /// The children that have not connected yet (nor been lost), by id, for the hang
+    /// diagnosis.
+    fn launching(&self) -> Vec<(u32, Launching)>;
     /// Every child is done and the job too: stop listening for agents (the listener's
     /// socket and task go). Nothing by default.
     fn stop_listening(&mut self) {}
@@ -226,6 +229,9 @@ impl Links for Children {
     }
     fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
         Children::timings(self, id)
+    }
+    fn launching(&self) -> Vec<(u32, Launching)> {
+        Children::launching(self)
     }
     fn stop_listening(&mut self) {
         Children::stop_listening(self)
@@ -927,11 +933,23 @@ impl<H: Host, L: Links> Branch<H, L> {
         }
     }
 
-    /// Asks the children where their ranks are (their answers come up as `Up::Status`) and
-    /// says where this host's are; `stacks`: the children add their stuck ranks' stacks (this
-    /// host's are the caller's to add, see [`crate::cli::status::add_stacks`]).
+    /// Asks the children that are up where their ranks are (their answers come up as
+    /// `Up::Status`) and says where this host's are, and which children are still being
+    /// launched; `stacks`: the children add their stuck ranks' stacks (this host's are the
+    /// caller's to add, see [`crate::cli::status::add_stacks`]).
     pub fn ask_status(&mut self, stacks: bool) -> HostStatus {
-        self.kids.broadcast(&Down::Status { stacks });
+        let launching = self.kids.launching();
+        if launching.is_empty() {
+            self.kids.broadcast(&Down::Status { stacks });
+        } else {
+            // A child not up yet is not asked: the question would wait in its queue and be
+            // answered after its launch, to a later round.
+            for id in self.kids.ids() {
+                if !launching.iter().any(|(l, _)| *l == id) {
+                    self.kids.send(id, Down::Status { stacks });
+                }
+            }
+        }
         let (ranks, quiet_ms) = self.node.as_ref().map(H::status).unwrap_or_default();
         // Ranks in the fence being gathered here (not in one this host has sent up already,
         // whose rest is up to the other hosts).
@@ -954,6 +972,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             ranks,
             fence,
             quiet_ms,
+            launching: launching.into_iter().map(|(_, l)| l).collect(),
         }
     }
 
@@ -1152,6 +1171,9 @@ mod tests {
         }
         fn timings(&self, _: u32) -> (Option<Instant>, Option<Instant>) {
             (None, None)
+        }
+        fn launching(&self) -> Vec<(u32, Launching)> {
+            Vec::new()
         }
     }
 

@@ -17,7 +17,7 @@ use crate::host::iofwd::Stream;
 use crate::launch::{self, Target};
 use crate::plan::{JobPlan, LaunchPlan, Subtree};
 use crate::tree::events::JobTx;
-use crate::tree::{self, Down, Link, Queue, Up};
+use crate::tree::{self, Down, Launching, Link, Queue, Up};
 use bytes::Bytes;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -193,6 +193,8 @@ pub struct Children {
     order: Vec<u32>,
     shared: Rc<Shared>,
     accept: Option<tokio::task::JoinHandle<()>>,
+    /// The launcher that starts the children (`LaunchPlan::kind`), for `kauri --status`.
+    launcher: String,
 }
 
 impl Drop for Children {
@@ -222,6 +224,7 @@ impl Children {
                 refusals: Rc::new(RefCell::new(Refusals::default())),
             }),
             accept: None,
+            launcher: String::new(),
         }
     }
 
@@ -241,6 +244,7 @@ impl Children {
             return Ok(c);
         }
         c.subtrees = subtrees.clone();
+        c.launcher = plan.kind.clone();
         c.order = broadcast_order(&subtrees);
         c.open_links(&subtrees);
         let listener = crate::launch::ports::listen_async(
@@ -408,6 +412,31 @@ impl Children {
             self.shared.launched_at.borrow().get(&id).copied(),
             self.shared.connected_at.borrow().get(&id).copied(),
         )
+    }
+
+    /// The children that have not connected yet (nor been lost), by id: being launched, or
+    /// waiting for a launch slot.
+    pub fn launching(&self) -> Vec<(u32, Launching)> {
+        let connected = self.shared.connected.borrow();
+        let done = self.shared.done.borrow();
+        let launched = self.shared.launched_at.borrow();
+        let now = Instant::now();
+        self.subtrees
+            .iter()
+            .filter(|t| !connected.contains(&t.id) && !done.contains(&t.id))
+            .map(|t| {
+                let since = launched
+                    .get(&t.id)
+                    .map(|at| now.saturating_duration_since(*at));
+                let agent = Launching {
+                    host: t.plan.host.clone(),
+                    since_ms: since.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                    launcher: self.launcher.clone(),
+                    below: t.hosts_below(),
+                };
+                (t.id, agent)
+            })
+            .collect()
     }
 
     /// The ids of the direct children.

@@ -41,5 +41,5 @@ pub use frame::{
     FRAME_MAX, HANDSHAKE_FRAME_MAX,
 };
 pub use link::{link, Link, Queue};
-pub use msg::{Down, HostStatus, RankStatus, Report, Up};
+pub use msg::{Down, HostStatus, Launching, RankStatus, Report, Up};
 pub use shape::{build, build_cost, LaunchCost};

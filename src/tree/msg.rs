@@ -355,6 +355,30 @@ pub struct HostStatus {
     /// How many milliseconds ago this host's ranks of the job last asked something of
     /// kauri (a PMI request or a PMIx upcall); `None` while none has, or with no ranks here.
     pub quiet_ms: Option<u64>,
+    /// This host's child agents that have not connected yet: they were not asked, and
+    /// neither was any host below them.
+    pub launching: Vec<Launching>,
+}
+
+/// A child agent its parent is still starting, in a [`HostStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launching {
+    /// The agent's host.
+    pub host: String,
+    /// How many milliseconds ago its launch began; `None` while it waits for a launch slot
+    /// (`LaunchPlan::max_concurrent` are in flight).
+    pub since_ms: Option<u64>,
+    /// The launcher that starts it (`ssh`, `slurm`, …).
+    pub launcher: String,
+    /// The hosts of the agents it launches once it runs (its subtree, at every depth).
+    pub below: Vec<String>,
+}
+
+impl Launching {
+    /// How many hosts will not answer because this agent is not up: itself and those below.
+    pub fn hosts(&self) -> usize {
+        1 + self.below.len()
+    }
 }
 
 /// Where one rank is.

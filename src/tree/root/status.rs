@@ -4,8 +4,9 @@
 use super::*;
 
 /// The diagnosis, line by line: every rank's host, pid and PMI state (at most
-/// [`STATUS_LINES`] one per line, the rest counted by state), the ranks whose host did not
-/// answer, and what each open fence still waits for.
+/// [`STATUS_LINES`] one per line, the rest counted by state), the hosts whose agent is still
+/// being launched, the ranks whose host did not answer, and what each open fence still waits
+/// for.
 pub(super) fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>]) -> Vec<String> {
     let mut lines = Vec::new();
     let mut seen: Vec<Vec<bool>> = jobs.iter().map(|r| vec![false; r.len()]).collect();
@@ -37,14 +38,20 @@ pub(super) fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>])
             counts.join(", ")
         ));
     }
+    let not_up = launching_lines(got);
     let mut silent: Vec<String> = Vec::new();
     for (j, ranks) in jobs.iter().enumerate() {
         for (r, st) in ranks.iter().enumerate() {
-            if !seen[j][r] && st.ended.is_none() && !silent.contains(&st.host) {
+            if !seen[j][r]
+                && st.ended.is_none()
+                && !silent.contains(&st.host)
+                && !not_up.hosts.contains(&(j, st.host.as_str()))
+            {
                 silent.push(st.host.clone());
             }
         }
     }
+    lines.extend(not_up.lines);
     if !silent.is_empty() {
         lines.push(format!("no answer from the host(s) {}", silent.join(", ")));
     }
@@ -74,6 +81,53 @@ pub(super) fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>])
         }
     }
     lines
+}
+
+/// The hosts whose agent is not up yet, in a diagnosis: a line for each, and the hosts
+/// themselves with their job's index (they are not among the hosts that did not answer).
+struct NotUp<'a> {
+    lines: Vec<String>,
+    hosts: Vec<(usize, &'a str)>,
+}
+
+/// What the hosts' answers say of their child agents still being launched: `host b: agent
+/// being launched for 3.2 s (ssh)`, or waiting for a launch slot; and the hosts below such an
+/// agent, which it launches once it runs.
+fn launching_lines(got: &[(usize, HostStatus)]) -> NotUp<'_> {
+    let mut not_up = NotUp {
+        lines: Vec::new(),
+        hosts: Vec::new(),
+    };
+    for (j, h) in got {
+        let job = if *j == 0 {
+            String::new()
+        } else {
+            format!(" (spawned job {j})")
+        };
+        for l in &h.launching {
+            let what = match l.since_ms {
+                Some(ms) => format!(
+                    "agent being launched for {:.1} s ({})",
+                    ms as f64 / 1e3,
+                    l.launcher
+                ),
+                None => format!("agent waiting for a launch slot ({})", l.launcher),
+            };
+            not_up.lines.push(format!("host {}{job}: {what}", l.host));
+            if !l.below.is_empty() {
+                not_up.lines.push(format!(
+                    "host(s) {}{job}: agents to be launched by the agent on {} once it runs",
+                    l.below.join(", "),
+                    l.host
+                ));
+            }
+            not_up.hosts.push((*j, l.host.as_str()));
+            not_up
+                .hosts
+                .extend(l.below.iter().map(|b| (*j, b.as_str())));
+        }
+    }
+    not_up
 }
 
 /// Where a spawned job came from, for the hang diagnosis: the job that spawned it, and
@@ -198,9 +252,18 @@ impl Root {
             .collect()
     }
 
-    /// Prints the diagnosis once every host has answered.
+    /// Prints the diagnosis once every host has answered, or was said not to be up yet (an
+    /// agent still being launched, and the hosts below it, are not asked).
     pub(super) fn status_complete(&mut self) {
-        if self.status.as_ref().is_some_and(|r| r.got.len() >= r.want) {
+        let told = |r: &StatusRound| {
+            r.got.len()
+                + r.got
+                    .iter()
+                    .flat_map(|(_, h)| &h.launching)
+                    .map(crate::tree::Launching::hosts)
+                    .sum::<usize>()
+        };
+        if self.status.as_ref().is_some_and(|r| told(r) >= r.want) {
             self.print_status();
         }
     }
@@ -262,5 +325,74 @@ impl Root {
         if timed_out {
             self.teardown(Ending::Timeout);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tree::Launching;
+
+    fn on(host: &str) -> RankState {
+        RankState {
+            host: host.into(),
+            ..RankState::default()
+        }
+    }
+
+    /// The root's own answer, with no rank of its own and two children not up: b, being
+    /// launched, which launches c once it runs; and d, which waits for a launch slot.
+    fn root_launching() -> HostStatus {
+        HostStatus {
+            host: "front".into(),
+            ranks: Vec::new(),
+            fence: None,
+            quiet_ms: None,
+            launching: vec![
+                Launching {
+                    host: "b".into(),
+                    since_ms: Some(3210),
+                    launcher: "ssh".into(),
+                    below: vec!["c".into()],
+                },
+                Launching {
+                    host: "d".into(),
+                    since_ms: None,
+                    launcher: "ssh".into(),
+                    below: Vec::new(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn hosts_being_launched_are_named_apart_from_those_that_did_not_answer() {
+        let got = [(0, root_launching())];
+        let jobs = [vec![on("b"), on("c"), on("d"), on("e")]];
+        let lines = status_lines(&got, &jobs);
+        assert_eq!(
+            lines,
+            [
+                "host b: agent being launched for 3.2 s (ssh)",
+                "host(s) c: agents to be launched by the agent on b once it runs",
+                "host d: agent waiting for a launch slot (ssh)",
+                "no answer from the host(s) e",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_spawned_jobs_hosts_being_launched_name_their_job() {
+        let got = [(1, root_launching())];
+        let jobs = [Vec::new(), vec![on("b"), on("d")]];
+        let lines = status_lines(&got, &jobs);
+        assert_eq!(
+            lines[0],
+            "host b (spawned job 1): agent being launched for 3.2 s (ssh)"
+        );
+        assert!(
+            !lines.iter().any(|l| l.starts_with("no answer")),
+            "{lines:?}"
+        );
     }
 }

@@ -784,7 +784,9 @@ pub static KAURI: Page = Page {
          launcher, in a tree; the agents start the ranks and serve them PMI. Inside a Slurm, \
          Grid Engine, LSF or PBS job, the allocation's hosts and launcher are the default.",
         "kauri --status asks the kauri jobs of this user on this host (or the one with that \
-         pid) where their ranks are: in which fence, which have ended; --stacks adds each \
+         pid) where their ranks are: in which fence, which have ended; which hosts' agents the \
+         launcher is still starting, and for how long (host b: agent being launched for 3.2 s \
+         (ssh)), apart from the hosts whose agent is up but did not answer; --stacks adds each \
          stuck rank's stack. kauri nameserver (kauri-nameserver(1)) and kauri kvs \
          (kauri-kvs(1)) have pages of their own.",
     ],

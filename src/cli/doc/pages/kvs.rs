@@ -22,9 +22,10 @@ pub static KAURI_KVS: Page = Page {
             help: "",
         },
     ],
-    description: &["From a shell script running as a rank, kauri kvs reaches the job's \
-                    key-value store over the rank's own PMI connection (PMI_FD, or PMI_PORT \
-                    and PMI_ID)."],
+    description: &[
+        "From a shell script running as a rank, kauri kvs reaches the job's key-value store\n\
+         over the rank's own PMI connection (PMI_FD, or PMI_PORT and PMI_ID).",
+    ],
     details: &[
         "Each call is one short PMI-1 session: init, the operation, finalize. Calls from one \
          rank share its PMI socket: run them one after another, not in parallel. A program \
@@ -32,27 +33,34 @@ pub static KAURI_KVS: Page = Page {
          rank may exit after any call, but a rank that exits while others wait in a fence it \
          never entered ends the job.",
     ],
-    options: &[OptSection {
-        title: "Commands",
-        in_help: true,
-        opts: &[
-            with(
-                &["put"],
-                "KEY VALUE",
-                "publish a pair to every rank at once (no fence needed)",
-            ),
-            with(&["get"], "KEY", "print a value"),
-            flag(
-                &["--wait"],
-                "with get: wait until some rank has put the key",
-            ),
-            flag(
-                &["fence"],
-                "wait until every rank has called fence (a job-wide barrier)",
-            ),
-            flag(&["barrier"], "the same"),
-        ],
-    }],
+    options: &[
+        OptSection {
+            title: "Commands",
+            in_help: true,
+            opts: &[
+                with(
+                    &["put"],
+                    "KEY VALUE",
+                    "publish a pair to every rank at once (no fence needed)",
+                ),
+                with(&["get"], "KEY", "print a value"),
+                flag(
+                    &["--wait"],
+                    "with get: wait until some rank has put the key",
+                ),
+                flag(
+                    &["fence"],
+                    "wait until every rank has called fence (a job-wide barrier)",
+                ),
+                flag(&["barrier"], "the same"),
+            ],
+        },
+        OptSection {
+            title: "Options",
+            in_help: true,
+            opts: &[flag(&["-h", "--help"], "this text (on stdout)")],
+        },
+    ],
     environment: &[
         Item {
             label: "PMI_FD",
@@ -67,7 +75,7 @@ pub static KAURI_KVS: Page = Page {
     exit_status: &[
         Item {
             label: "0",
-            help: "done (get printed the value)",
+            help: "done (get printed the value; -h printed the usage)",
         },
         Item {
             label: "1",
