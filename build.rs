@@ -13,11 +13,6 @@
 use std::process::Command;
 
 fn main() {
-    // The kauri binary is linked at a fixed address (not a PIE): the loader then has none of
-    // its 4,457 relative relocations to write at every start, and kauri none of the
-    // copy-on-write faults they cost (a one-rank job: 1.27 -> 1.11 of the floor;
-    // docs/performance.md, "the fifth pass"). Its code stays position-independent.
-    println!("cargo:rustc-link-arg-bin=kauri=-no-pie");
     println!("cargo:rerun-if-changed=build.rs");
     hot_order();
     println!("cargo:rerun-if-env-changed=PKG_CONFIG_PATH");
