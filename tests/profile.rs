@@ -215,3 +215,118 @@ fn the_cost_model_tree_places_hosts_by_launch_cost() {
         1
     );
 }
+
+/// `--profile=trace` writes the timeline as Chrome trace events into `kauri-PID.trace.json`
+/// in kauri's directory, and says where: every event has the format's fields, every host
+/// (the front end and three simulated, in a tree of width 2) has a track named for it, and
+/// every slice lies within its host's slice, on a thread where no two slices overlap.
+#[test]
+fn the_trace_profile_is_chrome_trace_events_one_track_per_host() {
+    let dir = std::env::temp_dir().join(format!("kauri-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = common::run_under_watchdog(
+        std::process::Command::new(KAURI)
+            .args([
+                "--profile=trace",
+                "-launcher",
+                "fork",
+                "-tree-width",
+                "2",
+                "-hosts",
+                "h1,h2,h3",
+                "-n",
+                "3",
+                "python3",
+                "-c",
+                PMI1_RANK,
+            ])
+            .current_dir(&dir),
+    );
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("kauri-") && name.ends_with(".trace.json"),
+        "{name}"
+    );
+    assert!(
+        err.contains(&format!("kauri: start-up trace in {name} (open it in")),
+        "{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let events = v["traceEvents"].as_array().expect("traceEvents");
+    let mut tracks = std::collections::BTreeMap::new();
+    let mut slices: Vec<(u64, u64, u64, u64, String)> = Vec::new();
+    for e in events {
+        assert!(
+            e["name"].is_string() && e["pid"].is_u64() && e["tid"].is_u64(),
+            "{e}"
+        );
+        match e["ph"].as_str() {
+            Some("M") => {
+                if e["name"] == "process_name" {
+                    let n = e["args"]["name"].as_str().unwrap().to_string();
+                    tracks.insert(e["pid"].as_u64().unwrap(), n);
+                }
+            }
+            Some("X") => {
+                let (ts, dur) = (e["ts"].as_u64(), e["dur"].as_u64());
+                assert!(ts.is_some() && dur.is_some(), "{e}");
+                slices.push((
+                    e["pid"].as_u64().unwrap(),
+                    e["tid"].as_u64().unwrap(),
+                    ts.unwrap(),
+                    ts.unwrap() + dur.unwrap(),
+                    e["name"].as_str().unwrap().to_string(),
+                ));
+            }
+            other => panic!("event phase {other:?}: {e}"),
+        }
+    }
+    // The front end and the three simulated hosts.
+    assert_eq!(tracks.len(), 4, "{tracks:?}");
+    for h in ["h1", "h2", "h3"] {
+        assert!(
+            tracks
+                .values()
+                .any(|n| n.starts_with(&format!("{h} (agent "))),
+            "{tracks:?}"
+        );
+    }
+    for (pid, name) in &tracks {
+        let host: Vec<_> = slices.iter().filter(|s| s.0 == *pid && s.1 == 0).collect();
+        assert_eq!(host.len(), 1, "{name}: one host slice");
+        let (a, b) = (host[0].2, host[0].3);
+        let mut on: std::collections::BTreeMap<u64, Vec<(u64, u64)>> = Default::default();
+        for s in slices.iter().filter(|s| s.0 == *pid && s.1 != 0) {
+            assert!(a <= s.2 && s.3 <= b, "{name}: {} outside its host", s.4);
+            on.entry(s.1).or_default().push((s.2, s.3));
+        }
+        for spans in on.values_mut() {
+            spans.sort();
+            for w in spans.windows(2) {
+                assert!(w[0].1 <= w[1].0, "{name}: overlapping slices {w:?}");
+            }
+        }
+    }
+    // Each simulated host launched its agent and ran a fence.
+    for (pid, name) in tracks.iter().filter(|(_, n)| n.starts_with('h')) {
+        let mine: Vec<&str> = slices
+            .iter()
+            .filter(|s| s.0 == *pid)
+            .map(|s| s.4.as_str())
+            .collect();
+        assert!(
+            mine.contains(&"agent launched") && mine.contains(&"fence 0"),
+            "{name}: {mine:?}"
+        );
+    }
+}

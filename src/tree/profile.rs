@@ -20,6 +20,9 @@ pub enum ProfileFormat {
     Text,
     /// One line of JSON on stderr.
     Json,
+    /// Chrome trace events in a file (`kauri-PID.trace.json`), one track per host, which
+    /// Perfetto (ui.perfetto.dev) and `chrome://tracing` open.
+    Trace,
 }
 
 impl ProfileFormat {
@@ -29,7 +32,8 @@ impl ProfileFormat {
             "" | "0" | "no" | "off" => Ok(None),
             "1" | "yes" | "on" | "text" => Ok(Some(ProfileFormat::Text)),
             "json" => Ok(Some(ProfileFormat::Json)),
-            other => Err(format!("profile format {other:?}: text or json")),
+            "trace" => Ok(Some(ProfileFormat::Trace)),
+            other => Err(format!("profile format {other:?}: text, json or trace")),
         }
     }
 }
@@ -399,6 +403,88 @@ impl JobProfile {
             kauri_profile: self,
         })
         .unwrap_or_else(|e| format!("{{\"kauri_profile_error\":\"{e}\"}}"))
+    }
+
+    /// The timeline as Chrome trace events (the JSON object format, `{"traceEvents": […]}`):
+    /// one process per host, named `host (agent N, level L)`, whose first thread holds a
+    /// slice for the host's whole part of the job, and each other thread one kind of phase
+    /// (the agent's launch, forking its ranks, their PMI init, the fences, finalize, their
+    /// exits), so that slices on one thread never overlap and every slice lies within its
+    /// host's. Times in microseconds since kauri started.
+    pub fn trace(&self) -> String {
+        use serde_json::{json, Value};
+        let mut events: Vec<Value> = Vec::new();
+        for h in &self.per_host {
+            let pid = h.id;
+            let mut slices: Vec<(u32, String, u64, u64)> = Vec::new();
+            let mut add = |tid: u32, name: String, a: Option<u64>, b: Option<u64>| {
+                if let (Some(a), Some(b)) = (a, b) {
+                    slices.push((tid, name, a.min(b), a.max(b)));
+                }
+            };
+            add(1, "agent launched".into(), h.launched_us, h.connected_us);
+            add(
+                2,
+                format!("{} ranks forked", h.ranks),
+                h.fork_start_us,
+                h.forked_us,
+            );
+            add(3, "PMI init".into(), h.first_init_us, h.last_init_us);
+            for f in &h.fences {
+                add(
+                    4,
+                    format!("fence {}", f.epoch),
+                    Some(f.ready_us),
+                    f.released_us,
+                );
+            }
+            add(
+                5,
+                "finalize".into(),
+                h.first_finalize_us,
+                h.last_finalize_us,
+            );
+            add(6, "ranks exited".into(), h.first_exit_us, h.last_exit_us);
+            let start = slices.iter().map(|s| s.2).min().unwrap_or(0);
+            let end = slices.iter().map(|s| s.3).max().unwrap_or(start);
+            let threads = [
+                (0, "host"),
+                (1, "launch"),
+                (2, "fork"),
+                (3, "init"),
+                (4, "fences"),
+                (5, "finalize"),
+                (6, "exit"),
+            ];
+            events.push(
+                json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                "args": {"name": format!("{} (agent {}, level {})", h.host, h.id, h.level)}}),
+            );
+            events.push(
+                json!({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0,
+                "args": {"sort_index": h.id}}),
+            );
+            for (tid, name) in threads {
+                events.push(
+                    json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+                    "args": {"name": name}}),
+                );
+            }
+            events.push(
+                json!({"name": h.host, "cat": "host", "ph": "X", "pid": pid, "tid": 0,
+                "ts": start, "dur": end - start, "args": {"ranks": h.ranks}}),
+            );
+            for (tid, name, a, b) in slices {
+                events.push(json!({"name": name, "cat": "phase", "ph": "X", "pid": pid,
+                    "tid": tid, "ts": a, "dur": b - a}));
+            }
+        }
+        let doc = json!({
+            "traceEvents": events,
+            "displayTimeUnit": "ms",
+            "otherData": {"ranks": self.ranks, "hosts": self.hosts, "tree": self.tree},
+        });
+        doc.to_string()
     }
 
     /// The table.

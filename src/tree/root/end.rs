@@ -245,6 +245,24 @@ fn report(s: Summary, end_us: u64) -> i32 {
         match format {
             ProfileFormat::Text => crate::console::err(&profile.text()),
             ProfileFormat::Json => say!("{}", profile.json()),
+            ProfileFormat::Trace => {
+                let file = format!("kauri-{}.trace.json", std::process::id());
+                // A new file only: a link planted under the name is not followed.
+                let written = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&file)
+                    .and_then(|mut f| {
+                        std::io::Write::write_all(&mut f, profile.trace().as_bytes())
+                    });
+                match written {
+                    Ok(()) => say!(
+                        "kauri: start-up trace in {file} (open it in ui.perfetto.dev or \
+                         chrome://tracing)"
+                    ),
+                    Err(e) => say!("kauri: cannot write the start-up trace {file}: {e}"),
+                }
+            }
         }
     }
     worst

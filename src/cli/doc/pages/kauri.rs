@@ -235,11 +235,13 @@ const GLOBAL: &[Opt] = &[
     Opt {
         names: &["--profile"],
         aliases: &[],
-        arg: Arg::OptionalEquals("json"),
-        values: Values::Words(&["text", "json"]),
+        arg: Arg::OptionalEquals("json|trace"),
+        values: Values::Words(&["text", "json", "trace"]),
         help: "at exit, print on stderr when each phase of the job happened\n\
                (agents launched per tree level, ranks forked, PMI init, each\n\
-               fence's time and bytes, finalize, teardown): a table, or JSON",
+               fence's time and bytes, finalize, teardown): a table, or JSON;\n\
+               trace: write each host's timeline to kauri-PID.trace.json as\n\
+               Chrome trace events (ui.perfetto.dev, chrome://tracing)",
     },
     flag(&["-h", "--help"], "this text"),
     flag(
@@ -423,7 +425,7 @@ const ENVIRONMENT: &[Item] = &[
         help: "how long an agent has to connect back (default 60)",
     },
     Item {
-        label: "KAURI_PROFILE=1|json",
+        label: "KAURI_PROFILE=1|json|trace",
         help: "like --profile, --profile=json",
     },
     Item {
