@@ -1,6 +1,8 @@
-//! Host lists a user got wrong or made hostile, through the real `kauri` binary: each is one
-//! line naming what is wrong, before anything starts (issue #30). A host name never reaches
-//! ssh as one of its options, and a huge one is not echoed whole.
+//! Host lists through the real `kauri` binary. Those a user got wrong or made hostile: each is
+//! one line naming what is wrong, before anything starts (issue #30); a host name never
+//! reaches ssh as one of its options, and a huge one is not echoed whole. Those that name
+//! this machine more than once, by any of its names or addresses: run here, never through
+//! ssh (issue #52).
 
 mod common;
 
@@ -138,5 +140,98 @@ fn a_huge_host_name_is_not_echoed_whole() {
     let long = "h".repeat(100_000);
     let e = refused(&["-launcher", "fork", "-hosts", &long]);
     assert!(e.len() < 400 && e.contains("(100000 bytes)"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The first word `hostname` prints with `flag` (`hostname -I`: this machine's addresses), if
+/// any.
+fn hostname(flag: Option<&str>) -> Option<String> {
+    let o = std::process::Command::new("hostname")
+        .args(flag)
+        .output()
+        .ok()?;
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    out.split_whitespace().next().map(str::to_string)
+}
+
+/// Each list that names this machine more than once (a name twice, its own name twice, a
+/// loopback name and a loopback address, a hostfile with `localhost` on every slot's line,
+/// its own address twice) runs every rank here and exits 0. Before, every entry after the
+/// first was reached by ssh, which failed: one rank's output, then 255.
+#[test]
+fn a_list_that_names_this_machine_twice_runs_here_without_ssh() {
+    let (dir, ssh) = recording_ssh("hostlists-here");
+    let hostfile = dir.join("hosts");
+    std::fs::write(&hostfile, "localhost\nlocalhost\nlocalhost\nlocalhost\n").unwrap();
+    let name = hostname(None).expect("hostname prints this machine's name");
+    let mut lists: Vec<Vec<String>> = vec![
+        vec![
+            "-hosts".into(),
+            "localhost,localhost".into(),
+            "-n".into(),
+            "2".into(),
+        ],
+        vec![
+            "-hosts".into(),
+            format!("{name},{name}"),
+            "-n".into(),
+            "2".into(),
+        ],
+        vec![
+            "-hosts".into(),
+            "localhost:2,127.0.0.1:2".into(),
+            "-n".into(),
+            "4".into(),
+        ],
+        vec![
+            "-f".into(),
+            hostfile.display().to_string(),
+            "-n".into(),
+            "4".into(),
+        ],
+    ];
+    if let Some(ip) = hostname(Some("-I")) {
+        lists.push(vec![
+            "-hosts".into(),
+            format!("{ip},{ip}"),
+            "-n".into(),
+            "2".into(),
+        ]);
+    }
+    for list in &lists {
+        let mut args = vec!["-launcher", "ssh", "-launcher-exec", &ssh];
+        args.extend(list.iter().map(String::as_str));
+        args.push("hostname");
+        let o = kauri(&args, None, &[]);
+        let n: usize = list[3].parse().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{list:?}: {}", stderr(&o));
+        assert_eq!(common::lines(&o).len(), n, "{list:?}: {}", stderr(&o));
+        assert!(!dir.join("calls").exists(), "{list:?}: ssh ran");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A remote host named twice is one host: one agent, started by one ssh.
+#[test]
+fn a_remote_host_named_twice_is_reached_once() {
+    let (dir, ssh) = recording_ssh("hostlists-twice");
+    let o = kauri(
+        &[
+            "-launcher",
+            "ssh",
+            "-launcher-exec",
+            &ssh,
+            "-hosts",
+            "h1,h1:2",
+            "-n",
+            "3",
+            "true",
+        ],
+        None,
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(255), "{}", stderr(&o));
+    let calls = std::fs::read_to_string(dir.join("calls")).unwrap_or_default();
+    assert_eq!(calls.lines().count(), 1, "{calls}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

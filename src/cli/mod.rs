@@ -345,13 +345,19 @@ impl Parser {
     }
 }
 
-/// The processes of a segment without `-n`: the hosts' slots (`ppn` per host, if given).
+/// The processes of a segment without `-n`: the hosts' slots (`ppn` for each name, if given:
+/// a name given twice is one host).
 fn default_nprocs(ppn: Option<usize>, hosts: &[HostSpec]) -> usize {
     // A segment without -n gets the hosts' slots; with no host named, that is decided later,
     // once an allocation's hosts are known (0 stands for "not given").
+    let names = || {
+        let names: std::collections::HashSet<&str> =
+            hosts.iter().map(|h| h.name.as_str()).collect();
+        names.len()
+    };
     match (ppn, hosts.len()) {
         (Some(ppn), 0) => ppn,
-        (Some(ppn), h) => ppn.saturating_mul(h),
+        (Some(ppn), _) => ppn.saturating_mul(names()),
         (None, 0) => 0,
         (None, _) => hosts
             .iter()
@@ -1128,6 +1134,10 @@ mod tests {
             "decided once the allocation is known"
         );
         assert_eq!(default_nprocs(Some(usize::MAX), &hosts), usize::MAX);
+        // a name given twice is one host: -ppn counts it once, its slots count twice
+        let twice = [host("a", 2), host("b", 3), host("a", 1)];
+        assert_eq!(default_nprocs(Some(4), &twice), 8);
+        assert_eq!(default_nprocs(None, &twice), 6);
     }
 
     #[test]

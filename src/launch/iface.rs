@@ -6,10 +6,33 @@ use std::net::IpAddr;
 /// Every address of this host's interface `name`, IPv4 ones first (`getifaddrs`).
 pub fn addresses(name: &str) -> Vec<IpAddr> {
     let mut out = Vec::new();
+    each_address(|n, a| {
+        if n == name.as_bytes() {
+            out.push(a);
+        }
+    });
+    out.sort_by_key(|a| a.is_ipv6());
+    out
+}
+
+/// Every address of every interface of this host, loopback's too (`getifaddrs`).
+pub fn all_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    each_address(|_, a| {
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    });
+    out
+}
+
+/// Calls `f` with each interface's name and each of its IPv4 and IPv6 addresses
+/// (`getifaddrs`); with none when the list cannot be read.
+fn each_address(mut f: impl FnMut(&[u8], IpAddr)) {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs writes a list head it allocated, freed below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return out;
+        return;
     }
     let mut p = head;
     while !p.is_null() {
@@ -21,25 +44,23 @@ pub fn addresses(name: &str) -> Vec<IpAddr> {
         }
         // SAFETY: ifa_name is a NUL-terminated string of the list.
         let n = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-        if n.to_bytes() != name.as_bytes() {
-            continue;
-        }
         // SAFETY: ifa_addr points to a sockaddr whose family says its layout.
         let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
         if family == libc::AF_INET {
             // SAFETY: an AF_INET address is a sockaddr_in.
             let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-            out.push(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()));
+            f(
+                n.to_bytes(),
+                IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()),
+            );
         } else if family == libc::AF_INET6 {
             // SAFETY: an AF_INET6 address is a sockaddr_in6.
             let a = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-            out.push(IpAddr::from(a.sin6_addr.s6_addr));
+            f(n.to_bytes(), IpAddr::from(a.sin6_addr.s6_addr));
         }
     }
     // SAFETY: head came from getifaddrs and is freed once.
     unsafe { libc::freeifaddrs(head) };
-    out.sort_by_key(|a| a.is_ipv6());
-    out
 }
 
 /// The address of interface `name` on this host (the first IPv4 one, else IPv6), or an
@@ -77,5 +98,15 @@ mod tests {
             e.starts_with("no interface nosuch0 on ") && e.contains("lo"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn every_address_is_listed_once_loopback_among_them() {
+        let all = super::all_addresses();
+        assert!(all.contains(&[127, 0, 0, 1].into()), "{all:?}");
+        let mut unique = all.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
     }
 }

@@ -16,6 +16,7 @@ mod fork;
 pub mod hydra_env;
 pub mod iface;
 mod lsf;
+pub mod machine;
 mod pbs;
 pub mod ports;
 mod sge;

@@ -6,6 +6,7 @@
 use crate::host::node::is_local;
 use crate::host::output::{OutputOptions, OutputPlan};
 use crate::host::proc;
+use crate::plan::hosts::{host_list, HostList};
 use crate::plan::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::tree::LaunchCost;
@@ -380,32 +381,34 @@ pub(crate) fn output_options(spec: &JobSpec) -> OutputOptions {
 /// Plans the job the user started: from `spec` to everything decided before anything
 /// starts, on the host named `me`.
 pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
-    let (launcher, mut hosts) = choose_hosts(spec, me)?;
+    let (launcher, entries) = choose_hosts(spec, me)?;
+    let (kind, pbs_tmrsh) = choose_launcher(launcher, spec)?;
+    // Each machine once, however many entries name it ([`HostList`]).
+    let mut list = host_list(&entries, me, &kind);
     // Segments without -n: the hosts' slots (Hydra's rule), or 1 on this host alone.
     let mut spec = spec.clone();
-    let slots_total = default_nprocs(spec.ppn, &hosts);
+    let slots_total = default_nprocs(spec.ppn, &list.hosts);
     for a in spec.apps.iter_mut().filter(|a| a.nprocs == 0) {
         a.nprocs = slots_total;
     }
     let spec = &spec;
     let size = spec.size();
     check_size(spec, size)?;
-    let hosts_named = !hosts.is_empty();
-    if hosts.is_empty() {
-        hosts.push(HostSpec {
+    let hosts_named = !list.hosts.is_empty();
+    if list.hosts.is_empty() {
+        let me = [HostSpec {
             name: me.to_string(),
             slots: size,
-        });
+        }];
+        list = HostList::merge(&me, &|_| true, false);
     }
-    let (kind, pbs_tmrsh) = choose_launcher(launcher, spec)?;
-    let (slots, placement) = place(spec, size, &hosts);
+    let (slots, placement) = place(spec, size, &list);
     let appnum = appnums(spec);
     let mut apps = segment_plans(spec);
-    // The front end serves the first host entry that is this machine (unless Slurm must
-    // start every agent); every other host with ranks gets an agent.
-    let served_here = (kind != "slurm")
-        .then(|| hosts.iter().position(|h| is_local(&h.name, me)))
-        .flatten();
+    // The front end serves the host that is this machine (unless Slurm must start every
+    // agent); every other host with ranks gets an agent.
+    let served_here = list.here.filter(|_| kind != "slurm");
+    let hosts = list.hosts;
     let (on_host, used) = ranks_by_host(&placement.node, hosts.len());
     let (master, master_port) = master(spec, &placement, &hosts, served_here, &kind)?;
     let adopt = adopt(spec);
@@ -532,14 +535,23 @@ fn choose_launcher(
     Ok((kind, pbs_tmrsh))
 }
 
-/// Each host's slots (`-ppn` or its own) and where the ranks go: in blocks by slots, or
-/// round-robin (`-map-by node`), consecutive on each host under `-ml-env`.
-fn place(spec: &JobSpec, size: usize, hosts: &[HostSpec]) -> (Vec<usize>, Placement) {
-    let slots: Vec<usize> = hosts.iter().map(|h| spec.ppn.unwrap_or(h.slots)).collect();
+/// Each host's slots (its own, or under `-ppn N` `N` for each name it was given) and where
+/// the ranks go: in blocks over the entries' slots in the list's order ([`HostList::block`]),
+/// or over the hosts' in the order of their first entries under `-ppn`, or round-robin over
+/// the hosts (`-map-by node`); consecutive on each host under `-ml-env`.
+fn place(spec: &JobSpec, size: usize, list: &HostList) -> (Vec<usize>, Placement) {
+    let hosts = &list.hosts;
+    let slots: Vec<usize> = hosts
+        .iter()
+        .zip(&list.names)
+        .map(|(h, &names)| spec.ppn.map_or(h.slots, |n| n.saturating_mul(names)))
+        .collect();
     let placement = if spec.map_by_node {
         Placement::cyclic(size, hosts.len())
-    } else {
+    } else if spec.ppn.is_some() {
         Placement::block(size, &slots)
+    } else {
+        list.block(size)
     };
     // A trainer computes RANK = GROUP_RANK × LOCAL_WORLD_SIZE + LOCAL_RANK: under -ml-env,
     // each host's ranks are consecutive (Hydra's counts per host, numbered host by host),
@@ -924,6 +936,102 @@ mod tests {
         );
     }
 
+    /// Each host of a plan with its ranks: the one the front end serves, then the agents'.
+    type Layout = (Option<(String, Vec<usize>)>, Vec<(String, Vec<usize>)>);
+
+    /// The layout of the plan of `args` on the machine named `vm`, and its hosts' slots.
+    fn layout(args: &str) -> (Layout, Vec<(String, usize)>) {
+        let p = plan(&spec(args), "vm").unwrap();
+        let ranks = |h: &HostPlan| (h.host.clone(), h.ranks.iter().map(|r| r.rank).collect());
+        let slots = p.hosts.iter().map(|h| (h.name.clone(), h.slots)).collect();
+        (
+            (
+                p.local.as_ref().map(ranks),
+                p.remote.iter().map(ranks).collect(),
+            ),
+            slots,
+        )
+    }
+
+    /// The host `name` with `ranks`.
+    fn on(name: &str, ranks: &[usize]) -> (String, Vec<usize>) {
+        (name.to_string(), ranks.to_vec())
+    }
+
+    /// Every entry that is this machine, by a loopback name or address or by its own name, is
+    /// the one host the front end serves, in the place of the first, with every entry's
+    /// slots: none of them gets an agent (an ssh to this machine, before, issue 52).
+    #[test]
+    fn every_entry_that_is_this_machine_is_the_one_host_served_here() {
+        let (l, slots) = layout("-hosts localhost,localhost -n 2 true");
+        assert_eq!(l, (Some(on("localhost", &[0, 1])), vec![]));
+        assert_eq!(slots, vec![("localhost".to_string(), 2)]);
+        let (l, _) = layout("-hosts vm,vm -n 2 true");
+        assert_eq!(l, (Some(on("vm", &[0, 1])), vec![]));
+        let (l, slots) = layout("-hosts 127.0.0.1:2,localhost:2,vm -n 5 true");
+        assert_eq!(l, (Some(on("127.0.0.1", &[0, 1, 2, 3, 4])), vec![]));
+        assert_eq!(slots, vec![("127.0.0.1".to_string(), 5)]);
+        // without -n: every entry's slots
+        let (l, _) = layout("-hosts localhost:2,127.0.0.1:2 true");
+        assert_eq!(l, (Some(on("localhost", &[0, 1, 2, 3])), vec![]));
+        // an address of one of this machine's interfaces
+        let mine = crate::launch::iface::all_addresses()
+            .into_iter()
+            .find(|a| a.is_ipv4() && !a.is_loopback());
+        if let Some(ip) = mine {
+            let (l, _) = layout(&format!("-hosts localhost,{ip} -n 2 true"));
+            assert_eq!(l, (Some(on("localhost", &[0, 1])), vec![]), "{ip}");
+        }
+    }
+
+    /// A remote host named twice is one host with both entries' slots (one agent), and ranks
+    /// fill the entries' slots in list order as Hydra's do: `a,b,a` puts ranks 0 and 2 on a.
+    #[test]
+    fn a_remote_host_named_twice_is_one_host_filled_in_list_order() {
+        let (a, b) = ("203.0.113.1", "203.0.113.2");
+        let (l, slots) = layout(&format!("-hosts {a},{b},{a} -n 3 true"));
+        assert_eq!(l, (None, vec![on(a, &[0, 2]), on(b, &[1])]));
+        assert_eq!(slots, vec![(a.to_string(), 2), (b.to_string(), 1)]);
+        let (l, _) = layout(&format!("-hosts {a},{b},{a} -n 4 true"));
+        assert_eq!(l, (None, vec![on(a, &[0, 2, 3]), on(b, &[1])]));
+        let (l, slots) = layout(&format!("-hosts {a}:2,{a}:3 -n 5 true"));
+        assert_eq!(l, (None, vec![on(a, &[0, 1, 2, 3, 4])]));
+        assert_eq!(slots, vec![(a.to_string(), 5)]);
+        // and this machine among them
+        let (l, _) = layout(&format!("-hosts localhost,{a},127.0.0.1 -n 3 true"));
+        assert_eq!(l, (Some(on("localhost", &[0, 2])), vec![on(a, &[1])]));
+        let p = plan(&spec(&format!("-hosts {a},{b},{a} -n 3 true")), "vm").unwrap();
+        assert_eq!(p.job.hosts, vec![a.to_string(), b.to_string()]);
+        assert_eq!(p.job.rank_node, vec![0, 1, 0]);
+        assert_eq!(p.job.process_mapping, "(vector,(0,2,1),(0,1,1))");
+    }
+
+    /// Under `-launcher fork` a host name is a label: a label named twice is one simulated
+    /// host, but two labels are two hosts even when both read as this machine's.
+    #[test]
+    fn simulated_hosts_are_told_apart_by_their_labels() {
+        let (l, _) = layout("-launcher fork -hosts a,b,a -n 3 true");
+        assert_eq!(l, (None, vec![on("a", &[0, 2]), on("b", &[1])]));
+        let (l, _) = layout("-launcher fork -hosts localhost,vm -n 2 true");
+        assert_eq!(l, (Some(on("localhost", &[0])), vec![on("vm", &[1])]));
+        let (l, _) = layout("-launcher fork -hosts a:2,b:2 -n 4 true");
+        assert_eq!(l, (None, vec![on("a", &[0, 1]), on("b", &[2, 3])]));
+    }
+
+    /// `-ppn N` is `N` slots for each name a host was given, a name given twice counting
+    /// once: Hydra's `N` for each of its nodes, whose list merges consecutive entries of one
+    /// name.
+    #[test]
+    fn ppn_gives_each_name_of_a_host_its_slots_once() {
+        let (l, slots) = layout("-hosts localhost,localhost -ppn 2 true");
+        assert_eq!(l, (Some(on("localhost", &[0, 1])), vec![]));
+        assert_eq!(slots, vec![("localhost".to_string(), 2)]);
+        let (l, _) = layout("-hosts localhost,127.0.0.1 -ppn 2 true");
+        assert_eq!(l, (Some(on("localhost", &[0, 1, 2, 3])), vec![]));
+        let (l, _) = layout("-launcher fork -hosts a,b,a -ppn 2 true");
+        assert_eq!(l, (None, vec![on("a", &[0, 1]), on("b", &[2, 3])]));
+    }
+
     #[test]
     fn segments_without_n_take_the_slots_or_ppn_per_host_or_one() {
         assert_eq!(default_nprocs(None, &hosts(&[2, 3])), 5);
@@ -969,7 +1077,7 @@ mod tests {
     #[test]
     fn placement_in_blocks_round_robin_or_by_host_under_ml_env() {
         let mut s = spec("-n 5 a");
-        let h = hosts(&[2, 3]);
+        let h = HostList::merge(&hosts(&[2, 3]), &|_| false, false);
         let (slots, p) = place(&s, 5, &h);
         assert_eq!(slots, vec![2, 3]);
         assert_eq!(p.node, vec![0, 0, 1, 1, 1]);

@@ -5,10 +5,12 @@
 //! ([`LaunchPlan`]).
 //!
 //! Plain data with serde derives and a few queries: no I/O, no sockets, no processes. The
-//! front end builds these (`frontend`, the shape in `tree::shape`); the link messages in
-//! `tree::msg` carry them; `node`, `launch` and `pmix` read them.
+//! front end builds these (`frontend`, the shape in `tree::shape`; [`build`], over the hosts
+//! [`hosts`] makes of the host entries, one per machine); the link messages in `tree::msg`
+//! carry them; `node`, `launch` and `pmix` read them.
 
 pub mod build;
+pub mod hosts;
 pub mod job;
 pub mod rank_env;
 pub mod spawn;

@@ -117,12 +117,15 @@ pub(crate) fn named_hosts(cluster: &Cluster, names: &[String]) -> Result<Vec<usi
             .iter()
             .position(|h| h.name == name)
             .or_else(|| {
+                // This machine by another of its names: the host it is in the run.
                 is_local(name, &cluster.me)
                     .then(|| {
-                        cluster
-                            .hosts
-                            .iter()
-                            .position(|h| is_local(&h.name, &cluster.me))
+                        cluster.served_here.or_else(|| {
+                            cluster
+                                .hosts
+                                .iter()
+                                .position(|h| is_local(&h.name, &cluster.me))
+                        })
                     })
                     .flatten()
             });

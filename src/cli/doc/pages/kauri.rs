@@ -60,7 +60,11 @@ const GLOBAL: &[Opt] = &[
             "hosts from a file: 'host', 'host:N' or 'host slots=N' per line",
         )
     },
-    with(&["-ppn"], "N", "processes per host (at most 16777216)"),
+    with(
+        &["-ppn"],
+        "N",
+        "processes per host name, a name given twice counting once (at most\n16777216)",
+    ),
     Opt {
         aliases: &["-bootstrap"],
         values: Values::Words(&crate::launch::NAMES),
@@ -785,6 +789,13 @@ pub static KAURI: Page = Page {
         "On several hosts, kauri starts one agent per host (kauri-agent(1)) through the \
          launcher, in a tree; the agents start the ranks and serve them PMI. Inside a Slurm, \
          Grid Engine, LSF or PBS job, the allocation's hosts and launcher are the default.",
+        "A host named more than once is one host with the slots of all its entries: a remote \
+         name given twice, and every entry that is this machine by any of its names or \
+         addresses (localhost, 127.0.0.1, its host name, an address of one of its \
+         interfaces, a name that resolves to one), which kauri serves itself, never through \
+         the launcher. Ranks fill the entries' slots in the list's order, as Hydra's do: \
+         -hosts a,b,a -n 3 puts ranks 0 and 2 on a. Under -launcher fork host names are \
+         labels: two labels are two simulated hosts.",
         "kauri --status asks the kauri jobs of this user on this host (or the one with that \
          pid) where their ranks are: in which fence, which have ended; which hosts' agents the \
          launcher is still starting, and for how long (host b: agent being launched for 3.2 s \
