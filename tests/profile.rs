@@ -154,7 +154,7 @@ fn json_profile_of_a_tree_has_every_level_and_the_fence_bytes() {
 #[test]
 fn without_the_flag_nothing_extra_is_printed() {
     let o = kauri(&["-n", "2", "true"], None, &[("KAURI_PROFILE", "0")]);
-    assert!(o.status.success());
+    assert!(o.status.success(), "{:?}: {}", o.status, stderr(&o));
     assert_eq!(stderr(&o), "");
     let o = kauri(
         &["-launcher", "fork", "-hosts", "h1,h2", "-n", "2", "true"],

@@ -1248,7 +1248,7 @@ mod tests {
             (s.profile, s.apps[0].program.as_str()),
             (Some(ProfileFormat::Text), "json")
         );
-        assert!(fails("--profile=xml -n 1 a").contains("text or json"));
+        assert!(fails("--profile=xml -n 1 a").contains("text, json or trace"));
     }
 
     #[test]
