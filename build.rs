@@ -32,7 +32,7 @@ fn main() {
 /// Passes `src/main.order` to the linker (lld's `--symbol-ordering-file`): the functions a
 /// short job runs are then laid out together at the start of kauri's text, so that its start
 /// maps (and its exit unmaps) a few hundred kilobytes of it, not most of its 3.3 MB
-/// (docs/performance.md, "the sixth pass"). Only where the file's names are this build's: a
+/// (docs/performance.md, "The hot code laid out first"). Only where the file's names are this build's: a
 /// release build for x86-64 Linux by the rustc the file was made for, linked by that rustc's
 /// own linker (lld, the default there since Rust 1.90), not one the user chose. Otherwise the
 /// build goes on without it, warned when the compiler differs.

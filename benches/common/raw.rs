@@ -11,10 +11,10 @@
 //! Each agent keeps what it received until the next fence's replaces it, as the agents of
 //! [`super::sim`] keep theirs in their stores: a fence's result is what its ranks read after
 //! it, so no implementation can let go of it (for a PMIx fence, the host's server holds it).
-//! Until session 25 the floor dropped it once forwarded; in one process standing in for 256
-//! hosts that made its receives land in one buffer kept warm in cache, where any store's
-//! land in 256 buffers (21 MB at 256 hosts, flat), and the floor read about 18 % below what
-//! a fence that keeps its result can cost (`docs/performance.md`, "fourth pass").
+//! So in one process standing in for 256 hosts its receives land in 256 buffers (21 MB at 256
+//! hosts, flat), as any store's do, not in one buffer kept warm in cache, which would put the
+//! floor about 18 % below what a fence that keeps its result can cost (`docs/performance.md`,
+//! "Issue #29: the done-when with reused frame buffers and a floor that keeps its result").
 
 use super::sim::{contribution, edges, Shape};
 use kauri::tree::{self, Up};

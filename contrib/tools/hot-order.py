@@ -3,7 +3,7 @@
 
 src/main.order lists the functions a short job runs, by their symbol names; build.rs passes it
 to the linker (lld's --symbol-ordering-file), which lays them out together at the start of
-kauri's text (docs/performance.md, "the sixth pass"). Symbol names hold hashes of the
+kauri's text (docs/performance.md, "The hot code laid out first"). Symbol names hold hashes of the
 compiler's version and the build's profile, so the file is made for one rustc, named in its
 `# rustc:` line, and made again for another.
 
