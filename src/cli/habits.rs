@@ -119,6 +119,26 @@ fn timeout(v: &str) -> Result<std::time::Duration, UsageError> {
     }
 }
 
+/// `MPIEXEC_TIMEOUT` (Hydra's): whole seconds, 0 or unset for none.
+pub(super) fn timeout_from_env() -> Result<Option<std::time::Duration>, UsageError> {
+    let max = super::SECS_MAX;
+    match std::env::var("MPIEXEC_TIMEOUT") {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u128>() {
+            Ok(0) => Ok(None),
+            Ok(s) if s > max as u128 => super::err(format!(
+                "MPIEXEC_TIMEOUT={}: more than the {max} seconds a time may be",
+                crate::console::quoted(&v)
+            )),
+            Ok(s) => Ok(Some(std::time::Duration::from_secs(s as u64))),
+            Err(_) => super::err(format!(
+                "MPIEXEC_TIMEOUT={} is not a number of seconds",
+                crate::console::quoted(&v)
+            )),
+        },
+        _ => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{parse, Command};

@@ -283,7 +283,7 @@ impl Parser {
                 }
             }
         }
-        let from_env = timeout_from_env()?;
+        let from_env = habits::timeout_from_env()?;
         if !self.timeout_given {
             self.spec.timeout = from_env;
         }
@@ -391,24 +391,6 @@ fn apply_hydra_env(spec: &mut JobSpec, genv_given: bool, env: HydraEnv) -> Resul
     spec.label |= env.label;
     spec.port_range = env.port_range;
     Ok(())
-}
-
-fn timeout_from_env() -> Result<Option<Duration>, UsageError> {
-    match std::env::var("MPIEXEC_TIMEOUT") {
-        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u128>() {
-            Ok(0) => Ok(None),
-            Ok(s) if s > SECS_MAX as u128 => err(format!(
-                "MPIEXEC_TIMEOUT={}: more than the {SECS_MAX} seconds a time may be",
-                quoted(&v)
-            )),
-            Ok(s) => Ok(Some(Duration::from_secs(s as u64))),
-            Err(_) => err(format!(
-                "MPIEXEC_TIMEOUT={} is not a number of seconds",
-                quoted(&v)
-            )),
-        },
-        _ => Ok(None),
-    }
 }
 
 /// The longest time any of kauri's times may be set to, in seconds (about three years):
