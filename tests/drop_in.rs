@@ -149,6 +149,33 @@ fn wdir_and_configfile() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Started in a directory that was deleted, kauri refuses with one line and starts nothing:
+/// the ranks once ran in `/` instead, without a word, and wrote their files there.
+#[test]
+fn a_deleted_current_directory_is_refused() {
+    let dir = std::env::temp_dir().join(format!("kauri-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(r#"cd "$1" && rmdir "$1" && exec "$2" -n 1 sh -c 'echo ran in $(pwd)'"#)
+        .args(["sh", dir.to_str().unwrap(), KAURI])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(255), "{err}");
+    assert!(
+        stdout_lines(&o).is_empty(),
+        "a rank ran: {:?}",
+        stdout_lines(&o)
+    );
+    assert!(
+        err.contains("current directory") && err.contains("deleted"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
 /// A start that fails after some ranks were forked kills and reaps them first: here the second
 /// segment's argument holds a NUL byte (read from a configfile), which only the fork of its
 /// rank refuses. The first segment's ranks each start a helper that would outlive kauri if

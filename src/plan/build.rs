@@ -364,6 +364,9 @@ pub(crate) struct Plan {
     pub(crate) mpi: crate::plan::job::MpiSign,
     /// `MASTER_PORT`'s reservation (`-ml-env`), kept for the run's whole life.
     pub(crate) master_port: Option<crate::launch::ports::Reservation>,
+    /// The directory kauri was started in: relative `-wdir`s and spawn's `wdir` and `path`
+    /// are taken from it.
+    pub(crate) cwd: PathBuf,
 }
 
 /// The output options of `spec`: `-l` is the prefix `[%r] `, as in Hydra.
@@ -404,7 +407,8 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     }
     let (slots, placement) = place(spec, size, &list);
     let appnum = appnums(spec);
-    let mut apps = segment_plans(spec);
+    let cwd = working_dir()?;
+    let mut apps = segment_plans(spec, &cwd);
     // The front end serves the host that is this machine (unless Slurm must start every
     // agent); every other host with ranks gets an agent.
     let served_here = list.here.filter(|_| kind != "slurm");
@@ -455,6 +459,18 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
         served_here,
         mpi: wired.mpi,
         master_port,
+        cwd,
+    })
+}
+
+/// The current directory; an error when it is gone (deleted, or a mount that went away):
+/// ranks are never started in `/` instead, as they once were, writing their files there.
+fn working_dir() -> Result<PathBuf, String> {
+    std::env::current_dir().map_err(|e| {
+        format!(
+            "the current directory cannot be read ({e}): was it deleted? cd to a directory \
+             that exists and start the job again"
+        )
     })
 }
 
@@ -575,8 +591,7 @@ fn appnums(spec: &JobSpec) -> Vec<u32> {
 
 /// Every segment's program, arguments, environment ([`segment_env`]) and working directory
 /// (relative to the current one).
-fn segment_plans(spec: &JobSpec) -> Vec<AppPlan> {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+fn segment_plans(spec: &JobSpec, cwd: &std::path::Path) -> Vec<AppPlan> {
     spec.apps
         .iter()
         .enumerate()
@@ -585,7 +600,12 @@ fn segment_plans(spec: &JobSpec) -> Vec<AppPlan> {
             args: a.args.clone(),
             env: segment_env(spec, i),
             wdir: cwd
-                .join(a.wdir.clone().or(spec.wdir.clone()).unwrap_or(cwd.clone()))
+                .join(
+                    a.wdir
+                        .clone()
+                        .or(spec.wdir.clone())
+                        .unwrap_or(cwd.to_path_buf()),
+                )
                 .display()
                 .to_string(),
         })

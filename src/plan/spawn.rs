@@ -92,7 +92,7 @@ impl Cluster {
                 p.launch.kind == "fork",
             ),
             env: segment_env(&global, 0),
-            cwd: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            cwd: p.cwd.clone(),
             universe_size: p.job.universe_size,
             output: p.job.output.clone(),
             pmi_port: p.job.pmi_port,
