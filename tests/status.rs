@@ -205,6 +205,36 @@ fn status_from_another_shell_and_on_sigusr1_while_the_job_goes_on() {
     let _ = std::fs::remove_dir_all(&rt);
 }
 
+/// A rank that closed its PMI connection without finalizing, and runs on, is shown as such:
+/// before, `running (in no PMI call)`, without a word of the closed connection. (Alone in its
+/// job it harms no fence: the job goes on, and ends well.)
+#[test]
+fn status_names_a_rank_that_closed_its_pmi_connection() {
+    let marker = format!("status-hangup-{}", std::process::id());
+    let rt = runtime_dir("hangup");
+    let go = rt.join("go");
+    let _go = Touch(go.clone());
+    let prog = format!(
+        "printf 'cmd=init pmi_version=1 pmi_subversion=1\\n' >&$PMI_FD; read -r a <&$PMI_FD; \
+         eval \"exec $PMI_FD>&-\"; while [ ! -e {} ]; do sleep 0.1; done # {marker}",
+        go.display()
+    );
+    let env = [("XDG_RUNTIME_DIR", rt.to_str().unwrap())];
+    let job = Job::start(&["-n", "1", "bash", "-c", &prog], &env);
+    let pid = job.pid();
+    let text = status_until(
+        pid,
+        &env,
+        &["rank 0 on ", "closed its PMI connection without finalizing"],
+    );
+    eprintln!("kauri --status {pid}:\n{text}");
+    std::fs::write(&go, "").unwrap();
+    let (code, _, err) = job.end();
+    assert_eq!(code, Some(0), "{err}");
+    assert_none_left(&marker, Duration::from_secs(30));
+    let _ = std::fs::remove_dir_all(&rt);
+}
+
 /// Makes its file when dropped: what a test waits for comes even when an assertion fails.
 struct Touch(std::path::PathBuf);
 

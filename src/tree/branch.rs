@@ -530,6 +530,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 message,
             }),
             Output::Failed { reason } => report(Report::Failed { reason }),
+            Output::LeftPmi { rank } => report(Report::LeftPmi { rank }),
             Output::ProtocolError { rank, error } => report(Report::ProtocolError { rank, error }),
             _ => None,
         }

@@ -213,6 +213,11 @@ pub enum Report {
         /// The rank.
         rank: usize,
     },
+    /// An initialized rank closed its PMI connection without finalize and runs on.
+    LeftPmi {
+        /// The rank.
+        rank: usize,
+    },
     /// The job cannot go on.
     Failed {
         /// One line saying why.

@@ -268,6 +268,7 @@ impl Ctx {
                         self.writers.borrow_mut().remove(&conn);
                         self.engine.borrow_mut().disconnect(conn);
                     }
+                    Output::HungUp { rank } => self.after_hangup(rank),
                     other => {
                         let _ = self.events.send(NodeEvent::Engine(other));
                     }
@@ -279,6 +280,19 @@ impl Ctx {
         }
         *self.outputs.borrow_mut() = outputs;
         *self.batch.borrow_mut() = batch;
+    }
+
+    /// Rank `rank` closed its PMI connection without finalize: a moment later, unless its
+    /// end was seen meanwhile, the engine counts it as a rank that left PMI alive.
+    fn after_hangup(&self, rank: usize) {
+        let me = self.me.clone();
+        tokio::task::spawn_local(async move {
+            tokio::time::sleep(crate::proto::pmi::HANGUP_GRACE).await;
+            if let Some(ctx) = me.upgrade() {
+                ctx.engine.borrow_mut().rank_hung_up(rank);
+                ctx.dispatch();
+            }
+        });
     }
 
     /// Writes (or queues) `bytes` for connection `conn`; a rank whose queue overflows is

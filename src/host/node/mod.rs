@@ -186,6 +186,8 @@ struct Ctx {
     /// When this host's ranks of the job last asked something of kauri: a PMI request or a
     /// PMIx upcall (`None` while none has).
     last_heard: Cell<Option<std::time::Instant>>,
+    /// This context, for the tasks it starts itself ([`Output::HungUp`]'s wait).
+    me: std::rc::Weak<Ctx>,
 }
 
 impl Ctx {

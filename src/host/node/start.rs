@@ -299,7 +299,8 @@ pub(super) fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -
     for (k, v) in &job.preput {
         engine.preput(k.clone(), v.clone());
     }
-    Rc::new(Ctx {
+    Rc::new_cyclic(|me| Ctx {
+        me: me.clone(),
         engine: RefCell::new(engine),
         outputs: RefCell::new(Vec::new()),
         batch: RefCell::new(Vec::new()),

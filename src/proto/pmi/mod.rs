@@ -123,6 +123,19 @@ pub enum Output {
         /// The rank.
         rank: usize,
     },
+    /// An initialized rank's last PMI connection ended without finalize. Its process may be
+    /// ending too (a crash closes the socket an instant before the end is seen): wait a
+    /// moment ([`HANGUP_GRACE`]), then call [`Engine::rank_hung_up`], which decides.
+    HungUp {
+        /// The rank.
+        rank: usize,
+    },
+    /// An initialized rank closed its PMI connection without finalize and still runs
+    /// ([`Engine::rank_hung_up`]): to the fence rules it has left, as if it had ended.
+    LeftPmi {
+        /// The rank.
+        rank: usize,
+    },
     /// A rank asked to end the job.
     Abort {
         /// The rank, when known.
@@ -210,6 +223,10 @@ struct RankState {
     initialized: bool,
     finalized: bool,
     exited: bool,
+    /// Its PMI connection ended without finalize while the process ran on: it can never
+    /// enter a fence (in `PMI_FD` mode it has no way back; in `PMI_PORT` mode a new
+    /// handshake brings it back).
+    hung_up: bool,
 }
 
 #[derive(Debug, Default)]
@@ -261,6 +278,8 @@ pub enum RankPmi {
     Finalized,
     /// Its process has ended.
     Exited,
+    /// It closed its PMI connection without finalize, and runs on.
+    HungUp,
 }
 
 impl std::fmt::Display for RankPmi {
@@ -273,9 +292,17 @@ impl std::fmt::Display for RankPmi {
             RankPmi::WaitingRoot(what) => write!(f, "waiting for its {what} to be answered"),
             RankPmi::Finalized => write!(f, "finalized"),
             RankPmi::Exited => write!(f, "exited"),
+            RankPmi::HungUp => write!(
+                f,
+                "running, but it closed its PMI connection without finalizing"
+            ),
         }
     }
 }
+
+/// How long an initialized rank whose PMI connection ended without finalize has to be seen
+/// ending before it counts as a rank that left PMI alive ([`Output::HungUp`]).
+pub const HANGUP_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The kvsname under which a PMI-1 `put` is published at once instead of at the next fence.
 pub const PUBLISH_KVS: &str = "kauri.publish";
@@ -372,9 +399,17 @@ impl Engine {
         self.conns.insert(conn, Conn { rank });
     }
 
-    /// Forgets a connection whose socket closed.
+    /// Forgets a connection whose socket closed. When it was an initialized, unfinalized
+    /// rank's last one, says so ([`Output::HungUp`]).
     pub fn disconnect(&mut self, conn: ConnId) {
-        self.conns.remove(&conn);
+        if let Some(r) = self.conns.remove(&conn).and_then(|c| c.rank) {
+            let others = self.conns.values().any(|c| c.rank == Some(r));
+            if let Some(s) = self.ranks.get(&r) {
+                if s.initialized && !s.finalized && !s.exited && !others {
+                    self.out.push(Output::HungUp { rank: r });
+                }
+            }
+        }
         self.fence_waiters.retain(|w| w.conn != conn);
         for ws in self.node_waiters.values_mut() {
             ws.retain(|w| w.conn != conn);
@@ -426,6 +461,8 @@ impl Engine {
             .map(|(&r, s)| {
                 let state = if s.exited {
                     RankPmi::Exited
+                } else if s.hung_up {
+                    RankPmi::HungUp
                 } else if s.finalized {
                     RankPmi::Finalized
                 } else if self.in_fence.contains(&r) {
@@ -484,6 +521,23 @@ impl Engine {
         ranks.join(",")
     }
 
+    /// A moment ([`HANGUP_GRACE`]) after [`Output::HungUp`]: a rank that has neither ended
+    /// nor connected again since has left PMI alive (a library that closed every descriptor,
+    /// a program that closed the socket), and can never enter a fence: like a rank that ended,
+    /// it fails a fence under way or to come ([`Output::LeftPmi`] says so above).
+    pub fn rank_hung_up(&mut self, rank: usize) {
+        let connected = self.conns.values().any(|c| c.rank == Some(rank));
+        let Some(s) = self.ranks.get_mut(&rank) else {
+            return;
+        };
+        if s.exited || s.finalized || connected {
+            return;
+        }
+        s.hung_up = true;
+        self.out.push(Output::LeftPmi { rank });
+        self.check_fence_possible();
+    }
+
     /// Records that a local rank's process ended. A rank that has ended can never enter a
     /// fence, and a fence needs every rank: if one is under way, or starts later, the job has
     /// failed, whether the rank had finalized or not (a shell rank's `kauri kvs` calls each
@@ -502,13 +556,15 @@ impl Engine {
         let mut gone: Vec<usize> = self
             .ranks
             .iter()
-            .filter(|(r, s)| s.exited && !self.in_fence.contains(r))
+            .filter(|(r, s)| (s.exited || s.hung_up) && !self.in_fence.contains(r))
             .map(|(&r, _)| r)
             .collect();
         gone.sort_unstable();
         if let Some(&r) = gone.first() {
             let s = &self.ranks[&r];
-            let how = if s.finalized {
+            let how = if s.hung_up && !s.exited {
+                "closed its PMI connection without finalizing (and runs on)"
+            } else if s.finalized {
                 "exited (after finalizing PMI)"
             } else if s.initialized {
                 "exited without finalizing PMI"
@@ -632,6 +688,7 @@ impl Engine {
     fn mark_initialized(&mut self, conn: ConnId) {
         if let Some(r) = self.rank_of(conn) {
             if let Some(s) = self.ranks.get_mut(&r) {
+                s.hung_up = false;
                 if !s.initialized {
                     s.initialized = true;
                     self.out.push(Output::Initialized { rank: r });
@@ -1330,6 +1387,74 @@ cmd=get kvsname=other key=PMI_dead_processes
                 if reason == "rank 1 exited (after finalizing PMI) while 1 rank(s) wait in a fence")),
             "{other:?}"
         );
+    }
+
+    /// A rank whose connection ends without finalize is said to have hung up; a moment
+    /// later, if it has not ended, it counts as gone to the fence rules (a fence waiting for
+    /// it fails) and its status says so; one that ended meanwhile is judged by its end.
+    #[test]
+    fn a_rank_that_hangs_up_and_runs_on_fails_a_waiting_fence() {
+        let mut e = engine(3);
+        let mut f = [Framing::default(), Framing::default(), Framing::default()];
+        for r in 0..3 {
+            feed(
+                &mut e,
+                &mut f[r],
+                r as ConnId,
+                b"cmd=init pmi_version=1 pmi_subversion=1\n",
+            );
+        }
+        settle(&mut e);
+        e.disconnect(1);
+        e.disconnect(2);
+        let (_, other) = settle(&mut e);
+        assert!(other.contains(&Output::HungUp { rank: 1 }), "{other:?}");
+        assert!(other.contains(&Output::HungUp { rank: 2 }), "{other:?}");
+        // Rank 2's end is seen within the grace: it is judged by that, not as hung up.
+        e.rank_exited(2);
+        e.rank_hung_up(2);
+        e.rank_hung_up(1);
+        let (_, other) = settle(&mut e);
+        assert_eq!(other, vec![Output::LeftPmi { rank: 1 }]);
+        assert_eq!(
+            e.status(),
+            vec![
+                (0, RankPmi::Running),
+                (1, RankPmi::HungUp),
+                (2, RankPmi::Exited)
+            ]
+        );
+        feed(&mut e, &mut f[0], 0, b"cmd=barrier_in\n");
+        let (sent, other) = settle(&mut e);
+        assert!(
+            !sent.get(&0).is_some_and(|s| s.contains("barrier_out")),
+            "{sent:?}"
+        );
+        assert!(
+            other
+                .iter()
+                .any(|o| matches!(o, Output::Failed { reason } if reason
+                == "rank 1 closed its PMI connection without finalizing (and runs on) \
+                    while 1 rank(s) wait in a fence")),
+            "{other:?}"
+        );
+    }
+
+    /// A finalized rank's connection ends as it should: no hang-up.
+    #[test]
+    fn a_finalized_rank_that_disconnects_has_not_hung_up() {
+        let mut e = engine(1);
+        let mut f = Framing::default();
+        feed(
+            &mut e,
+            &mut f,
+            0,
+            b"cmd=init pmi_version=1 pmi_subversion=1\ncmd=finalize\n",
+        );
+        settle(&mut e);
+        e.disconnect(0);
+        let (_, other) = settle(&mut e);
+        assert!(other.is_empty(), "{other:?}");
     }
 
     #[test]

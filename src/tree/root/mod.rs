@@ -65,6 +65,8 @@ struct RankState {
     finalized: bool,
     /// It never spoke PMI or PMIx and ran as an Open MPI singleton.
     ran_alone: bool,
+    /// It closed its PMI connection without finalize and runs on: it uses PMI no more.
+    left_pmi: bool,
 }
 
 /// One job of this run: the one the user started (index 0) or one a rank spawned.

@@ -167,6 +167,7 @@ impl Root {
                 say!("kauri: {}", unread_replies_line(&client(j, rank), queued));
             }
             Report::Singleton { rank } => self.on_singleton(j, discarded, rank),
+            Report::LeftPmi { rank } => self.on_left_pmi(j, discarded, rank),
         }
     }
 
@@ -254,7 +255,12 @@ impl Root {
             return;
         }
         let s = &job.ranks[g];
-        let line = left_pmi_line(&job.who(j, g), &s.host, policy::left_pmi(s.initialized));
+        let what = if s.left_pmi && s.ended.is_none() {
+            HUNG_UP
+        } else {
+            policy::left_pmi(s.initialized)
+        };
+        let line = left_pmi_line(&job.who(j, g), &s.host, what);
         say!("kauri: {line}");
         let left = Failure::Ended {
             code: Some(0),
@@ -274,7 +280,31 @@ impl Root {
         self.teardown(Ending::Abort(code));
     }
 
-    /// A job cannot go on (unless it was discarded): said once, and the job ends.
+    /// A rank of job `j` closed its PMI connection without finalize and runs on: it uses PMI
+    /// no more. While other ranks use it, they can never complete a fence with it, so the job
+    /// ends (as when a rank exits 0 without finalize); else it goes on, and a rank that
+    /// initializes later ends it ([`Root::on_initialized`]).
+    fn on_left_pmi(&mut self, j: usize, discarded: bool, rank: usize) {
+        let Some(job) = self.jobs[j].live_mut() else {
+            return;
+        };
+        let Some(st) = job.ranks.get_mut(rank) else {
+            return;
+        };
+        st.left_pmi = true;
+        if discarded || self.ending.is_some() || !others_in_pmi(&job.ranks, rank) {
+            return;
+        }
+        let line = left_pmi_line(&job.who(j, rank), &job.ranks[rank].host, HUNG_UP);
+        say!("kauri: {line}");
+        let left = Failure::Ended {
+            code: Some(0),
+            signal: None,
+        };
+        self.pmix_failure(j, left, vec![rank]);
+        self.teardown(Ending::Failed);
+    }
+
     /// A rank of job `j` runs as an Open MPI singleton: the job ends now, with one line naming
     /// the rank and what would have served it, and a failing status.
     fn on_singleton(&mut self, j: usize, discarded: bool, rank: usize) {
@@ -570,6 +600,7 @@ impl RankEnd {
             initialized: self.initialized,
             finalized: self.finalized,
             ran_alone: self.ran_alone,
+            left_pmi: false,
         }
     }
 }
@@ -589,14 +620,16 @@ pub(super) fn ended_with_job(
     in_teardown || forwarded
 }
 
-/// Whether a rank other than `rank` uses PMI still: it initialized, and neither finalized
-/// nor ended.
+/// Whether a rank other than `rank` uses PMI still: it initialized, and neither finalized,
+/// nor ended, nor closed its PMI connection.
 pub(super) fn others_in_pmi(ranks: &[RankState], rank: usize) -> bool {
-    ranks
-        .iter()
-        .enumerate()
-        .any(|(r, s)| r != rank && s.initialized && !s.finalized && s.ended.is_none())
+    ranks.iter().enumerate().any(|(r, s)| {
+        r != rank && s.initialized && !s.finalized && !s.left_pmi && s.ended.is_none()
+    })
 }
+
+/// What a rank that closed its PMI connection without finalize, and runs on, did.
+const HUNG_UP: &str = "closed its PMI connection without finalizing and runs on";
 
 /// Whether a rank's end is abnormal, which the other ranks hear of: a code other than 0 (or
 /// a signal), or leaving PMI while other ranks use it.
@@ -604,11 +637,13 @@ pub(super) fn abnormal_end(code: Option<i32>, verdict: ExitVerdict) -> bool {
     code != Some(0) || matches!(verdict, ExitVerdict::LeftPmi(_))
 }
 
-/// The first rank that exited 0 without finalizing PMI (it can never join a fence).
+/// The first rank that exited 0 without finalizing PMI, or closed its PMI connection without
+/// finalize and runs on (it can never join a fence).
 pub(super) fn left_without_finalize(ranks: &[RankState]) -> Option<usize> {
-    ranks
-        .iter()
-        .position(|s| s.ended == Some((Some(0), None)) && !s.finalized)
+    ranks.iter().position(|s| {
+        let exited = s.ended == Some((Some(0), None));
+        !s.finalized && (exited || s.left_pmi && s.ended.is_none())
+    })
 }
 
 /// The line for a rank (`who`, on `host`) that left PMI (`what` it did) while other ranks
