@@ -2,9 +2,11 @@
 //! as the output options say (`-l`, `-prepend-pattern`, `-outfile-pattern`, `-output-from`: see
 //! [`crate::host::output`]); and kauri's stdin to rank 0.
 //!
-//! Each rank stream is read by its own task, cut at newlines, and each complete line goes as
-//! one message to a single writer task per destination, so lines of two ranks never interleave.
-//! A line longer than [`LINE_MAX`] is passed on in pieces rather than held without bound.
+//! Each rank stream is read by its own task, cut after its last newline, and the complete
+//! lines of each read go as one message to a single writer task per destination, so lines of
+//! two ranks never interleave (and a rank that writes many short lines costs one message per
+//! read, not one per line). A line longer than [`LINE_MAX`] is passed on in pieces rather than
+//! held without bound.
 //!
 //! The lines wait for their writer in an output queue ([`output_queue`]) bounded in bytes as
 //! well as in lines: a sender waits while [`OUTPUT_QUEUE_BYTES`] are queued, so a rank that
@@ -43,6 +45,9 @@ impl From<Stream> for Dest {
         }
     }
 }
+
+/// The read of a stream whose last read filled its buffer ([`forward_lines`]).
+const READ_BIG: usize = 64 * 1024;
 
 /// The longest line held back waiting for its newline.
 pub const LINE_MAX: usize = 64 * 1024;
@@ -111,8 +116,9 @@ impl OutputSender {
 /// can be held open by a process that escaped the rank's process group.
 pub const DRAIN_IDLE: Duration = Duration::from_secs(1);
 
-/// Reads `r` to its end, sending each line to `out` as `route` says (its prefix before it, to
-/// its file or to `stream`; nowhere when it drops them). A last line without a newline is sent
+/// Reads `r` to its end, sending its lines to `out` as `route` says (a prefix before each, to
+/// its file or to `stream`; nowhere when it drops them): the complete lines of each read as
+/// one message. A last line without a newline is sent
 /// as it is. Once `ended` turns true, a read that brings nothing for [`DRAIN_IDLE`] ends it;
 /// sends are never cut short, so a slow reader of kauri's output loses nothing.
 pub async fn forward_lines<R: AsyncRead + Unpin>(
@@ -123,20 +129,24 @@ pub async fn forward_lines<R: AsyncRead + Unpin>(
     mut ended: watch::Receiver<bool>,
 ) {
     let mut buf = BytesMut::with_capacity(8192);
+    let mut full = false;
     loop {
-        while let Some(nl) = buf.iter().position(|&b| b == b'\n') {
-            let line = buf.split_to(nl + 1);
-            if send(&out, stream, &route, &line).await.is_err() {
+        if let Some(nl) = buf.iter().rposition(|&b| b == b'\n') {
+            let lines = buf.split_to(nl + 1).freeze();
+            if send(&out, stream, &route, lines).await.is_err() {
                 return;
             }
         }
         if buf.len() >= LINE_MAX {
-            let piece = buf.split();
-            if send(&out, stream, &route, &piece).await.is_err() {
+            let piece = buf.split().freeze();
+            if send(&out, stream, &route, piece).await.is_err() {
                 return;
             }
         }
-        buf.reserve(8192);
+        // A stream that filled the last read gets a bigger one: a rank that writes fast
+        // costs fewer reads and messages; a quiet one holds no more than 8 KiB.
+        buf.reserve(if full { READ_BIG } else { 8192 });
+        let room = buf.capacity() - buf.len();
         let read = if *ended.borrow() {
             match tokio::time::timeout(DRAIN_IDLE, r.read_buf(&mut buf)).await {
                 Ok(read) => read,
@@ -155,31 +165,28 @@ pub async fn forward_lines<R: AsyncRead + Unpin>(
         };
         match read {
             Ok(0) | Err(_) => break,
-            Ok(_) => {}
+            Ok(n) => full = n == room,
         }
     }
     if !buf.is_empty() {
-        let _ = send(&out, stream, &route, &buf).await;
+        let _ = send(&out, stream, &route, buf.freeze()).await;
     }
 }
 
+/// Sends `lines` (whole lines, but for a stream's last or an over-long one) as `route` says:
+/// as they are, or with the prefix before each.
 async fn send(
     out: &OutputSender,
     stream: Stream,
     route: &Route,
-    line: &[u8],
+    lines: Bytes,
 ) -> Result<(), mpsc::error::SendError<()>> {
     if route.drop {
         return Ok(());
     }
     let msg = match route.prefix.as_ref().map(|p| p.now()) {
-        None => Bytes::copy_from_slice(line),
-        Some(p) => {
-            let mut m = BytesMut::with_capacity(p.len() + line.len());
-            m.extend_from_slice(p.as_bytes());
-            m.extend_from_slice(line);
-            m.freeze()
-        }
+        None => lines,
+        Some(p) => prefixed(p.as_bytes(), &lines),
     };
     let dest = Dest {
         stream,
@@ -187,6 +194,17 @@ async fn send(
         close: false,
     };
     out.send(dest, msg).await
+}
+
+/// `lines` with `prefix` before each line (and before a last piece without a newline).
+fn prefixed(prefix: &[u8], lines: &[u8]) -> Bytes {
+    let n = lines.split_inclusive(|&b| b == b'\n').count();
+    let mut m = BytesMut::with_capacity(n * prefix.len() + lines.len());
+    for line in lines.split_inclusive(|&b| b == b'\n') {
+        m.extend_from_slice(prefix);
+        m.extend_from_slice(line);
+    }
+    m.freeze()
 }
 
 /// Writes every message from `rx` to `w` until all senders are gone; an error (a closed pipe)
@@ -272,7 +290,15 @@ mod tests {
             assert_eq!(d, Dest::from(Stream::Stdout));
             got.push(String::from_utf8(b.to_vec()).unwrap());
         }
-        assert_eq!(got, vec!["[3] one\n", "[3] two\n", "[3] three"]);
+        // One read: its two complete lines in one message, the last piece at the end.
+        assert_eq!(got, vec!["[3] one\n[3] two\n", "[3] three"]);
+    }
+
+    #[test]
+    fn every_line_of_a_run_gets_the_prefix() {
+        assert_eq!(&prefixed(b"[1] ", b"a\nbb\n")[..], b"[1] a\n[1] bb\n");
+        assert_eq!(&prefixed(b"[1] ", b"a\ntail")[..], b"[1] a\n[1] tail");
+        assert_eq!(&prefixed(b"[1] ", b"")[..], b"");
     }
 
     #[tokio::test]

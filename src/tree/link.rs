@@ -21,7 +21,7 @@
 use super::frame::encode;
 use super::msg::Up;
 use crate::host::iofwd::Dest;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::Serialize;
 use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tracing::warn;
 
 /// The most output one `Output` message carries.
-const OUTPUT_RUN: usize = 64 * 1024;
+const OUTPUT_RUN: usize = 256 * 1024;
 
 enum Item {
     Frame(Bytes),
@@ -261,7 +261,8 @@ fn output_run(
     held: &mut Option<(Dest, Bytes)>,
 ) -> Bytes {
     let (dest, bytes) = first;
-    let mut data = BytesMut::from(&bytes[..]);
+    let mut data = Vec::with_capacity(bytes.len().max(OUTPUT_RUN.min(4 * bytes.len())));
+    data.extend_from_slice(&bytes);
     if let Some(out) = output {
         while data.len() < OUTPUT_RUN {
             match out.try_recv() {
@@ -277,7 +278,7 @@ fn output_run(
     let msg = Up::Output {
         stream: dest.stream,
         file: dest.file.map(|f| f.to_string()),
-        data: data.to_vec(),
+        data,
     };
     // Output is at most 64 KiB plus one line: it always encodes.
     encode(&msg).unwrap_or_default()

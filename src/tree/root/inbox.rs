@@ -154,8 +154,11 @@ pub(super) async fn print_output(
     let mut so = Terminal::new(tokio::io::stdout(), libc::STDOUT_FILENO);
     let mut se = Terminal::new(tokio::io::stderr(), libc::STDERR_FILENO);
     let mut stopping = false;
+    let mut held: Option<(Dest, Bytes)> = None;
     loop {
-        let next = if stopping {
+        let next = if held.is_some() {
+            held.take()
+        } else if stopping {
             out.try_recv().ok()
         } else {
             tokio::select! {
@@ -183,6 +186,7 @@ pub(super) async fn print_output(
             }
             continue;
         }
+        let data = run_of(data, &dest, &mut out, &mut held);
         let written = match dest.stream {
             Stream::Stdout => so.write(&data).await,
             Stream::Stderr => se.write(&data).await,
@@ -193,6 +197,42 @@ pub(super) async fn print_output(
     }
     files.close().await;
     file_failed
+}
+
+/// The most bytes of output [`print_output`] writes at once: what is queued for the same
+/// stream is joined up to it, so many short lines cost one write, not one each.
+const WRITE_RUN: usize = 256 * 1024;
+
+/// `first` (bound for `dest`, one of kauri's streams) and what is already queued for the same
+/// stream after it, up to [`WRITE_RUN`] bytes; a message for elsewhere is kept in `held`.
+fn run_of(
+    first: Bytes,
+    dest: &Dest,
+    out: &mut mpsc::Receiver<(Dest, Bytes)>,
+    held: &mut Option<(Dest, Bytes)>,
+) -> Bytes {
+    if first.len() >= WRITE_RUN {
+        return first;
+    }
+    let mut run: Option<bytes::BytesMut> = None;
+    while run.as_ref().map_or(first.len(), |r| r.len()) < WRITE_RUN {
+        match out.try_recv() {
+            Ok((d, more)) if d == *dest => {
+                let r = run.get_or_insert_with(|| {
+                    let mut r = bytes::BytesMut::with_capacity(WRITE_RUN + more.len());
+                    r.extend_from_slice(&first);
+                    r
+                });
+                r.extend_from_slice(&more);
+            }
+            Ok(other) => {
+                *held = Some(other);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    run.map_or(first, |r| r.freeze())
 }
 
 /// Reads kauri's stdin for a rank 0 on another host, in chunks; `None` at its end.
@@ -223,6 +263,36 @@ mod tests {
             assert_eq!(libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC), 0);
             (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1]))
         }
+    }
+
+    /// Queued output for the same stream is written in one run (many short lines cost one
+    /// write, not one each); a message for another stream or a file waits for the next run,
+    /// in order; a run stops at [`WRITE_RUN`] bytes.
+    #[tokio::test]
+    async fn queued_lines_for_one_stream_are_one_write() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let line = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        for l in ["a\n", "b\n", "c\n"] {
+            tx.send((Dest::from(Stream::Stdout), line(l))).await.unwrap();
+        }
+        tx.send((Dest::from(Stream::Stderr), line("e\n"))).await.unwrap();
+        tx.send((Dest::from(Stream::Stdout), line("d\n"))).await.unwrap();
+        let mut held = None;
+        let (d, first) = rx.recv().await.unwrap();
+        assert_eq!(&run_of(first, &d, &mut rx, &mut held)[..], b"a\nb\nc\n");
+        let (d, e) = held.take().unwrap();
+        assert_eq!((d.stream, &e[..]), (Stream::Stderr, &b"e\n"[..]));
+        assert_eq!(&run_of(e, &d, &mut rx, &mut held)[..], b"e\n");
+        let (d, last) = held.take().unwrap();
+        assert_eq!(&run_of(last, &d, &mut rx, &mut held)[..], b"d\n");
+        let big = Bytes::from(vec![b'x'; WRITE_RUN / 2 + 1]);
+        for _ in 0..3 {
+            tx.send((Dest::from(Stream::Stdout), big.clone())).await.unwrap();
+        }
+        let (d, first) = rx.recv().await.unwrap();
+        assert_eq!(run_of(first, &d, &mut rx, &mut held).len(), 2 * big.len());
+        assert!(held.is_none());
+        assert_eq!(rx.recv().await.unwrap().1.len(), big.len());
     }
 
     #[test]
