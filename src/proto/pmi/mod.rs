@@ -1396,10 +1396,10 @@ cmd=get kvsname=other key=PMI_dead_processes
     fn a_rank_that_hangs_up_and_runs_on_fails_a_waiting_fence() {
         let mut e = engine(3);
         let mut f = [Framing::default(), Framing::default(), Framing::default()];
-        for r in 0..3 {
+        for (r, f) in f.iter_mut().enumerate() {
             feed(
                 &mut e,
-                &mut f[r],
+                f,
                 r as ConnId,
                 b"cmd=init pmi_version=1 pmi_subversion=1\n",
             );

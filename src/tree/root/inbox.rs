@@ -273,10 +273,16 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(16);
         let line = |s: &str| Bytes::copy_from_slice(s.as_bytes());
         for l in ["a\n", "b\n", "c\n"] {
-            tx.send((Dest::from(Stream::Stdout), line(l))).await.unwrap();
+            tx.send((Dest::from(Stream::Stdout), line(l)))
+                .await
+                .unwrap();
         }
-        tx.send((Dest::from(Stream::Stderr), line("e\n"))).await.unwrap();
-        tx.send((Dest::from(Stream::Stdout), line("d\n"))).await.unwrap();
+        tx.send((Dest::from(Stream::Stderr), line("e\n")))
+            .await
+            .unwrap();
+        tx.send((Dest::from(Stream::Stdout), line("d\n")))
+            .await
+            .unwrap();
         let mut held = None;
         let (d, first) = rx.recv().await.unwrap();
         assert_eq!(&run_of(first, &d, &mut rx, &mut held)[..], b"a\nb\nc\n");
@@ -287,7 +293,9 @@ mod tests {
         assert_eq!(&run_of(last, &d, &mut rx, &mut held)[..], b"d\n");
         let big = Bytes::from(vec![b'x'; WRITE_RUN / 2 + 1]);
         for _ in 0..3 {
-            tx.send((Dest::from(Stream::Stdout), big.clone())).await.unwrap();
+            tx.send((Dest::from(Stream::Stdout), big.clone()))
+                .await
+                .unwrap();
         }
         let (d, first) = rx.recv().await.unwrap();
         assert_eq!(run_of(first, &d, &mut rx, &mut held).len(), 2 * big.len());
