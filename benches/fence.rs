@@ -24,7 +24,7 @@
 //! ```
 //! `fence_rotate.py` runs several builds' binaries of this bench in turn, round after round, so
 //! a comparison of builds (or of a build with the floor) is made in one run.
-//! Results: `docs/performance.md`, "Fence hot paths".
+//! Results: `docs/performance.md`, "Fences across simulated hosts" and "Fence hot paths".
 
 mod common;
 

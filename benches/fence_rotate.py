@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fence bench's builds side by side in one run (issue #29): for each round, each tree
+"""The fence bench's builds side by side in one run: for each round, each tree
 shape and each group (`tree_fence`, `pmix_tree_fence`, `tree_fence_floor`), every build's
 fence bench binary runs once in turn (criterion, short), so load that comes and goes falls on
 all of them alike. Prints, per shape, the medians of the rounds' medians, their range, and

@@ -1,5 +1,5 @@
 //! Kauri against `mpiexec.hydra` (and `mpirun.openmpi` where it applies) on the same
-//! workloads, in the same run. One command for the comparison:
+//! workloads, in the same run. One command for the whole comparison:
 //!
 //! * `hello`: an MPI hello (`MPI_Init`, an allreduce, `MPI_Finalize`) at N = 1, 2, 4, …, 64.
 //!   kauri and Hydra run MPICH's (`contrib/examples/hello.c` built with `mpicc.mpich`);

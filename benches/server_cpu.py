@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PMI server's own CPU, side by side (issue #29): launchers (kauri builds, `pmi-floor`,
+"""The PMI server's own CPU, side by side: launchers (kauri builds, `pmi-floor`,
 `mpiexec.hydra`) each run `pmi-load` in turn, round after round, under `perf stat
 --no-inherit`, which counts the launcher process alone (not its ranks): its CPU time and its
 context switches, with the run's wall time. Prints each launcher's medians and their ratios

@@ -1,4 +1,4 @@
-//! Start-up of today's MPIs from the Python registry's wheels (issue #29): Open MPI 5 and
+//! Start-up of today's MPIs from the Python registry's wheels: Open MPI 5 and
 //! MPICH 5, each from its venv (`compat-tests/wheels/setup.sh`), a hello at 1, 4 and 16 ranks
 //! on one host and at 4 and 16 ranks on 4 simulated hosts, under the MPI's own launcher
 //! (PRRTE's `mpirun`, Hydra's `mpiexec`) and under kauri, launched as

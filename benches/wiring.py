@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What serving every job both PMI and PMIx costs (issue #51): short jobs of each MPI, under
+"""What serving every job both PMI and PMIx costs: short jobs of each MPI, under
 its own launcher, under the kauri build before the change and under this one, run in turns
 round after round; prints each cell's median wall time and the ratios kauri / before and
 kauri / native. A floor is given where one is: `true` started by the shell itself, N times at

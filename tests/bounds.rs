@@ -261,7 +261,7 @@ fn status_kb(pid: u32, field: &str) -> Option<u64> {
         .ok()
 }
 
-/// Every number of processes the user gives is bounded (issue #30): past 2^24 ranks in all,
+/// Every number of processes the user gives is bounded: past 2^24 ranks in all,
 /// `-n`, `-ppn`, a host's slot count or their product is one line naming the limit, status
 /// 255, nothing runs. Before: `-n 18446744073709551615` panicked on a capacity overflow
 /// (101), `-n 99999999999` aborted on a failed allocation with a backtrace (134).
@@ -286,7 +286,7 @@ fn a_huge_process_count_is_one_line_naming_the_limit() {
     }
 }
 
-/// Issue #30: a time or count in kauri's variables beyond what it can hold was a panic
+/// A time or count in kauri's variables beyond what it can hold was a panic
 /// (`KAURI_KILL_GRACE=1e300`, `KAURI_HEARTBEAT=1e300`, `KAURI_TEARDOWN_WAIT=1e300`: "cannot
 /// convert float seconds to Duration", 101; `MPIEXEC_TIMEOUT=18446744073709551615`: "overflow
 /// when adding duration to instant", 101) or silently ignored (`KAURI_SPAWN_MAX=-1`,

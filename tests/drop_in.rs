@@ -623,7 +623,7 @@ fn closed_stderr_is_not_a_panic() {
     assert_ne!(st.code(), Some(101), "a panic");
 }
 
-/// The issue's own form: `| head -1` on both streams together and on stderr alone. Rank 0
+/// The form a user reported: `| head -1` on both streams together and on stderr alone. Rank 0
 /// writes the one line `head` reads and waits, so that `head` has left when kauri writes its
 /// own: those are dropped, and the job keeps its status. (A rank's line written after `head`
 /// left would end the job with 141, as Hydra's SIGPIPE does.)

@@ -255,7 +255,7 @@ fn kvs_errors_are_one_line() {
 }
 
 /// `kauri kvs -h` and `--help` print the usage on stdout and succeed, as `kauri pmi -h`
-/// does (issue 52); a real usage error keeps stderr and status 2.
+/// does; a real usage error keeps stderr and status 2.
 #[test]
 fn kvs_help_is_on_stdout_and_succeeds() {
     for flag in ["-h", "--help"] {
@@ -303,7 +303,7 @@ fn help_env_lists_the_variables() {
     }
 }
 
-/// `kauri kvs` sends only what the wire protocol carries (issue #30): a value with a newline
+/// `kauri kvs` sends only what the wire protocol carries: a value with a newline
 /// followed by a PMI command, a key with `=` or a space, or a newline, is refused with one
 /// line naming the character, status 1, and nothing reaches the server (before: the value
 /// `v\ncmd=abort exitcode=7` aborted the job with status 7). A value with spaces reads back
@@ -552,7 +552,7 @@ fn ml_python() -> Option<String> {
 }
 
 /// JAX finds its cluster with no arguments, on one host and on two; also when the script
-/// mentions mpi4py (issue #51: such a script used to be served PMIx alone, and the job then
+/// mentions mpi4py (such a script used to be served PMIx alone, and the job then
 /// got none of the variables JAX reads: "Number of processes must be defined").
 #[test]
 fn jax_initializes_with_no_arguments_on_one_host_and_on_two() {
@@ -595,7 +595,7 @@ fn jax_initializes_with_no_arguments_on_one_host_and_on_two() {
 /// Open MPI's ranks must yield when more of them than the machine's cores run on it. Simulated
 /// hosts (`-launcher fork`) are one machine: with as many ranks as cores plus one, split over
 /// two of them, each host alone has no more ranks than cores, but together they have more,
-/// and every rank is told to yield (issue #51: before, none was, and Open MPI's ranks
+/// and every rank is told to yield (before, none was, and Open MPI's ranks
 /// busy-polled each other out). On one real host with as many ranks as cores, none is.
 #[test]
 fn simulated_hosts_count_the_machines_ranks_against_its_cores() {

@@ -1,4 +1,4 @@
-//! A bounded process-level fuzz run of the live server (issue #18, item 6): jobs of 2-4 ranks,
+//! A bounded process-level fuzz run of the live server: jobs of 2-4 ranks,
 //! on one host or over two fork hosts, whose ranks write mutated PMI-1 and PMI-2 scripts to a
 //! real kauri through their `PMI_FD`, read whatever comes back for a moment, and exit with a
 //! random status (now and then by a signal). About a third of the jobs are tame: every rank

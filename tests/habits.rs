@@ -1,4 +1,4 @@
-//! A newcomer's habits (issue #52): Open MPI's `mpirun` spellings and Hydra's, side by side
+//! A newcomer's habits: Open MPI's `mpirun` spellings and Hydra's, side by side
 //! with kauri's own, give the same job; what kauri does otherwise is refused in one line that
 //! names its spelling; `-h` is help only alone; a count given twice is refused; `-v` writes
 //! colour only to a terminal.

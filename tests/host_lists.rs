@@ -1,8 +1,8 @@
 //! Host lists through the real `kauri` binary. Those a user got wrong or made hostile: each is
-//! one line naming what is wrong, before anything starts (issue #30); a host name never
+//! one line naming what is wrong, before anything starts; a host name never
 //! reaches ssh as one of its options, and a huge one is not echoed whole. Those that name
 //! this machine more than once, by any of its names or addresses: run here, never through
-//! ssh (issue #52).
+//! ssh.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Kauri itself killed with `SIGKILL` (issue #30, item 2): at every stage of a run, on one
+//! Kauri itself killed with `SIGKILL`: at every stage of a run, on one
 //! host and over two simulated hosts (`-launcher fork -hosts a,b`), and one agent killed
 //! alone; after each, nothing of the run is left: no rank, no child of a rank, no daemon a
 //! rank started with `setsid`, no zombie, no keeper ([`kauri::host::keeper`]).

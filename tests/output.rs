@@ -605,7 +605,7 @@ fn kauri_on_a_terminal(args: &[&str]) -> (std::process::Child, Terminal) {
     )
 }
 
-/// Issue #51: with kauri's stdout on a terminal, each rank's stdout is a pseudo-terminal (as
+/// With kauri's stdout on a terminal, each rank's stdout is a pseudo-terminal (as
 /// under mpirun), so the rank's own buffering writes each line as it comes: Python (line
 /// buffered on a terminal, block buffered on a pipe) prints a line and waits for a file the
 /// test makes only once the line reached the terminal, on one host and on two simulated

@@ -1,5 +1,5 @@
 //! Long runs: nothing kauri holds grows with the number of jobs a run spawns or the fences it
-//! goes through (issue #30, item 4). The ranks are bash scripts that speak PMI-1 over their
+//! goes through. The ranks are bash scripts that speak PMI-1 over their
 //! `PMI_FD`, as a user's small client would; on one host kauri forks them itself, so a rank's
 //! parent is kauri and it measures kauri's open descriptors (`/proc/PPID/fd`) and resident set
 //! (`VmRSS`) after the first 10 rounds and at the end, and prints them.

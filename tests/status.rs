@@ -248,7 +248,7 @@ impl Drop for Touch {
 /// `go` before it runs the agent), `kauri --status` says host b's agent is being launched, for
 /// how long and by which launcher, and does not count b among the hosts that did not answer;
 /// host a, whose agent is up, answers for its rank. Once b's agent runs, the job ends well.
-/// Before (issue 52), b was in `no answer from the host(s) b`, as if its agent were up.
+/// Before, b was in `no answer from the host(s) b`, as if its agent were up.
 #[test]
 fn status_during_start_up_names_the_hosts_still_being_launched() {
     let marker = format!("status-launching-{}", std::process::id());

@@ -13,8 +13,8 @@
 //! it, so no implementation can let go of it (for a PMIx fence, the host's server holds it).
 //! So in one process standing in for 256 hosts its receives land in 256 buffers (21 MB at 256
 //! hosts, flat), as any store's do, not in one buffer kept warm in cache, which would put the
-//! floor about 18 % below what a fence that keeps its result can cost (`docs/performance.md`,
-//! "Issue #29: the done-when with reused frame buffers and a floor that keeps its result").
+//! floor about 18 % below what a fence that keeps its result can cost (11.5 ms dropping, 13.6
+//! ms keeping, 256 hosts flat; `docs/performance.md`, "Fences across simulated hosts").
 
 use super::sim::{contribution, edges, Shape};
 use kauri::tree::{self, Up};

@@ -27,7 +27,7 @@ that a hang there costs only their own timeout). Every rank writes its own log (
 a test's result is collated over the ranks: it fails when it fails, errors or is missing on
 any rank, is skipped when every rank skipped it, and passes otherwise. Each group also has a
 row `GROUP (run)`: it fails when the launcher exits non-zero, runs into its timeout, or the
-ranks did not form one world of N (each ran alone: the `--pmi=auto` failure of issue #17).
+ranks did not form one world of N (each ran alone: a `--pmi=auto` that served the wrong protocol).
 
 Results: OUT/<launcher>-np<N>/results.tsv (one row per test: launcher, np, module, test,
 result, ranks, detail), OUT/results.tsv (every run), OUT/compare.md and OUT/runs.json (the

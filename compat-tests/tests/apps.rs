@@ -2,8 +2,9 @@
 //! input`, no flag), under `mpirun.openmpi` and under kauri in the same test, on one host and
 //! on two simulated hosts: each application's own results (LAMMPS's thermodynamics, Quantum
 //! ESPRESSO's total energy, PETSc's iterations and residual, what parallel HDF5 wrote) must
-//! be the native launcher's, and nothing may be left behind. Before issue #51 kauri ran
-//! `pw.x` (an Open MPI Fortran program) and a petsc4py script as N singletons and exited 0.
+//! be the native launcher's, and nothing may be left behind. When kauri served only the
+//! protocol it guessed, it ran `pw.x` (an Open MPI Fortran program) and a petsc4py script as N
+//! singletons and exited 0.
 //!
 //! The packages (`lammps`, `quantum-espresso`, `python3-petsc4py`, `python3-h5py-mpi`) come
 //! from `.ci/setup`; Quantum ESPRESSO's pseudopotential from `compat-tests/apps/setup.sh`
@@ -305,7 +306,7 @@ fn kauri_on_a_terminal(ctx: &Ctx, args: &[&str]) -> (Script, Terminal) {
     )
 }
 
-/// Issue #51: LAMMPS under kauri, on a terminal, shows its thermodynamic rows as it computes
+/// LAMMPS under kauri, on a terminal, shows its thermodynamic rows as it computes
 /// them, as under mpirun: each rank's stdout is a pseudo-terminal, so its C stdio writes a
 /// line at a time. The melt's 250 steps, then LAMMPS waits (its `shell` command) for a file
 /// the test makes only once the rows of steps 0 to 250 are on the terminal, then 50 steps

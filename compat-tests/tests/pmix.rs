@@ -16,7 +16,7 @@
 //!   of other runs through `kauri nameserver`.
 //! * `dynamic_*`: `MPI_Comm_spawn`, `spawn_multiple`, nested spawns and connect/accept
 //!   between jobs of one run (`ompi_dynamic`).
-//! * `auto_*`: `auto` past the program: `python3` with mpi4py (issue #17), wrapped MPICH
+//! * `auto_*`: `auto` past the program: `python3` with mpi4py, wrapped MPICH
 //!   and Open MPI programs, served PMIx and PMI side by side; `singletons_*`: the line kauri
 //!   prints when Open MPI ranks served PMI ran alone.
 //! * `netns_*`: **root**, the 3 network-namespace hosts of `tree.rs` (`netns/hosts.sh`, an
@@ -815,7 +815,7 @@ fn world_lines(n: usize) -> Vec<String> {
     (0..n).map(|r| format!("rank {r} of {n}")).collect()
 }
 
-/// Issue #17's test: `kauri -n 4 python3 -c 'from mpi4py import MPI; …'` with no flag is
+/// `kauri -n 4 python3 -c 'from mpi4py import MPI; …'` with no flag is
 /// one world of 4 (`python3` is linked to no MPI; every job is served PMIx beside PMI), on
 /// one host and on two simulated hosts; and so is a script that imports mpi4py.
 #[test]
@@ -835,7 +835,7 @@ fn auto_python_mpi4py_is_one_world() {
     ctx.assert_no_leftovers();
 }
 
-/// Every job is served both (issue #51): every rank has the PMI variables and the PMIx
+/// Every job is served both: every rank has the PMI variables and the PMIx
 /// ones, whether or not its arguments name an MPI.
 #[test]
 fn auto_serves_both_to_every_job() {

@@ -3,10 +3,10 @@
 //! `${KAURI_CACHE:-$HOME/.cache/kauri}/venvs` ([`compat_tests::wheel_venv`]: a missing one is
 //! skipped with a line saying so, and fails under `CI=true`).
 //!
-//! Every job is served PMI-1/PMI-2 and PMIx side by side (issue #51; before, only an
-//! interpreter whose arguments named an MPI was, issue #17). Each MPI must take the one it
+//! Every job is served PMI-1/PMI-2 and PMIx side by side (once, only an interpreter whose
+//! arguments named an MPI was). Each MPI must take the one it
 //! speaks and make one world: MPICH 5 reads both `PMI_SIZE` and `PMIX_NAMESPACE` and, unless
-//! told which (`MPIR_CVAR_PMI_VERSION`), aborts every rank (issue #26).
+//! told which (`MPIR_CVAR_PMI_VERSION`), aborts every rank.
 //!
 //! `a_wrong_pmi_*`: given the wrong `--pmi`, every rank runs as a singleton; kauri says so
 //! in one line. `programs_without_an_mpi_*`: a job that uses no MPI gets no such line.
@@ -70,7 +70,7 @@ fn one_world_each_time(name: &str, layouts: &[&[&str]]) {
     ctx.assert_no_leftovers();
 }
 
-/// Issue #26: MPICH 5 served both protocols (`MPIR_CVAR_PMI_VERSION` defaults to `auto`)
+/// MPICH 5 served both protocols (`MPIR_CVAR_PMI_VERSION` defaults to `auto`)
 /// aborted every rank with "Auto-detection of PMI version failed"; kauri now tells it to
 /// take PMI-1.
 #[test]
@@ -175,7 +175,7 @@ const GROUPS: &str =
     print('rank', r, 'sum', c.allreduce(1), 'remote', ic.Get_remote_size(), flush=True); \
     ic.Free(); c.Free()";
 
-/// Issue #26: Open MPI 5's create-from-group failed under kauri (its OpenPMIx 5 client
+/// Open MPI 5's create-from-group failed under kauri (its OpenPMIx 5 client
 /// against kauri's OpenPMIx 4.2 server library). kauri now loads the venv's own `libpmix`
 /// (found from `python3`'s prefix) and serves groups with it, with no flag or variable.
 #[test]
@@ -193,7 +193,7 @@ fn openmpi5_groups_with_no_flag() {
     ctx.assert_no_leftovers();
 }
 
-/// Issue #26: Open MPI 5 sends its error reports ("An error occurred in MPI_Send …
+/// Open MPI 5 sends its error reports ("An error occurred in MPI_Send …
 /// MPI_ERRORS_ARE_FATAL") to its PMIx server with `PMIx_Log`, and finds their words through
 /// `OPAL_PREFIX`, which the wheel's `mpirun` sets. Under kauri both were missing: the ranks
 /// aborted with not a word of why. kauri now writes what a client logs for the standard
@@ -339,7 +339,7 @@ assert local.Get_size() == hosts.count(host), (local.Get_size(), hosts)
 print(f"rank {w.Get_rank()} of {w.Get_size()} on {host}: {local.Get_size()} local ok")
 "#;
 
-/// Issue #26: Intel MPI reads `PMI_process_mapping` without repeating it: given the shortest
+/// Intel MPI reads `PMI_process_mapping` without repeating it: given the shortest
 /// cyclic form (`(vector,(0,2,1))` for 4 ranks on 2 hosts, which MPICH's parser repeats)
 /// every rank died of SIGSEGV. Every layout of 2 and 3 simulated hosts, cyclic, block and
 /// uneven, must wire up, and each rank's shared-memory communicator must hold exactly the
@@ -394,10 +394,10 @@ fn never_wired_lines(o: &Outcome) -> Vec<&str> {
         .collect()
 }
 
-/// Issue #26: given the wrong protocol, every rank of an MPI job runs as a singleton
+/// Given the wrong protocol, every rank of an MPI job runs as a singleton
 /// ("rank 0 of 1" four times). Open MPI 5 served PMI only (`--pmi=pmi1`) and Intel MPI
 /// served PMIx only (`--pmi=pmix`): kauri says so in one line naming the flag, and the run
-/// fails (issue #51: it used to exit 0). Open MPI 5's singletons are seen while they run (its
+/// fails (it used to exit 0). Open MPI 5's singletons are seen while they run (its
 /// session directory), and end the job then; Intel MPI's leave no trace, and are named at
 /// the job's end.
 #[test]
@@ -434,7 +434,7 @@ fn a_wrong_pmi_is_named_in_one_line() {
     }
 }
 
-/// Issue #51: a script that imports mpi4py through a module of its own (no word of it names
+/// A script that imports mpi4py through a module of its own (no word of it names
 /// an MPI) forms one world: every job is offered both protocols. Before, `--pmi=auto` saw
 /// nothing, served PMI only, and Open MPI 5's ranks each ran alone, status 0.
 #[test]
@@ -459,7 +459,7 @@ fn openmpi5_behind_an_indirect_import_forms_its_world() {
     ctx.assert_no_leftovers();
 }
 
-/// Issue #51: a C program that reaches Open MPI 5 only through a library of its own (its own
+/// A C program that reaches Open MPI 5 only through a library of its own (its own
 /// libraries name no MPI) forms one world, served by the wheel's own OpenPMIx 5 (found past
 /// the program, through its library, to `libmpi.so.40` and its `libpmix`): the communicator
 /// it builds from a group gets its context id from the server's group construct, which
@@ -477,7 +477,7 @@ fn openmpi5_program_through_a_library_of_its_own() {
     });
 }
 
-/// Issue #51: a Fortran program of the wheel's Open MPI 5 forms one world with no flag. The
+/// A Fortran program of the wheel's Open MPI 5 forms one world with no flag. The
 /// wheel ships no Fortran bindings (no `libmpi_mpifh`, no `mpifort`), so the program is built
 /// with gfortran over bindings of the test's own making (`fortran_shim.c`, built with the
 /// wheel's `mpicc`): the program names `libkfort.so`, which names `libmpi.so.40`, as Open

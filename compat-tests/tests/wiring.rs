@@ -1,4 +1,4 @@
-//! Wiring without a guess (issue #51): with no `--pmi` flag every job is offered PMI-1/PMI-2
+//! Wiring without a guess: with no `--pmi` flag every job is offered PMI-1/PMI-2
 //! and PMIx side by side, and each MPI forms its world however its program reaches it: an
 //! Open MPI Fortran program (linked to `libmpi_mpifh.so.40`, not `libmpi.so.40`), a C
 //! program that reaches Open MPI or MPICH only through a library of its own (as a program

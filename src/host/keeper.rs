@@ -5,7 +5,7 @@
 //! Why a process apart: kauri's own teardown (the `SIGTERM`, the grace, the `SIGKILL` of the
 //! ranks' process groups, the subreaper's sweep of escaped daemons, [`crate::host::proc`]) runs in
 //! kauri, and dies with it. `PR_SET_PDEATHSIG` reaches only a rank itself, not what it
-//! started, and those went to init and ran on (issue #30; Hydra leaves nothing). Something
+//! started, and those went to init and ran on (Hydra leaves nothing). Something
 //! that outlives the starter must end them. The keeper is that survivor: one per process
 //! that starts ranks, started once (once the first ranks of the process are forked, not per
 //! rank), named `kauri-keeper` (its `comm`, what `ps -e` and `top` show), in a process group

@@ -980,7 +980,7 @@ mod tests {
 
     /// Every entry that is this machine, by a loopback name or address or by its own name, is
     /// the one host the front end serves, in the place of the first, with every entry's
-    /// slots: none of them gets an agent (an ssh to this machine, before, issue 52).
+    /// slots: none of them gets an agent (it used to get one, through an ssh to this machine).
     #[test]
     fn every_entry_that_is_this_machine_is_the_one_host_served_here() {
         let (l, slots) = layout("-hosts localhost,localhost -n 2 true");

@@ -984,7 +984,7 @@ static LAUNCHERS_GONE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// whole job: "tightly integrated parallel task … failed - killing job").
 ///
 /// Woken by the last one's end, not by a timer: a 10 ms poll here was most of the teardown
-/// of a run on 4 simulated hosts (issue #29).
+/// of a run on 4 simulated hosts.
 pub async fn launchers_ended(patience: Duration) {
     let all_ended = async {
         loop {

@@ -1,5 +1,5 @@
 //! `pmi-floor`: the least a PMI-1 or PMI-2 process manager can cost on one machine, for the
-//! benchmarks to measure kauri and Hydra against (issue #20).
+//! benchmarks to measure kauri and Hydra against.
 //!
 //! ```text
 //! pmi-floor -n N PROG [ARGS...]

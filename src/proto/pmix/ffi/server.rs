@@ -133,7 +133,7 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
 /// library loads this host's topology once and hands it to its clients (hwloc shared memory
 /// in `<tmpdir>/hwloc.sm`, and XML in the job data), as PRRTE's daemons do. Without it every
 /// Open MPI 5 rank discovers the topology itself in `MPI_Init`, some 200 reads of /sys each
-/// (docs/performance.md, issue #29).
+/// (docs/performance.md, "The topology handed to the ranks").
 pub(super) fn init_items(tmpdir: &str, host: &str) -> Vec<(String, Val)> {
     vec![
         (

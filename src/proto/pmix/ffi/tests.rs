@@ -431,7 +431,8 @@ fn info_arrays_point_at_their_values() {
 
 /// The server shares the host's topology with its clients (`PMIX_SERVER_SHARE_TOPOLOGY`,
 /// whose key is `pmix.srvr.share`), as PRRTE's daemons do: without it every Open MPI 5 rank
-/// discovers the topology itself in `MPI_Init` (issue #29; docs/performance.md).
+/// discovers the topology itself in `MPI_Init` (docs/performance.md, "The topology handed to the
+/// ranks").
 #[test]
 fn the_server_shares_the_topology() {
     let items = init_items("/tmp/x", "h");
