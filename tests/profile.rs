@@ -3,29 +3,8 @@
 
 mod common;
 
-use common::{kauri, stderr, KAURI};
+use common::{kauri, stderr, KAURI, PMI1_RANK};
 use std::path::Path;
-
-/// A minimal PMI-1 rank: init, put one 64-byte value, fence, finalize.
-const PMI1_RANK: &str = r#"
-import os
-fd = int(os.environ["PMI_FD"])
-rank = os.environ["PMI_RANK"]
-def ask(line):
-    os.write(fd, (line + "\n").encode())
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            raise SystemExit("PMI socket closed")
-        buf += chunk
-    return buf.decode()
-ask("cmd=init pmi_version=1 pmi_subversion=1")
-kvs = ask("cmd=get_my_kvsname").split("kvsname=")[1].split()[0]
-ask("cmd=put kvsname=%s key=k%s value=%s" % (kvs, rank, "x" * 64))
-ask("cmd=barrier_in")
-ask("cmd=finalize")
-"#;
 
 /// PATH with kauri's directory first, so ranks can run `kauri kvs`.
 fn path() -> String {

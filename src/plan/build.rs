@@ -784,6 +784,7 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         pmix_now: p.wired.pmix_now,
         pmix_library: p.wired.pmix_library.clone(),
         profile: spec.profile.is_some(),
+        progress: spec.verbose > 0,
         binding: spec.binding,
         report_bindings: spec.report_bindings,
         iface: spec.iface.clone(),

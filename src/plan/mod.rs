@@ -106,6 +106,10 @@ pub struct JobPlan {
     pub pmix_library: Option<String>,
     /// Record the startup profile and send it up before `Done`.
     pub profile: bool,
+    /// Report each step of the start up the tree as it happens, for the front end's progress
+    /// lines (`-v`; `tree::progress`).
+    #[serde(default)]
+    pub progress: bool,
     /// Bind each rank to CPUs of its host (`-bind-to`).
     #[serde(default)]
     pub binding: Option<crate::host::bind::Binding>,

@@ -395,6 +395,7 @@ mod tests {
             pmi_too,
             pmix_now: false,
             profile: false,
+            progress: false,
             binding: None,
             report_bindings: false,
             iface: None,

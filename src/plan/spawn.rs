@@ -438,6 +438,7 @@ pub(crate) fn spawned_job(
         // The server of this run is already started, with its library.
         pmix_library: None,
         profile: false,
+        progress: false,
         binding: None,
         report_bindings: false,
         iface: spawner.iface.clone(),

@@ -443,6 +443,9 @@ impl Agent {
         if job.fault_tolerant {
             branch.tolerate_failures();
         }
+        if job.progress {
+            branch.show_progress();
+        }
         if let Some((start, end)) = ranks.fork {
             branch.profile_fork(start, end);
         }

@@ -20,6 +20,7 @@ use crate::proto::pmi::Output;
 use crate::proto::service::ServiceReply;
 use crate::tree::hub::{Children, Gather, HubEvent};
 use crate::tree::profile::{Clock, HostProfile};
+use crate::tree::progress::Step;
 use crate::tree::{Down, Launching, RankStatus, Report, Up};
 use bytes::Bytes;
 use std::future::Future;
@@ -277,6 +278,8 @@ pub struct Branch<H = Node, L = Children> {
     fault_tolerant: bool,
     /// What to send up after the answer of the event at hand ([`Branch::take_deferred`]).
     deferred: Vec<Out>,
+    /// Report each rank's PMI init and each fence this host entered ([`Branch::show_progress`]).
+    progress: bool,
     clock: Clock,
     /// The startup profile of this host, when the job records one.
     prof: Option<HostProfile>,
@@ -316,6 +319,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             fence_keys: FenceKeys::default(),
             fault_tolerant: false,
             deferred: Vec::new(),
+            progress: false,
             clock,
             prof,
             below: Vec::new(),
@@ -369,6 +373,13 @@ impl<H: Host, L: Links> Branch<H, L> {
     /// asks for their data. PMI-1/PMI-2 fences are unchanged.
     pub fn tolerate_failures(&mut self) {
         self.fault_tolerant = true;
+    }
+
+    /// The job shows its progress (`-v`): every rank's PMI init and every fence this host's
+    /// ranks entered go up as `Report::Progress` (with their children's launches and
+    /// connections, which the hub says).
+    pub fn show_progress(&mut self) {
+        self.progress = true;
     }
 
     /// What the last event made for above besides its answer (a PMIx fence that a lost host
@@ -493,10 +504,17 @@ impl<H: Host, L: Links> Branch<H, L> {
                 if let Some(p) = self.prof.as_mut() {
                     p.fence_ready(epoch, t);
                 }
-                match self.gather.local(epoch, delta) {
+                let out = match self.gather.local(epoch, delta) {
                     Some((epoch, delta)) => Some(Out::Up(Up::Fence { epoch, delta })),
                     None => self.stuck_fence().and_then(report),
+                };
+                if !self.progress {
+                    return out;
                 }
+                // Its progress first: the fence it may complete goes up after it.
+                let ranks = self.node.as_ref().map_or(0, |n| n.ranks() as u32);
+                self.deferred.extend(out);
+                report(Report::Progress(Step::FenceEntered { epoch, ranks }))
             }
             Output::Publish { delta } => Some(Out::Up(Up::Publish(delta))),
             Output::Request { id, service } => Some(Out::Up(Up::Request {
@@ -515,7 +533,9 @@ impl<H: Host, L: Links> Branch<H, L> {
                     p.initialized(t);
                 }
                 if self.init_once && self.told_initialized {
-                    return None;
+                    return self
+                        .progress
+                        .then(|| report(Report::Progress(Step::Initialized(rank))))?;
                 }
                 self.told_initialized = true;
                 report(Report::Initialized { rank })
@@ -611,6 +631,7 @@ impl<H: Host, L: Links> Branch<H, L> {
                 Some(Out::Up(Up::Reports(reports)))
             }
             HubEvent::Refused { line } => Some(Out::Refused { line }),
+            HubEvent::Progress(step) => report(Report::Progress(step)),
         }
     }
 
@@ -1224,6 +1245,59 @@ mod tests {
         assert_eq!(
             b.on_node(NodeEvent::Engine(Output::Finalized { rank: 3 })),
             None
+        );
+    }
+
+    /// Showing progress, an agent also reports every later rank's PMI init, and its host's
+    /// entry into a fence before the contribution it may complete; its children's launches
+    /// and connections go up as they came. Without, none of these.
+    #[test]
+    fn showing_progress_an_agent_reports_each_init_and_fence_entry() {
+        let log: Log = Rc::default();
+        let init = |rank| NodeEvent::Engine(Output::Initialized { rank });
+        let ready = |epoch| {
+            NodeEvent::Engine(Output::FenceReady {
+                epoch,
+                delta: Packed::default(),
+            })
+        };
+        let progress = |s| Some(Out::Up(Up::Reports(vec![Report::Progress(s)])));
+        let mut quiet = branch(&log);
+        quiet.on_node(init(3));
+        assert_eq!(quiet.on_node(init(4)), None);
+        assert_eq!(quiet.on_node(ready(0)), None, "waits for its child");
+        assert_eq!(quiet.take_deferred(), None);
+
+        let mut b = branch(&log);
+        b.show_progress();
+        b.on_node(init(3));
+        assert_eq!(b.on_node(init(4)), progress(Step::Initialized(4)));
+        let entered = Step::FenceEntered { epoch: 0, ranks: 1 };
+        assert_eq!(b.on_node(ready(0)), progress(entered.clone()));
+        assert_eq!(b.take_deferred(), None, "the fence waits for its child");
+        let fence = |epoch| Up::Fence {
+            epoch,
+            delta: Packed::default(),
+        };
+        let child = |epoch| HubEvent::Up {
+            id: 1,
+            msg: fence(epoch),
+        };
+        assert_eq!(b.on_child(child(0)), Some(Out::Up(fence(0))));
+        // The child first this time: this host's entry completes the fence.
+        assert_eq!(b.on_child(child(1)), None);
+        let entered = Step::FenceEntered { epoch: 1, ranks: 1 };
+        assert_eq!(b.on_node(ready(1)), progress(entered));
+        assert_eq!(
+            b.take_deferred(),
+            Some(Out::Up(fence(1))),
+            "the contribution after it"
+        );
+        assert_eq!(b.take_deferred(), None);
+        let launched = Step::Launched(vec![5, 6]);
+        assert_eq!(
+            b.on_child(HubEvent::Progress(launched.clone())),
+            progress(launched)
         );
     }
 

@@ -17,6 +17,7 @@ use crate::host::iofwd::Stream;
 use crate::launch::{self, Target};
 use crate::plan::{JobPlan, LaunchPlan, Subtree};
 use crate::tree::events::JobTx;
+use crate::tree::progress::Step;
 use crate::tree::{self, Down, Launching, Link, Queue, Up};
 use bytes::Bytes;
 use std::cell::RefCell;
@@ -55,6 +56,9 @@ pub enum HubEvent {
         /// The line.
         line: String,
     },
+    /// Children were launched or one connected (only when the job shows its progress,
+    /// `JobPlan::progress`).
+    Progress(Step),
 }
 
 /// How long a new connection has to prove it holds the key.
@@ -261,6 +265,7 @@ impl Children {
             out,
             key,
             plan,
+            progress: job.progress,
         };
 
         // Accept, authenticate, serve.
@@ -461,6 +466,8 @@ struct Ctx {
     out: crate::host::iofwd::OutputSender,
     key: String,
     plan: LaunchPlan,
+    /// Say each launch and connection ([`HubEvent::Progress`]).
+    progress: bool,
 }
 
 impl Shared {
@@ -536,6 +543,7 @@ async fn serve_child(
         out,
         key,
         plan,
+        progress,
     } = ctx;
     let refuse = |reason: String| log_refusal(&shared.refusals, &events, addr, &reason);
     let (id, host) = match check_hello(&mut rd, &mut wr, &key, addr).await {
@@ -552,6 +560,9 @@ async fn serve_child(
     };
     drop(handshake);
     shared.note_connected(id, &subtree.plan.host);
+    if progress {
+        let _ = events.send(HubEvent::Progress(Step::Connected(id)));
+    }
     let Some(queue) = shared.queued.borrow_mut().remove(&id) else {
         // Lost already (its launch timed out, say) and then connected after all.
         let _ = tree::send(&mut wr, &Down::Teardown).await;
@@ -731,6 +742,10 @@ async fn launch_batch(
 ) {
     let mut permit = permit;
     let waits = expect_connections(&ctx.shared, &batch);
+    if ctx.progress {
+        let ids = batch.iter().map(|t| t.id).collect();
+        let _ = ctx.events.send(HubEvent::Progress(Step::Launched(ids)));
+    }
     let names: Vec<String> = batch.iter().map(|t| t.host.clone()).collect();
     let what = names.join(",");
     let all_connected = async {

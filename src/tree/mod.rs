@@ -32,6 +32,7 @@ pub mod link;
 pub mod msg;
 pub mod policy;
 pub mod profile;
+pub mod progress;
 pub mod root;
 pub mod shape;
 

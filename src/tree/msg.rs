@@ -234,6 +234,9 @@ pub enum Report {
         /// with it.
         ranks: Vec<usize>,
     },
+    /// A step of the job's start, for the progress lines (`-v`: only when the job plan asks
+    /// for them).
+    Progress(crate::tree::progress::Step),
     /// An agent started its host's ranks, or could not (`error`).
     NodeStarted {
         /// Its host.

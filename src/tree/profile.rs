@@ -52,6 +52,11 @@ impl Clock {
         }
     }
 
+    /// The origin.
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+
     /// Now, in microseconds since the origin.
     pub fn now(&self) -> u64 {
         self.at(Instant::now())

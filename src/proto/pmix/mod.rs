@@ -884,6 +884,7 @@ mod tests {
             pmix_now: true,
             pmix_library: None,
             profile: false,
+            progress: false,
             binding: None,
             report_bindings: false,
             iface: None,

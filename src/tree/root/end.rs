@@ -114,6 +114,7 @@ impl Root {
     /// After the last event: forwards the last output, reports the ranks that failed, prints
     /// the startup profile, and returns kauri's exit status.
     pub(super) async fn finish(mut self) -> i32 {
+        self.progress_flush();
         self.drain().await;
         // A resource manager's launcher tells the manager how its agent ended: let it (a
         // killed qrsh -inherit fails the whole Grid Engine job). A fork launcher's agents are

@@ -11,6 +11,7 @@ impl Inbox {
             kill_at,
             leave_at,
             status_at,
+            progress_at,
         } = timers;
         let signals = futures_signal(&mut self.signals);
         tokio::pin!(signals);
@@ -28,6 +29,7 @@ impl Inbox {
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => Event::KillTimer,
             _ = tokio::time::sleep_until(leave_at.unwrap_or_else(Instant::now)), if leave_at.is_some() => Event::GiveUp,
             _ = tokio::time::sleep_until(status_at.unwrap_or_else(Instant::now)), if status_at.is_some() => Event::StatusDue,
+            _ = tokio::time::sleep_until(progress_at.unwrap_or_else(Instant::now)), if progress_at.is_some() => Event::Progress,
         }
     }
 }

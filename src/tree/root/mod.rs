@@ -15,6 +15,7 @@
 mod cluster;
 mod end;
 mod inbox;
+mod progress;
 mod reports;
 mod services;
 mod start;
@@ -225,6 +226,8 @@ enum Event {
     StatusDue,
     /// `kauri --status` from another shell.
     StatusAsk(crate::cli::status::Ask),
+    /// The progress line is due (`-v`).
+    Progress,
     /// Job `j`'s ranks here, with their stacks taken.
     OwnStatus(usize, HostStatus),
 }
@@ -240,6 +243,8 @@ struct Timers {
     leave_at: Option<Instant>,
     /// When the hang diagnosis prints what it has, during one.
     status_at: Option<Instant>,
+    /// When the progress line of the phases under way is due (`-v`).
+    progress_at: Option<Instant>,
 }
 
 /// Where the root's events come from: its channels, its signals, its timers. It only
@@ -348,6 +353,8 @@ struct Root {
     clock: Clock,
     /// The startup profile's format and every fence the root completed, when it is recorded.
     profile: Option<(ProfileFormat, Vec<RootFence>)>,
+    /// The first job's start so far, for the progress lines (`-v`).
+    progress: Option<crate::tree::progress::Progress>,
     /// How surely the first job uses an MPI ([`crate::plan::build::wiring`]).
     mpi: crate::plan::job::MpiSign,
     /// A rank ran as an Open MPI singleton and ended the run, with its own line: the end's
@@ -395,6 +402,7 @@ impl Root {
             kill_at: self.kill_at,
             leave_at: self.leave_at,
             status_at: self.status.as_ref().map(|s| s.due),
+            progress_at: self.progress_due(),
         }
     }
 
@@ -421,6 +429,7 @@ impl Root {
                 self.diagnose(Asked::Client(ask.reply), ask.stacks);
             }
             Event::OwnStatus(j, h) => self.status_answer(j, vec![h]),
+            Event::Progress => self.progress_tick(),
         }
     }
 

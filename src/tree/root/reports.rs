@@ -54,6 +54,9 @@ impl Root {
                 }
                 let out = branch.fence_done(epoch, delta);
                 self.on_out(j, out);
+                if j == 0 {
+                    self.note_progress(|p, now| p.fence_done(epoch, now));
+                }
             }
             Up::PmixFence { epoch, data } => branch.pmix_fence_done(epoch, data, None),
             Up::Publish(delta) => branch.publish(delta),
@@ -145,7 +148,14 @@ impl Root {
                 };
                 self.on_exited(j, discarded, end);
             }
-            Report::Initialized { rank } => self.on_initialized(j, rank, discarded),
+            Report::Initialized { rank } => {
+                if j == 0 {
+                    self.note_progress(|p, now| p.initialized(rank, now));
+                }
+                self.on_initialized(j, rank, discarded)
+            }
+            Report::Progress(step) if j == 0 => self.note_progress(|p, now| p.step(step, now)),
+            Report::Progress(_) => {}
             Report::Abort {
                 rank,
                 code,
@@ -417,6 +427,8 @@ impl Root {
     ) {
         // The debugger's table covers the first job only.
         if j == 0 {
+            let n = procs.len();
+            self.note_progress(|p, now| p.started(n, now));
             self.first()
                 .procs
                 .extend(

@@ -75,6 +75,9 @@ pub(super) async fn start_job(
     if plan.fault_tolerant {
         branch.tolerate_failures();
     }
+    if plan.progress {
+        branch.show_progress();
+    }
     let run = JobRun {
         procs,
         branch,
@@ -415,6 +418,8 @@ impl Root {
         } else {
             // Every rank here, and no host elsewhere: the table is complete now.
             root.mpir_check(0);
+            let here = root.first().branch.node().map_or(0, Node::ranks);
+            root.note_progress(|p, now| p.started(here, now));
         }
         Ok((root, inbox))
     }
@@ -429,6 +434,10 @@ impl Root {
             ends,
         } = parts;
         let tree = tree_words(cluster.cost, p.width);
+        let progress = p.job.progress.then(|| {
+            let subtrees = &first.branch.kids().subtrees;
+            crate::tree::progress::Progress::new(clock.origin(), p.job.size, subtrees)
+        });
         Root {
             jobs: vec![Job::Live(Box::new(first))],
             draining: Vec::new(),
@@ -459,6 +468,7 @@ impl Root {
             timeout: spec.timeout,
             clock,
             profile: spec.profile.map(|format| (format, Vec::new())),
+            progress,
             mpi: p.mpi,
             singleton_seen: false,
             print_exit_codes: spec.print_exit_codes,

@@ -234,7 +234,12 @@ const GLOBAL: &[Opt] = &[
     },
     flag(
         &["-v", "-verbose"],
-        "log what kauri does (repeat for more: -v -v adds the PMI\nwire trace, KAURI_PMI_TRACE)",
+        "log what kauri does, and say how far the job's start has come:\n\
+         each phase's line once it completes, at most one line a second\n\
+         in between ('kauri: agents 3/8 connected (level 1: 2/2, level 2:\n\
+         1/6 with 3 launching)', 'kauri: ranks 16/16 started, 9/16 through\n\
+         PMI init', 'kauri: fence 0 complete, 16/16 ranks'); repeat for\n\
+         more: -v -v adds the PMI wire trace, KAURI_PMI_TRACE",
     ),
     Opt {
         names: &["--profile"],
