@@ -263,15 +263,11 @@ fn resolve_programs(
         if !wdir.is_dir() {
             return Err(format!(
                 "working directory {} does not exist on {host}",
-                a.wdir
+                wdir.display()
             ));
         }
-        let path = a
-            .env
-            .iter()
-            .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.as_str());
-        let p = proc::resolve(&a.program, path, &wdir).map_err(|e| format!("{e} (on {host})"))?;
+        let p = proc::resolve(&a.program, a.var("PATH"), &wdir)
+            .map_err(|e| format!("{e} (on {host})"))?;
         programs.insert(r.app, p);
     }
     Ok(programs)
@@ -407,7 +403,7 @@ fn binding_report(me: &HostPlan, cpus_of: &[Vec<usize>]) -> Vec<String> {
 /// replaces one a surrounding kauri gave this process), then the variables kauri sets for it
 /// (`kauri`), then `keeper`.
 fn rank_environment(
-    app_env: &[(String, String)],
+    app_env: &[(OsString, OsString)],
     kauri: Vec<(String, String)>,
     keeper: (String, String),
 ) -> Vec<(OsString, OsString)> {
@@ -415,9 +411,12 @@ fn rank_environment(
         .iter()
         .filter(|(k, _)| k != crate::host::keeper::VAR)
         .cloned()
-        .chain(kauri)
-        .chain([keeper])
-        .map(|(k, v)| (k.into(), v.into()))
+        .chain(
+            kauri
+                .into_iter()
+                .chain([keeper])
+                .map(|(k, v)| (k.into(), v.into())),
+        )
         .collect()
 }
 
@@ -641,7 +640,8 @@ impl Launching<'_> {
             pty: self.job.output.options.terminal,
             merge_stderr: self.job.output.options.merge_stderr,
         };
-        let child = proc::fork(launch).map_err(|e| start_error(r, &a.program, self.host, e))?;
+        let child =
+            proc::fork(launch).map_err(|e| start_error(r, &a.program_text(), self.host, e))?;
         crate::host::keeper::started(child.pid());
         Ok(Unwatched {
             rank: r,
@@ -847,7 +847,7 @@ impl Node {
         let child = child.watch().map_err(|e| {
             // watch killed and reaped it.
             crate::host::keeper::reaped(pid);
-            start_error(r, &s.job.apps[app].program, s.host, e)
+            start_error(r, &s.job.apps[app].program_text(), s.host, e)
         })?;
         debug!(rank = r, pid, "started");
         self.procs
@@ -914,9 +914,9 @@ mod tests {
     #[test]
     fn a_rank_environment_replaces_an_inherited_keeper_mark() {
         let app = vec![
-            ("PATH".to_string(), "/bin".to_string()),
-            (crate::host::keeper::VAR.to_string(), "outer".to_string()),
-            ("A".to_string(), "1".to_string()),
+            ("PATH".into(), "/bin".into()),
+            (crate::host::keeper::VAR.into(), "outer".into()),
+            ("A".into(), "1".into()),
         ];
         let kauri = vec![("PMI_RANK".to_string(), "3".to_string())];
         let keeper = (crate::host::keeper::VAR.to_string(), "mine".to_string());
