@@ -820,7 +820,7 @@ impl Node {
         self.adopted = Some(a.pid);
         self.running.borrow_mut().insert(r, a.pid);
         let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
-            .map_or_else(|_| "singleton".into(), |p| p.display().to_string());
+            .map_or_else(|_| "singleton".into(), std::path::PathBuf::into_os_string);
         self.procs.push((r, a.pid, exe));
         let (ev, c, running) = (s.events.clone(), s.ctx.clone(), self.running.clone());
         let (pid, watch) = (a.pid, proc::ForeignWatch::new(a.pid));
@@ -851,7 +851,7 @@ impl Node {
         })?;
         debug!(rank = r, pid, "started");
         self.procs
-            .push((r, pid, s.programs[&app].display().to_string()));
+            .push((r, pid, s.programs[&app].clone().into_os_string()));
         self.pids.push(pid);
         self.running.borrow_mut().insert(r, pid);
         if let Some(sock) = pmi {

@@ -133,7 +133,7 @@ async fn start_node(
 /// executable) each.
 fn mpir_procs(
     host: &str,
-    procs: &[(usize, u32, String)],
+    procs: &[(usize, u32, std::ffi::OsString)],
 ) -> Vec<crate::host::mpir::Proc> {
     procs
         .iter()
