@@ -1,32 +1,62 @@
 //! The `kauri` command: parses the command line and runs the job.
 
 use kauri::cli::{self, Command};
+use std::ffi::OsString;
 use std::process::ExitCode;
 
+/// kauri's own roles and tools (`kauri agent`, `kauri kvs`, …): their words are text.
+const SUBCOMMANDS: [&str; 7] = [
+    kauri::host::keeper::SUBCOMMAND,
+    "agent",
+    "nameserver",
+    "--status",
+    "-status",
+    "kvs",
+    "pmi",
+];
+
+/// The words after a subcommand as text: one line naming the first that is not UTF-8.
+fn utf8_words(sub: &str, words: &[OsString]) -> Result<Vec<String>, String> {
+    words
+        .iter()
+        .map(|w| {
+            w.clone()
+                .into_string()
+                .map_err(|w| format!("kauri {sub}: {:?} is not UTF-8 text", w.to_string_lossy()))
+        })
+        .collect()
+}
+
+/// Runs subcommand `sub` (one of [`SUBCOMMANDS`]) with the words after it.
+fn subcommand(sub: &str, rest: &[String]) -> ExitCode {
+    match sub {
+        "agent" => run_agent(rest),
+        "nameserver" => {
+            logging(0);
+            let rest = rest.to_vec();
+            run_local(async move { kauri::proto::nameserver::run(&rest).await })
+        }
+        "--status" | "-status" => ExitCode::from(kauri::cli::status::run(rest) as u8),
+        "kvs" => ExitCode::from(kauri::cli::kvs::run(rest)),
+        "pmi" => ExitCode::from(kauri::cli::pmi::run(rest)),
+        kauri::host::keeper::SUBCOMMAND => ExitCode::from(kauri::host::keeper::run(rest) as u8),
+        _ => ExitCode::from(2),
+    }
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(kauri::host::keeper::SUBCOMMAND) {
-        return ExitCode::from(kauri::host::keeper::run(&args[1..]) as u8);
-    }
-    if args.first().map(String::as_str) == Some("agent") {
-        return run_agent(&args[1..]);
-    }
-    if args.first().map(String::as_str) == Some("nameserver") {
-        logging(0);
-        let rest = args[1..].to_vec();
-        return run_local(async move { kauri::proto::nameserver::run(&rest).await });
-    }
-    if matches!(
-        args.first().map(String::as_str),
-        Some("--status" | "-status")
-    ) {
-        return ExitCode::from(kauri::cli::status::run(&args[1..]) as u8);
-    }
-    if args.first().map(String::as_str) == Some("kvs") {
-        return ExitCode::from(kauri::cli::kvs::run(&args[1..]));
-    }
-    if args.first().map(String::as_str) == Some("pmi") {
-        return ExitCode::from(kauri::cli::pmi::run(&args[1..]));
+    // The words as the OS gives them: a program, an argument or a directory need not be
+    // UTF-8 (a Latin-1 file name), and reach the ranks byte for byte.
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let first = args.first().and_then(|a| a.to_str()).unwrap_or_default();
+    if SUBCOMMANDS.contains(&first) {
+        return match utf8_words(first, &args[1..]) {
+            Ok(rest) => subcommand(first, &rest),
+            Err(e) => {
+                kauri::say!("{e}");
+                ExitCode::from(2)
+            }
+        };
     }
     let spec = match cli::parse(&args) {
         Ok(Command::Help) => {

@@ -102,3 +102,48 @@ fn gdb_reads_the_process_table_of_ranks_on_other_hosts() {
         4,
     );
 }
+
+/// A program whose path is not UTF-8 (a Latin-1 directory `b\xe9n`, and the program `sh\xe9`
+/// in it): the table holds the resolved path's bytes as they are, here and from the agents
+/// of simulated hosts (it showed them as `�` on the way).
+#[test]
+fn the_table_holds_a_path_that_is_not_utf8_byte_for_byte() {
+    use std::os::unix::ffi::OsStrExt;
+    let top = std::env::temp_dir().join(format!("kauri-mpir-latin1-{}", std::process::id()));
+    let dir = top.join(std::ffi::OsStr::from_bytes(b"b\xe9n"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = dir.join(std::ffi::OsStr::from_bytes(b"sh\xe9"));
+    std::os::unix::fs::symlink("/bin/sh", &prog).unwrap();
+    let mut want = b"executable ".to_vec();
+    want.extend_from_slice(prog.as_os_str().as_bytes());
+    want.extend_from_slice(b" pid ");
+    for hosts in [&[][..], &["-launcher", "fork", "-hosts", "a,b"][..]] {
+        let mut cmd = Command::new("gdb");
+        cmd.args(["-q", "-batch", "-x", SCRIPT, "--args", common::KAURI]);
+        cmd.args(hosts)
+            .args(["-n", "2"])
+            .arg(&prog)
+            .args(["-c", "true"]);
+        let out = common::run_under_watchdog(&mut cmd);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{hosts:?}: {text}{}",
+            common::stderr(&out)
+        );
+        let rows: Vec<&[u8]> = out
+            .stdout
+            .split(|&b| b == b'\n')
+            .filter(|l| l.starts_with(b"MPIR rank "))
+            .collect();
+        assert_eq!(rows.len(), 2, "{hosts:?}: {text}");
+        for row in rows {
+            assert!(
+                row.windows(want.len()).any(|w| w == want),
+                "{hosts:?}: {}",
+                String::from_utf8_lossy(row)
+            );
+        }
+    }
+    std::fs::remove_dir_all(&top).unwrap();
+}

@@ -11,6 +11,8 @@
 //! spelling: `--output-filename`, `--stdin` of another rank, and Hydra's `-gdb`.
 
 use super::{err, nprocs, ppn, Parser, Segment, UsageError, Words};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 
 impl Parser {
     /// An option of another launcher's (module doc); `false` for another name.
@@ -29,13 +31,21 @@ impl Parser {
                 self.spec.ppn = Some(ppn(&w.value(name)?)?);
             }
             "-x" => {
-                let v = w.value(name)?;
-                let (k, val) = match v.split_once('=') {
-                    Some((k, val)) => (k.to_string(), Some(val.to_string())),
-                    None => (v.clone(), std::env::var(&v).ok()),
+                // Bytes as given: the value (or kauri's own, `-x NAME`) need not be UTF-8.
+                let v = w.value_os(name)?;
+                let b = v.as_bytes();
+                let (k, val) = match b.iter().position(|&c| c == b'=') {
+                    Some(i) => (
+                        OsStr::from_bytes(&b[..i]).to_os_string(),
+                        Some(OsStr::from_bytes(&b[i + 1..]).to_os_string()),
+                    ),
+                    None => (v.clone(), std::env::var_os(&v)),
                 };
                 if k.is_empty() {
-                    return err(format!("-x {v:?}: expected NAME or NAME=VALUE"));
+                    return err(format!(
+                        "-x {:?}: expected NAME or NAME=VALUE",
+                        v.to_string_lossy()
+                    ));
                 }
                 // `-x NAME` passes kauri's own value of NAME (none: nothing to pass).
                 if let Some(val) = val {
@@ -47,7 +57,7 @@ impl Parser {
                 let v = w
                     .next_word()
                     .ok_or_else(|| UsageError(format!("{name} needs KEY VALUE")))?;
-                self.spec.genv.push((format!("OMPI_MCA_{k}"), v));
+                self.spec.genv.push((format!("OMPI_MCA_{k}").into(), v));
             }
             "-tag-output" => self.spec.label = true,
             "-timeout" => {

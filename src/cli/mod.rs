@@ -12,6 +12,7 @@ pub mod info;
 pub mod kvs;
 pub mod pmi;
 pub mod status;
+mod words;
 
 use crate::console::quoted;
 use crate::launch::hydra_env::HydraEnv;
@@ -19,8 +20,11 @@ use crate::plan::job::{
     too_many_ranks, AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice, RANKS_MAX,
 };
 use crate::tree::profile::ProfileFormat;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use words::{config_words, normalize, text, text_var, Words};
 
 /// What the user asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,32 +93,6 @@ impl Segment {
     }
 }
 
-/// The words of a segment still to read, and the inline value (`--name=VALUE`) of the option
-/// being read.
-struct Words<'a> {
-    it: std::slice::Iter<'a, String>,
-    inline: Option<String>,
-}
-
-impl Words<'_> {
-    /// The option's value: its inline one, else the next word (`what` names it if neither).
-    fn value(&mut self, what: &str) -> Result<String, UsageError> {
-        match self.inline.take() {
-            Some(v) => Ok(v),
-            None => self
-                .it
-                .next()
-                .cloned()
-                .ok_or_else(|| UsageError(format!("{what} needs a value"))),
-        }
-    }
-
-    /// The next word, never the inline value.
-    fn next_word(&mut self) -> Option<String> {
-        self.it.next().cloned()
-    }
-}
-
 struct Parser {
     spec: JobSpec,
     segments: Vec<AppSpec>,
@@ -133,8 +111,11 @@ struct Parser {
     timeout_given: bool,
 }
 
-/// Parses `args` (without the program name).
-pub fn parse(args: &[String]) -> Result<Command, UsageError> {
+/// Parses `args` (without the program name): the bytes the OS gave kauri. Options are
+/// text; the program, its arguments, `-wdir` and the values of `-env`/`-genv` stay the bytes
+/// they are, UTF-8 or not.
+pub fn parse<S: AsRef<OsStr>>(args: &[S]) -> Result<Command, UsageError> {
+    let args: Vec<OsString> = args.iter().map(|a| a.as_ref().to_os_string()).collect();
     let mut p = Parser::new();
     if args.is_empty() {
         return err("no program given (try kauri -h)");
@@ -222,14 +203,14 @@ impl Parser {
         if !self.segments.is_empty() {
             return err("-configfile cannot be combined with programs on the command line");
         }
-        let text = std::fs::read_to_string(&file)
+        // Bytes, as a command line: a program or an argument need not be UTF-8.
+        let bytes = std::fs::read(&file)
             .map_err(|e| UsageError(format!("cannot read configfile {}: {e}", file.display())))?;
-        for line in text.lines() {
-            let line = line.split('#').next().unwrap_or("").trim();
-            if line.is_empty() {
+        for line in bytes.split(|&b| b == b'\n') {
+            let words = config_words(line);
+            if words.is_empty() {
                 continue;
             }
-            let words: Vec<String> = line.split_whitespace().map(str::to_string).collect();
             for part in words.split(|a| a == ":") {
                 self.segment(part, false)?;
             }
@@ -247,7 +228,7 @@ impl Parser {
         }
         self.segments.push(AppSpec {
             nprocs: 1,
-            program: format!("singleton {}", s.pid),
+            program: format!("singleton {}", s.pid).into(),
             args: Vec::new(),
             env: Vec::new(),
             env_policy: None,
@@ -274,7 +255,24 @@ impl Parser {
     /// Fills in what the command line left to the environment: Hydra's variables,
     /// `KAURI_USIZE`, `MPIEXEC_TIMEOUT`, `HYDRA_IFACE`; checks kauri's own numbers.
     fn environment(&mut self) -> Result<(), UsageError> {
-        let hydra = HydraEnv::read(&|k| std::env::var(k).ok()).map_err(UsageError)?;
+        // The variables read here are text: one set to bytes that are not UTF-8 is an error,
+        // not taken for unset.
+        let bad = std::cell::RefCell::new(None);
+        let var = |k: &str| text_var(k, &bad);
+        for k in [
+            "KAURI_USIZE",
+            "MPIEXEC_TIMEOUT",
+            "HYDRA_IFACE",
+            "KAURI_PROFILE",
+        ] {
+            var(k);
+        }
+        let hydra = HydraEnv::read(&var);
+        let knobs = check_env_knobs(&var);
+        if let Some(e) = bad.take() {
+            return err(e);
+        }
+        let hydra = hydra.map_err(UsageError)?;
         apply_hydra_env(&mut self.spec, self.genv_policy_given, hydra)?;
         if self.spec.universe_size.is_none() {
             if let Ok(v) = std::env::var("KAURI_USIZE") {
@@ -287,7 +285,7 @@ impl Parser {
         if !self.timeout_given {
             self.spec.timeout = from_env;
         }
-        check_env_knobs(&|k| std::env::var(k).ok())?;
+        knobs?;
         if self.spec.iface.is_none() {
             self.spec.iface = std::env::var("HYDRA_IFACE")
                 .ok()
@@ -455,29 +453,11 @@ pub fn check_env_knobs(var: &dyn Fn(&str) -> Option<String>) -> Result<(), Usage
     Ok(())
 }
 
-/// Splits `--name=value` and `-name=value`; turns `--name` (any number of dashes) into
-/// `-name`, and the name to lower case (Hydra matches names with `strcasecmp`: `-NP 4` is
-/// `-np 4`) except the single letters whose case carries a meaning
-/// ([`crate::cli::doc::CASED`]: `-V`, `-H`, `-N`).
-fn normalize(arg: &str) -> (String, Option<String>) {
-    let a = format!("-{}", arg.trim_start_matches('-'));
-    let (n, v) = match a.split_once('=') {
-        Some((n, v)) => (n.to_string(), Some(v.to_string())),
-        None => (a, None),
-    };
-    let n = if crate::cli::doc::CASED.contains(&n.as_str()) {
-        n
-    } else {
-        n.to_ascii_lowercase()
-    };
-    (n, v)
-}
-
 impl Parser {
     /// Parses one segment. Returns `Some` for `-h`/`--version`, which end parsing.
     fn segment(
         &mut self,
-        words: &[String],
+        words: &[OsString],
         allow_config: bool,
     ) -> Result<Option<Command>, UsageError> {
         let mut seg = Segment {
@@ -491,7 +471,7 @@ impl Parser {
             inline: None,
         };
         while let Some(word) = w.it.next() {
-            if !word.starts_with('-') || word == "-" {
+            if !word.as_bytes().starts_with(b"-") || word == "-" {
                 seg.app.program = word.clone();
                 seg.app.args = w.it.by_ref().cloned().collect();
                 break;
@@ -501,7 +481,7 @@ impl Parser {
             if crate::cli::doc::KAURI.find(&name).is_none() {
                 return err(format!(
                     "unknown option {} (try kauri -h)",
-                    crate::console::clip(word)
+                    crate::console::clip(&word.to_string_lossy())
                 ));
             }
             w.inline = inline;
@@ -521,7 +501,7 @@ impl Parser {
             if !known {
                 return err(format!(
                     "unknown option {} (try kauri -h)",
-                    crate::console::clip(word)
+                    crate::console::clip(&word.to_string_lossy())
                 ));
             }
         }
@@ -533,14 +513,14 @@ impl Parser {
     fn end_segment(
         &mut self,
         seg: Segment,
-        words: &[String],
+        words: &[OsString],
     ) -> Result<Option<Command>, UsageError> {
         if seg.app.program.is_empty() {
             if (self.configfile.is_some() && seg.on_command_line) || self.spec.singleton.is_some() {
                 return Ok(None);
             }
             return err(match words.last() {
-                Some(w) => format!("no program after {w}"),
+                Some(w) => format!("no program after {}", w.to_string_lossy()),
                 None => "empty segment between ':'".into(),
             });
         }
@@ -560,7 +540,7 @@ impl Parser {
         match name {
             "-n" | "-np" => seg.set_nprocs(name, nprocs(name, &w.value(name)?)?)?,
             "-env" => {
-                let k = w.value("-env")?;
+                let k = w.value_os("-env")?;
                 let v = w
                     .next_word()
                     .ok_or_else(|| UsageError("-env needs NAME VALUE".into()))?;
@@ -570,7 +550,7 @@ impl Parser {
             "-envnone" => seg.app.env_policy = Some(EnvPolicy::None),
             "-envlist" => seg.app.env_policy = Some(EnvPolicy::List(list(&w.value(name)?))),
             "-wdir" => {
-                let d = PathBuf::from(w.value(name)?);
+                let d = PathBuf::from(w.value_os(name)?);
                 if seg.first {
                     self.spec.wdir = Some(d);
                 } else {
@@ -586,7 +566,7 @@ impl Parser {
     fn genv_option(&mut self, name: &str, w: &mut Words) -> Result<bool, UsageError> {
         match name {
             "-genv" => {
-                let k = w.value("-genv")?;
+                let k = w.value_os("-genv")?;
                 let v = w
                     .next_word()
                     .ok_or_else(|| UsageError("-genv needs NAME VALUE".into()))?;
@@ -606,7 +586,7 @@ impl Parser {
         match name {
             "-hosts" | "-host" | "-H" => self.spec.hosts.extend(parse_hosts(&w.value(name)?)?),
             "-f" | "-hostfile" | "-machinefile" => {
-                let f = w.value(name)?;
+                let f = w.value_os(name)?;
                 self.spec.hosts.extend(read_hostfile(Path::new(&f))?);
             }
             "-ppn" => {
@@ -749,12 +729,12 @@ impl Parser {
                 if !seg.on_command_line {
                     return err("-configfile inside a configfile");
                 }
-                self.configfile = Some(PathBuf::from(w.value(name)?));
+                self.configfile = Some(PathBuf::from(w.value_os(name)?));
             }
             "-profile" => {
                 // Only an inline value (`--profile=json`): a separate word would be the
                 // program.
-                let v = w.inline.take().unwrap_or_else(|| "text".into());
+                let v = text(name, w.inline.take().unwrap_or_else(|| "text".into()))?;
                 self.spec.profile =
                     ProfileFormat::parse(&v).map_err(|e| UsageError(format!("--profile: {e}")))?;
                 self.profile_given = true;
@@ -782,11 +762,11 @@ fn command_option(name: &str, w: &mut Words) -> Result<Option<Command>, UsageErr
         "-version" | "-V" => Command::Version,
         "-help-env" => Command::HelpEnv,
         "-help-man" => {
-            let name = match w.inline.take() {
+            let page = match w.inline.take() {
                 Some(v) => v,
                 None => w.next_word().unwrap_or_else(|| "kauri".into()),
             };
-            man_page(&name)?
+            man_page(&text(name, page)?)?
         }
         "-info" => {
             let rest: Vec<String> = w.it.by_ref().map(|w| normalize(w).0).collect();
@@ -1163,10 +1143,10 @@ mod tests {
         let s = run("--np=2 -l -genv A 1 --env B 2 ./a : -np 3 -envnone ./b q");
         assert_eq!(s.apps[0].nprocs, 2);
         assert_eq!(s.apps[1].nprocs, 3);
-        assert_eq!(s.apps[0].env, vec![("B".to_string(), "2".to_string())]);
+        assert_eq!(s.apps[0].env, vec![("B".into(), "2".into())]);
         assert_eq!(s.apps[1].env_policy, Some(EnvPolicy::None));
         assert_eq!(s.apps[1].args, vec!["q"]);
-        assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
+        assert_eq!(s.genv, vec![("A".into(), "1".into())]);
         assert!(s.label);
     }
 
@@ -1174,11 +1154,11 @@ mod tests {
     fn hydra_spellings() {
         let s = run("---genv A 1 -NP=3 --L -GENVNONE --Env=B 2 a");
         assert_eq!(s.apps[0].nprocs, 3);
-        assert_eq!(s.genv, vec![("A".to_string(), "1".to_string())]);
-        assert_eq!(s.apps[0].env, vec![("B".to_string(), "2".to_string())]);
+        assert_eq!(s.genv, vec![("A".into(), "1".into())]);
+        assert_eq!(s.apps[0].env, vec![("B".into(), "2".into())]);
         assert_eq!(s.env_policy, EnvPolicy::None);
         assert!(s.label);
-        assert_eq!(parse(&["-V".into()]).unwrap(), Command::Version);
+        assert_eq!(parse(&["-V"]).unwrap(), Command::Version);
     }
 
     #[test]
@@ -1227,8 +1207,8 @@ mod tests {
         // A separate word after --profile is the program, not the format.
         let s = run("--profile json");
         assert_eq!(
-            (s.profile, s.apps[0].program.as_str()),
-            (Some(ProfileFormat::Text), "json")
+            (s.profile, s.apps[0].program.to_str()),
+            (Some(ProfileFormat::Text), Some("json"))
         );
         assert!(fails("--profile=xml -n 1 a").contains("text, json or trace"));
     }
@@ -1305,9 +1285,9 @@ mod tests {
 
     #[test]
     fn help_and_version() {
-        assert_eq!(parse(&["-h".into()]).unwrap(), Command::Help);
-        assert_eq!(parse(&["--help".into()]).unwrap(), Command::Help);
-        assert_eq!(parse(&["--version".into()]).unwrap(), Command::Version);
+        assert_eq!(parse(&["-h"]).unwrap(), Command::Help);
+        assert_eq!(parse(&["--help"]).unwrap(), Command::Help);
+        assert_eq!(parse(&["--version"]).unwrap(), Command::Version);
     }
 
     #[test]

@@ -76,8 +76,9 @@ pub struct Proc {
     pub rank: usize,
     /// Its host.
     pub host: String,
-    /// Its executable (as resolved on its host).
-    pub executable: String,
+    /// Its executable (as resolved on its host), its bytes as they are: a path need not be
+    /// UTF-8.
+    pub executable: std::ffi::OsString,
     /// Its pid there.
     pub pid: u32,
 }
@@ -87,17 +88,17 @@ pub struct Proc {
 /// allocated for the life of the process.
 pub fn publish(mut procs: Vec<Proc>) {
     procs.sort_by_key(|p| p.rank);
-    let leak = |s: &str| -> *const c_char {
-        CString::new(s.replace('\0', ""))
-            .unwrap_or_default()
-            .into_raw()
-            .cast_const()
+    let leak = |s: &[u8]| -> *const c_char {
+        let s: Vec<u8> = s.iter().copied().filter(|&b| b != 0).collect();
+        CString::new(s).unwrap_or_default().into_raw().cast_const()
     };
     let table: Vec<MPIR_PROCDESC> = procs
         .iter()
         .map(|p| MPIR_PROCDESC {
-            host_name: leak(&p.host),
-            executable_name: leak(&p.executable),
+            host_name: leak(p.host.as_bytes()),
+            executable_name: leak(std::os::unix::ffi::OsStrExt::as_bytes(
+                p.executable.as_os_str(),
+            )),
             pid: p.pid as c_int,
         })
         .collect();

@@ -5,7 +5,7 @@
 //! signal reaches the rank and whatever it started, and it dies with `SIGKILL` if the agent that started it disappears
 //! (`PR_SET_PDEATHSIG`). Nothing here knows about PMI messages or jobs.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -83,31 +83,39 @@ pub fn is_foreign_wiring(name: &str) -> bool {
 }
 
 /// Finds `program` the way `execvp` would, in the `PATH` the rank will have, relative paths
-/// taken from `wdir`. The error is one line for the user.
-pub fn resolve(program: &str, path_var: Option<&str>, wdir: &Path) -> Result<PathBuf, String> {
+/// taken from `wdir`. Names are bytes: a program or a `PATH` entry that is not UTF-8 is found
+/// as it is. The error is one line for the user (such bytes shown as `�`).
+pub fn resolve(
+    program: impl AsRef<OsStr>,
+    path_var: Option<&OsStr>,
+    wdir: &Path,
+) -> Result<PathBuf, String> {
+    let program = program.as_ref();
+    let shown = program.to_string_lossy();
     let check = |p: &Path| -> Result<(), String> {
-        let meta = std::fs::metadata(p).map_err(|e| format!("cannot execute {program}: {e}"))?;
+        let meta = std::fs::metadata(p).map_err(|e| format!("cannot execute {shown}: {e}"))?;
         if meta.is_dir() {
-            return Err(format!("cannot execute {program}: it is a directory"));
+            return Err(format!("cannot execute {shown}: it is a directory"));
         }
         if meta.permissions().mode() & 0o111 == 0 {
-            return Err(format!("cannot execute {program}: permission denied"));
+            return Err(format!("cannot execute {shown}: permission denied"));
         }
         Ok(())
     };
-    if program.contains('/') {
+    if program.as_bytes().contains(&b'/') {
         let p = wdir.join(program);
         check(&p)?;
         return Ok(p);
     }
     for dir in path_var
-        .unwrap_or("/usr/local/bin:/usr/bin:/bin")
-        .split(':')
+        .unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"))
+        .as_bytes()
+        .split(|&b| b == b':')
     {
         let dir = if dir.is_empty() {
             Path::new(".")
         } else {
-            Path::new(dir)
+            Path::new(OsStr::from_bytes(dir))
         };
         let p = wdir.join(dir).join(program);
         if p.is_file() && check(&p).is_ok() {
@@ -118,10 +126,10 @@ pub fn resolve(program: &str, path_var: Option<&str>, wdir: &Path) -> Result<Pat
     let here = wdir.join(program);
     if here.is_file() && check(&here).is_ok() {
         return Err(format!(
-            "cannot execute {program}: not found in PATH (./{program} exists)"
+            "cannot execute {shown}: not found in PATH (./{shown} exists)"
         ));
     }
-    Err(format!("cannot execute {program}: not found in PATH"))
+    Err(format!("cannot execute {shown}: not found in PATH"))
 }
 
 /// How to start one rank.
@@ -130,9 +138,9 @@ pub struct Launch {
     /// The resolved program.
     pub program: PathBuf,
     /// `argv[0]` as the user typed it.
-    pub argv0: String,
+    pub argv0: OsString,
     /// The arguments.
-    pub args: Vec<String>,
+    pub args: Vec<OsString>,
     /// The whole environment.
     pub env: Vec<(OsString, OsString)>,
     /// The working directory.
@@ -918,8 +926,8 @@ mod tests {
     #[test]
     fn resolves_like_execvp() {
         let wd = std::env::temp_dir();
-        assert!(resolve("sh", Some("/usr/bin:/bin"), &wd).is_ok());
-        let e = resolve("no-such-program-kauri", Some("/usr/bin"), &wd).unwrap_err();
+        assert!(resolve("sh", Some(OsStr::new("/usr/bin:/bin")), &wd).is_ok());
+        let e = resolve("no-such-program-kauri", Some(OsStr::new("/usr/bin")), &wd).unwrap_err();
         assert!(e.contains("not found in PATH"), "{e}");
         let f = wd.join(format!("kauri-noexec-{}", std::process::id()));
         std::fs::write(&f, "x").unwrap();
@@ -935,12 +943,35 @@ mod tests {
         let f = dir.join("hello-kauri");
         std::fs::write(&f, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let e = resolve("hello-kauri", Some("/usr/bin"), &dir).unwrap_err();
+        let e = resolve("hello-kauri", Some(OsStr::new("/usr/bin")), &dir).unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(
             e.ends_with("not found in PATH (./hello-kauri exists)"),
             "{e}"
         );
+    }
+
+    /// A program and a `PATH` directory named in Latin-1 (not UTF-8) are found as they are;
+    /// the error for one that is missing shows its name as text.
+    #[test]
+    fn resolves_names_that_are_not_utf8() {
+        let top = std::env::temp_dir().join(format!("kauri-latin1-{}", std::process::id()));
+        let dir = top.join(OsStr::from_bytes(b"b\xe9n"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join(OsStr::from_bytes(b"caf\xe9"));
+        std::fs::write(&f, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut path = b"/nonexistent:".to_vec();
+        path.extend_from_slice(dir.as_os_str().as_bytes());
+        let found = resolve(
+            OsStr::from_bytes(b"caf\xe9"),
+            Some(OsStr::from_bytes(&path)),
+            &top,
+        );
+        let e = resolve(OsStr::from_bytes(b"./th\xe9"), None, &top).unwrap_err();
+        std::fs::remove_dir_all(&top).unwrap();
+        assert_eq!(found, Ok(f));
+        assert!(e.starts_with("cannot execute ./th\u{fffd}: "), "{e}");
     }
 
     /// A rank signalled as soon as `spawn` returns, before it can have made its session and
@@ -980,7 +1011,7 @@ mod tests {
                 let child = spawn(Launch {
                     program: "/bin/sh".into(),
                     argv0: "sh".into(),
-                    args: vec!["-c".into(), format!("exit $((X + {i}))")],
+                    args: vec!["-c".into(), format!("exit $((X + {i}))").into()],
                     env: vec![("X".into(), (i * 2).to_string().into())],
                     wdir: "/".into(),
                     pmi_fd: None,

@@ -24,7 +24,9 @@ mod slurm;
 mod ssh;
 
 use crate::plan::LaunchPlan;
+use std::ffi::{OsStr, OsString};
 use std::io;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 pub use fork::Fork;
 pub use lsf::Lsf;
@@ -93,7 +95,7 @@ pub fn per_host(
         .iter()
         .map(|t| {
             let words = std::iter::once(plan.agent_path.clone())
-                .chain(agent_args(t, parent))
+                .chain(agent_args(t, parent).into_iter().map(OsString::from))
                 .map(|w| if quote { shell_quote(&w) } else { w });
             let mut cmd = command(&plan.exec);
             cmd.args(args)
@@ -110,13 +112,14 @@ pub fn per_host(
         .collect()
 }
 
-/// `program` found in `PATH`, as `execvp` would find it.
+/// `program` found in `PATH`, as `execvp` would find it (`PATH` is bytes: a directory in it
+/// that is not UTF-8 is searched as it is).
 pub fn in_path(program: &str) -> Option<String> {
-    std::env::var("PATH")
-        .ok()?
-        .split(':')
+    std::env::var_os("PATH")?
+        .as_bytes()
+        .split(|&b| b == b':')
         .filter(|d| !d.is_empty())
-        .map(|d| std::path::Path::new(d).join(program))
+        .map(|d| std::path::Path::new(OsStr::from_bytes(d)).join(program))
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| {
                 m.is_file()
@@ -146,7 +149,7 @@ pub fn agent_args(t: &Target, parent: &str) -> Vec<String> {
 
 /// A command whose process leads its own process group (a Ctrl-C at the terminal reaches
 /// kauri, which decides, not the launcher) and dies with the thread that started it.
-pub fn command(program: &str) -> tokio::process::Command {
+pub fn command(program: impl AsRef<OsStr>) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(program);
     cmd.process_group(0)
         .stdout(std::process::Stdio::null())
@@ -162,16 +165,38 @@ pub fn command(program: &str) -> tokio::process::Command {
     cmd
 }
 
-/// Quotes a word for a remote POSIX shell.
-pub fn shell_quote(w: &str) -> String {
+/// Quotes a word for a remote POSIX shell; its bytes need not be UTF-8 (a shell takes them
+/// as they are).
+pub fn shell_quote(w: impl AsRef<OsStr>) -> OsString {
+    let w = w.as_ref().as_bytes();
     if !w.is_empty()
-        && w.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@,+".contains(c))
+        && w.iter()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_./:=@,+".contains(c))
     {
-        w.to_string()
-    } else {
-        format!("'{}'", w.replace('\'', "'\\''"))
+        return OsStr::from_bytes(w).to_os_string();
     }
+    let mut q = b"'".to_vec();
+    for &c in w {
+        if c == b'\'' {
+            q.extend_from_slice(b"'\\''");
+        } else {
+            q.push(c);
+        }
+    }
+    q.push(b'\'');
+    OsString::from_vec(q)
+}
+
+/// Words joined by single spaces (a remote shell's command line).
+pub fn join_words(words: &[OsString]) -> OsString {
+    let mut line = OsString::new();
+    for (i, w) in words.iter().enumerate() {
+        if i > 0 {
+            line.push(" ");
+        }
+        line.push(w);
+    }
+    line
 }
 
 #[cfg(test)]
@@ -184,5 +209,9 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote(""), "''");
+        assert_eq!(
+            shell_quote(OsStr::from_bytes(b"/home/jos\xe9/kauri")),
+            OsStr::from_bytes(b"'/home/jos\xe9/kauri'")
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! The ssh and rsh launchers: `SSH [extra args] -- HOST 'kauri' agent …`, the job key on the
 //! first line of the remote agent's stdin.
 
-use super::{agent_args, command, shell_quote, Launcher, Started, Target};
+use super::{agent_args, command, join_words, shell_quote, Launcher, Started, Target};
 use crate::plan::LaunchPlan;
 use std::io;
 use tokio::io::AsyncWriteExt;
@@ -17,17 +17,17 @@ impl Launcher for Ssh {
         targets
             .iter()
             .map(|t| {
-                let remote: Vec<String> = std::iter::once(self.plan.agent_path.clone())
-                    .chain(agent_args(t, parent))
-                    .map(|w| shell_quote(&w))
-                    .collect();
+                let remote: Vec<std::ffi::OsString> =
+                    std::iter::once(shell_quote(&self.plan.agent_path))
+                        .chain(agent_args(t, parent).iter().map(shell_quote))
+                        .collect();
                 let mut cmd = command(&self.plan.exec);
                 // `--`: no host name is ever read as an option (`-oProxyCommand=…`), whatever
                 // list it came from.
                 cmd.args(&self.plan.extra_args)
                     .arg("--")
                     .arg(&t.host)
-                    .arg(remote.join(" "))
+                    .arg(join_words(&remote))
                     .stdin(std::process::Stdio::piped());
                 let mut child = cmd.spawn()?;
                 if let Some(mut stdin) = child.stdin.take() {

@@ -10,6 +10,7 @@ use crate::plan::hosts::{host_list, HostList};
 use crate::plan::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::tree::LaunchCost;
+use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -68,12 +69,9 @@ pub(crate) const SCRIPT_HEAD: u64 = 64 << 10;
 /// files are opened, and only their first bytes read.
 pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
     use crate::plan::job::{arg_words, mentions_mpi, needed_libraries_of, wants_pmi, wants_pmix};
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
-    let path = a
-        .env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_str());
+    let path = a.var("PATH");
     let wdir = std::path::Path::new(&a.wdir);
     let head = |p: &std::path::Path, max: u64| -> Vec<u8> {
         let mut b = Vec::new();
@@ -127,7 +125,12 @@ pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
         let file = wdir.join(w);
         let found = if std::fs::metadata(&file).is_ok_and(|m| m.is_file()) {
             Some(file)
-        } else if !w.contains('/') && !w.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        } else if !w.as_bytes().contains(&b'/')
+            && !w
+                .as_bytes()
+                .iter()
+                .all(|&b| b.is_ascii_digit() || b == b'.')
+        {
             // A number (`-n 4 ./app 1000`) names no program on PATH.
             proc::resolve(w, path, wdir).ok()
         } else {
@@ -153,22 +156,18 @@ pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
         return Some(v);
     }
     apps.iter().find_map(|a| {
-        let var = |name: &str| {
-            a.env
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.as_str())
-        };
+        // The library search reads these as text: one that is not UTF-8 is not searched.
+        let var = |name: &str| a.var(name).and_then(std::ffi::OsStr::to_str);
         let wdir = std::path::Path::new(&a.wdir);
-        let program = proc::resolve(&a.program, var("PATH"), wdir).ok()?;
+        let program = proc::resolve(&a.program, a.var("PATH"), wdir).ok()?;
         let named: Vec<std::path::PathBuf> = crate::plan::job::arg_words(&a.args)
             .into_iter()
             .filter_map(|w| {
                 let f = wdir.join(w);
                 if f.is_file() {
                     Some(f)
-                } else if !w.contains('/') {
-                    proc::resolve(w, var("PATH"), wdir).ok()
+                } else if !std::os::unix::ffi::OsStrExt::as_bytes(w).contains(&b'/') {
+                    proc::resolve(w, a.var("PATH"), wdir).ok()
                 } else {
                     None
                 }
@@ -189,43 +188,48 @@ pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
 /// `FLUX_JOB_ID` unique to the job, unless the user set one.
 pub(crate) fn add_flux_job_id(apps: &mut [AppPlan], kvsname: &str) {
     for a in apps {
-        if a.uses_open_mpi_flux() && !a.env.iter().any(|(k, _)| k == "FLUX_JOB_ID") {
+        if a.uses_open_mpi_flux() && !a.sets("FLUX_JOB_ID") {
             a.env.push((
                 "FLUX_JOB_ID".into(),
-                crate::plan::job::flux_job_id(kvsname).to_string(),
+                crate::plan::job::flux_job_id(kvsname).to_string().into(),
             ));
         }
     }
 }
 
-/// The environment of one segment's ranks, before the PMI variables.
-pub(crate) fn segment_env(spec: &JobSpec, app: usize) -> Vec<(String, String)> {
+/// The environment of one segment's ranks, before the PMI variables. Names and values are
+/// the bytes the OS gave kauri, UTF-8 or not; a name that is not UTF-8 is none of kauri's
+/// (nor can `-genvlist` name it) and passes under `-genvall` only.
+pub(crate) fn segment_env(spec: &JobSpec, app: usize) -> Vec<(OsString, OsString)> {
     let a = &spec.apps[app];
     let policy = a.env_policy.as_ref().unwrap_or(&spec.env_policy);
     // Inside a Slurm job, what describes srun's tasks and steps (not ours) stays behind, as
     // Hydra's slurm bootstrap leaves it; a variable named in -genvlist/-envlist still passes.
     let in_slurm_job =
         std::env::var_os("SLURM_JOB_ID").is_some() || std::env::var_os("SLURM_JOBID").is_some();
-    let mut env: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .filter(|(k, _)| {
-            !proc::is_foreign_wiring(k)
-                && !k.starts_with("KAURI_JOB_KEY")
-                && match policy {
-                    EnvPolicy::All => {
-                        !(in_slurm_job && crate::launch::allocation::is_slurm_task_var(k))
+    let listed = |k: &str| matches!(policy, EnvPolicy::List(l) if l.iter().any(|n| n == k));
+    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
+        .filter(|(k, _)| match k.to_str() {
+            None => *policy == EnvPolicy::All,
+            Some(k) => {
+                !proc::is_foreign_wiring(k)
+                    && !k.starts_with("KAURI_JOB_KEY")
+                    && match policy {
+                        EnvPolicy::All => {
+                            !(in_slurm_job && crate::launch::allocation::is_slurm_task_var(k))
+                        }
+                        EnvPolicy::None => false,
+                        EnvPolicy::List(_) => listed(k),
                     }
-                    EnvPolicy::None => false,
-                    EnvPolicy::List(l) => l.iter().any(|n| n == k),
-                }
+            }
         })
         .collect();
     if spec.ml_env {
         // A rank's place is kauri's to say: an inherited RANK (kauri run inside another
         // launcher's job) would shadow it. A name given with -genv/-env/-envlist still wins.
         env.retain(|(k, _)| {
-            !crate::plan::rank_env::ML_PLACE_VARS.contains(&k.as_str())
-                || matches!(policy, EnvPolicy::List(l) if l.contains(k))
+            k.to_str()
+                .is_none_or(|k| !crate::plan::rank_env::ML_PLACE_VARS.contains(&k) || listed(k))
         });
     }
     for (k, v) in spec.genv.iter().chain(&a.env) {
@@ -309,14 +313,18 @@ pub(crate) fn launch_cost(launch: &LaunchPlan, host: &str) -> LaunchCost {
         serial_us: 1000,
         latency_us: 10_000_000,
     };
-    let mut cmd = std::process::Command::new(&launch.exec);
-    if launch.kind == "fork" {
+    let fork = launch.kind == "fork";
+    let mut cmd = std::process::Command::new(if fork {
+        launch.agent_path.as_os_str()
+    } else {
+        launch.exec.as_ref()
+    });
+    if fork {
         cmd.arg("--version");
     } else {
-        cmd.args(&launch.extra_args).arg(host).arg(format!(
-            "{} --version",
-            crate::launch::shell_quote(&launch.agent_path)
-        ));
+        let mut line = crate::launch::shell_quote(&launch.agent_path);
+        line.push(" --version");
+        cmd.args(&launch.extra_args).arg(host).arg(line);
     }
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -606,8 +614,7 @@ fn segment_plans(spec: &JobSpec, cwd: &std::path::Path) -> Vec<AppPlan> {
                         .or(spec.wdir.clone())
                         .unwrap_or(cwd.to_path_buf()),
                 )
-                .display()
-                .to_string(),
+                .into_os_string(),
         })
         .collect()
 }
@@ -714,9 +721,9 @@ fn wire_segments(choice: PmiChoice, apps: &mut [AppPlan], kvsname: &str) -> Wire
     {
         // Open MPI's relocated tree (the wheel's): its help texts, as its own mpirun says.
         for a in apps.iter_mut() {
-            if !a.env.iter().any(|(k, _)| k == "OPAL_PREFIX") {
+            if !a.sets("OPAL_PREFIX") {
                 a.env
-                    .push(("OPAL_PREFIX".into(), prefix.to_string_lossy().into_owned()));
+                    .push(("OPAL_PREFIX".into(), prefix.clone().into_os_string()));
             }
         }
     }
@@ -844,9 +851,8 @@ fn split_hosts(
 /// How agents are launched: the launcher program (`-launcher-exec`, or the kind's own),
 /// where kauri is on the hosts, and the times and limits from kauri's variables.
 fn launch_plan(spec: &JobSpec, kind: &str, pbs_tmrsh: Option<String>) -> LaunchPlan {
-    let self_path = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "kauri".into());
+    let self_os = std::env::current_exe().map_or_else(|_| "kauri".into(), PathBuf::into_os_string);
+    let self_path = self_os.to_string_lossy().into_owned();
     let exec = spec.launcher_exec.clone().unwrap_or_else(|| match kind {
         "slurm" => "srun".into(),
         "sge" => crate::launch::Sge::default_exec(),
@@ -859,7 +865,7 @@ fn launch_plan(spec: &JobSpec, kind: &str, pbs_tmrsh: Option<String>) -> LaunchP
         kind: kind.to_string(),
         exec,
         extra_args: crate::launch::hydra_env::launcher_extra_args(&|k| std::env::var(k).ok()),
-        agent_path: std::env::var("KAURI_AGENT_PATH").unwrap_or(self_path),
+        agent_path: std::env::var_os("KAURI_AGENT_PATH").unwrap_or(self_os),
         connect_timeout_s: env_secs("KAURI_CONNECT_TIMEOUT", 60.0).as_secs().max(1),
         max_concurrent: std::env::var("KAURI_LAUNCH_CONCURRENCY")
             .ok()

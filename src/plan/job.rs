@@ -3,6 +3,7 @@
 //!
 //! This module is pure data and arithmetic: no processes, no sockets.
 
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,12 +24,12 @@ pub struct AppSpec {
     /// How many ranks run this program (`-n`); 0 until decided when `-n` was not given and no
     /// host was named (the front end then uses the allocation's slots, or 1).
     pub nprocs: usize,
-    /// The program, as typed.
-    pub program: String,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// Variables set for this segment only (`-env NAME VALUE`).
-    pub env: Vec<(String, String)>,
+    /// The program, as typed: bytes as the OS gave them, UTF-8 or not.
+    pub program: OsString,
+    /// Its arguments, as the OS gave them.
+    pub args: Vec<OsString>,
+    /// Variables set for this segment only (`-env NAME VALUE`), as given.
+    pub env: Vec<(OsString, OsString)>,
     /// This segment's inheritance policy (`-envall`, `-envnone`, `-envlist`), overriding the
     /// global one.
     pub env_policy: Option<EnvPolicy>,
@@ -54,8 +55,8 @@ pub struct JobSpec {
     pub hosts: Vec<HostSpec>,
     /// Ranks per host (`-ppn`), overriding slots.
     pub ppn: Option<usize>,
-    /// Variables set for every rank (`-genv`).
-    pub genv: Vec<(String, String)>,
+    /// Variables set for every rank (`-genv`), as given.
+    pub genv: Vec<(OsString, OsString)>,
     /// The global inheritance policy.
     pub env_policy: EnvPolicy,
     /// Working directory for every rank (`-wdir`), unless a segment sets its own.
@@ -451,12 +452,19 @@ pub const ARG_WORDS_MAX: usize = 64;
 
 /// The words of a segment's arguments that may name a file: each argument split at
 /// white space and shell punctuation (`bash -c "./app x"`, `env A=1 ./app`), without
-/// options (`-x`), at most [`ARG_WORDS_MAX`].
-pub fn arg_words(args: &[String]) -> Vec<&str> {
+/// options (`-x`), at most [`ARG_WORDS_MAX`]. Arguments are bytes (a file name need not be
+/// UTF-8): they are split at ASCII white space and punctuation.
+pub fn arg_words<S: AsRef<OsStr>>(args: &[S]) -> Vec<&OsStr> {
+    use std::os::unix::ffi::OsStrExt;
     args.iter()
-        .flat_map(|a| a.split(|c: char| c.is_whitespace() || ";&|()<>'\"`=".contains(c)))
-        .filter(|w| !w.is_empty() && !w.starts_with('-'))
+        .flat_map(|a| {
+            a.as_ref()
+                .as_bytes()
+                .split(|c| c.is_ascii_whitespace() || b";&|()<>'\"`=".contains(c))
+        })
+        .filter(|w| !w.is_empty() && !w.starts_with(b"-"))
         .take(ARG_WORDS_MAX)
+        .map(OsStr::from_bytes)
         .collect()
 }
 

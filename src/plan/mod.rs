@@ -17,25 +17,48 @@ pub mod spawn;
 
 use crate::proto::kvs::Delta;
 use serde::{Deserialize, Serialize};
+use std::ffi::{OsStr, OsString};
 
 /// One MPMD segment as an agent needs it: what to run and in which environment.
+///
+/// Its strings are the bytes the OS gave kauri (a Latin-1 file name, an argument or a
+/// variable that is not UTF-8): serde carries an `OsString` byte for byte over the tree's
+/// links, where a `String` or a `PathBuf` could not hold them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppPlan {
     /// The program as the user typed it (resolved on the host that runs it).
-    pub program: String,
+    pub program: OsString,
     /// Its arguments.
-    pub args: Vec<String>,
+    pub args: Vec<OsString>,
     /// The whole environment of its ranks, before the PMI variables.
-    pub env: Vec<(String, String)>,
+    pub env: Vec<(OsString, OsString)>,
     /// The working directory.
-    pub wdir: String,
+    pub wdir: OsString,
 }
 
 impl AppPlan {
     /// Whether the segment is set up for Open MPI's PMI-1 path, its `flux` component
     /// (`FLUX_PMI_LIBRARY_PATH` in its environment, naming a PMI-1 library to dlopen).
     pub fn uses_open_mpi_flux(&self) -> bool {
-        self.env.iter().any(|(k, _)| k == "FLUX_PMI_LIBRARY_PATH")
+        self.var("FLUX_PMI_LIBRARY_PATH").is_some()
+    }
+
+    /// The value of variable `name` in the segment's environment.
+    pub fn var(&self, name: &str) -> Option<&OsStr> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_os_str())
+    }
+
+    /// Whether the segment's environment sets `name`.
+    pub fn sets(&self, name: &str) -> bool {
+        self.var(name).is_some()
+    }
+
+    /// The program as text for a message: its bytes that are not UTF-8 shown as `�`.
+    pub fn program_text(&self) -> String {
+        self.program.to_string_lossy().into_owned()
     }
 }
 
@@ -223,8 +246,8 @@ pub struct LaunchPlan {
     pub exec: String,
     /// Extra arguments before the host name.
     pub extra_args: Vec<String>,
-    /// The path of kauri on the remote hosts.
-    pub agent_path: String,
+    /// The path of kauri on the remote hosts, as the OS gives it (it need not be UTF-8).
+    pub agent_path: OsString,
     /// Seconds an agent has to connect back after its launch.
     pub connect_timeout_s: u64,
     /// Maximum launches in flight per agent.
@@ -292,6 +315,29 @@ pub fn rank_map(hosts: &[String], rank_node: &[u32]) -> Vec<String> {
 #[cfg(test)]
 mod map_tests {
     use super::*;
+    use std::os::unix::ffi::OsStrExt;
+
+    /// A segment's strings that are not UTF-8 cross a tree link (bincode, as every frame)
+    /// byte for byte.
+    #[test]
+    fn a_segment_crosses_a_link_byte_for_byte() {
+        use std::os::unix::ffi::OsStringExt;
+        let os = |b: &[u8]| OsString::from_vec(b.to_vec());
+        let a = AppPlan {
+            program: os(b"./caf\xe9.sh"),
+            args: vec![os(b"caf\xe9"), os(b"")],
+            env: vec![
+                (os(b"K\xe9"), os(b"\xff\xfe")),
+                ("PATH".into(), os(b"/b\xe9n")),
+            ],
+            wdir: os(b"/tmp/d\xe9"),
+        };
+        let back: AppPlan = bincode::deserialize(&bincode::serialize(&a).unwrap()).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(a.var("PATH"), Some(OsStr::from_bytes(b"/b\xe9n")));
+        assert!(!a.sets("K"));
+        assert_eq!(a.program_text(), "./caf\u{fffd}.sh");
+    }
 
     #[test]
     fn ranks_read_as_runs() {

@@ -363,10 +363,7 @@ mod tests {
         AppPlan {
             program: "python3".into(),
             args: vec!["app.py".into()],
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            env: env.iter().map(|(k, v)| (k.into(), v.into())).collect(),
             wdir: "/".into(),
         }
     }

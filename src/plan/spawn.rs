@@ -12,6 +12,7 @@ use crate::proto::kvs::Delta;
 use crate::proto::pmix::jobid::JobNames;
 use crate::tree::LaunchCost;
 use pmi_wire::SpawnCommand;
+use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use tracing::debug;
@@ -33,7 +34,7 @@ pub(crate) struct Cluster {
     pub(crate) cost: Option<LaunchCost>,
     pub(crate) ip: IpAddr,
     /// The environment of spawned ranks (the launcher's, by the global policy, and `-genv`).
-    pub(crate) env: Vec<(String, String)>,
+    pub(crate) env: Vec<(OsString, OsString)>,
     pub(crate) cwd: PathBuf,
     pub(crate) universe_size: i64,
     /// The run's output options, and when it started (`%t`).
@@ -183,8 +184,8 @@ pub(crate) fn plan_spawn(
         let mut how = command_options(cluster, c)?;
         // A PMIx client's variables for the command (Open MPI's OMPI_PARENT_PORT, …).
         for (k, v) in pmix.and_then(|p| p.env.get(i)).into_iter().flatten() {
-            how.env.retain(|(n, _)| n != k);
-            how.env.push((k.clone(), v.clone()));
+            how.env.retain(|(n, _)| n != k.as_str());
+            how.env.push((k.into(), v.into()));
         }
         if let Some(ppn) = how.per_node {
             check_ppr_room(c.nprocs, ppn, &how.candidates)?;
@@ -194,10 +195,11 @@ pub(crate) fn plan_spawn(
             appnum.push(i as u32);
         }
         apps.push(AppPlan {
-            program: c.execname.clone(),
-            args: c.args.clone(),
+            // Text from the wire, as a spawning rank wrote it.
+            program: c.execname.clone().into(),
+            args: c.args.iter().map(OsString::from).collect(),
             env: how.env,
-            wdir: how.wdir.display().to_string(),
+            wdir: how.wdir.into_os_string(),
         });
     }
     let (used, placement) = dense_placement(&node_of);
@@ -238,7 +240,7 @@ pub(crate) struct CommandOptions {
     /// The hosts (indices into the cluster's) its processes may go to, in order.
     pub(crate) candidates: Vec<usize>,
     /// Its segment's environment.
-    pub(crate) env: Vec<(String, String)>,
+    pub(crate) env: Vec<(OsString, OsString)>,
     /// Its working directory.
     pub(crate) wdir: PathBuf,
     /// `ppr N:n`: N processes per host.
@@ -297,18 +299,18 @@ pub(crate) fn parse_map_by(v: &str) -> Result<bool, String> {
 }
 
 /// Puts `dir` (a spawn's `path` key) in front of `PATH` in `env`, which then ends with it.
-pub(crate) fn prepend_path(env: &mut Vec<(String, String)>, dir: &str) {
+pub(crate) fn prepend_path(env: &mut Vec<(OsString, OsString)>, dir: &str) {
     let old = env
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.clone())
         .unwrap_or_default();
     env.retain(|(k, _)| k != "PATH");
-    let new = if old.is_empty() {
-        dir.to_string()
-    } else {
-        format!("{dir}:{old}")
-    };
+    let mut new = OsString::from(dir);
+    if !old.is_empty() {
+        new.push(":");
+        new.push(old);
+    }
     env.push(("PATH".into(), new));
 }
 
@@ -588,10 +590,7 @@ mod tests {
 
     #[test]
     fn a_path_key_goes_in_front_of_path_and_path_moves_last() {
-        let mut env = vec![
-            ("PATH".to_string(), "/bin".to_string()),
-            ("X".into(), "1".into()),
-        ];
+        let mut env = vec![("PATH".into(), "/bin".into()), ("X".into(), "1".into())];
         prepend_path(&mut env, "/opt/bin");
         assert_eq!(env[0], ("X".into(), "1".into()));
         assert_eq!(env[1], ("PATH".into(), "/opt/bin:/bin".into()));

@@ -245,7 +245,7 @@ pub enum Report {
         error: Option<String>,
         /// Each rank started: rank, pid, executable (the debugger's process table).
         #[serde(default)]
-        procs: Vec<(usize, u32, String)>,
+        procs: Vec<(usize, u32, std::ffi::OsString)>,
     },
 }
 

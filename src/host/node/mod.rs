@@ -350,7 +350,7 @@ pub struct Node {
     /// Open MPI's shared-memory directory for ranks on the flux path, removed with the node.
     _vader: Option<ShmDir>,
     /// Each rank started: rank, pid, executable (the debugger's process table).
-    pub procs: Vec<(usize, u32, String)>,
+    pub procs: Vec<(usize, u32, std::ffi::OsString)>,
 }
 
 /// A directory removed (with what is in it) when dropped.

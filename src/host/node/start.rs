@@ -263,15 +263,11 @@ fn resolve_programs(
         if !wdir.is_dir() {
             return Err(format!(
                 "working directory {} does not exist on {host}",
-                a.wdir
+                wdir.display()
             ));
         }
-        let path = a
-            .env
-            .iter()
-            .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.as_str());
-        let p = proc::resolve(&a.program, path, &wdir).map_err(|e| format!("{e} (on {host})"))?;
+        let p = proc::resolve(&a.program, a.var("PATH"), &wdir)
+            .map_err(|e| format!("{e} (on {host})"))?;
         programs.insert(r.app, p);
     }
     Ok(programs)
@@ -408,7 +404,7 @@ fn binding_report(me: &HostPlan, cpus_of: &[Vec<usize>]) -> Vec<String> {
 /// replaces one a surrounding kauri gave this process), then the variables kauri sets for it
 /// (`kauri`), then `keeper`.
 fn rank_environment(
-    app_env: &[(String, String)],
+    app_env: &[(OsString, OsString)],
     kauri: Vec<(String, String)>,
     keeper: (String, String),
 ) -> Vec<(OsString, OsString)> {
@@ -416,9 +412,12 @@ fn rank_environment(
         .iter()
         .filter(|(k, _)| k != crate::host::keeper::VAR)
         .cloned()
-        .chain(kauri)
-        .chain([keeper])
-        .map(|(k, v)| (k.into(), v.into()))
+        .chain(
+            kauri
+                .into_iter()
+                .chain([keeper])
+                .map(|(k, v)| (k.into(), v.into())),
+        )
         .collect()
 }
 
@@ -642,7 +641,8 @@ impl Launching<'_> {
             pty: self.job.output.options.terminal,
             merge_stderr: self.job.output.options.merge_stderr,
         };
-        let child = proc::fork(launch).map_err(|e| start_error(r, &a.program, self.host, e))?;
+        let child =
+            proc::fork(launch).map_err(|e| start_error(r, &a.program_text(), self.host, e))?;
         crate::host::keeper::started(child.pid());
         Ok(Unwatched {
             rank: r,
@@ -821,7 +821,7 @@ impl Node {
         self.adopted = Some(a.pid);
         self.running.borrow_mut().insert(r, a.pid);
         let exe = std::fs::read_link(format!("/proc/{}/exe", a.pid))
-            .map_or_else(|_| "singleton".into(), |p| p.display().to_string());
+            .map_or_else(|_| "singleton".into(), std::path::PathBuf::into_os_string);
         self.procs.push((r, a.pid, exe));
         let (ev, c, running) = (s.events.clone(), s.ctx.clone(), self.running.clone());
         let (pid, watch) = (a.pid, proc::ForeignWatch::new(a.pid));
@@ -848,11 +848,11 @@ impl Node {
         let child = child.watch().map_err(|e| {
             // watch killed and reaped it.
             crate::host::keeper::reaped(pid);
-            start_error(r, &s.job.apps[app].program, s.host, e)
+            start_error(r, &s.job.apps[app].program_text(), s.host, e)
         })?;
         debug!(rank = r, pid, "started");
         self.procs
-            .push((r, pid, s.programs[&app].display().to_string()));
+            .push((r, pid, s.programs[&app].clone().into_os_string()));
         self.pids.push(pid);
         self.running.borrow_mut().insert(r, pid);
         if let Some(sock) = pmi {
@@ -915,9 +915,9 @@ mod tests {
     #[test]
     fn a_rank_environment_replaces_an_inherited_keeper_mark() {
         let app = vec![
-            ("PATH".to_string(), "/bin".to_string()),
-            (crate::host::keeper::VAR.to_string(), "outer".to_string()),
-            ("A".to_string(), "1".to_string()),
+            ("PATH".into(), "/bin".into()),
+            (crate::host::keeper::VAR.into(), "outer".into()),
+            ("A".into(), "1".into()),
         ];
         let kauri = vec![("PMI_RANK".to_string(), "3".to_string())];
         let keeper = (crate::host::keeper::VAR.to_string(), "mine".to_string());

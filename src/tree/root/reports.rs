@@ -423,7 +423,7 @@ impl Root {
         j: usize,
         host: String,
         error: Option<String>,
-        procs: Vec<(usize, u32, String)>,
+        procs: Vec<(usize, u32, std::ffi::OsString)>,
     ) {
         // The debugger's table covers the first job only.
         if j == 0 {

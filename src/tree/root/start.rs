@@ -134,7 +134,10 @@ async fn start_node(
 
 /// The debugger's process table entries of the ranks started on `host`: (rank, pid,
 /// executable) each.
-fn mpir_procs(host: &str, procs: &[(usize, u32, String)]) -> Vec<crate::host::mpir::Proc> {
+fn mpir_procs(
+    host: &str,
+    procs: &[(usize, u32, std::ffi::OsString)],
+) -> Vec<crate::host::mpir::Proc> {
     procs
         .iter()
         .map(|(rank, pid, exe)| crate::host::mpir::Proc {
@@ -462,7 +465,11 @@ impl Root {
             own_status: ends.own_status,
             timeout_stacks: spec.timeout_stacks,
             _status_socket: ends.status_socket,
-            command: std::env::args().collect::<Vec<_>>().join(" "),
+            // As text: a word that is not UTF-8 shows its bytes as `�`.
+            command: std::env::args_os()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join(" "),
             auto_cleanup: spec.auto_cleanup,
             fault_tolerant: spec.fault_tolerant,
             timeout: spec.timeout,
