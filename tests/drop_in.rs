@@ -740,3 +740,42 @@ fn a_forwarded_signal_is_not_a_rank_failure() {
         assert_no_leftovers(marker);
     }
 }
+
+/// Session directories that Open MPI 5 singletons left in the temporary directory, for every
+/// job id there is (an id keeps 16 bits of a hash of the singleton's pid, so a stale one
+/// matches pids of later processes): they are no trace of this job's ranks, which do not
+/// speak PMI here and are looked at for a singleton's trace. Before, a rank whose pid hashed
+/// like a stale directory ended its job: `rank R on H runs alone as an Open MPI singleton`,
+/// status 255 (seen in about one run in fifty with the 14 directories other tests had left).
+#[test]
+fn stale_open_mpi_session_directories_are_no_singletons() {
+    let tmp = std::env::temp_dir().join(format!("kauri-stale-ompi-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let mut host = [0u8; 256];
+    // SAFETY: gethostname writes at most host.len() bytes into host.
+    assert_eq!(
+        unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len()) },
+        0
+    );
+    let host = String::from_utf8_lossy(&host[..host.iter().position(|&b| b == 0).unwrap()]);
+    // SAFETY: geteuid has no preconditions.
+    let jf = tmp.join(format!("ompi.{host}.{}/jf.0", unsafe { libc::geteuid() }));
+    std::fs::create_dir_all(&jf).unwrap();
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for family in 0u32..65536 {
+        let dir = jf.join((family << 16).to_string());
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::File::open(&dir)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+    }
+    let o = kauri(
+        &["-n", "2", "sh", "-c", "sleep 2.5; echo done"],
+        None,
+        &[("TMPDIR", tmp.to_str().unwrap())],
+    );
+    std::fs::remove_dir_all(&tmp).unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout_lines(&o), ["done", "done"]);
+}

@@ -11,7 +11,9 @@
 //!   it makes its job's session directory in its temporary directory,
 //!   `ompi.<host>.<uid>/jf.0/<job id>`, the job id made from that namespace as Open MPI makes
 //!   every job id ([`crate::proto::pmix::jobid::ompi5_job_id`]), and leaves it there. So the
-//!   directory of a rank's pid is that rank's trace, while it runs and after.
+//!   directory of a rank's pid, made or changed since the rank's job started, is that rank's
+//!   trace, while it runs and after. (One left by an earlier singleton is not: the job id
+//!   keeps 16 bits of a hash of the pid, so a stale directory matches other pids too.)
 //!
 //! While the ranks run, their host looks for these traces from time to time, so that such a
 //! job ends at once; at a rank's end the host looks once more, and the front end names the
@@ -21,6 +23,7 @@
 //! the tree.
 
 use crate::proto::pmix::jobid::ompi5_job_id;
+use std::time::{Duration, SystemTime};
 
 /// How many ranks that never spoke PMI or PMIx a host looks at before it stops looking (a
 /// job of env-only programs has none, and a scan per rank would cost it time).
@@ -54,24 +57,35 @@ fn has_daemon(pid: &str) -> bool {
 
 /// True when the running rank `pid` is an Open MPI singleton: Open MPI 4's daemon is its
 /// child, or Open MPI 5's singleton made its session directory.
-pub fn singleton_running(pid: u32) -> bool {
-    has_daemon(&pid.to_string()) || singleton_session(&std::env::temp_dir(), &hostname(), pid)
+pub fn singleton_running(pid: u32, since: SystemTime) -> bool {
+    has_daemon(&pid.to_string())
+        || singleton_session(&std::env::temp_dir(), &hostname(), pid, since)
 }
 
 /// True when the rank `pid`, which has just ended, ran as an Open MPI singleton: Open MPI 4's
 /// daemon is now a child of this process, or Open MPI 5's singleton left its session
 /// directory.
-pub fn singleton_ended(pid: u32) -> bool {
-    has_daemon("self") || singleton_session(&std::env::temp_dir(), &hostname(), pid)
+pub fn singleton_ended(pid: u32, since: SystemTime) -> bool {
+    has_daemon("self") || singleton_session(&std::env::temp_dir(), &hostname(), pid, since)
 }
 
+/// How much earlier than the moment it was made a directory's time may read: a file system
+/// stamps times from a coarse clock (a tick, a few milliseconds, behind the precise one).
+const STAMP_SLACK: Duration = Duration::from_millis(50);
+
 /// True when `<tmp>/ompi.<host>.<uid>/jf.0/<job id of singleton.<host>.<pid>>`, the session
-/// directory of process `pid` as an Open MPI 5 singleton of this user, is there.
-pub fn singleton_session(tmp: &std::path::Path, host: &str, pid: u32) -> bool {
+/// directory of process `pid` as an Open MPI 5 singleton of this user, is there, made or
+/// changed (it, or its rank's directory `0` in it) since `since`, when the rank's job started.
+pub fn singleton_session(tmp: &std::path::Path, host: &str, pid: u32, since: SystemTime) -> bool {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let job = ompi5_job_id(&format!("singleton.{host}.{pid}"));
-    tmp.join(format!("ompi.{host}.{uid}/jf.0/{job}")).is_dir()
+    let dir = tmp.join(format!("ompi.{host}.{uid}/jf.0/{job}"));
+    let since = since.checked_sub(STAMP_SLACK).unwrap_or(since);
+    let fresh = |p: &std::path::Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_dir() && m.modified().is_ok_and(|t| t >= since))
+    };
+    dir.is_dir() && (fresh(&dir) || fresh(&dir.join("0")))
 }
 
 /// This machine's host name as Open MPI names its session directory (`gethostname`).
@@ -96,11 +110,25 @@ mod tests {
         let tmp = std::env::temp_dir().join(format!("ompi5-test-{}", std::process::id()));
         // SAFETY: geteuid has no preconditions.
         let uid = unsafe { libc::geteuid() };
-        assert!(!singleton_session(&tmp, "vm", 6264));
-        std::fs::create_dir_all(tmp.join(format!("ompi.vm.{uid}/jf.0/1027866624/0"))).unwrap();
-        assert!(singleton_session(&tmp, "vm", 6264));
-        assert!(!singleton_session(&tmp, "vm", 6265), "another process's");
-        assert!(!singleton_session(&tmp, "other", 6264));
+        let since = SystemTime::now();
+        assert!(!singleton_session(&tmp, "vm", 6264, since));
+        let dir = tmp.join(format!("ompi.vm.{uid}/jf.0/1027866624"));
+        std::fs::create_dir_all(dir.join("0")).unwrap();
+        assert!(singleton_session(&tmp, "vm", 6264, since));
+        assert!(
+            !singleton_session(&tmp, "vm", 6265, since),
+            "another process's"
+        );
+        assert!(!singleton_session(&tmp, "other", 6264, since));
+        // Left by a singleton before this job started: another pid with the same 16-bit
+        // hash, or this one's long ago. Not a trace (it was, and failed unrelated jobs).
+        let later = SystemTime::now() + Duration::from_secs(5);
+        assert!(!singleton_session(&tmp, "vm", 6264, later));
+        // A singleton of this job that reuses the stale directory makes its rank's anew.
+        std::fs::remove_dir(dir.join("0")).unwrap();
+        let since = SystemTime::now();
+        std::fs::create_dir(dir.join("0")).unwrap();
+        assert!(singleton_session(&tmp, "vm", 6264, since));
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

@@ -188,6 +188,9 @@ struct Ctx {
     last_heard: Cell<Option<std::time::Instant>>,
     /// This context, for the tasks it starts itself ([`Output::HungUp`]'s wait).
     me: std::rc::Weak<Ctx>,
+    /// When the job's part here began, before its ranks were forked: an Open MPI singleton's
+    /// trace older than this is another process's ([`crate::host::ompi`]).
+    started: std::time::SystemTime,
 }
 
 impl Ctx {
@@ -243,7 +246,7 @@ fn watch_singletons(
             quiet.truncate(crate::host::ompi::CHECKS_MAX as usize);
             let alone = quiet
                 .iter()
-                .find(|(_, pid)| crate::host::ompi::singleton_running(*pid));
+                .find(|(_, pid)| crate::host::ompi::singleton_running(*pid, c.started));
             if let Some((rank, _)) = alone {
                 let _ = c.events.send(NodeEvent::Singleton { rank: *rank });
                 return;
@@ -293,7 +296,7 @@ fn rank_ended(
     // A rank that never spoke PMI or PMIx may have been an Open MPI singleton: a few such
     // ends are looked at, until one is found (one says enough).
     let ran_alone = !initialized && c.alone_checks.get() < crate::host::ompi::CHECKS_MAX && {
-        let found = crate::host::ompi::singleton_ended(pid);
+        let found = crate::host::ompi::singleton_ended(pid, c.started);
         c.alone_checks.set(if found {
             crate::host::ompi::CHECKS_MAX
         } else {

@@ -297,6 +297,7 @@ pub(super) fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -
     }
     Rc::new_cyclic(|me| Ctx {
         me: me.clone(),
+        started: std::time::SystemTime::now(),
         engine: RefCell::new(engine),
         outputs: RefCell::new(Vec::new()),
         batch: RefCell::new(Vec::new()),
