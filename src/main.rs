@@ -92,7 +92,12 @@ fn main() -> ExitCode {
             }
             return ExitCode::SUCCESS;
         }
-        Ok(Command::Run(spec)) => spec,
+        Ok(Command::Run(spec)) => {
+            for w in &spec.warnings {
+                kauri::say!("kauri: warning: {w}");
+            }
+            spec
+        }
         Err(e) => {
             kauri::say!("kauri: {e}");
             return ExitCode::from(255);

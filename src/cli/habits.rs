@@ -47,9 +47,14 @@ impl Parser {
                         v.to_string_lossy()
                     ));
                 }
-                // `-x NAME` passes kauri's own value of NAME (none: nothing to pass).
-                if let Some(val) = val {
-                    self.spec.genv.push((k, val));
+                // `-x NAME` passes kauri's own value of NAME; with none, nothing is passed,
+                // and a line says so (as Open MPI's `mpirun` does).
+                match val {
+                    Some(val) => self.spec.genv.push((k, val)),
+                    None => self.spec.warnings.push(format!(
+                        "-x {}: kauri's environment has no such variable; the ranks do not get it",
+                        k.to_string_lossy()
+                    )),
                 }
             }
             "-mca" | "-gmca" => {
@@ -220,6 +225,12 @@ mod tests {
             .genv
             .contains(&("KAURI_HABITS_TEST".into(), "from-kauri".into())));
         assert!(!s.genv.iter().any(|(k, _)| k == "NOT_SET_ANYWHERE_X"));
+        // Not silently: one warning names it (Open MPI: `could not find environment variable`).
+        assert_eq!(
+            s.warnings,
+            ["-x NOT_SET_ANYWHERE_X: kauri's environment has no such variable; the ranks do not \
+              get it"]
+        );
         assert!(fails("-x =v -n 1 x").contains("NAME"));
         let s = run("--mca btl tcp,self --gmca pml ob1 -n 1 x");
         assert!(s.genv.contains(&("OMPI_MCA_btl".into(), "tcp,self".into())));

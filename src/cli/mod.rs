@@ -181,6 +181,7 @@ impl Parser {
                 port_range: None,
                 display_map: false,
                 print_exit_codes: false,
+                warnings: Vec::new(),
             },
             segments: Vec::new(),
             configfile: None,

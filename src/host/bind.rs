@@ -137,23 +137,10 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
     Some(out)
 }
 
-/// Writes CPUs as a list with ranges (`0-3,8`).
+/// Writes CPUs as a list with ranges (`0-3,8`), as the kernel writes them (the same runs as
+/// [`crate::plan::rank_ranges`]).
 pub fn cpu_list(cpus: &[usize]) -> String {
-    let mut parts = Vec::new();
-    let mut i = 0;
-    while i < cpus.len() {
-        let mut j = i;
-        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
-            j += 1;
-        }
-        parts.push(if j == i {
-            cpus[i].to_string()
-        } else {
-            format!("{}-{}", cpus[i], cpus[j])
-        });
-        i = j + 1;
-    }
-    parts.join(",")
+    crate::plan::rank_ranges(cpus)
 }
 
 fn read(p: &Path) -> Option<String> {

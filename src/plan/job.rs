@@ -121,6 +121,9 @@ pub struct JobSpec {
     pub display_map: bool,
     /// Print every rank's exit status at the end (`-print-all-exitcodes`).
     pub print_exit_codes: bool,
+    /// Lines the command line earned that do not stop the job (`-x NAME` of a variable kauri
+    /// does not have), printed before it starts.
+    pub warnings: Vec<String>,
 }
 
 /// A singleton: an MPI program started without a launcher that now needs one. Its PMI-1

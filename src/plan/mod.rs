@@ -270,7 +270,8 @@ impl LaunchPlan {
     }
 }
 
-/// Ranks as a person reads them: runs of consecutive ranks joined (`0-3,8,10-11`).
+/// Ranks (or CPUs) as a person reads them: runs of consecutive numbers joined
+/// (`0-3,8,10-11`).
 pub fn rank_ranges(ranks: &[usize]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;

@@ -305,7 +305,7 @@ const HABITS: &[Opt] = &[
     with(
         &["-x"],
         "NAME[=VALUE]",
-        "Open MPI's export: -genv NAME VALUE (kauri's own value if none)",
+        "Open MPI's export: -genv NAME VALUE (kauri's own value if none; a warning if kauri has none)",
     ),
     with(
         &["--mca", "--gmca"],
