@@ -27,6 +27,7 @@ const PURE: &[&str] = &[
     "tree/msg.rs",
     "tree/policy.rs",
     "tree/profile.rs",
+    "tree/progress.rs",
     "tree/shape.rs",
 ];
 
