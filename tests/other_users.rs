@@ -161,3 +161,95 @@ echo "owner got: $l"
         "the job's own user is served after the refusal: {out}"
     );
 }
+
+/// A tree of user `nobody`'s, `shared/bin/job.py` (a script that names mpi4py) and
+/// `shared/bin/tool` (a program linked to it) beside `shared/lib/libmpi.so.40`, whose
+/// `DT_NEEDED` and `DT_RUNPATH` lead to a `libpmix.so.2` of nobody's making with a
+/// constructor that writes a marker file. Root's `kauri -n 1 cat shared/bin/job.py` prints
+/// the file and never looks for a library past it: the rank only reads a script, whose
+/// `../lib` nothing loads. Root's `kauri -n 1 wc -c shared/bin/tool` does follow the program
+/// its argument names to nobody's library, and refuses it with one line. Before, kauri
+/// followed either argument to `../lib/libmpi.so.40` and ran the constructor as uid 0.
+#[test]
+fn a_library_of_another_users_tree_that_an_argument_names_is_not_loaded() {
+    if let Some(why) = cannot_play_another_user() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let found = Command::new("gcc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        let why = "gcc is not installed";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        return eprintln!("skipped: {why}");
+    }
+    let dir = std::env::temp_dir().join(format!("kauri-planted-lib-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let marker = dir.join("marker");
+    as_nobody(&dir, &planted_tree(&marker));
+    let job = dir.join("shared/bin/job.py").to_string_lossy().into_owned();
+    let tool = dir.join("shared/bin/tool").to_string_lossy().into_owned();
+    let lib = dir.join("shared/lib/libpmix.so.2");
+    let size = std::fs::metadata(&tool).unwrap().len();
+    let mut outcomes = Vec::new();
+    for (args, want, line) in [
+        (vec!["cat", &job], std::fs::read(&job).unwrap(), None),
+        (
+            vec!["wc", "-c", &tool],
+            format!("{size} {tool}\n").into_bytes(),
+            Some(format!(
+                "kauri: not loading {}: it is owned by uid 65534, not by root or uid 0 who \
+                 runs kauri; serving the job with the system's OpenPMIx library",
+                lib.display()
+            )),
+        ),
+    ] {
+        let _ = std::fs::remove_file(&marker);
+        let _ = std::fs::remove_file(&marker);
+        let o = run_under_watchdog(
+            Command::new(KAURI)
+                .current_dir("/")
+                .args(["-n", "1"])
+                .args(&args),
+        );
+        outcomes.push((args, o, want, line, std::fs::read_to_string(&marker).ok()));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    for (args, o, want, line, ran) in outcomes {
+        let err = stderr(&o);
+        eprintln!("{args:?}: {err}");
+        assert_eq!(ran, None, "{args:?}: nobody's library ran inside kauri");
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert_eq!(o.stdout, want, "{args:?}: the job's output");
+        assert_eq!(
+            err.lines().next().map(str::to_string),
+            line,
+            "{args:?}: {err}"
+        );
+        assert!(err.lines().count() <= 1, "{args:?}: {err}");
+    }
+}
+
+/// The script that builds nobody's tree for
+/// [`a_library_of_another_users_tree_that_an_argument_names_is_not_loaded`]: its library's
+/// constructor writes `marker`.
+fn planted_tree(marker: &Path) -> String {
+    format!(
+        r#"set -e
+mkdir -p shared/bin shared/lib shared/src
+printf 'from mpi4py import MPI\nprint("job")\n' > shared/bin/job.py
+printf '#include <stdio.h>\n#include <unistd.h>\n__attribute__((constructor)) static void planted(void) {{ FILE *f = fopen("{marker}", "w"); if (f) {{ fprintf(f, "ran as uid %%d\\n", (int)geteuid()); fclose(f); }} }}\n' > shared/src/pmix.c
+printf 'int mpi_placeholder(void) {{ return 0; }}\n' > shared/src/mpi.c
+printf 'int mpi_placeholder(void);\nint main(void) {{ return mpi_placeholder(); }}\n' > shared/src/tool.c
+gcc -shared -fPIC -Wl,-soname,libpmix.so.2 -o shared/lib/libpmix.so.2 shared/src/pmix.c
+gcc -shared -fPIC -Wl,-soname,libmpi.so.40 -Wl,--enable-new-dtags -Wl,-rpath,'$ORIGIN' -Wl,--no-as-needed -o shared/lib/libmpi.so.40 shared/src/mpi.c -Lshared/lib -l:libpmix.so.2
+gcc -Wl,--enable-new-dtags -Wl,-rpath,'$ORIGIN/../lib' -Wl,--no-as-needed -o shared/bin/tool shared/src/tool.c -Lshared/lib -l:libmpi.so.40
+chmod -R go-w shared
+"#,
+        marker = marker.display()
+    )
+}
