@@ -160,9 +160,26 @@ pub fn listen(ip: IpAddr, range: Option<&PortRange>) -> io::Result<TcpListener> 
 }
 
 /// A listener on `addr`, bound without `SO_REUSEADDR`: the bind fails on a port any socket
-/// holds, a [`Reservation`] (which lets binds with `SO_REUSEADDR` share it) included.
+/// holds, a [`Reservation`] (which lets binds with `SO_REUSEADDR` share it) included. A port
+/// whose only sockets in `/proc/net/tcp{,6}` are connections in `TIME_WAIT` (a listener's of
+/// a job that ended, for a minute after) is bound with `SO_REUSEADDR`: a reservation is never
+/// listed there, so one made on such a port would be shared (a `MASTER_PORT` whose rank 0
+/// closed its connections first, and then its listener, while its job still runs).
 fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
-    let fd = bound(addr, false)?;
+    let fd = match bound(addr, false) {
+        Err(e)
+            if e.kind() == io::ErrorKind::AddrInUse
+                && addr.port() != 0
+                && crate::host::peer::only_time_wait_on(addr.port()) =>
+        {
+            bound_with(addr, false, true)?
+        }
+        r => r?,
+    };
+    // Set once bound: a listening socket is never shared whatever it sets, and the
+    // connections it accepts carry the flag into `TIME_WAIT`, where it lets the next
+    // listener's bind above share the port with them.
+    open_to_reuse(&fd)?;
     // SAFETY: fd is an open socket of ours.
     if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
         return Err(io::Error::last_os_error());
@@ -175,6 +192,11 @@ fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
 /// other bind of the port fails, of any user, until [`open_to_reuse`] lets binds with
 /// `SO_REUSEADDR` share it. `v6only`: an IPv6 socket that holds the port for IPv6 alone.
 fn bound(addr: SocketAddr, v6only: bool) -> io::Result<OwnedFd> {
+    bound_with(addr, v6only, false)
+}
+
+/// [`bound`], with `SO_REUSEADDR` set before the bind when `reuse`.
+fn bound_with(addr: SocketAddr, v6only: bool, reuse: bool) -> io::Result<OwnedFd> {
     let domain = if addr.is_ipv4() {
         libc::AF_INET
     } else {
@@ -189,6 +211,9 @@ fn bound(addr: SocketAddr, v6only: bool) -> io::Result<OwnedFd> {
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     if v6only {
         set_option(&fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY)?;
+    }
+    if reuse {
+        open_to_reuse(&fd)?;
     }
     let (storage, len) = sockaddr_of(addr);
     // SAFETY: storage holds a sockaddr of len bytes for the socket's family.
@@ -508,6 +533,28 @@ mod tests {
                 r.high
             ),
         }
+    }
+
+    /// A port whose last listener closed its connection first (left in `TIME_WAIT` for a
+    /// minute) is listened on again: a range is not used up by the jobs that just ended.
+    #[test]
+    fn a_port_left_in_time_wait_is_listened_on_again() {
+        let lo = IpAddr::from([127, 0, 0, 1]);
+        let r = two_free_ports();
+        let r = PortRange::parse("T", &format!("{}:{}", r.low, r.low)).unwrap();
+        let Ok(first) = listen(lo, Some(&r)) else {
+            return; // taken meanwhile by another program: nothing to learn
+        };
+        let client = std::net::TcpStream::connect(first.local_addr().unwrap()).unwrap();
+        let (served, _) = first.accept().unwrap();
+        drop(served); // this end closes first: its socket waits in TIME_WAIT
+        let mut b = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut &client, &mut b).unwrap(), 0);
+        drop(client);
+        drop(first);
+        assert!(crate::host::peer::only_time_wait_on(r.low));
+        let again = listen(lo, Some(&r));
+        assert!(again.is_ok(), "{again:?}");
     }
 
     /// A reserved port is refused to a plain bind (another kauri job's, a program's, the
