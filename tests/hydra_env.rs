@@ -395,7 +395,7 @@ fn free_range(n: u16) -> (u16, u16) {
     }
 }
 
-/// The ports' locks (`ports::Reservation`, abstract sockets) leave no file behind (the
+/// The ports' reservations (`ports::Reservation`, bound sockets) leave no file behind (the
 /// range's lock was once a lock file in `$TMPDIR`).
 fn forget_range(low: u16, high: u16) {
     let old = std::env::temp_dir().join(format!("kauri-ports-{low}-{high}.lock"));

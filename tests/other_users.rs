@@ -161,3 +161,248 @@ echo "owner got: $l"
         "the job's own user is served after the refusal: {out}"
     );
 }
+
+/// A tree of user `nobody`'s, `shared/bin/job.py` (a script that names mpi4py) and
+/// `shared/bin/tool` (a program linked to it) beside `shared/lib/libmpi.so.40`, whose
+/// `DT_NEEDED` and `DT_RUNPATH` lead to a `libpmix.so.2` of nobody's making with a
+/// constructor that writes a marker file. Root's `kauri -n 1 cat shared/bin/job.py` prints
+/// the file and never looks for a library past it: the rank only reads a script, whose
+/// `../lib` nothing loads. Root's `kauri -n 1 wc -c shared/bin/tool` does follow the program
+/// its argument names to nobody's library, and refuses it with one line. Before, kauri
+/// followed either argument to `../lib/libmpi.so.40` and ran the constructor as uid 0.
+#[test]
+fn a_library_of_another_users_tree_that_an_argument_names_is_not_loaded() {
+    if let Some(why) = cannot_play_another_user() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let found = Command::new("gcc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        let why = "gcc is not installed";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        return eprintln!("skipped: {why}");
+    }
+    let dir = std::env::temp_dir().join(format!("kauri-planted-lib-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let marker = dir.join("marker");
+    as_nobody(&dir, &planted_tree(&marker));
+    let job = dir.join("shared/bin/job.py").to_string_lossy().into_owned();
+    let tool = dir.join("shared/bin/tool").to_string_lossy().into_owned();
+    let lib = dir.join("shared/lib/libpmix.so.2");
+    let size = std::fs::metadata(&tool).unwrap().len();
+    let mut outcomes = Vec::new();
+    for (args, want, line) in [
+        (vec!["cat", &job], std::fs::read(&job).unwrap(), None),
+        (
+            vec!["wc", "-c", &tool],
+            format!("{size} {tool}\n").into_bytes(),
+            Some(format!(
+                "kauri: not loading {}: it is owned by uid 65534, not by root or uid 0 who \
+                 runs kauri; serving the job with the system's OpenPMIx library",
+                lib.display()
+            )),
+        ),
+    ] {
+        let _ = std::fs::remove_file(&marker);
+        let _ = std::fs::remove_file(&marker);
+        let o = run_under_watchdog(
+            Command::new(KAURI)
+                .current_dir("/")
+                .args(["-n", "1"])
+                .args(&args),
+        );
+        outcomes.push((args, o, want, line, std::fs::read_to_string(&marker).ok()));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    for (args, o, want, line, ran) in outcomes {
+        let err = stderr(&o);
+        eprintln!("{args:?}: {err}");
+        assert_eq!(ran, None, "{args:?}: nobody's library ran inside kauri");
+        assert!(o.status.success(), "{args:?}: {err}");
+        assert_eq!(o.stdout, want, "{args:?}: the job's output");
+        assert_eq!(
+            err.lines().next().map(str::to_string),
+            line,
+            "{args:?}: {err}"
+        );
+        assert!(err.lines().count() <= 1, "{args:?}: {err}");
+    }
+}
+
+/// The script that builds nobody's tree for
+/// [`a_library_of_another_users_tree_that_an_argument_names_is_not_loaded`]: its library's
+/// constructor writes `marker`.
+fn planted_tree(marker: &Path) -> String {
+    format!(
+        r#"set -e
+mkdir -p shared/bin shared/lib shared/src
+printf 'from mpi4py import MPI\nprint("job")\n' > shared/bin/job.py
+printf '#include <stdio.h>\n#include <unistd.h>\n__attribute__((constructor)) static void planted(void) {{ FILE *f = fopen("{marker}", "w"); if (f) {{ fprintf(f, "ran as uid %%d\\n", (int)geteuid()); fclose(f); }} }}\n' > shared/src/pmix.c
+printf 'int mpi_placeholder(void) {{ return 0; }}\n' > shared/src/mpi.c
+printf 'int mpi_placeholder(void);\nint main(void) {{ return mpi_placeholder(); }}\n' > shared/src/tool.c
+gcc -shared -fPIC -Wl,-soname,libpmix.so.2 -o shared/lib/libpmix.so.2 shared/src/pmix.c
+gcc -shared -fPIC -Wl,-soname,libmpi.so.40 -Wl,--enable-new-dtags -Wl,-rpath,'$ORIGIN' -Wl,--no-as-needed -o shared/lib/libmpi.so.40 shared/src/mpi.c -Lshared/lib -l:libpmix.so.2
+gcc -Wl,--enable-new-dtags -Wl,-rpath,'$ORIGIN/../lib' -Wl,--no-as-needed -o shared/bin/tool shared/src/tool.c -Lshared/lib -l:libmpi.so.40
+chmod -R go-w shared
+"#,
+        marker = marker.display()
+    )
+}
+
+/// The system's `python3` (one in root's home would be out of `nobody`'s reach).
+fn python() -> &'static str {
+    ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("python3 is needed (Debian package python3)")
+}
+
+/// Runs `python3 -c code` as user `nobody`, with `args` after it, standard input a pipe; the
+/// child, to read its output from and end by closing its input.
+fn python_as_nobody(code: &str, args: &[&str]) -> std::process::Child {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            python(),
+            "-c",
+            code,
+        ])
+        .args(args)
+        .current_dir("/")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 as nobody")
+}
+
+/// What user `nobody` learns of, and can do to, the `MASTER_PORT` of root's `-ml-env` job
+/// while rank 0 has not bound it yet: no abstract name in `/proc/net/unix` gives it away (none
+/// says kauri or the port), and a bind
+/// of it (on loopback or on every address) fails; the job then runs, rank 0 binding the
+/// port with `SO_REUSEADDR` as torch's `TCPStore` does. Before, the reservation was the
+/// abstract name `@kauri-port-PORT`, listed to every user, and the port itself was free to
+/// anyone's bind until rank 0's.
+#[test]
+fn another_user_can_neither_see_nor_take_master_port() {
+    if let Some(why) = cannot_play_another_user() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kauri-master-port-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (port_file, gate) = (dir.join("port"), dir.join("gate"));
+    let rank = format!(
+        "if [ \"$RANK\" = 0 ]; then echo \"$MASTER_PORT\" > {port}.tmp && mv {port}.tmp {port}; \
+         while [ ! -e {gate} ]; do sleep 0.05; done; fi; exec {python} {prog} owner 0",
+        python = python(),
+        port = port_file.display(),
+        gate = gate.display(),
+        prog = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/late_master.py"),
+    );
+    let seen = std::thread::scope(|s| {
+        let job = s.spawn(|| kauri(&["-ml-env", "-n", "2", "sh", "-c", &rank], None, &[]));
+        while !port_file.exists() && !job.is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let port = std::fs::read_to_string(&port_file).unwrap_or_default();
+        let nobody = python_as_nobody(
+            r#"
+import socket, sys
+port = int(sys.argv[1])
+paths = [l.split()[-1] for l in open("/proc/net/unix") if len(l.split()) >= 8]
+names = [p for p in paths if p.startswith("@") and ("kauri" in p or str(port) in p)]
+print("names", names)
+for addr in ["127.0.0.1", "0.0.0.0"]:
+    s = socket.socket()
+    try:
+        s.bind((addr, port)); s.listen(); print("bound", addr)
+    except OSError as e:
+        print("refused", addr, e.errno)
+    s.close()
+"#,
+            &[port.trim()],
+        )
+        .wait_with_output()
+        .unwrap();
+        std::fs::write(&gate, b"").unwrap();
+        (port, nobody, job.join().unwrap())
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+    let (port, nobody, job) = seen;
+    let said = String::from_utf8_lossy(&nobody.stdout).into_owned();
+    eprintln!("MASTER_PORT {port}nobody: {said}{}", stderr(&nobody));
+    assert!(
+        !port.trim().is_empty(),
+        "rank 0 never said its port: {}",
+        stderr(&job)
+    );
+    assert!(said.lines().any(|l| l == "names []"), "{said}");
+    for addr in ["127.0.0.1", "0.0.0.0"] {
+        assert!(
+            said.lines().any(|l| l == format!("refused {addr} 98")),
+            "nobody bound {addr}:{port}: {said}"
+        );
+    }
+    assert!(job.status.success(), "{}", stderr(&job));
+    assert_eq!(
+        String::from_utf8_lossy(&job.stdout),
+        format!("port {} token owner\n", port.trim())
+    );
+}
+
+/// User `nobody` binds the abstract names `@kauri-port-PORT` of every port of a range (the
+/// names kauri's reservations once were): root's `-ml-env` job and `-pmi-port` job in that
+/// range run all the same. Before, both found every port "reserved by another kauri job".
+#[test]
+fn names_another_user_binds_reserve_no_port() {
+    if let Some(why) = cannot_play_another_user() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let (low, high) = (29170u16, 29173u16);
+    let mut squatter = python_as_nobody(
+        r#"
+import socket, sys
+held = []
+for p in range(int(sys.argv[1]), int(sys.argv[2]) + 1):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(b"\0kauri-port-%d" % p)
+    held.append(s)
+print("holding", flush=True)
+sys.stdin.read()
+"#,
+        &[&low.to_string(), &high.to_string()],
+    );
+    let mut line = String::new();
+    let out = squatter.stdout.take().unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap();
+    let range = format!("{low}:{high}");
+    let env = [("MPIEXEC_PORT_RANGE", range.as_str())];
+    let ml = kauri(
+        &["-ml-env", "-n", "1", "sh", "-c", "echo $MASTER_PORT"],
+        None,
+        &env,
+    );
+    let pmi = kauri(
+        &["-pmi-port", "-n", "1", "sh", "-c", "echo ${PMI_PORT##*:}"],
+        None,
+        &env,
+    );
+    drop(squatter.stdin.take());
+    let _ = squatter.wait();
+    assert_eq!(line, "holding\n", "nobody holds the names: {line:?}");
+    for (what, o) in [("-ml-env", ml), ("-pmi-port", pmi)] {
+        assert!(o.status.success(), "{what}: {}", stderr(&o));
+        let port: u16 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+        assert!((low..=high).contains(&port), "{what}: {port}");
+    }
+}

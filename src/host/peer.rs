@@ -38,6 +38,41 @@ pub fn owner_in(table: &str, peer: SocketAddr, local: SocketAddr) -> Option<u32>
     })
 }
 
+/// Whether every socket of the machine whose local port is `port` is a connection in
+/// `TIME_WAIT` (and there is one): a port a listener may bind with `SO_REUSEADDR` without
+/// sharing it with a live socket that the tables list.
+pub fn only_time_wait_on(port: u16) -> bool {
+    let mut seen = false;
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(f) else {
+            continue;
+        };
+        match time_wait_only_in(&text, port) {
+            Some(false) => return false,
+            Some(true) => seen = true,
+            None => {}
+        }
+    }
+    seen
+}
+
+/// In one table: `None` when no line's local port is `port`, else whether all such lines are
+/// in `TIME_WAIT` (state `06`).
+fn time_wait_only_in(table: &str, port: u16) -> Option<bool> {
+    let mut found = None;
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 4 || parse_addr(f[1]).map(|a| a.port()) != Some(port) {
+            continue;
+        }
+        if f[3] != "06" {
+            return Some(false);
+        }
+        found = Some(true);
+    }
+    found
+}
+
 /// An address as the tables print it: `0100007F:1F90` (IPv4) or 32 hex digits `:port`
 /// (IPv6), each 32-bit word in the machine's byte order, the port in hex.
 fn parse_addr(s: &str) -> Option<SocketAddr> {
@@ -104,6 +139,21 @@ mod tests {
         // An IPv4-mapped peer seen by a dual-stack listener is the same peer.
         let mapped: SocketAddr = "[::ffff:127.0.0.1]:40000".parse().unwrap();
         assert_eq!(owner_in(&table, mapped, local), Some(65534));
+    }
+
+    #[test]
+    fn a_port_held_only_by_connections_in_time_wait() {
+        let head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+        let line = |local: &str, st: &str| {
+            format!("   0: {local} 0100007F:9000 {st} 00000000:00000000 00:00000000 00000000     0        0 0 1\n")
+        };
+        let p = 0x1F90;
+        let tw = format!("{head}{}", line(&v4([127, 0, 0, 1], p), "06"));
+        assert_eq!(time_wait_only_in(&tw, p), Some(true));
+        let mixed = format!("{tw}{}", line(&v4([0, 0, 0, 0], p), "0A"));
+        assert_eq!(time_wait_only_in(&mixed, p), Some(false));
+        assert_eq!(time_wait_only_in(&tw, p + 1), None);
+        assert_eq!(time_wait_only_in(head, p), None);
     }
 
     #[test]

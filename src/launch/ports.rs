@@ -17,46 +17,49 @@
 //! later (torch's `TCPStore` on rank 0 binds `MASTER_PORT` seconds after the start). Probing
 //! with a bind and letting go is not enough: two jobs started together found the same port
 //! free, and one of them failed with `EADDRINUSE`, or a rank of one joined the other's store.
-//! So every port is chosen under a [`Reservation`]: a lock named after the port, taken (never
-//! waited for) *before* the port is probed, and skipped when another kauri process holds it.
-//! [`reserve`] hands the reservation to its caller, which keeps it for the job's whole life
-//! (the front end keeps `MASTER_PORT`'s until it exits); [`listen`] and [`with_free_port`]
-//! hold it only until the port is bound, from then on the listener itself keeps the port.
-//! Without a range the kernel chooses (a bind to port 0) and the number it gave is locked in
-//! the same way, a number another job holds being asked for again.
+//! So such a port is held by a [`Reservation`]: a TCP socket bound to it (on every IPv4 and
+//! every IPv6 address) and not listening. It is bound without `SO_REUSEADDR`, so it is taken
+//! only when no socket holds the port; once bound it sets `SO_REUSEADDR`, and then Linux lets
+//! exactly one kind of bind share the port: one that sets `SO_REUSEADDR` too, and listens (the
+//! port's holder does not). The program the port is for binds that way (torch's `TCPStore`,
+//! JAX's coordinator, OpenPMIx's listener); every other bind fails: another kauri job's
+//! search (kauri's own binds never set `SO_REUSEADDR`), a program's plain bind, any user's,
+//! and the kernel's choice of a port for a bind to port 0 or a connection. [`reserve`] hands
+//! the reservation to its caller, which keeps it for the job's whole life (the front end keeps
+//! `MASTER_PORT`'s until it exits); [`with_free_port`] holds one only until the PMIx server
+//! is bound; [`listen`]'s listener holds its own port.
 //!
-//! The lock is an abstract Unix socket, `@kauri-port-PORT`, bound while the port is held:
-//! - its scope is the scope of a port: both belong to the network namespace, so the lock holds
-//!   against every kauri job that could collide on the port, of any user, and only those
-//!   (a lock file in a per-user directory would leave two users' jobs free to collide, and
-//!   two containers sharing the host's network but not its `/tmp` too);
-//! - the kernel frees the name when the socket closes, at exit and at `SIGKILL` alike: no
-//!   stale reservation, no file left, and no directory to create and check in a shared place;
-//! - the socket is close-on-exec, so no rank inherits it and outlives kauri holding it.
-//!
-//! What it costs: any local process can bind a name and so make kauri skip that port, which
-//! it could as well do by binding the port itself.
+//! - Its scope is the port's own: the network namespace, every user, every kauri job that
+//!   could collide on the port, and nothing else.
+//! - The kernel frees it when the socket closes, at exit and at `SIGKILL` alike: no stale
+//!   reservation, no file, no name; it is close-on-exec, so no rank inherits it.
+//! - It shows nowhere a name could: `/proc/net/unix` holds nothing of kauri's, and a socket
+//!   that does not listen is not in `/proc/net/tcp`. (Linux 6.9 and later list such sockets
+//!   through `inet_diag`, as `ss --bound-inactive` of iproute2 6.9 shows them, to every user.)
 //!
 //! What it does not cover, said plainly:
-//! - other programs. A port reserved and not yet bound by its program can still be bound by
-//!   anything else on the machine; without a range, the kernel may give it to any program's
-//!   bind to port 0 (or the PMIx server's, which OpenPMIx binds itself when no range is set).
-//!   A range outside the kernel's ephemeral ports (`net.ipv4.ip_local_port_range`) leaves
-//!   only programs that name the port themselves.
+//! - a process that binds the port with `SO_REUSEADDR` and listens before the program does.
+//!   Linux lets it, of any user, as it lets the program: a port's holder that the program can
+//!   share with is one that anyone who binds the same way can. To find the port such a
+//!   process must try every port's bind, or read the list above; it then takes it before
+//!   rank 0, and rank 0 fails with `EADDRINUSE` (the job ends with it). torchrun has no such
+//!   window because its agent listens on the store's port itself before its workers start
+//!   (`TORCHELASTIC_USE_AGENT_STORE`); kauri hosts no store, and torch's `env://` start takes
+//!   no listening socket from its parent.
 //! - another host. When rank 0 runs on a remote host, the front end chooses `MASTER_PORT`:
 //!   the reservation and the probe are on the front end's host, and hold against kauri jobs
 //!   started there. On rank 0's host the agent only probes the port with a bind before it
 //!   starts the ranks (and fails the job, in one line, when it is taken); it reserves nothing,
 //!   so a program there, or a kauri job started from another machine, may take the port
 //!   between that probe and rank 0's bind, and two front ends on two machines may choose the
-//!   same port for rank 0 on a third. The agent could take the same lock on its host (kept
-//!   until its ranks end) and, were it held, ask the front end for another port before the
-//!   ranks' environment is made; it does not today (with simulated hosts the front end holds
-//!   that lock on the same machine, which the agent would have to tell apart).
+//!   same port for rank 0 on a third. The agent could hold the port the same way on its host
+//!   (kept until its ranks end) and, were it taken, ask the front end for another port before
+//!   the ranks' environment is made; it does not today.
 
 use serde::{Deserialize, Serialize};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// The variables that name the range, in the order Hydra 4 reads them (the first one set
 /// wins; `ui/mpich/mpiexec.c`): MPICH's own port-range parameters first, `MPIEXEC_PORT_RANGE`
@@ -135,29 +138,20 @@ impl std::fmt::Display for PortRange {
 }
 
 /// How many ports a search without a range takes from the kernel before it gives up, each
-/// one's reservation held by another kauri process.
+/// one taken on IPv6 by another program.
 const KERNEL_TRIES: usize = 64;
 
 /// Listens on `ip` at the lowest free port of `range` (as Hydra does), or at any port the
-/// system picks when there is no range; a port another kauri process has reserved is skipped
-/// either way. A range whose every port is taken or reserved is an error that names it.
+/// system picks when there is no range; a port held by anything, another kauri job's
+/// [`Reservation`] included, is skipped either way. A range whose every port is taken or
+/// reserved is an error that names it.
 pub fn listen(ip: IpAddr, range: Option<&PortRange>) -> io::Result<TcpListener> {
-    let (listener, _held) = match range {
-        Some(r) => lowest(ip, r)?,
-        None => from_kernel(ip)?,
+    let Some(r) = range else {
+        return listener(SocketAddr::new(ip, 0));
     };
-    Ok(listener)
-}
-
-/// The lowest port of `r` that is neither reserved nor bound, bound on `ip`, and its
-/// reservation.
-fn lowest(ip: IpAddr, r: &PortRange) -> io::Result<(TcpListener, Reservation)> {
     for port in r.low..=r.high {
-        let Some(held) = Reservation::try_take(port)? else {
-            continue;
-        };
-        match TcpListener::bind(SocketAddr::new(ip, port)) {
-            Ok(l) => return Ok((l, held)),
+        match listener(SocketAddr::new(ip, port)) {
+            Ok(l) => return Ok(l),
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
             Err(e) => return Err(io::Error::new(e.kind(), format!("port {port} of {r}: {e}"))),
         }
@@ -165,22 +159,132 @@ fn lowest(ip: IpAddr, r: &PortRange) -> io::Result<(TcpListener, Reservation)> {
     Err(full(r))
 }
 
-/// A port the kernel picks, bound on `ip`, and its reservation. A port another kauri process
-/// reserved (free for the kernel: its program has not bound it yet) stays bound here until the
-/// search ends, so the kernel does not give it again.
-fn from_kernel(ip: IpAddr) -> io::Result<(TcpListener, Reservation)> {
-    let mut reserved_elsewhere = Vec::new();
-    for _ in 0..KERNEL_TRIES {
-        let l = TcpListener::bind(SocketAddr::new(ip, 0))?;
-        match Reservation::try_take(l.local_addr()?.port())? {
-            Some(held) => return Ok((l, held)),
-            None => reserved_elsewhere.push(l),
+/// A listener on `addr`, bound without `SO_REUSEADDR`: the bind fails on a port any socket
+/// holds, a [`Reservation`] (which lets binds with `SO_REUSEADDR` share it) included. A port
+/// whose only sockets in `/proc/net/tcp{,6}` are connections in `TIME_WAIT` (a listener's of
+/// a job that ended, for a minute after) is bound with `SO_REUSEADDR`: a reservation is never
+/// listed there, so one made on such a port would be shared (a `MASTER_PORT` whose rank 0
+/// closed its connections first, and then its listener, while its job still runs).
+fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
+    let fd = match bound(addr, false) {
+        Err(e)
+            if e.kind() == io::ErrorKind::AddrInUse
+                && addr.port() != 0
+                && crate::host::peer::only_time_wait_on(addr.port()) =>
+        {
+            bound_with(addr, false, true)?
         }
+        r => r?,
+    };
+    // Set once bound: a listening socket is never shared whatever it sets, and the
+    // connections it accepts carry the flag into `TIME_WAIT`, where it lets the next
+    // listener's bind above share the port with them.
+    open_to_reuse(&fd)?;
+    // SAFETY: fd is an open socket of ours.
+    if unsafe { libc::listen(fd.as_raw_fd(), 128) } != 0 {
+        return Err(io::Error::last_os_error());
     }
-    Err(io::Error::new(
-        io::ErrorKind::AddrInUse,
-        format!("the kernel gave {KERNEL_TRIES} ports in a row that other kauri jobs reserved"),
-    ))
+    Ok(TcpListener::from(fd))
+}
+
+/// A TCP socket bound to `addr` and not listening, close-on-exec, without `SO_REUSEADDR` or
+/// `SO_REUSEPORT`: its bind fails when any socket holds the port, and, while it lives, every
+/// other bind of the port fails, of any user, until [`open_to_reuse`] lets binds with
+/// `SO_REUSEADDR` share it. `v6only`: an IPv6 socket that holds the port for IPv6 alone.
+fn bound(addr: SocketAddr, v6only: bool) -> io::Result<OwnedFd> {
+    bound_with(addr, v6only, false)
+}
+
+/// [`bound`], with `SO_REUSEADDR` set before the bind when `reuse`.
+fn bound_with(addr: SocketAddr, v6only: bool, reuse: bool) -> io::Result<OwnedFd> {
+    let domain = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket has no memory-safety preconditions.
+    let raw = unsafe { libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: raw is a socket just opened, owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    if v6only {
+        set_option(&fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY)?;
+    }
+    if reuse {
+        open_to_reuse(&fd)?;
+    }
+    let (storage, len) = sockaddr_of(addr);
+    // SAFETY: storage holds a sockaddr of len bytes for the socket's family.
+    let rc = unsafe { libc::bind(fd.as_raw_fd(), (&raw const storage).cast(), len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// Sets the integer socket option `name` of `level` on `fd` to 1.
+fn set_option(fd: &OwnedFd, level: i32, name: i32) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: the value is a c_int of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&raw const one).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Lets a bind with `SO_REUSEADDR` share the port `fd` holds (the program's: torch's
+/// `TCPStore`, OpenPMIx's listener), while a bind without it (another kauri job's search, a
+/// program's plain bind, the kernel's choice of a port) still fails: Linux lets two sockets
+/// share a port when both set `SO_REUSEADDR` and the one bound first does not listen.
+fn open_to_reuse(fd: &OwnedFd) -> io::Result<()> {
+    set_option(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR)
+}
+
+/// `addr` as a `sockaddr_storage` and its length.
+fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain data, all zeros a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in6 and suitably aligned.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
 }
 
 /// The error of a range with no port left.
@@ -192,41 +296,62 @@ fn full(r: &PortRange) -> io::Error {
 }
 
 /// Runs `bind` with the lowest port of `range` that is free on loopback, for a listener
-/// kauri does not open itself (the PMIx server's): the port's [`Reservation`] is held until
-/// `bind` returns, so no other kauri process on this machine takes the port meanwhile.
+/// kauri does not open itself (the PMIx server's): the port is held ([`Reservation`], on
+/// `127.0.0.1`) until `bind` returns, open to `bind`'s own `SO_REUSEADDR` (OpenPMIx sets it),
+/// so nothing else takes the port meanwhile.
 pub fn with_free_port<T>(
     range: &PortRange,
     bind: impl FnOnce(u16) -> Result<T, String>,
 ) -> Result<T, String> {
-    let (probe, held) =
-        lowest(std::net::Ipv4Addr::LOCALHOST.into(), range).map_err(|e| e.to_string())?;
-    drop(probe);
-    let out = bind(held.port());
-    drop(held);
-    out
+    let lo = IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
+    for port in range.low..=range.high {
+        let held = match Reservation::hold(port, &[lo]) {
+            Ok(Some(h)) => h,
+            Ok(None) => continue,
+            Err(e) => return Err(format!("port {port} of {range}: {e}")),
+        };
+        let out = bind(held.port());
+        drop(held);
+        return out;
+    }
+    Err(full(range).to_string())
 }
 
-/// One port held against every other kauri process of this machine's network namespace (see
-/// the module's doc): an abstract Unix socket named `kauri-port-PORT`, bound while the
-/// reservation lives. The kernel releases it when the socket closes, even after a crash, and
-/// it leaves no file. Released when dropped.
+/// One port held on this machine for a program that binds it later (see the module's doc): a
+/// TCP socket bound to the port on every IPv4 address and one bound on every IPv6 address
+/// (when the machine has IPv6), not listening, open to [`open_to_reuse`]. Released when
+/// dropped, and by the kernel when kauri ends, however it ends; close-on-exec, so no rank
+/// holds it.
 #[derive(Debug)]
 pub struct Reservation {
     port: u16,
-    _name: std::os::unix::net::UnixDatagram,
+    _held: Vec<OwnedFd>,
 }
 
 impl Reservation {
-    /// Reserves `port`, or `None` when another process holds its reservation. Never waits.
-    pub fn try_take(port: u16) -> io::Result<Option<Reservation>> {
-        use std::os::linux::net::SocketAddrExt;
-        let name = format!("kauri-port-{port}");
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-        match std::os::unix::net::UnixDatagram::bind_addr(&addr) {
-            Ok(s) => Ok(Some(Reservation { port, _name: s })),
-            Err(e) if e.kind() == io::ErrorKind::AddrInUse => Ok(None),
-            Err(e) => Err(io::Error::new(e.kind(), format!("lock @{name}: {e}"))),
+    /// Holds `port` on each of `ips`, or `None` when something holds it on one of them already
+    /// (an IPv6 address where the machine has no IPv6 is passed over). Never waits.
+    fn hold(port: u16, ips: &[IpAddr]) -> io::Result<Option<Reservation>> {
+        let mut held = Vec::new();
+        for &ip in ips {
+            let fd = match bound(SocketAddr::new(ip, port), ip.is_ipv6()) {
+                Ok(fd) => fd,
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => return Ok(None),
+                Err(e)
+                    if ip.is_ipv6()
+                        && matches!(
+                            e.raw_os_error(),
+                            Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL)
+                        ) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            };
+            open_to_reuse(&fd)?;
+            held.push(fd);
         }
+        Ok(Some(Reservation { port, _held: held }))
     }
 
     /// The port reserved.
@@ -242,24 +367,57 @@ pub fn listen_async(ip: IpAddr, range: Option<&PortRange>) -> io::Result<tokio::
     tokio::net::TcpListener::from_std(l)
 }
 
+/// The addresses a [`reserve`]d port is held on: every IPv4 and every IPv6 address.
+const EVERY_ADDRESS: [IpAddr; 2] = [
+    IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+    IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+];
+
 /// A port for a program of the job to listen on later (`MASTER_PORT`), free on every address
-/// of this machine now and reserved for as long as the [`Reservation`] lives: the highest
-/// such port of `range` (kauri's own listeners take the lowest), or one the kernel picks. A
-/// range whose every port is taken or reserved is an error that names it.
+/// of this machine now and held for as long as the [`Reservation`] lives: the highest such
+/// port of `range` (kauri's own listeners take the lowest), or one the kernel picks. A range
+/// whose every port is taken or reserved is an error that names it.
 pub fn reserve(range: Option<&PortRange>) -> io::Result<Reservation> {
-    let any = IpAddr::from([0u8, 0, 0, 0]);
     let Some(r) = range else {
-        return Ok(from_kernel(any)?.1);
+        // The kernel picks a port free on IPv4, which may be taken on IPv6: such a port stays
+        // held until the search ends, so the kernel does not give it again.
+        let mut taken_on_v6 = Vec::new();
+        for _ in 0..KERNEL_TRIES {
+            let v4 = bound(SocketAddr::new(EVERY_ADDRESS[0], 0), false)?;
+            let port = local_port(&v4)?;
+            if let Some(mut held) = Reservation::hold(port, &EVERY_ADDRESS[1..])? {
+                open_to_reuse(&v4)?;
+                held._held.push(v4);
+                return Ok(held);
+            }
+            taken_on_v6.push(v4);
+        }
+        return Err(io::Error::new(
+            io::ErrorKind::AddrInUse,
+            format!("the kernel gave {KERNEL_TRIES} ports in a row that were taken on IPv6"),
+        ));
     };
     for port in (r.low..=r.high).rev() {
-        let Some(held) = Reservation::try_take(port)? else {
-            continue;
-        };
-        if TcpListener::bind(SocketAddr::new(any, port)).is_ok() {
+        if let Some(held) = Reservation::hold(port, &EVERY_ADDRESS)? {
             return Ok(held);
         }
     }
     Err(full(r))
+}
+
+/// The port `fd` is bound to.
+fn local_port(fd: &OwnedFd) -> io::Result<u16> {
+    // SAFETY: sockaddr_storage is plain data, all zeros a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: storage has len bytes of room.
+    let rc = unsafe { libc::getsockname(fd.as_raw_fd(), (&raw mut storage).cast(), &mut len) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the socket is AF_INET: getsockname wrote a sockaddr_in.
+    let sin: libc::sockaddr_in = unsafe { std::ptr::read((&raw const storage).cast()) };
+    Ok(u16::from_be(sin.sin_port))
 }
 
 #[cfg(test)]
@@ -331,32 +489,22 @@ mod tests {
     #[test]
     fn a_reserved_port_is_skipped_until_its_reservation_is_dropped() {
         let r = two_free_ports();
-        let Some(other_job) = Reservation::try_take(r.high).unwrap() else {
-            return; // another process reserved it meanwhile: nothing to learn
+        let Some(other_job) = Reservation::hold(r.high, &EVERY_ADDRESS).unwrap() else {
+            return; // another process took it meanwhile: nothing to learn
         };
-        assert!(Reservation::try_take(r.high).unwrap().is_none());
+        assert!(Reservation::hold(r.high, &EVERY_ADDRESS).unwrap().is_none());
         // The highest port is held by "another job": the search takes the lowest.
         let Ok(mine) = reserve(Some(&r)) else {
             return; // the lowest port was taken meanwhile by another program
         };
         assert_eq!(mine.port(), r.low);
-        // Both held: the range is full, though neither port is bound.
+        // Both held: the range is full, though neither port is listened on.
         let e = reserve(Some(&r)).unwrap_err();
         assert!(e.to_string().contains("every port of T="), "{e}");
         assert!(listen(IpAddr::from([127, 0, 0, 1]), Some(&r)).is_err());
-        // Dropped, a reservation frees its port: at once, unless another thread of this
-        // test process forked meanwhile (a child holds a copy of the socket until it execs,
-        // a moment): so within a second.
+        // Dropped, a reservation frees its port.
         drop(other_job);
-        let mut again = reserve(Some(&r));
-        for _ in 0..100 {
-            if again.is_ok() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            again = reserve(Some(&r));
-        }
-        match again {
+        match reserve(Some(&r)) {
             Ok(again) => assert_eq!(again.port(), r.high),
             // Only if another program took the high port meanwhile.
             Err(e) => assert!(
@@ -366,13 +514,13 @@ mod tests {
             ),
         }
         drop(mine);
-        assert!(Reservation::try_take(r.low).unwrap().is_some());
+        assert!(Reservation::hold(r.low, &EVERY_ADDRESS).unwrap().is_some());
     }
 
     #[test]
     fn a_listener_skips_a_reserved_port() {
         let r = two_free_ports();
-        let Some(_held) = Reservation::try_take(r.low).unwrap() else {
+        let Some(_held) = Reservation::hold(r.low, &EVERY_ADDRESS).unwrap() else {
             return;
         };
         let lo = IpAddr::from([127, 0, 0, 1]);
@@ -387,12 +535,52 @@ mod tests {
         }
     }
 
+    /// A port whose last listener closed its connection first (left in `TIME_WAIT` for a
+    /// minute) is listened on again: a range is not used up by the jobs that just ended.
     #[test]
-    fn without_a_range_the_kernels_port_is_reserved() {
+    fn a_port_left_in_time_wait_is_listened_on_again() {
+        let lo = IpAddr::from([127, 0, 0, 1]);
+        let r = two_free_ports();
+        let r = PortRange::parse("T", &format!("{}:{}", r.low, r.low)).unwrap();
+        let Ok(first) = listen(lo, Some(&r)) else {
+            return; // taken meanwhile by another program: nothing to learn
+        };
+        let client = std::net::TcpStream::connect(first.local_addr().unwrap()).unwrap();
+        let (served, _) = first.accept().unwrap();
+        drop(served); // this end closes first: its socket waits in TIME_WAIT
+        let mut b = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut &client, &mut b).unwrap(), 0);
+        drop(client);
+        drop(first);
+        assert!(crate::host::peer::only_time_wait_on(r.low));
+        let again = listen(lo, Some(&r));
+        assert!(again.is_ok(), "{again:?}");
+    }
+
+    /// A reserved port is refused to a plain bind (another kauri job's, a program's, the
+    /// kernel's choice), on IPv4 and IPv6, and shared with a bind that sets `SO_REUSEADDR`
+    /// and listens: the program the port was reserved for (torch's `TCPStore` sets it).
+    #[test]
+    fn a_reserved_port_is_the_programs_that_asks_to_share_it() {
         let mine = reserve(None).unwrap();
-        assert!(Reservation::try_take(mine.port()).unwrap().is_none());
         let port = mine.port();
+        assert!(Reservation::hold(port, &EVERY_ADDRESS).unwrap().is_none());
+        for ip in ["127.0.0.1", "0.0.0.0"] {
+            let a = SocketAddr::new(ip.parse().unwrap(), port);
+            let e = bound(a, false).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{a}");
+        }
+        let v6 = SocketAddr::new(IpAddr::from(std::net::Ipv6Addr::UNSPECIFIED), port);
+        let has_v6 = bound(SocketAddr::new(v6.ip(), 0), true).is_ok();
+        if has_v6 {
+            let e = bound(v6, true).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::AddrInUse, "{v6}");
+        }
+        // std's bind sets SO_REUSEADDR, as torch does.
+        let program = TcpListener::bind(SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port));
+        assert!(program.is_ok(), "{program:?}");
+        drop(program);
         drop(mine);
-        assert!(Reservation::try_take(port).unwrap().is_some());
+        assert!(Reservation::hold(port, &EVERY_ADDRESS).unwrap().is_some());
     }
 }

@@ -147,7 +147,9 @@ pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
 
 /// The OpenPMIx library the job's servers load: `KAURI_PMIX_LIBRARY` when set, else the
 /// `libpmix` the first segment that has one would load, when it is not the system's
-/// ([`crate::proto::pmix::library`]).
+/// ([`crate::proto::pmix::library`]) and kauri may load it
+/// ([`crate::proto::pmix::library::trusted`]: else one line says why not, and the job is
+/// served with the system's library).
 pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
     if let Some(v) = std::env::var(crate::proto::pmix::ffi::LIBRARY_VAR)
         .ok()
@@ -180,7 +182,16 @@ pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
                 ld_library_path: var("LD_LIBRARY_PATH"),
                 virtual_env: var("VIRTUAL_ENV"),
             })?;
-        Some(found.to_string_lossy().into_owned())
+        match crate::proto::pmix::library::trusted(&found) {
+            Ok(f) => Some(f.to_string_lossy().into_owned()),
+            Err(why) => {
+                say!(
+                    "kauri: not loading {}: {why}; serving the job with the system's OpenPMIx library",
+                    found.display()
+                );
+                None
+            }
+        }
     })
 }
 

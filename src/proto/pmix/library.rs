@@ -16,9 +16,17 @@
 //!   and `DT_RUNPATH` (`$ORIGIN` expanded) as the dynamic linker searches them;
 //! - for a program not linked to an MPI (an interpreter, a wrapper), the Open MPI library
 //!   (`libmpi.so.40`) of its prefix (`<prefix>/bin/python3` → `<prefix>/lib`), of a program
-//!   its arguments name, or of `$VIRTUAL_ENV`, and then that library's own.
+//!   its arguments name (`sh -c 'python3 app.py'`, `valgrind ./app`), or of `$VIRTUAL_ENV`,
+//!   and then that library's own.
+//!
+//! Only programs count: compiled ones (ELF files with an execute bit), which a rank may run.
+//! A script or a data file an argument names (`cat shared/bin/job.py`) is no evidence of
+//! where a library lies: its `../lib` is nothing a rank loads.
 //!
 //! This is plain file reading (no program runs); `None` means "the system's library".
+//!
+//! Kauri loads the library it found into itself, so it loads only a file that no one but
+//! root and the user who runs kauri could have put there ([`trusted`]).
 
 use crate::plan::job::dynamic_of;
 use std::collections::HashSet;
@@ -93,13 +101,18 @@ pub fn for_program(p: &Program) -> Option<PathBuf> {
         return foreign(f);
     }
     let mut starts: Vec<PathBuf> = std::iter::once(p.path)
-        .chain(p.named.iter().map(PathBuf::as_path))
+        .chain(
+            p.named
+                .iter()
+                .map(PathBuf::as_path)
+                .filter(|f| is_program(f)),
+        )
         .map(Path::to_path_buf)
         .collect();
     for f in starts.clone() {
         if let Some(prefix) = f
             .parent()
-            .filter(|d| d.ends_with("bin"))
+            .filter(|d| d.ends_with("bin") && is_program(&f))
             .and_then(Path::parent)
         {
             starts.push(prefix.join("lib").join(OPEN_MPI));
@@ -113,6 +126,61 @@ pub fn for_program(p: &Program) -> Option<PathBuf> {
         .filter(|f| f.is_file())
         .find_map(|f| in_closure(f, &lib_path))
         .and_then(foreign)
+}
+
+/// `f` is a compiled program: a regular file with an execute bit that starts as an ELF file.
+fn is_program(f: &Path) -> bool {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(m) = std::fs::metadata(f) else {
+        return false;
+    };
+    let mut magic = [0u8; 4];
+    m.is_file()
+        && m.permissions().mode() & 0o111 != 0
+        && std::fs::File::open(f)
+            .and_then(|mut h| h.read_exact(&mut magic))
+            .is_ok()
+        && &magic == b"\x7fELF"
+}
+
+/// The file `path` resolves to, when kauri may load it into itself: the file and every
+/// directory from it up to `/` (its links resolved) belong to root or to the user kauri runs
+/// as, and none of them is writable by its group or by others. A directory above the file's
+/// own may be one that only root owns and that has the sticky bit (as `/tmp`): there, no one
+/// else can rename or remove what the next directory down is. The file's own directory may
+/// not be writable by others at all, sticky or not: the library finds libraries of its own
+/// there (`$ORIGIN`), and anyone who could add a file to it could add one of those. Else why
+/// not (`it is owned by uid 65534, not by root or uid 0 who runs kauri`).
+pub fn trusted(path: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let file = path
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve it: {e}"))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let owner_ok = |uid: u32| uid == 0 || uid == me;
+    for (i, p) in file.ancestors().enumerate() {
+        let m = std::fs::metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        let what = match i {
+            0 => "it".to_string(),
+            _ => format!("its directory {}", p.display()),
+        };
+        if !owner_ok(m.uid()) {
+            return Err(format!(
+                "{what} is owned by uid {}, not by root or uid {me} who runs kauri",
+                m.uid()
+            ));
+        }
+        let sticky_root = i > 1 && m.uid() == 0 && m.mode() & 0o1000 != 0;
+        if m.mode() & 0o002 != 0 && !sticky_root {
+            return Err(format!("{what} is writable by others"));
+        }
+        if m.mode() & 0o020 != 0 && !sticky_root {
+            return Err(format!("{what} is writable by its group (gid {})", m.gid()));
+        }
+    }
+    Ok(file)
 }
 
 /// The prefix of the Open MPI installation a `libpmix` found by [`for_program`] belongs to:
@@ -211,6 +279,63 @@ mod tests {
             open_mpi_prefix(&root.join("lib").join(SONAME)),
             Some(root.clone())
         );
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A library kauri may load lies in directories only root and its user can write: one
+    /// writable by others or by a group (sticky or not) is refused, and a root-owned sticky
+    /// directory above it (`/tmp`) is not a reason to refuse; as root, a file of another
+    /// user's is refused.
+    #[test]
+    fn a_library_is_trusted_only_where_no_one_else_can_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("kauri-trusted-{}", std::process::id()));
+        let lib = root.join("lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        let file = lib.join(SONAME);
+        std::fs::write(&file, b"").unwrap();
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        mode(&root, 0o755);
+        mode(&lib, 0o755);
+        mode(&file, 0o644);
+        let sticky_tmp = std::fs::metadata(std::env::temp_dir())
+            .is_ok_and(|m| m.permissions().mode() & 0o1000 != 0);
+        if sticky_tmp {
+            assert_eq!(trusted(&file), Ok(file.canonicalize().unwrap()));
+        }
+        let lib_c = lib.canonicalize().unwrap();
+        for (m, why) in [
+            (
+                0o777,
+                format!("its directory {} is writable by others", lib_c.display()),
+            ),
+            (
+                0o1777,
+                format!("its directory {} is writable by others", lib_c.display()),
+            ),
+            (
+                0o775,
+                format!("its directory {} is writable by its group", lib_c.display()),
+            ),
+        ] {
+            mode(&lib, m);
+            let e = trusted(&file).unwrap_err();
+            assert!(e.starts_with(&why), "{m:o}: {e}");
+        }
+        mode(&lib, 0o755);
+        mode(&file, 0o666);
+        assert_eq!(trusted(&file), Err("it is writable by others".to_string()));
+        mode(&file, 0o644);
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } == 0 && sticky_tmp {
+            std::os::unix::fs::chown(&file, Some(65534), None).unwrap();
+            assert_eq!(
+                trusted(&file),
+                Err("it is owned by uid 65534, not by root or uid 0 who runs kauri".to_string())
+            );
+        }
         let _ = std::fs::remove_dir_all(&root);
     }
 

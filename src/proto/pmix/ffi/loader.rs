@@ -144,34 +144,42 @@ fn open(path: &str) -> Result<*mut c_void, String> {
     })
 }
 
+/// Loads the library: [`LIBRARY_VAR`]'s file (the user's own choice, loaded as named), else
+/// the one [`choose_library`] chose when kauri may load it ([`crate::proto::pmix::library::trusted`]:
+/// on another host than the one that chose it, the file is another), then the system's.
 fn load() -> Result<Lib, String> {
-    let wanted = std::env::var(LIBRARY_VAR)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .or_else(|| CHOSEN.lock().ok().and_then(|c| c.clone()));
+    let mut errors = Vec::new();
+    let wanted = match std::env::var(LIBRARY_VAR).ok().filter(|v| !v.is_empty()) {
+        Some(v) => Some(v),
+        None => CHOSEN.lock().ok().and_then(|c| c.clone()).and_then(|c| {
+            match crate::proto::pmix::library::trusted(std::path::Path::new(&c)) {
+                Ok(f) => Some(f.to_string_lossy().into_owned()),
+                Err(why) => {
+                    errors.push(format!("not loading {c}: {why}"));
+                    None
+                }
+            }
+        }),
+    };
     let mut candidates: Vec<String> = wanted.iter().cloned().collect();
     candidates.push(SYSTEM_LIBRARY.into());
     // Where `pkg-config pmix` put it at build time, for a library outside the loader's path.
     if let Some(dir) = option_env!("KAURI_PMIX_LIBDIR") {
         candidates.push(format!("{dir}/{SYSTEM_LIBRARY}"));
     }
-    let mut errors = Vec::new();
     for path in candidates {
         match open(&path) {
             // SAFETY: h is a live handle from dlopen, never closed.
             Ok(h) => match unsafe { Lib::bind(h, path.clone()) } {
                 Ok(l) => {
                     if !errors.is_empty() {
-                        say!(
-                            "kauri: cannot use the PMIx library {}; serving with {path}",
-                            errors.join("; ")
-                        );
+                        say!("kauri: {}; serving with {path}", errors.join("; "));
                     }
                     return Ok(l);
                 }
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(format!("cannot use the PMIx library {e}")),
             },
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(format!("cannot use the PMIx library {e}")),
         }
     }
     Err(format!(
