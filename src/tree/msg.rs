@@ -126,7 +126,7 @@ pub enum Down {
         ranks: Vec<usize>,
     },
     /// Bytes for rank 0's stdin (routed to the agent that hosts rank 0).
-    Stdin(Vec<u8>),
+    Stdin(#[serde(with = "crate::proto::kvs::byte_string")] Vec<u8>),
     /// End of rank 0's stdin.
     StdinEof,
     /// Forward a signal to every rank.
