@@ -456,6 +456,7 @@ impl Agent {
         if job.progress {
             branch.show_progress();
         }
+        branch.tell_stdin_taken(up.clone());
         if let Some((start, end)) = ranks.fork {
             branch.profile_fork(start, end);
         }
