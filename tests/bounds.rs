@@ -325,3 +325,81 @@ fn a_bad_number_in_kauris_variables_is_one_line_naming_the_range() {
         );
     }
 }
+
+/// 600 MB piped into kauri for a rank 0 on another host (a fork host) that sleeps 5 s before
+/// it reads: kauri reads stdin no faster than rank 0's agent writes it into rank 0's pipe
+/// (a window of 4 MiB in flight), so the peak resident set of kauri and of each agent stays
+/// under 64 MiB, and every byte arrives. (Before, kauri read stdin as fast as the link took
+/// it and the agent queued it without bound: 1.5 GB made an agent of 1.28 GB.)
+#[test]
+fn stdin_for_a_rank_0_on_another_host_costs_kauri_bounded_memory() {
+    const BYTES: u64 = 600_000_000;
+    const BOUND_KB: u64 = 64 * 1024;
+    let marker = format!("stdin-{}", std::process::id());
+    let prog = format!("sleep 5; if [ $PMI_RANK = 0 ]; then wc -c; fi # {marker}");
+    let args = common::on_fork_hosts("a,b", "2", &prog);
+    let mut child = Command::new(common::KAURI)
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start kauri");
+    let mut input = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let chunk = vec![b'x'; 1 << 20];
+        let mut left = BYTES;
+        while left > 0 {
+            let n = left.min(chunk.len() as u64) as usize;
+            if std::io::Write::write_all(&mut input, &chunk[..n]).is_err() {
+                return left;
+            }
+            left -= n as u64;
+        }
+        0
+    });
+    let (peaks, out, status) = sample_peaks(child);
+    assert_eq!(feeder.join().unwrap(), 0, "kauri took all its stdin");
+    eprintln!("{status}, rank 0 counted {out:?}, peak RSS (kB) by pid: {peaks:?}");
+    assert!(status.success(), "{status}");
+    assert_eq!(out.trim(), BYTES.to_string(), "every byte arrives");
+    assert_eq!(peaks.len(), 3, "kauri and its two agents sampled");
+    for (pid, kb) in &peaks {
+        assert!(*kb < BOUND_KB, "process {pid} reached {kb} kB");
+    }
+    common::assert_none_left(&marker, Duration::from_secs(20));
+}
+
+/// Waits for `child` (kauri) to end, reading its stdout, and meanwhile samples every 100 ms
+/// the `VmHWM` of kauri and of its agents. Returns each process's peak (kB), stdout and the
+/// status. A job still running after 600 s is killed and the test fails.
+fn sample_peaks(
+    mut child: std::process::Child,
+) -> (Vec<(u32, u64)>, String, std::process::ExitStatus) {
+    let pid = child.id();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let mut peaks = std::collections::BTreeMap::new();
+    let start = std::time::Instant::now();
+    let status = loop {
+        for p in kauri_and_agents(pid) {
+            if let Some(kb) = status_kb(p, "VmHWM:") {
+                let peak = peaks.entry(p).or_insert(0);
+                *peak = kb.max(*peak);
+            }
+        }
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > Duration::from_secs(600) {
+            let _ = child.kill();
+            panic!("kauri did not end in 600 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    (peaks.into_iter().collect(), reader.join().unwrap(), status)
+}

@@ -134,6 +134,7 @@ async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
         }
     }
     agent.finish().await;
+    inbox.until_parent_closes().await;
     Ok(())
 }
 
@@ -169,6 +170,15 @@ impl AgentInbox {
             ),
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => AgentEvent::KillTimer,
         }
+    }
+
+    /// After its `Done` went up (and its side of the link was shut, a FIN): reads and drops
+    /// what the parent still sends (its heartbeats) until the parent closes its end, having
+    /// read `Done`, or is silent too long. A socket closed with bytes unread in its receive
+    /// queue is reset by the kernel, not shut, and the reset throws away what the parent has
+    /// not read yet: behind a slow reader of kauri's output, the end of the output and `Done`.
+    async fn until_parent_closes(&mut self) {
+        while let Some(Ok(_)) = self.down.recv().await {}
     }
 }
 
@@ -446,6 +456,7 @@ impl Agent {
         if job.progress {
             branch.show_progress();
         }
+        branch.tell_stdin_taken(up.clone());
         if let Some((start, end)) = ranks.fork {
             branch.profile_fork(start, end);
         }

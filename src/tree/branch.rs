@@ -26,12 +26,12 @@ use bytes::Bytes;
 use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Instant;
-use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 use tracing::debug;
 
 mod status;
+mod stdin;
 
 /// What a branch hands its owner after an event.
 #[derive(Debug, PartialEq)]
@@ -260,6 +260,9 @@ pub struct Branch<H = Node, L = Children> {
     local_left: usize,
     /// The writer of local rank 0's stdin, once input arrived for it.
     stdin: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
+    /// Where the writer of rank 0's stdin says what it wrote (`Up::StdinTaken`): an agent's
+    /// link to its parent, so the front end reads stdin no faster than rank 0 takes it.
+    stdin_taken: Option<crate::tree::Link>,
     /// Report only the first local rank's `Initialized` (an agent's uplink needs no more).
     init_once: bool,
     told_initialized: bool,
@@ -310,6 +313,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             node,
             kids,
             stdin: None,
+            stdin_taken: None,
             init_once,
             told_initialized: false,
             ending: false,
@@ -584,7 +588,8 @@ impl<H: Host, L: Links> Branch<H, L> {
                     | Up::Reports(_)
                     | Up::Publish(_)
                     | Up::Request { .. }
-                    | Up::Status(_)),
+                    | Up::Status(_)
+                    | Up::StdinTaken(_)),
                 ..
             } => Some(Out::Up(m)),
             HubEvent::Up { id, msg: Up::Done } => {
@@ -918,45 +923,6 @@ impl<H: Host, L: Links> Branch<H, L> {
         }
     }
 
-    /// Input for the job's rank 0 (`None`: its end): written to its stdin here, or sent to
-    /// the child whose subtree runs it (queued there until that child connects).
-    pub fn stdin(&mut self, data: Option<Vec<u8>>) {
-        if self.stdin.is_none() {
-            if let Some(mut pipe) = self.take_stdin() {
-                let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
-                tokio::task::spawn_local(async move {
-                    while let Some(Some(chunk)) = rx.recv().await {
-                        if pipe.write_all(&chunk).await.is_err() {
-                            break;
-                        }
-                    }
-                    let _ = pipe.shutdown().await;
-                });
-                self.stdin = Some(tx);
-            }
-        }
-        if let Some(tx) = &self.stdin {
-            let eof = data.is_none();
-            let _ = tx.send(data);
-            if eof {
-                // Dropping the sender too, so the writer ends even if nothing more comes.
-                self.stdin = None;
-            }
-            return;
-        }
-        if self.node.as_ref().is_some_and(|n| n.has_rank(0)) {
-            // Rank 0 runs here and its stdin is already closed.
-            return;
-        }
-        if let Some(id) = self.kids.child_with_rank(0) {
-            let msg = match data {
-                Some(d) => Down::Stdin(d),
-                None => Down::StdinEof,
-            };
-            self.kids.send(id, msg);
-        }
-    }
-
     /// How many hosts this branch and its subtree have (the answers a status round waits for).
     pub fn hosts(&self) -> usize {
         1 + self.kids.agents()
@@ -1220,6 +1186,19 @@ mod tests {
                 "dead [3, 1, 2]".to_string(),
             ]
         );
+    }
+
+    /// What rank 0's agent says it wrote of rank 0's stdin goes up as it came, from any
+    /// depth: the front end's window of stdin in flight closes without it.
+    #[test]
+    fn stdin_taken_by_a_child_goes_up() {
+        let log: Log = Rc::default();
+        let mut b = branch(&log);
+        let ev = HubEvent::Up {
+            id: 1,
+            msg: Up::StdinTaken(65536),
+        };
+        assert_eq!(b.on_child(ev), Some(Out::Up(Up::StdinTaken(65536))));
     }
 
     /// The engine's events reach `on_engine`: an agent (init_once) reports the first

@@ -126,7 +126,7 @@ pub enum Down {
         ranks: Vec<usize>,
     },
     /// Bytes for rank 0's stdin (routed to the agent that hosts rank 0).
-    Stdin(Vec<u8>),
+    Stdin(#[serde(with = "crate::proto::kvs::byte_string")] Vec<u8>),
     /// End of rank 0's stdin.
     StdinEof,
     /// Forward a signal to every rank.
@@ -348,6 +348,10 @@ pub enum Up {
     Status(Vec<HostStatus>),
     /// Every rank of the subtree has ended and its output is sent; the agent is leaving.
     Done,
+    /// The agent of the job's rank 0 wrote this many bytes of its stdin into its pipe:
+    /// the front end may read that many more (the window of stdin in flight, so kauri reads
+    /// stdin no faster than rank 0 takes it).
+    StdinTaken(u64),
 }
 
 /// One host's answer to [`Down::Status`].

@@ -2,6 +2,7 @@
 //! (ranks, children, signals, stdin, timers), and the output printer.
 
 use super::*;
+use std::rc::Rc;
 
 impl Inbox {
     /// The next event.
@@ -237,15 +238,56 @@ fn run_of(
     run.map_or(first, |r| r.freeze())
 }
 
-/// Reads kauri's stdin for a rank 0 on another host, in chunks; `None` at its end.
-pub(super) async fn read_stdin(to: mpsc::Sender<Option<Vec<u8>>>) {
+/// The most bytes of stdin in flight to a rank 0 on another host: read by kauri and not yet
+/// written into rank 0's pipe by its agent (in the links' queues and sockets, in the agent).
+pub const STDIN_WINDOW: usize = 4 << 20;
+
+/// The most bytes of stdin one `Down::Stdin` carries.
+const STDIN_CHUNK: usize = 64 * 1024;
+
+/// How much stdin kauri may still read for a rank 0 on another host: [`STDIN_WINDOW`] less
+/// what is in flight. Its agent gives credit back as it writes into rank 0's pipe
+/// (`Up::StdinTaken`), so back-pressure from rank 0's pipe reaches kauri's read of stdin
+/// across the tree, as a pipe's does on one host.
+#[derive(Clone)]
+pub(super) struct StdinCredit(Rc<tokio::sync::Semaphore>);
+
+impl StdinCredit {
+    /// A whole window of credit.
+    pub(super) fn new() -> StdinCredit {
+        StdinCredit(Rc::new(tokio::sync::Semaphore::new(STDIN_WINDOW)))
+    }
+
+    /// Rank 0's agent wrote `n` bytes into its pipe: as many may be read again. Never more
+    /// than is in flight (a number from the network).
+    pub(super) fn give_back(&self, n: u64) {
+        let in_flight = STDIN_WINDOW.saturating_sub(self.0.available_permits());
+        self.0
+            .add_permits(usize::try_from(n).unwrap_or(usize::MAX).min(in_flight));
+    }
+
+    /// Waits for a chunk's worth of credit and takes it.
+    async fn take_chunk(&self) {
+        if let Ok(p) = self.0.acquire_many(STDIN_CHUNK as u32).await {
+            p.forget();
+        }
+    }
+}
+
+/// Reads kauri's stdin for a rank 0 on another host, in chunks, each once `credit` allows it;
+/// `None` at its end.
+pub(super) async fn read_stdin(to: mpsc::Sender<Option<Vec<u8>>>, credit: StdinCredit) {
     let mut input = tokio::io::stdin();
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; STDIN_CHUNK];
     loop {
+        credit.take_chunk().await;
         let chunk = match input.read(&mut buf).await {
             Ok(0) | Err(_) => None,
             Ok(n) => Some(buf[..n].to_vec()),
         };
+        // What this read did not use goes back at once.
+        let used = chunk.as_ref().map_or(0, Vec::len);
+        credit.0.add_permits(STDIN_CHUNK - used);
         let eof = chunk.is_none();
         if to.send(chunk).await.is_err() || eof {
             break;
@@ -257,6 +299,19 @@ pub(super) async fn read_stdin(to: mpsc::Sender<Option<Vec<u8>>>) {
 mod tests {
     use super::*;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    /// Credit comes back no further than what is in flight, whatever a peer claims.
+    #[test]
+    fn stdin_credit_never_exceeds_its_window() {
+        let c = StdinCredit::new();
+        c.give_back(u64::MAX);
+        assert_eq!(c.0.available_permits(), STDIN_WINDOW);
+        c.0.try_acquire_many(STDIN_CHUNK as u32).unwrap().forget();
+        c.give_back(10);
+        assert_eq!(c.0.available_permits(), STDIN_WINDOW - STDIN_CHUNK + 10);
+        c.give_back(u64::MAX);
+        assert_eq!(c.0.available_permits(), STDIN_WINDOW);
+    }
 
     fn pipe() -> (OwnedFd, OwnedFd) {
         let mut fds = [0; 2];

@@ -24,7 +24,7 @@ mod status;
 use crate::plan::build::{env_secs, launch_cost, omp_threads_set, plan};
 use crate::plan::spawn::{plan_spawn, Cluster};
 use cluster::who;
-use inbox::{print_output, read_stdin};
+use inbox::{print_output, read_stdin, StdinCredit};
 use start::start_job;
 pub use start::{prepare_run, Prepared};
 
@@ -337,6 +337,8 @@ struct Root {
     own_status: mpsc::UnboundedSender<(usize, HostStatus)>,
     /// `-timeout-stacks`: a timeout's diagnosis has the stuck ranks' stacks.
     timeout_stacks: bool,
+    /// How much stdin may still be read for the first job's rank 0 on another host.
+    stdin_credit: StdinCredit,
     /// The socket `kauri --status` asks through (none when it could not be made).
     _status_socket: Option<crate::cli::status::Listener>,
     /// `MASTER_PORT`'s reservation (`-ml-env`): no other kauri job takes the port while this

@@ -114,6 +114,8 @@ impl Root {
                 }
             }
             Up::Status(hosts) => self.status_answer(j, hosts),
+            Up::StdinTaken(n) if j == 0 => self.stdin_credit.give_back(n),
+            Up::StdinTaken(_) => {}
             Up::Hello { .. } | Up::Output { .. } | Up::Profile(_) | Up::Heartbeat | Up::Done => {}
         }
     }

@@ -464,6 +464,7 @@ impl Root {
             status: None,
             own_status: ends.own_status,
             timeout_stacks: spec.timeout_stacks,
+            stdin_credit: StdinCredit::new(),
             _status_socket: ends.status_socket,
             // As text: a word that is not UTF-8 shows its bytes as `�`.
             command: std::env::args_os()
@@ -502,7 +503,7 @@ impl Root {
             if empty {
                 let _ = stdin_tx.try_send(None);
             } else {
-                tokio::task::spawn_local(read_stdin(stdin_tx));
+                tokio::task::spawn_local(read_stdin(stdin_tx, self.stdin_credit.clone()));
             }
         }
         Inbox {
