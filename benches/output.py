@@ -25,24 +25,9 @@ import sys
 import tempfile
 import time
 
+from wiring import wait_quiet  # benches/wiring.py: the same wait for a quiet machine
+
 RANKS = 4
-
-
-def idle_fraction(secs=0.25):
-    def read():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        return v[3] + v[4], sum(v)
-    i0, t0 = read()
-    time.sleep(secs)
-    i1, t1 = read()
-    return (i1 - i0) / max(1, t1 - t0)
-
-
-def wait_quiet(limit):
-    end = time.time() + limit
-    while time.time() < end and idle_fraction() < 0.9:
-        pass
 
 
 def cells(tmp):
