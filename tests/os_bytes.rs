@@ -164,12 +164,7 @@ fn a_missing_program_in_latin1_is_named_in_one_line() {
 fn ssh_stand_in(dir: &Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("ssh");
-    std::fs::write(
-        &path,
-        "#!/bin/sh\nwhile [ $# -gt 0 ]; do case \"$1\" in -*) shift ;; *) break ;; esac; done\n\
-         shift\nexec sh -c \"$*\"\n",
-    )
-    .unwrap();
+    std::fs::write(&path, common::SSH_STAND_IN).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     path.display().to_string()
 }

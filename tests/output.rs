@@ -722,7 +722,7 @@ fn read_slowly(args: &[&str], env: &[(&str, &str)]) -> (u64, std::process::ExitS
 fn a_slow_reader_over_several_hosts_loses_nothing() {
     const EACH: u64 = 10_000_000;
     let prog = format!("head -c {EACH} /dev/zero");
-    let (dir, ssh) = common::script("slow-reader-ssh", "ssh", SSH_STAND_IN);
+    let (dir, ssh) = common::script("slow-reader-ssh", "ssh", common::SSH_STAND_IN);
     let timers = [("KAURI_HEARTBEAT", "1"), ("KAURI_HEARTBEAT_TIMEOUT", "3")];
     let deep = [("KAURI_TREE_WIDTH", "2")];
     let over_ssh = [("KAURI_ADDR", "127.0.0.1")];
@@ -769,10 +769,3 @@ fn a_slow_reader_over_several_hosts_loses_nothing() {
 
 /// A case of a test: its name, kauri's arguments and environment, its number of ranks.
 type Case<'a> = (&'a str, Vec<&'a str>, &'a [(&'a str, &'a str)], u64);
-
-/// An ssh that runs the command here (its options skipped, its host ignored).
-const SSH_STAND_IN: &str = r#"#!/bin/sh
-while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
-shift
-exec sh -c "$*"
-"#;

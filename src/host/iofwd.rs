@@ -112,6 +112,28 @@ impl OutputSender {
     }
 }
 
+/// Appends to `run` what is already queued in `rx` for `dest`, until `run` holds `max` bytes
+/// (or nothing more is queued); a message for another destination is kept in `held`, to go
+/// next. Many short lines so cost one write (the front end) or one link message (an agent).
+pub fn join_queued(
+    run: &mut Vec<u8>,
+    dest: &Dest,
+    rx: &mut mpsc::Receiver<(Dest, Bytes)>,
+    held: &mut Option<(Dest, Bytes)>,
+    max: usize,
+) {
+    while run.len() < max {
+        match rx.try_recv() {
+            Ok((d, more)) if d == *dest => run.extend_from_slice(&more),
+            Ok(other) => {
+                *held = Some(other);
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
 /// How long a forwarder keeps reading, once the job has ended, while nothing arrives: a pipe
 /// can be held open by a process that escaped the rank's process group.
 pub const DRAIN_IDLE: Duration = Duration::from_secs(1);

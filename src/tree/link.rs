@@ -254,7 +254,7 @@ async fn flush_output<W: AsyncWrite + Unpin>(
 }
 
 /// One encoded `Output` message: `first` and whatever lines for the same destination are
-/// already queued, up to 64 KiB; a line for another is held for the next run.
+/// already queued, up to [`OUTPUT_RUN`]; a line for another is held for the next run.
 fn output_run(
     first: (Dest, Bytes),
     output: Option<&mut mpsc::Receiver<(Dest, Bytes)>>,
@@ -264,16 +264,7 @@ fn output_run(
     let mut data = Vec::with_capacity(bytes.len().max(OUTPUT_RUN.min(4 * bytes.len())));
     data.extend_from_slice(&bytes);
     if let Some(out) = output {
-        while data.len() < OUTPUT_RUN {
-            match out.try_recv() {
-                Ok((d, more)) if d == dest => data.extend_from_slice(&more),
-                Ok(other) => {
-                    *held = Some(other);
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
+        crate::host::iofwd::join_queued(&mut data, &dest, out, held, OUTPUT_RUN);
     }
     let msg = Up::Output {
         stream: dest.stream,

@@ -217,25 +217,20 @@ fn run_of(
     if first.len() >= WRITE_RUN {
         return first;
     }
-    let mut run: Option<bytes::BytesMut> = None;
-    while run.as_ref().map_or(first.len(), |r| r.len()) < WRITE_RUN {
-        match out.try_recv() {
-            Ok((d, more)) if d == *dest => {
-                let r = run.get_or_insert_with(|| {
-                    let mut r = bytes::BytesMut::with_capacity(WRITE_RUN + more.len());
-                    r.extend_from_slice(&first);
-                    r
-                });
-                r.extend_from_slice(&more);
-            }
-            Ok(other) => {
-                *held = Some(other);
-                break;
-            }
-            Err(_) => break,
+    // Alone in the queue (the common case for a quiet job): written as it is, uncopied.
+    let next = match out.try_recv() {
+        Ok((d, more)) if d == *dest => more,
+        Ok(other) => {
+            *held = Some(other);
+            return first;
         }
-    }
-    run.map_or(first, |r| r.freeze())
+        Err(_) => return first,
+    };
+    let mut run = Vec::with_capacity(WRITE_RUN + next.len());
+    run.extend_from_slice(&first);
+    run.extend_from_slice(&next);
+    crate::host::iofwd::join_queued(&mut run, dest, out, held, WRITE_RUN);
+    run.into()
 }
 
 /// The most bytes of stdin in flight to a rank 0 on another host: read by kauri and not yet
