@@ -20,6 +20,10 @@
 //!   4 gets), H = 4, 8, 16, 32, 64: kauri's fork launcher, and kauri and Hydra through a local
 //!   stand-in for ssh that sleeps 20 ms (tree width 8 for kauri). See `benches/tree.rs` for
 //!   every width.
+//! * `mpich-hosts`: an MPICH hello on H = 50, 100, 200, 300 simulated hosts with one rank
+//!   each, kauri's and Hydra's fork launchers, against `pmi-floor` running the same ranks
+//!   with no agent: hundreds of agents and spinning ranks on 2 cores, where a tree that stops
+//!   answering under CPU starvation would show.
 //!
 //! The whole job is timed, `--runs` times per cell after one warm-up, the launchers taking
 //! turns run by run, in a new random order each run. A launcher that fails or does not finish
@@ -242,7 +246,7 @@ fn table(
     launchers: &[Launcher],
     sizes: &[usize],
     argv: impl Fn(&Launcher, usize) -> Vec<String>,
-    expect: &str,
+    expect: impl Fn(usize) -> String,
     runs: usize,
     timeout: Duration,
 ) -> Table {
@@ -265,7 +269,7 @@ fn table(
         let load = load_avg();
         let lines: Vec<(Launcher, Vec<String>)> =
             launchers.iter().map(|l| (l.clone(), argv(l, n))).collect();
-        let (cells, quiet) = row(&lines, expect, runs, timeout, &mut stopped, n);
+        let (cells, quiet) = row(&lines, &expect(n), runs, timeout, &mut stopped, n);
         let meds: Vec<Option<f64>> = cells.iter().map(Cell::median).collect();
         for (s, m) in series.iter_mut().zip(&meds) {
             if let Some(m) = m {
@@ -332,7 +336,7 @@ fn hello(bins: &Bins, runs: usize, timeout: Duration) -> Option<Table> {
             a.push(prog.display().to_string());
             a
         },
-        "hello",
+        |_| "hello".into(),
         runs,
         timeout,
     ))
@@ -418,7 +422,7 @@ fn pmi(bins: &Bins, pmi: u8, w: &Load, runs: usize, timeout: Duration) -> Table 
             a.push("--quiet".into());
             a
         },
-        "pmi-load: ok rank=0",
+        |_| "pmi-load: ok rank=0".into(),
         runs,
         timeout,
     )
@@ -452,7 +456,7 @@ fn first(bins: &Bins, timeout: Duration) -> Table {
             a.extend(["--pmi", "1", "--rounds", "1", "--quiet"].map(String::from));
             a
         },
-        "pmi-load: ok rank=0",
+        |_| "pmi-load: ok rank=0".into(),
         runs,
         timeout,
     )
@@ -531,10 +535,72 @@ fn hosts(bins: &Bins, runs: usize, timeout: Duration) -> Table {
             a.push("--quiet".into());
             a
         },
-        "pmi-load: ok rank=0",
+        |_| "pmi-load: ok rank=0".into(),
         runs,
         timeout,
     )
+}
+
+/// An MPICH hello on H simulated hosts, one rank each (`-launcher fork -hosts h1,…,hH`):
+/// kauri and Hydra each start an agent (a proxy) per host on this one machine, so at 300
+/// hosts the 2 cores hold 300 agents and 300 ranks, each rank spinning in MPICH's progress
+/// loop while it waits: the starved machine a tree must keep answering on. The floor is
+/// `pmi-floor` running the same H ranks with no agent at all. `--sim-hosts` (default
+/// 50,100,200,300). A run counts only if the last rank's line says `of H`.
+fn mpich_hosts(bins: &Bins, runs: usize, timeout: Duration) -> Option<Table> {
+    let mpich = compile(
+        "mpicc.mpich",
+        "contrib/examples/hello.c",
+        &bins.target.join("bench-hello-mpich"),
+    )?
+    .display()
+    .to_string();
+    let kauri = bins.kauri.display().to_string();
+    let mut launchers = vec![Launcher {
+        name: "kauri fork",
+        argv: [&kauri, "-launcher", "fork"].map(String::from).into(),
+        env: vec![],
+    }];
+    if let Some(b) = opt("--baseline") {
+        launchers.push(Launcher {
+            name: "kauri-before fork",
+            argv: [&b, "-launcher", "fork"].map(String::from).into(),
+            env: vec![],
+        });
+    }
+    launchers.push(Launcher {
+        name: "hydra fork",
+        argv: ["mpiexec.hydra", "-launcher", "fork"]
+            .map(String::from)
+            .into(),
+        env: vec![],
+    });
+    launchers.push(Launcher {
+        name: "floor",
+        argv: vec![bins.floor.display().to_string()],
+        env: vec![],
+    });
+    let sizes = list("--sim-hosts", &[50, 100, 200, 300]);
+    println!("\nMPICH hello on simulated hosts, one rank each\n");
+    Some(table(
+        "MPICH hello on simulated hosts, one rank each (floor: the same ranks, no agents)",
+        "mpich-hosts",
+        "hosts",
+        &launchers,
+        &sizes,
+        |l, h| {
+            let mut a = l.argv.clone();
+            if l.name != "floor" {
+                let names: Vec<String> = (1..=h).map(|i| format!("h{i}")).collect();
+                a.extend(["-hosts".into(), names.join(",")]);
+            }
+            a.extend(["-n".into(), h.to_string(), mpich.clone()]);
+            a
+        },
+        |h| format!("of {h} on"),
+        runs,
+        timeout,
+    ))
 }
 
 /// Writes the tables and their plots into docs/performance.md and docs/perf/.
@@ -578,7 +644,8 @@ fn write_docs(tables: &[Table], runs: usize, timeout: Duration) {
 fn main() {
     let runs: usize = opt("--runs").and_then(|v| v.parse().ok()).unwrap_or(5);
     let timeout = Duration::from_secs(opt("--timeout").and_then(|v| v.parse().ok()).unwrap_or(60));
-    let workloads = opt("--workloads").unwrap_or_else(|| "hello,pmi,allgather,first,hosts".into());
+    let workloads =
+        opt("--workloads").unwrap_or_else(|| "hello,pmi,allgather,first,hosts,mpich-hosts".into());
     let bins = build();
     let mut tables = Vec::new();
     for w in workloads.split(',') {
@@ -601,9 +668,15 @@ fn main() {
             }
             "first" => tables.push(first(&bins, timeout)),
             "hosts" => tables.push(hosts(&bins, runs, timeout)),
-            other => {
-                println!("unknown workload {other:?} (hello, pmi, allgather, first, hosts)")
-            }
+            "mpich-hosts" => match mpich_hosts(&bins, runs, timeout) {
+                Some(t) => tables.push(t),
+                None => println!(
+                    "mpich-hosts: mpicc.mpich cannot build contrib/examples/hello.c; skipped"
+                ),
+            },
+            other => println!(
+                "unknown workload {other:?} (hello, pmi, allgather, first, hosts, mpich-hosts)"
+            ),
         }
     }
     if std::env::args().any(|a| a == "--write-docs") {

@@ -360,3 +360,31 @@ fn a_malformed_allocation_is_one_line() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The fork launcher starts each agent in a session of its own, as sshd does on a real host
+/// and as Hydra starts its proxies: with the kernel's automatic scheduling groups, one per
+/// session, a host's agent and ranks then get one group's share of the CPU, where before
+/// every simulated host shared kauri's one group (and 300 of them on 2 cores, beside another
+/// job, starved until their links fell silent). Each rank reads the leader of its session:
+/// its own host's agent.
+#[test]
+fn fork_agents_lead_sessions_of_their_own() {
+    let prog = "sid=$(awk '{print $6}' /proc/self/stat); \
+                echo \"rank $KAURI_RANK sid $sid leader $(tr '\\0' ' ' < /proc/$sid/cmdline)\"";
+    let o = kauri(&common::on_fork_hosts("a,b", "2", prog), None, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let mut sids = Vec::new();
+    for (rank, host) in [(0, "a"), (1, "b")] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {rank} ")))
+            .unwrap_or_else(|| panic!("no line from rank {rank}\n{out}"));
+        assert!(
+            line.contains(" agent ") && line.contains(&format!("--host {host} ")),
+            "rank {rank}'s session is not led by the agent on {host}: {line}"
+        );
+        sids.push(line.split(' ').nth(3).unwrap_or_default().to_string());
+    }
+    assert_ne!(sids[0], sids[1], "{out}");
+}

@@ -28,6 +28,7 @@ const PURE: &[&str] = &[
     "tree/policy.rs",
     "tree/profile.rs",
     "tree/progress.rs",
+    "tree/refusals.rs",
     "tree/shape.rs",
 ];
 

@@ -1,9 +1,8 @@
 //! The fork launcher: the agent is a local process. Several of them on one machine stand for
 //! several hosts, for tests and for scale runs.
 
-use super::{agent_args, command, Launcher, Started, Target, KEY_VAR};
+use super::{agent_args, command_in_session, Launch, Launcher, Target, KEY_VAR};
 use crate::plan::LaunchPlan;
-use std::io;
 
 /// Starts agents as local processes.
 pub struct Fork {
@@ -12,18 +11,19 @@ pub struct Fork {
 }
 
 impl Launcher for Fork {
-    fn start(&self, targets: &[Target], parent: &str, key: &str) -> io::Result<Vec<Started>> {
+    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
         targets
             .iter()
             .map(|t| {
-                let mut cmd = command(&self.plan.agent_path);
+                let mut cmd = command_in_session(&self.plan.agent_path);
                 cmd.args(agent_args(t, parent))
                     .env(KEY_VAR, key)
                     .stdin(std::process::Stdio::null());
-                Ok(Started {
+                Launch {
                     ids: vec![t.id],
-                    child: cmd.spawn()?,
-                })
+                    cmd,
+                    stdin_line: None,
+                }
             })
             .collect()
     }

@@ -3,9 +3,8 @@
 //! and runs the command through a shell, so the words are quoted. Untested against a real
 //! LSF (there is no package to test with): tested with a stand-in `blaunch`.
 
-use super::{per_host, Launcher, Started, Target};
+use super::{per_host, Launch, Launcher, Target};
 use crate::plan::LaunchPlan;
-use std::io;
 
 /// Starts agents with `blaunch`.
 pub struct Lsf {
@@ -25,7 +24,7 @@ impl Lsf {
 }
 
 impl Launcher for Lsf {
-    fn start(&self, targets: &[Target], parent: &str, key: &str) -> io::Result<Vec<Started>> {
+    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
         per_host(&self.plan, &["-n"], true, targets, parent, key)
     }
 }

@@ -21,6 +21,7 @@ mod pbs;
 pub mod ports;
 mod sge;
 mod slurm;
+mod spawner;
 mod ssh;
 
 use crate::plan::LaunchPlan;
@@ -50,6 +51,18 @@ pub struct Target {
     pub host: String,
 }
 
+/// A launcher process to start, and the agents it stands for.
+#[derive(Debug)]
+pub struct Launch {
+    /// The agents this process starts (one, or all for Slurm).
+    pub ids: Vec<u32>,
+    /// Its command line, environment and streams.
+    pub cmd: tokio::process::Command,
+    /// What to write on its stdin once it runs (the job key, for ssh and rsh), keeping stdin
+    /// open afterwards.
+    pub stdin_line: Option<String>,
+}
+
 /// A started launcher process and the agents it stands for.
 #[derive(Debug)]
 pub struct Started {
@@ -61,8 +74,31 @@ pub struct Started {
 
 /// Starts agents on hosts.
 pub trait Launcher {
-    /// Starts the agents for `targets`, to connect back to `parent` (`ip:port`).
-    fn start(&self, targets: &[Target], parent: &str, key: &str) -> io::Result<Vec<Started>>;
+    /// The processes that start the agents for `targets`, to connect back to `parent`
+    /// (`ip:port`); [`start`] starts each.
+    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch>;
+}
+
+/// Starts a launcher process on the spawner thread ([`spawner::spawn`]): the event loop goes
+/// on (heartbeats, other links) while the kernel forks and the process reaches `exec`, which
+/// on a starved machine takes seconds. Then writes its stdin line, if it has one.
+pub async fn start(launch: Launch) -> io::Result<Started> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = spawner::spawn(launch.cmd).await?;
+    if let Some(line) = launch.stdin_line {
+        if let Some(mut stdin) = child.stdin.take() {
+            tokio::task::spawn_local(async move {
+                let _ = stdin.write_all(line.as_bytes()).await;
+                // Keep stdin open: some ssh versions end the session on stdin EOF.
+                std::future::pending::<()>().await;
+                drop(stdin);
+            });
+        }
+    }
+    Ok(Started {
+        ids: launch.ids,
+        child,
+    })
 }
 
 /// The launcher a plan names.
@@ -90,7 +126,7 @@ pub fn per_host(
     targets: &[Target],
     parent: &str,
     key: &str,
-) -> io::Result<Vec<Started>> {
+) -> Vec<Launch> {
     targets
         .iter()
         .map(|t| {
@@ -104,10 +140,11 @@ pub fn per_host(
                 .args(words)
                 .env(KEY_VAR, key)
                 .stdin(std::process::Stdio::null());
-            Ok(Started {
+            Launch {
                 ids: vec![t.id],
-                child: cmd.spawn()?,
-            })
+                cmd,
+                stdin_line: None,
+            }
         })
         .collect()
 }
@@ -151,8 +188,38 @@ pub fn agent_args(t: &Target, parent: &str) -> Vec<String> {
 /// kauri, which decides, not the launcher) and dies with the thread that started it.
 pub fn command(program: impl AsRef<OsStr>) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(program);
-    cmd.process_group(0)
-        .stdout(std::process::Stdio::null())
+    cmd.process_group(0);
+    dies_with_its_starter(&mut cmd);
+    cmd
+}
+
+/// A command whose process leads a session of its own, as a process that a remote shell
+/// starts on its host does (and as Hydra starts its proxies): for the fork launcher's
+/// agents. With the kernel's automatic scheduling groups (`sched_autogroup`, on in most
+/// distributions' kernels), each session is one group and groups share the CPU equally: in
+/// kauri's session, 300 simulated hosts' agents and ranks shared one group's time against
+/// every other session on a busy machine, and a parent starved for 30 s was taken for gone.
+/// A session also leads a process group, so the terminal's Ctrl-C reaches kauri alone, as
+/// with [`command`]. Dies with the thread that started it.
+pub fn command_in_session(program: impl AsRef<OsStr>) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    dies_with_its_starter(&mut cmd);
+    cmd
+}
+
+/// No stdout, stderr piped (its last words say why an agent never connected), killed when
+/// dropped and when the thread that started it ends (`PR_SET_PDEATHSIG`).
+fn dies_with_its_starter(cmd: &mut tokio::process::Command) {
+    cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
@@ -162,7 +229,6 @@ pub fn command(program: impl AsRef<OsStr>) -> tokio::process::Command {
             Ok(())
         });
     }
-    cmd
 }
 
 /// Quotes a word for a remote POSIX shell; its bytes need not be UTF-8 (a shell takes them

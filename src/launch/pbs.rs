@@ -4,9 +4,8 @@
 //! `pbs_tmrsh` is not installed the front end uses ssh instead. Untested against a real PBS
 //! (there is no package to test with): tested with a stand-in `pbs_tmrsh`.
 
-use super::{per_host, Launcher, Started, Target};
+use super::{per_host, Launch, Launcher, Target};
 use crate::plan::LaunchPlan;
-use std::io;
 
 /// Starts agents with `pbs_tmrsh`.
 pub struct Pbs {
@@ -15,7 +14,7 @@ pub struct Pbs {
 }
 
 impl Launcher for Pbs {
-    fn start(&self, targets: &[Target], parent: &str, key: &str) -> io::Result<Vec<Started>> {
+    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
         per_host(&self.plan, &[], false, targets, parent, key)
     }
 }

@@ -4,9 +4,8 @@
 //! the environment, `-nostdin` keeps kauri's stdin to itself. The task runs its command
 //! through the user's shell, so the words are quoted.
 
-use super::{per_host, Launcher, Started, Target};
+use super::{per_host, Launch, Launcher, Target};
 use crate::plan::LaunchPlan;
-use std::io;
 
 /// Starts agents with `qrsh -inherit`.
 pub struct Sge {
@@ -30,7 +29,7 @@ impl Sge {
 }
 
 impl Launcher for Sge {
-    fn start(&self, targets: &[Target], parent: &str, key: &str) -> io::Result<Vec<Started>> {
+    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
         per_host(
             &self.plan,
             &["-inherit", "-nostdin", "-V"],

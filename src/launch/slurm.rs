@@ -6,9 +6,8 @@
 //! started with it, as MPI launchers are meant to: the step then takes no resources of the
 //! allocation (it overlaps the ranks' own) and is not counted as the job's tasks.
 
-use super::{command, Launcher, Started, Target, KEY_VAR};
+use super::{command, Launch, Launcher, Target, KEY_VAR};
 use crate::plan::LaunchPlan;
-use std::io;
 
 /// Starts agents with `srun`.
 pub struct Slurm {
@@ -17,9 +16,9 @@ pub struct Slurm {
 }
 
 impl Launcher for Slurm {
-    fn start(&self, targets: &[Target], parent: &str, key: &str) -> io::Result<Vec<Started>> {
+    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
         if targets.is_empty() {
-            return Ok(Vec::new());
+            return Vec::new();
         }
         let hosts: Vec<&str> = targets.iter().map(|t| t.host.as_str()).collect();
         let n = targets.len().to_string();
@@ -36,10 +35,11 @@ impl Launcher for Slurm {
             .args(crate::proto::trace_enabled().then_some("--pmi-trace"))
             .env(KEY_VAR, key)
             .stdin(std::process::Stdio::null());
-        Ok(vec![Started {
+        vec![Launch {
             ids: targets.iter().map(|t| t.id).collect(),
-            child: cmd.spawn()?,
-        }])
+            cmd,
+            stdin_line: None,
+        }]
     }
 }
 

@@ -1,10 +1,8 @@
 //! The ssh and rsh launchers: `SSH [extra args] -- HOST 'kauri' agent …`, the job key on the
 //! first line of the remote agent's stdin.
 
-use super::{agent_args, command, join_words, shell_quote, Launcher, Started, Target};
+use super::{agent_args, command, join_words, shell_quote, Launch, Launcher, Target};
 use crate::plan::LaunchPlan;
-use std::io;
-use tokio::io::AsyncWriteExt;
 
 /// Starts agents through ssh or rsh.
 pub struct Ssh {
@@ -13,7 +11,7 @@ pub struct Ssh {
 }
 
 impl Launcher for Ssh {
-    fn start(&self, targets: &[Target], parent: &str, key: &str) -> io::Result<Vec<Started>> {
+    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
         targets
             .iter()
             .map(|t| {
@@ -29,20 +27,11 @@ impl Launcher for Ssh {
                     .arg(&t.host)
                     .arg(join_words(&remote))
                     .stdin(std::process::Stdio::piped());
-                let mut child = cmd.spawn()?;
-                if let Some(mut stdin) = child.stdin.take() {
-                    let line = format!("{key}\n");
-                    tokio::task::spawn_local(async move {
-                        let _ = stdin.write_all(line.as_bytes()).await;
-                        // Keep stdin open: some ssh versions end the session on stdin EOF.
-                        std::future::pending::<()>().await;
-                        drop(stdin);
-                    });
-                }
-                Ok(Started {
+                Launch {
                     ids: vec![t.id],
-                    child,
-                })
+                    cmd,
+                    stdin_line: Some(format!("{key}\n")),
+                }
             })
             .collect()
     }

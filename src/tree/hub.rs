@@ -18,10 +18,11 @@ use crate::launch::{self, Target};
 use crate::plan::{JobPlan, LaunchPlan, Subtree};
 use crate::tree::events::JobTx;
 use crate::tree::progress::Step;
+pub use crate::tree::refusals::{Refusal, Refusals, REFUSALS_INTERVAL, REFUSALS_SHOWN};
 use crate::tree::{self, Down, Launching, Link, Queue, Up};
 use bytes::Bytes;
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -61,83 +62,21 @@ pub enum HubEvent {
     Progress(Step),
 }
 
-/// How long a new connection has to prove it holds the key.
+/// The least time a new connection has to prove it holds the key; it has as long as a link
+/// may be silent (`KAURI_HEARTBEAT_TIMEOUT`) when that is longer ([`handshake_window`]).
 const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// How long a new connection has to answer the challenge: as long as a link may be silent,
+/// and at least [`HANDSHAKE`]. An agent of the job on a starved host may take that long to
+/// be scheduled (300 simulated hosts on 2 cores beside another job's as many took over
+/// 10 s); a connection without the key holds one of [`HANDSHAKES_MAX`] places meanwhile.
+fn handshake_window(silence: Option<Duration>) -> Duration {
+    silence.map_or(HANDSHAKE, |s| s.max(HANDSHAKE))
+}
 
 /// The most connections of one listener in their handshake at once; more are closed at once
 /// and counted as refused.
 pub const HANDSHAKES_MAX: usize = 64;
-
-/// How many refused connections are named one by one; later ones are counted.
-pub const REFUSALS_SHOWN: usize = 3;
-
-/// The least time between two summary lines of refused connections.
-pub const REFUSALS_INTERVAL: Duration = Duration::from_secs(5);
-
-/// How many different reasons a summary names; the rest are counted as "other".
-const REASONS_SHOWN: usize = 4;
-
-/// The log of one listener's refused connections: the first [`REFUSALS_SHOWN`] are named one
-/// by one; later ones are counted, by reason, into a summary the caller asks for at most once
-/// per [`REFUSALS_INTERVAL`]. Sans-IO: it makes lines, the caller prints or sends them, so
-/// the root and an agent log the same way.
-#[derive(Debug, Default)]
-pub struct Refusals {
-    shown: usize,
-    held: BTreeMap<String, usize>,
-}
-
-/// What [`Refusals::refused`] says to do with one refusal.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// Print this line now.
-    Show(String),
-    /// Counted for the next summary; `first` when it is the first since the last summary
-    /// (the caller then arranges for [`Refusals::summary`] an interval later).
-    Held {
-        /// The first held since the last summary.
-        first: bool,
-    },
-}
-
-impl Refusals {
-    /// A connection from `addr` was refused for `reason`.
-    pub fn refused(&mut self, addr: SocketAddr, reason: &str) -> Refusal {
-        if self.shown < REFUSALS_SHOWN {
-            self.shown += 1;
-            return Refusal::Show(format!("refused a connection from {addr}: {reason}"));
-        }
-        let first = self.held.is_empty();
-        *self.held.entry(reason.to_string()).or_default() += 1;
-        Refusal::Held { first }
-    }
-
-    /// The line that sums up the refusals held since the last one, if any:
-    /// `refused 297 more connections (unreadable handshake (…): 250; wrong job key: 47)`.
-    pub fn summary(&mut self) -> Option<String> {
-        if self.held.is_empty() {
-            return None;
-        }
-        let held = std::mem::take(&mut self.held);
-        let total: usize = held.values().sum();
-        let mut by_count: Vec<(String, usize)> = held.into_iter().collect();
-        by_count.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let mut reasons: Vec<String> = by_count
-            .iter()
-            .take(REASONS_SHOWN)
-            .map(|(r, n)| format!("{r}: {n}"))
-            .collect();
-        let other: usize = by_count.iter().skip(REASONS_SHOWN).map(|(_, n)| n).sum();
-        if other > 0 {
-            reasons.push(format!("other reasons: {other}"));
-        }
-        let s = if total == 1 { "" } else { "s" };
-        Some(format!(
-            "refused {total} more connection{s} ({})",
-            reasons.join("; ")
-        ))
-    }
-}
 
 /// Logs one refused connection through `refusals`: a line now, or counted into a summary
 /// sent [`REFUSALS_INTERVAL`] after the first refusal it counts.
@@ -546,7 +485,8 @@ async fn serve_child(
         progress,
     } = ctx;
     let refuse = |reason: String| log_refusal(&shared.refusals, &events, addr, &reason);
-    let (id, host) = match check_hello(&mut rd, &mut wr, &key, addr).await {
+    let within = handshake_window(plan.silence());
+    let (id, host) = match check_hello(&mut rd, &mut wr, &key, addr, within).await {
         Ok(hello) => hello,
         Err(Some(reason)) => return refuse(reason),
         Err(None) => return,
@@ -612,6 +552,7 @@ async fn check_hello(
     wr: &mut tokio::net::tcp::OwnedWriteHalf,
     key: &str,
     addr: SocketAddr,
+    within: Duration,
 ) -> Result<(u32, String), Option<String>> {
     let nonce = match tree::nonce() {
         Ok(n) => n,
@@ -625,7 +566,7 @@ async fn check_hello(
         return Err(None);
     }
     let hello = tokio::time::timeout(
-        HANDSHAKE,
+        within,
         tree::recv_limited::<_, Up>(rd, tree::HANDSHAKE_FRAME_MAX),
     )
     .await;
@@ -635,7 +576,10 @@ async fn check_hello(
         Ok(Ok(Some(_))) => return refused("it did not start with the handshake".into()),
         Ok(Ok(None)) => return refused("it closed the connection during the handshake".into()),
         Ok(Err(e)) => return refused(format!("unreadable handshake ({e})")),
-        Err(_) => return refused("no handshake within 10 s".into()),
+        Err(_) => {
+            let secs = within.as_secs_f64();
+            return refused(format!("no handshake within {secs} s"));
+        }
     };
     if !tree::verify(key, &nonce, id, &mac) {
         return refused("wrong job key".into());
@@ -759,7 +703,14 @@ async fn launch_batch(
     let lose = |reason: String| lose_unconnected(&ctx, &batch, reason);
     for attempt in 1..=ATTEMPTS {
         AGENTS_LAUNCHED.store(true, std::sync::atomic::Ordering::Relaxed);
-        let started = match launcher.start(&batch, &parent, &ctx.key) {
+        let Some(launch) = launcher
+            .prepare(&batch, &parent, &ctx.key)
+            .into_iter()
+            .next()
+        else {
+            return;
+        };
+        let started = match launch::start(launch).await {
             Ok(s) => s,
             Err(e) if crate::host::proc::note_fd_error(&e) => {
                 return lose(format!("cannot start an agent on {what}"))
@@ -771,9 +722,7 @@ async fn launch_batch(
                 ))
             }
         };
-        let Some(mut child) = started.into_iter().next().map(|s| s.child) else {
-            return;
-        };
+        let mut child = started.child;
         let last = Rc::new(RefCell::new(Vec::<String>::new()));
         if let Some(err) = child.stderr.take() {
             spawn_stderr_tail(err, last.clone(), &ctx, &batch);
@@ -1088,38 +1037,6 @@ mod tests {
             t0.elapsed() >= Duration::from_millis(310),
             "retried after {:?}",
             t0.elapsed()
-        );
-    }
-
-    /// The first refusals are named, the rest counted by reason into one summary line, and
-    /// a summary comes only when something was held since the last.
-    #[test]
-    fn refusals_are_named_then_summarised() {
-        let mut r = Refusals::default();
-        let a: SocketAddr = "10.0.0.1:4000".parse().unwrap();
-        for _ in 0..REFUSALS_SHOWN {
-            assert!(matches!(r.refused(a, "wrong job key"), Refusal::Show(l)
-                if l == "refused a connection from 10.0.0.1:4000: wrong job key"));
-        }
-        assert_eq!(r.refused(a, "wrong job key"), Refusal::Held { first: true });
-        for _ in 0..295 {
-            assert_eq!(
-                r.refused(a, "wrong job key"),
-                Refusal::Held { first: false }
-            );
-        }
-        assert_eq!(r.refused(a, "no handshake"), Refusal::Held { first: false });
-        assert_eq!(
-            r.summary().as_deref(),
-            Some("refused 297 more connections (wrong job key: 296; no handshake: 1)")
-        );
-        assert_eq!(r.summary(), None);
-        for (i, why) in ["a", "b", "c", "d", "e", "f"].iter().enumerate() {
-            assert_eq!(r.refused(a, why), Refusal::Held { first: i == 0 });
-        }
-        assert_eq!(
-            r.summary().as_deref(),
-            Some("refused 6 more connections (a: 1; b: 1; c: 1; d: 1; other reasons: 2)")
         );
     }
 

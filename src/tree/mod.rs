@@ -33,6 +33,7 @@ pub mod msg;
 pub mod policy;
 pub mod profile;
 pub mod progress;
+pub mod refusals;
 pub mod root;
 pub mod shape;
 
