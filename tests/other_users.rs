@@ -286,7 +286,7 @@ fn python_as_nobody(code: &str, args: &[&str]) -> std::process::Child {
 
 /// What user `nobody` learns of, and can do to, the `MASTER_PORT` of root's `-ml-env` job
 /// while rank 0 has not bound it yet: no abstract name in `/proc/net/unix` gives it away (none
-/// says kauri or the port), and a bind
+/// says kauri or the port), nor a line of `/proc/net/tcp{,6}`, and a bind
 /// of it (on loopback or on every address) fails; the job then runs, rank 0 binding the
 /// port with `SO_REUSEADDR` as torch's `TCPStore` does. Before, the reservation was the
 /// abstract name `@kauri-port-PORT`, listed to every user, and the port itself was free to
@@ -322,6 +322,9 @@ port = int(sys.argv[1])
 paths = [l.split()[-1] for l in open("/proc/net/unix") if len(l.split()) >= 8]
 names = [p for p in paths if p.startswith("@") and ("kauri" in p or str(port) in p)]
 print("names", names)
+tcp = [l for f in ["/proc/net/tcp", "/proc/net/tcp6"] for l in list(open(f))[1:]
+       if int(l.split()[1].rsplit(":", 1)[1], 16) == port]
+print("tcp", len(tcp))
 for addr in ["127.0.0.1", "0.0.0.0"]:
     s = socket.socket()
     try:
@@ -347,6 +350,10 @@ for addr in ["127.0.0.1", "0.0.0.0"]:
         stderr(&job)
     );
     assert!(said.lines().any(|l| l == "names []"), "{said}");
+    assert!(
+        said.lines().any(|l| l == "tcp 0"),
+        "the port is in /proc/net/tcp: {said}"
+    );
     for addr in ["127.0.0.1", "0.0.0.0"] {
         assert!(
             said.lines().any(|l| l == format!("refused {addr} 98")),
