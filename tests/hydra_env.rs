@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{kauri, lines, stderr};
+use common::{kauri, lines, stderr, KAURI};
 use std::path::PathBuf;
 
 /// A fresh directory for one test.
@@ -472,30 +472,45 @@ fn the_pmix_servers_keep_to_the_port_range() {
     let (low, high) = free_range(12);
     let range = format!("{low}:{high}");
     // Three simulated hosts, each agent with its own PMIx server, started at once; then this
-    // host alone (the front end's own server).
+    // host alone (the front end's own server). Each rank knocks, so that its server library
+    // starts, then says the port it was given (the door's) and every TCP port its parent (the
+    // process that serves it: the door and the library) listens on, from /proc/net/tcp.
+    let prog = format!(
+        r#"{KAURI} pmi -m pmix barrier >/dev/null || exit 3
+l=$(for i in $(ls -l /proc/$PPID/fd | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p'); do
+  awk -v i="$i" '$4 == "0A" && $10 == i {{ print $2 }}' /proc/net/tcp /proc/net/tcp6
+done)
+echo ${{PMIX_SERVER_URI4##*:}} ${{PMIX_MCA_ptl_base_ipv4_port:-unset}} $l"#
+    );
     for hosts in [
         &["-launcher", "fork", "-hosts", "a,b,c", "-n", "3"][..],
         &["-n", "2"][..],
     ] {
         let mut args = vec!["--pmi=pmix"];
         args.extend_from_slice(hosts);
-        args.extend([
-            "sh",
-            "-c",
-            "echo ${PMIX_SERVER_URI4##*:} ${PMIX_MCA_ptl_base_ipv4_port:-unset}",
-        ]);
+        args.extend(["sh", "-c", &prog]);
         let o = kauri(&args, None, &[("MPIEXEC_PORT_RANGE", &range)]);
         assert!(o.status.success(), "{args:?}: {}", stderr(&o));
         let out = lines(&o);
         assert!(!out.is_empty(), "{args:?}");
         for l in &out {
-            let (port, var) = l.split_once(' ').unwrap();
-            let port: u16 = port.parse().unwrap_or_else(|_| panic!("{l}"));
+            let w: Vec<&str> = l.split(' ').collect();
+            let port: u16 = w[0].parse().unwrap_or_else(|_| panic!("{l}"));
             assert!(
                 (low..=high).contains(&port),
                 "PMIx port {port} outside {range}"
             );
-            assert_eq!(var, "unset", "the library's variable leaked to a rank");
+            assert_eq!(w[1], "unset", "the library's variable leaked to a rank");
+            // The door and the library's own port.
+            assert!(w.len() >= 4, "{l}");
+            for a in &w[2..] {
+                let hex = a.rsplit(':').next().unwrap();
+                let p = u16::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("{l}"));
+                assert!(
+                    (low..=high).contains(&p),
+                    "a listener's port {p} outside {range}: {l}"
+                );
+            }
         }
     }
     forget_range(low, high);

@@ -388,3 +388,56 @@ fn fork_agents_lead_sessions_of_their_own() {
     }
     assert_ne!(sids[0], sids[1], "{out}");
 }
+
+/// The job key reaches each agent in its environment or on its stdin, never on a command line
+/// (neither kauri's nor an agent's holds a word that could be it: 64 hexadecimal digits), and
+/// no rank sees it: not on one host, not through agents started by `-launcher fork` or ssh,
+/// and not when kauri itself was started with `KAURI_JOB_KEY` in its environment.
+#[test]
+fn ranks_never_see_the_job_key_nor_a_command_line_hold_it() {
+    let (dir, ssh) = script("key-ssh", common::SSH_STAND_IN);
+    let prog = "echo \"key ${KAURI_JOB_KEY-none}\"; \
+                echo \"parent $(tr '\\0' ' ' < /proc/$PPID/cmdline)\"";
+    let outer = [("KAURI_JOB_KEY", "outer")];
+    let over_ssh = [("KAURI_ADDR", "127.0.0.1")];
+    let on_ssh = [
+        "-launcher",
+        "ssh",
+        "-launcher-exec",
+        &ssh,
+        "-hosts",
+        "r1,r2",
+        "-n",
+        "2",
+        "sh",
+        "-c",
+        prog,
+    ];
+    type Case<'a> = (&'a str, Vec<&'a str>, &'a [(&'a str, &'a str)]);
+    let cases: [Case; 3] = [
+        ("one host", vec!["-n", "2", "sh", "-c", prog], &outer),
+        (
+            "fork hosts",
+            common::on_fork_hosts("a,b", "2", prog),
+            &outer,
+        ),
+        ("ssh hosts", on_ssh.to_vec(), &over_ssh),
+    ];
+    let key_like = |w: &str| w.len() >= 64 && w.bytes().all(|b| b.is_ascii_hexdigit());
+    for (name, args, env) in cases {
+        let o = kauri(&args, None, env);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let out = lines(&o);
+        let keys: Vec<&String> = out.iter().filter(|l| l.starts_with("key ")).collect();
+        assert_eq!(keys, ["key none", "key none"], "{name}: {out:?}");
+        let parents: Vec<&String> = out.iter().filter(|l| l.starts_with("parent ")).collect();
+        assert_eq!(parents.len(), 2, "{name}: {out:?}");
+        for p in parents {
+            assert!(
+                !p.split(|c: char| !c.is_ascii_hexdigit()).any(key_like),
+                "{name}: a key on a command line: {p}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,5 +1,6 @@
-//! Other users stay out: a process of another local user cannot take part in a job, nor
-//! make kauri write over a file through a link it planted. The tests run as root (on CI too)
+//! Other users stay out: a process of another local user cannot take part in a job, read
+//! or enter what kauri makes for it, nor make kauri write over a file through a link it
+//! planted; and kauri's keeper ends none of its processes. The tests run as root (on CI too)
 //! and play the other user with `setpriv` as `nobody`; where either is missing they say why
 //! and pass, except under `CI=true`, where a missing prerequisite is a failure.
 
@@ -285,7 +286,7 @@ fn python_as_nobody(code: &str, args: &[&str]) -> std::process::Child {
 
 /// What user `nobody` learns of, and can do to, the `MASTER_PORT` of root's `-ml-env` job
 /// while rank 0 has not bound it yet: no abstract name in `/proc/net/unix` gives it away (none
-/// says kauri or the port), and a bind
+/// says kauri or the port), nor a line of `/proc/net/tcp{,6}`, and a bind
 /// of it (on loopback or on every address) fails; the job then runs, rank 0 binding the
 /// port with `SO_REUSEADDR` as torch's `TCPStore` does. Before, the reservation was the
 /// abstract name `@kauri-port-PORT`, listed to every user, and the port itself was free to
@@ -321,6 +322,9 @@ port = int(sys.argv[1])
 paths = [l.split()[-1] for l in open("/proc/net/unix") if len(l.split()) >= 8]
 names = [p for p in paths if p.startswith("@") and ("kauri" in p or str(port) in p)]
 print("names", names)
+tcp = [l for f in ["/proc/net/tcp", "/proc/net/tcp6"] for l in list(open(f))[1:]
+       if int(l.split()[1].rsplit(":", 1)[1], 16) == port]
+print("tcp", len(tcp))
 for addr in ["127.0.0.1", "0.0.0.0"]:
     s = socket.socket()
     try:
@@ -346,6 +350,10 @@ for addr in ["127.0.0.1", "0.0.0.0"]:
         stderr(&job)
     );
     assert!(said.lines().any(|l| l == "names []"), "{said}");
+    assert!(
+        said.lines().any(|l| l == "tcp 0"),
+        "the port is in /proc/net/tcp: {said}"
+    );
     for addr in ["127.0.0.1", "0.0.0.0"] {
         assert!(
             said.lines().any(|l| l == format!("refused {addr} 98")),
@@ -405,4 +413,209 @@ sys.stdin.read()
         let port: u16 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
         assert!((low..=high).contains(&port), "{what}: {port}");
     }
+}
+
+/// The host's topology XML that ranks are named (`PMI_hwloc_xmlfile`) is no file of any file
+/// system: an anonymous file of kauri's, named `/proc/PID/fd/N`, which the job's user opens
+/// and user `nobody` cannot (`Permission denied`), so no other user reads it, plants one at
+/// its name, or finds one left behind.
+#[test]
+fn another_user_cannot_open_the_hosts_topology_file() {
+    if let Some(why) = cannot_play_another_user() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let script = format!(
+        r#"f=$({KAURI} pmi -m pmi1 get PMI_hwloc_xmlfile) || exit 3
+echo "file $f"
+echo "owner $(head -c 5 "$f")"
+echo "nobody $(setpriv --reuid=65534 --regid=65534 --clear-groups head -c 5 "$f" 2>&1)"
+"#
+    );
+    let o = kauri(&["-n", "1", "sh", "-c", &script], None, &[]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = stderr(&o);
+    eprintln!("stdout:\n{out}stderr:\n{err}");
+    assert!(o.status.success(), "{err}");
+    let file = out
+        .lines()
+        .find_map(|l| l.strip_prefix("file "))
+        .expect("the rank says its file");
+    if file == "unavailable" {
+        eprintln!("skipped: this host has no libhwloc.so.15 to make the topology with");
+        return;
+    }
+    let fd = file
+        .strip_prefix("/proc/")
+        .and_then(|f| f.split_once("/fd/"))
+        .filter(|(pid, fd)| pid.parse::<u32>().is_ok() && fd.parse::<u32>().is_ok());
+    assert!(fd.is_some(), "not a descriptor of a process: {file}");
+    assert!(out.lines().any(|l| l == "owner <?xml"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("nobody ") && l.ends_with("Permission denied")),
+        "nobody opened {file}: {out}"
+    );
+}
+
+/// A PMIx job's directories (the job's, the server's in it, which the ranks are named as
+/// `PMIX_SERVER_TMPDIR`, and Open MPI's shared-memory directory,
+/// `OMPI_MCA_btl_vader_backing_directory`) are made with mode 0700, so user `nobody` cannot
+/// list them even where their parents are open to all; kauri's TCP listeners for the job (the
+/// PMIx server's door and the library's own port) are on loopback alone; and nothing is left
+/// in either parent when the job ends.
+#[test]
+fn another_user_cannot_enter_a_pmix_jobs_directories() {
+    if let Some(why) = cannot_play_another_user() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("kauri-pmix-dirs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (tmp, shm) = (dir.join("tmp"), dir.join("shm"));
+    for d in [&dir, &tmp, &shm] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The rank starts the server (its client's knock), then looks: modes, nobody's `ls`,
+    // and the TCP sockets its parent (kauri) listens on, from /proc/net/tcp{,6}.
+    let script = format!(
+        r#"{KAURI} pmi -m pmix barrier >/dev/null || exit 3
+d=$PMIX_SERVER_TMPDIR
+for x in "${{d%/*}}" "$d" "$OMPI_MCA_btl_vader_backing_directory"; do
+  m=$(stat -c %a "$x")
+  if setpriv --reuid=65534 --regid=65534 --clear-groups ls "$x" >/dev/null 2>&1; then n=listed; else n=refused; fi
+  echo "dir $m $n $x"
+done
+echo "uri $PMIX_SERVER_URI41"
+for i in $(ls -l /proc/$PPID/fd | sed -n 's/.*socket:\[\([0-9]*\)\]$/\1/p'); do
+  awk -v i="$i" '$4 == "0A" && $10 == i {{ print "listen", $2 }}' /proc/net/tcp /proc/net/tcp6
+done
+"#
+    );
+    let o = kauri(
+        &["--pmi=pmix", "-n", "1", "sh", "-c", &script],
+        None,
+        &[
+            ("TMPDIR", tmp.to_str().unwrap()),
+            ("KAURI_PMIX_SHM_DIR", shm.to_str().unwrap()),
+        ],
+    );
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = stderr(&o);
+    eprintln!("stdout:\n{out}stderr:\n{err}");
+    assert!(o.status.success(), "{err}");
+    let dirs: Vec<&str> = out.lines().filter(|l| l.starts_with("dir ")).collect();
+    assert_eq!(dirs.len(), 3, "{out}");
+    for (l, parent) in dirs.iter().zip([&tmp, &tmp, &shm]) {
+        assert!(l.starts_with("dir 700 refused "), "{l}");
+        assert!(l.contains(&*parent.to_string_lossy()), "{l}");
+    }
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("uri ") && l.contains(";tcp4://127.0.0.1:")),
+        "{out}"
+    );
+    let listening: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("listen "))
+        .collect();
+    assert!(!listening.is_empty(), "kauri listens on no TCP port: {out}");
+    for a in &listening {
+        // 127.0.0.1 in /proc/net/tcp's byte order, or ::ffff:127.0.0.1 in tcp6's.
+        assert!(
+            a.starts_with("0100007F:") || a.starts_with("0000000000000000FFFF00000100007F:"),
+            "a listener not on loopback: {a}"
+        );
+    }
+    for d in [&tmp, &shm] {
+        let left: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The keeper's token is no secret (it is on the keeper's command line once it runs as a
+/// process of its own), and it grants nothing: when kauri is killed with `SIGKILL`, its
+/// keeper ends the user's processes of the run and none of another user's, even one in the
+/// rank's process group with `KAURI_KEEPER=TOKEN` in its environment (a rank's child that
+/// became `nobody`).
+#[test]
+fn the_keeper_ends_no_process_of_another_user() {
+    if let Some(why) = cannot_play_another_user() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("kauri-keeper-other-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!(
+        "setpriv --reuid=65534 --regid=65534 --clear-groups sleep 300 & \
+         echo $! > {d}/nobody.tmp && mv {d}/nobody.tmp {d}/nobody; \
+         echo $$ > {d}/rank.tmp && mv {d}/rank.tmp {d}/rank; exec sleep 300",
+        d = dir.display()
+    );
+    let mut child = Command::new(KAURI)
+        .args(["-n", "1", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let kauri_pid = child.id();
+    let patience = Duration::from_secs(120);
+    let start = Instant::now();
+    let read_pid = |name: &str| -> Option<u32> {
+        std::fs::read_to_string(dir.join(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let stat = |pid: u32| -> Option<(char, u32)> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
+        Some((f[0].chars().next()?, f[1].parse().ok()?))
+    };
+    let alive = |pid: u32| stat(pid).is_some_and(|(state, _)| state != 'Z');
+    let keeper = || {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+            (comm.trim_end() == "kauri-keeper" && stat(pid)?.1 == kauri_pid).then_some(pid)
+        })
+    };
+    let (nobody, rank, keeper) = loop {
+        if let (Some(n), Some(r), Some(k)) = (read_pid("nobody"), read_pid("rank"), keeper()) {
+            break (n, r, k);
+        }
+        assert!(start.elapsed() < patience, "the run never started");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let environ = std::fs::read(format!("/proc/{nobody}/environ")).unwrap_or_default();
+    let token = environ
+        .split(|&b| b == 0)
+        .any(|v| v.starts_with(b"KAURI_KEEPER="));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The keeper leaves once nothing it ends is left.
+    while alive(keeper) && start.elapsed() < patience {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (keeper_gone, rank_gone, nobody_alive) = (!alive(keeper), !alive(rank), alive(nobody));
+    // SAFETY: kill takes plain numbers; nobody's sleep is this test's to end.
+    unsafe { libc::kill(nobody as i32, libc::SIGKILL) };
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        token,
+        "nobody's process has no KAURI_KEEPER in its environment"
+    );
+    assert!(keeper_gone, "the keeper did not leave");
+    assert!(rank_gone, "the rank outlived kauri");
+    assert!(nobody_alive, "the keeper ended nobody's process");
 }

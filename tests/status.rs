@@ -5,6 +5,7 @@ mod common;
 
 use common::{assert_none_left, kauri, stderr, KAURI};
 use std::io::Read;
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -408,7 +409,8 @@ fn another_user_cannot_ask_for_status() {
     let o = as_nobody();
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(o.stdout.is_empty(), "{o:?}");
-    // Open kauri's directory and socket too: kauri itself refuses the connection.
+    // Open kauri's directory and socket too: `kauri --status` of nobody's asks no socket in
+    // a directory that is not nobody's, and kauri itself refuses a connection made anyway.
     let dir = rt.join("kauri");
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).unwrap();
     let sock = dir.join(format!("{pid}.sock"));
@@ -416,6 +418,35 @@ fn another_user_cannot_ask_for_status() {
     let o = as_nobody();
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(o.stdout.is_empty(), "nobody got an answer: {o:?}");
+    let python = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("python3 is needed (Debian package python3)");
+    let o = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            python,
+            "-c",
+        ])
+        .arg(
+            "import socket, sys\n\
+             s = socket.socket(socket.AF_UNIX)\n\
+             s.connect(sys.argv[1])\n\
+             try:\n    s.sendall(b'status\\n'); got = s.recv(4096)\n\
+             except OSError:\n    got = b''\n\
+             print(repr(got))",
+        )
+        .arg(&sock)
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        "b''\n",
+        "nobody got an answer: {o:?}"
+    );
     job.wait_stderr(&["kauri: refused a status request from uid 65534"]);
     std::fs::write(&go, "").unwrap();
     let (code, _, err) = job.end();
@@ -518,5 +549,110 @@ fn idle_status_connections_are_bounded_and_dropped() {
     job.end();
     assert_none_left(&marker, Duration::from_secs(10));
     assert!(failed.is_none(), "{}", failed.unwrap_or_default());
+    let _ = std::fs::remove_dir_all(&rt);
+}
+
+/// `kauri --status` asks no socket in a status directory someone else could have put there
+/// (open to others, or another user's): such a socket may be anybody's, and its answer would
+/// be printed as the job's. It says so in one line, status 1, and touches nothing there.
+/// Before, it printed whatever a socket planted there answered (status 0), and removed the
+/// files named for a process that is gone.
+#[test]
+fn kauri_status_asks_no_socket_in_a_directory_it_cannot_trust() {
+    use std::io::{BufRead, Write};
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let rt = runtime_dir("untrusted");
+    let env = [("XDG_RUNTIME_DIR", rt.to_str().unwrap())];
+    let dir = rt.join("kauri");
+    std::fs::create_dir(&dir).unwrap();
+    // A socket named for a live process (this test), which answers like a kauri job, and a
+    // file named for a process that is gone.
+    let me = std::process::id();
+    let planted = std::os::unix::net::UnixListener::bind(dir.join(format!("{me}.sock"))).unwrap();
+    let gone = dir.join("4194303.sock");
+    std::fs::write(&gone, "").unwrap();
+    let asked = Arc::new(AtomicUsize::new(0));
+    let (count, listener) = (asked.clone(), planted.try_clone().unwrap());
+    let server = std::thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            let mut line = String::new();
+            let _ = std::io::BufReader::new(&c).read_line(&mut line);
+            if line.is_empty() {
+                return; // the test's own connection: the end
+            }
+            count.fetch_add(1, Ordering::SeqCst);
+            let _ = (&c).write_all(format!("kauri {me} (1 job(s), spoofed)\n").as_bytes());
+        }
+    });
+    let mut cases = vec![(0o777, None, "its mode is 777, not 700")];
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        cases.push((0o700, Some(65534), "it is owned by uid 65534"));
+    }
+    for (mode, owner, why) in cases {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+        if owner.is_some() {
+            std::os::unix::fs::chown(&dir, owner, owner).unwrap();
+        }
+        for args in [vec![], vec![me.to_string()]] {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let o = status(&args, &env);
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {o:?}");
+            assert!(
+                o.stdout.is_empty(),
+                "{args:?}: the planted socket answered: {o:?}"
+            );
+            assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+            assert!(
+                err.contains(&format!(
+                    "{} exists and is not a private directory",
+                    dir.display()
+                )) && err.contains(why),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        0,
+        "a planted socket was asked"
+    );
+    assert!(gone.exists(), "a file in the planted directory was removed");
+    drop(std::os::unix::net::UnixStream::connect(
+        dir.join(format!("{me}.sock")),
+    ));
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&rt);
+}
+
+/// The socket of a kauri that is gone (killed with `SIGKILL`, it could not remove it) is
+/// removed by the next `kauri --status`, which finds no process of its pid; the directory,
+/// the user's own, stays for the jobs to come.
+#[test]
+fn kauri_status_removes_the_socket_of_a_kauri_that_is_gone() {
+    use std::os::unix::fs::PermissionsExt;
+    let rt = runtime_dir("gone");
+    let env = [("XDG_RUNTIME_DIR", rt.to_str().unwrap())];
+    let dir = rt.join("kauri");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let pid = (1..4_194_304u32)
+        .rev()
+        .find(|p| !Path::new(&format!("/proc/{p}")).exists())
+        .unwrap();
+    let sock = dir.join(format!("{pid}.sock"));
+    // A socket whose listener is closed: what a killed kauri leaves.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let o = status(&[], &env);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no kauri job of yours"),
+        "{o:?}"
+    );
+    assert!(!sock.exists(), "{} is left", sock.display());
+    assert!(dir.is_dir());
     let _ = std::fs::remove_dir_all(&rt);
 }

@@ -233,8 +233,16 @@ pub fn run(args: &[String]) -> i32 {
 
 /// `kauri --status [--stacks] [PID]`: prints the diagnosis of each kauri job of this user on
 /// this host (or of the one with that pid); returns the exit status (1 when there is none).
+/// A socket directory that is there but not a private directory of this user is not read:
+/// whoever could have put it there could have planted its sockets, and their answers.
 pub fn client(pid: Option<u32>, stacks: bool) -> i32 {
     let dir = socket_dir();
+    if std::fs::symlink_metadata(&dir).is_ok() {
+        if let Err(e) = crate::proto::pmix::check_private_dir(&dir) {
+            say!("kauri: {e}");
+            return 1;
+        }
+    }
     let mut pids: Vec<u32> = match pid {
         Some(p) => vec![p],
         None => std::fs::read_dir(&dir)

@@ -1036,6 +1036,20 @@ mod tests {
             .contains("needs a secret"));
     }
 
+    /// With no argument the server listens on every IPv4 address, on port 6392, for any
+    /// client (no key unless the environment gives one).
+    #[test]
+    fn the_server_listens_on_every_address_at_6392_by_default() {
+        assert_eq!(
+            parse_args(&[], None),
+            Ok(Invocation::Serve {
+                port: 6392,
+                bind: "0.0.0.0".into(),
+                key: None
+            })
+        );
+    }
+
     #[test]
     fn encoding_round_trips_anything() {
         for s in ["", "plain", "a b", "100%", "tag#0$port#1$\n\r\t", "ü ü"] {

@@ -368,13 +368,19 @@ fn shm_dir_in(root: &Path, kvsname: &str, node: usize) -> Result<Option<PathBuf>
 /// was planted, and using it would hand the job's files to whoever did: an error that says
 /// what is wrong.
 pub fn create_private_dir(p: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::os::unix::fs::DirBuilderExt;
     // mkdir(2) creates no file through a symbolic link at the last component: it fails.
     match std::fs::DirBuilder::new().mode(0o700).create(p) {
-        Ok(()) => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", p.display())),
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => check_private_dir(p),
+        Err(e) => Err(format!("cannot create {}: {e}", p.display())),
     }
+}
+
+/// Checks that `p`, which is there, is a private directory of this user (see
+/// [`create_private_dir`]): else an error that says what is wrong.
+pub fn check_private_dir(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
     let m =
         std::fs::symlink_metadata(p).map_err(|e| format!("cannot inspect {}: {e}", p.display()))?;
     // SAFETY: geteuid has no preconditions and cannot fail.

@@ -248,15 +248,7 @@ fn report(s: Summary, end_us: u64) -> i32 {
             ProfileFormat::Json => say!("{}", profile.json()),
             ProfileFormat::Trace => {
                 let file = format!("kauri-{}.trace.json", std::process::id());
-                // A new file only: a link planted under the name is not followed.
-                let written = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&file)
-                    .and_then(|mut f| {
-                        std::io::Write::write_all(&mut f, profile.trace().as_bytes())
-                    });
-                match written {
+                match write_new(std::path::Path::new(&file), profile.trace().as_bytes()) {
                     Ok(()) => say!(
                         "kauri: start-up trace in {file} (open it in ui.perfetto.dev or \
                          chrome://tracing)"
@@ -269,9 +261,49 @@ fn report(s: Summary, end_us: u64) -> i32 {
     worst
 }
 
+/// Writes `bytes` into a new file at `path`: whatever is there already (a file, a link
+/// planted under the name, dangling or not) is an error, and is neither followed nor touched.
+fn write_new(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    std::io::Write::write_all(&mut f, bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The start-up trace goes into a new file only: a file already at its name, or a
+    /// symbolic link planted there (to a file of the user's, or to one yet to be made), is
+    /// refused and left as it was.
+    #[test]
+    fn the_trace_is_written_into_a_new_file_only() {
+        let dir = std::env::temp_dir().join(format!("kauri-trace-new-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fresh = dir.join("fresh.json");
+        write_new(&fresh, b"{}").unwrap();
+        assert_eq!(std::fs::read(&fresh).unwrap(), b"{}");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "the user's own\n").unwrap();
+        let link = dir.join("link.json");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let dangling = dir.join("dangling.json");
+        std::os::unix::fs::symlink(dir.join("made"), &dangling).unwrap();
+        for there in [&fresh, &link, &dangling] {
+            let e = write_new(there, b"trace").unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{there:?}");
+        }
+        assert_eq!(std::fs::read(&fresh).unwrap(), b"{}");
+        assert_eq!(
+            std::fs::read_to_string(&victim).unwrap(),
+            "the user's own\n"
+        );
+        assert!(!dir.join("made").exists(), "a dangling link was followed");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn ended(host: &str, code: Option<i32>, sig: Option<i32>, teardown: bool) -> RankState {
         RankState {
