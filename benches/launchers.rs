@@ -21,8 +21,8 @@
 //!   stand-in for ssh that sleeps 20 ms (tree width 8 for kauri). See `benches/tree.rs` for
 //!   every width.
 //! * `mpich-hosts`: an MPICH hello on H = 50, 100, 200, 300 simulated hosts with one rank
-//!   each, kauri's and Hydra's fork launchers, against `pmi-floor` running the same ranks
-//!   with no agent: hundreds of agents and spinning ranks on 2 cores, where a tree that stops
+//!   each, kauri's and Hydra's fork launchers, against `pmi-floor --hosts H` running the same
+//!   ranks, mapped one per host, with no agent: hundreds of agents and spinning ranks on 2 cores, where a tree that stops
 //!   answering under CPU starvation would show.
 //!
 //! The whole job is timed, `--runs` times per cell after one warm-up, the launchers taking
@@ -545,7 +545,8 @@ fn hosts(bins: &Bins, runs: usize, timeout: Duration) -> Table {
 /// kauri and Hydra each start an agent (a proxy) per host on this one machine, so at 300
 /// hosts the 2 cores hold 300 agents and 300 ranks, each rank spinning in MPICH's progress
 /// loop while it waits: the starved machine a tree must keep answering on. The floor is
-/// `pmi-floor` running the same H ranks with no agent at all. `--sim-hosts` (default
+/// `pmi-floor --hosts H` running the same H ranks with no agent at all, their process mapping
+/// saying one host each (without it MPICH wires them as one host's, and takes longer). `--sim-hosts` (default
 /// 50,100,200,300). A run counts only if the last rank's line says `of H`.
 fn mpich_hosts(bins: &Bins, runs: usize, timeout: Duration) -> Option<Table> {
     let mpich = compile(
@@ -590,7 +591,9 @@ fn mpich_hosts(bins: &Bins, runs: usize, timeout: Duration) -> Option<Table> {
         &sizes,
         |l, h| {
             let mut a = l.argv.clone();
-            if l.name != "floor" {
+            if l.name == "floor" {
+                a.extend(["--hosts".into(), h.to_string()]);
+            } else {
                 let names: Vec<String> = (1..=h).map(|i| format!("h{i}")).collect();
                 a.extend(["-hosts".into(), names.join(",")]);
             }

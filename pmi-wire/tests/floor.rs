@@ -48,3 +48,25 @@ fn floor_passes_on_the_ranks_status_and_refuses_bad_usage() {
         .unwrap();
     assert_eq!(st.code(), Some(255));
 }
+
+/// `--hosts H` maps N/H consecutive ranks to each of H hosts, over both protocols, and a
+/// count that does not divide is refused.
+#[test]
+fn floor_maps_ranks_to_hosts_with_hosts() {
+    for pmi in ["1", "2"] {
+        let out = Command::new(FLOOR)
+            .args([
+                "--hosts", "4", "-n", "8", LOAD, "--pmi", pmi, "--rounds", "1",
+            ])
+            .output()
+            .expect("pmi-floor runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("mapping=(vector,(0,4,2))"), "{text}");
+    }
+    let st = Command::new(FLOOR)
+        .args(["--hosts", "3", "-n", "8", "true"])
+        .status()
+        .unwrap();
+    assert_eq!(st.code(), Some(255));
+}

@@ -2,8 +2,12 @@
 //! benchmarks to measure kauri and Hydra against.
 //!
 //! ```text
-//! pmi-floor -n N PROG [ARGS...]
+//! pmi-floor [--hosts H] -n N PROG [ARGS...]
 //! ```
+//!
+//! `--hosts H` tells the ranks (`PMI_process_mapping`) that they are on H hosts, N/H
+//! consecutive ranks each, as a launcher of H simulated hosts says: an MPI then wires them as
+//! it would across hosts, and the floor stays the same job without the agents.
 //!
 //! It forks N ranks, each with one end of a socketpair as `PMI_FD` (and `PMI_RANK`,
 //! `PMI_SIZE`), and serves PMI-1 (or PMI-2, after an `init` asking for version 2) on the other
@@ -54,6 +58,8 @@ fn watch(ep: RawFd, c: &mut Conn, r: usize) {
 
 struct Server {
     size: usize,
+    /// `PMI_process_mapping`'s value.
+    mapping: String,
     conns: Vec<Conn>,
     kvs: HashMap<String, String>,
     /// Ranks in the current barrier.
@@ -112,10 +118,8 @@ impl Server {
             }
             "get" => {
                 let key = field(line, "key").unwrap_or("");
-                let mapping;
                 let v = if key == "PMI_process_mapping" {
-                    mapping = format!("(vector,(0,1,{}))", self.size);
-                    Some(mapping.as_str())
+                    Some(self.mapping.as_str())
                 } else {
                     self.kvs.get(key).map(String::as_str)
                 };
@@ -175,8 +179,8 @@ impl Server {
             "info-getjobattr" => {
                 reply = match get("key") {
                     Some("PMI_process_mapping") => format!(
-                        "cmd=info-getjobattr-response;rc=0;found=TRUE;value=(vector,(0,1,{}));",
-                        self.size
+                        "cmd=info-getjobattr-response;rc=0;found=TRUE;value={};",
+                        self.mapping
                     ),
                     Some("universeSize") => format!(
                         "cmd=info-getjobattr-response;rc=0;found=TRUE;value={};",
@@ -279,7 +283,18 @@ impl Server {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut hosts = 1;
+    if args.first().map(String::as_str) == Some("--hosts") {
+        hosts = match args.get(1).and_then(|h| h.parse::<usize>().ok()) {
+            Some(h) if h > 0 => h,
+            _ => {
+                eprintln!("pmi-floor: --hosts needs a positive number");
+                std::process::exit(255)
+            }
+        };
+        args.drain(..2);
+    }
     let (n, prog) = match args.as_slice() {
         [flag, n, prog @ ..] if flag == "-n" && !prog.is_empty() => match n.parse::<usize>() {
             Ok(n) if n > 0 => (n, prog.to_vec()),
@@ -289,10 +304,14 @@ fn main() {
             }
         },
         _ => {
-            eprintln!("usage: pmi-floor -n N PROG [ARGS...]");
+            eprintln!("usage: pmi-floor [--hosts H] -n N PROG [ARGS...]");
             std::process::exit(255)
         }
     };
+    if n % hosts != 0 {
+        eprintln!("pmi-floor: -n {n} is not a multiple of --hosts {hosts}");
+        std::process::exit(255)
+    }
     let argv: Vec<CString> = prog
         .iter()
         .map(|a| CString::new(a.as_str()).unwrap_or_default())
@@ -306,6 +325,7 @@ fn main() {
     }
     let mut server = Server {
         size: n,
+        mapping: format!("(vector,(0,{hosts},{}))", n / hosts),
         conns: Vec::with_capacity(n),
         kvs: HashMap::new(),
         in_barrier: Vec::new(),
