@@ -400,19 +400,7 @@ fn ranks_never_see_the_job_key_nor_a_command_line_hold_it() {
                 echo \"parent $(tr '\\0' ' ' < /proc/$PPID/cmdline)\"";
     let outer = [("KAURI_JOB_KEY", "outer")];
     let over_ssh = [("KAURI_ADDR", "127.0.0.1")];
-    let on_ssh = [
-        "-launcher",
-        "ssh",
-        "-launcher-exec",
-        &ssh,
-        "-hosts",
-        "r1,r2",
-        "-n",
-        "2",
-        "sh",
-        "-c",
-        prog,
-    ];
+    let on_ssh = common::on_ssh_hosts(&ssh, "r1,r2", "2", prog);
     type Case<'a> = (&'a str, Vec<&'a str>, &'a [(&'a str, &'a str)]);
     let cases: [Case; 3] = [
         ("one host", vec!["-n", "2", "sh", "-c", prog], &outer),
@@ -421,7 +409,7 @@ fn ranks_never_see_the_job_key_nor_a_command_line_hold_it() {
             common::on_fork_hosts("a,b", "2", prog),
             &outer,
         ),
-        ("ssh hosts", on_ssh.to_vec(), &over_ssh),
+        ("ssh hosts", on_ssh, &over_ssh),
     ];
     let key_like = |w: &str| w.len() >= 64 && w.bytes().all(|b| b.is_ascii_hexdigit());
     for (name, args, env) in cases {
