@@ -51,14 +51,16 @@ grep VmHWM /proc/$PPID/status
 /// Forty fork hosts with too few file descriptors (`ulimit -n`: a flat tree with 64, the
 /// default tree with 32): one line on stderr, which names the cause and the limit, and exit
 /// status 255. (Before: the launch error followed by warnings and the agents' complaints,
-/// or only a consequence, "its parent did not send the handshake".)
+/// or only a consequence, "its parent did not send the handshake".) The ranks sleep, so
+/// that every agent holds its link at once: ranks that end at once give their hosts'
+/// descriptors back while later agents start, and forty of them then fit in 64.
 #[test]
 fn out_of_file_descriptors_is_one_line_naming_the_limit() {
     let hosts: Vec<String> = (1..=40).map(|i| format!("h{i}")).collect();
     let hosts = hosts.join(",");
     for (limit, width) in [(64, "-tree-width 0"), (32, "")] {
         let cmd = format!(
-            "ulimit -n {limit}; exec {} -launcher fork {width} -hosts {hosts} -n 40 true",
+            "ulimit -n {limit}; exec {} -launcher fork {width} -hosts {hosts} -n 40 sleep 20",
             common::KAURI
         );
         limit_line(&kauri_sh(&cmd), limit, "");
