@@ -127,35 +127,20 @@ pub fn assert_none_left(marker: &str, patience: Duration) {
 /// `kauri` arguments for `n` ranks of `sh -c prog` on `hosts` through `ssh`, a stand-in for
 /// ssh (such as [`SSH_STAND_IN`]) that runs the agent here.
 pub fn on_ssh_hosts<'a>(ssh: &'a str, hosts: &'a str, n: &'a str, prog: &'a str) -> Vec<&'a str> {
-    vec![
-        "-launcher",
-        "ssh",
-        "-launcher-exec",
-        ssh,
-        "-hosts",
-        hosts,
-        "-n",
-        n,
-        "sh",
-        "-c",
-        prog,
-    ]
+    on_hosts(&["-launcher", "ssh", "-launcher-exec", ssh], hosts, n, prog)
 }
 
 /// The arguments of a job of `n` ranks of `sh -c PROG` over the simulated hosts `hosts`
 /// (`-launcher fork`, one agent process per host name).
 pub fn on_fork_hosts<'a>(hosts: &'a str, n: &'a str, prog: &'a str) -> Vec<&'a str> {
-    vec![
-        "-launcher",
-        "fork",
-        "-hosts",
-        hosts,
-        "-n",
-        n,
-        "sh",
-        "-c",
-        prog,
-    ]
+    on_hosts(&["-launcher", "fork"], hosts, n, prog)
+}
+
+/// `launcher` (its options), then `-hosts hosts -n n sh -c prog`.
+fn on_hosts<'a>(launcher: &[&'a str], hosts: &'a str, n: &'a str, prog: &'a str) -> Vec<&'a str> {
+    let mut a = launcher.to_vec();
+    a.extend(["-hosts", hosts, "-n", n, "sh", "-c", prog]);
+    a
 }
 
 /// A minimal PMI-1 rank for `python3 -c`: init, put one 64-byte value, fence, finalize.
