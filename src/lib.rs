@@ -35,6 +35,7 @@ pub mod console;
 pub mod cli;
 pub mod host;
 pub mod launch;
+pub mod os;
 pub mod plan;
 pub mod proto;
 pub mod tree;

@@ -38,7 +38,7 @@ const PURE: &[&str] = &[
 const DATA_TYPES: &[(&str, &str)] = &[
     ("host::bind", "Binding"),
     ("host::output", "OutputPlan"),
-    ("launch::ports", "PortRange"),
+    ("os::ports", "PortRange"),
     ("plan::job", "MpiSign"),
     ("plan::job", "Wiring"),
 ];

@@ -77,7 +77,7 @@ fn check(args: &[&str], n: usize) {
 
 #[test]
 fn gdb_reads_the_process_table_on_one_host() {
-    let host = kauri::host::node::local_host();
+    let host = kauri::os::hostname::local_host();
     let (table, _) = table_and_truth(&["-n", "2"]);
     assert!(table.values().all(|(h, _, _)| *h == host), "{table:?}");
     // Enough ranks that, undebugged, they would start sharing kauri's memory: a debugger

@@ -23,7 +23,6 @@ use crate::tree::profile::ProfileFormat;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 use words::{config_words, normalize, text, text_var, Words};
 
 /// What the user asked for.
@@ -48,10 +47,7 @@ pub enum Command {
     },
 }
 
-/// A command line Kauri cannot act on; the message is one line for the user.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
+pub use crate::plan::job::UsageError;
 
 fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
     Err(UsageError(msg.into()))
@@ -392,29 +388,7 @@ fn apply_hydra_env(spec: &mut JobSpec, genv_given: bool, env: HydraEnv) -> Resul
     Ok(())
 }
 
-/// The longest time any of kauri's times may be set to, in seconds (about three years):
-/// beyond it a deadline added to the clock could overflow.
-pub const SECS_MAX: u64 = 100_000_000;
-
-/// kauri's variables that hold a time in seconds (fractions allowed), with what they are.
-pub const SECONDS_VARS: &[&str] = &[
-    "KAURI_KILL_GRACE",
-    "KAURI_CONNECT_TIMEOUT",
-    "KAURI_HEARTBEAT",
-    "KAURI_HEARTBEAT_TIMEOUT",
-    "KAURI_TEARDOWN_WAIT",
-    "KAURI_KEEPER_ALONE_AFTER",
-];
-
-/// A time in seconds as a user writes it (`2`, `0.5`), from 0 to [`SECS_MAX`]; `None` for
-/// anything else (not a number, negative, NaN, infinite, too long).
-pub fn parse_secs(v: &str) -> Option<Duration> {
-    v.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && (0.0..=SECS_MAX as f64).contains(s))
-        .map(Duration::from_secs_f64)
-}
+pub use crate::plan::knobs::{parse_secs, SECONDS_VARS, SECS_MAX};
 
 /// Checks the numbers in kauri's own variables (`var(name)` reads one): each time of
 /// [`SECONDS_VARS`], `KAURI_SPAWN_MAX` and `KAURI_TREE_WIDTH`; one line naming the variable
@@ -916,103 +890,7 @@ fn list(v: &str) -> Vec<String> {
         .collect()
 }
 
-/// The longest host name kauri takes, in bytes: DNS's 253, with room to spare.
-pub const HOST_NAME_MAX: usize = 255;
-
-/// Parses `-hosts a,b:2`. A list that names no host, or has an empty entry (`a,,b`), is an
-/// error.
-pub fn parse_hosts(v: &str) -> Result<Vec<HostSpec>, UsageError> {
-    if v.trim().is_empty() {
-        return err(format!("-hosts {}: names no host", quoted(v)));
-    }
-    v.split(',')
-        .map(|h| match h.trim() {
-            "" => err(format!(
-                "-hosts {}: an empty host name (before, between or after the commas)",
-                quoted(v)
-            )),
-            h => host_entry(h, None),
-        })
-        .collect()
-}
-
-/// One host, `name` or `name:N` (or `name` with `slots` from a hostfile's `slots=N`). A name
-/// is refused when it is empty, holds a blank or a `:` (`a:3:4`), starts with `-` (ssh would
-/// read it as an option) or is longer than [`HOST_NAME_MAX`].
-fn host_entry(entry: &str, slots: Option<&str>) -> Result<HostSpec, UsageError> {
-    let (name, n) = match (entry.split_once(':'), slots) {
-        (Some((name, n)), None) => (name, Some(n)),
-        (_, s) => (entry, s),
-    };
-    let bad = if name.is_empty() {
-        Some("an empty name")
-    } else if name.contains(char::is_whitespace) {
-        Some("a host name holds no blank")
-    } else if name.starts_with('-') {
-        Some("a host name cannot start with '-'")
-    } else if name.len() > HOST_NAME_MAX {
-        Some("a host name is at most 255 bytes")
-    } else if name.contains(':') || n.is_some_and(|n| n.contains(':')) {
-        Some("one ':' at most (write host or host:N)")
-    } else {
-        None
-    };
-    if let Some(why) = bad {
-        return err(format!("bad host {}: {why}", quoted(entry)));
-    }
-    let slots = match n {
-        None => 1,
-        Some(n) => match n.trim().parse::<u128>() {
-            Ok(k) if k > RANKS_MAX as u128 => {
-                return err(too_many_ranks(&format!("{k} slots on host {name}")))
-            }
-            Ok(k) if k > 0 => k as usize,
-            _ => return err(format!("bad slot count {} for host {name}", quoted(n))),
-        },
-    };
-    Ok(HostSpec {
-        name: name.to_string(),
-        slots,
-    })
-}
-
-/// Reads a hostfile: `host`, `host:N` (Hydra) or `host slots=N` (Open MPI) per line; `#`
-/// starts a comment.
-pub fn read_hostfile(path: &Path) -> Result<Vec<HostSpec>, UsageError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| UsageError(format!("cannot read hostfile {}: {e}", path.display())))?;
-    let mut hosts = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let mut words = line.split_whitespace();
-        let name = words.next().unwrap_or_default();
-        let mut slots = None;
-        for w in words {
-            match w.split_once('=') {
-                Some(("slots", n)) | Some(("max_slots", n)) if slots.is_none() => slots = Some(n),
-                Some(("slots", _)) | Some(("max_slots", _)) => {}
-                _ => {
-                    return err(format!(
-                        "{}:{}: cannot read {} (expected 'host', 'host:N' or 'host slots=N')",
-                        path.display(),
-                        i + 1,
-                        quoted(w)
-                    ))
-                }
-            }
-        }
-        let h = host_entry(name, slots)
-            .map_err(|e| UsageError(format!("{}:{}: {}", path.display(), i + 1, e.0)))?;
-        hosts.push(h);
-    }
-    if hosts.is_empty() {
-        return err(format!("hostfile {} lists no host", path.display()));
-    }
-    Ok(hosts)
-}
+pub use crate::plan::hosts::{parse_hosts, read_hostfile, HOST_NAME_MAX};
 
 #[cfg(test)]
 mod tests {

@@ -164,7 +164,7 @@ const EARLY_FD: libc::c_int = 3;
 fn alone_after() -> Duration {
     std::env::var("KAURI_KEEPER_ALONE_AFTER")
         .ok()
-        .and_then(|v| crate::cli::parse_secs(&v))
+        .and_then(|v| crate::plan::knobs::parse_secs(&v))
         .unwrap_or(Duration::from_secs(1))
 }
 

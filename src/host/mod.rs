@@ -7,13 +7,13 @@
 
 pub mod bind;
 pub mod child;
+pub mod events;
 pub mod iofwd;
 pub mod keeper;
 pub mod mpir;
 pub mod node;
 pub mod ompi;
 pub mod output;
-pub mod peer;
 pub mod proc;
 pub mod syscall;
 pub mod topology;

@@ -8,7 +8,7 @@
 //! its own (`cli`), as Hydra 4 does: the command line first, then the variable. This module
 //! reads through a lookup function and touches no process state, files or sockets.
 
-use crate::launch::ports::PortRange;
+use crate::os::ports::PortRange;
 use crate::plan::job::EnvPolicy;
 
 /// Where the hosts come from when neither `-f` nor `-hosts` names them (Hydra's

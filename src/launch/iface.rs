@@ -77,7 +77,7 @@ pub fn address(name: &str) -> Result<IpAddr, String> {
             .collect();
         names.sort();
     }
-    let host = crate::host::node::local_host();
+    let host = crate::os::hostname::local_host();
     Err(if names.iter().any(|n| n == name) {
         format!("interface {name} has no address on {host}")
     } else {

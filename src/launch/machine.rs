@@ -4,7 +4,7 @@
 //! [`crate::launch::iface`]) and, for the names nothing cheaper settles, asks the system's
 //! resolver: all of them at once, for a bounded time ([`RESOLVE_WITHIN`]). Starts nothing.
 
-use crate::host::node::is_local;
+use crate::os::hostname::is_local;
 use std::collections::HashSet;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -18,7 +18,6 @@ pub mod iface;
 mod lsf;
 pub mod machine;
 mod pbs;
-pub mod ports;
 mod sge;
 mod slurm;
 mod spawner;

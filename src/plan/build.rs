@@ -3,13 +3,13 @@
 //! cost, each segment's wiring evidence and environment, the PMIx library, and the split into
 //! the ranks of this host and the hosts agents serve.
 
-use crate::host::node::is_local;
 use crate::host::output::{OutputOptions, OutputPlan};
 use crate::host::proc;
+use crate::os::hostname::is_local;
 use crate::plan::hosts::{host_list, HostList};
 use crate::plan::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
-use crate::tree::LaunchCost;
+use crate::tree::shape::LaunchCost;
 use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -68,7 +68,8 @@ pub(crate) const SCRIPT_HEAD: u64 = 64 << 10;
 /// or a program an argument names that is linked to an MPI (`valgrind ./app`). Only regular
 /// files are opened, and only their first bytes read.
 pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
-    use crate::plan::job::{arg_words, mentions_mpi, needed_libraries_of, wants_pmi, wants_pmix};
+    use crate::os::elf::needed_libraries_of;
+    use crate::plan::job::{arg_words, mentions_mpi, wants_pmi, wants_pmix};
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     let path = a.var("PATH");
@@ -382,7 +383,7 @@ pub(crate) struct Plan {
     /// How surely the job uses an MPI ([`wiring`]).
     pub(crate) mpi: crate::plan::job::MpiSign,
     /// `MASTER_PORT`'s reservation (`-ml-env`), kept for the run's whole life.
-    pub(crate) master_port: Option<crate::launch::ports::Reservation>,
+    pub(crate) master_port: Option<crate::os::ports::Reservation>,
     /// The directory kauri was started in: relative `-wdir`s and spawn's `wdir` and `path`
     /// are taken from it.
     pub(crate) cwd: PathBuf,
@@ -642,10 +643,7 @@ fn ranks_by_host(node: &[usize], nhosts: usize) -> (Vec<Vec<usize>>, Vec<usize>)
 }
 
 /// `MASTER_ADDR` and `MASTER_PORT`, and the reservation that holds the port.
-type Master = (
-    Option<(String, u16)>,
-    Option<crate::launch::ports::Reservation>,
-);
+type Master = (Option<(String, u16)>, Option<crate::os::ports::Reservation>);
 
 /// `MASTER_ADDR` and `MASTER_PORT` under `-ml-env`, and the port's reservation: rank 0's
 /// host (loopback when it is served here or simulated), and a free port held for the run.
@@ -661,7 +659,7 @@ fn master(
     }
     let n0 = placement.node.first().copied().unwrap_or(0);
     let addr = master_addr(n0, hosts, served_here, kind);
-    let held = crate::launch::ports::reserve(spec.port_range.as_ref())
+    let held = crate::os::ports::reserve(spec.port_range.as_ref())
         .map_err(|e| format!("cannot find a free port for MASTER_PORT: {e}"))?;
     Ok((Some((addr, held.port())), Some(held)))
 }
@@ -907,12 +905,12 @@ fn tree_shape(spec: &JobSpec, kind: &str, tree_var: Option<&str>) -> (usize, boo
     (width, cost_tree)
 }
 
-/// One of kauri's times in seconds ([`crate::cli::SECONDS_VARS`], checked when the command
+/// One of kauri's times in seconds ([`crate::plan::knobs::SECONDS_VARS`], checked when the command
 /// line is read), or `default`.
 pub(crate) fn env_secs(var: &str, default: f64) -> Duration {
     std::env::var(var)
         .ok()
-        .and_then(|v| crate::cli::parse_secs(&v))
+        .and_then(|v| crate::plan::knobs::parse_secs(&v))
         .unwrap_or(Duration::from_secs_f64(default))
 }
 

@@ -3,10 +3,12 @@
 //! go over the entries' slots. Which entries name this machine is
 //! [`crate::launch::machine`]'s to say; this module only merges.
 
-use crate::host::node::is_local;
+use crate::console::quoted;
 use crate::launch::machine::{self, Machine};
-use crate::plan::job::{HostSpec, Placement};
+use crate::os::hostname::is_local;
+use crate::plan::job::{too_many_ranks, HostSpec, Placement, UsageError, RANKS_MAX};
 use std::collections::HashSet;
+use std::path::Path;
 
 /// The hosts of a run, each machine once, and the order in which ranks fill their slots.
 ///
@@ -106,12 +108,114 @@ pub(crate) fn host_list(entries: &[HostSpec], me: &str, kind: &str) -> HostList 
     HostList::merge(entries, &|n| here.contains(n), false)
 }
 
+fn err<T>(msg: impl Into<String>) -> Result<T, UsageError> {
+    Err(UsageError(msg.into()))
+}
+
+/// The longest host name kauri takes, in bytes: DNS's 253, with room to spare.
+pub const HOST_NAME_MAX: usize = 255;
+
+/// Parses `-hosts a,b:2`. A list that names no host, or has an empty entry (`a,,b`), is an
+/// error.
+pub fn parse_hosts(v: &str) -> Result<Vec<HostSpec>, UsageError> {
+    if v.trim().is_empty() {
+        return err(format!("-hosts {}: names no host", quoted(v)));
+    }
+    v.split(',')
+        .map(|h| match h.trim() {
+            "" => err(format!(
+                "-hosts {}: an empty host name (before, between or after the commas)",
+                quoted(v)
+            )),
+            h => host_entry(h, None),
+        })
+        .collect()
+}
+
+/// One host, `name` or `name:N` (or `name` with `slots` from a hostfile's `slots=N`). A name
+/// is refused when it is empty, holds a blank or a `:` (`a:3:4`), starts with `-` (ssh would
+/// read it as an option) or is longer than [`HOST_NAME_MAX`].
+fn host_entry(entry: &str, slots: Option<&str>) -> Result<HostSpec, UsageError> {
+    let (name, n) = match (entry.split_once(':'), slots) {
+        (Some((name, n)), None) => (name, Some(n)),
+        (_, s) => (entry, s),
+    };
+    let bad = if name.is_empty() {
+        Some("an empty name")
+    } else if name.contains(char::is_whitespace) {
+        Some("a host name holds no blank")
+    } else if name.starts_with('-') {
+        Some("a host name cannot start with '-'")
+    } else if name.len() > HOST_NAME_MAX {
+        Some("a host name is at most 255 bytes")
+    } else if name.contains(':') || n.is_some_and(|n| n.contains(':')) {
+        Some("one ':' at most (write host or host:N)")
+    } else {
+        None
+    };
+    if let Some(why) = bad {
+        return err(format!("bad host {}: {why}", quoted(entry)));
+    }
+    let slots = match n {
+        None => 1,
+        Some(n) => match n.trim().parse::<u128>() {
+            Ok(k) if k > RANKS_MAX as u128 => {
+                return err(too_many_ranks(&format!("{k} slots on host {name}")))
+            }
+            Ok(k) if k > 0 => k as usize,
+            _ => return err(format!("bad slot count {} for host {name}", quoted(n))),
+        },
+    };
+    Ok(HostSpec {
+        name: name.to_string(),
+        slots,
+    })
+}
+
+/// Reads a hostfile: `host`, `host:N` (Hydra) or `host slots=N` (Open MPI) per line; `#`
+/// starts a comment.
+pub fn read_hostfile(path: &Path) -> Result<Vec<HostSpec>, UsageError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("cannot read hostfile {}: {e}", path.display())))?;
+    let mut hosts = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap_or_default();
+        let mut slots = None;
+        for w in words {
+            match w.split_once('=') {
+                Some(("slots", n)) | Some(("max_slots", n)) if slots.is_none() => slots = Some(n),
+                Some(("slots", _)) | Some(("max_slots", _)) => {}
+                _ => {
+                    return err(format!(
+                        "{}:{}: cannot read {} (expected 'host', 'host:N' or 'host slots=N')",
+                        path.display(),
+                        i + 1,
+                        quoted(w)
+                    ))
+                }
+            }
+        }
+        let h = host_entry(name, slots)
+            .map_err(|e| UsageError(format!("{}:{}: {}", path.display(), i + 1, e.0)))?;
+        hosts.push(h);
+    }
+    if hosts.is_empty() {
+        return err(format!("hostfile {} lists no host", path.display()));
+    }
+    Ok(hosts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn entries(list: &str) -> Vec<HostSpec> {
-        crate::cli::parse_hosts(list).unwrap()
+        crate::plan::hosts::parse_hosts(list).unwrap()
     }
 
     fn hosts(l: &HostList) -> Vec<(&str, usize)> {

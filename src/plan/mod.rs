@@ -12,6 +12,7 @@
 pub mod build;
 pub mod hosts;
 pub mod job;
+pub mod knobs;
 pub mod rank_env;
 pub mod spawn;
 
@@ -144,7 +145,7 @@ pub struct JobPlan {
     #[serde(default)]
     pub iface: Option<String>,
     /// The ports the agent and PMI listeners keep to (`MPIEXEC_PORT_RANGE`); `None`: any.
-    pub port_range: Option<crate::launch::ports::PortRange>,
+    pub port_range: Option<crate::os::ports::PortRange>,
     /// Fault-tolerant MPI (`-with-ft`): PMIx fences go on without lost hosts
     /// ([`crate::tree::branch::Branch::tolerate_failures`]).
     #[serde(default)]

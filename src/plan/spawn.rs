@@ -4,13 +4,13 @@
 
 use crate::plan::build::{add_flux_job_id, advertise, segment_env, shares_one_machine, Plan};
 
-use crate::host::node::is_local;
 use crate::host::output::OutputPlan;
+use crate::os::hostname::is_local;
 use crate::plan::job::{HostSpec, JobSpec};
 use crate::plan::{AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::proto::kvs::Delta;
 use crate::proto::pmix::jobid::JobNames;
-use crate::tree::LaunchCost;
+use crate::tree::shape::LaunchCost;
 use pmi_wire::SpawnCommand;
 use std::ffi::OsString;
 use std::net::IpAddr;
@@ -47,7 +47,7 @@ pub(crate) struct Cluster {
     /// The most processes one spawn may start (`KAURI_SPAWN_MAX`).
     pub(crate) spawn_max: u64,
     /// The ports listeners keep to (`MPIEXEC_PORT_RANGE`).
-    pub(crate) port_range: Option<crate::launch::ports::PortRange>,
+    pub(crate) port_range: Option<crate::os::ports::PortRange>,
     /// `-with-ft`: spawned jobs are fault tolerant too.
     pub(crate) fault_tolerant: bool,
 }
@@ -272,8 +272,8 @@ pub(crate) fn command_options(
             }
             "hostfile" => {
                 let path = cluster.cwd.join(v);
-                let listed =
-                    crate::cli::read_hostfile(&path).map_err(|e| format!("spawn: {}", e.0))?;
+                let listed = crate::plan::hosts::read_hostfile(&path)
+                    .map_err(|e| format!("spawn: {}", e.0))?;
                 let names: Vec<String> = listed.into_iter().map(|h| h.name).collect();
                 how.candidates = named_hosts(cluster, &names)?;
             }

@@ -7,11 +7,11 @@
 //! stdin, signals and teardown down. It exits when its ranks and its children are done, or at
 //! once, killing its ranks, when its parent disappears.
 
+use crate::host::events::{self, JobTx};
 use crate::host::iofwd::Stream;
 use crate::host::node::{Node, NodeEvent};
 use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
 use crate::tree::branch::{Branch, Out};
-use crate::tree::events::{self, JobTx};
 use crate::tree::hub::{Children, HubEvent};
 use crate::tree::profile::{Clock, HostProfile};
 use crate::tree::{self, Down, Link, Report, Up};
@@ -63,7 +63,7 @@ impl AgentArgs {
         let parent = parent.ok_or("--parent is required")?;
         if slurm {
             let host = std::env::var("SLURMD_NODENAME")
-                .unwrap_or_else(|_| crate::host::node::local_host());
+                .unwrap_or_else(|_| crate::os::hostname::local_host());
             return Ok(AgentArgs {
                 parent,
                 id: None,

@@ -13,10 +13,10 @@
 //! link ends before it said `Done` is reported as [`HubEvent::Lost`], with one line saying
 //! what and where.
 
+use crate::host::events::JobTx;
 use crate::host::iofwd::Stream;
 use crate::launch::{self, Target};
 use crate::plan::{JobPlan, LaunchPlan, Subtree};
-use crate::tree::events::JobTx;
 use crate::tree::progress::Step;
 pub use crate::tree::refusals::{Refusal, Refusals, REFUSALS_INTERVAL, REFUSALS_SHOWN};
 use crate::tree::{self, Down, Launching, Link, Queue, Up};
@@ -190,11 +190,9 @@ impl Children {
         c.launcher = plan.kind.clone();
         c.order = broadcast_order(&subtrees);
         c.open_links(&subtrees);
-        let listener = crate::launch::ports::listen_async(
-            IpAddr::from([0u8, 0, 0, 0]),
-            job.port_range.as_ref(),
-        )
-        .map_err(|e| format!("cannot listen for agents: {e}"))?;
+        let listener =
+            crate::os::ports::listen_async(IpAddr::from([0u8, 0, 0, 0]), job.port_range.as_ref())
+                .map_err(|e| format!("cannot listen for agents: {e}"))?;
         let port = listener.local_addr().map_err(|e| e.to_string())?.port();
         let parent = SocketAddr::new(ip, port).to_string();
         info!(%parent, children = subtrees.len(), "listening for agents");

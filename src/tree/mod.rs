@@ -24,7 +24,6 @@
 pub mod agent;
 pub mod auth;
 pub mod branch;
-pub mod events;
 pub mod frame;
 pub mod gather;
 pub mod hub;

@@ -403,7 +403,7 @@ pub(super) async fn accept_pmi(c: Rc<Ctx>, l: tokio::net::TcpListener) {
         // Any local user can reach a loopback port and claim a rank's PMI_ID:
         // only the job's own user is served.
         let (owner, port) = match s.local_addr() {
-            Ok(local) => (crate::host::peer::uid(peer, local), local.port()),
+            Ok(local) => (crate::os::peer::uid(peer, local), local.port()),
             Err(_) => (None, 0),
         };
         if owner != Some(me) {

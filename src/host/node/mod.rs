@@ -15,11 +15,11 @@
 //! Here: the `Node`, its events and what it does once started; the start of the ranks in
 //! `start`, the PMI connections in `conn`, the PMIx upcalls and their answers in `upcall`.
 
+use crate::host::events::JobTx;
 use crate::host::proc;
 use crate::proto::pmi::{ConnId, Engine, Output};
 use crate::proto::pmix::{self, CollectiveReply, ModexReply, OpReply, SpawnReply, Upcall};
 use crate::proto::service::ServiceReply;
-use crate::tree::events::JobTx;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -365,27 +365,6 @@ impl Drop for ShmDir {
     }
 }
 
-/// True when `name` means this machine.
-pub fn is_local(name: &str, me: &str) -> bool {
-    name == "localhost"
-        || name == me
-        || name.starts_with("127.")
-        || name == "::1"
-        || me.split('.').next() == Some(name)
-}
-
-/// This machine's host name.
-pub fn local_host() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into buf.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
 impl Node {
     /// Applies the merged delta of a fence the whole tree completed (checked at the root,
     /// which says whether its keys are the last fence's), releasing local ranks.
@@ -580,7 +559,7 @@ impl Node {
     }
 
     /// Where each rank of this host is, in rank order (the hang diagnosis).
-    pub fn status(&self) -> Vec<crate::tree::RankStatus> {
+    pub fn status(&self) -> Vec<crate::tree::msg::RankStatus> {
         use crate::proto::pmi::RankPmi;
         let running = self.running.borrow();
         let pmix = self.ctx.pmix.borrow();
@@ -613,7 +592,7 @@ impl Node {
         };
         states
             .into_iter()
-            .map(|(rank, pmi)| crate::tree::RankStatus {
+            .map(|(rank, pmi)| crate::tree::msg::RankStatus {
                 rank,
                 pid: running.get(&rank).copied(),
                 pmi: if running.contains_key(&rank) || pmi == RankPmi::Exited {

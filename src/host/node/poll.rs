@@ -290,21 +290,21 @@ fn read_requests(ctx: &Ctx, r: &mut Reading) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::events::JobTx;
+    use crate::host::events::JobTx;
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     use tokio::net::UnixStream;
 
     /// A job of three ranks on this host, and its events' receiving end.
     fn job() -> (
         Rc<Ctx>,
-        crate::tree::events::Receiver<super::super::NodeEvent>,
+        crate::host::events::Receiver<super::super::NodeEvent>,
     ) {
         let args: Vec<String> = ["-n", "3", "--pmi=pmi1", "true"].map(String::from).to_vec();
         let crate::cli::Command::Run(spec) = crate::cli::parse(&args).unwrap() else {
             panic!("not a run");
         };
         let p = crate::plan::build::plan(&spec, "localhost").unwrap();
-        let (tx, rx) = crate::tree::events::channel();
+        let (tx, rx) = crate::host::events::channel();
         let me = p.local.as_ref().unwrap();
         (
             super::super::start::new_ctx(&p.job, me, &JobTx::new(0, tx)),

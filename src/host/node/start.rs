@@ -4,6 +4,7 @@
 use super::conn::{accept_pmi, RankSock};
 use super::poll::serve_conn;
 use super::{abandon, rank_ended, Ctx, Node, NodeEvent, PmixState, ShmDir, PMIX_REQUESTS};
+use crate::host::events::JobTx;
 use crate::host::iofwd;
 use crate::host::iofwd::Stream;
 use crate::host::output::Route;
@@ -12,7 +13,6 @@ use crate::plan::rank_env::{rank_env, HostFacts, PmiSocket, RankSeat, VADER_DIR_
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, RankPlan};
 use crate::proto::pmi::{ConnId, Engine, JobInfo};
 use crate::proto::pmix::{self, Upcall};
-use crate::tree::events::JobTx;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
@@ -315,7 +315,7 @@ pub(super) fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -
 /// Listens for the ranks' PMI connections on a loopback port (`-pmi-port`) and serves them;
 /// returns the address the ranks are given.
 fn listen_pmi_port(ctx: &Rc<Ctx>, job: &JobPlan, host: &str) -> Result<String, String> {
-    let l = crate::launch::ports::listen_async(
+    let l = crate::os::ports::listen_async(
         std::net::Ipv4Addr::LOCALHOST.into(),
         job.port_range.as_ref(),
     )

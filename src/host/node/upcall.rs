@@ -2,13 +2,13 @@
 //! and the front end's answers go back to the library's callbacks.
 
 use super::{Ctx, Node, NodeEvent, PmixState, PMIX_REQUEST};
+use crate::host::events::JobTx;
 use crate::plan::rank_env::{VADER_DIR_VAR, YIELD_VAR};
 use crate::proto::pmi::Output;
 use crate::proto::pmix::{
     self, CollectiveReply, LookupReply, ModexReply, OpReply, SpawnReply, Upcall,
 };
 use crate::proto::service::{Service, ServiceReply, Wait};
-use crate::tree::events::JobTx;
 use pmix::ffi::{PMIX_ERR_BAD_PARAM, PMIX_ERR_NOT_SUPPORTED};
 use pmix::names::{lookup_wait, publish_items};
 use std::rc::{Rc, Weak};

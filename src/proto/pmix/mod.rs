@@ -147,7 +147,7 @@ fn make_places() -> Result<(), String> {
 struct Start {
     host: String,
     tmpdir: String,
-    range: Option<crate::launch::ports::PortRange>,
+    range: Option<crate::os::ports::PortRange>,
 }
 
 /// A job offered PMIx on this host before the library started: registered when it does.
@@ -286,7 +286,7 @@ impl Server {
             make_places().map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
             let init = |port| ffi::init(&start.tmpdir, host, port);
             match &start.range {
-                Some(r) => crate::launch::ports::with_free_port(r, |port| init(Some(port))),
+                Some(r) => crate::os::ports::with_free_port(r, |port| init(Some(port))),
                 None => init(None),
             }
             .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;

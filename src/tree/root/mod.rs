@@ -28,10 +28,12 @@ use inbox::{print_output, read_stdin, StdinCredit};
 use start::start_job;
 pub use start::{prepare_run, Prepared};
 
+use crate::host::events::{self, JobTx};
 use crate::host::iofwd::{Dest, Stream};
-use crate::host::node::{local_host, Node, NodeEvent};
+use crate::host::node::{Node, NodeEvent};
 use crate::host::output::Files;
 use crate::host::proc;
+use crate::os::hostname::local_host;
 use crate::plan::job::{JobSpec, Wiring};
 use crate::plan::{HostPlan, JobPlan};
 use crate::proto::kvs::Delta;
@@ -39,7 +41,6 @@ use crate::proto::nameserver::{Refusal, Waiting};
 use crate::proto::pmix::Failure;
 use crate::proto::service::{Service, ServiceReply, SpawnDone, Wait};
 use crate::tree::branch::{Branch, Out};
-use crate::tree::events::{self, JobTx};
 use crate::tree::hub::{Children, HubEvent};
 use crate::tree::policy::{self, Ending, ExitVerdict};
 use crate::tree::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
@@ -343,7 +344,7 @@ struct Root {
     _status_socket: Option<crate::cli::status::Listener>,
     /// `MASTER_PORT`'s reservation (`-ml-env`): no other kauri job takes the port while this
     /// run lives.
-    _master_port: Option<crate::launch::ports::Reservation>,
+    _master_port: Option<crate::os::ports::Reservation>,
     /// The command line, for `kauri --status`.
     command: String,
     auto_cleanup: bool,

@@ -3,7 +3,7 @@
 use super::*;
 use crate::host::node::Early;
 use crate::plan::build::Plan;
-use crate::tree::LaunchCost;
+use crate::tree::shape::LaunchCost;
 
 /// Raises the soft limit of open files to the hard limit; returns the soft limit now in force
 /// (0 when it cannot be read).

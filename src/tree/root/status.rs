@@ -12,7 +12,7 @@ pub(super) fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>])
     let mut seen: Vec<Vec<bool>> = jobs.iter().map(|r| vec![false; r.len()]).collect();
     let mut rest: std::collections::BTreeMap<String, usize> = Default::default();
     let mut listed = 0;
-    let mut rows: Vec<(usize, &str, &crate::tree::RankStatus)> = got
+    let mut rows: Vec<(usize, &str, &crate::tree::msg::RankStatus)> = got
         .iter()
         .flat_map(|(j, h)| h.ranks.iter().map(move |r| (*j, h.host.as_str(), r)))
         .collect();

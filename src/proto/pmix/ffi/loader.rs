@@ -232,7 +232,7 @@ pub fn library_file() -> Option<std::path::PathBuf> {
 /// first 8 MiB.
 pub fn release_of(path: &std::path::Path) -> Option<String> {
     let f = std::fs::File::open(path).ok()?;
-    let read = |off: u64, len: usize| read_at_most(&f, off, len);
+    let read = |off: u64, len: usize| crate::os::elf::read_at_most(&f, off, len);
     let (off, len) = rodata(&read).unwrap_or((0, 8 << 20));
     // In pieces, each overlapping the last by more than a version line: the line sits near
     // the start of Debian's section and near the end of the wheel's, and reading a whole
@@ -251,24 +251,6 @@ pub fn release_of(path: &std::path::Path) -> Option<String> {
         at += PIECE - OVERLAP;
     }
     None
-}
-
-/// Up to `len` bytes of `f` from offset `off` (fewer at the file's end); `None` on a read
-/// error or an offset past `u64`.
-pub fn read_at_most(f: &std::fs::File, off: u64, len: usize) -> Option<Vec<u8>> {
-    use std::os::unix::fs::FileExt;
-    let mut b = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        match f.read_at(&mut b[got..], off.checked_add(got as u64)?) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    b.truncate(got);
-    Some(b)
 }
 
 /// The `.rodata` section of an ELF64 little-endian file: (offset, size), from its section

@@ -170,7 +170,7 @@ fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
         Err(e)
             if e.kind() == io::ErrorKind::AddrInUse
                 && addr.port() != 0
-                && crate::host::peer::only_time_wait_on(addr.port()) =>
+                && crate::os::peer::only_time_wait_on(addr.port()) =>
         {
             bound_with(addr, false, true)?
         }
@@ -552,7 +552,7 @@ mod tests {
         assert_eq!(std::io::Read::read(&mut &client, &mut b).unwrap(), 0);
         drop(client);
         drop(first);
-        assert!(crate::host::peer::only_time_wait_on(r.low));
+        assert!(crate::os::peer::only_time_wait_on(r.low));
         let again = listen(lo, Some(&r));
         assert!(again.is_ok(), "{again:?}");
     }

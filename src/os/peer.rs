@@ -4,7 +4,7 @@
 //! every TCP socket of the machine in `/proc/net/tcp` and `/proc/net/tcp6` with the uid that
 //! created it. The peer's socket is the line whose `local_address` is the peer's address and
 //! whose `rem_address` is ours. This module only reads and parses those tables; what to do
-//! with a stranger is its caller's (the PMI listener of `-pmi-port`, in [`crate::host::node`]).
+//! with a stranger is its caller's (the PMI listener of `-pmi-port`, in `host::node`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
