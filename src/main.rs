@@ -34,7 +34,7 @@ fn subcommand(sub: &str, rest: &[String]) -> ExitCode {
         "nameserver" => {
             logging(0);
             let rest = rest.to_vec();
-            run_local(async move { kauri::proto::nameserver::run(&rest).await })
+            run_local(async move { kauri::cli::nameserver::run(&rest).await })
         }
         "--status" | "-status" => ExitCode::from(kauri::cli::status::run(rest) as u8),
         "kvs" => ExitCode::from(kauri::cli::kvs::run(rest)),
@@ -173,7 +173,7 @@ fn run_local(role: impl std::future::Future<Output = i32>) -> ExitCode {
 
 /// `kauri agent …`: the internal per-host role.
 fn run_agent(args: &[String]) -> ExitCode {
-    let a = match kauri::tree::agent::AgentArgs::parse(args) {
+    let a = match kauri::cli::agent::parse(args) {
         Ok(a) => a,
         Err(e) => {
             kauri::say!("kauri agent: {e}");

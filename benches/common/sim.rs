@@ -40,13 +40,13 @@
 
 use bytes::Bytes;
 use kauri::host::node::NodeEvent;
+use kauri::os::clock::Clock;
 use kauri::plan::{HostPlan, Subtree};
 use kauri::proto::kvs::{Delta, Kvs, Packed};
 use kauri::proto::pmi::Output;
 use kauri::proto::service::ServiceReply;
 use kauri::tree::branch::{Branch, Host, Links, Out};
 use kauri::tree::hub::HubEvent;
-use kauri::tree::profile::Clock;
 use kauri::tree::{self, Down, Up};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};

@@ -6,10 +6,12 @@
 //! the next MPMD segment; `-configfile` reads segments one per line. Everything after a
 //! segment's program, up to `:`, is the program's own arguments.
 
+pub mod agent;
 pub mod doc;
 mod habits;
 pub mod info;
 pub mod kvs;
+pub mod nameserver;
 pub mod pmi;
 pub mod status;
 mod words;
@@ -96,7 +98,7 @@ struct Parser {
     n_given: Vec<bool>,
     profile_given: bool,
     /// `-map-by` a topology object.
-    map_kind: Option<crate::host::bind::Kind>,
+    map_kind: Option<crate::plan::binding::Kind>,
     /// `-bind-to` was given (`none` included).
     bind_given: bool,
     /// `-genvall`, `-genvnone` or `-genvlist` was given (it wins over `HYDRA_ENV`).
@@ -298,7 +300,7 @@ impl Parser {
                 (Some(b), _) => b.map = Some(kind),
                 // -map-by OBJECT alone binds to the objects it maps to; -bind-to none does not.
                 (None, false) => {
-                    self.spec.binding = Some(crate::host::bind::Binding {
+                    self.spec.binding = Some(crate::plan::binding::Binding {
                         kind,
                         count: 1,
                         map: None,
@@ -593,7 +595,7 @@ impl Parser {
                 match v.as_str() {
                     "node" | "host" => self.spec.map_by_node = true,
                     "slot" => self.spec.map_by_node = false,
-                    k => match crate::host::bind::Kind::parse(k) {
+                    k => match crate::plan::binding::Kind::parse(k) {
                         // Ranks dealt over the host's objects of this kind: binds them
                         // (to those objects unless -bind-to says otherwise).
                         Some(kind) => self.map_kind = Some(kind),
@@ -609,7 +611,7 @@ impl Parser {
             "-bind-to" | "-binding" => {
                 let v = w.value(name)?;
                 self.bind_given = true;
-                self.spec.binding = crate::host::bind::Binding::parse(&v).map_err(UsageError)?;
+                self.spec.binding = crate::plan::binding::Binding::parse(&v).map_err(UsageError)?;
             }
             "-report-bindings" => self.spec.report_bindings = true,
             _ => return Ok(false),
@@ -829,8 +831,8 @@ const PREFIX_TWICE: &str =
     "-prepend-pattern and -l (-prepend-rank) both set the line prefix: give one of them";
 
 /// Parses the pattern of option `name`.
-fn pattern(name: &str, v: &str) -> Result<crate::host::output::Pattern, UsageError> {
-    crate::host::output::Pattern::parse(v).map_err(|e| UsageError(format!("{name}: {e}")))
+fn pattern(name: &str, v: &str) -> Result<crate::plan::output::Pattern, UsageError> {
+    crate::plan::output::Pattern::parse(v).map_err(|e| UsageError(format!("{name}: {e}")))
 }
 
 /// Sets an option that may be given once: twice on the command line is an error (as in
@@ -1125,7 +1127,7 @@ mod tests {
 
     #[test]
     fn output_options() {
-        use crate::host::output::Pattern;
+        use crate::plan::output::Pattern;
         let s = run(
             "-prepend-pattern [%r@%h] -outfile-pattern o.%r -errfile-pattern e.%r -output-from 1 a",
         );
@@ -1157,7 +1159,7 @@ mod tests {
         assert!(!s.label, "-l in the configfile yields to -prepend-pattern");
         assert_eq!(
             s.output.outfile,
-            Some(crate::host::output::Pattern::parse("c.%r").unwrap())
+            Some(crate::plan::output::Pattern::parse("c.%r").unwrap())
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -14,9 +14,7 @@
 pub mod allocation;
 mod fork;
 pub mod hydra_env;
-pub mod iface;
 mod lsf;
-pub mod machine;
 mod pbs;
 mod sge;
 mod slurm;

@@ -3,11 +3,10 @@
 //! cost, each segment's wiring evidence and environment, the PMIx library, and the split into
 //! the ranks of this host and the hosts agents serve.
 
-use crate::host::output::{OutputOptions, OutputPlan};
-use crate::host::proc;
 use crate::os::hostname::is_local;
 use crate::plan::hosts::{host_list, HostList};
 use crate::plan::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
+use crate::plan::output::{OutputOptions, OutputPlan};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::tree::shape::LaunchCost;
 use std::ffi::OsString;
@@ -104,7 +103,7 @@ pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
     let is_me = |f: &std::path::Path| {
         me.is_some() && std::fs::metadata(f).ok().map(|m| (m.dev(), m.ino())) == me
     };
-    if let Ok(p) = proc::resolve(&a.program, path, wdir) {
+    if let Ok(p) = crate::os::program::resolve(&a.program, path, wdir) {
         if is_me(&p) {
             return Evidence::Beyond;
         }
@@ -133,7 +132,7 @@ pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
                 .all(|&b| b.is_ascii_digit() || b == b'.')
         {
             // A number (`-n 4 ./app 1000`) names no program on PATH.
-            proc::resolve(w, path, wdir).ok()
+            crate::os::program::resolve(w, path, wdir).ok()
         } else {
             None
         };
@@ -162,7 +161,7 @@ pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
         // The library search reads these as text: one that is not UTF-8 is not searched.
         let var = |name: &str| a.var(name).and_then(std::ffi::OsStr::to_str);
         let wdir = std::path::Path::new(&a.wdir);
-        let program = proc::resolve(&a.program, a.var("PATH"), wdir).ok()?;
+        let program = crate::os::program::resolve(&a.program, a.var("PATH"), wdir).ok()?;
         let named: Vec<std::path::PathBuf> = crate::plan::job::arg_words(&a.args)
             .into_iter()
             .filter_map(|w| {
@@ -170,7 +169,7 @@ pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
                 if f.is_file() {
                     Some(f)
                 } else if !std::os::unix::ffi::OsStrExt::as_bytes(w).contains(&b'/') {
-                    proc::resolve(w, a.var("PATH"), wdir).ok()
+                    crate::os::program::resolve(w, a.var("PATH"), wdir).ok()
                 } else {
                     None
                 }
@@ -224,7 +223,7 @@ pub(crate) fn segment_env(spec: &JobSpec, app: usize) -> Vec<(OsString, OsString
         .filter(|(k, _)| match k.to_str() {
             None => *policy == EnvPolicy::All,
             Some(k) => {
-                !proc::is_foreign_wiring(k)
+                !crate::plan::rank_env::is_foreign_wiring(k)
                     && !k.starts_with("KAURI_JOB_KEY")
                     && match policy {
                         EnvPolicy::All => {
@@ -393,7 +392,7 @@ pub(crate) struct Plan {
 pub(crate) fn output_options(spec: &JobSpec) -> OutputOptions {
     let mut o = spec.output.clone();
     if spec.label && o.prepend.is_none() {
-        o.prepend = crate::host::output::Pattern::parse("[%r] ").ok();
+        o.prepend = crate::plan::output::Pattern::parse("[%r] ").ok();
     }
     // SAFETY: isatty takes a descriptor number and only answers.
     let on_terminal = unsafe { libc::isatty(libc::STDOUT_FILENO) } == 1;
@@ -783,7 +782,7 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         output: OutputPlan {
             options: output_options(spec),
             pgid: 0,
-            start_unix_ms: crate::host::output::unix_ms(),
+            start_unix_ms: crate::os::clock::unix_ms(),
         },
         pmi_port: spec.pmi_port,
         kill_grace_ms: env_secs("KAURI_KILL_GRACE", 3.0).as_millis() as u64,
@@ -1011,7 +1010,7 @@ mod tests {
         let (l, _) = layout("-hosts localhost:2,127.0.0.1:2 true");
         assert_eq!(l, (Some(on("localhost", &[0, 1, 2, 3])), vec![]));
         // an address of one of this machine's interfaces
-        let mine = crate::launch::iface::all_addresses()
+        let mine = crate::os::iface::all_addresses()
             .into_iter()
             .find(|a| a.is_ipv4() && !a.is_loopback());
         if let Some(ip) = mine {

@@ -1,11 +1,11 @@
 //! The run's hosts as machines: the entries of `-hosts`, a hostfile or an allocation made
 //! into one host per machine ([`HostList`]), which host the front end serves, and where ranks
 //! go over the entries' slots. Which entries name this machine is
-//! [`crate::launch::machine`]'s to say; this module only merges.
+//! [`crate::os::machine`]'s to say; this module only merges.
 
 use crate::console::quoted;
-use crate::launch::machine::{self, Machine};
 use crate::os::hostname::is_local;
+use crate::os::machine::{self, Machine};
 use crate::plan::job::{too_many_ranks, HostSpec, Placement, UsageError, RANKS_MAX};
 use std::collections::HashSet;
 use std::path::Path;

@@ -69,7 +69,7 @@ pub struct JobSpec {
     /// Prefix every output line with `[rank] ` (`-l`).
     pub label: bool,
     /// `-prepend-pattern`, `-outfile-pattern`, `-errfile-pattern`, `-output-from`.
-    pub output: crate::host::output::OutputOptions,
+    pub output: crate::plan::output::OutputOptions,
     /// Serve PMI over loopback TCP (`PMI_PORT`/`PMI_ID`) instead of an inherited socket.
     pub pmi_port: bool,
     /// The launcher asked for (`-launcher`); `None` chooses by itself.
@@ -97,7 +97,7 @@ pub struct JobSpec {
     /// instead of numbering each host's ranks consecutively ([`Placement::by_host`]).
     pub mapping_asked: bool,
     /// Bind each rank to CPUs of its host (`-bind-to`, `-map-by` a topology object).
-    pub binding: Option<crate::host::bind::Binding>,
+    pub binding: Option<crate::plan::binding::Binding>,
     /// Print each rank's CPUs as it starts (`-report-bindings`).
     pub report_bindings: bool,
     /// The network interface to use (`-iface`, `HYDRA_IFACE`): agents connect back to its
@@ -121,7 +121,7 @@ pub struct JobSpec {
     /// Print the startup profile at exit (`--profile`, `KAURI_PROFILE`).
     pub profile: Option<crate::tree::profile::ProfileFormat>,
     /// The ports every listener of the run keeps to (`MPIEXEC_PORT_RANGE`); `None`: any.
-    pub port_range: Option<crate::os::ports::PortRange>,
+    pub port_range: Option<crate::plan::port_range::PortRange>,
     /// Print which ranks each host runs before they start (`--display-map`).
     pub display_map: bool,
     /// Print every rank's exit status at the end (`-print-all-exitcodes`).

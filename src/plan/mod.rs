@@ -9,10 +9,13 @@
 //! [`hosts`] makes of the host entries, one per machine); the link messages in `tree::msg`
 //! carry them; `node`, `launch` and `pmix` read them.
 
+pub mod binding;
 pub mod build;
 pub mod hosts;
 pub mod job;
 pub mod knobs;
+pub mod output;
+pub mod port_range;
 pub mod rank_env;
 pub mod spawn;
 
@@ -90,7 +93,7 @@ pub struct JobPlan {
     /// The segments.
     pub apps: Vec<AppPlan>,
     /// How the ranks' output lines are labelled, kept and routed to files.
-    pub output: crate::host::output::OutputPlan,
+    pub output: crate::plan::output::OutputPlan,
     /// Serve PMI over loopback TCP instead of `PMI_FD`.
     pub pmi_port: bool,
     /// Grace between SIGTERM and SIGKILL at teardown, in milliseconds.
@@ -136,7 +139,7 @@ pub struct JobPlan {
     pub progress: bool,
     /// Bind each rank to CPUs of its host (`-bind-to`).
     #[serde(default)]
-    pub binding: Option<crate::host::bind::Binding>,
+    pub binding: Option<crate::plan::binding::Binding>,
     /// Print each rank's CPUs as it starts (`-report-bindings`).
     #[serde(default)]
     pub report_bindings: bool,
@@ -145,7 +148,7 @@ pub struct JobPlan {
     #[serde(default)]
     pub iface: Option<String>,
     /// The ports the agent and PMI listeners keep to (`MPIEXEC_PORT_RANGE`); `None`: any.
-    pub port_range: Option<crate::os::ports::PortRange>,
+    pub port_range: Option<crate::plan::port_range::PortRange>,
     /// Fault-tolerant MPI (`-with-ft`): PMIx fences go on without lost hosts
     /// ([`crate::tree::branch::Branch::tolerate_failures`]).
     #[serde(default)]

@@ -355,6 +355,27 @@ fn pmi_socket_vars(
     }
 }
 
+/// Variables a surrounding launcher may have set that must not reach our ranks: another
+/// launcher's PMI wiring, its PMIx variables (they would point a rank at its server), and
+/// `mpirun`'s `OMPI_COMM_WORLD_*` (kauri gives its own).
+pub fn is_foreign_wiring(name: &str) -> bool {
+    matches!(
+        name,
+        "PMI_FD"
+            | "PMI_PORT"
+            | "PMI_ID"
+            | "PMI_RANK"
+            | "PMI_SIZE"
+            | "PMI_SPAWNED"
+            | "PMI_JOBID"
+            | "PMI_KVSNAME"
+            | "MPI_LOCALNRANKS"
+            | "MPI_LOCALRANKID"
+    ) || name.starts_with("PMIX_")
+        || name.starts_with("OMPI_COMM_WORLD_")
+        || name.starts_with("PRTE_")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

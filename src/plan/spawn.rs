@@ -4,9 +4,9 @@
 
 use crate::plan::build::{add_flux_job_id, advertise, segment_env, shares_one_machine, Plan};
 
-use crate::host::output::OutputPlan;
 use crate::os::hostname::is_local;
 use crate::plan::job::{HostSpec, JobSpec};
+use crate::plan::output::OutputPlan;
 use crate::plan::{AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::proto::kvs::Delta;
 use crate::proto::pmix::jobid::JobNames;
@@ -47,7 +47,7 @@ pub(crate) struct Cluster {
     /// The most processes one spawn may start (`KAURI_SPAWN_MAX`).
     pub(crate) spawn_max: u64,
     /// The ports listeners keep to (`MPIEXEC_PORT_RANGE`).
-    pub(crate) port_range: Option<crate::os::ports::PortRange>,
+    pub(crate) port_range: Option<crate::plan::port_range::PortRange>,
     /// `-with-ft`: spawned jobs are fault tolerant too.
     pub(crate) fault_tolerant: bool,
 }

@@ -10,10 +10,11 @@
 use crate::host::events::{self, JobTx};
 use crate::host::iofwd::Stream;
 use crate::host::node::{Node, NodeEvent};
+use crate::os::clock::Clock;
 use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
 use crate::tree::branch::{Branch, Out};
 use crate::tree::hub::{Children, HubEvent};
-use crate::tree::profile::{Clock, HostProfile};
+use crate::tree::profile::HostProfile;
 use crate::tree::{self, Down, Link, Report, Up};
 use bytes::Bytes;
 use std::io::BufRead;
@@ -37,47 +38,6 @@ pub struct AgentArgs {
     /// `--pmi-trace`: log the PMI wire trace (`KAURI_PMI_TRACE`, which a remote shell does
     /// not carry).
     pub pmi_trace: bool,
-}
-
-impl AgentArgs {
-    /// Parses `--parent ADDR (--id N --host NAME | --slurm) [--pmi-trace]`.
-    pub fn parse(args: &[String]) -> Result<AgentArgs, String> {
-        let (mut parent, mut id, mut host, mut slurm) = (None, None, None, false);
-        let mut pmi_trace = false;
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            // The page's table is the one list of arguments (`kauri --help-man kauri-agent`).
-            if crate::cli::doc::KAURI_AGENT.find(a).is_none() {
-                return Err(format!("unknown agent argument {a}"));
-            }
-            let mut val = || it.next().cloned().ok_or(format!("{a} needs a value"));
-            match a.as_str() {
-                "--parent" => parent = Some(val()?),
-                "--id" => id = Some(val()?.parse::<u32>().map_err(|_| "bad --id".to_string())?),
-                "--host" => host = Some(val()?),
-                "--slurm" => slurm = true,
-                "--pmi-trace" => pmi_trace = true,
-                other => return Err(format!("unknown agent argument {other}")),
-            }
-        }
-        let parent = parent.ok_or("--parent is required")?;
-        if slurm {
-            let host = std::env::var("SLURMD_NODENAME")
-                .unwrap_or_else(|_| crate::os::hostname::local_host());
-            return Ok(AgentArgs {
-                parent,
-                id: None,
-                host,
-                pmi_trace,
-            });
-        }
-        Ok(AgentArgs {
-            parent,
-            id: Some(id.ok_or("--id is required")?),
-            host: host.ok_or("--host is required")?,
-            pmi_trace,
-        })
-    }
 }
 
 /// The job key: from the environment (removed at once, so ranks never see it) or from the
@@ -263,7 +223,7 @@ async fn handshake(args: &AgentArgs, key: &str) -> Result<Option<Joined>, String
 /// where it has one (else `my_ip`, the address its parent reached it at).
 fn children_address(job: &JobPlan, children: &[Subtree], my_ip: IpAddr) -> IpAddr {
     if let (Some(i), false) = (&job.iface, children.is_empty()) {
-        match crate::launch::iface::address(i) {
+        match crate::os::iface::address(i) {
             Ok(ip) => return ip,
             Err(e) => debug!("-iface {i}: {e}; the children connect to {my_ip}"),
         }
@@ -538,7 +498,7 @@ impl Agent {
                 tokio::task::spawn_local(async move {
                     let mut all = Vec::with_capacity(mine.len());
                     for h in mine {
-                        all.push(crate::cli::status::add_stacks(h).await);
+                        all.push(crate::tree::status::add_stacks(h).await);
                     }
                     up.send(&Up::Status(all));
                 });
@@ -582,39 +542,5 @@ impl Agent {
         drop((branch, up));
         let _ = writer.await;
         debug!(%host, "agent leaving");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every argument of the `kauri-agent` page is parsed, and one outside it is unknown.
-    #[test]
-    fn every_page_argument_is_parsed() {
-        for o in crate::cli::doc::KAURI_AGENT.opts() {
-            for name in o.all_names() {
-                let mut a = vec![name.to_string()];
-                a.extend((0..o.arg.words()).map(|_| "1".to_string()));
-                if let Err(e) = AgentArgs::parse(&a) {
-                    assert!(!e.contains("unknown"), "{a:?}: {e}");
-                }
-            }
-        }
-        let a: Vec<String> = ["--parent", "h:1", "--id", "2", "--host", "n"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(
-            AgentArgs::parse(&a),
-            Ok(AgentArgs {
-                parent: "h:1".into(),
-                id: Some(2),
-                host: "n".into(),
-                pmi_trace: false,
-            })
-        );
-        let bad = vec!["--nope".to_string()];
-        assert!(AgentArgs::parse(&bad).unwrap_err().contains("unknown"));
     }
 }

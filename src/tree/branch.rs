@@ -15,11 +15,12 @@
 //! virtual ranks and loopback links, so its numbers describe this code.
 
 use crate::host::node::{Node, NodeEvent};
+use crate::os::clock::Clock;
 use crate::proto::kvs::{Delta, FenceKeys, Packed};
 use crate::proto::pmi::Output;
 use crate::proto::service::ServiceReply;
 use crate::tree::hub::{Children, Gather, HubEvent};
-use crate::tree::profile::{Clock, HostProfile};
+use crate::tree::profile::HostProfile;
 use crate::tree::progress::Step;
 use crate::tree::{Down, Launching, RankStatus, Report, Up};
 use bytes::Bytes;

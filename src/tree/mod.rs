@@ -35,6 +35,7 @@ pub mod progress;
 pub mod refusals;
 pub mod root;
 pub mod shape;
+pub mod status;
 
 pub use auth::{mac, new_key, nonce, verify};
 pub use frame::{

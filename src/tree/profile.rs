@@ -11,7 +11,6 @@
 //! This module only records and renders; it starts nothing and touches no socket.
 
 use serde::{Deserialize, Serialize};
-use std::time::Instant;
 
 /// How the profile is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,36 +34,6 @@ impl ProfileFormat {
             "trace" => Ok(Some(ProfileFormat::Trace)),
             other => Err(format!("profile format {other:?}: text, json or trace")),
         }
-    }
-}
-
-/// A host's clock: microseconds since its origin.
-#[derive(Debug, Clone, Copy)]
-pub struct Clock {
-    origin: Instant,
-}
-
-impl Clock {
-    /// A clock whose zero is now.
-    pub fn start() -> Clock {
-        Clock {
-            origin: Instant::now(),
-        }
-    }
-
-    /// The origin.
-    pub fn origin(&self) -> Instant {
-        self.origin
-    }
-
-    /// Now, in microseconds since the origin.
-    pub fn now(&self) -> u64 {
-        self.at(Instant::now())
-    }
-
-    /// `t` in microseconds since the origin (0 for an instant before it).
-    pub fn at(&self, t: Instant) -> u64 {
-        t.saturating_duration_since(self.origin).as_micros() as u64
     }
 }
 

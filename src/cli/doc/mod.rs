@@ -338,10 +338,16 @@ mod tests {
     #[test]
     fn binding_words_are_the_parsers() {
         for o in OBJECTS {
-            assert!(crate::host::bind::Binding::parse(o).is_ok(), "-bind-to {o}");
+            assert!(
+                crate::plan::binding::Binding::parse(o).is_ok(),
+                "-bind-to {o}"
+            );
         }
         for m in MAP_BY.iter().skip(2) {
-            assert!(crate::host::bind::Kind::parse(m).is_some(), "-map-by {m}");
+            assert!(
+                crate::plan::binding::Kind::parse(m).is_some(),
+                "-map-by {m}"
+            );
         }
         assert_eq!(&MAP_BY[..2], &["node", "slot"]);
     }

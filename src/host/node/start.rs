@@ -266,7 +266,7 @@ fn resolve_programs(
                 wdir.display()
             ));
         }
-        let p = proc::resolve(&a.program, a.var("PATH"), &wdir)
+        let p = crate::os::program::resolve(&a.program, a.var("PATH"), &wdir)
             .map_err(|e| format!("{e} (on {host})"))?;
         programs.insert(r.app, p);
     }

@@ -55,7 +55,7 @@ struct Door {
 static DOOR: Mutex<Option<Door>> = Mutex::new(None);
 
 /// Opens this process's door on loopback (a port of `range`, when given), once: its port.
-pub fn open(range: Option<&crate::os::ports::PortRange>) -> Result<u16, String> {
+pub fn open(range: Option<&crate::plan::port_range::PortRange>) -> Result<u16, String> {
     let mut door = DOOR.lock().map_err(|_| "PMIx state poisoned".to_string())?;
     if let Some(d) = door.as_ref() {
         return Ok(d.port);

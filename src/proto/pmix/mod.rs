@@ -147,7 +147,7 @@ fn make_places() -> Result<(), String> {
 struct Start {
     host: String,
     tmpdir: String,
-    range: Option<crate::os::ports::PortRange>,
+    range: Option<crate::plan::port_range::PortRange>,
 }
 
 /// A job offered PMIx on this host before the library started: registered when it does.

@@ -9,7 +9,7 @@ impl<H: Host, L: Links> Branch<H, L> {
     /// Asks the children that are up where their ranks are (their answers come up as
     /// `Up::Status`) and says where this host's are, and which children are still being
     /// launched; `stacks`: the children add their stuck ranks' stacks (this host's are the
-    /// caller's to add, see [`crate::cli::status::add_stacks`]).
+    /// caller's to add, see [`crate::tree::status::add_stacks`]).
     pub fn ask_status(&mut self, stacks: bool) -> HostStatus {
         let launching = self.kids.launching();
         if launching.is_empty() {

@@ -33,6 +33,7 @@ use crate::host::iofwd::{Dest, Stream};
 use crate::host::node::{Node, NodeEvent};
 use crate::host::output::Files;
 use crate::host::proc;
+use crate::os::clock::Clock;
 use crate::os::hostname::local_host;
 use crate::plan::job::{JobSpec, Wiring};
 use crate::plan::{HostPlan, JobPlan};
@@ -43,7 +44,7 @@ use crate::proto::service::{Service, ServiceReply, SpawnDone, Wait};
 use crate::tree::branch::{Branch, Out};
 use crate::tree::hub::{Children, HubEvent};
 use crate::tree::policy::{self, Ending, ExitVerdict};
-use crate::tree::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
+use crate::tree::profile::{HostProfile, JobProfile, ProfileFormat, RootFence};
 use crate::tree::{self, HostStatus, Report, Up};
 use bytes::Bytes;
 use pmi_wire::SpawnCommand;
@@ -226,7 +227,7 @@ enum Event {
     /// The hosts had their time to say where their ranks are.
     StatusDue,
     /// `kauri --status` from another shell.
-    StatusAsk(crate::cli::status::Ask),
+    StatusAsk(crate::tree::status::Ask),
     /// The progress line is due (`-v`).
     Progress,
     /// Job `j`'s ranks here, with their stacks taken.
@@ -259,7 +260,7 @@ struct Inbox {
     signals: Vec<(i32, tokio::signal::unix::Signal)>,
     deadline: Option<Instant>,
     /// Requests from `kauri --status`.
-    asks: mpsc::UnboundedReceiver<crate::cli::status::Ask>,
+    asks: mpsc::UnboundedReceiver<crate::tree::status::Ask>,
     /// This host's own answers with stacks, once taken.
     own: mpsc::UnboundedReceiver<(usize, HostStatus)>,
 }
@@ -341,7 +342,7 @@ struct Root {
     /// How much stdin may still be read for the first job's rank 0 on another host.
     stdin_credit: StdinCredit,
     /// The socket `kauri --status` asks through (none when it could not be made).
-    _status_socket: Option<crate::cli::status::Listener>,
+    _status_socket: Option<crate::tree::status::Listener>,
     /// `MASTER_PORT`'s reservation (`-ml-env`): no other kauri job takes the port while this
     /// run lives.
     _master_port: Option<crate::os::ports::Reservation>,

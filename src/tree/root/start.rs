@@ -157,8 +157,8 @@ struct Ends {
     /// Where `kauri --status` asks arrive; the socket itself is bound by [`Root::start`]
     /// once this host's ranks are forked (the bind makes an inode: not before the first
     /// rank's start).
-    status_asks: mpsc::UnboundedSender<crate::cli::status::Ask>,
-    status_socket: Option<crate::cli::status::Listener>,
+    status_asks: mpsc::UnboundedSender<crate::tree::status::Ask>,
+    status_socket: Option<crate::tree::status::Listener>,
     printer: (
         tokio::task::JoinHandle<bool>,
         tokio::sync::oneshot::Sender<()>,
@@ -171,7 +171,7 @@ struct Receivers {
     hub: events::Receiver<HubEvent>,
     replies: mpsc::UnboundedReceiver<(Asker, ServiceReply)>,
     closed: mpsc::UnboundedReceiver<Ending>,
-    asks: mpsc::UnboundedReceiver<crate::cli::status::Ask>,
+    asks: mpsc::UnboundedReceiver<crate::tree::status::Ask>,
     own: mpsc::UnboundedReceiver<(usize, HostStatus)>,
 }
 
@@ -243,7 +243,7 @@ fn prepare(spec: &JobSpec, me: &str) -> Result<(Plan, Option<std::net::IpAddr>, 
     })?;
     let iface_ip = match &spec.iface {
         None => None,
-        Some(i) => Some(crate::launch::iface::address(i).map_err(|e| {
+        Some(i) => Some(crate::os::iface::address(i).map_err(|e| {
             say!("kauri: -iface {i}: {e}");
             STATUS_LAUNCHER
         })?),
@@ -403,7 +403,7 @@ impl Root {
         let (first, start_error) =
             start_first(spec, &p, &me, &cluster, &ends.wires, clock, early).await?;
         // `kauri --status` from another shell, and this host's answers with stacks.
-        ends.status_socket = crate::cli::status::Listener::start(ends.status_asks.clone())
+        ends.status_socket = crate::tree::status::Listener::start(ends.status_asks.clone())
             .map_err(|e| info!("no status socket: {e}"))
             .ok();
         let parts = Parts {

@@ -215,7 +215,7 @@ impl Root {
             if stacks {
                 let tx = self.own_status.clone();
                 tokio::task::spawn_local(async move {
-                    let _ = tx.send((j, crate::cli::status::add_stacks(mine).await));
+                    let _ = tx.send((j, crate::tree::status::add_stacks(mine).await));
                 });
             } else {
                 round.got.push((j, mine));
