@@ -9,7 +9,7 @@
 //!  console   kauri's own words on stdout and stderr
 //!  proto     the protocols: the PMI engine (pure), the KVS (pure), the service requests
 //!            only the front end answers (pure), the PMIx server and Open MPI's job ids
-//!            (pure), the name service
+//!            (pure), the name service, the record of a rank's end (pure)
 //!  plan      what a job is and how it is placed: JobSpec, the plan sent down the tree
 //!            (pure), each rank's variables (pure), the plan's construction, spawn planning
 //!  launch    how an agent reaches a host: the launchers, allocations, Hydra's variables,

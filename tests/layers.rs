@@ -1,7 +1,7 @@
 //! The layout's one checked rule (`docs/design.md`, "Layout"): the pure modules do no I/O.
 //!
 //! A pure module (the PMI engine, the key-value store, the service vocabulary, Open MPI's job
-//! ids of the run's job names, the plan's types and each rank's variables, the tree's
+//! ids of the run's job names, the record of a rank's end, the plan's types and each rank's variables, the tree's
 //! messages, shape, fence gathers and profile, the root's policy) is state and decisions:
 //! data in, data out. It may not name tokio, libc, processes, files, sockets, threads or the
 //! clock's wall time, and the only `crate::` modules it may use are other pure modules, plus
@@ -20,6 +20,7 @@ const PURE: &[&str] = &[
     "proto/kvs.rs",
     "proto/pmi",
     "proto/pmix/jobid.rs",
+    "proto/rank.rs",
     "proto/service.rs",
     "plan/mod.rs",
     "plan/rank_env.rs",

@@ -24,7 +24,6 @@ use crate::tree::progress::Step;
 use crate::tree::{Down, Launching, RankStatus, Report, Up};
 use bytes::Bytes;
 use std::future::Future;
-use std::os::unix::process::ExitStatusExt;
 use std::time::Instant;
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
@@ -412,24 +411,11 @@ impl<H: Host, L: Links> Branch<H, L> {
     pub fn on_node(&mut self, ev: NodeEvent) -> Option<Out> {
         let t = self.clock.now();
         match ev {
-            NodeEvent::Exited {
-                rank,
-                pid,
-                status,
-                initialized,
-                finalized,
-                ran_alone,
-            } => {
+            NodeEvent::Exited(end) => {
                 let exited = Report::Exited {
-                    rank,
-                    pid,
                     host: self.host.clone(),
-                    code: status.code(),
-                    signal: status.signal(),
-                    finalized,
-                    initialized,
                     in_teardown: self.ending,
-                    ran_alone,
+                    end,
                 };
                 Some(self.rank_exited(t, exited))
             }
@@ -1016,6 +1002,7 @@ impl<H: Host, L: Links> Branch<H, L> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::rank::RankEnd;
     use std::cell::RefCell;
     use std::rc::Rc;
 
@@ -1423,7 +1410,6 @@ mod tests {
     /// killed completes with the child's part when the rank's end comes in.
     #[test]
     fn a_host_whose_ranks_all_ended_is_not_waited_for_when_failures_are_tolerated() {
-        use std::os::unix::process::ExitStatusExt;
         let log: Log = Rc::default();
         let mut b = branch(&log);
         b.tolerate_failures();
@@ -1435,18 +1421,25 @@ mod tests {
             },
         };
         assert_eq!(b.on_child(child), None);
-        let killed = NodeEvent::Exited {
+        let end = RankEnd {
             rank: 0,
             pid: 7,
-            status: std::process::ExitStatus::from_raw(libc::SIGKILL),
+            code: None,
+            signal: Some(libc::SIGKILL),
             initialized: true,
             finalized: false,
             ran_alone: false,
         };
-        let Some(Out::Up(Up::Reports(r))) = b.on_node(killed) else {
+        let Some(Out::Up(Up::Reports(r))) = b.on_node(NodeEvent::Exited(end)) else {
             panic!("no report")
         };
-        assert_eq!(r.len(), 1, "only the rank's end: {r:?}");
+        // Only the rank's end, its record as the node made it.
+        let exited = Report::Exited {
+            host: "h2".into(),
+            in_teardown: false,
+            end,
+        };
+        assert_eq!(r, [exited]);
         assert_eq!(
             b.take_deferred(),
             Some(Out::Up(Up::PmixFence {

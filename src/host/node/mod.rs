@@ -19,9 +19,11 @@ use crate::host::events::JobTx;
 use crate::host::proc;
 use crate::proto::pmi::{ConnId, Engine, Output};
 use crate::proto::pmix::{self, CollectiveReply, ModexReply, OpReply, SpawnReply, Upcall};
+use crate::proto::rank::RankEnd;
 use crate::proto::service::ServiceReply;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::rc::Rc;
@@ -43,21 +45,8 @@ use upcall::NameCall;
 /// What happened on this host.
 #[derive(Debug)]
 pub enum NodeEvent {
-    /// A rank ended.
-    Exited {
-        /// The rank.
-        rank: usize,
-        /// Its pid.
-        pid: u32,
-        /// How it ended.
-        status: ExitStatus,
-        /// It had finished the PMI handshake.
-        initialized: bool,
-        /// It had called finalize.
-        finalized: bool,
-        /// It never spoke PMI or PMIx and ran as an Open MPI singleton ([`crate::host::ompi`]).
-        ran_alone: bool,
-    },
+    /// A rank ended: its record, which goes up the tree and to the front end as it is.
+    Exited(RankEnd),
     /// Something from the PMI engine: `FenceReady`, `Abort`, `Failed`, `ProtocolError`,
     /// `Initialized`, `Finalized` (for a PMIx job: the same, from the PMIx server).
     Engine(Output),
@@ -307,14 +296,16 @@ fn rank_ended(
     // The end first, then what the engine makes of it ("rank 1 exited before PMI init while
     // 1 rank(s) wait in a fence"): the front end must see a rank's own failure as the cause
     // of the teardown, not as one of its casualties.
-    let _ = ev.send(NodeEvent::Exited {
+    let status = status(finalized);
+    let _ = ev.send(NodeEvent::Exited(RankEnd {
         rank: r,
         pid,
-        status: status(finalized),
+        code: status.code(),
+        signal: status.signal(),
         initialized,
         finalized,
         ran_alone,
-    });
+    }));
     c.dispatch();
 }
 
