@@ -30,7 +30,7 @@ pub use start::{prepare_run, Prepared};
 
 use crate::host::events::{self, JobTx};
 use crate::host::iofwd::{Dest, Stream};
-use crate::host::node::{Node, NodeEvent};
+use crate::host::node::{Host, Node, NodeEvent};
 use crate::host::output::Files;
 use crate::host::proc;
 use crate::os::hostname::local_host;
@@ -41,7 +41,7 @@ use crate::proto::nameserver::{Refusal, Waiting};
 use crate::proto::pmix::Failure;
 use crate::proto::rank::RankEnd;
 use crate::proto::service::{Service, ServiceReply, SpawnDone, Wait};
-use crate::tree::branch::{Branch, Out};
+use crate::tree::branch::{Branch, Links, Out};
 use crate::tree::hub::{Children, HubEvent};
 use crate::tree::policy::{self, Ending, ExitVerdict};
 use crate::tree::profile::{Clock, HostProfile, JobProfile, ProfileFormat, RootFence};
