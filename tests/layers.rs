@@ -1,11 +1,11 @@
 //! The layout's two checked rules (`docs/design.md`, "Layout").
 //!
 //! 1. **The pure modules do no I/O.** A pure module (the PMI engine, the key-value store, the
-//!    service vocabulary, Open MPI's job ids of the run's job names, the plan's types and each
-//!    rank's variables, the tree's messages, shape, fence gathers, profile and policy) is state
-//!    and decisions: data in, data out. It may not name tokio, libc, processes, files,
-//!    sockets, threads, the environment or the clock's wall time, and it uses only other pure
-//!    modules. Together they are the core every folder may use.
+//!    service vocabulary, Open MPI's job ids of the run's job names, the record of a rank's
+//!    end, the plan's types and each rank's variables, the tree's messages, shape, fence
+//!    gathers, profile and policy) is state and decisions: data in, data out. It may not name
+//!    tokio, libc, processes, files, sockets, threads, the environment or the clock, and it
+//!    uses only other pure modules. Together they are the core every folder may use.
 //! 2. **The folders form layers.** Outside the core, a module uses only its own folder and the
 //!    folders below it in [`ORDER`]: never one above.
 //!
@@ -25,6 +25,7 @@ const PURE: &[&str] = &[
     "proto/kvs.rs",
     "proto/pmi",
     "proto/pmix/jobid.rs",
+    "proto/rank.rs",
     "proto/service.rs",
     "plan/binding.rs",
     "plan/job.rs",

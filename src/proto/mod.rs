@@ -1,12 +1,14 @@
 //! The protocols kauri serves to ranks: PMI-1 and PMI-2 (the sans-IO engine [`pmi`] over the
 //! host's copy of the key-value store [`kvs`]), PMIx ([`pmix`], OpenPMIx's server library by
 //! FFI), and the name service ([`nameserver`]). [`service`] is the vocabulary of requests that
-//! only the front end can answer (spawn, publish, lookup), shared by PMI and PMIx.
+//! only the front end can answer (spawn, publish, lookup), shared by PMI and PMIx. [`rank`]
+//! is the record of a rank's end, from the host that saw it to the front end.
 
 pub mod kvs;
 pub mod nameserver;
 pub mod pmi;
 pub mod pmix;
+pub mod rank;
 pub mod service;
 
 /// Whether `KAURI_PMI_TRACE` asks for the PMI wire trace: set, and neither empty nor `0`

@@ -9,7 +9,7 @@
 
 use crate::host::events::{self, JobTx};
 use crate::host::iofwd::Stream;
-use crate::host::node::{Node, NodeEvent};
+use crate::host::node::{Host, Node, NodeEvent};
 use crate::os::clock::Clock;
 use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
 use crate::tree::branch::{Branch, Out};

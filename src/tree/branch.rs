@@ -11,9 +11,12 @@
 //! kill are the roles' (`agent`, `frontend`).
 //!
 //! It reaches its ranks through [`Host`] and its children through [`Links`]: in kauri a
-//! [`Node`] and a [`Children`] hub; the benchmarks' simulator drives the same branch over
-//! virtual ranks and loopback links, so its numbers describe this code.
+//! [`Node`] and a [`Children`] hub, each implementing its trait in its own module (`Host`
+//! is defined beside `Node`, in `host::node`, so implementing it takes the host's code no
+//! import of the tree); the benchmarks' simulator drives the same branch over virtual ranks
+//! and loopback links, so its numbers describe this code.
 
+pub use crate::host::node::Host;
 use crate::host::node::{Node, NodeEvent};
 use crate::os::clock::Clock;
 use crate::proto::kvs::{Delta, FenceKeys, Packed};
@@ -22,10 +25,8 @@ use crate::proto::service::ServiceReply;
 use crate::tree::hub::{Children, Gather, HubEvent};
 use crate::tree::profile::HostProfile;
 use crate::tree::progress::Step;
-use crate::tree::{Down, Launching, RankStatus, Report, Up};
+use crate::tree::{Down, Launching, Report, Up};
 use bytes::Bytes;
-use std::future::Future;
-use std::os::unix::process::ExitStatusExt;
 use std::time::Instant;
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
@@ -47,50 +48,6 @@ pub enum Out {
         /// The line.
         line: String,
     },
-}
-
-/// What a branch needs of its host's ranks ([`Node`] in kauri).
-pub trait Host {
-    /// How many ranks this host runs.
-    fn ranks(&self) -> usize;
-    /// How many of them are still running.
-    fn running(&self) -> usize;
-    /// True when `rank` runs here.
-    fn has_rank(&self, rank: usize) -> bool;
-    /// Fence `epoch` is complete everywhere: commit `delta`, which the root checked, with
-    /// the root's word on whether its keys are the last fence's
-    /// ([`crate::proto::kvs::Kvs::commit_checked`]); release the ranks.
-    fn fence_done(&self, epoch: u64, delta: &Packed, same_keys: bool);
-    /// PMIx fence `epoch` is complete everywhere: every host's blob.
-    fn pmix_fence_done(&self, epoch: u64, data: Bytes);
-    /// PMIx collective `sig` is complete (or failed, `status`): every contribution, and the
-    /// context id the run gave it (a group construct that asked for one).
-    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>, context_id: Option<u64>);
-    /// Tell the local clients of the job's PMIx server that `ranks` failed with `status`
-    /// (nothing where no PMIx server serves the job).
-    fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>);
-    /// The job's dead ranks are `ranks`: serve them as `PMI_dead_processes`, then send
-    /// `SIGUSR1` to the local ranks still in PMI.
-    fn dead_processes(&self, ranks: &[usize]);
-    /// Serve local `rank`'s PMIx data to request `req` of agent `to`.
-    fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64);
-    /// The answer to this host's direct-modex request `req`.
-    fn pmix_dmodex_reply(&self, req: u64, status: i32, data: Vec<u8>);
-    /// Commit pairs published without a fence.
-    fn publish(&self, delta: Delta);
-    /// The root's answer to this host's request `req`.
-    fn service_reply(&self, req: u64, reply: ServiceReply);
-    /// Send `sig` to every running rank.
-    fn signal(&self, sig: i32);
-    /// Send `sig` to the running ranks among `ranks`.
-    fn signal_ranks(&self, sig: i32, ranks: &[usize]);
-    /// Where each rank is, in rank order, and how many ms ago the ranks here last asked
-    /// something of kauri (`None` while none has).
-    fn status(&self) -> (Vec<RankStatus>, Option<u64>);
-    /// Rank 0's stdin, when rank 0 runs here and it was not taken yet.
-    fn take_stdin(&mut self) -> Option<pipe::Sender>;
-    /// After the last event: forward the rest of the output, kill what the ranks left.
-    fn drain(self) -> impl Future<Output = ()>;
 }
 
 /// What a branch needs of its links to its children ([`Children`] in kauri). A child's link
@@ -132,114 +89,6 @@ pub trait Links {
     /// Every child is done and the job too: stop listening for agents (the listener's
     /// socket and task go). Nothing by default.
     fn stop_listening(&mut self) {}
-}
-
-impl Host for Node {
-    fn ranks(&self) -> usize {
-        Node::ranks(self)
-    }
-    fn running(&self) -> usize {
-        Node::running(self)
-    }
-    fn has_rank(&self, rank: usize) -> bool {
-        Node::has_rank(self, rank)
-    }
-    fn fence_done(&self, epoch: u64, delta: &Packed, same_keys: bool) {
-        Node::fence_done(self, epoch, delta, same_keys)
-    }
-    fn pmix_fence_done(&self, epoch: u64, data: Bytes) {
-        Node::pmix_fence_done(self, epoch, data)
-    }
-    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>, context_id: Option<u64>) {
-        Node::pmix_collective_done(self, sig, status, data, context_id)
-    }
-    fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
-        Node::pmix_failure(self, status, ranks, exit_code)
-    }
-    fn dead_processes(&self, ranks: &[usize]) {
-        Node::dead_processes(self, ranks)
-    }
-    fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
-        Node::pmix_dmodex_serve(self, rank, to, req)
-    }
-    fn pmix_dmodex_reply(&self, req: u64, status: i32, data: Vec<u8>) {
-        Node::pmix_dmodex_reply(self, req, status, data)
-    }
-    fn publish(&self, delta: Delta) {
-        Node::publish(self, delta)
-    }
-    fn service_reply(&self, req: u64, reply: ServiceReply) {
-        Node::service_reply(self, req, reply)
-    }
-    fn signal(&self, sig: i32) {
-        Node::signal(self, sig)
-    }
-    fn signal_ranks(&self, sig: i32, ranks: &[usize]) {
-        Node::signal_ranks(self, sig, ranks)
-    }
-    fn status(&self) -> (Vec<RankStatus>, Option<u64>) {
-        (Node::status(self), Node::quiet_ms(self))
-    }
-    fn take_stdin(&mut self) -> Option<pipe::Sender> {
-        self.stdin.take()
-    }
-    fn drain(self) -> impl Future<Output = ()> {
-        Node::drain(self)
-    }
-}
-
-impl Links for Children {
-    fn ids(&self) -> Vec<u32> {
-        Children::ids(self)
-    }
-    fn send(&self, id: u32, msg: Down) {
-        Children::send(self, id, msg)
-    }
-    fn broadcast(&self, msg: &Down) {
-        Children::broadcast(self, msg)
-    }
-    fn broadcast_frame(&self, frame: &Bytes) {
-        Children::broadcast_frame(self, frame)
-    }
-    fn route(&self, to: u32, msg: Down) -> bool {
-        Children::route(self, to, msg)
-    }
-    fn child_with_rank(&self, rank: usize) -> Option<u32> {
-        Children::child_with_rank(self, rank)
-    }
-    fn ranks_below(&self, id: u32) -> Vec<usize> {
-        Children::ranks_below(self, id)
-    }
-    fn mark_done(&self, id: u32) {
-        Children::mark_done(self, id)
-    }
-    fn all_done(&self) -> bool {
-        Children::all_done(self)
-    }
-    fn close(&self) {
-        Children::close(self)
-    }
-    fn host(&self, id: u32) -> String {
-        Children::host(self, id)
-    }
-    fn unfinished(&self) -> Vec<String> {
-        Children::unfinished(self)
-    }
-    fn agents(&self) -> usize {
-        self.subtrees.iter().map(crate::plan::Subtree::agents).sum()
-    }
-    fn refusal_summary(&self) -> Option<String> {
-        Children::refusal_summary(self)
-    }
-    fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
-        Children::timings(self, id)
-    }
-    fn launching(&self) -> Vec<(u32, Launching)> {
-        Children::launching(self)
-    }
-    fn stop_listening(&mut self) {
-        Children::stop_listening(self)
-    }
 }
 
 /// One report for above.
@@ -413,24 +262,11 @@ impl<H: Host, L: Links> Branch<H, L> {
     pub fn on_node(&mut self, ev: NodeEvent) -> Option<Out> {
         let t = self.clock.now();
         match ev {
-            NodeEvent::Exited {
-                rank,
-                pid,
-                status,
-                initialized,
-                finalized,
-                ran_alone,
-            } => {
+            NodeEvent::Exited(end) => {
                 let exited = Report::Exited {
-                    rank,
-                    pid,
                     host: self.host.clone(),
-                    code: status.code(),
-                    signal: status.signal(),
-                    finalized,
-                    initialized,
                     in_teardown: self.ending,
-                    ran_alone,
+                    end,
                 };
                 Some(self.rank_exited(t, exited))
             }
@@ -1017,6 +853,8 @@ impl<H: Host, L: Links> Branch<H, L> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::rank::RankEnd;
+    use crate::tree::RankStatus;
     use std::cell::RefCell;
     use std::rc::Rc;
 
@@ -1424,7 +1262,6 @@ mod tests {
     /// killed completes with the child's part when the rank's end comes in.
     #[test]
     fn a_host_whose_ranks_all_ended_is_not_waited_for_when_failures_are_tolerated() {
-        use std::os::unix::process::ExitStatusExt;
         let log: Log = Rc::default();
         let mut b = branch(&log);
         b.tolerate_failures();
@@ -1436,18 +1273,25 @@ mod tests {
             },
         };
         assert_eq!(b.on_child(child), None);
-        let killed = NodeEvent::Exited {
+        let end = RankEnd {
             rank: 0,
             pid: 7,
-            status: std::process::ExitStatus::from_raw(libc::SIGKILL),
+            code: None,
+            signal: Some(libc::SIGKILL),
             initialized: true,
             finalized: false,
             ran_alone: false,
         };
-        let Some(Out::Up(Up::Reports(r))) = b.on_node(killed) else {
+        let Some(Out::Up(Up::Reports(r))) = b.on_node(NodeEvent::Exited(end)) else {
             panic!("no report")
         };
-        assert_eq!(r.len(), 1, "only the rank's end: {r:?}");
+        // Only the rank's end, its record as the node made it.
+        let exited = Report::Exited {
+            host: "h2".into(),
+            in_teardown: false,
+            end,
+        };
+        assert_eq!(r, [exited]);
         assert_eq!(
             b.take_deferred(),
             Some(Out::Up(Up::PmixFence {

@@ -17,6 +17,7 @@ use crate::host::events::JobTx;
 use crate::host::iofwd::Stream;
 use crate::launch::{self, Target};
 use crate::plan::{JobPlan, LaunchPlan, Subtree};
+use crate::tree::branch::Links;
 use crate::tree::progress::Step;
 pub use crate::tree::refusals::{Refusal, Refusals, REFUSALS_INTERVAL, REFUSALS_SHOWN};
 use crate::tree::{self, Down, Launching, Link, Queue, Up};
@@ -232,9 +233,11 @@ impl Children {
             self.shared.queued.borrow_mut().insert(t.id, queue);
         }
     }
+}
 
+impl Links for Children {
     /// Sends a message to child `id` (queued until it connects, dropped once it is done).
-    pub fn send(&self, id: u32, msg: Down) {
+    fn send(&self, id: u32, msg: Down) {
         if let Some(l) = self.shared.links.borrow().get(&id) {
             l.send(&msg);
         }
@@ -244,7 +247,7 @@ impl Children {
     /// The message is encoded once and the same bytes go to every child (a fence's merged
     /// delta is the biggest message there is; a parent of many children used to clone and
     /// encode it once per child).
-    pub fn broadcast(&self, msg: &Down) {
+    fn broadcast(&self, msg: &Down) {
         let links = self.shared.links.borrow();
         if links.is_empty() {
             return;
@@ -261,7 +264,7 @@ impl Children {
 
     /// Sends a frame as it came from this node's parent to every child: a fence's result
     /// is passed on without being encoded again.
-    pub fn broadcast_frame(&self, frame: &Bytes) {
+    fn broadcast_frame(&self, frame: &Bytes) {
         let links = self.shared.links.borrow();
         for l in self.order.iter().filter_map(|id| links.get(id)) {
             l.send_frame(frame.clone());
@@ -270,7 +273,7 @@ impl Children {
 
     /// Sends a message towards agent `to`: to the direct child whose subtree holds it.
     /// Returns false when no child does.
-    pub fn route(&self, to: u32, msg: Down) -> bool {
+    fn route(&self, to: u32, msg: Down) -> bool {
         match self.subtrees.iter().find(|t| t.contains_agent(to)) {
             Some(t) => {
                 self.send(t.id, msg);
@@ -281,7 +284,7 @@ impl Children {
     }
 
     /// Every rank in the subtree of child `id` (empty for an unknown child).
-    pub fn ranks_below(&self, id: u32) -> Vec<usize> {
+    fn ranks_below(&self, id: u32) -> Vec<usize> {
         self.subtrees
             .iter()
             .find(|t| t.id == id)
@@ -290,7 +293,7 @@ impl Children {
     }
 
     /// The child whose subtree runs `rank`.
-    pub fn child_with_rank(&self, rank: usize) -> Option<u32> {
+    fn child_with_rank(&self, rank: usize) -> Option<u32> {
         self.subtrees
             .iter()
             .find(|t| t.contains_rank(rank))
@@ -298,7 +301,7 @@ impl Children {
     }
 
     /// Records that child `id` is finished (it said `Done`, or it is lost).
-    pub fn mark_done(&self, id: u32) {
+    fn mark_done(&self, id: u32) {
         self.shared.done.borrow_mut().insert(id);
         self.shared.links.borrow_mut().remove(&id);
         self.shared.queued.borrow_mut().remove(&id);
@@ -306,32 +309,32 @@ impl Children {
 
     /// The teardown began: a child that connects from now on is sent `Teardown` instead of
     /// its part of the job, and counts as done.
-    pub fn close(&self) {
+    fn close(&self) {
         self.shared.closing.set(true);
     }
 
     /// Stops accepting agents: the listener's socket and its task go (a job that ended while
     /// the run goes on).
-    pub fn stop_listening(&mut self) {
+    fn stop_listening(&mut self) {
         if let Some(a) = self.accept.take() {
             a.abort();
         }
     }
 
     /// True when every child is finished.
-    pub fn all_done(&self) -> bool {
+    fn all_done(&self) -> bool {
         let done = self.shared.done.borrow();
         self.subtrees.iter().all(|t| done.contains(&t.id))
     }
 
     /// The summary of the refusals held for a summary that has not been printed yet (at the
     /// end of the job, so that none goes unsaid).
-    pub fn refusal_summary(&self) -> Option<String> {
+    fn refusal_summary(&self) -> Option<String> {
         self.shared.refusals.borrow_mut().summary()
     }
 
     /// The hosts of the children that are not finished.
-    pub fn unfinished(&self) -> Vec<String> {
+    fn unfinished(&self) -> Vec<String> {
         let done = self.shared.done.borrow();
         self.subtrees
             .iter()
@@ -341,7 +344,7 @@ impl Children {
     }
 
     /// The host of child `id`.
-    pub fn host(&self, id: u32) -> String {
+    fn host(&self, id: u32) -> String {
         self.subtrees
             .iter()
             .find(|t| t.id == id)
@@ -349,7 +352,7 @@ impl Children {
     }
 
     /// When child `id`'s launch began and when its handshake was accepted.
-    pub fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
+    fn timings(&self, id: u32) -> (Option<Instant>, Option<Instant>) {
         (
             self.shared.launched_at.borrow().get(&id).copied(),
             self.shared.connected_at.borrow().get(&id).copied(),
@@ -358,7 +361,7 @@ impl Children {
 
     /// The children that have not connected yet (nor been lost), by id: being launched, or
     /// waiting for a launch slot.
-    pub fn launching(&self) -> Vec<(u32, Launching)> {
+    fn launching(&self) -> Vec<(u32, Launching)> {
         let connected = self.shared.connected.borrow();
         let done = self.shared.done.borrow();
         let launched = self.shared.launched_at.borrow();
@@ -382,8 +385,13 @@ impl Children {
     }
 
     /// The ids of the direct children.
-    pub fn ids(&self) -> Vec<u32> {
+    fn ids(&self) -> Vec<u32> {
         self.subtrees.iter().map(|t| t.id).collect()
+    }
+
+    /// How many agents there are below, at every depth.
+    fn agents(&self) -> usize {
+        self.subtrees.iter().map(Subtree::agents).sum()
     }
 }
 
@@ -945,8 +953,8 @@ static LAUNCHERS_GONE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 /// killed before that, the manager counts the task as failed (Grid Engine then fails the
 /// whole job: "tightly integrated parallel task … failed - killing job").
 ///
-/// Woken by the last one's end, not by a timer: a 10 ms poll here was most of the teardown
-/// of a run on 4 simulated hosts.
+/// Woken by the last one's end, not by a timer: a poll's period would be added to every
+/// teardown.
 pub async fn launchers_ended(patience: Duration) {
     let all_ended = async {
         loop {

@@ -7,6 +7,7 @@
 use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
 use crate::proto::kvs::{Delta, Packed};
 use crate::proto::pmi::RankPmi;
+use crate::proto::rank::RankEnd;
 use crate::proto::service::{Service, ServiceReply};
 use crate::tree::profile::HostProfile;
 use bytes::Bytes;
@@ -164,25 +165,13 @@ pub enum Report {
     },
     /// A rank ended.
     Exited {
-        /// The rank.
-        rank: usize,
-        /// Its pid on its host.
-        pid: u32,
         /// Its host.
         host: String,
-        /// Exit code, when it exited.
-        code: Option<i32>,
-        /// Signal, when a signal killed it.
-        signal: Option<i32>,
-        /// It had called PMI finalize.
-        finalized: bool,
-        /// It had finished the PMI handshake.
-        initialized: bool,
         /// Its host had already begun tearing the job down when it ended (so it is a
         /// casualty of the teardown, not a cause).
         in_teardown: bool,
-        /// It never spoke PMI or PMIx and ran as an Open MPI singleton ([`crate::host::ompi`]).
-        ran_alone: bool,
+        /// How it ended, as its host's node saw it.
+        end: RankEnd,
     },
     /// A rank asked to end the job.
     Abort {

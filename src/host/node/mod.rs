@@ -17,11 +17,17 @@
 
 use crate::host::events::JobTx;
 use crate::host::proc;
+use crate::proto::kvs::{Delta, Packed};
 use crate::proto::pmi::{ConnId, Engine, Output};
 use crate::proto::pmix::{self, CollectiveReply, ModexReply, OpReply, SpawnReply, Upcall};
+use crate::proto::rank::RankEnd;
 use crate::proto::service::ServiceReply;
+use crate::tree::msg::RankStatus;
+use bytes::Bytes;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::rc::Rc;
@@ -43,21 +49,8 @@ use upcall::NameCall;
 /// What happened on this host.
 #[derive(Debug)]
 pub enum NodeEvent {
-    /// A rank ended.
-    Exited {
-        /// The rank.
-        rank: usize,
-        /// Its pid.
-        pid: u32,
-        /// How it ended.
-        status: ExitStatus,
-        /// It had finished the PMI handshake.
-        initialized: bool,
-        /// It had called finalize.
-        finalized: bool,
-        /// It never spoke PMI or PMIx and ran as an Open MPI singleton ([`crate::host::ompi`]).
-        ran_alone: bool,
-    },
+    /// A rank ended: its record, which goes up the tree and to the front end as it is.
+    Exited(RankEnd),
     /// Something from the PMI engine: `FenceReady`, `Abort`, `Failed`, `ProtocolError`,
     /// `Initialized`, `Finalized` (for a PMIx job: the same, from the PMIx server).
     Engine(Output),
@@ -307,14 +300,16 @@ fn rank_ended(
     // The end first, then what the engine makes of it ("rank 1 exited before PMI init while
     // 1 rank(s) wait in a fence"): the front end must see a rank's own failure as the cause
     // of the teardown, not as one of its casualties.
-    let _ = ev.send(NodeEvent::Exited {
+    let status = status(finalized);
+    let _ = ev.send(NodeEvent::Exited(RankEnd {
         rank: r,
         pid,
-        status: status(finalized),
+        code: status.code(),
+        signal: status.signal(),
         initialized,
         finalized,
         ran_alone,
-    });
+    }));
     c.dispatch();
 }
 
@@ -365,10 +360,55 @@ impl Drop for ShmDir {
     }
 }
 
-impl Node {
+/// What a tree node ([`crate::tree::branch::Branch`]) needs of its host's ranks: a [`Node`]
+/// in kauri; the benchmarks' simulator and the branch's tests have their own.
+pub trait Host {
+    /// How many ranks this host runs.
+    fn ranks(&self) -> usize;
+    /// How many of them are still running.
+    fn running(&self) -> usize;
+    /// True when `rank` runs here.
+    fn has_rank(&self, rank: usize) -> bool;
+    /// Fence `epoch` is complete everywhere: commit `delta`, which the root checked, with
+    /// the root's word on whether its keys are the last fence's
+    /// ([`crate::proto::kvs::Kvs::commit_checked`]); release the ranks.
+    fn fence_done(&self, epoch: u64, delta: &Packed, same_keys: bool);
+    /// PMIx fence `epoch` is complete everywhere: every host's blob.
+    fn pmix_fence_done(&self, epoch: u64, data: Bytes);
+    /// PMIx collective `sig` is complete (or failed, `status`): every contribution, and the
+    /// context id the run gave it (a group construct that asked for one).
+    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>, context_id: Option<u64>);
+    /// Tell the local clients of the job's PMIx server that `ranks` failed with `status`
+    /// (nothing where no PMIx server serves the job).
+    fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>);
+    /// The job's dead ranks are `ranks`: serve them as `PMI_dead_processes`, then send
+    /// `SIGUSR1` to the local ranks still in PMI.
+    fn dead_processes(&self, ranks: &[usize]);
+    /// Serve local `rank`'s PMIx data to request `req` of agent `to`.
+    fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64);
+    /// The answer to this host's direct-modex request `req`.
+    fn pmix_dmodex_reply(&self, req: u64, status: i32, data: Vec<u8>);
+    /// Commit pairs published without a fence.
+    fn publish(&self, delta: Delta);
+    /// The root's answer to this host's request `req`.
+    fn service_reply(&self, req: u64, reply: ServiceReply);
+    /// Send `sig` to every running rank.
+    fn signal(&self, sig: i32);
+    /// Send `sig` to the running ranks among `ranks`.
+    fn signal_ranks(&self, sig: i32, ranks: &[usize]);
+    /// Where each rank is, in rank order, and how many ms ago the ranks here last asked
+    /// something of kauri (`None` while none has).
+    fn status(&self) -> (Vec<RankStatus>, Option<u64>);
+    /// Rank 0's stdin, when rank 0 runs here and it was not taken yet.
+    fn take_stdin(&mut self) -> Option<pipe::Sender>;
+    /// After the last event: forward the rest of the output, kill what the ranks left.
+    fn drain(self) -> impl Future<Output = ()>;
+}
+
+impl Host for Node {
     /// Applies the merged delta of a fence the whole tree completed (checked at the root,
     /// which says whether its keys are the last fence's), releasing local ranks.
-    pub fn fence_done(&self, epoch: u64, delta: &crate::proto::kvs::Packed, same_keys: bool) {
+    fn fence_done(&self, epoch: u64, delta: &Packed, same_keys: bool) {
         self.ctx
             .engine
             .borrow_mut()
@@ -378,7 +418,7 @@ impl Node {
 
     /// Hands a PMIx fence's result (every host's blob) to the local PMIx server, releasing
     /// the local ranks.
-    pub fn pmix_fence_done(&self, epoch: u64, data: bytes::Bytes) {
+    fn pmix_fence_done(&self, epoch: u64, data: Bytes) {
         self.ctx.drain_upcalls();
         let reply = self
             .ctx
@@ -393,7 +433,7 @@ impl Node {
 
     /// Answers the local PMIx server's direct-modex request `id` (see
     /// [`NodeEvent::PmixDmodex`]).
-    pub fn pmix_dmodex_reply(&self, id: u64, status: i32, data: Vec<u8>) {
+    fn pmix_dmodex_reply(&self, id: u64, status: i32, data: Vec<u8>) {
         let reply = self
             .ctx
             .pmix
@@ -408,13 +448,7 @@ impl Node {
     /// Answers the local PMIx server's collective `sig` (see [`NodeEvent::PmixCollective`]),
     /// with the context id the run gave it if it asked for one; nothing when none is under
     /// way here.
-    pub fn pmix_collective_done(
-        &self,
-        sig: &str,
-        status: i32,
-        data: Vec<u8>,
-        context_id: Option<u64>,
-    ) {
+    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>, context_id: Option<u64>) {
         self.ctx.drain_upcalls();
         let reply = self.ctx.pmix.borrow_mut().as_mut().and_then(|p| {
             let q = p.collectives.get_mut(sig)?;
@@ -434,7 +468,7 @@ impl Node {
     /// [`pmix::ffi::notify_failure`]). Returns once the library has handed them to its
     /// clients, so a signal sent after this call follows them. Nothing for a PMI job, nor
     /// while the server has not started (no client ever knocked: there is nobody to tell).
-    pub fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
+    fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>) {
         let nspace = self.ctx.pmix.borrow().as_ref().map(|p| p.nspace.clone());
         let Some(nspace) = nspace.filter(|_| pmix::ffi::running()) else {
             return;
@@ -450,18 +484,18 @@ impl Node {
     }
 
     /// How many ranks this host runs.
-    pub fn ranks(&self) -> usize {
+    fn ranks(&self) -> usize {
         self.ranks.len()
     }
 
     /// True when `rank` runs on this host.
-    pub fn has_rank(&self, rank: usize) -> bool {
+    fn has_rank(&self, rank: usize) -> bool {
         self.ranks.contains(&rank)
     }
 
     /// Asks this host's PMIx server for the data of local rank `rank`, for request `req` of
     /// agent `to`; the answer comes as [`NodeEvent::DmodexServed`].
-    pub fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
+    fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64) {
         let nspace = self.ctx.pmix.borrow().as_ref().map(|p| p.nspace.clone());
         let events = self.ctx.events.clone();
         let answer = move |status: i32, data: Vec<u8>| {
@@ -488,7 +522,7 @@ impl Node {
 
     /// Hands the front end's answer to a request back to the engine (or PMIx client) that
     /// asked.
-    pub fn service_reply(&self, id: u64, reply: ServiceReply) {
+    fn service_reply(&self, id: u64, reply: ServiceReply) {
         if id & PMIX_REQUEST != 0 {
             return self.ctx.name_reply(id, &reply);
         }
@@ -501,7 +535,7 @@ impl Node {
     }
 
     /// Commits pairs published without a fence.
-    pub fn publish(&self, delta: crate::proto::kvs::Delta) {
+    fn publish(&self, delta: Delta) {
         let mut e = self.ctx.engine.borrow_mut();
         for (k, v) in delta {
             e.preput(k, v);
@@ -512,7 +546,7 @@ impl Node {
     /// from now on, then `SIGUSR1` goes to the running ranks that initialized PMI-1/PMI-2
     /// and did not finalize it (MPICH's handler is installed between the two; a rank out of
     /// PMI, a PMIx one among them, would die of it).
-    pub fn dead_processes(&self, ranks: &[usize]) {
+    fn dead_processes(&self, ranks: &[usize]) {
         let survivors: Vec<usize> = {
             let mut e = self.ctx.engine.borrow_mut();
             e.set_dead(ranks);
@@ -532,7 +566,7 @@ impl Node {
     }
 
     /// Sends `sig` to every running rank's process group.
-    pub fn signal(&self, sig: i32) {
+    fn signal(&self, sig: i32) {
         for &pid in self.running.borrow().values() {
             if Some(pid) == self.adopted {
                 // A singleton's process group is its shell's job, kauri included.
@@ -544,7 +578,7 @@ impl Node {
     }
 
     /// Sends `sig` to the process groups of the ranks `ranks` that run here.
-    pub fn signal_ranks(&self, sig: i32, ranks: &[usize]) {
+    fn signal_ranks(&self, sig: i32, ranks: &[usize]) {
         for (r, &pid) in self.running.borrow().iter() {
             if !ranks.contains(r) {
                 continue;
@@ -558,8 +592,10 @@ impl Node {
         }
     }
 
-    /// Where each rank of this host is, in rank order (the hang diagnosis).
-    pub fn status(&self) -> Vec<crate::tree::msg::RankStatus> {
+    /// Where each rank of this host is, in rank order (the hang diagnosis), and how many
+    /// milliseconds ago the ranks here last asked something of kauri (a PMI request or a PMIx
+    /// upcall).
+    fn status(&self) -> (Vec<RankStatus>, Option<u64>) {
         use crate::proto::pmi::RankPmi;
         let running = self.running.borrow();
         let pmix = self.ctx.pmix.borrow();
@@ -590,9 +626,14 @@ impl Node {
                 })
                 .collect(),
         };
-        states
+        let quiet_ms = self
+            .ctx
+            .last_heard
+            .get()
+            .map(|t| t.elapsed().as_millis() as u64);
+        let ranks = states
             .into_iter()
-            .map(|(rank, pmi)| crate::tree::msg::RankStatus {
+            .map(|(rank, pmi)| RankStatus {
                 rank,
                 pid: running.get(&rank).copied(),
                 pmi: if running.contains_key(&rank) || pmi == RankPmi::Exited {
@@ -602,23 +643,30 @@ impl Node {
                 },
                 stack: None,
             })
-            .collect()
-    }
-
-    /// How many milliseconds ago this host's ranks of the job last asked something of kauri
-    /// (a PMI request or a PMIx upcall); `None` while none has.
-    pub fn quiet_ms(&self) -> Option<u64> {
-        self.ctx
-            .last_heard
-            .get()
-            .map(|t| t.elapsed().as_millis() as u64)
+            .collect();
+        (ranks, quiet_ms)
     }
 
     /// How many ranks are still running.
-    pub fn running(&self) -> usize {
+    fn running(&self) -> usize {
         self.running.borrow().len()
     }
 
+    /// After every rank ended: kills what they left in their process groups, then forwards
+    /// the rest of their output (see
+    /// [`iofwd::forward_lines`](crate::host::iofwd::forward_lines)).
+    async fn drain(self) {
+        self.drain_with(proc::kill_leftovers, pmix::deregister)
+            .await;
+    }
+
+    /// Rank 0's stdin pipe ([`Node::stdin`]), once.
+    fn take_stdin(&mut self) -> Option<pipe::Sender> {
+        self.stdin.take()
+    }
+}
+
+impl Node {
     /// [`Node::drain`] for a spawned job that ended while the run goes on: what its ranks
     /// left in their process groups is killed, but children of ours in sessions of their
     /// own are not swept (the run's other ranks are such children); the run's last drain
@@ -628,14 +676,6 @@ impl Node {
     /// ([`pmix::deregister_later`]).
     pub async fn release(self) {
         self.drain_with(proc::kill_groups_left, pmix::deregister_later)
-            .await;
-    }
-
-    /// After every rank ended: kills what they left in their process groups, then forwards
-    /// the rest of their output (see
-    /// [`iofwd::forward_lines`](crate::host::iofwd::forward_lines)).
-    pub async fn drain(self) {
-        self.drain_with(proc::kill_leftovers, pmix::deregister)
             .await;
     }
 

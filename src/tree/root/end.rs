@@ -50,7 +50,8 @@ fn failures(
     let mut lines = Vec::new();
     for (idx, ranks) in jobs.iter().enumerate() {
         for (r, s) in ranks {
-            let Some((code, sig)) = s.ended else { continue };
+            let Some(end) = s.end else { continue };
+            let (code, sig) = (end.code, end.signal);
             if s.during_teardown {
                 continue;
             }
@@ -65,7 +66,7 @@ fn failures(
                 lines.push(format!(
                     "kauri: {} (pid {}) on {} {words}{}",
                     who(idx, *r),
-                    s.pid,
+                    end.pid,
                     s.host,
                     if tolerated {
                         " (tolerated: -with-ft)"
@@ -85,7 +86,7 @@ fn failures(
 fn exit_code_lines(ranks: &[(usize, RankState)]) -> Vec<String> {
     let mut hosts: Vec<(&str, Vec<usize>, Vec<String>)> = Vec::new();
     for (r, s) in ranks {
-        let code = match s.ended {
+        let code = match s.end.map(|e| (e.code, e.signal)) {
             Some((Some(c), _)) => c.to_string(),
             Some((None, Some(sig))) => format!("signal {sig}"),
             _ => "-".to_string(),
@@ -225,8 +226,8 @@ fn report(s: Summary, end_us: u64) -> i32 {
     // of singletons. A flag's hint is kept: singletons that fail their checks need it.
     let quiet = worst != 0 && s.offered == crate::plan::job::Wiring::Both;
     if let Some(first) = s.ranks.first().filter(|_| !s.singleton_seen && !quiet) {
-        let spoke = first.iter().filter(|(_, s)| s.initialized).count();
-        let traces = first.iter().any(|(_, s)| s.ran_alone);
+        let spoke = first.iter().filter(|(_, s)| s.initialized()).count();
+        let traces = first.iter().any(|(_, s)| s.ran_alone());
         let mpi = if traces {
             s.mpi.max(crate::plan::job::MpiSign::Named)
         } else {
@@ -308,8 +309,12 @@ mod tests {
     fn ended(host: &str, code: Option<i32>, sig: Option<i32>, teardown: bool) -> RankState {
         RankState {
             host: host.into(),
-            pid: 42,
-            ended: Some((code, sig)),
+            end: Some(RankEnd {
+                pid: 42,
+                code,
+                signal: sig,
+                ..RankEnd::default()
+            }),
             during_teardown: teardown,
             ..RankState::default()
         }

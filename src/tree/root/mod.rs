@@ -30,7 +30,7 @@ pub use start::{prepare_run, Prepared};
 
 use crate::host::events::{self, JobTx};
 use crate::host::iofwd::{Dest, Stream};
-use crate::host::node::{Node, NodeEvent};
+use crate::host::node::{Host, Node, NodeEvent};
 use crate::host::output::Files;
 use crate::host::proc;
 use crate::os::clock::Clock;
@@ -40,8 +40,9 @@ use crate::plan::{HostPlan, JobPlan};
 use crate::proto::kvs::Delta;
 use crate::proto::nameserver::{Refusal, Waiting};
 use crate::proto::pmix::Failure;
+use crate::proto::rank::RankEnd;
 use crate::proto::service::{Service, ServiceReply, SpawnDone, Wait};
-use crate::tree::branch::{Branch, Out};
+use crate::tree::branch::{Branch, Links, Out};
 use crate::tree::hub::{Children, HubEvent};
 use crate::tree::policy::{self, Ending, ExitVerdict};
 use crate::tree::profile::{HostProfile, JobProfile, ProfileFormat, RootFence};
@@ -60,16 +61,39 @@ pub use crate::tree::policy::STATUS_LAUNCHER;
 /// What the front end knows of a rank.
 #[derive(Debug, Clone, Default)]
 struct RankState {
+    /// Its host: the plan's, then the one that reported its end.
     host: String,
-    pid: u32,
-    ended: Option<(Option<i32>, Option<i32>)>,
+    /// How it ended, as its host reported it; `None` while it runs.
+    end: Option<RankEnd>,
+    /// It ended with the job (or its job was discarded): its end counts for nothing.
     during_teardown: bool,
-    initialized: bool,
-    finalized: bool,
-    /// It never spoke PMI or PMIx and ran as an Open MPI singleton.
-    ran_alone: bool,
+    /// Its host reported that it finished the PMI handshake (until it ends: then its end
+    /// says, [`RankState::initialized`]).
+    told_initialized: bool,
     /// It closed its PMI connection without finalize and runs on: it uses PMI no more.
     left_pmi: bool,
+}
+
+impl RankState {
+    /// It finished the PMI handshake: as its end says once it ended, else as its host told.
+    fn initialized(&self) -> bool {
+        self.end.map_or(self.told_initialized, |e| e.initialized)
+    }
+
+    /// It ended after calling finalize.
+    fn finalized(&self) -> bool {
+        self.end.is_some_and(|e| e.finalized)
+    }
+
+    /// It ended, having run as an Open MPI singleton.
+    fn ran_alone(&self) -> bool {
+        self.end.is_some_and(|e| e.ran_alone)
+    }
+
+    /// Its end was reported.
+    fn ended(&self) -> bool {
+        self.end.is_some()
+    }
 }
 
 /// One job of this run: the one the user started (index 0) or one a rank spawned.
@@ -455,8 +479,8 @@ impl Root {
             .rank_states()
             .into_iter()
             .filter(|(_, s)| {
-                s.ended
-                    .is_some_and(|(code, sig)| policy::rank_failure(code, sig).is_some())
+                s.end
+                    .is_some_and(|e| policy::rank_failure(e.code, e.signal).is_some())
                     && !s.during_teardown
             })
             .collect();

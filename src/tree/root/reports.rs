@@ -127,29 +127,10 @@ impl Root {
         };
         match r {
             Report::Exited {
-                rank,
-                pid,
                 host,
-                code,
-                signal,
-                finalized,
-                initialized,
                 in_teardown,
-                ran_alone,
-            } => {
-                let end = RankEnd {
-                    rank,
-                    pid,
-                    host,
-                    code,
-                    signal,
-                    finalized,
-                    initialized,
-                    in_teardown,
-                    ran_alone,
-                };
-                self.on_exited(j, discarded, end);
-            }
+                end,
+            } => self.on_exited(j, discarded, host, in_teardown, end),
             Report::Initialized { rank } => {
                 if j == 0 {
                     self.note_progress(|p, now| p.initialized(rank, now));
@@ -183,17 +164,27 @@ impl Root {
         }
     }
 
-    /// A rank ended: its host has a free slot again, its record says how it ended, and,
-    /// unless its job was discarded, the policy judges its end.
-    fn on_exited(&mut self, j: usize, discarded: bool, end: RankEnd) {
-        if let Some(n) = self.cluster.hosts.iter().position(|h| h.name == end.host) {
+    /// A rank ended (`end`, on `host`, which had begun the teardown if `in_teardown`): its
+    /// host has a free slot again, its record keeps how it ended, and, unless its job was
+    /// discarded, the policy judges its end.
+    fn on_exited(
+        &mut self,
+        j: usize,
+        discarded: bool,
+        host: String,
+        in_teardown: bool,
+        end: RankEnd,
+    ) {
+        if let Some(n) = self.cluster.hosts.iter().position(|h| h.name == host) {
             self.cluster.in_use[n] = self.cluster.in_use[n].saturating_sub(1);
         }
-        let in_teardown = ended_with_job(end.in_teardown, end.signal, self.ending);
+        let in_teardown = ended_with_job(in_teardown, end.signal, self.ending);
         let Some(st) = self.live_mut(j).and_then(|job| job.ranks.get_mut(end.rank)) else {
             return;
         };
-        *st = end.state(in_teardown || discarded);
+        st.host = host;
+        st.during_teardown = in_teardown || discarded;
+        st.end = Some(end);
         self.end_stuck_lookups();
         if discarded {
             return;
@@ -258,7 +249,7 @@ impl Root {
             return;
         };
         if let Some(s) = job.ranks.get_mut(rank) {
-            s.initialized = true;
+            s.told_initialized = true;
         }
         let Some(g) = left_without_finalize(&job.ranks) else {
             return;
@@ -267,10 +258,10 @@ impl Root {
             return;
         }
         let s = &job.ranks[g];
-        let what = if s.left_pmi && s.ended.is_none() {
+        let what = if s.left_pmi && !s.ended() {
             HUNG_UP
         } else {
-            policy::left_pmi(s.initialized)
+            policy::left_pmi(s.initialized())
         };
         let line = left_pmi_line(&job.who(j, g), &s.host, what);
         say!("kauri: {line}");
@@ -405,7 +396,7 @@ impl Root {
         };
         let gone: Vec<usize> = ranks
             .into_iter()
-            .filter(|&r| job.ranks.get(r).is_some_and(|s| s.ended.is_none()))
+            .filter(|&r| job.ranks.get(r).is_some_and(|s| !s.ended()))
             .collect();
         let lost = if self.fault_tolerant {
             Failure::Aborted
@@ -589,36 +580,6 @@ impl Root {
     }
 }
 
-/// A rank's end, as its host reported it ([`Report::Exited`]).
-pub(super) struct RankEnd {
-    pub(super) rank: usize,
-    pub(super) pid: u32,
-    pub(super) host: String,
-    pub(super) code: Option<i32>,
-    pub(super) signal: Option<i32>,
-    pub(super) finalized: bool,
-    pub(super) initialized: bool,
-    /// Its host had begun the teardown when it ended.
-    pub(super) in_teardown: bool,
-    pub(super) ran_alone: bool,
-}
-
-impl RankEnd {
-    /// The rank's record once ended; `during_teardown`: its end counts for nothing.
-    fn state(&self, during_teardown: bool) -> RankState {
-        RankState {
-            host: self.host.clone(),
-            pid: self.pid,
-            ended: Some((self.code, self.signal)),
-            during_teardown,
-            initialized: self.initialized,
-            finalized: self.finalized,
-            ran_alone: self.ran_alone,
-            left_pmi: false,
-        }
-    }
-}
-
 /// Whether a rank ended with the job rather than as a failure: its host said it ended in
 /// the teardown, or it was killed by the signal kauri forwarded to it (SIGINT, SIGHUP), the
 /// signal that began the `ending`.
@@ -637,9 +598,10 @@ pub(super) fn ended_with_job(
 /// Whether a rank other than `rank` uses PMI still: it initialized, and neither finalized,
 /// nor ended, nor closed its PMI connection.
 pub(super) fn others_in_pmi(ranks: &[RankState], rank: usize) -> bool {
-    ranks.iter().enumerate().any(|(r, s)| {
-        r != rank && s.initialized && !s.finalized && !s.left_pmi && s.ended.is_none()
-    })
+    ranks
+        .iter()
+        .enumerate()
+        .any(|(r, s)| r != rank && s.initialized() && !s.finalized() && !s.left_pmi && !s.ended())
 }
 
 /// What a rank that closed its PMI connection without finalize, and runs on, did.
@@ -655,8 +617,8 @@ pub(super) fn abnormal_end(code: Option<i32>, verdict: ExitVerdict) -> bool {
 /// finalize and runs on (it can never join a fence).
 pub(super) fn left_without_finalize(ranks: &[RankState]) -> Option<usize> {
     ranks.iter().position(|s| {
-        let exited = s.ended == Some((Some(0), None));
-        !s.finalized && (exited || s.left_pmi && s.ended.is_none())
+        let exited = s.end.is_some_and(|e| e.exited_with(0));
+        !s.finalized() && (exited || s.left_pmi && !s.ended())
     })
 }
 
@@ -738,15 +700,22 @@ pub(super) fn after_lost(f: AfterLostFacts) -> AfterLost {
 mod tests {
     use super::*;
 
+    /// A rank that initialized or not, and ended (finalized or not) with `ended`'s code and
+    /// signal, or runs.
     fn rank(
         initialized: bool,
         finalized: bool,
         ended: Option<(Option<i32>, Option<i32>)>,
     ) -> RankState {
         RankState {
-            initialized,
-            finalized,
-            ended,
+            told_initialized: initialized,
+            end: ended.map(|(code, signal)| RankEnd {
+                code,
+                signal,
+                initialized,
+                finalized,
+                ..RankEnd::default()
+            }),
             ..RankState::default()
         }
     }
@@ -769,7 +738,7 @@ mod tests {
     fn others_in_pmi_counts_only_other_running_initialized_ranks() {
         let ranks = vec![
             rank(true, false, None),
-            rank(true, true, None),
+            rank(true, true, Some((Some(0), None))),
             rank(true, false, Some((Some(0), None))),
             rank(false, false, None),
         ];

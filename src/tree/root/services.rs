@@ -22,7 +22,7 @@ impl Root {
         // A released job's ranks have all ended.
         let all_wait = self.jobs.iter().filter_map(Job::live).all(|j| {
             j.ranks.iter().enumerate().all(|(r, s)| {
-                s.ended.is_some() || waiting.contains(format!("{}:{r}", j.plan.kvsname).as_str())
+                s.ended() || waiting.contains(format!("{}:{r}", j.plan.kvsname).as_str())
             })
         });
         if !all_wait {

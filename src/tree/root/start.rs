@@ -597,7 +597,7 @@ mod tests {
         let ranks = rank_hosts(4, hosts.iter());
         let names: Vec<&str> = ranks.iter().map(|r| r.host.as_str()).collect();
         assert_eq!(names, ["a", "b", "a", ""]);
-        assert!(ranks.iter().all(|r| r.ended.is_none() && r.pid == 0));
+        assert!(ranks.iter().all(|r| r.end.is_none()));
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub(super) fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>])
     for (j, ranks) in jobs.iter().enumerate() {
         for (r, st) in ranks.iter().enumerate() {
             if !seen[j][r]
-                && st.ended.is_none()
+                && !st.ended()
                 && !silent.contains(&st.host)
                 && !not_up.hosts.contains(&(j, st.host.as_str()))
             {
@@ -154,7 +154,7 @@ pub(super) fn orphan_lines(
             continue;
         };
         let ranks = &jobs[j];
-        if ranks.is_empty() || ranks.iter().any(|r| r.ended.is_some()) {
+        if ranks.is_empty() || ranks.iter().any(RankState::ended) {
             continue;
         }
         let hosts: Vec<&HostStatus> = got
@@ -237,7 +237,7 @@ impl Root {
     /// released ones.
     fn lineage(&self) -> Vec<Option<Lineage>> {
         let ended = |k: usize| match &self.jobs[k] {
-            Job::Live(j) => j.ranks.iter().all(|r| r.ended.is_some()),
+            Job::Live(j) => j.ranks.iter().all(RankState::ended),
             Job::Released(_) => true,
         };
         self.jobs
