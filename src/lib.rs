@@ -12,8 +12,8 @@
 //!            (pure), the name service
 //!  plan      what a job is and how it is placed: JobSpec, the plan sent down the tree
 //!            (pure), each rank's variables (pure), the plan's construction, spawn planning
-//!  launch    how an agent reaches a host: the launchers, allocations, Hydra's variables,
-//!            ports, interfaces
+//!  launch    how an agent reaches a host: the launcher kinds and their facts (pure), the
+//!            launchers, allocations, Hydra's variables, ports, interfaces
 //!  host      one host's ranks: the Node (rank start-up, the PMI connection, PMIx upcalls),
 //!            processes, the keeper, output, forwarding, binding, MPIR
 //!  tree      the tree of agents: messages (pure), shape (pure), fence gathers (pure),

@@ -1,4 +1,5 @@
-//! The layout's one checked rule (`docs/design.md`, "Layout"): the pure modules do no I/O.
+//! The layout's checked rules (`docs/design.md`, "Layout"): the pure modules do no I/O, and
+//! no launcher is named outside `launch`.
 //!
 //! A pure module (the PMI engine, the key-value store, the service vocabulary, Open MPI's job
 //! ids of the run's job names, the plan's types and each rank's variables, the tree's
@@ -11,6 +12,10 @@
 //!
 //! The test reads the source, so it fails the moment a pure file gains an import it may not
 //! have, a pure file is renamed without this list following it, or an allowed data type moves.
+//!
+//! A launcher's facts are methods of `launch::kind::LauncherKind`; a launcher's name as a
+//! string literal anywhere else in `src/` (`kind == "slurm"`) is a decision made behind the
+//! launchers' back, and fails [`no_launcher_is_named_outside_launch`].
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -21,6 +26,7 @@ const PURE: &[&str] = &[
     "proto/pmi",
     "proto/pmix/jobid.rs",
     "proto/service.rs",
+    "launch/kind.rs",
     "plan/mod.rs",
     "plan/rank_env.rs",
     "tree/gather.rs",
@@ -197,6 +203,56 @@ fn pure_modules_do_no_io() {
     );
 }
 
+/// Every launcher's name, as `-launcher` takes it (`launch::kind::NAMES`).
+const LAUNCHERS: &[&str] = &["ssh", "rsh", "slurm", "sge", "lsf", "pbs", "fork"];
+
+/// String literals that are a launcher's name but mean something else: `(file, literal)`.
+const NOT_LAUNCHERS: &[(&str, &str)] = &[
+    // The startup profile's phase in which the ranks are forked.
+    ("tree/profile.rs", "fork"),
+];
+
+/// The launcher names that `line` holds as whole string literals (`"slurm"`, not
+/// `"--slurm"` nor `"slurm job"`).
+fn launcher_literals(line: &str) -> Vec<&'static str> {
+    LAUNCHERS
+        .iter()
+        .copied()
+        .filter(|name| line.contains(&format!("\"{name}\"")))
+        .collect()
+}
+
+#[test]
+fn no_launcher_is_named_outside_launch() {
+    let src = src();
+    let mut all = Vec::new();
+    rust_files(&src, &mut all);
+    let mut wrong = Vec::new();
+    for file in &all {
+        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+        if rel.starts_with("launch/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        for (n, line) in code_of(&text) {
+            for name in launcher_literals(&line) {
+                if !NOT_LAUNCHERS.contains(&(rel.as_str(), name)) {
+                    wrong.push(format!(
+                        "src/{rel}:{n}: names launcher {name:?}: {}",
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a launcher's facts are methods of launch::kind::LauncherKind; no launcher name \
+         outside src/launch/ (tests/layers.rs):\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn the_check_reads_paths_as_written() {
     assert_eq!(
@@ -211,4 +267,9 @@ fn the_check_reads_paths_as_written() {
     assert_eq!(module_of(Path::new("tree/msg.rs")), "tree::msg");
     let code = code_of("use a;\n// tokio\n#[cfg(test)]\nuse tokio;\n");
     assert_eq!(code, [(1, "use a;".to_string())]);
+    assert_eq!(
+        launcher_literals(r#"if kind == "slurm" || k == "fork" {"#),
+        ["slurm", "fork"]
+    );
+    assert!(launcher_literals(r#".args(["agent", "--slurm"]) // "ssh job""#).is_empty());
 }
