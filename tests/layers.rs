@@ -203,8 +203,21 @@ fn pure_modules_do_no_io() {
     );
 }
 
-/// Every launcher's name, as `-launcher` takes it (`launch::kind::NAMES`).
-const LAUNCHERS: &[&str] = &["ssh", "rsh", "slurm", "sge", "lsf", "pbs", "fork"];
+/// Every launcher's name, as `-launcher` takes it: the string literals of
+/// `LauncherKind::as_str` in `src/launch/kind.rs`, read from the source so that a new
+/// launcher is checked without this file changing.
+fn launchers() -> Vec<String> {
+    let text = std::fs::read_to_string(src().join("launch/kind.rs")).unwrap();
+    let start = text
+        .find("fn as_str(")
+        .expect("LauncherKind::as_str in launch/kind.rs");
+    let body = &text[start..];
+    let body = &body[..body.find("\n    }\n").unwrap_or(body.len())];
+    body.lines()
+        .filter_map(|l| l.split_once("=> \"")?.1.split_once('"'))
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
 
 /// String literals that are a launcher's name but mean something else: `(file, literal)`.
 const NOT_LAUNCHERS: &[(&str, &str)] = &[
@@ -212,18 +225,25 @@ const NOT_LAUNCHERS: &[(&str, &str)] = &[
     ("tree/profile.rs", "fork"),
 ];
 
-/// The launcher names that `line` holds as whole string literals (`"slurm"`, not
+/// The names among `launchers` that `line` holds as whole string literals (`"slurm"`, not
 /// `"--slurm"` nor `"slurm job"`).
-fn launcher_literals(line: &str) -> Vec<&'static str> {
-    LAUNCHERS
+fn launcher_literals<'a>(line: &str, launchers: &'a [String]) -> Vec<&'a str> {
+    launchers
         .iter()
-        .copied()
+        .map(String::as_str)
         .filter(|name| line.contains(&format!("\"{name}\"")))
         .collect()
 }
 
 #[test]
 fn no_launcher_is_named_outside_launch() {
+    let launchers = launchers();
+    for name in ["ssh", "rsh", "slurm", "sge", "lsf", "pbs", "fork"] {
+        assert!(
+            launchers.iter().any(|l| l == name),
+            "{name} is not among launch/kind.rs's names as read here: {launchers:?}"
+        );
+    }
     let src = src();
     let mut all = Vec::new();
     rust_files(&src, &mut all);
@@ -235,7 +255,7 @@ fn no_launcher_is_named_outside_launch() {
         }
         let text = std::fs::read_to_string(file).unwrap();
         for (n, line) in code_of(&text) {
-            for name in launcher_literals(&line) {
+            for name in launcher_literals(&line, &launchers) {
                 if !NOT_LAUNCHERS.contains(&(rel.as_str(), name)) {
                     wrong.push(format!(
                         "src/{rel}:{n}: names launcher {name:?}: {}",
@@ -267,9 +287,10 @@ fn the_check_reads_paths_as_written() {
     assert_eq!(module_of(Path::new("tree/msg.rs")), "tree::msg");
     let code = code_of("use a;\n// tokio\n#[cfg(test)]\nuse tokio;\n");
     assert_eq!(code, [(1, "use a;".to_string())]);
+    let names = ["slurm".to_string(), "fork".to_string(), "ssh".to_string()];
     assert_eq!(
-        launcher_literals(r#"if kind == "slurm" || k == "fork" {"#),
+        launcher_literals(r#"if kind == "slurm" || k == "fork" {"#, &names),
         ["slurm", "fork"]
     );
-    assert!(launcher_literals(r#".args(["agent", "--slurm"]) // "ssh job""#).is_empty());
+    assert!(launcher_literals(r#".args(["agent", "--slurm"]) // "ssh job""#, &names).is_empty());
 }
