@@ -9,6 +9,7 @@
 //! - its own file here, a unit struct implementing [`Launcher`] (`prepare`, and
 //!   `find_program` or `probe` where the defaults do not fit);
 //! - two lines of this file: its `mod`, and its arm in [`for_kind`];
+//! - for a resource manager whose allocation kauri reads, [`allocation`];
 //! - the `-launcher` line of the manual (`cli/doc/pages/kauri.rs`), which says in words what
 //!   each name starts (the list of names itself, for the manual and the completions, is
 //!   [`NAMES`]).
