@@ -13,7 +13,8 @@
 //!  proto     the protocols: the PMI engine (pure), the KVS (pure), the service requests
 //!            only the front end answers (pure), the PMIx server and Open MPI's job ids
 //!            (pure), the name service, the record of a rank's end (pure)
-//!  launch    how an agent reaches a host: the launchers, allocations, Hydra's variables
+//!  launch    how an agent reaches a host: the launcher kinds and their facts (pure), the
+//!            launchers, allocations, Hydra's variables
 //!  plan      what a job is and how it is placed: JobSpec and its words (pure), the plan
 //!            sent down the tree (pure), each rank's variables (pure), the run's hosts, the
 //!            plan's construction, spawn planning

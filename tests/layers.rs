@@ -1,4 +1,5 @@
-//! The layout's two checked rules (`docs/design.md`, "Layout").
+//! The layout's checked rules (`docs/design.md`, "Layout"): the pure modules do no I/O,
+//! the folders form layers, and no launcher is named outside `launch`.
 //!
 //! 1. **The pure modules do no I/O.** A pure module (the PMI engine, the key-value store, the
 //!    service vocabulary, Open MPI's job ids of the run's job names, the record of a rank's
@@ -16,6 +17,10 @@
 //!
 //! The test reads the source, so it fails the moment a file gains an import it may not have,
 //! or a pure file is renamed without this list following it.
+//!
+//! A launcher's facts are methods of `launch::kind::LauncherKind`; a launcher's name as a
+//! string literal anywhere else in `src/` (`kind == "slurm"`) is a decision made behind the
+//! launchers' back, and fails [`no_launcher_is_named_outside_launch`].
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -27,6 +32,7 @@ const PURE: &[&str] = &[
     "proto/pmix/jobid.rs",
     "proto/rank.rs",
     "proto/service.rs",
+    "launch/kind.rs",
     "plan/binding.rs",
     "plan/job.rs",
     "plan/knobs.rs",
@@ -353,6 +359,76 @@ fn pure_modules_do_no_io() {
     );
 }
 
+/// Every launcher's name, as `-launcher` takes it: the string literals of
+/// `LauncherKind::as_str` in `src/launch/kind.rs`, read from the source so that a new
+/// launcher is checked without this file changing.
+fn launchers() -> Vec<String> {
+    let text = std::fs::read_to_string(src().join("launch/kind.rs")).unwrap();
+    let start = text
+        .find("fn as_str(")
+        .expect("LauncherKind::as_str in launch/kind.rs");
+    let body = &text[start..];
+    let body = &body[..body.find("\n    }\n").unwrap_or(body.len())];
+    body.lines()
+        .filter_map(|l| l.split_once("=> \"")?.1.split_once('"'))
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
+/// String literals that are a launcher's name but mean something else: `(file, literal)`.
+const NOT_LAUNCHERS: &[(&str, &str)] = &[
+    // The startup profile's phase in which the ranks are forked.
+    ("tree/profile.rs", "fork"),
+];
+
+/// The names among `launchers` that `line` holds as whole string literals (`"slurm"`, not
+/// `"--slurm"` nor `"slurm job"`).
+fn launcher_literals<'a>(line: &str, launchers: &'a [String]) -> Vec<&'a str> {
+    launchers
+        .iter()
+        .map(String::as_str)
+        .filter(|name| line.contains(&format!("\"{name}\"")))
+        .collect()
+}
+
+#[test]
+fn no_launcher_is_named_outside_launch() {
+    let launchers = launchers();
+    for name in ["ssh", "rsh", "slurm", "sge", "lsf", "pbs", "fork"] {
+        assert!(
+            launchers.iter().any(|l| l == name),
+            "{name} is not among launch/kind.rs's names as read here: {launchers:?}"
+        );
+    }
+    let src = src();
+    let mut all = Vec::new();
+    rust_files(&src, &mut all);
+    let mut wrong = Vec::new();
+    for file in &all {
+        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+        if rel.starts_with("launch/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(file).unwrap();
+        for (n, line) in code_of(&text) {
+            for name in launcher_literals(&line, &launchers) {
+                if !NOT_LAUNCHERS.contains(&(rel.as_str(), name)) {
+                    wrong.push(format!(
+                        "src/{rel}:{n}: names launcher {name:?}: {}",
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "a launcher's facts are methods of launch::kind::LauncherKind; no launcher name \
+         outside src/launch/ (tests/layers.rs):\n{}",
+        wrong.join("\n")
+    );
+}
+
 #[test]
 fn every_module_uses_only_the_core_its_folder_and_those_below() {
     let (all, modules, pure) = crate_modules();
@@ -433,4 +509,12 @@ fn the_check_reads_paths_as_the_compiler_does() {
     assert!(wrong_use("tree::msg", "tree::root", &pure).is_some());
     assert_eq!(wrong_use("tree::root", "host::node", &pure), None);
     assert_eq!(wrong_use("tree::root::end", "tree::root", &pure), None);
+    let code = code_of("use a;\n// tokio\n#[cfg(test)]\nuse tokio;\n");
+    assert_eq!(code, [(1, "use a;".to_string())]);
+    let names = ["slurm".to_string(), "fork".to_string(), "ssh".to_string()];
+    assert_eq!(
+        launcher_literals(r#"if kind == "slurm" || k == "fork" {"#, &names),
+        ["slurm", "fork"]
+    );
+    assert!(launcher_literals(r#".args(["agent", "--slurm"]) // "ssh job""#, &names).is_empty());
 }

@@ -75,7 +75,7 @@ pub fn gather() -> Info {
     let (detected, error) = match crate::launch::allocation::detect() {
         Ok(a) => (
             a.map(|a| Detected {
-                manager: a.manager,
+                manager: a.manager.as_str(),
                 hosts: a.hosts.len(),
             }),
             None,

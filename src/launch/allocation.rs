@@ -7,6 +7,7 @@
 //! Reads the environment and the files it names; starts nothing (the launchers in `launch`
 //! do).
 
+use super::LauncherKind;
 use crate::plan::job::HostSpec;
 
 /// The resource managers whose allocations [`detect`] reads, in the order it looks.
@@ -15,8 +16,8 @@ pub const MANAGERS: [&str; 4] = ["slurm", "sge", "lsf", "pbs"];
 /// The allocation kauri runs in, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Allocation {
-    /// `slurm`, `sge`, `lsf` or `pbs`: also the name of the launcher that starts agents in it.
-    pub manager: &'static str,
+    /// Slurm, Grid Engine, LSF or PBS: the launcher that starts agents in it.
+    pub manager: LauncherKind,
     /// Its hosts and slots.
     pub hosts: Vec<HostSpec>,
 }
@@ -35,7 +36,7 @@ pub fn detect() -> Result<Option<Allocation>, String> {
             .map(|(name, slots)| HostSpec { name, slots })
             .collect();
         return Ok(Some(Allocation {
-            manager: "slurm",
+            manager: LauncherKind::Slurm,
             hosts,
         }));
     }
@@ -43,13 +44,13 @@ pub fn detect() -> Result<Option<Allocation>, String> {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read PE_HOSTFILE {path}: {e}"))?;
         return Ok(Some(Allocation {
-            manager: "sge",
+            manager: LauncherKind::Sge,
             hosts: parse_pe_hostfile(&text).map_err(|e| format!("PE_HOSTFILE {path}: {e}"))?,
         }));
     }
     if let Ok(list) = std::env::var("LSB_MCPU_HOSTS") {
         return Ok(Some(Allocation {
-            manager: "lsf",
+            manager: LauncherKind::Lsf,
             hosts: parse_lsb_mcpu_hosts(&list)?,
         }));
     }
@@ -57,7 +58,7 @@ pub fn detect() -> Result<Option<Allocation>, String> {
         let text = std::fs::read_to_string(&path)
             .map_err(|e| format!("cannot read PBS_NODEFILE {path}: {e}"))?;
         return Ok(Some(Allocation {
-            manager: "pbs",
+            manager: LauncherKind::Pbs,
             hosts: parse_pbs_nodefile(&text).map_err(|e| format!("PBS_NODEFILE {path}: {e}"))?,
         }));
     }

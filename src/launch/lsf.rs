@@ -3,28 +3,29 @@
 //! and runs the command through a shell, so the words are quoted. Untested against a real
 //! LSF (there is no package to test with): tested with a stand-in `blaunch`.
 
-use super::{per_host, Launch, Launcher, Target};
+use super::{per_host, Launch, Launcher, Program, Target};
 use crate::plan::LaunchPlan;
 
-/// Starts agents with `blaunch`.
-pub struct Lsf {
-    /// The launch plan: `exec` is blaunch.
-    pub plan: LaunchPlan,
-}
-
-impl Lsf {
-    /// The blaunch to use, as Hydra finds it: `$LSF_BINDIR/blaunch`, else `blaunch` from
-    /// `PATH`.
-    pub fn default_exec() -> String {
-        match std::env::var("LSF_BINDIR") {
-            Ok(dir) if !dir.is_empty() => format!("{dir}/blaunch"),
-            _ => "blaunch".into(),
-        }
-    }
-}
+/// Starts agents with `blaunch` (the plan's `exec`).
+pub struct Lsf;
 
 impl Launcher for Lsf {
-    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
-        per_host(&self.plan, &["-n"], true, targets, parent, key)
+    fn prepare(
+        &self,
+        plan: &LaunchPlan,
+        targets: &[Target],
+        parent: &str,
+        key: &str,
+    ) -> Vec<Launch> {
+        per_host(plan, &["-n"], true, targets, parent, key)
+    }
+
+    /// The blaunch to use, as Hydra finds it: `$LSF_BINDIR/blaunch`, else `blaunch` from
+    /// `PATH`.
+    fn find_program(&self, program: Program, kauri: &str) -> Option<String> {
+        match (std::env::var("LSF_BINDIR"), program) {
+            (Ok(dir), Program::Named(name)) if !dir.is_empty() => Some(format!("{dir}/{name}")),
+            _ => Some(super::plain(program, kauri)),
+        }
     }
 }

@@ -4,17 +4,28 @@
 //! `pbs_tmrsh` is not installed the front end uses ssh instead. Untested against a real PBS
 //! (there is no package to test with): tested with a stand-in `pbs_tmrsh`.
 
-use super::{per_host, Launch, Launcher, Target};
+use super::{in_path, per_host, Launch, Launcher, Program, Target};
 use crate::plan::LaunchPlan;
 
-/// Starts agents with `pbs_tmrsh`.
-pub struct Pbs {
-    /// The launch plan: `exec` is pbs_tmrsh.
-    pub plan: LaunchPlan,
-}
+/// Starts agents with `pbs_tmrsh` (the plan's `exec`).
+pub struct Pbs;
 
 impl Launcher for Pbs {
-    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
-        per_host(&self.plan, &[], false, targets, parent, key)
+    fn prepare(
+        &self,
+        plan: &LaunchPlan,
+        targets: &[Target],
+        parent: &str,
+        key: &str,
+    ) -> Vec<Launch> {
+        per_host(plan, &[], false, targets, parent, key)
+    }
+
+    /// `pbs_tmrsh` as found in `PATH`; none where it is not installed (Torque, say).
+    fn find_program(&self, program: Program, kauri: &str) -> Option<String> {
+        match program {
+            Program::Named(name) => in_path(name),
+            Program::Kauri => Some(kauri.to_string()),
+        }
     }
 }

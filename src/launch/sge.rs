@@ -4,34 +4,36 @@
 //! the environment, `-nostdin` keeps kauri's stdin to itself. The task runs its command
 //! through the user's shell, so the words are quoted.
 
-use super::{per_host, Launch, Launcher, Target};
+use super::{per_host, Launch, Launcher, Program, Target};
 use crate::plan::LaunchPlan;
 
-/// Starts agents with `qrsh -inherit`.
-pub struct Sge {
-    /// The launch plan: `exec` is qrsh.
-    pub plan: LaunchPlan,
-}
-
-impl Sge {
-    /// The qrsh to use, as Hydra finds it: `$SGE_ROOT/bin/$ARC/qrsh` when that exists, else
-    /// `qrsh` from `PATH`.
-    pub fn default_exec() -> String {
-        match (std::env::var("SGE_ROOT"), std::env::var("ARC")) {
-            (Ok(root), Ok(arc))
-                if std::path::Path::new(&format!("{root}/bin/{arc}/qrsh")).is_file() =>
-            {
-                format!("{root}/bin/{arc}/qrsh")
-            }
-            _ => "qrsh".into(),
-        }
-    }
-}
+/// Starts agents with `qrsh -inherit` (the plan's `exec` is qrsh).
+pub struct Sge;
 
 impl Launcher for Sge {
-    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
+    /// The qrsh to use, as Hydra finds it: `$SGE_ROOT/bin/$ARC/qrsh` when that exists, else
+    /// `qrsh` from `PATH`.
+    fn find_program(&self, program: Program, kauri: &str) -> Option<String> {
+        if let (Ok(root), Ok(arc), Program::Named(name)) =
+            (std::env::var("SGE_ROOT"), std::env::var("ARC"), program)
+        {
+            let path = format!("{root}/bin/{arc}/{name}");
+            if std::path::Path::new(&path).is_file() {
+                return Some(path);
+            }
+        }
+        Some(super::plain(program, kauri))
+    }
+
+    fn prepare(
+        &self,
+        plan: &LaunchPlan,
+        targets: &[Target],
+        parent: &str,
+        key: &str,
+    ) -> Vec<Launch> {
         per_host(
-            &self.plan,
+            plan,
             &["-inherit", "-nostdin", "-V"],
             true,
             targets,

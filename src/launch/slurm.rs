@@ -6,40 +6,42 @@
 //! started with it, as MPI launchers are meant to: the step then takes no resources of the
 //! allocation (it overlaps the ranks' own) and is not counted as the job's tasks.
 
-use super::{command, Launch, Launcher, Target, KEY_VAR};
+use super::{command, launch, Launch, Launcher, Target};
 use crate::plan::LaunchPlan;
 
-/// Starts agents with `srun`.
-pub struct Slurm {
-    /// The launch plan: `exec` is the srun program.
-    pub plan: LaunchPlan,
-}
+/// Starts agents with `srun` (the plan's `exec`).
+pub struct Slurm;
 
 impl Launcher for Slurm {
-    fn prepare(&self, targets: &[Target], parent: &str, key: &str) -> Vec<Launch> {
+    fn prepare(
+        &self,
+        plan: &LaunchPlan,
+        targets: &[Target],
+        parent: &str,
+        key: &str,
+    ) -> Vec<Launch> {
         if targets.is_empty() {
             return Vec::new();
         }
         let hosts: Vec<&str> = targets.iter().map(|t| t.host.as_str()).collect();
         let n = targets.len().to_string();
-        let mut cmd = command(&self.plan.exec);
-        if srun_has_external_launcher(&self.plan.exec) {
+        let mut cmd = command(&plan.exec);
+        if srun_has_external_launcher(&plan.exec) {
             cmd.arg("--external-launcher");
         }
         cmd.args(["--nodes", &n, "--ntasks", &n, "--ntasks-per-node", "1"])
             .arg(format!("--nodelist={}", hosts.join(",")))
             .args(["--kill-on-bad-exit=1", "--input=none", "--mpi=none"])
-            .args(&self.plan.extra_args)
-            .arg(&self.plan.agent_path)
+            .args(&plan.extra_args)
+            .arg(&plan.agent_path)
             .args(["agent", "--parent", parent, "--slurm"])
-            .args(crate::proto::trace_enabled().then_some("--pmi-trace"))
-            .env(KEY_VAR, key)
-            .stdin(std::process::Stdio::null());
-        vec![Launch {
-            ids: targets.iter().map(|t| t.id).collect(),
+            .args(crate::proto::trace_enabled().then_some("--pmi-trace"));
+        vec![launch(
+            plan.kind,
+            targets.iter().map(|t| t.id).collect(),
             cmd,
-            stdin_line: None,
-        }]
+            key,
+        )]
     }
 }
 

@@ -3,6 +3,7 @@
 //! cost, each segment's wiring evidence and environment, the PMIx library, and the split into
 //! the ranks of this host and the hosts agents serve.
 
+use crate::launch::kind::LauncherKind;
 use crate::os::hostname::is_local;
 use crate::plan::hosts::{host_list, HostList};
 use crate::plan::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
@@ -320,48 +321,15 @@ pub(crate) fn launch_cost(launch: &LaunchPlan, host: &str) -> LaunchCost {
             latency_us: c.latency_us.saturating_sub(c.serial_us),
         };
     }
-    let fallback = LaunchCost {
-        serial_us: 1000,
-        latency_us: 10_000_000,
-    };
-    let fork = launch.kind == "fork";
-    let mut cmd = std::process::Command::new(if fork {
-        launch.agent_path.as_os_str()
-    } else {
-        launch.exec.as_ref()
-    });
-    if fork {
-        cmd.arg("--version");
-    } else {
-        let mut line = crate::launch::shell_quote(&launch.agent_path);
-        line.push(" --version");
-        cmd.args(&launch.extra_args).arg(host).arg(line);
-    }
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let t0 = std::time::Instant::now();
-    let Ok(mut child) = cmd.spawn() else {
-        return fallback;
-    };
-    let serial = t0.elapsed();
-    loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if t0.elapsed() < Duration::from_secs(10) => {
-                std::thread::sleep(Duration::from_micros(200))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return fallback;
-            }
-        }
-    }
-    let total = t0.elapsed();
-    LaunchCost {
-        serial_us: serial.as_micros() as u64,
-        latency_us: (total - serial).as_micros() as u64,
+    match crate::launch::time_launch(launch, host) {
+        Some((serial, total)) => LaunchCost {
+            serial_us: serial.as_micros() as u64,
+            latency_us: (total - serial).as_micros() as u64,
+        },
+        None => LaunchCost {
+            serial_us: 1000,
+            latency_us: 10_000_000,
+        },
     }
 }
 
@@ -404,9 +372,14 @@ pub(crate) fn output_options(spec: &JobSpec) -> OutputOptions {
 /// starts, on the host named `me`.
 pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     let (launcher, entries) = choose_hosts(spec, me)?;
-    let (kind, pbs_tmrsh) = choose_launcher(launcher, spec)?;
+    let self_os = std::env::current_exe().map_or_else(|_| "kauri".into(), PathBuf::into_os_string);
+    let (kind, exec) = crate::launch::program_for(
+        launcher.unwrap_or_default(),
+        spec.launcher_exec.clone(),
+        &self_os.to_string_lossy(),
+    );
     // Each machine once, however many entries name it ([`HostList`]).
-    let mut list = host_list(&entries, me, &kind);
+    let mut list = host_list(&entries, me, kind);
     // Segments without -n: the hosts' slots (Hydra's rule), or 1 on this host alone.
     let mut spec = spec.clone();
     let slots_total = default_nprocs(spec.ppn, &list.hosts);
@@ -428,12 +401,12 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
     let appnum = appnums(spec);
     let cwd = working_dir()?;
     let mut apps = segment_plans(spec, &cwd);
-    // The front end serves the host that is this machine (unless Slurm must start every
-    // agent); every other host with ranks gets an agent.
-    let served_here = list.here.filter(|_| kind != "slurm");
+    // The front end serves the host that is this machine (unless the launcher must start
+    // every agent); every other host with ranks gets an agent.
+    let served_here = list.here.filter(|_| kind.front_end_serves_its_host());
     let hosts = list.hosts;
     let (on_host, used) = ranks_by_host(&placement.node, hosts.len());
-    let (master, master_port) = master(spec, &placement, &hosts, served_here, &kind)?;
+    let (master, master_port) = master(spec, &placement, &hosts, served_here, kind)?;
     let adopt = adopt(spec);
     let name = kvsname(me);
     let wired = wire_segments(spec.pmi, &mut apps, &name);
@@ -455,14 +428,14 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
             used: &used,
             master,
             adopt,
-            simulated_hosts: kind == "fork",
+            simulated_hosts: kind.simulates_hosts(),
             wired: &wired,
         },
     );
     let (local, remote) = split_hosts(&hosts, on_host, &appnum, &used, served_here);
-    let launch = launch_plan(spec, &kind, pbs_tmrsh);
+    let launch = launch_plan(kind, exec, self_os);
     let tree_var = std::env::var("KAURI_TREE_WIDTH").ok();
-    let (width, cost_tree) = tree_shape(spec, &kind, tree_var.as_deref());
+    let (width, cost_tree) = tree_shape(spec, kind, tree_var.as_deref());
     Ok(Plan {
         cost_tree,
         job,
@@ -494,25 +467,29 @@ fn working_dir() -> Result<PathBuf, String> {
 }
 
 /// The launcher asked for and the hosts to run on: a singleton's on this host alone (by
-/// `fork`), else the hosts named, else an allocation's (with its manager's launcher when it
-/// has a host that is not this one), else none yet.
-fn choose_hosts(spec: &JobSpec, me: &str) -> Result<(Option<String>, Vec<HostSpec>), String> {
-    let mut launcher = spec.launcher.clone();
-    let mut hosts: Vec<HostSpec> = spec.hosts.clone();
+/// the fork launcher), else the hosts named, else an allocation's (with its manager's
+/// launcher when it has a host that is not this one), else none yet. An unknown launcher is
+/// an error.
+fn choose_hosts(spec: &JobSpec, me: &str) -> Result<(Option<LauncherKind>, Vec<HostSpec>), String> {
     if spec.singleton.is_some() {
         // A singleton runs here; its spawned processes run here too (it has no way to name
         // hosts but the spawn's own info keys).
-        hosts.clear();
-        launcher = Some("fork".into());
-    } else if hosts.is_empty() {
-        if let Some(a) = crate::launch::allocation::detect()? {
-            // The manager's own launcher starts agents inside its job, as Hydra picks its
-            // bootstrap: slurm, sge, lsf, pbs.
-            if launcher.is_none() && a.hosts.iter().any(|h| !is_local(&h.name, me)) {
-                launcher = Some(a.manager.into());
-            }
-            hosts = a.hosts;
+        return Ok((Some(LauncherKind::Fork), Vec::new()));
+    }
+    let mut hosts: Vec<HostSpec> = spec.hosts.clone();
+    let allocation = if hosts.is_empty() {
+        crate::launch::allocation::detect()?
+    } else {
+        None
+    };
+    let mut launcher = spec.launcher.as_deref().map(str::parse).transpose()?;
+    if let Some(a) = allocation {
+        // The manager's own launcher starts agents inside its job, as Hydra picks its
+        // bootstrap: slurm, sge, lsf, pbs.
+        if launcher.is_none() && a.hosts.iter().any(|h| !is_local(&h.name, me)) {
+            launcher = Some(a.manager);
         }
+        hosts = a.hosts;
     }
     Ok((launcher, hosts))
 }
@@ -545,29 +522,6 @@ fn check_size(spec: &JobSpec, size: usize) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// The launcher's kind (`ssh` unless one was asked for or found), and `pbs_tmrsh`'s path
-/// for `pbs`; an unknown launcher is an error.
-fn choose_launcher(
-    launcher: Option<String>,
-    spec: &JobSpec,
-) -> Result<(String, Option<String>), String> {
-    let mut kind = launcher.unwrap_or_else(|| "ssh".into());
-    if !crate::launch::NAMES.contains(&kind.as_str()) {
-        return Err(format!(
-            "unknown launcher {kind:?} ({})",
-            crate::launch::NAMES.join(", ")
-        ));
-    }
-    // PBS without pbs_tmrsh (Torque, say): ssh, as Hydra built without TM does.
-    let pbs_tmrsh = (kind == "pbs" && spec.launcher_exec.is_none())
-        .then(|| crate::launch::in_path("pbs_tmrsh"))
-        .flatten();
-    if kind == "pbs" && spec.launcher_exec.is_none() && pbs_tmrsh.is_none() {
-        kind = "ssh".into();
-    }
-    Ok((kind, pbs_tmrsh))
 }
 
 /// Each host's slots (its own, or under `-ppn N` `N` for each name it was given) and where
@@ -651,7 +605,7 @@ fn master(
     placement: &Placement,
     hosts: &[HostSpec],
     served_here: Option<usize>,
-    kind: &str,
+    kind: LauncherKind,
 ) -> Result<Master, String> {
     if !spec.ml_env {
         return Ok((None, None));
@@ -663,10 +617,15 @@ fn master(
     Ok((Some((addr, held.port())), Some(held)))
 }
 
-/// `MASTER_ADDR`: loopback when rank 0's host `n0` is served here or simulated (`fork`),
-/// else its name.
-fn master_addr(n0: usize, hosts: &[HostSpec], served_here: Option<usize>, kind: &str) -> String {
-    let here = Some(n0) == served_here || kind == "fork";
+/// `MASTER_ADDR`: loopback when rank 0's host `n0` is served here or simulated, else its
+/// name.
+fn master_addr(
+    n0: usize,
+    hosts: &[HostSpec],
+    served_here: Option<usize>,
+    kind: LauncherKind,
+) -> String {
+    let here = Some(n0) == served_here || kind.simulates_hosts();
     if here {
         "127.0.0.1".to_string()
     } else {
@@ -856,21 +815,12 @@ fn split_hosts(
     (local, remote)
 }
 
-/// How agents are launched: the launcher program (`-launcher-exec`, or the kind's own),
-/// where kauri is on the hosts, and the times and limits from kauri's variables.
-fn launch_plan(spec: &JobSpec, kind: &str, pbs_tmrsh: Option<String>) -> LaunchPlan {
-    let self_os = std::env::current_exe().map_or_else(|_| "kauri".into(), PathBuf::into_os_string);
-    let self_path = self_os.to_string_lossy().into_owned();
-    let exec = spec.launcher_exec.clone().unwrap_or_else(|| match kind {
-        "slurm" => "srun".into(),
-        "sge" => crate::launch::Sge::default_exec(),
-        "lsf" => crate::launch::Lsf::default_exec(),
-        "pbs" => pbs_tmrsh.clone().unwrap_or_else(|| "pbs_tmrsh".into()),
-        "fork" => self_path.clone(),
-        k => k.to_string(),
-    });
+/// How agents are launched: the launcher and its program (`-launcher-exec`, or the kind's
+/// own), where kauri is on the hosts (`self_os`, kauri's own path, unless
+/// `KAURI_AGENT_PATH` says), and the times and limits from kauri's variables.
+fn launch_plan(kind: LauncherKind, exec: String, self_os: OsString) -> LaunchPlan {
     LaunchPlan {
-        kind: kind.to_string(),
+        kind,
         exec,
         extra_args: crate::launch::hydra_env::launcher_extra_args(&|k| std::env::var(k).ok()),
         agent_path: std::env::var_os("KAURI_AGENT_PATH").unwrap_or(self_os),
@@ -887,10 +837,10 @@ fn launch_plan(spec: &JobSpec, kind: &str, pbs_tmrsh: Option<String>) -> LaunchP
 /// The tree's width and whether launch cost shapes it, from `-tree-width` or (`tree_var`)
 /// `KAURI_TREE_WIDTH`: `flat` is 0, `cost` the cost-model tree. A resource manager's
 /// launcher gets a flat tree.
-fn tree_shape(spec: &JobSpec, kind: &str, tree_var: Option<&str>) -> (usize, bool) {
+fn tree_shape(spec: &JobSpec, kind: LauncherKind, tree_var: Option<&str>) -> (usize, bool) {
     // The resource managers' launchers start every agent from here (as Hydra does): a flat
     // tree.
-    let rm_launcher = ["slurm", "sge", "lsf", "pbs"].contains(&kind);
+    let rm_launcher = kind.is_resource_manager();
     let width = if rm_launcher {
         0
     } else {
@@ -1097,14 +1047,14 @@ mod tests {
     }
 
     #[test]
-    fn the_launcher_is_ssh_unless_named_and_must_be_known() {
-        let s = spec("-n 1 a");
-        assert_eq!(choose_launcher(None, &s), Ok(("ssh".into(), None)));
+    fn the_launcher_is_as_named_and_must_be_known() {
+        let hosts = |args: &str| choose_hosts(&spec(args), "localhost").map(|(l, _)| l);
+        assert_eq!(hosts("-hosts a -n 1 x"), Ok(None));
         assert_eq!(
-            choose_launcher(Some("fork".into()), &s),
-            Ok(("fork".into(), None))
+            hosts("-launcher fork -hosts a -n 1 x"),
+            Ok(Some(LauncherKind::Fork))
         );
-        assert!(choose_launcher(Some("telnet".into()), &s)
+        assert!(hosts("-launcher telnet -hosts a -n 1 x")
             .unwrap_err()
             .starts_with("unknown launcher \"telnet\" ("));
     }
@@ -1145,9 +1095,10 @@ mod tests {
     #[test]
     fn the_master_is_loopback_when_here_or_simulated() {
         let h = hosts(&[1, 1]);
-        assert_eq!(master_addr(1, &h, Some(0), "ssh"), "h1");
-        assert_eq!(master_addr(0, &h, Some(0), "ssh"), "127.0.0.1");
-        assert_eq!(master_addr(1, &h, None, "fork"), "127.0.0.1");
+        let (ssh, fork) = (LauncherKind::Ssh, LauncherKind::Fork);
+        assert_eq!(master_addr(1, &h, Some(0), ssh), "h1");
+        assert_eq!(master_addr(0, &h, Some(0), ssh), "127.0.0.1");
+        assert_eq!(master_addr(1, &h, None, fork), "127.0.0.1");
     }
 
     #[test]
@@ -1181,18 +1132,19 @@ mod tests {
     #[test]
     fn tree_width_from_the_option_the_variable_or_the_launcher() {
         let mut s = spec("-n 1 a");
-        assert_eq!(tree_shape(&s, "ssh", None), (DEFAULT_TREE_WIDTH, false));
-        assert_eq!(tree_shape(&s, "ssh", Some("flat")), (0, false));
-        assert_eq!(tree_shape(&s, "ssh", Some("3")), (3, false));
+        let (ssh, slurm, pbs) = (LauncherKind::Ssh, LauncherKind::Slurm, LauncherKind::Pbs);
+        assert_eq!(tree_shape(&s, ssh, None), (DEFAULT_TREE_WIDTH, false));
+        assert_eq!(tree_shape(&s, ssh, Some("flat")), (0, false));
+        assert_eq!(tree_shape(&s, ssh, Some("3")), (3, false));
         assert_eq!(
-            tree_shape(&s, "ssh", Some(" cost ")),
+            tree_shape(&s, ssh, Some(" cost ")),
             (DEFAULT_TREE_WIDTH, true)
         );
-        assert_eq!(tree_shape(&s, "slurm", Some("cost")), (0, false));
+        assert_eq!(tree_shape(&s, slurm, Some("cost")), (0, false));
         s.tree_width = Some(2);
-        assert_eq!(tree_shape(&s, "ssh", Some("cost")), (2, false));
+        assert_eq!(tree_shape(&s, ssh, Some("cost")), (2, false));
         s.cost_tree = true;
-        assert_eq!(tree_shape(&s, "ssh", None), (2, true));
-        assert_eq!(tree_shape(&s, "pbs", None), (0, false));
+        assert_eq!(tree_shape(&s, ssh, None), (2, true));
+        assert_eq!(tree_shape(&s, pbs, None), (0, false));
     }
 }

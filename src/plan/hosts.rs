@@ -4,6 +4,7 @@
 //! [`crate::os::machine`]'s to say; this module only merges.
 
 use crate::console::quoted;
+use crate::launch::kind::LauncherKind;
 use crate::os::hostname::is_local;
 use crate::os::machine::{self, Machine};
 use crate::plan::job::{too_many_ranks, HostSpec, Placement, UsageError, RANKS_MAX};
@@ -91,16 +92,17 @@ impl HostList {
 }
 
 /// The host list of `entries` for a run on the machine named `me` whose agents `kind`
-/// launches. A simulated host's name (`fork`) is a label; the resource managers' node names
-/// are their machines' own, so only the names `ssh` and `rsh` reach that nothing cheaper
-/// settles are asked of the resolver ([`machine::resolve`]).
-pub(crate) fn host_list(entries: &[HostSpec], me: &str, kind: &str) -> HostList {
-    if kind == "fork" || entries.is_empty() {
+/// launches. A simulated host's name is a label; the resource managers' node names are
+/// their machines' own, so only the names that a launcher which resolves them reaches (ssh,
+/// rsh: [`LauncherKind::resolves_host_names`]) and that nothing cheaper settles are asked of
+/// the resolver ([`machine::resolve`]).
+pub(crate) fn host_list(entries: &[HostSpec], me: &str, kind: LauncherKind) -> HostList {
+    if kind.simulates_hosts() || entries.is_empty() {
         return HostList::merge(entries, &|n| is_local(n, me), true);
     }
     let m = Machine::this(me);
     let resolve = |names: &[&str]| machine::resolve(names, machine::RESOLVE_WITHIN);
-    let asks = matches!(kind, "ssh" | "rsh");
+    let asks = kind.resolves_host_names();
     let here: HashSet<&str> = m.named_among(
         entries.iter().map(|e| e.name.as_str()),
         asks.then_some(&resolve as machine::Resolver<'_>),
@@ -270,12 +272,16 @@ mod tests {
 
     #[test]
     fn fork_labels_are_never_resolved_and_loopback_names_merge_for_ssh() {
-        let l = host_list(&entries("localhost,vm,localhost"), "vm", "fork");
+        let l = host_list(&entries("localhost,vm,localhost"), "vm", LauncherKind::Fork);
         assert_eq!(hosts(&l), vec![("localhost", 2), ("vm", 1)]);
-        let l = host_list(&entries("localhost,vm,127.0.0.1"), "vm", "ssh");
+        let l = host_list(&entries("localhost,vm,127.0.0.1"), "vm", LauncherKind::Ssh);
         assert_eq!(hosts(&l), vec![("localhost", 3)]);
         assert_eq!(l.here, Some(0));
-        let l = host_list(&entries("localhost,203.0.113.9,localhost"), "vm", "slurm");
+        let l = host_list(
+            &entries("localhost,203.0.113.9,localhost"),
+            "vm",
+            LauncherKind::Slurm,
+        );
         assert_eq!(hosts(&l), vec![("localhost", 2), ("203.0.113.9", 1)]);
     }
 }

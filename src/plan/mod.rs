@@ -244,8 +244,8 @@ impl Subtree {
 /// How agents reach hosts; sent down so every agent launches its children the same way.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LaunchPlan {
-    /// `fork`, `ssh`, `rsh`, `slurm`, `sge`, `lsf` or `pbs`.
-    pub kind: String,
+    /// The launcher that starts agents.
+    pub kind: crate::launch::kind::LauncherKind,
     /// The launcher program (`ssh`, a wrapper, …).
     pub exec: String,
     /// Extra arguments before the host name.

@@ -90,7 +90,7 @@ impl Cluster {
             cost,
             ip: advertise(
                 p.remote.first().map(|h| h.host.as_str()),
-                p.launch.kind == "fork",
+                p.launch.kind.simulates_hosts(),
             ),
             env: segment_env(&global, 0),
             cwd: p.cwd.clone(),
@@ -407,7 +407,7 @@ pub(crate) fn spawned_job(
     s: Spawned,
     pmix: Option<&crate::proto::service::PmixSpawn>,
 ) -> JobPlan {
-    let simulated = cluster.launch.kind == "fork";
+    let simulated = cluster.launch.kind.simulates_hosts();
     JobPlan {
         kvsname: s.name,
         size: s.appnum.len(),
@@ -509,7 +509,7 @@ mod tests {
             in_use: vec![0; slots.len()],
             cursor: 0,
             launch: LaunchPlan {
-                kind: "fork".into(),
+                kind: crate::launch::kind::LauncherKind::Fork,
                 exec: "kauri".into(),
                 extra_args: vec![],
                 agent_path: "kauri".into(),

@@ -15,7 +15,7 @@
 
 use crate::host::events::JobTx;
 use crate::host::iofwd::Stream;
-use crate::launch::{self, Target};
+use crate::launch::{self, Batching, LauncherKind, Target};
 use crate::plan::{JobPlan, LaunchPlan, Subtree};
 use crate::tree::branch::Links;
 use crate::tree::progress::Step;
@@ -188,7 +188,7 @@ impl Children {
             return Ok(c);
         }
         c.subtrees = subtrees.clone();
-        c.launcher = plan.kind.clone();
+        c.launcher = plan.kind.as_str().to_string();
         c.order = broadcast_order(&subtrees);
         c.open_links(&subtrees);
         let listener =
@@ -210,15 +210,13 @@ impl Children {
         c.accept = Some(spawn_accept(listener, ctx.clone(), Rc::new(job)));
 
         // Launch.
-        let launcher: Rc<dyn launch::Launcher> = Rc::from(launch::for_plan(&ctx.plan)?);
         let slots = Arc::new(Semaphore::new(ctx.plan.max_concurrent.max(1)));
-        for batch in launch_batches(&subtrees, &ctx.plan.kind) {
-            let (ctx, parent, launcher, slots) =
-                (ctx.clone(), parent.clone(), launcher.clone(), slots.clone());
+        for batch in launch_batches(&subtrees, ctx.plan.kind) {
+            let (ctx, parent, slots) = (ctx.clone(), parent.clone(), slots.clone());
             tokio::task::spawn_local(async move {
                 // The slot is held until the agent connects or fails, not for its whole life.
                 let permit = slots.acquire_owned().await.ok();
-                launch_batch(batch, ctx, parent, launcher, permit).await;
+                launch_batch(batch, ctx, parent, permit).await;
             });
         }
         Ok(c)
@@ -455,9 +453,9 @@ fn spawn_accept(
     })
 }
 
-/// The launcher processes to start, each with the agents it stands for: Slurm's one `srun`
-/// starts them all, any other launcher one agent per process.
-fn launch_batches(subtrees: &[Subtree], kind: &str) -> Vec<Vec<Target>> {
+/// The launcher processes to start, each with the agents it stands for: one for all of them
+/// (Slurm's one `srun`), or one per agent ([`Batching`]).
+fn launch_batches(subtrees: &[Subtree], kind: LauncherKind) -> Vec<Vec<Target>> {
     let targets: Vec<Target> = subtrees
         .iter()
         .map(|t| Target {
@@ -465,10 +463,9 @@ fn launch_batches(subtrees: &[Subtree], kind: &str) -> Vec<Vec<Target>> {
             host: t.plan.host.clone(),
         })
         .collect();
-    if kind == "slurm" {
-        vec![targets]
-    } else {
-        targets.into_iter().map(|t| vec![t]).collect()
+    match kind.batching() {
+        Batching::AllInOne => vec![targets],
+        Batching::OnePerAgent => targets.into_iter().map(|t| vec![t]).collect(),
     }
 }
 
@@ -687,7 +684,6 @@ async fn launch_batch(
     batch: Vec<Target>,
     ctx: Ctx,
     parent: String,
-    launcher: Rc<dyn launch::Launcher>,
     permit: Option<tokio::sync::OwnedSemaphorePermit>,
 ) {
     let mut permit = permit;
@@ -709,8 +705,8 @@ async fn launch_batch(
     let lose = |reason: String| lose_unconnected(&ctx, &batch, reason);
     for attempt in 1..=ATTEMPTS {
         AGENTS_LAUNCHED.store(true, std::sync::atomic::Ordering::Relaxed);
-        let Some(launch) = launcher
-            .prepare(&batch, &parent, &ctx.key)
+        let Some(launch) = launch::for_kind(plan.kind)
+            .prepare(plan, &batch, &parent, &ctx.key)
             .into_iter()
             .next()
         else {
@@ -1063,12 +1059,12 @@ mod tests {
     fn slurm_launches_every_agent_at_once_others_one_each() {
         let t = three_children();
         let ids = |b: &Vec<Target>| b.iter().map(|t| t.id).collect::<Vec<_>>();
-        let slurm = launch_batches(&t, "slurm");
+        let slurm = launch_batches(&t, LauncherKind::Slurm);
         assert_eq!(
             slurm.iter().map(ids).collect::<Vec<_>>(),
             vec![vec![1, 2, 3]]
         );
-        let ssh = launch_batches(&t, "ssh");
+        let ssh = launch_batches(&t, LauncherKind::Ssh);
         assert_eq!(
             ssh.iter().map(ids).collect::<Vec<_>>(),
             vec![vec![1], vec![2], vec![3]]

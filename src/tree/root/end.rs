@@ -121,7 +121,7 @@ impl Root {
         // killed qrsh -inherit fails the whole Grid Engine job). A fork launcher's agents are
         // this process's children: they said `Done` and are leaving (each kills and reaps its
         // keeper first); kauri returns once they have, so nothing of the run outlives it.
-        if ["slurm", "sge", "lsf", "pbs", "fork"].contains(&self.cluster.launch.kind.as_str()) {
+        if self.cluster.launch.kind.waits_for_launchers_at_end() {
             crate::tree::hub::launchers_ended(Duration::from_secs(10)).await;
         }
         // The ranks of a lost agent started by `-launcher fork` are adopted by this process
