@@ -2,26 +2,26 @@
 //!
 //! The folders are the architecture (`docs/design.md` walks a request through them), listed
 //! here from the bottom up; a module uses only its own folder, those before it in this list,
-//! and the pure modules (marked *pure*), which are the core: they import no tokio, no libc and
-//! no process, file or clock code, and use only each other (`tests/layers.rs` checks both
-//! rules):
+//! and the core (the `kauri_core` crate, with no I/O; each of its modules is re-exported in
+//! the folder of the same name, marked *core* below). Cargo keeps the core apart;
+//! `tests/layers.rs` checks the folders' order:
 //!
 //! ```text
 //!  console   kauri's own words on stdout and stderr
 //!  os        what kauri asks of its machine: names, interfaces, ports, loopback peers,
 //!            programs and their libraries, clocks
-//!  proto     the protocols: the PMI engine (pure), the KVS (pure), the service requests
-//!            only the front end answers (pure), the PMIx server and Open MPI's job ids
-//!            (pure), the name service, the record of a rank's end (pure)
-//!  launch    how an agent reaches a host: the launcher kinds and their facts (pure), the
+//!  proto     the protocols: the PMI engine (core), the KVS (core), the service requests
+//!            only the front end answers (core), the PMIx server and Open MPI's job ids
+//!            (core), the name service, the record of a rank's end (core)
+//!  launch    how an agent reaches a host: the launcher kinds and their facts (core), the
 //!            launchers, allocations, Hydra's variables
-//!  plan      what a job is and how it is placed: JobSpec and its words (pure), the plan
-//!            sent down the tree (pure), each rank's variables (pure), the run's hosts, the
+//!  plan      what a job is and how it is placed: JobSpec and its words (core), the plan
+//!            sent down the tree (core), each rank's variables (core), the run's hosts, the
 //!            plan's construction, spawn planning
 //!  host      one host's ranks: the Node (rank start-up, the PMI connection, PMIx upcalls),
 //!            processes, the keeper, output, forwarding, binding, MPIR
-//!  tree      the tree of agents: messages (pure), shape (pure), fence gathers (pure),
-//!            policy (pure), the Branch, links, the hub, the agent, the root, the status
+//!  tree      the tree of agents: messages (core), shape (core), fence gathers (core),
+//!            policy (core), the Branch, links, the hub, the agent, the root, the status
 //!            socket
 //!  cli       the command lines, their pages, and the client commands (kvs, pmi, --status)
 //!  pmi-wire  (crate) the PMI-1 and PMI-2 codecs and a blocking client

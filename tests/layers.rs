@@ -1,53 +1,28 @@
-//! The layout's checked rules (`docs/design.md`, "Layout"): the pure modules do no I/O,
-//! the folders form layers, and no launcher is named outside `launch`.
+//! The layout's checked rules (`docs/design.md`, "Layout") that the compiler does not check:
+//! the core does no I/O, the folders of `kauri` form layers, and no launcher is named outside
+//! `launch`.
 //!
-//! 1. **The pure modules do no I/O.** A pure module (the PMI engine, the key-value store, the
-//!    service vocabulary, Open MPI's job ids of the run's job names, the record of a rank's
-//!    end, the plan's types and each rank's variables, the tree's messages, shape, fence
-//!    gathers, profile and policy) is state and decisions: data in, data out. It may not name
-//!    tokio, libc, processes, files, sockets, threads, the environment or the clock, and it
-//!    uses only other pure modules. Together they are the core every folder may use.
-//! 2. **The folders form layers.** Outside the core, a module uses only its own folder and the
-//!    folders below it in [`ORDER`]: never one above.
+//! 1. **The core does no I/O.** The core crate (`crates/kauri-core`: the PMI engine, the
+//!    key-value store, the service vocabulary, Open MPI's job ids, the record of a rank's end,
+//!    the launcher kinds, the plan's types and each rank's variables, the tree's messages,
+//!    shape, fence gathers, profile and policy) is state and decisions: data in, data out.
+//!    Cargo keeps tokio and libc out of it; this test keeps out files, sockets, processes,
+//!    threads, the environment and the clock.
+//! 2. **The folders form layers.** A module of `kauri` uses only its own folder, the folders
+//!    below it in [`ORDER`], and the core: never a folder above.
 //!
 //! Every path is read as the compiler reads it: `use` trees however `rustfmt` wraps them,
-//! `crate::`, `super::` and `self::` paths in the code, each resolved to the module it lies in
-//! (its longest prefix that is a module). Doc comments, comment lines and each file's tests
-//! (from its last `#[cfg(test)]` at column 0) are not read: tests may use anything.
-//!
-//! The test reads the source, so it fails the moment a file gains an import it may not have,
-//! or a pure file is renamed without this list following it.
+//! `crate::`, `super::`, `self::` and `kauri_core::` paths in the code, each resolved to the
+//! module it lies in (its longest prefix that is a module; a folder's re-export of a core item
+//! is the core's). Doc comments, comment lines and each file's tests (from its last
+//! `#[cfg(test)]` at column 0) are not read: tests may use anything.
 //!
 //! A launcher's facts are methods of `launch::kind::LauncherKind`; a launcher's name as a
-//! string literal anywhere else in `src/` (`kind == "slurm"`) is a decision made behind the
+//! string literal anywhere else (`kind == "slurm"`) is a decision made behind the
 //! launchers' back, and fails [`no_launcher_is_named_outside_launch`].
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-
-/// The pure modules, as paths under `src/` (a folder is every file in it).
-const PURE: &[&str] = &[
-    "proto/kvs.rs",
-    "proto/pmi",
-    "proto/pmix/jobid.rs",
-    "proto/rank.rs",
-    "proto/service.rs",
-    "launch/kind.rs",
-    "plan/binding.rs",
-    "plan/job.rs",
-    "plan/knobs.rs",
-    "plan/mod.rs",
-    "plan/output.rs",
-    "plan/port_range.rs",
-    "plan/rank_env.rs",
-    "tree/gather.rs",
-    "tree/msg.rs",
-    "tree/policy.rs",
-    "tree/profile.rs",
-    "tree/progress.rs",
-    "tree/refusals.rs",
-    "tree/shape.rs",
-];
 
 /// The folders (and the crate root's own modules) from the bottom up: each may use those
 /// before it, never one after it.
@@ -81,6 +56,11 @@ const ALLOWED: &[&str] = &[
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The core crate's sources: every module in it is pure.
+fn core() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/kauri-core/src")
 }
 
 /// The module path of a source file: `src/tree/msg.rs` is `tree::msg`, `src/plan/mod.rs` is
@@ -264,68 +244,118 @@ fn paths_of(code: &[(usize, String)]) -> Vec<(usize, String)> {
     out
 }
 
-/// The module `path` (as written in module `me`, a `mod.rs` or not) lies in, among `modules`:
-/// its longest prefix that is one. `None` for a path outside the crate (`std::…`, a macro of
-/// the crate root).
-fn resolve(path: &str, me: &str, modules: &BTreeSet<String>) -> Option<String> {
-    let mut segs: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
-    let mut base: Vec<&str> = me.split("::").filter(|s| !s.is_empty()).collect();
-    match segs.first() {
-        Some(&"crate") | Some(&"kauri") => {
-            segs.remove(0);
-            base.clear();
+/// The modules a path may lie in: the `kauri` crate's (by their files under `src/`) and the
+/// core's (under `crates/kauri-core/src/`, re-exported by the `kauri` folder of the same
+/// name), with the names each core module defines, to tell a re-exported core item
+/// (`crate::plan::JobPlan`) from one of the folder's own (`crate::plan::build`).
+struct Modules {
+    /// The `kauri` crate's modules, each with its file.
+    kauri: Vec<(String, PathBuf)>,
+    /// The core's modules, each with its file.
+    core: Vec<(String, PathBuf)>,
+    /// The names the core defines in each of its modules, its inline ones included.
+    core_items: BTreeSet<(String, String)>,
+}
+
+impl Modules {
+    fn read() -> Modules {
+        let list = |root: PathBuf| {
+            let mut files = Vec::new();
+            rust_files(&root, &mut files);
+            let mut out: Vec<(String, PathBuf)> = files
+                .into_iter()
+                .map(|p| (module_of(p.strip_prefix(&root).unwrap()), p))
+                .collect();
+            out.sort();
+            out
+        };
+        let (kauri, core) = (list(src()), list(core()));
+        let mut core_items = BTreeSet::new();
+        for (module, file) in &core {
+            let text = std::fs::read_to_string(file).unwrap();
+            for (_, line) in code_of(&text) {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                if let [first, kind, name, ..] = words.as_slice() {
+                    let kinds = ["mod", "struct", "enum", "fn", "const", "type", "trait"];
+                    if first.starts_with("pub") && kinds.contains(kind) {
+                        let name = name.split(['(', '<', ':', ';', '{']).next().unwrap_or("");
+                        core_items.insert((module.clone(), name.to_string()));
+                    }
+                }
+            }
+            let mut parts: Vec<&str> = module.split("::").collect();
+            while let Some(last) = parts.pop() {
+                core_items.insert((parts.join("::"), last.to_string()));
+            }
         }
-        Some(&"self") => {
-            segs.remove(0);
+        Modules {
+            kauri,
+            core,
+            core_items,
         }
-        Some(&"super") => {
-            while segs.first() == Some(&"super") {
+    }
+
+    fn in_kauri(&self, m: &str) -> bool {
+        self.kauri.iter().any(|(k, _)| k == m)
+    }
+
+    fn in_core(&self, m: &str) -> bool {
+        self.core.iter().any(|(k, _)| k == m)
+    }
+
+    /// The module `path` (as written in the `kauri` module `me`, a `mod.rs` or not) lies in:
+    /// its longest prefix that is a module, and whether that module is the core's. `None` for
+    /// a path outside the crate (`std::…`, a macro of the crate root).
+    fn resolve(&self, path: &str, me: &str) -> Option<(String, bool)> {
+        let mut segs: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+        let mut base: Vec<&str> = me.split("::").filter(|s| !s.is_empty()).collect();
+        match segs.first() {
+            Some(&"crate") | Some(&"kauri") => {
                 segs.remove(0);
-                base.pop();
+                base.clear();
+            }
+            Some(&"kauri_core") => {
+                segs.remove(0);
+                base.clear();
+                base.extend(segs);
+                return (1..=base.len())
+                    .rev()
+                    .map(|k| base[..k].join("::"))
+                    .find(|m| self.in_core(m))
+                    .map(|m| (m, true));
+            }
+            Some(&"self") => {
+                segs.remove(0);
+            }
+            Some(&"super") => {
+                while segs.first() == Some(&"super") {
+                    segs.remove(0);
+                    base.pop();
+                }
+            }
+            _ => return None,
+        }
+        base.extend(segs);
+        for k in (1..=base.len()).rev() {
+            let m = base[..k].join("::");
+            let next = base.get(k).copied().unwrap_or("");
+            let core_item = self.core_items.contains(&(m.clone(), next.to_string()));
+            match (self.in_kauri(&m), self.in_core(&m)) {
+                (true, true) => return Some((m, core_item)),
+                (true, false) if core_item => return Some((format!("{m}::{next}"), true)),
+                (true, false) => return Some((m, false)),
+                (false, true) => return Some((m, true)),
+                (false, false) => {}
             }
         }
-        _ => return None,
+        None
     }
-    base.extend(segs);
-    (1..=base.len())
-        .rev()
-        .map(|k| base[..k].join("::"))
-        .find(|m| modules.contains(m))
 }
 
-/// Every module of `src/` with its file, and the pure ones.
-fn crate_modules() -> (Vec<(String, PathBuf)>, BTreeSet<String>, BTreeSet<String>) {
-    let src = src();
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    let all: Vec<(String, PathBuf)> = files
-        .into_iter()
-        .map(|p| (module_of(p.strip_prefix(&src).unwrap()), p))
-        .collect();
-    let modules = all.iter().map(|(m, _)| m.clone()).collect();
-    let mut pure = BTreeSet::new();
-    for entry in PURE {
-        let p = src.join(entry);
-        assert!(p.exists(), "{entry} is listed as pure but is not in src/");
-        for (m, f) in &all {
-            if f == &p || (p.is_dir() && f.starts_with(&p)) {
-                pure.insert(m.clone());
-            }
-        }
-    }
-    (all, modules, pure)
-}
-
-/// What is wrong with module `me`'s use of module `used`, if anything.
-fn wrong_use(me: &str, used: &str, pure: &BTreeSet<String>) -> Option<&'static str> {
+/// What is wrong with the `kauri` module `me`'s use of module `used`, if anything.
+fn wrong_use(me: &str, used: &str, used_is_core: bool) -> Option<&'static str> {
     let (from, to) = (layer_of(me), layer_of(used));
-    if used.is_empty() || from == to && !pure.contains(me) {
-        return None;
-    }
-    if pure.contains(me) {
-        return (!pure.contains(used)).then_some("a pure module uses one that is not pure");
-    }
-    if pure.contains(used) {
+    if used.is_empty() || from == to || used_is_core {
         return None;
     }
     let rank = |l: &str| ORDER.iter().position(|o| *o == l);
@@ -338,9 +368,14 @@ fn wrong_use(me: &str, used: &str, pure: &BTreeSet<String>) -> Option<&'static s
 
 #[test]
 fn pure_modules_do_no_io() {
-    let (all, _, pure) = crate_modules();
+    let modules = Modules::read();
+    assert!(
+        modules.core.len() > 20,
+        "the core's modules: {:?}",
+        modules.core
+    );
     let mut wrong = Vec::new();
-    for (module, file) in all.iter().filter(|(m, _)| pure.contains(m)) {
+    for (module, file) in &modules.core {
         let text = std::fs::read_to_string(file).unwrap();
         for (n, line) in code_of(&text) {
             let mut line = line.clone();
@@ -348,22 +383,25 @@ fn pure_modules_do_no_io() {
                 line = line.replace(ok, "");
             }
             for word in FORBIDDEN.iter().filter(|w| line.contains(*w)) {
-                wrong.push(format!("{module}:{n}: names {word}: {}", line.trim()));
+                wrong.push(format!(
+                    "kauri_core::{module}:{n}: names {word}: {}",
+                    line.trim()
+                ));
             }
         }
     }
     assert!(
         wrong.is_empty(),
-        "pure modules must not do I/O (tests/layers.rs):\n{}",
+        "the core does no I/O (tests/layers.rs):\n{}",
         wrong.join("\n")
     );
 }
 
 /// Every launcher's name, as `-launcher` takes it: the string literals of
-/// `LauncherKind::as_str` in `src/launch/kind.rs`, read from the source so that a new
+/// `LauncherKind::as_str` in the core's `launch/kind.rs`, read from the source so that a new
 /// launcher is checked without this file changing.
 fn launchers() -> Vec<String> {
-    let text = std::fs::read_to_string(src().join("launch/kind.rs")).unwrap();
+    let text = std::fs::read_to_string(core().join("launch/kind.rs")).unwrap();
     let start = text
         .find("fn as_str(")
         .expect("LauncherKind::as_str in launch/kind.rs");
@@ -400,12 +438,17 @@ fn no_launcher_is_named_outside_launch() {
             "{name} is not among launch/kind.rs's names as read here: {launchers:?}"
         );
     }
-    let src = src();
     let mut all = Vec::new();
-    rust_files(&src, &mut all);
+    rust_files(&src(), &mut all);
+    rust_files(&core(), &mut all);
     let mut wrong = Vec::new();
     for file in &all {
-        let rel = file.strip_prefix(&src).unwrap().display().to_string();
+        let root = if file.starts_with(core()) {
+            core()
+        } else {
+            src()
+        };
+        let rel = file.strip_prefix(&root).unwrap().display().to_string();
         if rel.starts_with("launch/") {
             continue;
         }
@@ -431,16 +474,15 @@ fn no_launcher_is_named_outside_launch() {
 
 #[test]
 fn every_module_uses_only_the_core_its_folder_and_those_below() {
-    let (all, modules, pure) = crate_modules();
+    let modules = Modules::read();
     let mut wrong = Vec::new();
-    for (module, file) in &all {
-        let me = if module == "main" { "main" } else { module };
+    for (module, file) in &modules.kauri {
         let text = std::fs::read_to_string(file).unwrap();
         for (n, path) in paths_of(&code_of(&text)) {
-            let Some(used) = resolve(&path, me, &modules) else {
+            let Some((used, core)) = modules.resolve(&path, module) else {
                 continue;
             };
-            if let Some(why) = wrong_use(me, &used, &pure) {
+            if let Some(why) = wrong_use(module, &used, core) {
                 let rel = file.strip_prefix(src()).unwrap().display();
                 wrong.push(format!("src/{rel}:{n}: {path} ({used}): {why}"));
             }
@@ -448,7 +490,7 @@ fn every_module_uses_only_the_core_its_folder_and_those_below() {
     }
     assert!(
         wrong.is_empty(),
-        "the layers, bottom up, are the pure core, then {} (tests/layers.rs):\n{}",
+        "the layers, bottom up, are the core crate, then {} (tests/layers.rs):\n{}",
         ORDER.join(", "),
         wrong.join("\n")
     );
@@ -482,33 +524,51 @@ fn the_check_reads_paths_as_the_compiler_does() {
             "super::c",
         ]
     );
-    let modules: BTreeSet<String> = ["tree", "tree::msg", "tree::root", "tree::root::end", "plan"]
-        .map(String::from)
-        .into();
-    let at = |p, me| resolve(p, me, &modules);
-    assert_eq!(at("crate::tree::msg::Up", "cli"), Some("tree::msg".into()));
-    assert_eq!(at("super::msg::Up", "tree::root"), Some("tree::msg".into()));
+    let files = |ms: &[&str]| ms.iter().map(|m| (m.to_string(), PathBuf::new())).collect();
+    let modules = Modules {
+        kauri: files(&[
+            "tree",
+            "tree::root",
+            "tree::root::end",
+            "plan",
+            "plan::build",
+            "host",
+        ]),
+        core: files(&["plan", "plan::job", "tree::msg"]),
+        core_items: [("plan", "JobPlan"), ("plan", "job"), ("tree", "msg")]
+            .map(|(m, i)| (m.to_string(), i.to_string()))
+            .into(),
+    };
+    let at = |p, me| modules.resolve(p, me);
+    let core = |m: &str| Some((m.to_string(), true));
+    let own = |m: &str| Some((m.to_string(), false));
+    assert_eq!(at("crate::tree::msg::Up", "host"), core("tree::msg"));
+    assert_eq!(at("super::msg::Up", "tree::root"), core("tree::msg"));
     assert_eq!(
         at("super::super::msg::Up", "tree::root::end"),
-        Some("tree::msg".into())
+        core("tree::msg")
     );
+    assert_eq!(at("crate::plan::JobPlan", "host"), core("plan"));
+    assert_eq!(at("crate::plan::job::Wiring", "host"), core("plan::job"));
+    assert_eq!(
+        at("kauri_core::plan::job::Wiring", "host"),
+        core("plan::job")
+    );
+    assert_eq!(at("crate::plan::build::plan", "host"), own("plan::build"));
+    assert_eq!(at("crate::plan::Cluster", "host"), own("plan"));
     assert_eq!(
         at("super::super::super::plan::X", "tree::root::end"),
-        Some("plan".into())
+        own("plan")
     );
-    assert_eq!(
-        at("self::end::f", "tree::root"),
-        Some("tree::root::end".into())
-    );
+    assert_eq!(at("self::end::f", "tree::root"), own("tree::root::end"));
     assert_eq!(at("std::fs::read", "tree"), None);
     assert_eq!(module_of(Path::new("plan/mod.rs")), "plan");
     assert_eq!(module_of(Path::new("tree/msg.rs")), "tree::msg");
-    let pure: BTreeSet<String> = ["tree::msg".to_string()].into();
-    assert_eq!(wrong_use("host::node", "tree::msg", &pure), None);
-    assert!(wrong_use("host::node", "tree::root", &pure).is_some());
-    assert!(wrong_use("tree::msg", "tree::root", &pure).is_some());
-    assert_eq!(wrong_use("tree::root", "host::node", &pure), None);
-    assert_eq!(wrong_use("tree::root::end", "tree::root", &pure), None);
+    assert_eq!(wrong_use("host::node", "tree::msg", true), None);
+    assert!(wrong_use("host::node", "tree::root", false).is_some());
+    assert!(wrong_use("os::ports", "plan", false).is_some());
+    assert_eq!(wrong_use("tree::root", "host::node", false), None);
+    assert_eq!(wrong_use("tree::root::end", "tree::root", false), None);
     let code = code_of("use a;\n// tokio\n#[cfg(test)]\nuse tokio;\n");
     assert_eq!(code, [(1, "use a;".to_string())]);
     let names = ["slurm".to_string(), "fork".to_string(), "ssh".to_string()];

@@ -1328,7 +1328,7 @@ fn saw_lines(o: &Outcome) -> Vec<String> {
 /// well inside a long grace) and with `-disable-auto-cleanup`, where nobody is signalled
 /// unless the failure ends the job anyway (`sigterm_anyway`: an exit 0 without finalize).
 /// Every survivor sees `saw` (the event's words) under both, the status is `status` under
-/// both (src/tree/policy.rs is unchanged), and nothing is left behind but, when the test kills
+/// both (crates/kauri-core/src/tree/policy.rs is unchanged), and nothing is left behind but, when the test kills
 /// node `killed_agent`'s agent, that agent's own server files.
 #[allow(clippy::too_many_arguments)]
 fn kauri_failure(

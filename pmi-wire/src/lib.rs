@@ -28,6 +28,7 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "client")]
 pub mod client;
 mod error;
 mod fields;

@@ -31,7 +31,7 @@
 pub mod allocation;
 mod fork;
 pub mod hydra_env;
-pub mod kind;
+pub use kauri_core::launch::kind;
 mod lsf;
 mod pbs;
 mod probe;

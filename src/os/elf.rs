@@ -275,4 +275,46 @@ mod tests {
         assert!(needed_libraries_of(std::path::Path::new("/nonexistent")).is_empty());
         assert!(needed_libraries_of(std::path::Path::new("/etc/hostname")).is_empty());
     }
+
+    #[test]
+    fn needed_libraries_of_a_real_program_and_of_garbage() {
+        let me = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let libs = needed_libraries(&me);
+        assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
+        // Kauri loads libpmix at run time, so that a job can be served by its own.
+        assert!(!crate::plan::job::wants_pmix(&libs), "{libs:?}");
+        // Truncated at every length up to the program headers, and random bytes: no panic.
+        for n in 0..256.min(me.len()) {
+            let _ = needed_libraries(&me[..n]);
+        }
+        let mut junk = me[..4096.min(me.len())].to_vec();
+        for (i, b) in junk.iter_mut().enumerate().skip(16) {
+            *b = (i * 7919 % 251) as u8;
+        }
+        let _ = needed_libraries(&junk);
+        assert!(needed_libraries(b"#!/bin/sh\necho hi\n").is_empty());
+        assert!(crate::plan::job::wants_pmix(&["libmpi.so.40".to_string()]));
+        assert!(crate::plan::job::wants_pmi(&["libmpich.so.12".to_string()]));
+        assert!(!crate::plan::job::wants_pmi(&[
+            "libmpi.so.40".to_string(),
+            "libc.so.6".to_string()
+        ]));
+        assert!(crate::plan::job::wants_pmix(&["libpmix.so.2".to_string()]));
+        assert!(!crate::plan::job::wants_pmix(&["libmpi.so.12".to_string()]));
+        // Open MPI's Fortran and C++ programs name their bindings, not libmpi.so.40.
+        for binding in [
+            "libmpi_mpifh.so.40",
+            "libmpi_usempif08.so.40",
+            "libmpi_usempi_ignore_tkr.so.40",
+            "libmpi_cxx.so.40",
+        ] {
+            assert!(
+                crate::plan::job::wants_pmix(&[binding.to_string()]),
+                "{binding}"
+            );
+        }
+        assert!(!crate::plan::job::wants_pmix(&[
+            "libmpichfort.so.12".to_string()
+        ]));
+    }
 }

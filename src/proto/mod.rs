@@ -4,12 +4,10 @@
 //! only the front end can answer (spawn, publish, lookup), shared by PMI and PMIx. [`rank`]
 //! is the record of a rank's end, from the host that saw it to the front end.
 
-pub mod kvs;
+pub use kauri_core::proto::{kvs, pmi, rank, service};
+
 pub mod nameserver;
-pub mod pmi;
 pub mod pmix;
-pub mod rank;
-pub mod service;
 
 /// Whether `KAURI_PMI_TRACE` asks for the PMI wire trace: set, and neither empty nor `0`
 /// (read once per process).

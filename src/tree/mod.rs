@@ -21,20 +21,15 @@
 //! checked and queued. What the links carry is `plan`'s job plan and `service`'s
 //! requests; neither of those modules may import this one.
 
+pub use kauri_core::tree::{gather, msg, policy, profile, progress, refusals, shape};
+
 pub mod agent;
 pub mod auth;
 pub mod branch;
 pub mod frame;
-pub mod gather;
 pub mod hub;
 pub mod link;
-pub mod msg;
-pub mod policy;
-pub mod profile;
-pub mod progress;
-pub mod refusals;
 pub mod root;
-pub mod shape;
 pub mod status;
 
 pub use auth::{mac, new_key, nonce, verify};
@@ -45,3 +40,36 @@ pub use frame::{
 pub use link::{link, Link, Queue};
 pub use msg::{Down, HostStatus, Launching, RankStatus, Report, Up};
 pub use shape::{build, build_cost, LaunchCost};
+
+#[cfg(test)]
+mod tests {
+    /// The core names signals by number without libc: each number is the OS's.
+    #[test]
+    fn the_policys_signal_numbers_are_libcs() {
+        use super::policy::{exit_status, signal_name, Ending};
+        for (n, name) in [
+            (libc::SIGHUP, "SIGHUP"),
+            (libc::SIGINT, "SIGINT"),
+            (libc::SIGQUIT, "SIGQUIT"),
+            (libc::SIGILL, "SIGILL"),
+            (libc::SIGTRAP, "SIGTRAP"),
+            (libc::SIGABRT, "SIGABRT"),
+            (libc::SIGBUS, "SIGBUS"),
+            (libc::SIGFPE, "SIGFPE"),
+            (libc::SIGKILL, "SIGKILL"),
+            (libc::SIGUSR1, "SIGUSR1"),
+            (libc::SIGSEGV, "SIGSEGV"),
+            (libc::SIGUSR2, "SIGUSR2"),
+            (libc::SIGPIPE, "SIGPIPE"),
+            (libc::SIGALRM, "SIGALRM"),
+            (libc::SIGTERM, "SIGTERM"),
+        ] {
+            assert_eq!(signal_name(n), name);
+        }
+        assert_eq!(signal_name(64), "signal");
+        assert_eq!(
+            exit_status(Some(Ending::OutputClosed), 1),
+            128 + libc::SIGPIPE
+        );
+    }
+}

@@ -17,7 +17,7 @@
 pub mod control;
 pub mod door;
 pub mod ffi;
-pub mod jobid;
+pub use kauri_core::proto::pmix::jobid;
 pub mod library;
 pub mod names;
 

@@ -291,7 +291,7 @@ mod tests {
         assert_eq!(exit_status(None, 5), 5);
         assert_eq!(exit_status(Some(Ending::Abort(300)), 9), 300 & 0xff);
         assert_eq!(exit_status(Some(Ending::Timeout), 0), 255);
-        assert_eq!(exit_status(Some(Ending::Signal(libc::SIGINT)), 0), 130);
+        assert_eq!(exit_status(Some(Ending::Signal(2)), 0), 130, "SIGINT");
         assert_eq!(exit_status(Some(Ending::OutputClosed), 1), 141);
         assert_eq!(exit_status(Some(Ending::Failed), 0), 255);
         assert_eq!(
@@ -357,33 +357,5 @@ mod tests {
                 "hostname, sh, plain Python"
             );
         }
-    }
-
-    #[test]
-    fn signal_numbers_are_libcs() {
-        for (n, name) in SIGNAL_NAMES {
-            let libc_n = match name {
-                "SIGHUP" => libc::SIGHUP,
-                "SIGINT" => libc::SIGINT,
-                "SIGQUIT" => libc::SIGQUIT,
-                "SIGILL" => libc::SIGILL,
-                "SIGTRAP" => libc::SIGTRAP,
-                "SIGABRT" => libc::SIGABRT,
-                "SIGBUS" => libc::SIGBUS,
-                "SIGFPE" => libc::SIGFPE,
-                "SIGKILL" => libc::SIGKILL,
-                "SIGUSR1" => libc::SIGUSR1,
-                "SIGSEGV" => libc::SIGSEGV,
-                "SIGUSR2" => libc::SIGUSR2,
-                "SIGPIPE" => libc::SIGPIPE,
-                "SIGALRM" => libc::SIGALRM,
-                "SIGTERM" => libc::SIGTERM,
-                other => panic!("{other} has no libc twin here"),
-            };
-            assert_eq!(n, libc_n, "{name}");
-        }
-        assert_eq!(SIGPIPE, libc::SIGPIPE);
-        assert_eq!(signal_name(libc::SIGSEGV), "SIGSEGV");
-        assert_eq!(signal_name(64), "signal");
     }
 }
