@@ -119,9 +119,9 @@ impl Drop for Listener {
         self.task.abort();
         // Closed first, while its path is still there: a socket bound in a directory that
         // was removed holds that directory's inode until it closes, and the close then pays
-        // for the inode's end (ext4: its orphan record and its release, 0.3-1.7 ms measured
-        // on this VM's /tmp, against about 0.2 ms for the rmdir after the close). The task,
-        // aborted, may be dropped later or never (kauri leaves with `exit`).
+        // for the inode's end (ext4: its orphan record and its release), which costs more
+        // than the rmdir after the close. The task, aborted, may be dropped later or never
+        // (kauri leaves with `exit`).
         drop(self.socket.take());
         let _ = std::fs::remove_file(&self.path);
         // The directory too when no other job of the user's uses it (rmdir fails otherwise).

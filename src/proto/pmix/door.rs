@@ -4,10 +4,10 @@
 //! once, for a job known to be Open MPI), and each connection is carried to it, byte for
 //! byte, both ways ([`serve`]).
 //!
-//! Why: starting the library and registering a job cost some 15 to 25 ms here, and tearing it
-//! down 10 to 25 ms more, about three times what a whole `kauri -n 4 true` takes. A job whose
-//! ranks speak PMI (MPICH, Intel MPI) or nothing (`hostname`) now never pays it, and every
-//! job can be offered both protocols: no rank has to be guessed to speak one.
+//! Why: starting the library, registering a job and tearing it down again cost several times
+//! what a whole `kauri -n 4 true` takes (docs/performance.md). A job whose ranks speak PMI
+//! (MPICH, Intel MPI) or nothing (`hostname`) never pays it, and every job can be offered
+//! both protocols: no rank has to be guessed to speak one.
 //!
 //! What a client is given is what `PMIx_server_setup_fork` gives (the namespace and rank,
 //! the server's URI under each protocol version's name, its security, data store and buffer

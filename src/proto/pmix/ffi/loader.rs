@@ -235,8 +235,8 @@ pub fn release_of(path: &std::path::Path) -> Option<String> {
     let read = |off: u64, len: usize| crate::os::elf::read_at_most(&f, off, len);
     let (off, len) = rodata(&read).unwrap_or((0, 8 << 20));
     // In pieces, each overlapping the last by more than a version line: the line sits near
-    // the start of Debian's section and near the end of the wheel's, and reading a whole
-    // section (160 KB) into fresh memory costs a job's start some 150 µs.
+    // the start of Debian's section and near the end of the wheel's, and a whole section read
+    // into fresh memory would cost every job's start its page faults.
     const PIECE: usize = 16 << 10;
     const OVERLAP: usize = 128;
     let mut at = 0;
