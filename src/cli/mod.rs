@@ -271,7 +271,7 @@ impl Parser {
         if let Some(e) = bad.take() {
             return err(e);
         }
-        let hydra = hydra.map_err(UsageError)?;
+        let hydra = hydra.map_err(|e| UsageError(e.to_string()))?;
         apply_hydra_env(&mut self.spec, self.genv_policy_given, hydra)?;
         if self.spec.universe_size.is_none() {
             if let Ok(v) = std::env::var("KAURI_USIZE") {

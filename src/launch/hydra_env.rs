@@ -62,16 +62,30 @@ pub struct HydraEnv {
     pub port_range: Option<PortRange>,
 }
 
+/// A Hydra variable whose value kauri cannot use: one line naming the variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HydraEnvError {
+    /// `HYDRA_ENV` is neither `all` nor `none`.
+    #[error("{ENV}={value:?}: use all or none")]
+    EnvPolicy {
+        /// Its value.
+        value: String,
+    },
+    /// A port-range variable is not `LOW:HIGH`.
+    #[error(transparent)]
+    PortRange(#[from] crate::plan::port_range::PortRangeError),
+}
+
 impl HydraEnv {
     /// Reads the variables through `lookup`. A value kauri cannot use is an error of one line
     /// naming the variable.
-    pub fn read(lookup: &dyn Fn(&str) -> Option<String>) -> Result<HydraEnv, String> {
+    pub fn read(lookup: &dyn Fn(&str) -> Option<String>) -> Result<HydraEnv, HydraEnvError> {
         let env_policy = match first(lookup, &[ENV]) {
             None => None,
             Some((_, v)) => match v.trim() {
                 "all" => Some(EnvPolicy::All),
                 "none" => Some(EnvPolicy::None),
-                _ => return Err(format!("{ENV}={v:?}: use all or none")),
+                _ => return Err(HydraEnvError::EnvPolicy { value: v }),
             },
         };
         Ok(HydraEnv {
@@ -115,7 +129,7 @@ fn first(
 mod tests {
     use super::*;
 
-    fn read(pairs: &[(&str, &str)]) -> Result<HydraEnv, String> {
+    fn read(pairs: &[(&str, &str)]) -> Result<HydraEnv, HydraEnvError> {
         let map: std::collections::HashMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -175,13 +189,21 @@ mod tests {
             Some(EnvPolicy::All)
         );
         let e = read(&[("HYDRA_ENV", "some")]).unwrap_err();
-        assert_eq!(e, "HYDRA_ENV=\"some\": use all or none");
+        assert_eq!(
+            e,
+            HydraEnvError::EnvPolicy {
+                value: "some".into()
+            }
+        );
+        assert_eq!(e.to_string(), "HYDRA_ENV=\"some\": use all or none");
         assert!(read(&[("MPIEXEC_PREFIX_DEFAULT", "")]).unwrap().label);
     }
 
     #[test]
     fn a_bad_port_range_is_one_line() {
         let e = read(&[("MPIEXEC_PORT_RANGE", "9000-9100")]).unwrap_err();
+        assert!(matches!(&e, HydraEnvError::PortRange(p) if p.var == "MPIEXEC_PORT_RANGE"));
+        let e = e.to_string();
         assert!(e.starts_with("MPIEXEC_PORT_RANGE=\"9000-9100\""), "{e}");
         assert!(!e.contains('\n'));
     }

@@ -63,9 +63,32 @@ fn each_address(mut f: impl FnMut(&[u8], IpAddr)) {
     unsafe { libc::freeifaddrs(head) };
 }
 
+/// Why `-iface` names no address of this host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IfaceError {
+    /// The interface exists and has no address.
+    #[error("interface {name} has no address on {host}")]
+    NoAddress {
+        /// The interface.
+        name: String,
+        /// This host.
+        host: String,
+    },
+    /// No interface of this host has the name.
+    #[error("no interface {name} on {host} (there are: {})", there.join(", "))]
+    NoInterface {
+        /// The name asked for.
+        name: String,
+        /// This host.
+        host: String,
+        /// The interfaces it has, sorted.
+        there: Vec<String>,
+    },
+}
+
 /// The address of interface `name` on this host (the first IPv4 one, else IPv6), or an
 /// error that says which interfaces there are.
-pub fn address(name: &str) -> Result<IpAddr, String> {
+pub fn address(name: &str) -> Result<IpAddr, IfaceError> {
     if let Some(a) = addresses(name).first() {
         return Ok(*a);
     }
@@ -78,13 +101,15 @@ pub fn address(name: &str) -> Result<IpAddr, String> {
         names.sort();
     }
     let host = crate::os::hostname::local_host();
-    Err(if names.iter().any(|n| n == name) {
-        format!("interface {name} has no address on {host}")
+    let name = name.to_string();
+    Err(if names.contains(&name) {
+        IfaceError::NoAddress { name, host }
     } else {
-        format!(
-            "no interface {name} on {host} (there are: {})",
-            names.join(", ")
-        )
+        IfaceError::NoInterface {
+            name,
+            host,
+            there: names,
+        }
     })
 }
 
@@ -95,8 +120,28 @@ mod tests {
         assert_eq!(super::address("lo"), Ok([127, 0, 0, 1].into()));
         let e = super::address("nosuch0").unwrap_err();
         assert!(
-            e.starts_with("no interface nosuch0 on ") && e.contains("lo"),
-            "{e}"
+            matches!(&e, super::IfaceError::NoInterface { name, there, .. }
+                if name == "nosuch0" && there.iter().any(|n| n == "lo")),
+            "{e:?}"
+        );
+    }
+
+    /// Each error prints the line kauri printed when errors were text.
+    #[test]
+    fn each_error_prints_its_line() {
+        let e = super::IfaceError::NoAddress {
+            name: "ib0".into(),
+            host: "n1".into(),
+        };
+        assert_eq!(e.to_string(), "interface ib0 has no address on n1");
+        let e = super::IfaceError::NoInterface {
+            name: "ib0".into(),
+            host: "n1".into(),
+            there: vec!["eth0".into(), "lo".into()],
+        };
+        assert_eq!(
+            e.to_string(),
+            "no interface ib0 on n1 (there are: eth0, lo)"
         );
     }
 

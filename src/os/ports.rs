@@ -77,7 +77,11 @@ pub fn listen(ip: IpAddr, range: Option<&PortRange>) -> io::Result<TcpListener> 
         match listener(SocketAddr::new(ip, port)) {
             Ok(l) => return Ok(l),
             Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
-            Err(e) => return Err(io::Error::new(e.kind(), format!("port {port} of {r}: {e}"))),
+            Err(why) => {
+                let kind = why.kind();
+                let range = r.clone();
+                return Err(io::Error::new(kind, PortError::Port { port, range, why }));
+            }
         }
     }
     Err(full(r))
@@ -211,34 +215,64 @@ fn sockaddr_of(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (storage, len as libc::socklen_t)
 }
 
+/// Why no port of a range could be had. [`listen`] and [`reserve`] return it inside their
+/// `io::Error` (`get_ref` and `downcast_ref` give it back), of kind `AddrInUse` for a full
+/// range.
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    /// Trying one port of the range failed otherwise than by its being taken.
+    #[error("port {port} of {range}: {why}")]
+    Port {
+        /// The port tried.
+        port: u16,
+        /// The range.
+        range: PortRange,
+        /// What the system said.
+        #[source]
+        why: io::Error,
+    },
+    /// Every port of the range is taken or reserved.
+    #[error("every port of {range} is taken or reserved by another kauri job")]
+    RangeFull {
+        /// The range.
+        range: PortRange,
+    },
+}
+
 /// The error of a range with no port left.
 fn full(r: &PortRange) -> io::Error {
     io::Error::new(
         io::ErrorKind::AddrInUse,
-        format!("every port of {r} is taken or reserved by another kauri job"),
+        PortError::RangeFull { range: r.clone() },
     )
 }
 
 /// Runs `bind` with the lowest port of `range` that is free on loopback, for a listener
 /// kauri does not open itself (the PMIx server's): the port is held ([`Reservation`], on
 /// `127.0.0.1`) until `bind` returns, open to `bind`'s own `SO_REUSEADDR` (OpenPMIx sets it),
-/// so nothing else takes the port meanwhile.
-pub fn with_free_port<T>(
+/// so nothing else takes the port meanwhile. The outer error: no port could be held; the
+/// inner result is `bind`'s.
+pub fn with_free_port<T, E>(
     range: &PortRange,
-    bind: impl FnOnce(u16) -> Result<T, String>,
-) -> Result<T, String> {
+    bind: impl FnOnce(u16) -> Result<T, E>,
+) -> Result<Result<T, E>, PortError> {
     let lo = IpAddr::from(std::net::Ipv4Addr::LOCALHOST);
     for port in range.low..=range.high {
         let held = match Reservation::hold(port, &[lo]) {
             Ok(Some(h)) => h,
             Ok(None) => continue,
-            Err(e) => return Err(format!("port {port} of {range}: {e}")),
+            Err(why) => {
+                let range = range.clone();
+                return Err(PortError::Port { port, range, why });
+            }
         };
         let out = bind(held.port());
         drop(held);
-        return out;
+        return Ok(out);
     }
-    Err(full(range).to_string())
+    Err(PortError::RangeFull {
+        range: range.clone(),
+    })
 }
 
 /// One port held on this machine for a program that binds it later (see the module's doc): a
@@ -357,7 +391,9 @@ mod tests {
         for bad in [
             "", "5000", "a:b", "0:10", "10:5", "1:70000", "1:2:3", "-1:5",
         ] {
-            let e = PortRange::parse("MPIEXEC_PORT_RANGE", bad).unwrap_err();
+            let e = PortRange::parse("MPIEXEC_PORT_RANGE", bad)
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with("MPIEXEC_PORT_RANGE="), "{e}");
             assert!(!e.contains('\n'), "{e}");
         }
@@ -394,7 +430,7 @@ mod tests {
         if let Ok(s) = &second {
             assert!(r.contains(s.local_addr().unwrap().port()));
             let e = listen(lo, Some(&r)).unwrap_err();
-            assert!(e.to_string().contains("every port of T="), "{e}");
+            assert!(is_full(&e), "{e:?}");
         }
     }
 
@@ -424,7 +460,7 @@ mod tests {
         assert_eq!(mine.port(), r.low);
         // Both held: the range is full, though neither port is listened on.
         let e = reserve(Some(&r)).unwrap_err();
-        assert!(e.to_string().contains("every port of T="), "{e}");
+        assert!(is_full(&e), "{e:?}");
         assert!(listen(IpAddr::from([127, 0, 0, 1]), Some(&r)).is_err());
         // Dropped, a reservation frees its port.
         drop(other_job);
@@ -506,5 +542,41 @@ mod tests {
         drop(program);
         drop(mine);
         assert!(Reservation::hold(port, &EVERY_ADDRESS).unwrap().is_some());
+    }
+
+    /// True when `e` says its range is full.
+    fn is_full(e: &io::Error) -> bool {
+        e.kind() == io::ErrorKind::AddrInUse
+            && matches!(
+                e.get_ref().and_then(|i| i.downcast_ref::<PortError>()),
+                Some(PortError::RangeFull { .. })
+            )
+    }
+
+    /// Each error prints the line kauri printed when errors were text, inside its
+    /// `io::Error` too.
+    #[test]
+    fn each_error_prints_its_line() {
+        let range = PortRange::parse("MPIEXEC_PORT_RANGE", "9000:9001").unwrap();
+        let e = PortError::Port {
+            port: 9000,
+            range: range.clone(),
+            why: io::Error::from_raw_os_error(libc::EACCES),
+        };
+        assert_eq!(
+            e.to_string(),
+            "port 9000 of MPIEXEC_PORT_RANGE=9000:9001: Permission denied (os error 13)"
+        );
+        let line = "every port of MPIEXEC_PORT_RANGE=9000:9001 is taken or reserved by another \
+                    kauri job";
+        assert_eq!(
+            PortError::RangeFull {
+                range: range.clone()
+            }
+            .to_string(),
+            line
+        );
+        assert_eq!(full(&range).to_string(), line);
+        assert!(is_full(&full(&range)));
     }
 }

@@ -368,9 +368,60 @@ pub(crate) fn output_options(spec: &JobSpec) -> OutputOptions {
     o
 }
 
+/// Why a job cannot be planned: each prints the one line kauri gives for it.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// `-launcher` names no launcher.
+    #[error(transparent)]
+    UnknownLauncher(#[from] crate::launch::kind::UnknownLauncher),
+    /// The resource manager's allocation cannot be read.
+    #[error("{0}")]
+    Allocation(String),
+    /// The allocation's slots come to more ranks than a job may have.
+    #[error("{}", crate::plan::job::too_many_ranks(&format!("{size} processes in all (the allocation's slots)")))]
+    TooManyRanks {
+        /// The ranks the slots come to.
+        size: usize,
+    },
+    /// `-output-from` names a rank the job does not have.
+    #[error("-output-from {rank}: the job has {size} rank{} (0 to {})", plural(*.size), .size - 1)]
+    OutputFrom {
+        /// The rank named.
+        rank: usize,
+        /// The job's ranks.
+        size: usize,
+    },
+    /// The current directory is gone.
+    #[error(
+        "the current directory cannot be read ({why}): was it deleted? cd to a directory \
+         that exists and start the job again"
+    )]
+    NoWorkingDir {
+        /// What the system said.
+        #[source]
+        why: std::io::Error,
+    },
+    /// No port could be reserved for `MASTER_PORT` (`-ml-env`).
+    #[error("cannot find a free port for MASTER_PORT: {why}")]
+    MasterPort {
+        /// Why.
+        #[source]
+        why: std::io::Error,
+    },
+}
+
+/// The `s` of `size` ranks.
+fn plural(size: usize) -> &'static str {
+    if size == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
 /// Plans the job the user started: from `spec` to everything decided before anything
 /// starts, on the host named `me`.
-pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
+pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, PlanError> {
     let (launcher, entries) = choose_hosts(spec, me)?;
     let self_os = std::env::current_exe().map_or_else(|_| "kauri".into(), PathBuf::into_os_string);
     let (kind, exec) = crate::launch::program_for(
@@ -457,20 +508,18 @@ pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, String> {
 
 /// The current directory; an error when it is gone (deleted, or a mount that went away):
 /// ranks are never started in `/` instead, as they once were, writing their files there.
-fn working_dir() -> Result<PathBuf, String> {
-    std::env::current_dir().map_err(|e| {
-        format!(
-            "the current directory cannot be read ({e}): was it deleted? cd to a directory \
-             that exists and start the job again"
-        )
-    })
+fn working_dir() -> Result<PathBuf, PlanError> {
+    std::env::current_dir().map_err(|why| PlanError::NoWorkingDir { why })
 }
 
 /// The launcher asked for and the hosts to run on: a singleton's on this host alone (by
 /// the fork launcher), else the hosts named, else an allocation's (with its manager's
 /// launcher when it has a host that is not this one), else none yet. An unknown launcher is
 /// an error.
-fn choose_hosts(spec: &JobSpec, me: &str) -> Result<(Option<LauncherKind>, Vec<HostSpec>), String> {
+fn choose_hosts(
+    spec: &JobSpec,
+    me: &str,
+) -> Result<(Option<LauncherKind>, Vec<HostSpec>), PlanError> {
     if spec.singleton.is_some() {
         // A singleton runs here; its spawned processes run here too (it has no way to name
         // hosts but the spawn's own info keys).
@@ -478,7 +527,7 @@ fn choose_hosts(spec: &JobSpec, me: &str) -> Result<(Option<LauncherKind>, Vec<H
     }
     let mut hosts: Vec<HostSpec> = spec.hosts.clone();
     let allocation = if hosts.is_empty() {
-        crate::launch::allocation::detect()?
+        crate::launch::allocation::detect().map_err(PlanError::Allocation)?
     } else {
         None
     };
@@ -508,18 +557,12 @@ fn default_nprocs(ppn: Option<usize>, hosts: &[HostSpec]) -> usize {
 
 /// Whether a job of `size` ranks may run as `spec` asks: at most [`crate::plan::job::RANKS_MAX`]
 /// ranks, and an `-output-from` rank it has.
-fn check_size(spec: &JobSpec, size: usize) -> Result<(), String> {
+fn check_size(spec: &JobSpec, size: usize) -> Result<(), PlanError> {
     if size > crate::plan::job::RANKS_MAX {
-        return Err(crate::plan::job::too_many_ranks(&format!(
-            "{size} processes in all (the allocation's slots)"
-        )));
+        return Err(PlanError::TooManyRanks { size });
     }
-    if let Some(r) = spec.output.output_from.filter(|&r| r >= size) {
-        return Err(format!(
-            "-output-from {r}: the job has {size} rank{} (0 to {})",
-            if size == 1 { "" } else { "s" },
-            size - 1
-        ));
+    if let Some(rank) = spec.output.output_from.filter(|&r| r >= size) {
+        return Err(PlanError::OutputFrom { rank, size });
     }
     Ok(())
 }
@@ -606,14 +649,14 @@ fn master(
     hosts: &[HostSpec],
     served_here: Option<usize>,
     kind: LauncherKind,
-) -> Result<Master, String> {
+) -> Result<Master, PlanError> {
     if !spec.ml_env {
         return Ok((None, None));
     }
     let n0 = placement.node.first().copied().unwrap_or(0);
     let addr = master_addr(n0, hosts, served_here, kind);
     let held = crate::os::ports::reserve(spec.port_range.as_ref())
-        .map_err(|e| format!("cannot find a free port for MASTER_PORT: {e}"))?;
+        .map_err(|why| PlanError::MasterPort { why })?;
     Ok((Some((addr, held.port())), Some(held)))
 }
 
@@ -1030,33 +1073,59 @@ mod tests {
     fn too_many_ranks_or_an_output_from_rank_past_the_job_is_an_error() {
         let mut s = spec("-n 2 a");
         assert!(check_size(&s, 2).is_ok());
-        assert!(check_size(&s, crate::plan::job::RANKS_MAX + 1)
-            .unwrap_err()
+        let e = check_size(&s, crate::plan::job::RANKS_MAX + 1).unwrap_err();
+        assert!(matches!(e, PlanError::TooManyRanks { .. }), "{e:?}");
+        assert!(e
+            .to_string()
             .contains("processes in all (the allocation's slots)"));
         s.output.output_from = Some(1);
         assert!(check_size(&s, 2).is_ok());
-        assert_eq!(
-            check_size(&s, 1).unwrap_err(),
-            "-output-from 1: the job has 1 rank (0 to 0)"
-        );
+        let e = check_size(&s, 1).unwrap_err();
+        assert!(matches!(e, PlanError::OutputFrom { rank: 1, size: 1 }));
+        assert_eq!(e.to_string(), "-output-from 1: the job has 1 rank (0 to 0)");
         s.output.output_from = Some(3);
         assert_eq!(
-            check_size(&s, 2).unwrap_err(),
+            check_size(&s, 2).unwrap_err().to_string(),
             "-output-from 3: the job has 2 ranks (0 to 1)"
+        );
+    }
+
+    /// The errors this module made as text print the same lines.
+    #[test]
+    fn each_plan_error_prints_its_line() {
+        let io = || std::io::Error::from_raw_os_error(2);
+        assert_eq!(
+            PlanError::NoWorkingDir { why: io() }.to_string(),
+            "the current directory cannot be read (No such file or directory (os error 2)): \
+             was it deleted? cd to a directory that exists and start the job again"
+        );
+        assert_eq!(
+            PlanError::MasterPort { why: io() }.to_string(),
+            "cannot find a free port for MASTER_PORT: No such file or directory (os error 2)"
+        );
+        assert_eq!(
+            PlanError::Allocation("SLURM_JOB_NODELIST: bad".into()).to_string(),
+            "SLURM_JOB_NODELIST: bad"
+        );
+        assert_eq!(
+            PlanError::TooManyRanks { size: 7 }.to_string(),
+            crate::plan::job::too_many_ranks("7 processes in all (the allocation's slots)")
         );
     }
 
     #[test]
     fn the_launcher_is_as_named_and_must_be_known() {
         let hosts = |args: &str| choose_hosts(&spec(args), "localhost").map(|(l, _)| l);
-        assert_eq!(hosts("-hosts a -n 1 x"), Ok(None));
+        let hosts_ok = |args: &str| hosts(args).ok();
+        assert_eq!(hosts_ok("-hosts a -n 1 x"), Some(None));
         assert_eq!(
-            hosts("-launcher fork -hosts a -n 1 x"),
-            Ok(Some(LauncherKind::Fork))
+            hosts_ok("-launcher fork -hosts a -n 1 x"),
+            Some(Some(LauncherKind::Fork))
         );
-        assert!(hosts("-launcher telnet -hosts a -n 1 x")
-            .unwrap_err()
-            .starts_with("unknown launcher \"telnet\" ("));
+        assert!(matches!(
+            hosts("-launcher telnet -hosts a -n 1 x"),
+            Err(PlanError::UnknownLauncher(u)) if u.name == "telnet"
+        ));
     }
 
     #[test]

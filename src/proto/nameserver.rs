@@ -44,7 +44,7 @@
 //! `LINE_MAX × (NAMES_MAX + 2 × CLIENTS_MAX)`, 150 MiB with the defaults; one client's share
 //! is at most `LINE_MAX × (NAMES_PER_CLIENT_MAX + 2)`, 8 MiB.
 
-use crate::proto::service::{Service, ServiceReply, Wait};
+use crate::proto::service::{Publisher, Refused, Service, ServiceReply, Wait};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -190,38 +190,35 @@ struct Entry {
     by: Option<String>,
 }
 
-/// Why a name request was refused, read back from its reason (which travels as text, through
-/// the tree and the name-server protocol): [`Table`] words every refusal so.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The name is published already.
-    Exists,
-    /// Someone else published the name: only they may unpublish it.
-    NotYours,
-    /// Nobody published the name.
-    NotPublished,
-    /// Anything else (an unreachable name server, a refused key, …).
-    Other,
-}
-
-const EXISTS: &str = "is already published";
-const NOT_YOURS: &str = "only its publisher may unpublish it";
-const NOT_PUBLISHED: &str = "is not published";
-
-impl Refusal {
-    /// The kind of refusal `reason` (the text of an error reply) tells. [`Table`] ends each
-    /// refusal with its kind's words, after the name, so a name holding those words is not
-    /// mistaken for them.
-    pub fn of(reason: &str) -> Refusal {
-        if reason.ends_with(EXISTS) {
-            Refusal::Exists
-        } else if reason.ends_with(NOT_YOURS) {
-            Refusal::NotYours
-        } else if reason.ends_with(NOT_PUBLISHED) {
-            Refusal::NotPublished
-        } else {
-            Refusal::Other
-        }
+/// The refusal a server's `error REASON` reply tells: the reason [`Table`] gives for each kind
+/// of [`Refused`] read back into it (the protocol carries the reason as text), anything else
+/// [`Refused::Other`]. Reading back the kind's exact line, a name holding a kind's words is
+/// not mistaken for them.
+pub fn refused_from_reason(reason: String) -> Refused {
+    let name = |suffix: &str| {
+        reason
+            .strip_prefix("the name ")
+            .and_then(|r| r.strip_suffix(suffix))
+            .map(str::to_string)
+    };
+    if let Some(name) = name(" is already published") {
+        return Refused::Exists { name };
+    }
+    if let Some(name) = name(" is not published") {
+        return Refused::NotPublished { name };
+    }
+    let not_yours = name("; only its publisher may unpublish it").and_then(|r| {
+        let (name, by) = r.rsplit_once(" was published by ")?;
+        let by = match by {
+            "a PMI rank" => Publisher::PmiRank,
+            "another client" => Publisher::AnotherClient,
+            p => Publisher::Process(p.strip_prefix("process ")?.to_string()),
+        };
+        Some((name.to_string(), by))
+    });
+    match not_yours {
+        Some((name, by)) => Refused::NotYours { name, by },
+        None => Refused::Other(reason),
     }
 }
 
@@ -244,19 +241,19 @@ impl Table {
             Service::Publish { name, port, by } => {
                 let held = self.held.get(&owner).copied().unwrap_or(0);
                 ServiceReply::Done(if self.names.contains_key(name) {
-                    Err(format!("the name {name} {EXISTS}"))
+                    Err(Refused::Exists { name: name.clone() })
                 } else if self.names.len() >= self.max {
-                    Err(format!(
+                    Err(Refused::Other(format!(
                         "the name server holds {} names, the most it may ({MAX_NAMES_VAR}); \
                          none can be published until some are withdrawn",
                         self.max
-                    ))
+                    )))
                 } else if held >= self.max_per_owner {
-                    Err(format!(
+                    Err(Refused::Other(format!(
                         "this client holds {} names, the most one client may \
                          ({MAX_NAMES_PER_CLIENT_VAR}); unpublish one first",
                         self.max_per_owner
-                    ))
+                    )))
                 } else {
                     let e = Entry {
                         port: port.clone(),
@@ -276,23 +273,25 @@ impl Table {
                     }
                     Ok(())
                 }
-                Some(e) => Err(format!(
-                    "the name {name} was published by {}; {NOT_YOURS}",
-                    match (&e.by, e.owner == owner) {
-                        (Some(p), true) => format!("process {p}"),
-                        (None, true) => "a PMI rank".to_string(),
-                        (_, false) => "another client".to_string(),
-                    }
-                )),
-                None => Err(format!("the name {name} {NOT_PUBLISHED}")),
+                Some(e) => Err(Refused::NotYours {
+                    name: name.clone(),
+                    by: match (&e.by, e.owner == owner) {
+                        (Some(p), true) => Publisher::Process(p.clone()),
+                        (None, true) => Publisher::PmiRank,
+                        (_, false) => Publisher::AnotherClient,
+                    },
+                }),
+                None => Err(Refused::NotPublished { name: name.clone() }),
             }),
             Service::Lookup { name, .. } => ServiceReply::Found(match self.names.get(name) {
                 Some(e) => Ok(e.port.clone()),
-                None => Err(format!("the name {name} {NOT_PUBLISHED}")),
+                None => Err(Refused::NotPublished { name: name.clone() }),
             }),
             Service::Spawn { .. } => ServiceReply::Spawn(Err("not a name request".into())),
             Service::JobOf { .. } => ServiceReply::Job(Err("not a name request".into())),
-            Service::Terminate { .. } => ServiceReply::Done(Err("not a name request".into())),
+            Service::Terminate { .. } => {
+                ServiceReply::Done(Err(Refused::Other("not a name request".into())))
+            }
             Service::Jobs => ServiceReply::Jobs(Vec::new()),
         }
     }
@@ -443,9 +442,10 @@ fn reply_line(r: &ServiceReply) -> String {
     match r {
         ServiceReply::Done(Ok(())) => "ok\n".into(),
         ServiceReply::Found(Ok(p)) => format!("ok {}\n", encode(p)),
-        ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) | ServiceReply::Spawn(Err(e)) => {
-            format!("error {}\n", encode(e))
+        ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) => {
+            format!("error {}\n", encode(&e.to_string()))
         }
+        ServiceReply::Spawn(Err(e)) => format!("error {}\n", encode(e)),
         ServiceReply::Spawn(Ok(_)) | ServiceReply::Job(_) | ServiceReply::Jobs(_) => {
             "error not%20a%20name%20request\n".into()
         }
@@ -669,7 +669,9 @@ fn request_line(req: &Service) -> Result<String, ServiceReply> {
         }
         Service::JobOf { .. } => return Err(ServiceReply::Job(Err("not a name request".into()))),
         Service::Terminate { .. } => {
-            return Err(ServiceReply::Done(Err("not a name request".into())));
+            return Err(ServiceReply::Done(Err(Refused::Other(
+                "not a name request".into(),
+            ))));
         }
         Service::Jobs => return Err(ServiceReply::Jobs(Vec::new())),
     })
@@ -726,26 +728,30 @@ async fn exchange(
 }
 
 /// What the server at `addr` answered, `a` (a reply line): a port, nothing, or why not.
-fn read_answer(addr: &str, a: &str) -> Result<Option<String>, String> {
+fn read_answer(addr: &str, a: &str) -> Result<Option<String>, Refused> {
     let a = a.trim_end();
     match a.split_once(' ').unwrap_or((a, "")) {
         ("ok", "") => Ok(None),
-        ("ok", p) => decode(p).map(Some),
-        ("error", e) => Err(decode(e).unwrap_or_else(|_| e.to_string())),
-        _ => Err(format!("the name server at {addr} answered {a:?}")),
+        ("ok", p) => decode(p).map(Some).map_err(Refused::Other),
+        ("error", e) => Err(refused_from_reason(
+            decode(e).unwrap_or_else(|_| e.to_string()),
+        )),
+        _ => Err(Refused::Other(format!(
+            "the name server at {addr} answered {a:?}"
+        ))),
     }
 }
 
 /// The reply to `req` from the server's answer `result`: a lookup wants a port.
 fn service_reply(
     req: &Service,
-    result: Result<Option<String>, String>,
+    result: Result<Option<String>, Refused>,
     addr: &str,
 ) -> ServiceReply {
     match req {
-        Service::Lookup { .. } => ServiceReply::Found(
-            result.and_then(|p| p.ok_or_else(|| format!("the name server at {addr} sent no port"))),
-        ),
+        Service::Lookup { .. } => ServiceReply::Found(result.and_then(|p| {
+            p.ok_or_else(|| Refused::Other(format!("the name server at {addr} sent no port")))
+        })),
         _ => ServiceReply::Done(result.map(|_| ())),
     }
 }
@@ -782,7 +788,7 @@ impl Client {
                     Err(last_err) => {
                         let e = format!("the name server at {addr} is unreachable: {last_err}");
                         say!("kauri: {e}");
-                        Err(e)
+                        Err(Refused::Other(e))
                     }
                     Ok(a) => read_answer(&addr, &a),
                 };
@@ -807,7 +813,7 @@ impl Client {
         let mut pause = Duration::from_millis(50);
         loop {
             let r = self.ask_once(s.clone()).await;
-            let unpublished = matches!(&r, ServiceReply::Found(Err(e)) if Refusal::of(e) == Refusal::NotPublished);
+            let unpublished = matches!(&r, ServiceReply::Found(Err(e)) if e.not_published());
             if !unpublished || wait == Wait::No || until.is_some_and(|t| Instant::now() >= t) {
                 return r;
             }
@@ -824,7 +830,7 @@ impl Client {
                 return r;
             }
         }
-        let e = "the name-server client has stopped".to_string();
+        let e = Refused::Other("the name-server client has stopped".to_string());
         if lookup {
             ServiceReply::Found(Err(e))
         } else {
@@ -892,16 +898,24 @@ mod tests {
         assert_eq!(read_answer("h:1", "ok p%201\n"), Ok(Some("p 1".into())));
         assert_eq!(
             read_answer("h:1", "error no%20such\n"),
-            Err("no such".into())
+            Err(Refused::Other("no such".into()))
+        );
+        assert_eq!(
+            read_answer("h:1", "error the%20name%20a%20b%20is%20not%20published\n"),
+            Err(Refused::NotPublished { name: "a b".into() })
         );
         assert_eq!(
             read_answer("h:1", "what"),
-            Err("the name server at h:1 answered \"what\"".into())
+            Err(Refused::Other(
+                "the name server at h:1 answered \"what\"".into()
+            ))
         );
         let lookup = Service::lookup("x".into());
         assert_eq!(
             service_reply(&lookup, Ok(None), "h:1"),
-            ServiceReply::Found(Err("the name server at h:1 sent no port".into()))
+            ServiceReply::Found(Err(Refused::Other(
+                "the name server at h:1 sent no port".into()
+            )))
         );
         assert_eq!(
             service_reply(&publish, Ok(Some("p".into())), "h:1"),
@@ -966,7 +980,10 @@ mod tests {
         let mut t = Table::default();
         let p = |n: &str| Service::publish(n.into(), format!("port-{n}"));
         assert_eq!(t.apply(1, &p("a")), ServiceReply::Done(Ok(())));
-        assert!(matches!(t.apply(2, &p("a")), ServiceReply::Done(Err(e)) if e.contains("already")));
+        assert!(matches!(
+            t.apply(2, &p("a")),
+            ServiceReply::Done(Err(Refused::Exists { name })) if name == "a"
+        ));
         assert_eq!(t.apply(2, &p("b")), ServiceReply::Done(Ok(())));
         assert_eq!(
             t.apply(3, &Service::lookup("a".into())),
@@ -984,7 +1001,10 @@ mod tests {
         // A name is its publisher's: another owner's unpublish is refused, the name stays.
         assert!(matches!(
             t.apply(3, &Service::unpublish("b".into())),
-            ServiceReply::Done(Err(e)) if e.contains("another")
+            ServiceReply::Done(Err(Refused::NotYours {
+                by: Publisher::AnotherClient,
+                ..
+            }))
         ));
         assert_eq!(
             t.apply(3, &Service::lookup("b".into())),
@@ -998,7 +1018,7 @@ mod tests {
 
     /// A PMIx publisher's name is its own: neither another process of the run nor a PMI rank
     /// of it may unpublish it, and a PMIx process may not unpublish a PMI rank's name. Every
-    /// refusal reads back as its kind.
+    /// refusal reads back as itself from the text the protocol carries.
     #[test]
     fn a_pmix_name_belongs_to_its_process() {
         let mut t = Table::default();
@@ -1013,30 +1033,42 @@ mod tests {
             by: b,
         };
         let refusal = |r: ServiceReply| match r {
-            ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) => Refusal::of(&e),
+            ServiceReply::Done(Err(e)) | ServiceReply::Found(Err(e)) => {
+                assert_eq!(refused_from_reason(e.to_string()), e);
+                e
+            }
             other => panic!("not a refusal: {other:?}"),
         };
+        let x = || "x".to_string();
+        let not_yours = |by| Refused::NotYours { name: x(), by };
         assert_eq!(t.apply(0, &publish("x", by(0))), ServiceReply::Done(Ok(())));
         assert_eq!(
             t.apply(0, &publish("pmi", None)),
             ServiceReply::Done(Ok(()))
         );
-        assert_eq!(refusal(t.apply(0, &publish("x", by(1)))), Refusal::Exists);
+        assert_eq!(
+            refusal(t.apply(0, &publish("x", by(1)))),
+            Refused::Exists { name: x() }
+        );
+        let process = || Publisher::Process("ns:0".into());
         assert_eq!(
             refusal(t.apply(0, &unpublish("x", by(1)))),
-            Refusal::NotYours
+            not_yours(process())
         );
         assert_eq!(
             refusal(t.apply(0, &unpublish("x", None))),
-            Refusal::NotYours
+            not_yours(process())
         );
         assert_eq!(
             refusal(t.apply(0, &unpublish("pmi", by(0)))),
-            Refusal::NotYours
+            Refused::NotYours {
+                name: "pmi".into(),
+                by: Publisher::PmiRank
+            }
         );
         assert_eq!(
             refusal(t.apply(1, &unpublish("x", by(0)))),
-            Refusal::NotYours
+            not_yours(Publisher::AnotherClient)
         );
         assert_eq!(
             t.apply(0, &Service::lookup("x".into())),
@@ -1048,21 +1080,22 @@ mod tests {
         );
         assert_eq!(
             refusal(t.apply(0, &Service::lookup("x".into()))),
-            Refusal::NotPublished
+            Refused::NotPublished { name: x() }
         );
         assert_eq!(
             refusal(t.apply(0, &unpublish("x", by(0)))),
-            Refusal::NotPublished
+            Refused::NotPublished { name: x() }
         );
+        let other = "the name server at h:1 is unreachable";
         assert_eq!(
-            Refusal::of("the name server at h:1 is unreachable"),
-            Refusal::Other
+            refused_from_reason(other.into()),
+            Refused::Other(other.into())
         );
         // A name made of a refusal's words does not change the refusal.
         let odd = "x is already published";
         assert_eq!(
             refusal(t.apply(0, &Service::lookup(odd.into()))),
-            Refusal::NotPublished
+            Refused::NotPublished { name: odd.into() }
         );
     }
 
@@ -1115,7 +1148,7 @@ mod tests {
             port: "p".into(),
             by: None,
         };
-        let refused = |r: ServiceReply, var: &str| matches!(r, ServiceReply::Done(Err(e)) if e.contains(&format!("({var})")));
+        let refused = |r: ServiceReply, var: &str| matches!(r, ServiceReply::Done(Err(e)) if e.to_string().contains(&format!("({var})")));
         assert_eq!(t.apply(1, &p("a")), ServiceReply::Done(Ok(())));
         assert_eq!(t.apply(1, &p("b")), ServiceReply::Done(Ok(())));
         assert!(refused(t.apply(1, &p("c")), MAX_NAMES_PER_CLIENT_VAR));

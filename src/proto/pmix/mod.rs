@@ -286,7 +286,8 @@ impl Server {
             make_places().map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
             let init = |port| ffi::init(&start.tmpdir, host, port);
             match &start.range {
-                Some(r) => crate::os::ports::with_free_port(r, |port| init(Some(port))),
+                Some(r) => crate::os::ports::with_free_port(r, |port| init(Some(port)))
+                    .unwrap_or_else(|e| Err(e.to_string())),
                 None => init(None),
             }
             .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;

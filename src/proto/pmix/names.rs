@@ -20,8 +20,7 @@ use super::ffi::{
     InfoVal, Status, PMIX_ERROR, PMIX_ERR_BAD_PARAM, PMIX_ERR_EXISTS, PMIX_ERR_NOT_FOUND,
     PMIX_ERR_NO_PERMISSIONS, PMIX_ERR_TYPE_MISMATCH, PMIX_SUCCESS,
 };
-use crate::proto::nameserver::Refusal;
-use crate::proto::service::{ServiceReply, Wait};
+use crate::proto::service::{Refused, ServiceReply, Wait};
 
 /// `PMIX_WAIT`: wait until the names are published.
 pub const WAIT: &str = "pmix.wait";
@@ -155,11 +154,11 @@ pub fn lookup_wait(info: &[(String, InfoVal)]) -> Wait {
 
 /// The PMIx status of one name's answer, and the port a lookup found.
 pub fn result_of(reply: &ServiceReply) -> Result<Option<String>, Status> {
-    let refused = |e: &str| match Refusal::of(e) {
-        Refusal::Exists => PMIX_ERR_EXISTS,
-        Refusal::NotYours => PMIX_ERR_NO_PERMISSIONS,
-        Refusal::NotPublished => PMIX_ERR_NOT_FOUND,
-        Refusal::Other => PMIX_ERROR,
+    let refused = |e: &Refused| match e {
+        Refused::Exists { .. } => PMIX_ERR_EXISTS,
+        Refused::NotYours { .. } => PMIX_ERR_NO_PERMISSIONS,
+        Refused::NotPublished { .. } | Refused::NobodyLeft { .. } => PMIX_ERR_NOT_FOUND,
+        Refused::Other(_) => PMIX_ERROR,
     };
     match reply {
         ServiceReply::Done(Ok(())) => Ok(None),
@@ -299,30 +298,36 @@ mod tests {
 
     #[test]
     fn refusals_become_pmix_statuses() {
-        let err = |e: &str| ServiceReply::Done(Err(e.to_string()));
+        let err = |e: Refused| ServiceReply::Done(Err(e));
+        let a = || "a".to_string();
         assert_eq!(result_of(&ServiceReply::Done(Ok(()))), Ok(None));
         assert_eq!(
             result_of(&ServiceReply::Found(Ok("p".into()))),
             Ok(Some("p".into()))
         );
         assert_eq!(
-            result_of(&err("the name a is already published")),
+            result_of(&err(Refused::Exists { name: a() })),
             Err(PMIX_ERR_EXISTS)
         );
+        let by = crate::proto::service::Publisher::Process("x:0".into());
         assert_eq!(
-            result_of(&err(
-                "the name a was published by process x:0; only its publisher may unpublish it"
-            )),
+            result_of(&err(Refused::NotYours { name: a(), by })),
             Err(PMIX_ERR_NO_PERMISSIONS)
         );
+        for e in [
+            Refused::NotPublished { name: a() },
+            Refused::NobodyLeft { name: a() },
+        ] {
+            assert_eq!(
+                result_of(&ServiceReply::Found(Err(e))),
+                Err(PMIX_ERR_NOT_FOUND)
+            );
+        }
+        // The kind decides, not the words: a reason that reads like a refusal is an error.
         assert_eq!(
-            result_of(&ServiceReply::Found(Err(
-                "the name a is not published".into()
+            result_of(&err(Refused::Other(
+                "the name a is already published".into()
             ))),
-            Err(PMIX_ERR_NOT_FOUND)
-        );
-        assert_eq!(
-            result_of(&err("the name server at h:1 is unreachable: refused")),
             Err(PMIX_ERROR)
         );
     }

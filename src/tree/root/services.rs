@@ -40,8 +40,7 @@ impl Root {
             names.join(", ")
         );
         for (name, (asker, _)) in stuck {
-            let e = format!("nobody is left to publish the name {name}: it is not published");
-            debug_assert_eq!(Refusal::of(&e), Refusal::NotPublished);
+            let e = Refused::NobodyLeft { name };
             self.answer(asker, ServiceReply::Found(Err(e)));
         }
     }
@@ -249,7 +248,7 @@ impl Root {
                     message,
                 } => {
                     let reply = self.terminate(&procs, &by, status, &message);
-                    self.answer(asker, ServiceReply::Done(reply));
+                    self.answer(asker, ServiceReply::Done(reply.map_err(Refused::Other)));
                 }
                 Service::Jobs => {
                     let jobs = self
@@ -275,7 +274,7 @@ impl Root {
                             // Nobody published the name yet: a lookup that waits is answered
                             // by the publish.
                             (Service::Lookup { name, wait, by }, ServiceReply::Found(Err(e)))
-                                if *wait != Wait::No && Refusal::of(e) == Refusal::NotPublished =>
+                                if *wait != Wait::No && e.not_published() =>
                             {
                                 debug!(%name, ?wait, "a lookup waits for its name");
                                 self.waiting.add(name, (asker, by.clone()), *wait, now);

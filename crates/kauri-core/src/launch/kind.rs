@@ -218,14 +218,24 @@ impl std::fmt::Display for LauncherKind {
     }
 }
 
+/// A `-launcher` name kauri does not know; its line lists the names it knows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown launcher {name:?} ({})", NAMES.join(", "))]
+pub struct UnknownLauncher {
+    /// The name asked for.
+    pub name: String,
+}
+
 impl std::str::FromStr for LauncherKind {
-    type Err = String;
+    type Err = UnknownLauncher;
 
     /// A launcher by its `-launcher` name; an unknown name is an error that lists them all.
-    fn from_str(name: &str) -> Result<LauncherKind, String> {
+    fn from_str(name: &str) -> Result<LauncherKind, UnknownLauncher> {
         ALL.into_iter()
             .find(|k| k.as_str() == name)
-            .ok_or_else(|| format!("unknown launcher {name:?} ({})", NAMES.join(", ")))
+            .ok_or_else(|| UnknownLauncher {
+                name: name.to_string(),
+            })
     }
 }
 
@@ -240,9 +250,16 @@ mod tests {
             assert_eq!(k.to_string(), k.as_str());
         }
         assert_eq!(NAMES, ["ssh", "rsh", "slurm", "sge", "lsf", "pbs", "fork"]);
+        let e = "telnet".parse::<LauncherKind>().unwrap_err();
         assert_eq!(
-            "telnet".parse::<LauncherKind>(),
-            Err("unknown launcher \"telnet\" (ssh, rsh, slurm, sge, lsf, pbs, fork)".into())
+            e,
+            UnknownLauncher {
+                name: "telnet".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "unknown launcher \"telnet\" (ssh, rsh, slurm, sge, lsf, pbs, fork)"
         );
         assert!("SSH".parse::<LauncherKind>().is_err());
         assert_eq!(LauncherKind::default(), LauncherKind::Ssh);

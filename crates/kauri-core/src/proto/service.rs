@@ -122,14 +122,83 @@ impl Service {
 pub enum ServiceReply {
     /// A spawn's outcome: the new job's kvsname, or why it failed.
     Spawn(Result<SpawnDone, String>),
-    /// A publish's or unpublish's outcome.
-    Done(Result<(), String>),
+    /// A publish's, unpublish's or terminate's outcome.
+    Done(Result<(), Refused>),
     /// A lookup's outcome: the port.
-    Found(Result<String, String>),
+    Found(Result<String, Refused>),
     /// The plan of a job ([`Service::JobOf`]).
     Job(Result<Box<crate::plan::JobPlan>, String>),
     /// The jobs of the run ([`Service::Jobs`]): namespace and size, in the order they started.
     Jobs(Vec<(String, usize)>),
+}
+
+/// Why the front end (or the name server) refused a publish, an unpublish, a lookup or a
+/// terminate. Each prints the reason a PMI rank is given; PMIx statuses and a waiting lookup
+/// are decided by the variant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Refused {
+    /// The name is published already.
+    #[error("the name {name} is already published")]
+    Exists {
+        /// The name.
+        name: String,
+    },
+    /// Someone else published the name: only they may unpublish it.
+    #[error("the name {name} was published by {by}; only its publisher may unpublish it")]
+    NotYours {
+        /// The name.
+        name: String,
+        /// Who published it.
+        by: Publisher,
+    },
+    /// Nobody published the name.
+    #[error("the name {name} is not published")]
+    NotPublished {
+        /// The name.
+        name: String,
+    },
+    /// Nobody published the name, and no process of the run is left that could (every one
+    /// still running waits in a lookup).
+    #[error("nobody is left to publish the name {name}: it is not published")]
+    NobodyLeft {
+        /// The name.
+        name: String,
+    },
+    /// Anything else (a full table, an unreachable name server, a refused key, a refused
+    /// terminate, …): the reason as given.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Refused {
+    /// True when the name asked for is not published (a lookup that waits keeps waiting).
+    pub fn not_published(&self) -> bool {
+        matches!(
+            self,
+            Refused::NotPublished { .. } | Refused::NobodyLeft { .. }
+        )
+    }
+}
+
+/// Who published a name, as [`Refused::NotYours`] tells it to another asker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Publisher {
+    /// A PMIx process of the same client (the asker is another of its processes).
+    Process(String),
+    /// A PMI rank of the same client (which cannot name itself).
+    PmiRank,
+    /// Another client of the name server.
+    AnotherClient,
+}
+
+impl std::fmt::Display for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Publisher::Process(p) => write!(f, "process {p}"),
+            Publisher::PmiRank => f.write_str("a PMI rank"),
+            Publisher::AnotherClient => f.write_str("another client"),
+        }
+    }
 }
 
 /// What a PMIx spawn adds to its commands.
@@ -149,4 +218,63 @@ pub struct SpawnDone {
     pub jobid: String,
     /// How many processes it has.
     pub size: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Publisher, Refused};
+
+    /// Each refusal prints the reason kauri gave when refusals were text.
+    #[test]
+    fn each_refusal_prints_its_line() {
+        let name = || "a".to_string();
+        let cases = [
+            (
+                Refused::Exists { name: name() },
+                "the name a is already published",
+            ),
+            (
+                Refused::NotYours {
+                    name: name(),
+                    by: Publisher::Process("x:0".into()),
+                },
+                "the name a was published by process x:0; only its publisher may unpublish it",
+            ),
+            (
+                Refused::NotYours {
+                    name: name(),
+                    by: Publisher::PmiRank,
+                },
+                "the name a was published by a PMI rank; only its publisher may unpublish it",
+            ),
+            (
+                Refused::NotYours {
+                    name: name(),
+                    by: Publisher::AnotherClient,
+                },
+                "the name a was published by another client; only its publisher may unpublish it",
+            ),
+            (
+                Refused::NotPublished { name: name() },
+                "the name a is not published",
+            ),
+            (
+                Refused::NobodyLeft { name: name() },
+                "nobody is left to publish the name a: it is not published",
+            ),
+            (Refused::Other("no".into()), "no"),
+        ];
+        for (e, line) in cases {
+            assert_eq!(e.to_string(), line);
+        }
+    }
+
+    #[test]
+    fn only_an_unpublished_name_is_not_published() {
+        let name = || "is not published".to_string();
+        assert!(Refused::NotPublished { name: name() }.not_published());
+        assert!(Refused::NobodyLeft { name: name() }.not_published());
+        assert!(!Refused::Exists { name: name() }.not_published());
+        assert!(!Refused::Other("the name a is not published".into()).not_published());
+    }
 }

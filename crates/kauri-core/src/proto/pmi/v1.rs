@@ -78,10 +78,10 @@ pub(super) fn service_answer(asked: Asked, reply: ServiceReply) -> Result<A, Str
             errcodes: Vec::new(),
         },
         (Asked::Publish, ServiceReply::Done(r)) => {
-            A::PublishResult(r.map_or_else(fail, |()| Status::ok()))
+            A::PublishResult(r.map_or_else(|e| fail(e.to_string()), |()| Status::ok()))
         }
         (Asked::Unpublish, ServiceReply::Done(r)) => {
-            A::UnpublishResult(r.map_or_else(fail, |()| Status::ok()))
+            A::UnpublishResult(r.map_or_else(|e| fail(e.to_string()), |()| Status::ok()))
         }
         (Asked::Lookup, ServiceReply::Found(r)) => match r {
             Ok(port) => A::LookupResult {
@@ -89,7 +89,7 @@ pub(super) fn service_answer(asked: Asked, reply: ServiceReply) -> Result<A, Str
                 port: Some(port),
             },
             Err(e) => A::LookupResult {
-                status: fail(e),
+                status: fail(e.to_string()),
                 port: None,
             },
         },
@@ -340,6 +340,7 @@ const MAXES: A = A::Maxes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::service::Refused;
 
     /// A put goes to the pending store, to the committed store in a singleton's job, to the
     /// whole job under the publish kvsname; a singleton's empty replay is dropped, a bad key
@@ -389,7 +390,10 @@ mod tests {
                 port: Some("p".into())
             })
         );
-        let refused = service_answer(Asked::Publish, ServiceReply::Done(Err("taken".into())));
+        let refused = service_answer(
+            Asked::Publish,
+            ServiceReply::Done(Err(Refused::Other("taken".into()))),
+        );
         assert_eq!(refused, Ok(A::PublishResult(Status::error(1, "taken"))));
         let wrong = service_answer(Asked::Spawn, ServiceReply::Done(Ok(())));
         assert!(wrong

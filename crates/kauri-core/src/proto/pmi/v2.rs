@@ -23,14 +23,14 @@ pub(super) fn service_answer(asked: Asked, reply: ServiceReply) -> Result<A, Str
             errcodes: Vec::new(),
         },
         (Asked::Publish, ServiceReply::Done(r)) => {
-            A::NamePublish(r.map_or_else(fail, |()| Status::ok()))
+            A::NamePublish(r.map_or_else(|e| fail(e.to_string()), |()| Status::ok()))
         }
         (Asked::Unpublish, ServiceReply::Done(r)) => {
-            A::NameUnpublish(r.map_or_else(fail, |()| Status::ok()))
+            A::NameUnpublish(r.map_or_else(|e| fail(e.to_string()), |()| Status::ok()))
         }
         (Asked::Lookup, ServiceReply::Found(r)) => A::NameLookup(match r {
             Ok(port) => Lookup::found(port),
-            Err(e) => Lookup::not_found(e),
+            Err(e) => Lookup::not_found(e.to_string()),
         }),
         (asked, reply) => return Err(format!("internal: {asked:?} answered with {reply:?}")),
     })
@@ -252,13 +252,16 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::service::SpawnDone;
+    use crate::proto::service::{Refused, SpawnDone};
 
     /// The front end's replies map onto PMI-2 responses; a reply to another question is an
     /// internal error.
     #[test]
     fn service_replies_map_onto_pmi2_responses() {
-        let gone = service_answer(Asked::Lookup, ServiceReply::Found(Err("no such".into())));
+        let gone = service_answer(
+            Asked::Lookup,
+            ServiceReply::Found(Err(Refused::Other("no such".into()))),
+        );
         assert_eq!(
             gone,
             Ok(A::NameLookup(Lookup::not_found("no such".to_string())))
