@@ -7,9 +7,6 @@
 //! `tests/layers.rs` checks the folders' order:
 //!
 //! ```text
-//!  console   kauri's own words on stdout and stderr
-//!  os        what kauri asks of its machine: names, interfaces, ports, loopback peers,
-//!            programs and their libraries, clocks
 //!  proto     the protocols: the PMI engine (core), the KVS (core), the service requests
 //!            only the front end answers (core), the PMIx server and Open MPI's job ids
 //!            (core), the name service, the record of a rank's end (core)
@@ -24,7 +21,14 @@
 //!            policy (core), the Branch, links, the hub, the agent, the root, the status
 //!            socket
 //!  cli       the command lines, their pages, and the client commands (kvs, pmi, --status)
-//!  pmi-wire  (crate) the PMI-1 and PMI-2 codecs and a blocking client
+//!
+//! and below every folder, crates of their own:
+//!
+//!  os        (kauri-os) what kauri asks of its machine: names, interfaces, ports, loopback
+//!            peers, programs and their libraries, clocks; and `console`, kauri's own words
+//!            on stdout and stderr
+//!  core      (kauri-core) every state and decision with no I/O
+//!  pmi-wire  the PMI-1 and PMI-2 codecs and a blocking client
 //! ```
 //!
 //! A rank's PMI request arrives on its socket ([`host::node`]), is decoded by
@@ -36,11 +40,13 @@
 #![warn(missing_docs)]
 
 #[macro_use]
-pub mod console;
+pub extern crate kauri_os as os;
+
+pub use os::console;
+pub use os::{say, show};
 pub mod cli;
 pub mod host;
 pub mod launch;
-pub mod os;
 pub mod plan;
 pub mod proto;
 pub mod tree;

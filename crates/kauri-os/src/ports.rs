@@ -56,7 +56,7 @@
 //!   (kept until its ranks end) and, were it taken, ask the front end for another port before
 //!   the ranks' environment is made; it does not today.
 
-pub use crate::plan::port_range::{PortRange, RANGE_VARS};
+pub use kauri_core::plan::port_range::{PortRange, RANGE_VARS};
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -98,7 +98,7 @@ fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
         Err(e)
             if e.kind() == io::ErrorKind::AddrInUse
                 && addr.port() != 0
-                && crate::os::peer::only_time_wait_on(addr.port()) =>
+                && crate::peer::only_time_wait_on(addr.port()) =>
         {
             bound_with(addr, false, true)?
         }
@@ -512,7 +512,7 @@ mod tests {
         assert_eq!(std::io::Read::read(&mut &client, &mut b).unwrap(), 0);
         drop(client);
         drop(first);
-        assert!(crate::os::peer::only_time_wait_on(r.low));
+        assert!(crate::peer::only_time_wait_on(r.low));
         let again = listen(lo, Some(&r));
         assert!(again.is_ok(), "{again:?}");
     }

@@ -282,7 +282,7 @@ mod tests {
         let libs = needed_libraries(&me);
         assert!(libs.iter().any(|l| l.starts_with("libc.so")), "{libs:?}");
         // Kauri loads libpmix at run time, so that a job can be served by its own.
-        assert!(!crate::plan::job::wants_pmix(&libs), "{libs:?}");
+        assert!(!kauri_core::plan::job::wants_pmix(&libs), "{libs:?}");
         // Truncated at every length up to the program headers, and random bytes: no panic.
         for n in 0..256.min(me.len()) {
             let _ = needed_libraries(&me[..n]);
@@ -293,14 +293,22 @@ mod tests {
         }
         let _ = needed_libraries(&junk);
         assert!(needed_libraries(b"#!/bin/sh\necho hi\n").is_empty());
-        assert!(crate::plan::job::wants_pmix(&["libmpi.so.40".to_string()]));
-        assert!(crate::plan::job::wants_pmi(&["libmpich.so.12".to_string()]));
-        assert!(!crate::plan::job::wants_pmi(&[
+        assert!(kauri_core::plan::job::wants_pmix(&[
+            "libmpi.so.40".to_string()
+        ]));
+        assert!(kauri_core::plan::job::wants_pmi(&[
+            "libmpich.so.12".to_string()
+        ]));
+        assert!(!kauri_core::plan::job::wants_pmi(&[
             "libmpi.so.40".to_string(),
             "libc.so.6".to_string()
         ]));
-        assert!(crate::plan::job::wants_pmix(&["libpmix.so.2".to_string()]));
-        assert!(!crate::plan::job::wants_pmix(&["libmpi.so.12".to_string()]));
+        assert!(kauri_core::plan::job::wants_pmix(&[
+            "libpmix.so.2".to_string()
+        ]));
+        assert!(!kauri_core::plan::job::wants_pmix(&[
+            "libmpi.so.12".to_string()
+        ]));
         // Open MPI's Fortran and C++ programs name their bindings, not libmpi.so.40.
         for binding in [
             "libmpi_mpifh.so.40",
@@ -309,11 +317,11 @@ mod tests {
             "libmpi_cxx.so.40",
         ] {
             assert!(
-                crate::plan::job::wants_pmix(&[binding.to_string()]),
+                kauri_core::plan::job::wants_pmix(&[binding.to_string()]),
                 "{binding}"
             );
         }
-        assert!(!crate::plan::job::wants_pmix(&[
+        assert!(!kauri_core::plan::job::wants_pmix(&[
             "libmpichfort.so.12".to_string()
         ]));
     }

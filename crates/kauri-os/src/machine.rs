@@ -1,10 +1,10 @@
 //! Which host entries name this machine: a loopback name or address (`localhost`,
 //! `127.x.x.x`, `::1`), its host name whole or short, an address of one of its interfaces, or
 //! a name that resolves to one of those. Reads the interfaces (`getifaddrs`, through
-//! [`crate::os::iface`]) and, for the names nothing cheaper settles, asks the system's
+//! [`crate::iface`]) and, for the names nothing cheaper settles, asks the system's
 //! resolver: all of them at once, for a bounded time ([`RESOLVE_WITHIN`]). Starts nothing.
 
-use crate::os::hostname::is_local;
+use crate::hostname::is_local;
 use std::collections::HashSet;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,7 +57,7 @@ impl Machine {
         ip.is_loopback()
             || self
                 .addresses
-                .get_or_init(crate::os::iface::all_addresses)
+                .get_or_init(crate::iface::all_addresses)
                 .contains(&ip)
     }
 

@@ -100,7 +100,7 @@ pub fn address(name: &str) -> Result<IpAddr, IfaceError> {
             .collect();
         names.sort();
     }
-    let host = crate::os::hostname::local_host();
+    let host = crate::hostname::local_host();
     let name = name.to_string();
     Err(if names.contains(&name) {
         IfaceError::NoAddress { name, host }
