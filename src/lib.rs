@@ -10,8 +10,6 @@
 //!  proto     the protocols: the PMI engine (core), the KVS (core), the service requests
 //!            only the front end answers (core), the PMIx server and Open MPI's job ids
 //!            (core), the name service, the record of a rank's end (core)
-//!  launch    how an agent reaches a host: the launcher kinds and their facts (core), the
-//!            launchers, allocations, Hydra's variables
 //!  plan      what a job is and how it is placed: JobSpec and its words (core), the plan
 //!            sent down the tree (core), each rank's variables (core), the run's hosts, the
 //!            plan's construction, spawn planning
@@ -24,6 +22,8 @@
 //!
 //! and below every folder, crates of their own:
 //!
+//!  launch    (kauri-launch) how an agent reaches a host: the launchers, allocations,
+//!            Hydra's variables (the launcher kinds and their facts are the core's)
 //!  os        (kauri-os) what kauri asks of its machine: names, interfaces, ports, loopback
 //!            peers, programs and their libraries, clocks; and `console`, kauri's own words
 //!            on stdout and stderr
@@ -46,7 +46,7 @@ pub use os::console;
 pub use os::{say, show};
 pub mod cli;
 pub mod host;
-pub mod launch;
+pub use kauri_launch as launch;
 pub mod plan;
 pub mod proto;
 pub mod tree;

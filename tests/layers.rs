@@ -25,9 +25,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The folders of `kauri` (and the crate root's own modules) from the bottom up: each may use
-/// those before it, never one after it. Below them all are the crates `kauri-core` and
-/// `kauri-os` (re-exported as `kauri::os` and `kauri::console`), which cargo keeps apart.
-const ORDER: &[&str] = &["proto", "launch", "plan", "host", "tree", "cli", "main"];
+/// those before it, never one after it. Below them all are the crates `kauri-core`,
+/// `kauri-os` and `kauri-launch` (re-exported as `kauri::os`, `kauri::console` and
+/// `kauri::launch`), which cargo keeps apart.
+const ORDER: &[&str] = &["proto", "plan", "host", "tree", "cli", "main"];
 
 /// What a pure module may not name: I/O, processes, threads, time from the system clock.
 const FORBIDDEN: &[&str] = &[
@@ -449,7 +450,7 @@ fn no_launcher_is_named_outside_launch() {
             Err(_) => src(),
         };
         let rel = file.strip_prefix(&root).unwrap().display().to_string();
-        if rel.starts_with("launch/") {
+        if rel.starts_with("launch/") || file.starts_with(crates.join("kauri-launch")) {
             continue;
         }
         let text = std::fs::read_to_string(file).unwrap();
@@ -467,7 +468,7 @@ fn no_launcher_is_named_outside_launch() {
     assert!(
         wrong.is_empty(),
         "a launcher's facts are methods of launch::kind::LauncherKind; no launcher name \
-         outside src/launch/ (tests/layers.rs):\n{}",
+         outside the launchers' crate (tests/layers.rs):\n{}",
         wrong.join("\n")
     );
 }

@@ -9,11 +9,4 @@ pub use kauri_core::proto::{kvs, pmi, rank, service};
 pub mod nameserver;
 pub mod pmix;
 
-/// Whether `KAURI_PMI_TRACE` asks for the PMI wire trace: set, and neither empty nor `0`
-/// (read once per process).
-pub fn trace_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("KAURI_PMI_TRACE").is_ok_and(|v| !v.trim().is_empty() && v.trim() != "0")
-    })
-}
+pub use crate::os::trace::enabled as trace_enabled;

@@ -18,3 +18,4 @@ pub mod machine;
 pub mod peer;
 pub mod ports;
 pub mod program;
+pub mod trace;

@@ -8,8 +8,8 @@
 //! its own (`cli`), as Hydra 4 does: the command line first, then the variable. This module
 //! reads through a lookup function and touches no process state, files or sockets.
 
-use crate::plan::job::EnvPolicy;
-use crate::plan::port_range::PortRange;
+use kauri_core::plan::job::EnvPolicy;
+use kauri_core::plan::port_range::PortRange;
 
 /// Where the hosts come from when neither `-f` nor `-hosts` names them (Hydra's
 /// `ui/mpich/utils.c`; Intel MPI's name second). Hydra reads it before asking the resource
@@ -73,7 +73,7 @@ pub enum HydraEnvError {
     },
     /// A port-range variable is not `LOW:HIGH`.
     #[error(transparent)]
-    PortRange(#[from] crate::plan::port_range::PortRangeError),
+    PortRange(#[from] kauri_core::plan::port_range::PortRangeError),
 }
 
 impl HydraEnv {

@@ -7,7 +7,7 @@
 //! allocation (it overlaps the ranks' own) and is not counted as the job's tasks.
 
 use super::{command, launch, Launch, Launcher, Target};
-use crate::plan::LaunchPlan;
+use kauri_core::plan::LaunchPlan;
 
 /// Starts agents with `srun` (the plan's `exec`).
 pub struct Slurm;
@@ -35,7 +35,7 @@ impl Launcher for Slurm {
             .args(&plan.extra_args)
             .arg(&plan.agent_path)
             .args(["agent", "--parent", parent, "--slurm"])
-            .args(crate::proto::trace_enabled().then_some("--pmi-trace"));
+            .args(kauri_os::trace::enabled().then_some("--pmi-trace"));
         vec![launch(
             plan.kind,
             targets.iter().map(|t| t.id).collect(),

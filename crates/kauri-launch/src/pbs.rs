@@ -5,7 +5,7 @@
 //! (there is no package to test with): tested with a stand-in `pbs_tmrsh`.
 
 use super::{in_path, per_host, Launch, Launcher, Program, Target};
-use crate::plan::LaunchPlan;
+use kauri_core::plan::LaunchPlan;
 
 /// Starts agents with `pbs_tmrsh` (the plan's `exec`).
 pub struct Pbs;

@@ -28,6 +28,8 @@
 //! start agents inside the job's allocation, so the manager accounts for them and kills them
 //! with the job.
 
+#![warn(missing_docs)]
+
 pub mod allocation;
 mod fork;
 pub mod hydra_env;
@@ -40,7 +42,7 @@ mod slurm;
 mod spawner;
 mod ssh;
 
-use crate::plan::LaunchPlan;
+use kauri_core::plan::LaunchPlan;
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -265,7 +267,7 @@ pub fn agent_args(t: &Target, parent: &str) -> Vec<String> {
         "--host".into(),
         t.host.clone(),
     ];
-    if crate::proto::trace_enabled() {
+    if kauri_os::trace::enabled() {
         a.push("--pmi-trace".into());
     }
     a

@@ -2,7 +2,7 @@
 //! several hosts, for tests and for scale runs.
 
 use super::{agent_args, command_in_session, launch, Launch, Launcher, Target};
-use crate::plan::LaunchPlan;
+use kauri_core::plan::LaunchPlan;
 
 /// Starts agents as local processes (the plan's agent path, kauri itself).
 pub struct Fork;

@@ -1,8 +1,8 @@
 //! The launch-cost probe: one launch of `kauri --version` to a host the way agents will be
-//! launched ([`crate::launch::Launcher::probe`]), timed, for the cost-model tree.
+//! launched ([`crate::Launcher::probe`]), timed, for the cost-model tree.
 
 use super::for_kind;
-use crate::plan::LaunchPlan;
+use kauri_core::plan::LaunchPlan;
 use std::time::{Duration, Instant};
 
 /// How long one launch to `host` takes: `(serial, total)`, the time to start the launcher

@@ -4,7 +4,7 @@
 //! LSF (there is no package to test with): tested with a stand-in `blaunch`.
 
 use super::{per_host, Launch, Launcher, Program, Target};
-use crate::plan::LaunchPlan;
+use kauri_core::plan::LaunchPlan;
 
 /// Starts agents with `blaunch` (the plan's `exec`).
 pub struct Lsf;

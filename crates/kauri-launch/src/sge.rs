@@ -5,7 +5,7 @@
 //! through the user's shell, so the words are quoted.
 
 use super::{per_host, Launch, Launcher, Program, Target};
-use crate::plan::LaunchPlan;
+use kauri_core::plan::LaunchPlan;
 
 /// Starts agents with `qrsh -inherit` (the plan's `exec` is qrsh).
 pub struct Sge;

@@ -8,7 +8,7 @@
 //! do).
 
 use super::LauncherKind;
-use crate::plan::job::HostSpec;
+use kauri_core::plan::job::HostSpec;
 
 /// The resource managers whose allocations [`detect`] reads, in the order it looks.
 pub const MANAGERS: [&str; 4] = ["slurm", "sge", "lsf", "pbs"];

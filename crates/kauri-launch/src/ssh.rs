@@ -2,7 +2,7 @@
 //! first line of the remote agent's stdin.
 
 use super::{agent_args, command, join_words, launch, shell_quote, Launch, Launcher, Target};
-use crate::plan::LaunchPlan;
+use kauri_core::plan::LaunchPlan;
 
 /// Starts agents through ssh or rsh (the plan's `exec`, with its extra arguments and the
 /// remote kauri path).
