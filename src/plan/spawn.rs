@@ -203,7 +203,7 @@ pub(crate) fn plan_spawn(
         });
     }
     let (used, placement) = dense_placement(&node_of);
-    let (name, _) = cluster.names.next_job()?;
+    let (name, _) = cluster.names.next_job().map_err(|e| e.to_string())?;
     cluster.jobs_started += 1;
     add_flux_job_id(&mut apps, &name);
     let (local, remote) = spawned_hosts(cluster, &used, &node_of, &appnum);
