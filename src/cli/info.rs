@@ -80,7 +80,7 @@ pub fn gather() -> Info {
             }),
             None,
         ),
-        Err(e) => (None, Some(e)),
+        Err(e) => (None, Some(e.to_string())),
     };
     Info {
         version: VERSION,

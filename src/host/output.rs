@@ -325,8 +325,15 @@ mod tests {
 
     #[test]
     fn bad_patterns_say_why() {
-        assert!(Pattern::parse("out.%x").unwrap_err().contains("%x"));
-        assert!(Pattern::parse("out.%").unwrap_err().contains("lone %"));
+        use crate::plan::output::PatternError;
+        assert!(matches!(
+            Pattern::parse("out.%x"),
+            Err(PatternError::UnknownSpecifier { spec: 'x', .. })
+        ));
+        assert!(matches!(
+            Pattern::parse("out.%"),
+            Err(PatternError::LonePercent { .. })
+        ));
     }
 
     #[test]

@@ -375,8 +375,8 @@ pub enum PlanError {
     #[error(transparent)]
     UnknownLauncher(#[from] crate::launch::kind::UnknownLauncher),
     /// The resource manager's allocation cannot be read.
-    #[error("{0}")]
-    Allocation(String),
+    #[error(transparent)]
+    Allocation(#[from] crate::launch::allocation::AllocationError),
     /// The allocation's slots come to more ranks than a job may have.
     #[error("{}", crate::plan::job::too_many_ranks(&format!("{size} processes in all (the allocation's slots)")))]
     TooManyRanks {
@@ -527,7 +527,7 @@ fn choose_hosts(
     }
     let mut hosts: Vec<HostSpec> = spec.hosts.clone();
     let allocation = if hosts.is_empty() {
-        crate::launch::allocation::detect().map_err(PlanError::Allocation)?
+        crate::launch::allocation::detect()?
     } else {
         None
     };
@@ -1104,8 +1104,11 @@ mod tests {
             "cannot find a free port for MASTER_PORT: No such file or directory (os error 2)"
         );
         assert_eq!(
-            PlanError::Allocation("SLURM_JOB_NODELIST: bad".into()).to_string(),
-            "SLURM_JOB_NODELIST: bad"
+            PlanError::Allocation(crate::launch::allocation::AllocationError::HostList {
+                list: "n[1-".into()
+            })
+            .to_string(),
+            "bad host list \"n[1-\""
         );
         assert_eq!(
             PlanError::TooManyRanks { size: 7 }.to_string(),

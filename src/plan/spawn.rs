@@ -5,7 +5,7 @@
 use crate::plan::build::{add_flux_job_id, advertise, segment_env, shares_one_machine, Plan};
 
 use crate::os::hostname::is_local;
-use crate::plan::job::{HostSpec, JobSpec};
+use crate::plan::job::{HostSpec, JobSpec, UsageError};
 use crate::plan::output::OutputPlan;
 use crate::plan::{AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
 use crate::proto::kvs::Delta;
@@ -107,8 +107,78 @@ impl Cluster {
     }
 }
 
+/// Why a spawn cannot be planned: each prints the reason the spawning rank is given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    /// A `host` (or `hostfile`) info key names a host the run does not have.
+    #[error("spawn: host {name} is not one of this run's hosts ({})", .known.join(", "))]
+    NotAHost {
+        /// The name given.
+        name: String,
+        /// The run's hosts.
+        known: Vec<String>,
+    },
+    /// A `host` (or `hostfile`) info key names no host at all.
+    #[error("spawn: the host info key names no host")]
+    NoHostNamed,
+    /// The `hostfile` info key's file cannot be read.
+    #[error("spawn: {}", .0.0)]
+    Hostfile(UsageError),
+    /// A `ppr` whose count is not a positive number.
+    #[error("spawn: ppr {ppr}: not a count of processes")]
+    PprCount {
+        /// The directive.
+        ppr: String,
+    },
+    /// A `ppr` per something other than a node.
+    #[error("spawn: ppr {ppr}: only per node is supported, not per {per}")]
+    PprPer {
+        /// The directive.
+        ppr: String,
+        /// What it counts per.
+        per: String,
+    },
+    /// A `map-by` other than node or slot.
+    #[error("spawn: map-by {how} is not supported (node or slot)")]
+    MapBy {
+        /// The mapping asked for.
+        how: String,
+    },
+    /// A spawn of no process.
+    #[error("spawn of 0 processes")]
+    NoProcesses,
+    /// A spawn of more processes than one spawn may start.
+    #[error(
+        "spawn of {total} processes: more than the {max} one spawn may start (KAURI_SPAWN_MAX)"
+    )]
+    TooMany {
+        /// The processes asked for.
+        total: u64,
+        /// The most one spawn may start.
+        max: u64,
+    },
+    /// `ppr` asks for more hosts than the command may use.
+    #[error(
+        "spawn of {nprocs} processes at {ppn} per host needs more hosts than the {hosts} it may use"
+    )]
+    PprRoom {
+        /// The command's processes.
+        nprocs: u32,
+        /// Its processes per host.
+        ppn: u64,
+        /// The distinct hosts it may use.
+        hosts: usize,
+    },
+    /// No candidate host has room left for `ppr`.
+    #[error("spawn: no host has room left")]
+    NoRoomLeft,
+    /// The run has no job number left for another job.
+    #[error(transparent)]
+    JobNumbers(#[from] crate::proto::pmix::jobid::JobNumbersUsed),
+}
+
 /// The hosts an info key names, as indices into the cluster's hosts.
-pub(crate) fn named_hosts(cluster: &Cluster, names: &[String]) -> Result<Vec<usize>, String> {
+pub(crate) fn named_hosts(cluster: &Cluster, names: &[String]) -> Result<Vec<usize>, SpawnError> {
     let mut out = Vec::new();
     for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
         // host:slots is accepted; the slots part is ignored (the job's slots hold).
@@ -133,35 +203,36 @@ pub(crate) fn named_hosts(cluster: &Cluster, names: &[String]) -> Result<Vec<usi
         match found {
             Some(n) => out.push(n),
             None => {
-                let known: Vec<&str> = cluster.hosts.iter().map(|h| h.name.as_str()).collect();
-                return Err(format!(
-                    "spawn: host {name} is not one of this run's hosts ({})",
-                    known.join(", ")
-                ));
+                let known = cluster.hosts.iter().map(|h| h.name.clone()).collect();
+                return Err(SpawnError::NotAHost {
+                    name: name.to_string(),
+                    known,
+                });
             }
         }
     }
     if out.is_empty() {
-        return Err("spawn: the host info key names no host".into());
+        return Err(SpawnError::NoHostNamed);
     }
     Ok(out)
 }
 
 /// Reads a spawn's `ppr` directive, `N:n` or `N:node` (Open MPI's `npernode` and `pernode`
 /// arrive so): N processes per host.
-pub(crate) fn parse_ppr(v: &str) -> Result<u64, String> {
+pub(crate) fn parse_ppr(v: &str) -> Result<u64, SpawnError> {
     let (n, obj) = v.split_once(':').unwrap_or((v, "node"));
     let n: u64 = n
         .trim()
         .parse()
         .ok()
         .filter(|&n| n > 0)
-        .ok_or_else(|| format!("spawn: ppr {v}: not a count of processes"))?;
+        .ok_or_else(|| SpawnError::PprCount { ppr: v.to_string() })?;
     match obj.trim() {
         "n" | "node" => Ok(n),
-        other => Err(format!(
-            "spawn: ppr {v}: only per node is supported, not per {other}"
-        )),
+        other => Err(SpawnError::PprPer {
+            ppr: v.to_string(),
+            per: other.to_string(),
+        }),
     }
 }
 
@@ -175,7 +246,7 @@ pub(crate) fn plan_spawn(
     commands: &[SpawnCommand],
     preput: Delta,
     pmix: Option<&crate::proto::service::PmixSpawn>,
-) -> Result<(JobPlan, Option<HostPlan>, Vec<HostPlan>), String> {
+) -> Result<(JobPlan, Option<HostPlan>, Vec<HostPlan>), SpawnError> {
     let size = spawn_size(commands, cluster.spawn_max)?;
     let mut node_of: Vec<usize> = Vec::with_capacity(size);
     let mut appnum = Vec::with_capacity(size);
@@ -221,15 +292,16 @@ pub(crate) fn plan_spawn(
 
 /// The size of a spawned job: its commands' processes, at least one and at most
 /// `spawn_max`.
-pub(crate) fn spawn_size(commands: &[SpawnCommand], spawn_max: u64) -> Result<usize, String> {
+pub(crate) fn spawn_size(commands: &[SpawnCommand], spawn_max: u64) -> Result<usize, SpawnError> {
     let total: u64 = commands.iter().map(|c| u64::from(c.nprocs)).sum();
     if total == 0 {
-        return Err("spawn of 0 processes".into());
+        return Err(SpawnError::NoProcesses);
     }
     if total > spawn_max {
-        return Err(format!(
-            "spawn of {total} processes: more than the {spawn_max} one spawn may start (KAURI_SPAWN_MAX)"
-        ));
+        return Err(SpawnError::TooMany {
+            total,
+            max: spawn_max,
+        });
     }
     Ok(total as usize)
 }
@@ -253,7 +325,7 @@ pub(crate) struct CommandOptions {
 pub(crate) fn command_options(
     cluster: &Cluster,
     c: &SpawnCommand,
-) -> Result<CommandOptions, String> {
+) -> Result<CommandOptions, SpawnError> {
     let mut how = CommandOptions {
         candidates: (0..cluster.hosts.len()).collect(),
         env: cluster.env.clone(),
@@ -272,8 +344,8 @@ pub(crate) fn command_options(
             }
             "hostfile" => {
                 let path = cluster.cwd.join(v);
-                let listed = crate::plan::hosts::read_hostfile(&path)
-                    .map_err(|e| format!("spawn: {}", e.0))?;
+                let listed =
+                    crate::plan::hosts::read_hostfile(&path).map_err(SpawnError::Hostfile)?;
                 let names: Vec<String> = listed.into_iter().map(|h| h.name).collect();
                 how.candidates = named_hosts(cluster, &names)?;
             }
@@ -286,15 +358,15 @@ pub(crate) fn command_options(
 }
 
 /// Reads a spawn's `map-by`: whether it fills each host's slots before the next.
-pub(crate) fn parse_map_by(v: &str) -> Result<bool, String> {
+pub(crate) fn parse_map_by(v: &str) -> Result<bool, SpawnError> {
     // Open MPI's map_by (PMIX_MAPBY): node (the default here), or slot and its
     // spellings (fill each host's slots before the next host).
     match v.split(':').next().unwrap_or("") {
         "node" => Ok(false),
         "slot" | "core" | "hwthread" | "socket" | "package" | "numa" => Ok(true),
-        other => Err(format!(
-            "spawn: map-by {other} is not supported (node or slot)"
-        )),
+        other => Err(SpawnError::MapBy {
+            how: other.to_string(),
+        }),
     }
 }
 
@@ -316,16 +388,21 @@ pub(crate) fn prepend_path(env: &mut Vec<(OsString, OsString)>, dir: &str) {
 
 /// Whether `nprocs` processes at `ppn` per host fit on `candidates` (a host named twice is
 /// one host).
-pub(crate) fn check_ppr_room(nprocs: u32, ppn: u64, candidates: &[usize]) -> Result<(), String> {
+pub(crate) fn check_ppr_room(
+    nprocs: u32,
+    ppn: u64,
+    candidates: &[usize],
+) -> Result<(), SpawnError> {
     let mut distinct = candidates.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
     let room = ppn.saturating_mul(distinct.len() as u64);
     if u64::from(nprocs) > room {
-        return Err(format!(
-            "spawn of {nprocs} processes at {ppn} per host needs more hosts than the {} it may use",
-            distinct.len()
-        ));
+        return Err(SpawnError::PprRoom {
+            nprocs,
+            ppn,
+            hosts: distinct.len(),
+        });
     }
     Ok(())
 }
@@ -338,7 +415,7 @@ pub(crate) fn place_command(
     cluster: &mut Cluster,
     nprocs: u32,
     how: &CommandOptions,
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<usize>, SpawnError> {
     let candidates = &how.candidates;
     // This command's processes on each host so far (for ppr).
     let mut mine = vec![0u64; cluster.hosts.len()];
@@ -349,7 +426,7 @@ pub(crate) fn place_command(
             // checked above).
             match candidates.iter().find(|&&n| mine[n] < ppn) {
                 Some(&n) => n,
-                None => return Err("spawn: no host has room left".into()),
+                None => return Err(SpawnError::NoRoomLeft),
             }
         } else {
             let start = if how.by_slot { 0 } else { cluster.cursor };
@@ -572,12 +649,13 @@ mod tests {
     fn a_spawn_starts_one_to_spawn_max_processes() {
         assert_eq!(spawn_size(&[command(3, &[]), command(4, &[])], 10), Ok(7));
         assert_eq!(
-            spawn_size(&[command(0, &[])], 10).unwrap_err(),
-            "spawn of 0 processes"
+            spawn_size(&[command(0, &[])], 10),
+            Err(SpawnError::NoProcesses)
         );
-        assert!(spawn_size(&[command(6, &[]), command(5, &[])], 10)
-            .unwrap_err()
-            .contains("spawn of 11 processes: more than the 10"));
+        assert_eq!(
+            spawn_size(&[command(6, &[]), command(5, &[])], 10),
+            Err(SpawnError::TooMany { total: 11, max: 10 })
+        );
     }
 
     #[test]
@@ -585,7 +663,12 @@ mod tests {
         assert_eq!(parse_map_by("node"), Ok(false));
         assert_eq!(parse_map_by("slot:oversubscribe"), Ok(true));
         assert_eq!(parse_map_by("core"), Ok(true));
-        assert!(parse_map_by("board").unwrap_err().contains("map-by board"));
+        assert_eq!(
+            parse_map_by("board"),
+            Err(SpawnError::MapBy {
+                how: "board".into()
+            })
+        );
     }
 
     #[test]
@@ -602,9 +685,14 @@ mod tests {
     #[test]
     fn ppr_room_counts_a_host_named_twice_once() {
         assert!(check_ppr_room(4, 2, &[0, 1]).is_ok());
-        assert!(check_ppr_room(4, 2, &[0, 0])
-            .unwrap_err()
-            .contains("needs more hosts than the 1 it may use"));
+        assert_eq!(
+            check_ppr_room(4, 2, &[0, 0]),
+            Err(SpawnError::PprRoom {
+                nprocs: 4,
+                ppn: 2,
+                hosts: 1
+            })
+        );
     }
 
     #[test]
@@ -727,8 +815,71 @@ mod tests {
         assert_eq!(parse_ppr("2:n"), Ok(2));
         assert_eq!(parse_ppr("1:node"), Ok(1));
         assert_eq!(parse_ppr("3"), Ok(3));
-        assert!(parse_ppr("0:n").is_err());
-        assert!(parse_ppr("x:n").is_err());
-        assert!(parse_ppr("2:socket").unwrap_err().contains("per socket"));
+        assert!(matches!(parse_ppr("0:n"), Err(SpawnError::PprCount { .. })));
+        assert!(matches!(parse_ppr("x:n"), Err(SpawnError::PprCount { .. })));
+        assert!(matches!(
+            parse_ppr("2:socket"),
+            Err(SpawnError::PprPer { per, .. }) if per == "socket"
+        ));
+    }
+
+    /// Each spawn error prints the reason the rank was given when it was text.
+    #[test]
+    fn each_spawn_error_prints_its_line() {
+        let cases = [
+            (
+                SpawnError::NotAHost {
+                    name: "z".into(),
+                    known: vec!["a".into(), "b".into()],
+                },
+                "spawn: host z is not one of this run's hosts (a, b)",
+            ),
+            (
+                SpawnError::NoHostNamed,
+                "spawn: the host info key names no host",
+            ),
+            (
+                SpawnError::Hostfile(UsageError("hostfile h: gone".into())),
+                "spawn: hostfile h: gone",
+            ),
+            (
+                SpawnError::PprCount { ppr: "x:n".into() },
+                "spawn: ppr x:n: not a count of processes",
+            ),
+            (
+                SpawnError::PprPer {
+                    ppr: "2:socket".into(),
+                    per: "socket".into(),
+                },
+                "spawn: ppr 2:socket: only per node is supported, not per socket",
+            ),
+            (
+                SpawnError::MapBy {
+                    how: "board".into(),
+                },
+                "spawn: map-by board is not supported (node or slot)",
+            ),
+            (SpawnError::NoProcesses, "spawn of 0 processes"),
+            (
+                SpawnError::TooMany { total: 11, max: 10 },
+                "spawn of 11 processes: more than the 10 one spawn may start (KAURI_SPAWN_MAX)",
+            ),
+            (
+                SpawnError::PprRoom {
+                    nprocs: 4,
+                    ppn: 2,
+                    hosts: 1,
+                },
+                "spawn of 4 processes at 2 per host needs more hosts than the 1 it may use",
+            ),
+            (SpawnError::NoRoomLeft, "spawn: no host has room left"),
+        ];
+        for (e, line) in cases {
+            assert_eq!(e.to_string(), line);
+        }
+        assert_eq!(
+            SpawnError::from(crate::proto::pmix::jobid::JobNumbersUsed).to_string(),
+            crate::proto::pmix::jobid::JobNumbersUsed.to_string()
+        );
     }
 }

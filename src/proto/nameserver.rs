@@ -102,15 +102,25 @@ impl Default for Limits {
     }
 }
 
+/// A limit's environment variable that is not a positive number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var} must be a positive number, not {value:?}")]
+pub struct BadLimit {
+    /// The variable.
+    pub var: &'static str,
+    /// Its value.
+    pub value: String,
+}
+
 impl Limits {
     /// The defaults, each overridden by its environment variable when set; the error names a
     /// variable that is not a positive number.
-    pub fn from_env() -> Result<Limits, String> {
-        let read = |var: &str, default: usize| match std::env::var(var) {
+    pub fn from_env() -> Result<Limits, BadLimit> {
+        let read = |var: &'static str, default: usize| match std::env::var(var) {
             Err(_) => Ok(default),
             Ok(v) => match v.trim().parse::<usize>() {
                 Ok(n) if n > 0 => Ok(n),
-                _ => Err(format!("{var} must be a positive number, not {v:?}")),
+                _ => Err(BadLimit { var, value: v }),
             },
         };
         Ok(Limits {
@@ -141,8 +151,19 @@ pub fn encode(s: &str) -> String {
     out
 }
 
+/// Why a field does not decode ([`decode`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// A `%` not followed by two hexadecimal digits.
+    #[error("bad escape in {0:?}")]
+    BadEscape(String),
+    /// Bytes that are not UTF-8 once the escapes are undone.
+    #[error("{0:?} is not UTF-8 once decoded")]
+    NotUtf8(String),
+}
+
 /// Reverses [`encode`].
-pub fn decode(s: &str) -> Result<String, String> {
+pub fn decode(s: &str) -> Result<String, DecodeError> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -151,7 +172,7 @@ pub fn decode(s: &str) -> Result<String, String> {
             let hex = s
                 .get(i + 1..i + 3)
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad escape in {s:?}"))?;
+                .ok_or_else(|| DecodeError::BadEscape(s.to_string()))?;
             out.push(hex);
             i += 3;
         } else {
@@ -159,7 +180,7 @@ pub fn decode(s: &str) -> Result<String, String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| format!("{s:?} is not UTF-8 once decoded"))
+    String::from_utf8(out).map_err(|_| DecodeError::NotUtf8(s.to_string()))
 }
 
 /// A table of published names. `owner` tells who published each (a connection), and `by`
@@ -379,12 +400,48 @@ impl<W> Waiting<W> {
     }
 }
 
+/// Why a request line of the server protocol does not parse: each prints the reason the
+/// client is given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// A field the request needs is not there.
+    #[error("{verb}: missing {what}")]
+    Missing {
+        /// The request.
+        verb: String,
+        /// The field.
+        what: &'static str,
+    },
+    /// A field does not decode.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// An empty line.
+    #[error("empty request")]
+    Empty,
+    /// A request the server does not know.
+    #[error("unknown request {verb:?}")]
+    Unknown {
+        /// Its first 40 characters.
+        verb: String,
+    },
+    /// More fields than the request takes.
+    #[error("{verb}: too many fields")]
+    TooManyFields {
+        /// The request.
+        verb: String,
+    },
+}
+
 /// Parses one request line of the server protocol.
-pub fn parse_request(line: &str) -> Result<Service, String> {
+pub fn parse_request(line: &str) -> Result<Service, RequestError> {
     let mut f = line.split(' ');
     let verb = f.next().unwrap_or("");
-    let mut field = |what: &str| -> Result<String, String> {
-        decode(f.next().ok_or_else(|| format!("{verb}: missing {what}"))?)
+    let mut field = |what: &'static str| -> Result<String, RequestError> {
+        let text = f.next().ok_or_else(|| RequestError::Missing {
+            verb: verb.to_string(),
+            what,
+        })?;
+        Ok(decode(text)?)
     };
     let s = match verb {
         "publish" => Service::Publish {
@@ -397,16 +454,17 @@ pub fn parse_request(line: &str) -> Result<Service, String> {
             by: f.next().map(decode).transpose()?,
         },
         "lookup" => Service::lookup(field("name")?),
-        "" => return Err("empty request".into()),
+        "" => return Err(RequestError::Empty),
         v => {
-            return Err(format!(
-                "unknown request {:?}",
-                v.chars().take(40).collect::<String>()
-            ))
+            return Err(RequestError::Unknown {
+                verb: v.chars().take(40).collect(),
+            })
         }
     };
     if f.next().is_some() {
-        return Err(format!("{verb}: too many fields"));
+        return Err(RequestError::TooManyFields {
+            verb: verb.to_string(),
+        });
     }
     Ok(s)
 }
@@ -419,17 +477,25 @@ pub fn key_from_env() -> Option<String> {
     std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty())
 }
 
+/// Why the name server refuses a client's first line: each prints the reason the client is
+/// given before the connection closes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// `auth` with another key.
+    #[error("the key presented is not this name server's (see {KEY_VAR})")]
+    WrongKey,
+    /// Something other than `auth KEY`.
+    #[error("this name server wants its key first (auth KEY; kauri sends {KEY_VAR})")]
+    KeyFirst,
+}
+
 /// Checks a connection's first line against the server's key: `Ok` for `auth KEY` with the
 /// right key, else the reason to give before closing the connection.
-fn check_auth(line: &str, key: &str) -> Result<(), String> {
+fn check_auth(line: &str, key: &str) -> Result<(), AuthError> {
     match line.strip_prefix("auth ").map(decode) {
         Some(Ok(k)) if same_secret(k.as_bytes(), key.as_bytes()) => Ok(()),
-        Some(_) => Err(format!(
-            "the key presented is not this name server's (see {KEY_VAR})"
-        )),
-        None => Err(format!(
-            "this name server wants its key first (auth KEY; kauri sends {KEY_VAR})"
-        )),
+        Some(_) => Err(AuthError::WrongKey),
+        None => Err(AuthError::KeyFirst),
     }
 }
 
@@ -557,7 +623,7 @@ async fn serve_client(sock: TcpStream, served: Served) {
             Err(e) => {
                 say!("kauri nameserver: refused a client at {addr}: {e}");
                 let _ = wr
-                    .write_all(format!("error {}\n", encode(&e)).as_bytes())
+                    .write_all(format!("error {}\n", encode(&e.to_string())).as_bytes())
                     .await;
                 break;
             }
@@ -578,7 +644,7 @@ fn answer(
     authenticated: &mut bool,
     key: Option<&str>,
     apply: impl FnOnce(&Service) -> ServiceReply,
-) -> Result<String, String> {
+) -> Result<String, AuthError> {
     if let (false, Some(key)) = (*authenticated, key) {
         check_auth(text, key)?;
         *authenticated = true;
@@ -588,7 +654,7 @@ fn answer(
     } else {
         Ok(match parse_request(text) {
             Ok(s) => reply_line(&apply(&s)),
-            Err(e) => format!("error {}\n", encode(&e)),
+            Err(e) => format!("error {}\n", encode(&e.to_string())),
         })
     }
 }
@@ -732,7 +798,9 @@ fn read_answer(addr: &str, a: &str) -> Result<Option<String>, Refused> {
     let a = a.trim_end();
     match a.split_once(' ').unwrap_or((a, "")) {
         ("ok", "") => Ok(None),
-        ("ok", p) => decode(p).map(Some).map_err(Refused::Other),
+        ("ok", p) => decode(p)
+            .map(Some)
+            .map_err(|e| Refused::Other(e.to_string())),
         ("error", e) => Err(refused_from_reason(
             decode(e).unwrap_or_else(|_| e.to_string()),
         )),
@@ -930,9 +998,9 @@ mod tests {
             assert!(!e.contains([' ', '\n', '\r']));
             assert_eq!(decode(&e).unwrap(), s);
         }
-        assert!(decode("%4").is_err());
-        assert!(decode("%zz").is_err());
-        assert!(decode("%FF").is_err());
+        assert_eq!(decode("%4"), Err(DecodeError::BadEscape("%4".into())));
+        assert_eq!(decode("%zz"), Err(DecodeError::BadEscape("%zz".into())));
+        assert_eq!(decode("%FF"), Err(DecodeError::NotUtf8("%FF".into())));
     }
 
     #[test]
@@ -960,19 +1028,98 @@ mod tests {
             parse_request("lookup x").unwrap(),
             Service::lookup("x".into())
         );
-        assert!(parse_request("publish a p by extra")
-            .unwrap_err()
-            .contains("too many"));
-        assert!(parse_request("publish onlyname")
-            .unwrap_err()
-            .contains("missing port"));
-        assert!(parse_request("lookup a b")
-            .unwrap_err()
-            .contains("too many"));
-        assert!(parse_request("frobnicate x")
-            .unwrap_err()
-            .contains("unknown request"));
-        assert!(parse_request("").is_err());
+        let too_many = |verb: &str| {
+            Err(RequestError::TooManyFields {
+                verb: verb.to_string(),
+            })
+        };
+        assert_eq!(parse_request("publish a p by extra"), too_many("publish"));
+        assert_eq!(
+            parse_request("publish onlyname"),
+            Err(RequestError::Missing {
+                verb: "publish".into(),
+                what: "port"
+            })
+        );
+        assert_eq!(parse_request("lookup a b"), too_many("lookup"));
+        assert_eq!(
+            parse_request("frobnicate x"),
+            Err(RequestError::Unknown {
+                verb: "frobnicate".into()
+            })
+        );
+        assert_eq!(parse_request(""), Err(RequestError::Empty));
+        assert_eq!(
+            parse_request("lookup %zz"),
+            Err(RequestError::Decode(DecodeError::BadEscape("%zz".into())))
+        );
+    }
+
+    /// The name server's typed errors print the lines it gave when they were text.
+    #[test]
+    fn each_name_server_error_prints_its_line() {
+        let cases: [(Box<dyn std::error::Error>, &str); 11] = [
+            (
+                Box::new(BadLimit {
+                    var: MAX_CLIENTS_VAR,
+                    value: "x".into(),
+                }),
+                "KAURI_NAMESERVER_MAX_CLIENTS must be a positive number, not \"x\"",
+            ),
+            (
+                Box::new(DecodeError::BadEscape("%4".into())),
+                "bad escape in \"%4\"",
+            ),
+            (
+                Box::new(DecodeError::NotUtf8("%FF".into())),
+                "\"%FF\" is not UTF-8 once decoded",
+            ),
+            (
+                Box::new(RequestError::Missing {
+                    verb: "publish".into(),
+                    what: "port",
+                }),
+                "publish: missing port",
+            ),
+            (
+                Box::new(RequestError::Decode(DecodeError::BadEscape("%4".into()))),
+                "bad escape in \"%4\"",
+            ),
+            (Box::new(RequestError::Empty), "empty request"),
+            (
+                Box::new(RequestError::Unknown {
+                    verb: "frob".into(),
+                }),
+                "unknown request \"frob\"",
+            ),
+            (
+                Box::new(RequestError::TooManyFields {
+                    verb: "lookup".into(),
+                }),
+                "lookup: too many fields",
+            ),
+            (
+                Box::new(AuthError::WrongKey),
+                "the key presented is not this name server's (see KAURI_NAMESERVER_KEY)",
+            ),
+            (
+                Box::new(AuthError::KeyFirst),
+                "this name server wants its key first (auth KEY; kauri sends KAURI_NAMESERVER_KEY)",
+            ),
+            (
+                Box::new(RequestError::Unknown {
+                    verb: "x".repeat(40),
+                }),
+                &format!("unknown request {:?}", "x".repeat(40)),
+            ),
+        ];
+        for (e, line) in cases {
+            assert_eq!(e.to_string(), line);
+        }
+        assert!(matches!(
+            parse_request(&"y".repeat(100)),
+            Err(RequestError::Unknown { verb }) if verb.len() == 40
+        ));
     }
 
     #[test]

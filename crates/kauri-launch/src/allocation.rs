@@ -22,8 +22,105 @@ pub struct Allocation {
     pub hosts: Vec<HostSpec>,
 }
 
+/// Why a resource manager's allocation cannot be read: each prints the one line kauri gives.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocationError {
+    /// A Slurm host list that does not parse.
+    #[error("bad host list {list:?}")]
+    HostList {
+        /// The list.
+        list: String,
+    },
+    /// A range in a Slurm host list that does not parse or runs backwards.
+    #[error("bad host range {range:?} in {list:?}")]
+    HostRange {
+        /// The range.
+        range: String,
+        /// The whole list.
+        list: String,
+    },
+    /// A `SLURM_TASKS_PER_NODE` that does not parse.
+    #[error("bad SLURM_TASKS_PER_NODE {spec:?}")]
+    TasksPerNode {
+        /// Its value.
+        spec: String,
+    },
+    /// A `SLURM_TASKS_PER_NODE` with another number of nodes than the host list.
+    #[error("SLURM_TASKS_PER_NODE {spec:?} does not match {nodes} node(s)")]
+    TasksMismatch {
+        /// Its value.
+        spec: String,
+        /// The host list's nodes.
+        nodes: usize,
+    },
+    /// An `LSB_MCPU_HOSTS` that is not host and count pairs.
+    #[error("LSB_MCPU_HOSTS {list:?}: expected \"HOST1 N1 HOST2 N2 ...\"")]
+    Lsf {
+        /// Its value.
+        list: String,
+    },
+    /// The file a variable names cannot be read.
+    #[error("cannot read {var} {path}: {why}")]
+    ReadFile {
+        /// The variable (`PE_HOSTFILE`, `PBS_NODEFILE`).
+        var: &'static str,
+        /// The file.
+        path: String,
+        /// What the system said.
+        #[source]
+        why: std::io::Error,
+    },
+    /// The file a variable names does not parse.
+    #[error("{var} {path}: {fault}")]
+    File {
+        /// The variable (`PE_HOSTFILE`, `PBS_NODEFILE`).
+        var: &'static str,
+        /// The file.
+        path: String,
+        /// What is wrong in it.
+        #[source]
+        fault: FileFault,
+    },
+}
+
+/// What is wrong in a Grid Engine PE host file or a PBS node file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileFault {
+    /// A line that is not what the format expects.
+    #[error("line {line}: expected {expected}, got {got:?}")]
+    BadLine {
+        /// Its number, from 1.
+        line: usize,
+        /// What the format expects there.
+        expected: &'static str,
+        /// The line.
+        got: String,
+    },
+    /// A file with no host in it.
+    #[error("lists no host")]
+    NoHost,
+}
+
+/// Reads the file `path` that variable `var` names.
+fn read_named(var: &'static str, path: &str) -> Result<String, AllocationError> {
+    std::fs::read_to_string(path).map_err(|why| AllocationError::ReadFile {
+        var,
+        path: path.to_string(),
+        why,
+    })
+}
+
+/// The error for the file `path` that variable `var` names, when it does not parse.
+fn in_file<'a>(var: &'static str, path: &'a str) -> impl FnOnce(FileFault) -> AllocationError + 'a {
+    move |fault| AllocationError::File {
+        var,
+        path: path.to_string(),
+        fault,
+    }
+}
+
 /// Reads the allocation from the environment.
-pub fn detect() -> Result<Option<Allocation>, String> {
+pub fn detect() -> Result<Option<Allocation>, AllocationError> {
     if let Ok(list) =
         std::env::var("SLURM_JOB_NODELIST").or_else(|_| std::env::var("SLURM_NODELIST"))
     {
@@ -41,11 +138,10 @@ pub fn detect() -> Result<Option<Allocation>, String> {
         }));
     }
     if let (Ok(path), Ok(_)) = (std::env::var("PE_HOSTFILE"), std::env::var("JOB_ID")) {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read PE_HOSTFILE {path}: {e}"))?;
+        let text = read_named("PE_HOSTFILE", &path)?;
         return Ok(Some(Allocation {
             manager: LauncherKind::Sge,
-            hosts: parse_pe_hostfile(&text).map_err(|e| format!("PE_HOSTFILE {path}: {e}"))?,
+            hosts: parse_pe_hostfile(&text).map_err(in_file("PE_HOSTFILE", &path))?,
         }));
     }
     if let Ok(list) = std::env::var("LSB_MCPU_HOSTS") {
@@ -55,11 +151,10 @@ pub fn detect() -> Result<Option<Allocation>, String> {
         }));
     }
     if let Ok(path) = std::env::var("PBS_NODEFILE") {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read PBS_NODEFILE {path}: {e}"))?;
+        let text = read_named("PBS_NODEFILE", &path)?;
         return Ok(Some(Allocation {
             manager: LauncherKind::Pbs,
-            hosts: parse_pbs_nodefile(&text).map_err(|e| format!("PBS_NODEFILE {path}: {e}"))?,
+            hosts: parse_pbs_nodefile(&text).map_err(in_file("PBS_NODEFILE", &path))?,
         }));
     }
     Ok(None)
@@ -159,7 +254,7 @@ fn slot_count(word: &str) -> Option<usize> {
 
 /// Parses a Grid Engine PE host file: one `HOST SLOTS QUEUE PROCESSOR-RANGE` line per queue
 /// instance (only the first two words are used).
-pub fn parse_pe_hostfile(text: &str) -> Result<Vec<HostSpec>, String> {
+pub fn parse_pe_hostfile(text: &str) -> Result<Vec<HostSpec>, FileFault> {
     let mut hosts = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -169,24 +264,26 @@ pub fn parse_pe_hostfile(text: &str) -> Result<Vec<HostSpec>, String> {
                 add_slots(&mut hosts, host, slot_count(slots).unwrap_or(1))
             }
             _ => {
-                return Err(format!(
-                    "line {}: expected \"HOST SLOTS QUEUE PROCESSORS\", got {:?}",
-                    i + 1,
-                    line
-                ))
+                return Err(FileFault::BadLine {
+                    line: i + 1,
+                    expected: "\"HOST SLOTS QUEUE PROCESSORS\"",
+                    got: line.to_string(),
+                })
             }
         }
     }
     if hosts.is_empty() {
-        return Err("lists no host".into());
+        return Err(FileFault::NoHost);
     }
     Ok(hosts)
 }
 
 /// Parses LSF's `LSB_MCPU_HOSTS`: `HOST1 N1 HOST2 N2 ...`.
-pub fn parse_lsb_mcpu_hosts(list: &str) -> Result<Vec<HostSpec>, String> {
+pub fn parse_lsb_mcpu_hosts(list: &str) -> Result<Vec<HostSpec>, AllocationError> {
     let words: Vec<&str> = list.split_whitespace().collect();
-    let bad = || format!("LSB_MCPU_HOSTS {list:?}: expected \"HOST1 N1 HOST2 N2 ...\"");
+    let bad = || AllocationError::Lsf {
+        list: list.to_string(),
+    };
     if words.is_empty() || words.len() % 2 != 0 {
         return Err(bad());
     }
@@ -198,29 +295,33 @@ pub fn parse_lsb_mcpu_hosts(list: &str) -> Result<Vec<HostSpec>, String> {
 }
 
 /// Parses a PBS/Torque node file: one host name per line, one line per slot.
-pub fn parse_pbs_nodefile(text: &str) -> Result<Vec<HostSpec>, String> {
+pub fn parse_pbs_nodefile(text: &str) -> Result<Vec<HostSpec>, FileFault> {
     let mut hosts = Vec::new();
     for (i, line) in text.lines().enumerate() {
         match line.split_whitespace().collect::<Vec<_>>()[..] {
             [] => continue,
             [name] => add_slots(&mut hosts, name, 1),
             _ => {
-                return Err(format!(
-                    "line {}: expected one host name, got {:?}",
-                    i + 1,
-                    line
-                ))
+                return Err(FileFault::BadLine {
+                    line: i + 1,
+                    expected: "one host name",
+                    got: line.to_string(),
+                })
             }
         }
     }
     if hosts.is_empty() {
-        return Err("lists no host".into());
+        return Err(FileFault::NoHost);
     }
     Ok(hosts)
 }
 
 /// Expands a Slurm host list: `node[01-03,07],login1` -> node01 node02 node03 node07 login1.
-pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
+pub fn expand_hostlist(list: &str) -> Result<Vec<String>, AllocationError> {
+    let bad_range = |range: &str| AllocationError::HostRange {
+        range: range.to_string(),
+        list: list.to_string(),
+    };
     let mut out = Vec::new();
     let mut depth = 0;
     let mut start = 0;
@@ -247,13 +348,11 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
                         Some((a, b)) => {
                             let width = a.len();
                             let (x, y): (u64, u64) = (
-                                a.parse()
-                                    .map_err(|_| format!("bad host range {range:?} in {list:?}"))?,
-                                b.parse()
-                                    .map_err(|_| format!("bad host range {range:?} in {list:?}"))?,
+                                a.parse().map_err(|_| bad_range(range))?,
+                                b.parse().map_err(|_| bad_range(range))?,
                             );
                             if y < x || y - x > 1_000_000 {
-                                return Err(format!("bad host range {range:?} in {list:?}"));
+                                return Err(bad_range(range));
                             }
                             for n in x..=y {
                                 out.push(format!("{prefix}{n:0width$}{suffix}"));
@@ -264,14 +363,21 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, String> {
                 }
             }
             (None, None) => out.push(p.to_string()),
-            _ => return Err(format!("bad host list {list:?}")),
+            _ => {
+                return Err(AllocationError::HostList {
+                    list: list.to_string(),
+                })
+            }
         }
     }
     Ok(out)
 }
 
 /// Expands `SLURM_TASKS_PER_NODE` (`2(x3),1`) to one count per node; empty means 1 each.
-pub fn expand_tasks_per_node(spec: &str, nodes: usize) -> Result<Vec<usize>, String> {
+pub fn expand_tasks_per_node(spec: &str, nodes: usize) -> Result<Vec<usize>, AllocationError> {
+    let bad = || AllocationError::TasksPerNode {
+        spec: spec.to_string(),
+    };
     if spec.trim().is_empty() {
         return Ok(vec![1; nodes]);
     }
@@ -281,20 +387,15 @@ pub fn expand_tasks_per_node(spec: &str, nodes: usize) -> Result<Vec<usize>, Str
             Some((n, r)) => (n, r.trim_end_matches(')')),
             None => (part, "1"),
         };
-        let n: usize = n
-            .trim()
-            .parse()
-            .map_err(|_| format!("bad SLURM_TASKS_PER_NODE {spec:?}"))?;
-        let rep: usize = rep
-            .trim()
-            .parse()
-            .map_err(|_| format!("bad SLURM_TASKS_PER_NODE {spec:?}"))?;
+        let n: usize = n.trim().parse().map_err(|_| bad())?;
+        let rep: usize = rep.trim().parse().map_err(|_| bad())?;
         out.extend(std::iter::repeat_n(n.max(1), rep.min(1_000_000)));
     }
     if out.len() != nodes {
-        return Err(format!(
-            "SLURM_TASKS_PER_NODE {spec:?} does not match {nodes} node(s)"
-        ));
+        return Err(AllocationError::TasksMismatch {
+            spec: spec.to_string(),
+            nodes,
+        });
     }
     Ok(out)
 }
@@ -311,8 +412,14 @@ mod tests {
             vec!["n01", "n02", "n03", "n07", "login1"]
         );
         assert_eq!(expand_hostlist("a[9-10]b").unwrap(), vec!["a9b", "a10b"]);
-        assert!(expand_hostlist("n[3-1]").is_err());
-        assert!(expand_hostlist("n[1-").is_err());
+        assert!(matches!(
+            expand_hostlist("n[3-1]"),
+            Err(AllocationError::HostRange { range, .. }) if range == "3-1"
+        ));
+        assert!(matches!(
+            expand_hostlist("n[1-"),
+            Err(AllocationError::HostList { .. })
+        ));
     }
 
     fn h(name: &str, slots: usize) -> HostSpec {
@@ -354,10 +461,10 @@ mod tests {
         );
         assert_eq!(parse_pe_hostfile("n1 4").unwrap(), vec![h("n1", 4)]);
         let e = parse_pe_hostfile("n1 2 q UNDEFINED\nn2 two q UNDEFINED\n").unwrap_err();
-        assert!(e.starts_with("line 2: expected"), "{e}");
+        assert!(matches!(e, FileFault::BadLine { line: 2, .. }), "{e}");
         assert!(parse_pe_hostfile("n1\n").is_err());
         assert!(parse_pe_hostfile("n1 0 q x\n").is_err());
-        assert!(parse_pe_hostfile("\n").is_err());
+        assert_eq!(parse_pe_hostfile("\n"), Err(FileFault::NoHost));
     }
 
     #[test]
@@ -377,8 +484,11 @@ mod tests {
             parse_pbs_nodefile("p1\np1\n\np2\n").unwrap(),
             vec![h("p1", 2), h("p2", 1)]
         );
-        assert!(parse_pbs_nodefile("p1 np=2\n").is_err());
-        assert!(parse_pbs_nodefile("").is_err());
+        assert!(matches!(
+            parse_pbs_nodefile("p1 np=2\n"),
+            Err(FileFault::BadLine { line: 1, .. })
+        ));
+        assert_eq!(parse_pbs_nodefile(""), Err(FileFault::NoHost));
     }
 
     #[test]
@@ -388,7 +498,82 @@ mod tests {
             vec![2, 2, 2, 1]
         );
         assert_eq!(expand_tasks_per_node("", 2).unwrap(), vec![1, 1]);
-        assert!(expand_tasks_per_node("2(x3)", 2).is_err());
-        assert!(expand_tasks_per_node("x", 1).is_err());
+        assert!(matches!(
+            expand_tasks_per_node("2(x3)", 2),
+            Err(AllocationError::TasksMismatch { nodes: 2, .. })
+        ));
+        assert!(matches!(
+            expand_tasks_per_node("x", 1),
+            Err(AllocationError::TasksPerNode { .. })
+        ));
+    }
+
+    /// Each allocation error prints the line kauri gave when it was text.
+    #[test]
+    fn each_allocation_error_prints_its_line() {
+        let io = || std::io::Error::from_raw_os_error(2);
+        let cases = [
+            (
+                AllocationError::HostList { list: "n[1-".into() },
+                "bad host list \"n[1-\"",
+            ),
+            (
+                AllocationError::HostRange {
+                    range: "3-1".into(),
+                    list: "n[3-1]".into(),
+                },
+                "bad host range \"3-1\" in \"n[3-1]\"",
+            ),
+            (
+                AllocationError::TasksPerNode { spec: "x".into() },
+                "bad SLURM_TASKS_PER_NODE \"x\"",
+            ),
+            (
+                AllocationError::TasksMismatch {
+                    spec: "2(x3)".into(),
+                    nodes: 2,
+                },
+                "SLURM_TASKS_PER_NODE \"2(x3)\" does not match 2 node(s)",
+            ),
+            (
+                AllocationError::Lsf { list: "a b".into() },
+                "LSB_MCPU_HOSTS \"a b\": expected \"HOST1 N1 HOST2 N2 ...\"",
+            ),
+            (
+                AllocationError::ReadFile {
+                    var: "PE_HOSTFILE",
+                    path: "/x".into(),
+                    why: io(),
+                },
+                "cannot read PE_HOSTFILE /x: No such file or directory (os error 2)",
+            ),
+            (
+                AllocationError::File {
+                    var: "PE_HOSTFILE",
+                    path: "/x".into(),
+                    fault: parse_pe_hostfile("n1 2 q u\nn2 two q u\n").unwrap_err(),
+                },
+                "PE_HOSTFILE /x: line 2: expected \"HOST SLOTS QUEUE PROCESSORS\", got \"n2 two q u\"",
+            ),
+            (
+                AllocationError::File {
+                    var: "PBS_NODEFILE",
+                    path: "/y".into(),
+                    fault: parse_pbs_nodefile("p1 np=2\n").unwrap_err(),
+                },
+                "PBS_NODEFILE /y: line 1: expected one host name, got \"p1 np=2\"",
+            ),
+            (
+                AllocationError::File {
+                    var: "PBS_NODEFILE",
+                    path: "/y".into(),
+                    fault: FileFault::NoHost,
+                },
+                "PBS_NODEFILE /y: lists no host",
+            ),
+        ];
+        for (e, line) in cases {
+            assert_eq!(e.to_string(), line);
+        }
     }
 }

@@ -376,7 +376,7 @@ impl Root {
         let planned = plan_spawn(&mut self.cluster, spawner, commands, preput, pmix.as_ref());
         let (plan, local, remote) = match planned {
             Ok(x) => x,
-            Err(e) => return self.answer(asker, ServiceReply::Spawn(Err(e))),
+            Err(e) => return self.answer(asker, ServiceReply::Spawn(Err(e.to_string()))),
         };
         let idx = self.jobs.len();
         info!(idx, kvsname = %plan.kvsname, size = plan.size, "spawning a job");

@@ -42,10 +42,30 @@ pub struct Origin<'a> {
     pub host: &'a str,
 }
 
+/// Why an output pattern cannot be parsed: each prints the line kauri gives after the option's
+/// name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// A `%` followed by a letter that is no specifier.
+    #[error("unknown specifier %{spec} in {text:?} (use %r, %g, %p, %h, %t or %%)")]
+    UnknownSpecifier {
+        /// The character after the `%`.
+        spec: char,
+        /// The whole pattern.
+        text: String,
+    },
+    /// A `%` as the last character.
+    #[error("{text:?} ends with a lone % (write %% for a %)")]
+    LonePercent {
+        /// The whole pattern.
+        text: String,
+    },
+}
+
 impl Pattern {
     /// Parses `text`. An unknown specifier or a `%` at the end is an error, as in Hydra (which
     /// finds out at the first line of output; kauri before it starts anything).
-    pub fn parse(text: &str) -> Result<Pattern, String> {
+    pub fn parse(text: &str) -> Result<Pattern, PatternError> {
         let mut pieces = Vec::new();
         let mut lit = String::new();
         let mut chars = text.chars();
@@ -64,12 +84,17 @@ impl Pattern {
                 Some('p') => Piece::Proxy,
                 Some('h') => Piece::Host,
                 Some('t') => Piece::Time,
-                Some(other) => {
-                    return Err(format!(
-                        "unknown specifier %{other} in {text:?} (use %r, %g, %p, %h, %t or %%)"
-                    ))
+                Some(spec) => {
+                    return Err(PatternError::UnknownSpecifier {
+                        spec,
+                        text: text.to_string(),
+                    })
                 }
-                None => return Err(format!("{text:?} ends with a lone % (write %% for a %)")),
+                None => {
+                    return Err(PatternError::LonePercent {
+                        text: text.to_string(),
+                    })
+                }
             };
             if !lit.is_empty() {
                 pieces.push(Piece::Text(std::mem::take(&mut lit)));
@@ -142,4 +167,37 @@ pub struct OutputPlan {
     /// When kauri started, in milliseconds since the Unix epoch (`%t` counts from it on every
     /// host's clock).
     pub start_unix_ms: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bad pattern is refused by kind, with the line kauri printed when it was text.
+    #[test]
+    fn a_bad_pattern_is_refused_by_kind_with_its_line() {
+        let e = Pattern::parse("out.%x").unwrap_err();
+        assert_eq!(
+            e,
+            PatternError::UnknownSpecifier {
+                spec: 'x',
+                text: "out.%x".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "unknown specifier %x in \"out.%x\" (use %r, %g, %p, %h, %t or %%)"
+        );
+        let e = Pattern::parse("out.%").unwrap_err();
+        assert_eq!(
+            e,
+            PatternError::LonePercent {
+                text: "out.%".into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "\"out.%\" ends with a lone % (write %% for a %)"
+        );
+    }
 }

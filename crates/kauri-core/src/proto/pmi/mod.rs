@@ -181,6 +181,82 @@ pub enum Output {
     },
 }
 
+/// Why the engine refuses a rank's request at once: each prints the reason the rank is given
+/// in its reply's status (or, for a bad `initack`, in the protocol error reported up).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// An `initack`'s `pmiid` is not a number.
+    #[error("bad pmiid {0:?}")]
+    BadPmiid(String),
+    /// A PMI id that is no rank of this agent's.
+    #[error("PMI id {id} is not a rank served here")]
+    NotServedHere {
+        /// The id given.
+        id: i64,
+    },
+    /// The rank has a connection already.
+    #[error("rank {rank} is already connected")]
+    AlreadyConnected {
+        /// The rank.
+        rank: usize,
+    },
+    /// A PMI-2 `fullinit` naming no rank on a connection that has none.
+    #[error("fullinit without pmirank on an unbound connection")]
+    NoPmirank,
+    /// A put of an empty key.
+    #[error("empty key")]
+    EmptyKey,
+    /// A put whose key is longer than the wire allows.
+    #[error("key of {len} bytes exceeds {KEY_MAX}")]
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+    },
+    /// A put whose value is longer than the wire allows.
+    #[error("value of {len} bytes exceeds {VALUE_MAX}")]
+    ValueTooLong {
+        /// The value's length in bytes.
+        len: usize,
+    },
+    /// A put of a key the process manager keeps for itself.
+    #[error("key {key} is reserved (PMI_ prefix)")]
+    ReservedKey {
+        /// The key.
+        key: String,
+    },
+    /// A fence on a connection with no rank.
+    #[error("a connection with no rank cannot enter a fence (send initack first)")]
+    FenceUnbound,
+    /// A rank entering a fence it is in already.
+    #[error("rank {rank} is already in fence {epoch}")]
+    AlreadyInFence {
+        /// The rank.
+        rank: usize,
+        /// The fence's number.
+        epoch: u64,
+    },
+    /// A spawn with no command.
+    #[error("spawn with no command")]
+    SpawnNoCommand,
+    /// A spawn of a command with an empty program name.
+    #[error("spawn of an empty program name ({nprocs} processes)")]
+    SpawnEmptyName {
+        /// The processes that command asked for.
+        nprocs: u32,
+    },
+}
+
+/// The front end answered a rank's question with a reply to another one: an internal error,
+/// reported as a protocol error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("internal: {asked:?} answered with {reply:?}")]
+struct Mismatch {
+    /// The question.
+    asked: Asked,
+    /// The reply.
+    reply: ServiceReply,
+}
+
 /// Which reply a pending [`Output::Request`] is waiting for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Asked {
@@ -670,15 +746,15 @@ impl Engine {
             .unwrap_or(0)
     }
 
-    fn bind(&mut self, conn: ConnId, id: i64) -> Result<usize, String> {
+    fn bind(&mut self, conn: ConnId, id: i64) -> Result<usize, Refusal> {
         let r = usize::try_from(id)
             .ok()
             .filter(|r| self.ranks.contains_key(r))
-            .ok_or_else(|| format!("PMI id {id} is not a rank served here"))?;
+            .ok_or(Refusal::NotServedHere { id })?;
         if self.conns.values().any(|c| c.rank == Some(r)) {
             match self.conns.get(&conn) {
                 Some(c) if c.rank == Some(r) => {}
-                _ => return Err(format!("rank {r} is already connected")),
+                _ => return Err(Refusal::AlreadyConnected { rank: r }),
             }
         }
         self.conns.entry(conn).or_default().rank = Some(r);
@@ -706,30 +782,30 @@ impl Engine {
         }
     }
 
-    fn check_put(key: &str, value: &str) -> Result<(), String> {
+    fn check_put(key: &str, value: &str) -> Result<(), Refusal> {
         if key.is_empty() {
-            Err("empty key".into())
+            Err(Refusal::EmptyKey)
         } else if key.len() > KEY_MAX {
-            Err(format!("key of {} bytes exceeds {KEY_MAX}", key.len()))
+            Err(Refusal::KeyTooLong { len: key.len() })
         } else if value.len() > VALUE_MAX {
-            Err(format!(
-                "value of {} bytes exceeds {VALUE_MAX}",
-                value.len()
-            ))
+            Err(Refusal::ValueTooLong { len: value.len() })
         } else if key.starts_with("PMI_") {
-            Err(format!("key {key} is reserved (PMI_ prefix)"))
+            Err(Refusal::ReservedKey {
+                key: key.to_string(),
+            })
         } else {
             Ok(())
         }
     }
 
     /// Enters the fence; `Err` when the connection has no rank.
-    fn enter_fence(&mut self, conn: ConnId, waiter: Waiter) -> Result<(), String> {
-        let rank = self
-            .rank_of(conn)
-            .ok_or("a connection with no rank cannot enter a fence (send initack first)")?;
+    fn enter_fence(&mut self, conn: ConnId, waiter: Waiter) -> Result<(), Refusal> {
+        let rank = self.rank_of(conn).ok_or(Refusal::FenceUnbound)?;
         if !self.in_fence.insert(rank) {
-            return Err(format!("rank {rank} is already in fence {}", self.epoch));
+            return Err(Refusal::AlreadyInFence {
+                rank,
+                epoch: self.epoch,
+            });
         }
         self.fence_waiters.push(waiter);
         if self.in_fence.len() == self.ranks.len() {
@@ -773,23 +849,20 @@ impl Engine {
         } else {
             v1::service_answer(asked, reply).map(|msg| self.send_v1(w.conn, msg))
         };
-        if let Err(error) = sent {
+        if let Err(e) = sent {
             self.out.push(Output::ProtocolError {
                 rank: self.rank_of(w.conn),
-                error,
+                error: e.to_string(),
             });
         }
     }
 
-    fn spawn_request(spawn: pmi_wire::Spawn) -> Result<Service, String> {
+    fn spawn_request(spawn: pmi_wire::Spawn) -> Result<Service, Refusal> {
         if spawn.commands.is_empty() {
-            return Err("spawn with no command".into());
+            return Err(Refusal::SpawnNoCommand);
         }
         if let Some(c) = spawn.commands.iter().find(|c| c.execname.is_empty()) {
-            return Err(format!(
-                "spawn of an empty program name ({} processes)",
-                c.nprocs
-            ));
+            return Err(Refusal::SpawnEmptyName { nprocs: c.nprocs });
         }
         Ok(Service::Spawn {
             commands: spawn.commands,
@@ -1594,5 +1667,84 @@ cmd=get kvsname=other key=PMI_dead_processes
         // A timestamp on each line (the subscriber's): the year.
         assert!(text.lines().all(|l| l.starts_with("20")), "{text}");
         assert_eq!(session(false), "", "the trace was off");
+    }
+
+    /// Each refusal prints the reason ranks were given as text before it had a type.
+    #[test]
+    fn each_refusal_prints_its_reason() {
+        let cases = [
+            (Refusal::BadPmiid("x".into()), "bad pmiid \"x\""),
+            (
+                Refusal::NotServedHere { id: -1 },
+                "PMI id -1 is not a rank served here",
+            ),
+            (
+                Refusal::AlreadyConnected { rank: 3 },
+                "rank 3 is already connected",
+            ),
+            (
+                Refusal::NoPmirank,
+                "fullinit without pmirank on an unbound connection",
+            ),
+            (Refusal::EmptyKey, "empty key"),
+            (
+                Refusal::KeyTooLong { len: 65 },
+                "key of 65 bytes exceeds 64",
+            ),
+            (
+                Refusal::ValueTooLong { len: 1025 },
+                "value of 1025 bytes exceeds 1024",
+            ),
+            (
+                Refusal::ReservedKey {
+                    key: "PMI_x".into(),
+                },
+                "key PMI_x is reserved (PMI_ prefix)",
+            ),
+            (
+                Refusal::FenceUnbound,
+                "a connection with no rank cannot enter a fence (send initack first)",
+            ),
+            (
+                Refusal::AlreadyInFence { rank: 1, epoch: 2 },
+                "rank 1 is already in fence 2",
+            ),
+            (Refusal::SpawnNoCommand, "spawn with no command"),
+            (
+                Refusal::SpawnEmptyName { nprocs: 4 },
+                "spawn of an empty program name (4 processes)",
+            ),
+        ];
+        for (e, line) in cases {
+            assert_eq!(e.to_string(), line);
+        }
+    }
+
+    /// The engine's checks give the kind of refusal.
+    #[test]
+    fn the_checks_refuse_by_kind() {
+        assert_eq!(Engine::check_put("", "v"), Err(Refusal::EmptyKey));
+        assert_eq!(
+            Engine::check_put(&"k".repeat(65), "v"),
+            Err(Refusal::KeyTooLong { len: 65 })
+        );
+        assert_eq!(
+            Engine::check_put("k", &"v".repeat(1025)),
+            Err(Refusal::ValueTooLong { len: 1025 })
+        );
+        let mut e = engine(2);
+        assert_eq!(e.bind(9, 5), Err(Refusal::NotServedHere { id: 5 }));
+        assert_eq!(e.bind(9, 0), Err(Refusal::AlreadyConnected { rank: 0 }));
+        assert_eq!(e.enter_fence(9, Waiter::v1(9)), Err(Refusal::FenceUnbound));
+        assert_eq!(e.enter_fence(0, Waiter::v1(0)), Ok(()));
+        assert_eq!(
+            e.enter_fence(0, Waiter::v1(0)),
+            Err(Refusal::AlreadyInFence { rank: 0, epoch: 0 })
+        );
+        let spawn = pmi_wire::Spawn::default();
+        assert_eq!(
+            Engine::spawn_request(spawn).unwrap_err(),
+            Refusal::SpawnNoCommand
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! the connection it came from (or leaves the rank waiting: a barrier, a question for the front
 //! end).
 
-use super::{Asked, ConnId, Engine, Output, Waiter, HWLOC_XMLFILE_KEY, PUBLISH_KVS};
+use super::{
+    Asked, ConnId, Engine, Mismatch, Output, Refusal, Waiter, HWLOC_XMLFILE_KEY, PUBLISH_KVS,
+};
 use crate::proto::service::{Service, ServiceReply};
 use pmi_wire::limits::{KEY_MAX, KVSNAME_MAX, VALUE_MAX};
 use pmi_wire::v1::{Request as Q, Response as A};
@@ -21,7 +23,7 @@ enum PutRoute {
     /// Into this agent's pending puts, readable after the next fence.
     Put,
     /// Refused, with why.
-    Refuse(String),
+    Refuse(Refusal),
 }
 
 /// Where `put` of `key=value` under `kvsname` goes, in a job whose puts are visible at once
@@ -64,7 +66,7 @@ fn negotiate(version: u32, subversion: u32) -> A {
 
 /// The PMI-1 reply to a rank whose question `asked` the front end answered with `reply`;
 /// `Err` (an internal error, to report) when `reply` does not answer that question.
-pub(super) fn service_answer(asked: Asked, reply: ServiceReply) -> Result<A, String> {
+pub(super) fn service_answer(asked: Asked, reply: ServiceReply) -> Result<A, Mismatch> {
     let fail = |e: String| Status::error(1, e);
     Ok(match (asked, reply) {
         // No `errcodes`: clients read their absence as all 0, and a long list would
@@ -93,7 +95,7 @@ pub(super) fn service_answer(asked: Asked, reply: ServiceReply) -> Result<A, Str
                 port: None,
             },
         },
-        (asked, reply) => return Err(format!("internal: {asked:?} answered with {reply:?}")),
+        (asked, reply) => return Err(Mismatch { asked, reply }),
     })
 }
 
@@ -149,7 +151,7 @@ impl Engine {
         let id = pmiid
             .trim()
             .parse::<i64>()
-            .map_err(|_| format!("bad pmiid {pmiid:?}"));
+            .map_err(|_| Refusal::BadPmiid(pmiid.to_string()));
         match id.and_then(|id| self.bind(conn, id)) {
             Ok(rank) => {
                 self.send_v1(conn, A::InitAck);
@@ -171,7 +173,7 @@ impl Engine {
             Err(e) => {
                 self.out.push(Output::ProtocolError {
                     rank: None,
-                    error: e,
+                    error: e.to_string(),
                 });
                 self.out.push(Output::Close { conn });
             }
@@ -213,7 +215,7 @@ impl Engine {
             Some(g) => format!("group barriers ({g}) need PMI 1.2; kauri speaks 1.1"),
             None => match self.enter_fence(conn, Waiter::v1(conn)) {
                 Ok(()) => return,
-                Err(e) => e,
+                Err(e) => e.to_string(),
             },
         };
         let status = Status::error(-1, error);
@@ -238,7 +240,7 @@ impl Engine {
                 self.kvs.put(&key, &value);
                 Status::ok()
             }
-            PutRoute::Refuse(e) => Status::error(-1, e),
+            PutRoute::Refuse(e) => Status::error(-1, e.to_string()),
         };
         self.send_v1(conn, A::PutResult(status));
     }
@@ -322,7 +324,7 @@ impl Engine {
             Err(e) => self.send_v1(
                 conn,
                 A::SpawnResult {
-                    status: Status::error(-1, e),
+                    status: Status::error(-1, e.to_string()),
                     errcodes: Vec::new(),
                 },
             ),
@@ -354,11 +356,11 @@ mod tests {
         assert_eq!(put_route(true, "kvs_0", "", ""), PutRoute::Ignore);
         assert_eq!(
             put_route(false, "kvs_0", "", ""),
-            PutRoute::Refuse("empty key".into())
+            PutRoute::Refuse(Refusal::EmptyKey)
         );
         assert!(matches!(
             put_route(true, "kvs_0", "PMI_x", "v"),
-            PutRoute::Refuse(e) if e.contains("reserved")
+            PutRoute::Refuse(Refusal::ReservedKey { key }) if key == "PMI_x"
         ));
     }
 
@@ -396,8 +398,16 @@ mod tests {
         );
         assert_eq!(refused, Ok(A::PublishResult(Status::error(1, "taken"))));
         let wrong = service_answer(Asked::Spawn, ServiceReply::Done(Ok(())));
-        assert!(wrong
-            .unwrap_err()
-            .starts_with("internal: Spawn answered with"));
+        assert_eq!(
+            wrong,
+            Err(Mismatch {
+                asked: Asked::Spawn,
+                reply: ServiceReply::Done(Ok(()))
+            })
+        );
+        assert_eq!(
+            wrong.unwrap_err().to_string(),
+            "internal: Spawn answered with Done(Ok(()))"
+        );
     }
 }

@@ -2,14 +2,14 @@
 //! under the frame's `thrid` (or leaves the rank waiting: a fence, a node attribute, a question
 //! for the front end).
 
-use super::{Asked, ConnId, Engine, Waiter, DEAD_PROCESSES_KEY};
+use super::{Asked, ConnId, Engine, Mismatch, Refusal, Waiter, DEAD_PROCESSES_KEY};
 use crate::proto::service::{Service, ServiceReply};
 use pmi_wire::v2::{Frame, Lookup, Request as Q, Response as A};
 use pmi_wire::Status;
 
 /// The PMI-2 reply to a rank whose question `asked` the front end answered with `reply`;
 /// `Err` (an internal error, to report) when `reply` does not answer that question.
-pub(super) fn service_answer(asked: Asked, reply: ServiceReply) -> Result<A, String> {
+pub(super) fn service_answer(asked: Asked, reply: ServiceReply) -> Result<A, Mismatch> {
     let fail = |e: String| Status::error(1, e);
     Ok(match (asked, reply) {
         (Asked::Spawn, ServiceReply::Spawn(Ok(d))) => A::Spawn {
@@ -32,7 +32,7 @@ pub(super) fn service_answer(asked: Asked, reply: ServiceReply) -> Result<A, Str
             Ok(port) => Lookup::found(port),
             Err(e) => Lookup::not_found(e.to_string()),
         }),
-        (asked, reply) => return Err(format!("internal: {asked:?} answered with {reply:?}")),
+        (asked, reply) => return Err(Mismatch { asked, reply }),
     })
 }
 
@@ -86,7 +86,7 @@ impl Engine {
         let bound = match (self.rank_of(conn), pmirank) {
             (Some(r), _) => Ok(r),
             (None, Some(id)) => self.bind(conn, id),
-            (None, None) => Err("fullinit without pmirank on an unbound connection".into()),
+            (None, None) => Err(Refusal::NoPmirank),
         };
         let reply = match bound {
             Ok(rank) => {
@@ -102,7 +102,7 @@ impl Engine {
                 }
             }
             Err(e) => A::FullInit {
-                status: Status::error(-1, e),
+                status: Status::error(-1, e.to_string()),
                 rank: -1,
                 size: self.job.size as i64,
                 appnum: 0,
@@ -142,7 +142,7 @@ impl Engine {
                 self.kvs.put(key, value);
                 Status::ok()
             }
-            Err(e) => Status::error(-1, e),
+            Err(e) => Status::error(-1, e.to_string()),
         };
         self.send_v2(conn, thrid, A::KvsPut(status));
     }
@@ -172,7 +172,7 @@ impl Engine {
     /// `kvs-fence`: enters the fence (answered when it completes), or refuses at once.
     fn v2_fence(&mut self, conn: ConnId, thrid: Option<String>) {
         if let Err(e) = self.enter_fence(conn, Waiter::v2(conn, thrid.clone())) {
-            self.send_v2(conn, thrid, A::KvsFence(Status::error(-1, e)));
+            self.send_v2(conn, thrid, A::KvsFence(Status::error(-1, e.to_string())));
         }
     }
 
@@ -197,7 +197,7 @@ impl Engine {
                 self.node_attrs.insert(key, value);
                 Status::ok()
             }
-            Err(e) => Status::error(-1, e),
+            Err(e) => Status::error(-1, e.to_string()),
         };
         self.send_v2(conn, thrid, A::InfoPutNodeAttr(status));
     }
@@ -234,7 +234,7 @@ impl Engine {
                 conn,
                 thrid,
                 A::Spawn {
-                    status: Status::error(-1, e),
+                    status: Status::error(-1, e.to_string()),
                     jobid: None,
                     errcodes: Vec::new(),
                 },
@@ -269,8 +269,16 @@ mod tests {
         let done = service_answer(Asked::Unpublish, ServiceReply::Done(Ok(())));
         assert_eq!(done, Ok(A::NameUnpublish(Status::ok())));
         let wrong = service_answer(Asked::Lookup, ServiceReply::Done(Ok(())));
+        assert!(matches!(
+            wrong,
+            Err(Mismatch {
+                asked: Asked::Lookup,
+                ..
+            })
+        ));
         assert!(wrong
             .unwrap_err()
+            .to_string()
             .starts_with("internal: Lookup answered with"));
         let spawned = SpawnDone {
             jobid: "kvs_1".into(),

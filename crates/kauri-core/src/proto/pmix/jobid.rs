@@ -72,6 +72,14 @@ fn leading_number(s: &str) -> u32 {
     })
 }
 
+/// A run has started as many jobs as Open MPI 5 can tell apart ([`MAX_SPAWNED_JOBS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "spawn: this run has used all {MAX_SPAWNED_JOBS} job numbers Open MPI can tell \
+     apart in one run (as under PRRTE); start the work in more than one run"
+)]
+pub struct JobNumbersUsed;
+
 /// The names of one run's spawned jobs: `BASE@N`, N from 1, skipping a number whose Open MPI
 /// 4.1 id is an earlier job's.
 #[derive(Debug, Clone)]
@@ -94,7 +102,7 @@ impl JobNames {
 
     /// The next spawned job's name and its local number, or why there is none: the run has
     /// started as many jobs as Open MPI 5 can tell apart ([`MAX_SPAWNED_JOBS`]).
-    pub fn next_job(&mut self) -> Result<(String, u32), String> {
+    pub fn next_job(&mut self) -> Result<(String, u32), JobNumbersUsed> {
         while self.next <= MAX_SPAWNED_JOBS {
             let n = self.next;
             self.next += 1;
@@ -103,10 +111,7 @@ impl JobNames {
                 return Ok((name, n));
             }
         }
-        Err(format!(
-            "spawn: this run has used all {MAX_SPAWNED_JOBS} job numbers Open MPI can tell \
-             apart in one run (as under PRRTE); start the work in more than one run"
-        ))
+        Err(JobNumbersUsed)
     }
 }
 
@@ -183,7 +188,11 @@ mod tests {
             last = n;
         }
         assert!(last <= MAX_SPAWNED_JOBS && last > MAX_SPAWNED_JOBS - 64);
-        let why = names.next_job().unwrap_err();
-        assert!(why.contains("32767"), "{why}");
+        assert_eq!(names.next_job(), Err(JobNumbersUsed));
+        assert_eq!(
+            JobNumbersUsed.to_string(),
+            "spawn: this run has used all 32767 job numbers Open MPI can tell apart in one run \
+             (as under PRRTE); start the work in more than one run"
+        );
     }
 }
