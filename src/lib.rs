@@ -7,9 +7,6 @@
 //! `tests/layers.rs` checks the folders' order:
 //!
 //! ```text
-//!  proto     the protocols: the PMI engine (core), the KVS (core), the service requests
-//!            only the front end answers (core), the PMIx server and Open MPI's job ids
-//!            (core), the name service, the record of a rank's end (core)
 //!  plan      what a job is and how it is placed: JobSpec and its words (core), the plan
 //!            sent down the tree (core), each rank's variables (core), the run's hosts, the
 //!            plan's construction, spawn planning
@@ -22,6 +19,8 @@
 //!
 //! and below every folder, crates of their own:
 //!
+//!  proto     (kauri-proto) the PMIx server and the name service (the PMI engine, the
+//!            KVS, the service requests and the rank-end record are the core's)
 //!  launch    (kauri-launch) how an agent reaches a host: the launchers, allocations,
 //!            Hydra's variables (the launcher kinds and their facts are the core's)
 //!  os        (kauri-os) what kauri asks of its machine: names, interfaces, ports, loopback
@@ -48,5 +47,5 @@ pub mod cli;
 pub mod host;
 pub use kauri_launch as launch;
 pub mod plan;
-pub mod proto;
+pub use kauri_proto as proto;
 pub mod tree;

@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 
 /// The folders of `kauri` (and the crate root's own modules) from the bottom up: each may use
 /// those before it, never one after it. Below them all are the crates `kauri-core`,
-/// `kauri-os` and `kauri-launch` (re-exported as `kauri::os`, `kauri::console` and
-/// `kauri::launch`), which cargo keeps apart.
-const ORDER: &[&str] = &["proto", "plan", "host", "tree", "cli", "main"];
+/// `kauri-os`, `kauri-proto` and `kauri-launch` (re-exported as `kauri::os`,
+/// `kauri::console`, `kauri::proto` and `kauri::launch`), which cargo keeps apart.
+const ORDER: &[&str] = &["plan", "host", "tree", "cli", "main"];
 
 /// What a pure module may not name: I/O, processes, threads, time from the system clock.
 const FORBIDDEN: &[&str] = &[

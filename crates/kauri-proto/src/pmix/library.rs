@@ -28,7 +28,7 @@
 //! Kauri loads the library it found into itself, so it loads only a file that no one but
 //! root and the user who runs kauri could have put there ([`trusted`]).
 
-use crate::os::elf::dynamic_of;
+use kauri_os::elf::dynamic_of;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 

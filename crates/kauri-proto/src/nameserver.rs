@@ -44,7 +44,7 @@
 //! `LINE_MAX × (NAMES_MAX + 2 × CLIENTS_MAX)`, 150 MiB with the defaults; one client's share
 //! is at most `LINE_MAX × (NAMES_PER_CLIENT_MAX + 2)`, 8 MiB.
 
-use crate::proto::service::{Publisher, Refused, Service, ServiceReply, Wait};
+use crate::service::{Publisher, Refused, Service, ServiceReply, Wait};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;

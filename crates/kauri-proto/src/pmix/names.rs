@@ -1,10 +1,10 @@
 //! PMIx publish, lookup and unpublish as kauri's name requests: what a client's `pmix_info_t`s
 //! ask for ([`publish_items`], [`lookup_wait`]), how each name becomes one
-//! [`Service`](crate::proto::service::Service) request to the run's name table (the same table, or
+//! [`Service`](crate::service::Service) request to the run's name table (the same table, or
 //! `kauri nameserver`, that PMI-1/PMI-2 ranks use), and how the answers to one call's names
 //! make its one PMIx status ([`Batch`]).
 //!
-//! Plain data: the host ([`crate::host::node`]) sends the requests up the tree and calls the
+//! Plain data: the host (`host::node`) sends the requests up the tree and calls the
 //! library's callback; nothing here touches the library.
 //!
 //! What is honoured: string values and byte objects (kept as text, see [`encode_bytes`]),
@@ -20,7 +20,7 @@ use super::ffi::{
     InfoVal, Status, PMIX_ERROR, PMIX_ERR_BAD_PARAM, PMIX_ERR_EXISTS, PMIX_ERR_NOT_FOUND,
     PMIX_ERR_NO_PERMISSIONS, PMIX_ERR_TYPE_MISMATCH, PMIX_SUCCESS,
 };
-use crate::proto::service::{Refused, ServiceReply, Wait};
+use crate::service::{Refused, ServiceReply, Wait};
 
 /// `PMIX_WAIT`: wait until the names are published.
 pub const WAIT: &str = "pmix.wait";
@@ -309,7 +309,7 @@ mod tests {
             result_of(&err(Refused::Exists { name: a() })),
             Err(PMIX_ERR_EXISTS)
         );
-        let by = crate::proto::service::Publisher::Process("x:0".into());
+        let by = crate::service::Publisher::Process("x:0".into());
         assert_eq!(
             result_of(&err(Refused::NotYours { name: a(), by })),
             Err(PMIX_ERR_NO_PERMISSIONS)

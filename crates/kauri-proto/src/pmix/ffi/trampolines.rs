@@ -501,9 +501,9 @@ pub(super) unsafe extern "C" fn up_log(
                 t.push('\n');
             }
             if to_stderr {
-                crate::console::err(&t);
+                kauri_os::console::err(&t);
             } else {
-                crate::console::out(&t);
+                kauri_os::console::out(&t);
             }
         }
         PMIX_SUCCESS
@@ -596,7 +596,7 @@ pub(super) unsafe extern "C" fn up_job_control(
 ) -> Status {
     // SAFETY: the library passes ndirs valid entries.
     let dirs = unsafe { read_infos(directives, ndirs) };
-    let status = crate::proto::pmix::control::answer(&dirs);
+    let status = crate::pmix::control::answer(&dirs);
     if status != PMIX_SUCCESS || cbfunc.is_null() {
         // SAFETY: the library passes a valid proc (or NULL).
         return unsafe { unsupported("job_control", requestor) };

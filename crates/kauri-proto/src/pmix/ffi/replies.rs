@@ -244,11 +244,11 @@ unsafe impl Send for LookupReply {}
 
 impl LookupReply {
     /// Completes the lookup: `found` holds each name and its value as the name table keeps
-    /// it (see [`crate::proto::pmix::names`]). A typed value goes back with its type and its
+    /// it (see [`crate::pmix::names`]). A typed value goes back with its type and its
     /// publisher; a string or byte object as published, said to come from `publisher` (a
     /// namespace) and rank `PMIX_RANK_UNDEF` (the table does not keep who published those).
     pub fn done(self, status: Status, found: &[(String, String)], publisher: &str) {
-        use crate::proto::pmix::names::{decode_bytes, decode_scalar};
+        use crate::pmix::names::{decode_bytes, decode_scalar};
         if FINALIZED.load(Ordering::SeqCst) {
             return;
         }

@@ -55,12 +55,12 @@ struct Door {
 static DOOR: Mutex<Option<Door>> = Mutex::new(None);
 
 /// Opens this process's door on loopback (a port of `range`, when given), once: its port.
-pub fn open(range: Option<&crate::plan::port_range::PortRange>) -> Result<u16, String> {
+pub fn open(range: Option<&kauri_core::plan::port_range::PortRange>) -> Result<u16, String> {
     let mut door = DOOR.lock().map_err(|_| "PMIx state poisoned".to_string())?;
     if let Some(d) = door.as_ref() {
         return Ok(d.port);
     }
-    let l = crate::os::ports::listen(std::net::Ipv4Addr::LOCALHOST.into(), range)
+    let l = kauri_os::ports::listen(std::net::Ipv4Addr::LOCALHOST.into(), range)
         .map_err(|e| format!("cannot listen for PMIx clients on loopback: {e}"))?;
     let port = l
         .local_addr()

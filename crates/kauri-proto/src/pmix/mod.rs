@@ -6,7 +6,7 @@
 //! this host registers its namespace ([`JobInfo`], [`register`]) and its local clients, and
 //! each rank's environment comes from the library ([`ffi::setup_fork`]). What the library asks
 //! of its host arrives as [`Upcall`]s on the namespace's channel and is handled by the
-//! [`Node`](crate::host::node::Node): a fence is a tree allgather of the hosts' opaque blobs, a
+//! `Node`: a fence is a tree allgather of the hosts' opaque blobs, a
 //! direct-modex request is routed through the tree to the host of the rank in question;
 //! publish, lookup and unpublish are requests to the run's name table, as PMI's are
 //! ([`names`]); a job-control request is answered at once ([`control`]).
@@ -26,7 +26,7 @@ pub use ffi::{
     Status, Upcall, Val,
 };
 
-use crate::plan::{HostPlan, JobPlan};
+use kauri_core::plan::{HostPlan, JobPlan};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -147,7 +147,7 @@ fn make_places() -> Result<(), String> {
 struct Start {
     host: String,
     tmpdir: String,
-    range: Option<crate::plan::port_range::PortRange>,
+    range: Option<kauri_core::plan::port_range::PortRange>,
 }
 
 /// A job offered PMIx on this host before the library started: registered when it does.
@@ -286,7 +286,7 @@ impl Server {
             make_places().map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
             let init = |port| ffi::init(&start.tmpdir, host, port);
             match &start.range {
-                Some(r) => crate::os::ports::with_free_port(r, |port| init(Some(port)))
+                Some(r) => kauri_os::ports::with_free_port(r, |port| init(Some(port)))
                     .unwrap_or_else(|e| Err(e.to_string())),
                 None => init(None),
             }
@@ -804,7 +804,7 @@ pub const DEREGISTER_GRACE: std::time::Duration = std::time::Duration::from_secs
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{AppPlan, RankPlan};
+    use kauri_core::plan::{AppPlan, RankPlan};
 
     /// A directory kauri makes at a predictable path is used only when it is its user's: made
     /// here with mode 0700, or found there as a real directory of this user with mode 0700

@@ -145,14 +145,14 @@ fn open(path: &str) -> Result<*mut c_void, String> {
 }
 
 /// Loads the library: [`LIBRARY_VAR`]'s file (the user's own choice, loaded as named), else
-/// the one [`choose_library`] chose when kauri may load it ([`crate::proto::pmix::library::trusted`]:
+/// the one [`choose_library`] chose when kauri may load it ([`crate::pmix::library::trusted`]:
 /// on another host than the one that chose it, the file is another), then the system's.
 fn load() -> Result<Lib, String> {
     let mut errors = Vec::new();
     let wanted = match std::env::var(LIBRARY_VAR).ok().filter(|v| !v.is_empty()) {
         Some(v) => Some(v),
         None => CHOSEN.lock().ok().and_then(|c| c.clone()).and_then(|c| {
-            match crate::proto::pmix::library::trusted(std::path::Path::new(&c)) {
+            match crate::pmix::library::trusted(std::path::Path::new(&c)) {
                 Ok(f) => Some(f.to_string_lossy().into_owned()),
                 Err(why) => {
                     errors.push(format!("not loading {c}: {why}"));
@@ -232,7 +232,7 @@ pub fn library_file() -> Option<std::path::PathBuf> {
 /// first 8 MiB.
 pub fn release_of(path: &std::path::Path) -> Option<String> {
     let f = std::fs::File::open(path).ok()?;
-    let read = |off: u64, len: usize| crate::os::elf::read_at_most(&f, off, len);
+    let read = |off: u64, len: usize| kauri_os::elf::read_at_most(&f, off, len);
     let (off, len) = rodata(&read).unwrap_or((0, 8 << 20));
     // In pieces, each overlapping the last by more than a version line: the line sits near
     // the start of Debian's section and near the end of the wheel's, and a whole section read

@@ -138,7 +138,7 @@ pub(super) fn init_items(tmpdir: &str, host: &str) -> Vec<(String, Val)> {
     vec![
         (
             "pmix.srv.nspace".into(),
-            Val::Str(crate::proto::pmix::door::server_nspace()),
+            Val::Str(crate::pmix::door::server_nspace()),
         ),
         ("pmix.srv.rank".into(), Val::Rank(0)),
         ("pmix.srvr.tmpdir".into(), Val::Str(tmpdir.into())),
