@@ -1,6 +1,4 @@
-//! Lays out kauri's hot code first in its text (`src/main.order`, see [`hot_order`]).
-//!
-//! Also stamps the build for `kauri --version` and `kauri -info`: `KAURI_GIT_COMMIT` (the
+//! Stamps the build for `kauri --version` and `kauri -info`: `KAURI_GIT_COMMIT` (the
 //! variable when set, else `git rev-parse --short HEAD` in a git checkout, else `unknown`) and
 //! `KAURI_BUILD_DATE` (UTC, from `SOURCE_DATE_EPOCH` when set, for reproducible builds, else
 //! now).
@@ -9,59 +7,7 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    hot_order();
     stamp();
-}
-
-/// Passes `src/main.order` to the linker (lld's `--symbol-ordering-file`): the functions a
-/// short job runs are then laid out together at the start of kauri's text, so that its start
-/// maps (and its exit unmaps) a few hundred kilobytes of it, not most of its 3.3 MB
-/// (docs/performance.md, "The hot code laid out first"). Only where the file's names are this build's: a
-/// release build for x86-64 Linux by the rustc the file was made for, linked by that rustc's
-/// own linker (lld, the default there since Rust 1.90), not one the user chose. Otherwise the
-/// build goes on without it, warned when the compiler differs.
-fn hot_order() {
-    const FILE: &str = "src/main.order";
-    println!("cargo:rerun-if-changed={FILE}");
-    println!("cargo:rerun-if-env-changed=CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER");
-    let var = |k: &str| std::env::var(k).unwrap_or_default();
-    if var("PROFILE") != "release" || var("TARGET") != "x86_64-unknown-linux-gnu" {
-        return;
-    }
-    let flags = var("CARGO_ENCODED_RUSTFLAGS");
-    if flags.contains("linker")
-        || flags.contains("link-self-contained")
-        || std::env::var_os("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER").is_some()
-    {
-        return;
-    }
-    let Ok(text) = std::fs::read_to_string(FILE) else {
-        return;
-    };
-    let made = text
-        .lines()
-        .find_map(|l| l.strip_prefix("# rustc: "))
-        .unwrap_or("no rustc named");
-    let rustc = Command::new(var("RUSTC"))
-        .arg("--version")
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    if made.trim() != rustc {
-        println!(
-            "cargo:warning={FILE} was made for {made}, this is {rustc}: kauri's hot code is \
-             not laid out first (contrib/tools/hot-order.py make)"
-        );
-        return;
-    }
-    let path = std::path::Path::new(&var("CARGO_MANIFEST_DIR")).join(FILE);
-    println!(
-        "cargo:rustc-link-arg-bin=kauri=-Wl,--symbol-ordering-file={}",
-        path.display()
-    );
-    // Names the file has and this build has not (a function renamed or gone) are left out.
-    println!("cargo:rustc-link-arg-bin=kauri=-Wl,--no-warn-symbol-ordering");
 }
 
 /// The output of `git ARGS`, trimmed, when git runs and succeeds.
