@@ -142,6 +142,8 @@ fn open() -> Result<Hwloc, String> {
 
 /// This machine's topology as hwloc 2 XML, I/O objects included.
 fn discover() -> Result<Vec<u8>, String> {
+    // hwloc reads its variables (`getenv`) as it loads: not while the environment changes.
+    let _env = crate::os::env::lock();
     let l = open()?;
     // SAFETY: takes nothing.
     let v = unsafe { (l.api_version)() };
@@ -186,8 +188,16 @@ mod tests {
     #[test]
     fn the_file_is_made_ahead_holds_the_topology_and_is_made_once() {
         assert!(XML.get().is_none(), "made before this test asked");
+        // While the environment is being changed (the lock held), hwloc does not read it.
+        let env = crate::os::env::lock();
         make_ahead();
         make_ahead();
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        assert!(
+            XML.get().is_none(),
+            "the topology was made while the environment's lock was held"
+        );
+        drop(env);
         let t = std::time::Instant::now();
         while XML.get().is_none() {
             assert!(

@@ -12,6 +12,7 @@
 pub mod console;
 pub mod clock;
 pub mod elf;
+pub mod env;
 pub mod hostname;
 pub mod iface;
 pub mod machine;

@@ -98,8 +98,10 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
     // user chose one (PMIX_MCA_gds). OpenPMIx 4.2.2's shared-memory stores (ds12, ds21) fail
     // a second job spawned into the same server ("PMIX ERROR … gds_ds12_lock_pthread.c",
     // NOT_AVAILABLE: its ranks cannot read their peers' data and abort; mpi4py's test_spawn).
-    // (The library reads it from the environment when it starts; the process is single
-    // threaded until then, and its ranks' environments are made without it.)
+    // (The library reads it from the environment when it starts, and its ranks' environments
+    // are made without it. Other threads run by then, one of them perhaps in libhwloc, which
+    // reads the environment too: the changes and the start hold the environment's lock.)
+    let env = kauri_os::env::lock();
     if std::env::var_os("PMIX_MCA_gds").is_none() {
         std::env::set_var("PMIX_MCA_gds", "hash");
     }
@@ -121,6 +123,7 @@ pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
     if port.is_some() {
         std::env::remove_var(PORT_VAR);
     }
+    drop(env);
     check("PMIx_server_init", rc)?;
     Box::leak(module);
     *done = true;
