@@ -46,6 +46,6 @@ pub use os::{say, show};
 pub mod cli;
 pub mod host;
 pub use kauri_launch as launch;
-pub mod plan;
+pub use kauri_plan as plan;
 pub use kauri_proto as proto;
 pub mod tree;

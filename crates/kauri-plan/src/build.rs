@@ -3,26 +3,26 @@
 //! cost, each segment's wiring evidence and environment, the PMIx library, and the split into
 //! the ranks of this host and the hosts agents serve.
 
-use crate::launch::kind::LauncherKind;
-use crate::os::hostname::is_local;
-use crate::plan::hosts::{host_list, HostList};
-use crate::plan::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
-use crate::plan::output::{OutputOptions, OutputPlan};
-use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
-use crate::tree::shape::LaunchCost;
+use crate::hosts::{host_list, HostList};
+use kauri_core::plan::job::{EnvPolicy, Evidence, HostSpec, JobSpec, Placement, PmiChoice, Wiring};
+use kauri_core::plan::output::{OutputOptions, OutputPlan};
+use kauri_core::plan::{Adopt, AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
+use kauri_core::tree::shape::LaunchCost;
+use kauri_launch::kind::LauncherKind;
+use kauri_os::hostname::is_local;
 use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use tracing::debug;
 
-pub use crate::tree::policy::STATUS_LAUNCHER;
+pub use kauri_core::tree::policy::STATUS_LAUNCHER;
 
 /// The default width of the agent tree.
 pub const DEFAULT_TREE_WIDTH: usize = 8;
 
 /// A job name unique across concurrent launches on this host.
-pub(crate) fn kvsname(host: &str) -> String {
+pub fn kvsname(host: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -32,15 +32,15 @@ pub(crate) fn kvsname(host: &str) -> String {
 
 /// How a job is wired up: as asked, or (`auto`) both PMI-1/PMI-2 and PMIx, whatever its
 /// programs are (each rank speaks the one its MPI speaks; the PMIx server starts only when a
-/// client needs it: [`crate::proto::pmix::door`]); a job set up for Open MPI's PMI-1 path
+/// client needs it: [`kauri_proto::pmix::door`]); a job set up for Open MPI's PMI-1 path
 /// (`FLUX_PMI_LIBRARY_PATH` in its environment) is PMI.
 ///
 /// Also says what reading the segments' programs found ([`segment_evidence`]), whatever
 /// `--pmi` asked: whether the job looks like an MPI job (a segment's program is linked to an
-/// MPI or a PMI library, or names one past itself; [`crate::tree::policy::never_wired`]
+/// MPI or a PMI library, or names one past itself; [`kauri_core::tree::policy::never_wired`]
 /// speaks only of those), and whether a segment's program is linked to Open MPI or
 /// `libpmix` (its hosts start their PMIx servers at once).
-pub(crate) fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> Wired {
+pub fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> Wired {
     let found: Vec<Evidence> = apps.iter().map(segment_evidence).collect();
     debug!(?found, ?choice, "the segments' programs");
     let wiring = match choice {
@@ -51,15 +51,15 @@ pub(crate) fn wiring(choice: PmiChoice, apps: &[AppPlan]) -> Wired {
     };
     Wired {
         wiring,
-        mpi: crate::plan::job::MpiSign::of(&found),
+        mpi: kauri_core::plan::job::MpiSign::of(&found),
         pmix_now: wiring == Wiring::Pmix || found.contains(&Evidence::Pmix),
         pmix_library: None,
     }
 }
 
 /// The most bytes of a script (or of a file an argument names that is not an ELF program)
-/// searched for [`crate::plan::job::MPI_MARKERS`].
-pub(crate) const SCRIPT_HEAD: u64 = 64 << 10;
+/// searched for [`kauri_core::plan::job::MPI_MARKERS`].
+pub const SCRIPT_HEAD: u64 = 64 << 10;
 
 /// What one segment's program is linked to, and, for a program linked to no MPI (an
 /// interpreter, a shell, a wrapper such as `env` or `valgrind`, a script, a static binary),
@@ -67,9 +67,9 @@ pub(crate) const SCRIPT_HEAD: u64 = 64 << 10;
 /// script it is, or in a script an argument names (`python3 prog.py`, `bash -c "julia x.jl"`),
 /// or a program an argument names that is linked to an MPI (`valgrind ./app`). Only regular
 /// files are opened, and only their first bytes read.
-pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
-    use crate::os::elf::needed_libraries_of;
-    use crate::plan::job::{arg_words, mentions_mpi, wants_pmi, wants_pmix};
+pub fn segment_evidence(a: &AppPlan) -> Evidence {
+    use kauri_core::plan::job::{arg_words, mentions_mpi, wants_pmi, wants_pmix};
+    use kauri_os::elf::needed_libraries_of;
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
     let path = a.var("PATH");
@@ -104,7 +104,7 @@ pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
     let is_me = |f: &std::path::Path| {
         me.is_some() && std::fs::metadata(f).ok().map(|m| (m.dev(), m.ino())) == me
     };
-    if let Ok(p) = crate::os::program::resolve(&a.program, path, wdir) {
+    if let Ok(p) = kauri_os::program::resolve(&a.program, path, wdir) {
         if is_me(&p) {
             return Evidence::Beyond;
         }
@@ -133,7 +133,7 @@ pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
                 .all(|&b| b.is_ascii_digit() || b == b'.')
         {
             // A number (`-n 4 ./app 1000`) names no program on PATH.
-            crate::os::program::resolve(w, path, wdir).ok()
+            kauri_os::program::resolve(w, path, wdir).ok()
         } else {
             None
         };
@@ -148,11 +148,11 @@ pub(crate) fn segment_evidence(a: &AppPlan) -> Evidence {
 
 /// The OpenPMIx library the job's servers load: `KAURI_PMIX_LIBRARY` when set, else the
 /// `libpmix` the first segment that has one would load, when it is not the system's
-/// ([`crate::proto::pmix::library`]) and kauri may load it
-/// ([`crate::proto::pmix::library::trusted`]: else one line says why not, and the job is
+/// ([`kauri_proto::pmix::library`]) and kauri may load it
+/// ([`kauri_proto::pmix::library::trusted`]: else one line says why not, and the job is
 /// served with the system's library).
-pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
-    if let Some(v) = std::env::var(crate::proto::pmix::ffi::LIBRARY_VAR)
+pub fn pmix_library(apps: &[AppPlan]) -> Option<String> {
+    if let Some(v) = std::env::var(kauri_proto::pmix::ffi::LIBRARY_VAR)
         .ok()
         .filter(|v| !v.is_empty())
     {
@@ -162,28 +162,28 @@ pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
         // The library search reads these as text: one that is not UTF-8 is not searched.
         let var = |name: &str| a.var(name).and_then(std::ffi::OsStr::to_str);
         let wdir = std::path::Path::new(&a.wdir);
-        let program = crate::os::program::resolve(&a.program, a.var("PATH"), wdir).ok()?;
-        let named: Vec<std::path::PathBuf> = crate::plan::job::arg_words(&a.args)
+        let program = kauri_os::program::resolve(&a.program, a.var("PATH"), wdir).ok()?;
+        let named: Vec<std::path::PathBuf> = kauri_core::plan::job::arg_words(&a.args)
             .into_iter()
             .filter_map(|w| {
                 let f = wdir.join(w);
                 if f.is_file() {
                     Some(f)
                 } else if !std::os::unix::ffi::OsStrExt::as_bytes(w).contains(&b'/') {
-                    crate::os::program::resolve(w, a.var("PATH"), wdir).ok()
+                    kauri_os::program::resolve(w, a.var("PATH"), wdir).ok()
                 } else {
                     None
                 }
             })
             .collect();
         let found =
-            crate::proto::pmix::library::for_program(&crate::proto::pmix::library::Program {
+            kauri_proto::pmix::library::for_program(&kauri_proto::pmix::library::Program {
                 path: &program,
                 named: &named,
                 ld_library_path: var("LD_LIBRARY_PATH"),
                 virtual_env: var("VIRTUAL_ENV"),
             })?;
-        match crate::proto::pmix::library::trusted(&found) {
+        match kauri_proto::pmix::library::trusted(&found) {
             Ok(f) => Some(f.to_string_lossy().into_owned()),
             Err(why) => {
                 say!(
@@ -198,12 +198,14 @@ pub(crate) fn pmix_library(apps: &[AppPlan]) -> Option<String> {
 
 /// Gives every segment that uses Open MPI's `flux` path (`FLUX_PMI_LIBRARY_PATH` set) a
 /// `FLUX_JOB_ID` unique to the job, unless the user set one.
-pub(crate) fn add_flux_job_id(apps: &mut [AppPlan], kvsname: &str) {
+pub fn add_flux_job_id(apps: &mut [AppPlan], kvsname: &str) {
     for a in apps {
         if a.uses_open_mpi_flux() && !a.sets("FLUX_JOB_ID") {
             a.env.push((
                 "FLUX_JOB_ID".into(),
-                crate::plan::job::flux_job_id(kvsname).to_string().into(),
+                kauri_core::plan::job::flux_job_id(kvsname)
+                    .to_string()
+                    .into(),
             ));
         }
     }
@@ -212,7 +214,7 @@ pub(crate) fn add_flux_job_id(apps: &mut [AppPlan], kvsname: &str) {
 /// The environment of one segment's ranks, before the PMI variables. Names and values are
 /// the bytes the OS gave kauri, UTF-8 or not; a name that is not UTF-8 is none of kauri's
 /// (nor can `-genvlist` name it) and passes under `-genvall` only.
-pub(crate) fn segment_env(spec: &JobSpec, app: usize) -> Vec<(OsString, OsString)> {
+pub fn segment_env(spec: &JobSpec, app: usize) -> Vec<(OsString, OsString)> {
     let a = &spec.apps[app];
     let policy = a.env_policy.as_ref().unwrap_or(&spec.env_policy);
     // Inside a Slurm job, what describes srun's tasks and steps (not ours) stays behind, as
@@ -224,11 +226,11 @@ pub(crate) fn segment_env(spec: &JobSpec, app: usize) -> Vec<(OsString, OsString
         .filter(|(k, _)| match k.to_str() {
             None => *policy == EnvPolicy::All,
             Some(k) => {
-                !crate::plan::rank_env::is_foreign_wiring(k)
+                !kauri_core::plan::rank_env::is_foreign_wiring(k)
                     && !k.starts_with("KAURI_JOB_KEY")
                     && match policy {
                         EnvPolicy::All => {
-                            !(in_slurm_job && crate::launch::allocation::is_slurm_task_var(k))
+                            !(in_slurm_job && kauri_launch::allocation::is_slurm_task_var(k))
                         }
                         EnvPolicy::None => false,
                         EnvPolicy::List(_) => listed(k),
@@ -240,8 +242,9 @@ pub(crate) fn segment_env(spec: &JobSpec, app: usize) -> Vec<(OsString, OsString
         // A rank's place is kauri's to say: an inherited RANK (kauri run inside another
         // launcher's job) would shadow it. A name given with -genv/-env/-envlist still wins.
         env.retain(|(k, _)| {
-            k.to_str()
-                .is_none_or(|k| !crate::plan::rank_env::ML_PLACE_VARS.contains(&k) || listed(k))
+            k.to_str().is_none_or(|k| {
+                !kauri_core::plan::rank_env::ML_PLACE_VARS.contains(&k) || listed(k)
+            })
         });
     }
     for (k, v) in spec.genv.iter().chain(&a.env) {
@@ -261,21 +264,25 @@ pub(crate) fn segment_env(spec: &JobSpec, app: usize) -> Vec<(OsString, OsString
 /// What `-with-ft` sets for every rank, unless the rank's environment already has it: Open
 /// MPI 5's ULFM switch (PRRTE's `--with-ft ulfm` gives its ranks the same) and MPICH's
 /// fault-tolerance switch (which MPICH's own `ft` tests set by hand).
-pub(crate) const FT_VARS: [(&str, &str); 2] = [
+pub const FT_VARS: [(&str, &str); 2] = [
     ("OMPI_MCA_mpi_ft_enable", "1"),
     ("MPIR_CVAR_ENABLE_FT", "1"),
 ];
 
 /// The hosts (comma-separated) whose ranks `-ml-env` gives `OMP_NUM_THREADS=1`
-/// ([`crate::plan::rank_env::sets_omp_threads`]). `None` when there is none.
-pub(crate) fn omp_threads_set(p: &Plan) -> Option<String> {
+/// ([`kauri_core::plan::rank_env::sets_omp_threads`]). `None` when there is none.
+pub fn omp_threads_set(p: &Plan) -> Option<String> {
     let mut shared: Vec<&HostPlan> = p
         .local
         .iter()
         .chain(&p.remote)
         .filter(|h| {
             h.ranks.iter().any(|r| {
-                crate::plan::rank_env::sets_omp_threads(&p.job, &p.job.apps[r.app], h.ranks.len())
+                kauri_core::plan::rank_env::sets_omp_threads(
+                    &p.job,
+                    &p.job.apps[r.app],
+                    h.ranks.len(),
+                )
             })
         })
         .collect();
@@ -287,7 +294,7 @@ pub(crate) fn omp_threads_set(p: &Plan) -> Option<String> {
 /// The address agents connect back to: `KAURI_ADDR`, else the local end of the route to the
 /// first remote host (a UDP `connect` sends nothing), else loopback. (`-iface` overrides
 /// it with the interface's address.)
-pub(crate) fn advertise(first_remote: Option<&str>, fork: bool) -> IpAddr {
+pub fn advertise(first_remote: Option<&str>, fork: bool) -> IpAddr {
     if let Some(ip) = std::env::var("KAURI_ADDR")
         .ok()
         .and_then(|a| a.trim().parse().ok())
@@ -311,7 +318,7 @@ pub(crate) fn advertise(first_remote: Option<&str>, fork: bool) -> IpAddr {
 /// `host` the way agents will be launched: the serial cost is how long starting the launcher
 /// takes here, the latency the rest of its run. A probe that fails or takes over 10 s counts
 /// as 1 ms serial and 10 s latency (which gives a flat tree).
-pub(crate) fn launch_cost(launch: &LaunchPlan, host: &str) -> LaunchCost {
+pub fn launch_cost(launch: &LaunchPlan, host: &str) -> LaunchCost {
     if let Some(c) = std::env::var("KAURI_LAUNCH_COST")
         .ok()
         .and_then(|v| LaunchCost::parse(&v))
@@ -321,7 +328,7 @@ pub(crate) fn launch_cost(launch: &LaunchPlan, host: &str) -> LaunchCost {
             latency_us: c.latency_us.saturating_sub(c.serial_us),
         };
     }
-    match crate::launch::time_launch(launch, host) {
+    match kauri_launch::time_launch(launch, host) {
         Some((serial, total)) => LaunchCost {
             serial_us: serial.as_micros() as u64,
             latency_us: (total - serial).as_micros() as u64,
@@ -334,33 +341,38 @@ pub(crate) fn launch_cost(launch: &LaunchPlan, host: &str) -> LaunchCost {
 }
 
 /// Everything decided before anything starts.
-pub(crate) struct Plan {
-    pub(crate) job: JobPlan,
-    pub(crate) local: Option<HostPlan>,
-    pub(crate) remote: Vec<HostPlan>,
-    pub(crate) launch: LaunchPlan,
-    pub(crate) width: usize,
+pub struct Plan {
+    /// The job, as sent down the tree.
+    pub job: JobPlan,
+    /// The host the front end serves itself, if it runs ranks.
+    pub local: Option<HostPlan>,
+    /// The hosts an agent serves, each with its ranks.
+    pub remote: Vec<HostPlan>,
+    /// How agents are started on the remote hosts.
+    pub launch: LaunchPlan,
+    /// The width of the agent tree; 0 is flat.
+    pub width: usize,
     /// Shape the tree by launch cost (`-tree-width cost`).
-    pub(crate) cost_tree: bool,
+    pub cost_tree: bool,
     /// Every host the user named (or the allocation gave), with its slots: where spawned
     /// jobs may go.
-    pub(crate) hosts: Vec<HostSpec>,
+    pub hosts: Vec<HostSpec>,
     /// The index in `hosts` of the host the front end serves itself.
-    pub(crate) served_here: Option<usize>,
+    pub served_here: Option<usize>,
     /// How surely the job uses an MPI ([`wiring`]).
-    pub(crate) mpi: crate::plan::job::MpiSign,
+    pub mpi: kauri_core::plan::job::MpiSign,
     /// `MASTER_PORT`'s reservation (`-ml-env`), kept for the run's whole life.
-    pub(crate) master_port: Option<crate::os::ports::Reservation>,
+    pub master_port: Option<kauri_os::ports::Reservation>,
     /// The directory kauri was started in: relative `-wdir`s and spawn's `wdir` and `path`
     /// are taken from it.
-    pub(crate) cwd: PathBuf,
+    pub cwd: PathBuf,
 }
 
 /// The output options of `spec`: `-l` is the prefix `[%r] `, as in Hydra.
-pub(crate) fn output_options(spec: &JobSpec) -> OutputOptions {
+pub fn output_options(spec: &JobSpec) -> OutputOptions {
     let mut o = spec.output.clone();
     if spec.label && o.prepend.is_none() {
-        o.prepend = crate::plan::output::Pattern::parse("[%r] ").ok();
+        o.prepend = kauri_core::plan::output::Pattern::parse("[%r] ").ok();
     }
     // SAFETY: isatty takes a descriptor number and only answers.
     let on_terminal = unsafe { libc::isatty(libc::STDOUT_FILENO) } == 1;
@@ -373,12 +385,12 @@ pub(crate) fn output_options(spec: &JobSpec) -> OutputOptions {
 pub enum PlanError {
     /// `-launcher` names no launcher.
     #[error(transparent)]
-    UnknownLauncher(#[from] crate::launch::kind::UnknownLauncher),
+    UnknownLauncher(#[from] kauri_launch::kind::UnknownLauncher),
     /// The resource manager's allocation cannot be read.
     #[error(transparent)]
-    Allocation(#[from] crate::launch::allocation::AllocationError),
+    Allocation(#[from] kauri_launch::allocation::AllocationError),
     /// The allocation's slots come to more ranks than a job may have.
-    #[error("{}", crate::plan::job::too_many_ranks(&format!("{size} processes in all (the allocation's slots)")))]
+    #[error("{}", kauri_core::plan::job::too_many_ranks(&format!("{size} processes in all (the allocation's slots)")))]
     TooManyRanks {
         /// The ranks the slots come to.
         size: usize,
@@ -421,10 +433,10 @@ fn plural(size: usize) -> &'static str {
 
 /// Plans the job the user started: from `spec` to everything decided before anything
 /// starts, on the host named `me`.
-pub(crate) fn plan(spec: &JobSpec, me: &str) -> Result<Plan, PlanError> {
+pub fn plan(spec: &JobSpec, me: &str) -> Result<Plan, PlanError> {
     let (launcher, entries) = choose_hosts(spec, me)?;
     let self_os = std::env::current_exe().map_or_else(|_| "kauri".into(), PathBuf::into_os_string);
-    let (kind, exec) = crate::launch::program_for(
+    let (kind, exec) = kauri_launch::program_for(
         launcher.unwrap_or_default(),
         spec.launcher_exec.clone(),
         &self_os.to_string_lossy(),
@@ -527,7 +539,7 @@ fn choose_hosts(
     }
     let mut hosts: Vec<HostSpec> = spec.hosts.clone();
     let allocation = if hosts.is_empty() {
-        crate::launch::allocation::detect()?
+        kauri_launch::allocation::detect()?
     } else {
         None
     };
@@ -555,10 +567,10 @@ fn default_nprocs(ppn: Option<usize>, hosts: &[HostSpec]) -> usize {
     }
 }
 
-/// Whether a job of `size` ranks may run as `spec` asks: at most [`crate::plan::job::RANKS_MAX`]
+/// Whether a job of `size` ranks may run as `spec` asks: at most [`kauri_core::plan::job::RANKS_MAX`]
 /// ranks, and an `-output-from` rank it has.
 fn check_size(spec: &JobSpec, size: usize) -> Result<(), PlanError> {
-    if size > crate::plan::job::RANKS_MAX {
+    if size > kauri_core::plan::job::RANKS_MAX {
         return Err(PlanError::TooManyRanks { size });
     }
     if let Some(rank) = spec.output.output_from.filter(|&r| r >= size) {
@@ -639,7 +651,7 @@ fn ranks_by_host(node: &[usize], nhosts: usize) -> (Vec<Vec<usize>>, Vec<usize>)
 }
 
 /// `MASTER_ADDR` and `MASTER_PORT`, and the reservation that holds the port.
-type Master = (Option<(String, u16)>, Option<crate::os::ports::Reservation>);
+type Master = (Option<(String, u16)>, Option<kauri_os::ports::Reservation>);
 
 /// `MASTER_ADDR` and `MASTER_PORT` under `-ml-env`, and the port's reservation: rank 0's
 /// host (loopback when it is served here or simulated), and a free port held for the run.
@@ -655,7 +667,7 @@ fn master(
     }
     let n0 = placement.node.first().copied().unwrap_or(0);
     let addr = master_addr(n0, hosts, served_here, kind);
-    let held = crate::os::ports::reserve(spec.port_range.as_ref())
+    let held = kauri_os::ports::reserve(spec.port_range.as_ref())
         .map_err(|why| PlanError::MasterPort { why })?;
     Ok((Some((addr, held.port())), Some(held)))
 }
@@ -707,14 +719,14 @@ fn singleton_addr(interface: &str, port: u16) -> String {
 }
 
 /// How the job is wired ([`wiring`]) and what that adds to its segments.
-pub(crate) struct Wired {
+pub struct Wired {
     /// PMI, PMIx, or both.
-    pub(crate) wiring: Wiring,
+    pub wiring: Wiring,
     /// How surely the job uses an MPI: a segment's program is linked to one or names one.
-    pub(crate) mpi: crate::plan::job::MpiSign,
+    pub mpi: kauri_core::plan::job::MpiSign,
     /// A segment's program is linked to Open MPI or `libpmix` (or `--pmi=pmix`): the
     /// job's PMIx servers start at once.
-    pub(crate) pmix_now: bool,
+    pub pmix_now: bool,
     /// The OpenPMIx library the servers load, for a PMIx job ([`pmix_library`]).
     pmix_library: Option<String>,
 }
@@ -727,7 +739,7 @@ fn wire_segments(choice: PmiChoice, apps: &mut [AppPlan], kvsname: &str) -> Wire
     let pmix_library = pmix.then(|| pmix_library(apps)).flatten();
     if let Some(prefix) = pmix_library
         .as_deref()
-        .and_then(|l| crate::proto::pmix::library::open_mpi_prefix(std::path::Path::new(l)))
+        .and_then(|l| kauri_proto::pmix::library::open_mpi_prefix(std::path::Path::new(l)))
     {
         // Open MPI's relocated tree (the wheel's): its help texts, as its own mpirun says.
         for a in apps.iter_mut() {
@@ -771,7 +783,7 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         .map(|n| p.used.iter().position(|u| u == n).unwrap_or(0) as u32)
         .collect();
     let pmix = p.wired.wiring != Wiring::Pmi;
-    let topology_ahead = p.wired.mpi != crate::plan::job::MpiSign::None
+    let topology_ahead = p.wired.mpi != kauri_core::plan::job::MpiSign::None
         && p.wired.wiring != Wiring::Pmix
         && !shares_one_machine(p.simulated_hosts, p.used.len());
     JobPlan {
@@ -784,7 +796,7 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         output: OutputPlan {
             options: output_options(spec),
             pgid: 0,
-            start_unix_ms: crate::os::clock::unix_ms(),
+            start_unix_ms: kauri_os::clock::unix_ms(),
         },
         pmi_port: spec.pmi_port,
         kill_grace_ms: env_secs("KAURI_KILL_GRACE", 3.0).as_millis() as u64,
@@ -816,7 +828,7 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
 /// their ranks are still starting (16 ranks on 4: 0.450 s against 0.408 s with the file made
 /// when a rank asks), so such a job's topology is made when asked, as Hydra's proxies make
 /// theirs.
-pub(crate) fn shares_one_machine(simulated_hosts: bool, hosts_used: usize) -> bool {
+pub fn shares_one_machine(simulated_hosts: bool, hosts_used: usize) -> bool {
     simulated_hosts && hosts_used > 1
 }
 
@@ -865,7 +877,7 @@ fn launch_plan(kind: LauncherKind, exec: String, self_os: OsString) -> LaunchPla
     LaunchPlan {
         kind,
         exec,
-        extra_args: crate::launch::hydra_env::launcher_extra_args(&|k| std::env::var(k).ok()),
+        extra_args: kauri_launch::hydra_env::launcher_extra_args(&|k| std::env::var(k).ok()),
         agent_path: std::env::var_os("KAURI_AGENT_PATH").unwrap_or(self_os),
         connect_timeout_s: env_secs("KAURI_CONNECT_TIMEOUT", 60.0).as_secs().max(1),
         max_concurrent: std::env::var("KAURI_LAUNCH_CONCURRENCY")
@@ -897,26 +909,19 @@ fn tree_shape(spec: &JobSpec, kind: LauncherKind, tree_var: Option<&str>) -> (us
     (width, cost_tree)
 }
 
-/// One of kauri's times in seconds ([`crate::plan::knobs::SECONDS_VARS`], checked when the command
+/// One of kauri's times in seconds ([`kauri_core::plan::knobs::SECONDS_VARS`], checked when the command
 /// line is read), or `default`.
-pub(crate) fn env_secs(var: &str, default: f64) -> Duration {
+pub fn env_secs(var: &str, default: f64) -> Duration {
     std::env::var(var)
         .ok()
-        .and_then(|v| crate::plan::knobs::parse_secs(&v))
+        .and_then(|v| kauri_core::plan::knobs::parse_secs(&v))
         .unwrap_or(Duration::from_secs_f64(default))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn spec(args: &str) -> JobSpec {
-        let a: Vec<String> = args.split_whitespace().map(str::to_string).collect();
-        match crate::cli::parse(&a).unwrap() {
-            crate::cli::Command::Run(s) => *s,
-            _ => panic!("not a run: {args}"),
-        }
-    }
+    use crate::testing::{hosts_of, job, launcher, on_hosts, pmi, ppn, run};
 
     fn hosts(slots: &[usize]) -> Vec<HostSpec> {
         slots
@@ -934,42 +939,41 @@ mod tests {
     /// a program that uses none, nor a PMIx-only job.
     #[test]
     fn the_topology_is_made_ahead_for_an_mpi_served_pmi() {
-        let ahead = |args: &str| {
-            let p = plan(&spec(args), "localhost").unwrap();
+        let ahead = |s: JobSpec| {
+            let p = plan(&s, "localhost").unwrap();
             (
                 p.job.topology_ahead,
-                p.mpi != crate::plan::job::MpiSign::None,
+                p.mpi != kauri_core::plan::job::MpiSign::None,
             )
         };
-        assert_eq!(ahead("-n 2 --pmi=pmi2 sh -c mpi4py"), (true, true));
-        assert_eq!(ahead("-n 2 --pmi=pmi1 sh -c mpi4py"), (true, true));
-        assert_eq!(ahead("-n 2 sh -c mpi4py"), (true, true), "served PMIx too");
-        assert_eq!(ahead("-n 2 --pmi=pmix sh -c mpi4py"), (false, true));
-        assert_eq!(ahead("-n 2 sh -c true"), (false, false));
-        assert_eq!(ahead("-n 2 --pmi=pmi1 sh -c true"), (false, false));
+        let (mpi4py, none) = (run(2, "sh -c mpi4py"), run(2, "sh -c true"));
+        let (pmi1, pmi2, pmix) = (PmiChoice::Pmi1, PmiChoice::Pmi2, PmiChoice::Pmix);
+        assert_eq!(ahead(pmi(pmi2, mpi4py.clone())), (true, true));
+        assert_eq!(ahead(pmi(pmi1, mpi4py.clone())), (true, true));
+        assert_eq!(ahead(mpi4py.clone()), (true, true), "served PMIx too");
+        assert_eq!(ahead(pmi(pmix, mpi4py.clone())), (false, true));
+        assert_eq!(ahead(none.clone()), (false, false));
+        assert_eq!(ahead(pmi(pmi1, none)), (false, false));
         // simulated hosts: one is this machine as usual; several share it, and make the
         // file when a rank asks
-        let fork = "-launcher fork -n 2 --pmi=pmi1";
-        assert_eq!(
-            ahead(&format!("{fork} -hosts a sh -c mpi4py")),
-            (true, true)
-        );
-        assert_eq!(
-            ahead(&format!("{fork} -hosts a:2,b sh -c mpi4py")),
-            (true, true)
-        );
-        assert_eq!(
-            ahead(&format!("{fork} -hosts a,b sh -c mpi4py")),
-            (false, true)
-        );
+        let fork = |list: &str| {
+            let s = pmi(pmi1, launcher("fork", mpi4py.clone()));
+            JobSpec {
+                hosts: hosts_of(list),
+                ..s
+            }
+        };
+        assert_eq!(ahead(fork("a")), (true, true));
+        assert_eq!(ahead(fork("a:2,b")), (true, true));
+        assert_eq!(ahead(fork("a,b")), (false, true));
     }
 
     /// Each host of a plan with its ranks: the one the front end serves, then the agents'.
     type Layout = (Option<(String, Vec<usize>)>, Vec<(String, Vec<usize>)>);
 
-    /// The layout of the plan of `args` on the machine named `vm`, and its hosts' slots.
-    fn layout(args: &str) -> (Layout, Vec<(String, usize)>) {
-        let p = plan(&spec(args), "vm").unwrap();
+    /// The layout of the plan of `s` on the machine named `vm`, and its hosts' slots.
+    fn layout(s: JobSpec) -> (Layout, Vec<(String, usize)>) {
+        let p = plan(&s, "vm").unwrap();
         let ranks = |h: &HostPlan| (h.host.clone(), h.ranks.iter().map(|r| r.rank).collect());
         let slots = p.hosts.iter().map(|h| (h.name.clone(), h.slots)).collect();
         (
@@ -991,23 +995,23 @@ mod tests {
     /// slots: none of them gets an agent (it used to get one, through an ssh to this machine).
     #[test]
     fn every_entry_that_is_this_machine_is_the_one_host_served_here() {
-        let (l, slots) = layout("-hosts localhost,localhost -n 2 true");
+        let (l, slots) = layout(on_hosts("localhost,localhost", 2));
         assert_eq!(l, (Some(on("localhost", &[0, 1])), vec![]));
         assert_eq!(slots, vec![("localhost".to_string(), 2)]);
-        let (l, _) = layout("-hosts vm,vm -n 2 true");
+        let (l, _) = layout(on_hosts("vm,vm", 2));
         assert_eq!(l, (Some(on("vm", &[0, 1])), vec![]));
-        let (l, slots) = layout("-hosts 127.0.0.1:2,localhost:2,vm -n 5 true");
+        let (l, slots) = layout(on_hosts("127.0.0.1:2,localhost:2,vm", 5));
         assert_eq!(l, (Some(on("127.0.0.1", &[0, 1, 2, 3, 4])), vec![]));
         assert_eq!(slots, vec![("127.0.0.1".to_string(), 5)]);
-        // without -n: every entry's slots
-        let (l, _) = layout("-hosts localhost:2,127.0.0.1:2 true");
+        // without -n: every entry's slots (the command line counts them)
+        let (l, _) = layout(on_hosts("localhost:2,127.0.0.1:2", 4));
         assert_eq!(l, (Some(on("localhost", &[0, 1, 2, 3])), vec![]));
         // an address of one of this machine's interfaces
-        let mine = crate::os::iface::all_addresses()
+        let mine = kauri_os::iface::all_addresses()
             .into_iter()
             .find(|a| a.is_ipv4() && !a.is_loopback());
         if let Some(ip) = mine {
-            let (l, _) = layout(&format!("-hosts localhost,{ip} -n 2 true"));
+            let (l, _) = layout(on_hosts(&format!("localhost,{ip}"), 2));
             assert_eq!(l, (Some(on("localhost", &[0, 1])), vec![]), "{ip}");
         }
     }
@@ -1017,18 +1021,19 @@ mod tests {
     #[test]
     fn a_remote_host_named_twice_is_one_host_filled_in_list_order() {
         let (a, b) = ("203.0.113.1", "203.0.113.2");
-        let (l, slots) = layout(&format!("-hosts {a},{b},{a} -n 3 true"));
+        let aba = format!("{a},{b},{a}");
+        let (l, slots) = layout(on_hosts(&aba, 3));
         assert_eq!(l, (None, vec![on(a, &[0, 2]), on(b, &[1])]));
         assert_eq!(slots, vec![(a.to_string(), 2), (b.to_string(), 1)]);
-        let (l, _) = layout(&format!("-hosts {a},{b},{a} -n 4 true"));
+        let (l, _) = layout(on_hosts(&aba, 4));
         assert_eq!(l, (None, vec![on(a, &[0, 2, 3]), on(b, &[1])]));
-        let (l, slots) = layout(&format!("-hosts {a}:2,{a}:3 -n 5 true"));
+        let (l, slots) = layout(on_hosts(&format!("{a}:2,{a}:3"), 5));
         assert_eq!(l, (None, vec![on(a, &[0, 1, 2, 3, 4])]));
         assert_eq!(slots, vec![(a.to_string(), 5)]);
         // and this machine among them
-        let (l, _) = layout(&format!("-hosts localhost,{a},127.0.0.1 -n 3 true"));
+        let (l, _) = layout(on_hosts(&format!("localhost,{a},127.0.0.1"), 3));
         assert_eq!(l, (Some(on("localhost", &[0, 2])), vec![on(a, &[1])]));
-        let p = plan(&spec(&format!("-hosts {a},{b},{a} -n 3 true")), "vm").unwrap();
+        let p = plan(&on_hosts(&aba, 3), "vm").unwrap();
         assert_eq!(p.job.hosts, vec![a.to_string(), b.to_string()]);
         assert_eq!(p.job.rank_node, vec![0, 1, 0]);
         assert_eq!(p.job.process_mapping, "(vector,(0,2,1),(0,1,1))");
@@ -1038,25 +1043,26 @@ mod tests {
     /// host, but two labels are two hosts even when both read as this machine's.
     #[test]
     fn simulated_hosts_are_told_apart_by_their_labels() {
-        let (l, _) = layout("-launcher fork -hosts a,b,a -n 3 true");
+        let fork = |list: &str, ranks: usize| launcher("fork", on_hosts(list, ranks));
+        let (l, _) = layout(fork("a,b,a", 3));
         assert_eq!(l, (None, vec![on("a", &[0, 2]), on("b", &[1])]));
-        let (l, _) = layout("-launcher fork -hosts localhost,vm -n 2 true");
+        let (l, _) = layout(fork("localhost,vm", 2));
         assert_eq!(l, (Some(on("localhost", &[0])), vec![on("vm", &[1])]));
-        let (l, _) = layout("-launcher fork -hosts a:2,b:2 -n 4 true");
+        let (l, _) = layout(fork("a:2,b:2", 4));
         assert_eq!(l, (None, vec![on("a", &[0, 1]), on("b", &[2, 3])]));
     }
 
     /// `-ppn N` is `N` slots for each name a host was given, a name given twice counting
     /// once: Hydra's `N` for each of its nodes, whose list merges consecutive entries of one
-    /// name.
+    /// name. Without `-n`, the command line gives the job `N` ranks for each name.
     #[test]
     fn ppn_gives_each_name_of_a_host_its_slots_once() {
-        let (l, slots) = layout("-hosts localhost,localhost -ppn 2 true");
+        let (l, slots) = layout(ppn(2, on_hosts("localhost,localhost", 2)));
         assert_eq!(l, (Some(on("localhost", &[0, 1])), vec![]));
         assert_eq!(slots, vec![("localhost".to_string(), 2)]);
-        let (l, _) = layout("-hosts localhost,127.0.0.1 -ppn 2 true");
+        let (l, _) = layout(ppn(2, on_hosts("localhost,127.0.0.1", 4)));
         assert_eq!(l, (Some(on("localhost", &[0, 1, 2, 3])), vec![]));
-        let (l, _) = layout("-launcher fork -hosts a,b,a -ppn 2 true");
+        let (l, _) = layout(ppn(2, launcher("fork", on_hosts("a,b,a", 4))));
         assert_eq!(l, (None, vec![on("a", &[0, 1]), on("b", &[2, 3])]));
     }
 
@@ -1071,9 +1077,9 @@ mod tests {
 
     #[test]
     fn too_many_ranks_or_an_output_from_rank_past_the_job_is_an_error() {
-        let mut s = spec("-n 2 a");
+        let mut s = run(2, "a");
         assert!(check_size(&s, 2).is_ok());
-        let e = check_size(&s, crate::plan::job::RANKS_MAX + 1).unwrap_err();
+        let e = check_size(&s, kauri_core::plan::job::RANKS_MAX + 1).unwrap_err();
         assert!(matches!(e, PlanError::TooManyRanks { .. }), "{e:?}");
         assert!(e
             .to_string()
@@ -1104,7 +1110,7 @@ mod tests {
             "cannot find a free port for MASTER_PORT: No such file or directory (os error 2)"
         );
         assert_eq!(
-            PlanError::Allocation(crate::launch::allocation::AllocationError::HostList {
+            PlanError::Allocation(kauri_launch::allocation::AllocationError::HostList {
                 list: "n[1-".into()
             })
             .to_string(),
@@ -1112,28 +1118,32 @@ mod tests {
         );
         assert_eq!(
             PlanError::TooManyRanks { size: 7 }.to_string(),
-            crate::plan::job::too_many_ranks("7 processes in all (the allocation's slots)")
+            kauri_core::plan::job::too_many_ranks("7 processes in all (the allocation's slots)")
         );
     }
 
     #[test]
     fn the_launcher_is_as_named_and_must_be_known() {
-        let hosts = |args: &str| choose_hosts(&spec(args), "localhost").map(|(l, _)| l);
-        let hosts_ok = |args: &str| hosts(args).ok();
-        assert_eq!(hosts_ok("-hosts a -n 1 x"), Some(None));
+        let x = JobSpec {
+            hosts: hosts_of("a"),
+            ..run(1, "x")
+        };
+        let hosts = |s: JobSpec| choose_hosts(&s, "localhost").map(|(l, _)| l);
+        let hosts_ok = |s: JobSpec| hosts(s).ok();
+        assert_eq!(hosts_ok(x.clone()), Some(None));
         assert_eq!(
-            hosts_ok("-launcher fork -hosts a -n 1 x"),
+            hosts_ok(launcher("fork", x.clone())),
             Some(Some(LauncherKind::Fork))
         );
         assert!(matches!(
-            hosts("-launcher telnet -hosts a -n 1 x"),
+            hosts(launcher("telnet", x)),
             Err(PlanError::UnknownLauncher(u)) if u.name == "telnet"
         ));
     }
 
     #[test]
     fn placement_in_blocks_round_robin_or_by_host_under_ml_env() {
-        let mut s = spec("-n 5 a");
+        let mut s = run(5, "a");
         let h = HostList::merge(&hosts(&[2, 3]), &|_| false, false);
         let (slots, p) = place(&s, 5, &h);
         assert_eq!(slots, vec![2, 3]);
@@ -1153,7 +1163,7 @@ mod tests {
 
     #[test]
     fn each_segment_numbers_its_ranks() {
-        let s = spec("-n 2 a : -n 1 b : -n 3 c");
+        let s = job(&[(2, "a"), (1, "b"), (3, "c")]);
         assert_eq!(appnums(&s), vec![0, 0, 1, 2, 2, 2]);
     }
 
@@ -1203,7 +1213,7 @@ mod tests {
 
     #[test]
     fn tree_width_from_the_option_the_variable_or_the_launcher() {
-        let mut s = spec("-n 1 a");
+        let mut s = run(1, "a");
         let (ssh, slurm, pbs) = (LauncherKind::Ssh, LauncherKind::Slurm, LauncherKind::Pbs);
         assert_eq!(tree_shape(&s, ssh, None), (DEFAULT_TREE_WIDTH, false));
         assert_eq!(tree_shape(&s, ssh, Some("flat")), (0, false));

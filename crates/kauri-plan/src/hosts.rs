@@ -1,13 +1,13 @@
 //! The run's hosts as machines: the entries of `-hosts`, a hostfile or an allocation made
 //! into one host per machine ([`HostList`]), which host the front end serves, and where ranks
 //! go over the entries' slots. Which entries name this machine is
-//! [`crate::os::machine`]'s to say; this module only merges.
+//! [`kauri_os::machine`]'s to say; this module only merges.
 
-use crate::console::quoted;
-use crate::launch::kind::LauncherKind;
-use crate::os::hostname::is_local;
-use crate::os::machine::{self, Machine};
-use crate::plan::job::{too_many_ranks, HostSpec, Placement, UsageError, RANKS_MAX};
+use kauri_core::plan::job::{too_many_ranks, HostSpec, Placement, UsageError, RANKS_MAX};
+use kauri_launch::kind::LauncherKind;
+use kauri_os::console::quoted;
+use kauri_os::hostname::is_local;
+use kauri_os::machine::{self, Machine};
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -21,23 +21,23 @@ use std::path::Path;
 /// proxy for every other entry, so `-hosts a,b,a -n 3` puts ranks 0 and 2 on `a` and rank 1 on
 /// `b`, here as there, though `a` has one agent here and two proxies there.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HostList {
+pub struct HostList {
     /// Each machine once, in the order of its first entry, with its entries' slots summed.
-    pub(crate) hosts: Vec<HostSpec>,
+    pub hosts: Vec<HostSpec>,
     /// The entries in the list's order: each one's host (an index into `hosts`) and slots.
-    pub(crate) entries: Vec<(usize, usize)>,
+    pub entries: Vec<(usize, usize)>,
     /// How many names each host was given (a name given twice counts once): `-ppn N` is `N`
     /// slots for each, as Hydra's is `N` for each of its nodes.
-    pub(crate) names: Vec<usize>,
+    pub names: Vec<usize>,
     /// The host that is this machine, when one is.
-    pub(crate) here: Option<usize>,
+    pub here: Option<usize>,
 }
 
 impl HostList {
     /// Merges `entries` into machines. `here` says which names are this machine's; with
     /// `labels` (simulated hosts, `-launcher fork`) a name is a label and only entries of one
     /// label are one host, and the first whose label `here` takes is served here.
-    pub(crate) fn merge(entries: &[HostSpec], here: &dyn Fn(&str) -> bool, labels: bool) -> Self {
+    pub fn merge(entries: &[HostSpec], here: &dyn Fn(&str) -> bool, labels: bool) -> Self {
         let mut list = HostList {
             hosts: Vec::new(),
             entries: Vec::with_capacity(entries.len()),
@@ -77,7 +77,7 @@ impl HostList {
 
     /// `size` ranks in blocks over the entries' slots, in the list's order (wrapping round
     /// when the job is bigger than the slots), each on its entry's host: Hydra's placement.
-    pub(crate) fn block(&self, size: usize) -> Placement {
+    pub fn block(&self, size: usize) -> Placement {
         let slots: Vec<usize> = self.entries.iter().map(|&(_, s)| s).collect();
         let by_entry = Placement::block(size, &slots);
         Placement {
@@ -96,7 +96,7 @@ impl HostList {
 /// their machines' own, so only the names that a launcher which resolves them reaches (ssh,
 /// rsh: [`LauncherKind::resolves_host_names`]) and that nothing cheaper settles are asked of
 /// the resolver ([`machine::resolve`]).
-pub(crate) fn host_list(entries: &[HostSpec], me: &str, kind: LauncherKind) -> HostList {
+pub fn host_list(entries: &[HostSpec], me: &str, kind: LauncherKind) -> HostList {
     if kind.simulates_hosts() || entries.is_empty() {
         return HostList::merge(entries, &|n| is_local(n, me), true);
     }
@@ -217,7 +217,7 @@ mod tests {
     use super::*;
 
     fn entries(list: &str) -> Vec<HostSpec> {
-        crate::plan::hosts::parse_hosts(list).unwrap()
+        crate::hosts::parse_hosts(list).unwrap()
     }
 
     fn hosts(l: &HostList) -> Vec<(&str, usize)> {

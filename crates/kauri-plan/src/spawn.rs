@@ -2,54 +2,65 @@
 //! job's ranks go ([`plan_spawn`]): round-robin over free slots, the hosts its info keys name,
 //! `map-by slot`, `ppr N:n`.
 
-use crate::plan::build::{add_flux_job_id, advertise, segment_env, shares_one_machine, Plan};
+use crate::build::{add_flux_job_id, advertise, segment_env, shares_one_machine, Plan};
 
-use crate::os::hostname::is_local;
-use crate::plan::job::{HostSpec, JobSpec, UsageError};
-use crate::plan::output::OutputPlan;
-use crate::plan::{AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
-use crate::proto::kvs::Delta;
-use crate::proto::pmix::jobid::JobNames;
-use crate::tree::shape::LaunchCost;
+use kauri_core::plan::job::{HostSpec, JobSpec, UsageError};
+use kauri_core::plan::output::OutputPlan;
+use kauri_core::plan::{AppPlan, HostPlan, JobPlan, LaunchPlan, RankPlan};
+use kauri_core::tree::shape::LaunchCost;
+use kauri_os::hostname::is_local;
+use kauri_proto::kvs::Delta;
+use kauri_proto::pmix::jobid::JobNames;
 use pmi_wire::SpawnCommand;
 use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use tracing::debug;
 
-pub use crate::tree::policy::STATUS_LAUNCHER;
+pub use kauri_core::tree::policy::STATUS_LAUNCHER;
 
 /// What every job of the run shares: the hosts, how to reach them, and the slots in use.
-pub(crate) struct Cluster {
-    pub(crate) me: String,
-    pub(crate) hosts: Vec<HostSpec>,
-    pub(crate) served_here: Option<usize>,
+pub struct Cluster {
+    /// This machine's name, as the front end knows it.
+    pub me: String,
+    /// Every host of the run, with its slots.
+    pub hosts: Vec<HostSpec>,
+    /// The index in `hosts` of the host the front end serves itself.
+    pub served_here: Option<usize>,
     /// Ranks of running jobs on each host.
-    pub(crate) in_use: Vec<usize>,
+    pub in_use: Vec<usize>,
     /// Where the next spawned rank's search for a free slot starts.
-    pub(crate) cursor: usize,
-    pub(crate) launch: LaunchPlan,
-    pub(crate) width: usize,
+    pub cursor: usize,
+    /// How agents are started on the hosts.
+    pub launch: LaunchPlan,
+    /// The width of the agent tree; 0 is flat.
+    pub width: usize,
     /// The launch cost the cost-model tree is shaped by, when it was asked for.
-    pub(crate) cost: Option<LaunchCost>,
-    pub(crate) ip: IpAddr,
+    pub cost: Option<LaunchCost>,
+    /// The address agents connect back to ([`advertise`]).
+    pub ip: IpAddr,
     /// The environment of spawned ranks (the launcher's, by the global policy, and `-genv`).
-    pub(crate) env: Vec<(OsString, OsString)>,
-    pub(crate) cwd: PathBuf,
-    pub(crate) universe_size: i64,
+    pub env: Vec<(OsString, OsString)>,
+    /// The directory kauri was started in: spawn's `wdir` and `path` are taken from it.
+    pub cwd: PathBuf,
+    /// The universe size reported to ranks; -1 when unknown.
+    pub universe_size: i64,
     /// The run's output options, and when it started (`%t`).
-    pub(crate) output: OutputPlan,
-    pub(crate) pmi_port: bool,
-    pub(crate) kill_grace_ms: u64,
-    pub(crate) jobs_started: usize,
+    pub output: OutputPlan,
+    /// Serve PMI over loopback TCP (`PMI_PORT`), as the first job does.
+    pub pmi_port: bool,
+    /// Grace between SIGTERM and SIGKILL at teardown, in milliseconds, as the first job's.
+    pub kill_grace_ms: u64,
+    /// The jobs spawned so far: a spawned job's output group (`pgid`) is its number among them.
+    pub jobs_started: usize,
     /// The names of the jobs the run spawns: the first job's, `@N`.
-    pub(crate) names: JobNames,
+    pub names: JobNames,
     /// The most processes one spawn may start (`KAURI_SPAWN_MAX`).
-    pub(crate) spawn_max: u64,
+    pub spawn_max: u64,
     /// The ports listeners keep to (`MPIEXEC_PORT_RANGE`).
-    pub(crate) port_range: Option<crate::plan::port_range::PortRange>,
+    pub port_range: Option<kauri_core::plan::port_range::PortRange>,
     /// `-with-ft`: spawned jobs are fault tolerant too.
-    pub(crate) fault_tolerant: bool,
+    pub fault_tolerant: bool,
 }
 
 /// The most processes one spawn may start unless `KAURI_SPAWN_MAX` says otherwise. A spawn
@@ -58,7 +69,7 @@ pub(crate) struct Cluster {
 pub const SPAWN_MAX: u64 = 65536;
 
 /// `KAURI_SPAWN_MAX`, or [`SPAWN_MAX`].
-pub(crate) fn spawn_max() -> u64 {
+pub fn spawn_max() -> u64 {
     std::env::var("KAURI_SPAWN_MAX")
         .ok()
         .and_then(|v| v.trim().parse::<u64>().ok())
@@ -69,14 +80,14 @@ pub(crate) fn spawn_max() -> u64 {
 impl Cluster {
     /// The run's hosts and how to reach them, from the plan of the job the user started;
     /// `cost`: the launch cost, when the tree is shaped by it.
-    pub(crate) fn new(spec: &JobSpec, p: &Plan, me: &str, cost: Option<LaunchCost>) -> Cluster {
+    pub fn new(spec: &JobSpec, p: &Plan, me: &str, cost: Option<LaunchCost>) -> Cluster {
         let mut in_use = vec![0; p.hosts.len()];
         for hp in p.local.iter().chain(&p.remote) {
             in_use[hp.node] += hp.ranks.len();
         }
         // Spawned ranks' environment: the launcher's, by the global policy, and -genv.
         let global = JobSpec {
-            apps: vec![crate::plan::job::AppSpec::default()],
+            apps: vec![kauri_core::plan::job::AppSpec::default()],
             ..spec.clone()
         };
         Cluster {
@@ -174,11 +185,11 @@ pub enum SpawnError {
     NoRoomLeft,
     /// The run has no job number left for another job.
     #[error(transparent)]
-    JobNumbers(#[from] crate::proto::pmix::jobid::JobNumbersUsed),
+    JobNumbers(#[from] kauri_proto::pmix::jobid::JobNumbersUsed),
 }
 
 /// The hosts an info key names, as indices into the cluster's hosts.
-pub(crate) fn named_hosts(cluster: &Cluster, names: &[String]) -> Result<Vec<usize>, SpawnError> {
+pub fn named_hosts(cluster: &Cluster, names: &[String]) -> Result<Vec<usize>, SpawnError> {
     let mut out = Vec::new();
     for name in names.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
         // host:slots is accepted; the slots part is ignored (the job's slots hold).
@@ -219,7 +230,7 @@ pub(crate) fn named_hosts(cluster: &Cluster, names: &[String]) -> Result<Vec<usi
 
 /// Reads a spawn's `ppr` directive, `N:n` or `N:node` (Open MPI's `npernode` and `pernode`
 /// arrive so): N processes per host.
-pub(crate) fn parse_ppr(v: &str) -> Result<u64, SpawnError> {
+pub fn parse_ppr(v: &str) -> Result<u64, SpawnError> {
     let (n, obj) = v.split_once(':').unwrap_or((v, "node"));
     let n: u64 = n
         .trim()
@@ -240,12 +251,12 @@ pub(crate) fn parse_ppr(v: &str) -> Result<u64, SpawnError> {
 /// of the hosts its info keys name), oversubscribing in turn when every slot is taken. A
 /// command's `map-by slot` fills each host's free slots before the next; its `ppr N:n`
 /// places N of its processes on each host in order (an error when the hosts are too few).
-pub(crate) fn plan_spawn(
+pub fn plan_spawn(
     cluster: &mut Cluster,
     spawner: &JobPlan,
     commands: &[SpawnCommand],
     preput: Delta,
-    pmix: Option<&crate::proto::service::PmixSpawn>,
+    pmix: Option<&kauri_proto::service::PmixSpawn>,
 ) -> Result<(JobPlan, Option<HostPlan>, Vec<HostPlan>), SpawnError> {
     let size = spawn_size(commands, cluster.spawn_max)?;
     let mut node_of: Vec<usize> = Vec::with_capacity(size);
@@ -292,7 +303,7 @@ pub(crate) fn plan_spawn(
 
 /// The size of a spawned job: its commands' processes, at least one and at most
 /// `spawn_max`.
-pub(crate) fn spawn_size(commands: &[SpawnCommand], spawn_max: u64) -> Result<usize, SpawnError> {
+pub fn spawn_size(commands: &[SpawnCommand], spawn_max: u64) -> Result<usize, SpawnError> {
     let total: u64 = commands.iter().map(|c| u64::from(c.nprocs)).sum();
     if total == 0 {
         return Err(SpawnError::NoProcesses);
@@ -308,24 +319,21 @@ pub(crate) fn spawn_size(commands: &[SpawnCommand], spawn_max: u64) -> Result<us
 
 /// What one spawn command's info keys ask for: where its processes may go and how, and
 /// its segment's environment and working directory.
-pub(crate) struct CommandOptions {
+pub struct CommandOptions {
     /// The hosts (indices into the cluster's) its processes may go to, in order.
-    pub(crate) candidates: Vec<usize>,
+    pub candidates: Vec<usize>,
     /// Its segment's environment.
-    pub(crate) env: Vec<(OsString, OsString)>,
+    pub env: Vec<(OsString, OsString)>,
     /// Its working directory.
-    pub(crate) wdir: PathBuf,
+    pub wdir: PathBuf,
     /// `ppr N:n`: N processes per host.
-    pub(crate) per_node: Option<u64>,
+    pub per_node: Option<u64>,
     /// `map-by slot`: fill each host's free slots before the next.
-    pub(crate) by_slot: bool,
+    pub by_slot: bool,
 }
 
 /// Reads one spawn command's info keys (a `hostfile` key reads the file it names).
-pub(crate) fn command_options(
-    cluster: &Cluster,
-    c: &SpawnCommand,
-) -> Result<CommandOptions, SpawnError> {
+pub fn command_options(cluster: &Cluster, c: &SpawnCommand) -> Result<CommandOptions, SpawnError> {
     let mut how = CommandOptions {
         candidates: (0..cluster.hosts.len()).collect(),
         env: cluster.env.clone(),
@@ -344,8 +352,7 @@ pub(crate) fn command_options(
             }
             "hostfile" => {
                 let path = cluster.cwd.join(v);
-                let listed =
-                    crate::plan::hosts::read_hostfile(&path).map_err(SpawnError::Hostfile)?;
+                let listed = crate::hosts::read_hostfile(&path).map_err(SpawnError::Hostfile)?;
                 let names: Vec<String> = listed.into_iter().map(|h| h.name).collect();
                 how.candidates = named_hosts(cluster, &names)?;
             }
@@ -358,7 +365,7 @@ pub(crate) fn command_options(
 }
 
 /// Reads a spawn's `map-by`: whether it fills each host's slots before the next.
-pub(crate) fn parse_map_by(v: &str) -> Result<bool, SpawnError> {
+pub fn parse_map_by(v: &str) -> Result<bool, SpawnError> {
     // Open MPI's map_by (PMIX_MAPBY): node (the default here), or slot and its
     // spellings (fill each host's slots before the next host).
     match v.split(':').next().unwrap_or("") {
@@ -371,7 +378,7 @@ pub(crate) fn parse_map_by(v: &str) -> Result<bool, SpawnError> {
 }
 
 /// Puts `dir` (a spawn's `path` key) in front of `PATH` in `env`, which then ends with it.
-pub(crate) fn prepend_path(env: &mut Vec<(OsString, OsString)>, dir: &str) {
+pub fn prepend_path(env: &mut Vec<(OsString, OsString)>, dir: &str) {
     let old = env
         .iter()
         .find(|(k, _)| k == "PATH")
@@ -388,11 +395,7 @@ pub(crate) fn prepend_path(env: &mut Vec<(OsString, OsString)>, dir: &str) {
 
 /// Whether `nprocs` processes at `ppn` per host fit on `candidates` (a host named twice is
 /// one host).
-pub(crate) fn check_ppr_room(
-    nprocs: u32,
-    ppn: u64,
-    candidates: &[usize],
-) -> Result<(), SpawnError> {
+pub fn check_ppr_room(nprocs: u32, ppn: u64, candidates: &[usize]) -> Result<(), SpawnError> {
     let mut distinct = candidates.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
@@ -411,7 +414,7 @@ pub(crate) fn check_ppr_room(
 /// cluster (and moving its cursor past each): with `ppr`, up to N per host in host order;
 /// else the next free slot from the cursor (from the first host for `map-by slot`), or the
 /// host at the cursor when every slot is taken.
-pub(crate) fn place_command(
+pub fn place_command(
     cluster: &mut Cluster,
     nprocs: u32,
     how: &CommandOptions,
@@ -446,11 +449,11 @@ pub(crate) fn place_command(
 /// The hosts a spawned job uses (indices into the cluster's, sorted) and its placement
 /// over them: node ids are the job's own, dense from 0 (MPICH sizes its node tables by
 /// them).
-pub(crate) fn dense_placement(node_of: &[usize]) -> (Vec<usize>, crate::plan::job::Placement) {
+pub fn dense_placement(node_of: &[usize]) -> (Vec<usize>, kauri_core::plan::job::Placement) {
     let mut used: Vec<usize> = node_of.to_vec();
     used.sort_unstable();
     used.dedup();
-    let placement = crate::plan::job::Placement {
+    let placement = kauri_core::plan::job::Placement {
         node: node_of
             .iter()
             .map(|n| used.binary_search(n).unwrap_or(0))
@@ -461,28 +464,28 @@ pub(crate) fn dense_placement(node_of: &[usize]) -> (Vec<usize>, crate::plan::jo
 }
 
 /// What [`spawned_job`] is made of: the spawned job's name, ranks and segments.
-pub(crate) struct Spawned {
+pub struct Spawned {
     /// Its kvsname.
-    pub(crate) name: String,
+    pub name: String,
     /// `appnum[r]` for every rank.
-    pub(crate) appnum: Vec<u32>,
+    pub appnum: Vec<u32>,
     /// Its placement over its own hosts.
-    pub(crate) placement: crate::plan::job::Placement,
+    pub placement: kauri_core::plan::job::Placement,
     /// Its segments.
-    pub(crate) apps: Vec<AppPlan>,
+    pub apps: Vec<AppPlan>,
     /// Its hosts, as indices into the cluster's.
-    pub(crate) used: Vec<usize>,
+    pub used: Vec<usize>,
     /// The spawn's preput keys.
-    pub(crate) preput: Delta,
+    pub preput: Delta,
 }
 
 /// The [`JobPlan`] of a spawned job: the run's settings, the spawner's interface, and
 /// PMIx when a PMIx client spawned it.
-pub(crate) fn spawned_job(
+pub fn spawned_job(
     cluster: &Cluster,
     spawner: &JobPlan,
     s: Spawned,
-    pmix: Option<&crate::proto::service::PmixSpawn>,
+    pmix: Option<&kauri_proto::service::PmixSpawn>,
 ) -> JobPlan {
     let simulated = cluster.launch.kind.simulates_hosts();
     JobPlan {
@@ -533,7 +536,7 @@ pub(crate) fn spawned_job(
 
 /// A spawned job's hosts: the one the front end serves (when it has ranks there) and the
 /// others, each with its ranks in rank order.
-pub(crate) fn spawned_hosts(
+pub fn spawned_hosts(
     cluster: &Cluster,
     used: &[usize],
     node_of: &[usize],
@@ -586,7 +589,7 @@ mod tests {
             in_use: vec![0; slots.len()],
             cursor: 0,
             launch: LaunchPlan {
-                kind: crate::launch::kind::LauncherKind::Fork,
+                kind: kauri_launch::kind::LauncherKind::Fork,
                 exec: "kauri".into(),
                 extra_args: vec![],
                 agent_path: "kauri".into(),
@@ -629,7 +632,7 @@ mod tests {
     /// in a few hundred jobs, and a run of mpi4py's spawn tests hung or crashed.
     #[test]
     fn every_spawned_job_has_its_own_open_mpi_job_id() {
-        use crate::proto::pmix::jobid::{ompi4_job_id, ompi5_job_id};
+        use kauri_proto::pmix::jobid::{ompi4_job_id, ompi5_job_id};
         let mut c = cluster(&[4, 4]);
         c.names = JobNames::new("kauri_31_5e2a_h0");
         let first = JobPlan {
@@ -777,16 +780,17 @@ mod tests {
 
     #[test]
     fn a_spawn_onto_several_simulated_hosts_makes_the_topology_when_asked() {
-        let args: Vec<String> = "-launcher fork -n 2 --pmi=pmi1 -hosts a sh -c mpi4py"
-            .split_whitespace()
-            .map(str::to_string)
-            .collect();
-        let crate::cli::Command::Run(spec) = crate::cli::parse(&args).unwrap() else {
-            panic!("not a run");
+        use crate::testing::{hosts_of, launcher, pmi, run};
+        let spec = JobSpec {
+            hosts: hosts_of("a"),
+            ..pmi(
+                kauri_core::plan::job::PmiChoice::Pmi1,
+                launcher("fork", run(2, "sh -c mpi4py")),
+            )
         };
-        let spawner = crate::plan::build::plan(&spec, "localhost").unwrap().job;
+        let spawner = crate::build::plan(&spec, "localhost").unwrap().job;
         assert!(spawner.topology_ahead, "one simulated host makes it ahead");
-        let ahead = |node_of: &[usize], pmix: Option<&crate::proto::service::PmixSpawn>| {
+        let ahead = |node_of: &[usize], pmix: Option<&kauri_proto::service::PmixSpawn>| {
             let (used, placement) = dense_placement(node_of);
             let s = Spawned {
                 name: "s".into(),
@@ -803,7 +807,7 @@ mod tests {
             !ahead(&[0, 2], None),
             "two simulated hosts share this machine"
         );
-        let pmix = crate::proto::service::PmixSpawn {
+        let pmix = kauri_proto::service::PmixSpawn {
             env: vec![],
             parent: 0,
         };
@@ -878,8 +882,8 @@ mod tests {
             assert_eq!(e.to_string(), line);
         }
         assert_eq!(
-            SpawnError::from(crate::proto::pmix::jobid::JobNumbersUsed).to_string(),
-            crate::proto::pmix::jobid::JobNumbersUsed.to_string()
+            SpawnError::from(kauri_proto::pmix::jobid::JobNumbersUsed).to_string(),
+            kauri_proto::pmix::jobid::JobNumbersUsed.to_string()
         );
     }
 }
