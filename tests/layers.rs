@@ -13,22 +13,27 @@
 //!
 //! Every path is read as the compiler reads it: `use` trees however `rustfmt` wraps them,
 //! `crate::`, `super::`, `self::` and `kauri_core::` paths in the code, each resolved to the
-//! module it lies in (its longest prefix that is a module; a folder's re-export of a core item
-//! is the core's). Doc comments, comment lines and each file's tests (from its last
-//! `#[cfg(test)]` at column 0) are not read: tests may use anything.
+//! module it lies in (its longest prefix that is a module of `kauri` or of the core; a path
+//! into one of the crates below the folders, [`BELOW`], is cargo's to check). Doc comments,
+//! comment lines and each file's tests (from its last `#[cfg(test)]` at column 0) are not
+//! read: tests may use anything.
 //!
 //! A launcher's facts are methods of `launch::kind::LauncherKind`; a launcher's name as a
 //! string literal anywhere else (`kind == "slurm"`) is a decision made behind the
 //! launchers' back, and fails [`no_launcher_is_named_outside_launch`].
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The folders of `kauri` (and the crate root's own modules) from the bottom up: each may use
-/// those before it, never one after it. Below them all are the crates `kauri-core`,
-/// `kauri-os`, `kauri-proto` and `kauri-launch` (re-exported as `kauri::os`,
-/// `kauri::console`, `kauri::proto` and `kauri::launch`), which cargo keeps apart.
-const ORDER: &[&str] = &["plan", "host", "tree", "cli", "main"];
+/// those before it, never one after it. Below them all are the core and the crates of
+/// [`BELOW`], which cargo keeps apart.
+const ORDER: &[&str] = &["host", "tree", "cli", "main"];
+
+/// The crates below every folder, by the names the `kauri` crate root re-exports them as:
+/// `kauri-os` (`os`, and its `console`), `kauri-proto` (`proto`), `kauri-launch` (`launch`)
+/// and `kauri-plan` (`plan`). Their arrows are cargo's to keep: a crate cannot name one above
+/// it, and a folder may use them all.
+const BELOW: &[&str] = &["os", "console", "proto", "launch", "plan"];
 
 /// What a pure module may not name: I/O, processes, threads, time from the system clock.
 const FORBIDDEN: &[&str] = &[
@@ -245,16 +250,14 @@ fn paths_of(code: &[(usize, String)]) -> Vec<(usize, String)> {
 }
 
 /// The modules a path may lie in: the `kauri` crate's (by their files under `src/`) and the
-/// core's (under `crates/kauri-core/src/`, re-exported by the `kauri` folder of the same
-/// name), with the names each core module defines, to tell a re-exported core item
-/// (`crate::plan::JobPlan`) from one of the folder's own (`crate::plan::build`).
+/// core's (under `crates/kauri-core/src/`, some re-exported by the `kauri` folder of the same
+/// name: `crate::tree::msg` is the core's `tree::msg`). No module is both, so a path's
+/// longest prefix that is a module says whose it is.
 struct Modules {
     /// The `kauri` crate's modules, each with its file.
     kauri: Vec<(String, PathBuf)>,
     /// The core's modules, each with its file.
     core: Vec<(String, PathBuf)>,
-    /// The names the core defines in each of its modules, its inline ones included.
-    core_items: BTreeSet<(String, String)>,
 }
 
 impl Modules {
@@ -269,29 +272,9 @@ impl Modules {
             out.sort();
             out
         };
-        let (kauri, core) = (list(src()), list(core()));
-        let mut core_items = BTreeSet::new();
-        for (module, file) in &core {
-            let text = std::fs::read_to_string(file).unwrap();
-            for (_, line) in code_of(&text) {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                if let [first, kind, name, ..] = words.as_slice() {
-                    let kinds = ["mod", "struct", "enum", "fn", "const", "type", "trait"];
-                    if first.starts_with("pub") && kinds.contains(kind) {
-                        let name = name.split(['(', '<', ':', ';', '{']).next().unwrap_or("");
-                        core_items.insert((module.clone(), name.to_string()));
-                    }
-                }
-            }
-            let mut parts: Vec<&str> = module.split("::").collect();
-            while let Some(last) = parts.pop() {
-                core_items.insert((parts.join("::"), last.to_string()));
-            }
-        }
         Modules {
-            kauri,
-            core,
-            core_items,
+            kauri: list(src()),
+            core: list(core()),
         }
     }
 
@@ -305,7 +288,8 @@ impl Modules {
 
     /// The module `path` (as written in the `kauri` module `me`, a `mod.rs` or not) lies in:
     /// its longest prefix that is a module, and whether that module is the core's. `None` for
-    /// a path outside the crate (`std::…`, a macro of the crate root).
+    /// a path outside the crate (`std::…`, a macro of the crate root) or into a crate of
+    /// [`BELOW`] (`crate::plan::build::plan`).
     fn resolve(&self, path: &str, me: &str) -> Option<(String, bool)> {
         let mut segs: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
         let mut base: Vec<&str> = me.split("::").filter(|s| !s.is_empty()).collect();
@@ -336,19 +320,17 @@ impl Modules {
             _ => return None,
         }
         base.extend(segs);
-        for k in (1..=base.len()).rev() {
-            let m = base[..k].join("::");
-            let next = base.get(k).copied().unwrap_or("");
-            let core_item = self.core_items.contains(&(m.clone(), next.to_string()));
-            match (self.in_kauri(&m), self.in_core(&m)) {
-                (true, true) => return Some((m, core_item)),
-                (true, false) if core_item => return Some((format!("{m}::{next}"), true)),
-                (true, false) => return Some((m, false)),
-                (false, true) => return Some((m, true)),
-                (false, false) => {}
-            }
+        if base.first().is_some_and(|b| BELOW.contains(b)) {
+            return None;
         }
-        None
+        (1..=base.len())
+            .rev()
+            .map(|k| base[..k].join("::"))
+            .find_map(|m| match (self.in_kauri(&m), self.in_core(&m)) {
+                (true, _) => Some((m, false)),
+                (false, true) => Some((m, true)),
+                (false, false) => None,
+            })
     }
 }
 
@@ -476,6 +458,24 @@ fn no_launcher_is_named_outside_launch() {
 #[test]
 fn every_module_uses_only_the_core_its_folder_and_those_below() {
     let modules = Modules::read();
+    // A folder's module that is also a core module would hide which of the two a path names.
+    let both: Vec<&str> = (modules.kauri.iter())
+        .map(|(m, _)| m.as_str())
+        .filter(|m| !m.is_empty() && modules.in_core(m))
+        .collect();
+    assert!(
+        both.is_empty(),
+        "modules of both kauri and the core: {both:?}"
+    );
+    // Nor is a crate below a folder of its own.
+    let folders: Vec<&str> = (modules.kauri.iter())
+        .map(|(m, _)| layer_of(m))
+        .filter(|l| BELOW.contains(l))
+        .collect();
+    assert!(
+        folders.is_empty(),
+        "folders named as a crate below: {folders:?}"
+    );
     let mut wrong = Vec::new();
     for (module, file) in &modules.kauri {
         let text = std::fs::read_to_string(file).unwrap();
@@ -527,18 +527,8 @@ fn the_check_reads_paths_as_the_compiler_does() {
     );
     let files = |ms: &[&str]| ms.iter().map(|m| (m.to_string(), PathBuf::new())).collect();
     let modules = Modules {
-        kauri: files(&[
-            "tree",
-            "tree::root",
-            "tree::root::end",
-            "plan",
-            "plan::build",
-            "host",
-        ]),
+        kauri: files(&["tree", "tree::root", "tree::root::end", "host"]),
         core: files(&["plan", "plan::job", "tree::msg"]),
-        core_items: [("plan", "JobPlan"), ("plan", "job"), ("tree", "msg")]
-            .map(|(m, i)| (m.to_string(), i.to_string()))
-            .into(),
     };
     let at = |p, me| modules.resolve(p, me);
     let core = |m: &str| Some((m.to_string(), true));
@@ -549,17 +539,23 @@ fn the_check_reads_paths_as_the_compiler_does() {
         at("super::super::msg::Up", "tree::root::end"),
         core("tree::msg")
     );
-    assert_eq!(at("crate::plan::JobPlan", "host"), core("plan"));
-    assert_eq!(at("crate::plan::job::Wiring", "host"), core("plan::job"));
     assert_eq!(
         at("kauri_core::plan::job::Wiring", "host"),
         core("plan::job")
     );
-    assert_eq!(at("crate::plan::build::plan", "host"), own("plan::build"));
-    assert_eq!(at("crate::plan::Cluster", "host"), own("plan"));
+    assert_eq!(at("crate::tree::Link", "host"), own("tree"));
+    assert_eq!(at("crate::tree::root::start", "host"), own("tree::root"));
     assert_eq!(
-        at("super::super::super::plan::X", "tree::root::end"),
-        own("plan")
+        at("super::super::super::host::X", "tree::root::end"),
+        own("host")
+    );
+    // the crates below: cargo's to check
+    assert_eq!(at("crate::plan::build::plan", "tree::root"), None);
+    assert_eq!(at("crate::plan::job::Wiring", "host"), None);
+    assert_eq!(at("kauri::proto::pmix::Server", "main"), None);
+    assert_eq!(
+        at("super::super::super::os::ports", "tree::root::end"),
+        None
     );
     assert_eq!(at("self::end::f", "tree::root"), own("tree::root::end"));
     assert_eq!(at("std::fs::read", "tree"), None);
@@ -568,6 +564,10 @@ fn the_check_reads_paths_as_the_compiler_does() {
     assert_eq!(wrong_use("host::node", "tree::msg", true), None);
     assert!(wrong_use("host::node", "tree::root", false).is_some());
     assert!(wrong_use("os::ports", "plan", false).is_some());
+    assert!(
+        wrong_use("host::node", "plan::build", false).is_some(),
+        "plan is a crate below, not a folder"
+    );
     assert_eq!(wrong_use("tree::root", "host::node", false), None);
     assert_eq!(wrong_use("tree::root::end", "tree::root", false), None);
     let code = code_of("use a;\n// tokio\n#[cfg(test)]\nuse tokio;\n");
