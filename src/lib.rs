@@ -2,14 +2,11 @@
 //!
 //! The folders are the architecture (`docs/design.md` walks a request through them), listed
 //! here from the bottom up; a module uses only its own folder, those before it in this list,
-//! and the core (the `kauri_core` crate, with no I/O; each of its modules is re-exported in
-//! the folder of the same name, marked *core* below). Cargo keeps the core apart;
-//! `tests/layers.rs` checks the folders' order:
+//! and the crates below them all, the core among them (the `kauri_core` crate, with no I/O;
+//! its `tree` modules are re-exported in the folder of the same name, marked *core* below).
+//! Cargo keeps the crates apart; `tests/layers.rs` checks the folders' order:
 //!
 //! ```text
-//!  plan      what a job is and how it is placed: JobSpec and its words (core), the plan
-//!            sent down the tree (core), each rank's variables (core), the run's hosts, the
-//!            plan's construction, spawn planning
 //!  host      one host's ranks: the Node (rank start-up, the PMI connection, PMIx upcalls),
 //!            processes, the keeper, output, forwarding, binding, MPIR
 //!  tree      the tree of agents: messages (core), shape (core), fence gathers (core),
@@ -19,6 +16,9 @@
 //!
 //! and below every folder, crates of their own:
 //!
+//!  plan      (kauri-plan) what a job is and how it is placed: JobSpec and its words, the
+//!            plan sent down the tree, each rank's variables (the core's), the run's hosts,
+//!            the plan's construction, spawn planning
 //!  proto     (kauri-proto) the PMIx server and the name service (the PMI engine, the
 //!            KVS, the service requests and the rank-end record are the core's)
 //!  launch    (kauri-launch) how an agent reaches a host: the launchers, allocations,

@@ -68,8 +68,8 @@ fn core() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/kauri-core/src")
 }
 
-/// The module path of a source file: `src/tree/msg.rs` is `tree::msg`, `src/plan/mod.rs` is
-/// `plan`, `src/lib.rs` is the crate root (empty).
+/// The module path of a source file: `src/tree/hub.rs` is `tree::hub`, `src/tree/mod.rs` is
+/// `tree`, `src/lib.rs` is the crate root (empty).
 fn module_of(rel: &Path) -> String {
     let mut parts: Vec<String> = rel
         .iter()

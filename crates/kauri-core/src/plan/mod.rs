@@ -5,7 +5,7 @@
 //! ([`LaunchPlan`]).
 //!
 //! Plain data with serde derives and a few queries: no I/O, no sockets, no processes. The
-//! front end builds these (`plan::build` in the `kauri` crate, the shape in `tree::shape`);
+//! front end builds these (`build` in the `kauri-plan` crate, the shape in `tree::shape`);
 //! the link messages in `tree::msg` carry them; `node`, `launch` and `pmix` read them.
 
 pub mod binding;
