@@ -442,49 +442,24 @@ fn seen_with_bare_children(run: &Run, n: usize) -> Vec<Proc> {
     seen
 }
 
-/// Kauri killed with `SIGKILL` while its keeper still shares its memory (a clone that has not
-/// `exec`ed yet, `KAURI_KEEPER_ALONE_AFTER` far away): the keeper sees its pipe end, becomes a
-/// process of its own with the ranks it was told of, and ends the run; nothing is left, not
-/// even the ranks' children without a mark.
+/// Kauri killed with `SIGKILL` while its keeper runs (`kauri --keeper TOKEN GRACE_MS`, an
+/// ordinary child, started before the first rank): the keeper sees its pipe end and ends the
+/// run with the ranks it was told of; nothing is left, not even the ranks' children without
+/// a mark, nor the ranks themselves, which have no death signal.
 #[test]
-fn killed_while_the_keeper_shares_its_memory() {
-    let env = [
-        ("KAURI_KILL_GRACE", "3"),
-        ("KAURI_KEEPER_ALONE_AFTER", "100000"),
-    ];
-    let mut run = Run::start("shared", &["-n", "2"], BARE_CHILD, &env);
+fn killed_with_its_keeper_running() {
+    let env = [("KAURI_KILL_GRACE", "3")];
+    let mut run = Run::start("keeper", &["-n", "2"], BARE_CHILD, &env);
     run.reach(&ups(2));
     let keeper = keeper_of(&run).expect("a keeper");
-    assert!(
-        !keeper.cmd.contains(kauri::host::keeper::SUBCOMMAND),
-        "the keeper still shares kauri's memory (kauri's own command line): {keeper:?}"
+    let words: Vec<&str> = keeper.cmd.split_whitespace().collect();
+    assert_eq!(
+        words.get(1..).map(|w| w.len()),
+        Some(3),
+        "kauri --keeper TOKEN GRACE_MS: {keeper:?}"
     );
-    let seen = seen_with_bare_children(&run, 2);
-    run.kill_kauri();
-    assert_all_gone(&seen, &run.mark, &[], None);
-}
-
-/// Kauri killed with `SIGKILL` after its keeper became a process of its own
-/// (`KAURI_KEEPER_ALONE_AFTER=0`: at once, with the ranks it had been told of on descriptor
-/// 3, and the ones told after on its pipe): nothing is left, not even the ranks' children
-/// without a mark.
-#[test]
-fn killed_after_the_keeper_became_a_process_of_its_own() {
-    let env = [("KAURI_KILL_GRACE", "3"), ("KAURI_KEEPER_ALONE_AFTER", "0")];
-    let mut run = Run::start("alone", &["-n", "2"], BARE_CHILD, &env);
-    run.reach(&ups(2));
-    let start = Instant::now();
-    let keeper = loop {
-        match keeper_of(&run) {
-            Some(k) if k.cmd.contains(kauri::host::keeper::SUBCOMMAND) => break k,
-            k => assert!(
-                start.elapsed() < patience(),
-                "the keeper did not exec: {k:?}"
-            ),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(keeper.cmd.trim_end().ends_with(" 3"), "{keeper:?}");
+    assert_eq!(words[1], kauri::host::keeper::SUBCOMMAND, "{keeper:?}");
+    assert_eq!(words[3], "3000", "the job's grace: {keeper:?}");
     let seen = seen_with_bare_children(&run, 2);
     run.kill_kauri();
     assert_all_gone(&seen, &run.mark, &[], None);

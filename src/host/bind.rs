@@ -15,6 +15,7 @@
 //! around, and the host says so once.
 
 pub use crate::plan::binding::{Binding, Kind};
+use rustix::thread::CpuSet;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -215,29 +216,19 @@ impl Topology {
 
 /// This process's allowed CPUs (`sched_getaffinity`); empty when unknown.
 pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: a zeroed cpu_set_t is valid, and sched_getaffinity writes at most its size.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return Vec::new();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
+    match rustix::thread::sched_getaffinity(None) {
+        Ok(set) => (0..CpuSet::MAX_CPU).filter(|&c| set.is_set(c)).collect(),
+        Err(_) => Vec::new(),
     }
 }
 
-/// A `cpu_set_t` holding `cpus` (those beyond `CPU_SETSIZE` are left out).
-pub fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET stays within it for c below
-    // CPU_SETSIZE.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
-            libc::CPU_SET(c, &mut set);
-        }
-        set
+/// A CPU set holding `cpus` (those beyond [`CpuSet::MAX_CPU`] are left out).
+pub fn cpu_set(cpus: &[usize]) -> CpuSet {
+    let mut set = CpuSet::new();
+    for &c in cpus.iter().filter(|&&c| c < CpuSet::MAX_CPU) {
+        set.set(c);
     }
+    set
 }
 
 #[cfg(test)]

@@ -1,12 +1,10 @@
 //! One host's ranks: the [`node::Node`] that starts them, serves their PMI connections and
-//! PMIx upcalls and reports their ends; the processes themselves ([`proc`], [`child`],
+//! PMIx upcalls and reports their ends; the processes themselves ([`proc`], [`spawn`],
 //! [`keeper`]), their output ([`iofwd`], [`output`]), binding ([`bind`]), the hardware
-//! topology handed to them ([`topology`]), the debugger interface ([`mpir`]), and the system
-//! calls a child makes before its `execve` ([`syscall`]).
+//! topology handed to them ([`topology`]), and the debugger interface ([`mpir`]).
 //! The root and every agent run one `Node` for their host.
 
 pub mod bind;
-pub mod child;
 pub mod events;
 pub mod iofwd;
 pub mod keeper;
@@ -15,5 +13,5 @@ pub mod node;
 pub mod ompi;
 pub mod output;
 pub mod proc;
-pub mod syscall;
+pub mod spawn;
 pub mod topology;

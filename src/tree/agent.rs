@@ -278,7 +278,7 @@ async fn start_ranks(
     let fork_start = clock.now();
     let node = match port_taken {
         Some(e) => Err(e),
-        None => Node::start(job, me, events, out, None).await,
+        None => Node::start(job, me, events, out).await,
     };
     let forked = clock.now();
     match node {

@@ -43,7 +43,6 @@ mod upcall;
 
 pub use conn::PMI_REPLY_QUEUE_MAX;
 use conn::{Replies, Writer};
-pub use start::Early;
 use upcall::NameCall;
 
 /// What happened on this host.
@@ -313,10 +312,8 @@ fn rank_ended(
     c.dispatch();
 }
 
-/// Kills the ranks a failed [`Node::start`] had forked, with whatever they started in their
-/// process groups, and reaps them. Each is signalled as a group and alone: a rank forked an
-/// instant ago may not have made its group yet (`setsid` in the child), and a signal to a
-/// group that does not exist reaches nobody.
+/// Kills the ranks a failed [`Node::start`] had started, with whatever they started in their
+/// process groups, and reaps them. Each is signalled as a group and alone.
 fn abandon(forked: Vec<(usize, u32, proc::ExitWatch)>) {
     for (_, pid, _) in &forked {
         proc::signal_group(*pid, libc::SIGKILL);

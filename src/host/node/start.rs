@@ -1,5 +1,5 @@
 //! Starting one host's ranks: their programs, environments, binding, PMI sockets and
-//! PMIx server, and the forks.
+//! PMIx server, and their starts.
 
 use super::conn::{accept_pmi, RankSock};
 use super::poll::serve_conn;
@@ -9,6 +9,7 @@ use crate::host::iofwd;
 use crate::host::iofwd::Stream;
 use crate::host::output::Route;
 use crate::host::proc::{self, Launch};
+use crate::host::spawn::Starts;
 use crate::plan::rank_env::{rank_env, HostFacts, PmiSocket, RankSeat, VADER_DIR_VAR};
 use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, RankPlan};
 use crate::proto::pmi::{ConnId, Engine, JobInfo};
@@ -444,7 +445,7 @@ fn serve_rank_pmi(ctx: &Rc<Ctx>, r: usize, sock: UnixStream) {
     }
 }
 
-/// What forking the ranks of a host needs: nothing of the runtime.
+/// What starting the ranks of a host needs, besides the runtime's PMI service.
 struct Launching<'a> {
     job: &'a JobPlan,
     me: &'a HostPlan,
@@ -461,23 +462,15 @@ struct Launching<'a> {
     cpus: usize,
 }
 
-/// The ranks of a host, forked and neither served nor watched yet: what [`Node::start`]
-/// takes over. [`Early::fork`] makes it before kauri's runtime exists, so the ranks' start
-/// overlaps kauri's own; otherwise [`Node::start`] forks them itself. Dropped with ranks
-/// still in it (a start that failed before the node took them over), it kills and reaps
-/// them.
-pub struct Early {
-    /// The resolved programs, by segment.
-    programs: HashMap<usize, PathBuf>,
-    /// Open MPI's private shared-memory directory, removed when dropped.
-    vader: Option<ShmDir>,
-    /// The ranks forked, in the host's order.
-    ranks: Vec<Unwatched>,
-    /// The job's PMIx, offered before the ranks were forked.
-    pmix: Option<PmixOffer>,
+/// A rank queued for its start, with kauri's end of its PMI socket pair.
+struct Queued {
+    rank: usize,
+    app: usize,
+    pmi: Option<UnixStream>,
 }
 
-/// A rank forked, with kauri's end of its PMI socket pair.
+/// A rank started, with kauri's end of its PMI socket pair: what [`Node::start`] serves and
+/// watches. Dropped before, it is killed and reaped ([`proc::Forked`]).
 struct Unwatched {
     rank: usize,
     app: usize,
@@ -485,134 +478,35 @@ struct Unwatched {
     pmi: Option<UnixStream>,
 }
 
-impl Unwatched {
-    /// Kills and reaps the rank, with its process group: a start given up before the rank
-    /// was watched.
-    fn abandon(self) {
-        let pid = self.child.pid();
-        self.child.abandon();
-        crate::host::keeper::reaped(pid);
-        debug!(rank = self.rank, pid, "killed and reaped: the start failed");
-    }
-}
-
-impl Drop for Early {
-    fn drop(&mut self) {
-        self.ranks.drain(..).for_each(Unwatched::abandon);
-    }
-}
-
-impl Early {
-    /// Forks the ranks `me` lists now, on this thread, before the runtime is built: only when
-    /// nothing they need comes from it (no PMI port, no singleton to adopt);
-    /// `None` otherwise, and [`Node::start`] forks them. `Err`: why they could not start
-    /// (programs are resolved first, so a typo starts nothing), with nothing of them left
-    /// running.
-    ///
-    /// Nor when descriptors may be short ([`room_to_fork_early`]): forked first, the ranks
-    /// could take the last ones, and kauri's own start fail for want of one (a runtime that
-    /// cannot start, a panic in the signal handlers' set-up) instead of the rank's fork
-    /// failing with the line that names the limit.
-    ///
-    /// `fd_limit`: the soft limit of open files, raised already to the hard one.
-    pub fn fork(job: &JobPlan, me: &HostPlan, fd_limit: u64) -> Option<Result<Early, String>> {
-        if job.pmi_port || job.adopt.is_some() || !room_to_fork_early(me.ranks.len(), fd_limit) {
-            return None;
-        }
-        Some(resolve_programs(job, me, &me.host).and_then(|programs| {
-            let offer = job.pmix.then(|| offer_pmix(job, me)).transpose()?;
-            fork_host(job, me, programs, offer, None)
-        }))
-    }
-}
-
-/// Descriptors kept for what kauri inherited and for its own start after early forks (the
-/// runtime, the job key, the status socket, the signals' socket pair, the keeper's pipe).
-const EARLY_FD_HEADROOM: u64 = 4096;
-
-/// Whether a process whose soft limit of open files is `fd_limit` may open enough
-/// descriptors to fork `ranks` ranks before its runtime exists: five each (kauri's ends of a
-/// rank's PMI socket and pipes, its pidfd, and while it is forked the rank's ends) and
-/// [`EARLY_FD_HEADROOM`] besides. The soft limit is raised to the hard one before this is
-/// asked, so only a hard limit of a few thousand keeps a job from the early start.
-fn room_to_fork_early(ranks: usize, fd_limit: u64) -> bool {
-    fd_limit == libc::RLIM_INFINITY || fd_limit >= 5 * ranks as u64 + EARLY_FD_HEADROOM
-}
-
-/// Forks the ranks of host `me` with their resolved `programs`, their PMIx variables (of
-/// `pmix`, which the result keeps) and the PMI port, then starts the keeper. A fork that
-/// fails kills and reaps those before it.
-fn fork_host(
-    job: &JobPlan,
-    me: &HostPlan,
-    programs: HashMap<usize, PathBuf>,
-    mut pmix: Option<PmixOffer>,
-    port: Option<String>,
-) -> Result<Early, String> {
-    let pmix_env = pmix
-        .as_mut()
-        .map(|o| std::mem::take(&mut o.env))
-        .unwrap_or_default();
-    let l = Launching {
-        job,
-        me,
-        host: &me.host,
-        programs,
-        pmix_env,
-        port,
-        vader: private_vader_dir(job, me, &me.host)?,
-        cpus: crate::host::bind::allowed_cpus().len().max(1),
-    };
-    let mut ranks = Vec::new();
-    let forked = l.fork_all(&mut ranks);
-    let early = Early {
-        programs: l.programs,
-        vader: l.vader,
-        ranks,
-        pmix,
-    };
-    match forked {
-        Ok(()) => Ok(early),
-        Err(e) => {
-            // The ranks forked before the error are killed and reaped here.
-            drop(early);
-            Err(e)
-        }
-    }
-}
-
 impl Launching<'_> {
-    /// Reports the bindings and forks each rank of this host in turn (but a singleton to
-    /// adopt), each into `forked`; then starts the keeper, not before the first fork, so
-    /// that its start overlaps the ranks' own.
-    fn fork_all(&self, forked: &mut Vec<Unwatched>) -> Result<(), String> {
+    /// Reports the bindings and queues each rank of this host in turn (but a singleton to
+    /// adopt) on `starts`, the thread that starts them: the ranks queued, in order.
+    fn queue_all(&self, starts: &mut Starts) -> Result<Vec<Queued>, String> {
         let nlocal = self.me.ranks.len();
         let cpus_of = rank_cpus(self.job, nlocal, self.host)?;
-        proc::choose_start(nlocal, self.cpus);
         if self.job.report_bindings {
             for line in binding_report(self.me, &cpus_of) {
                 say!("{line}");
             }
         }
+        let mut queued = Vec::new();
         for rp in &self.me.ranks {
             if !adopting(self.job, rp.rank) {
-                forked.push(self.fork_rank(rp, cpus_of.get(rp.local_id))?);
+                queued.push(self.queue_rank(starts, rp, cpus_of.get(rp.local_id))?);
             }
         }
-        if !forked.is_empty() {
-            crate::host::keeper::ensure(std::time::Duration::from_millis(self.job.kill_grace_ms));
-            if self.job.topology_ahead {
-                // after the keeper, whose start is cheaper while kauri has one thread
-                crate::host::topology::make_ahead();
-            }
-        }
-        Ok(())
+        Ok(queued)
     }
 
-    /// Forks rank `rp` (bound to `cpus`) with its PMI socket and environment. (Whatever
-    /// happens to this process from then on, what the rank starts ends: the keeper, started
-    /// once the host's ranks are forked, is told of each.)
-    fn fork_rank(&self, rp: &RankPlan, cpus: Option<&Vec<usize>>) -> Result<Unwatched, String> {
+    /// Queues rank `rp` (bound to `cpus`) with its PMI socket and environment. (Whatever
+    /// happens to this process from then on, the rank and what it starts end: the keeper,
+    /// started before the first rank, is told of each.)
+    fn queue_rank(
+        &self,
+        starts: &mut Starts,
+        rp: &RankPlan,
+        cpus: Option<&Vec<usize>>,
+    ) -> Result<Queued, String> {
         let r = rp.rank;
         let a = &self.job.apps[rp.app];
         let mut pair = None;
@@ -642,13 +536,12 @@ impl Launching<'_> {
             pty: self.job.output.options.terminal,
             merge_stderr: self.job.output.options.merge_stderr,
         };
-        let child =
-            proc::fork(launch).map_err(|e| start_error(r, &a.program_text(), self.host, e))?;
-        crate::host::keeper::started(child.pid());
-        Ok(Unwatched {
+        starts
+            .start(launch)
+            .map_err(|e| start_error(r, &a.program_text(), self.host, e))?;
+        Ok(Queued {
             rank: r,
             app: rp.app,
-            child,
             pmi: ours,
         })
     }
@@ -688,7 +581,7 @@ fn start_error(r: usize, program: &str, host: &str, e: std::io::Error) -> String
     format!("cannot start rank {r} ({program}) on {host}: {e}")
 }
 
-/// What serving and watching the ranks of a host shares, once they are forked.
+/// What serving and watching the ranks of a host shares, once they are started.
 struct Serving<'a> {
     job: &'a JobPlan,
     host: &'a str,
@@ -705,51 +598,71 @@ struct Serving<'a> {
 type Watched = (usize, u32, proc::ExitWatch);
 
 impl Node {
-    /// Starts the ranks `me` lists, or takes over those forked already (`early`, from
-    /// [`Early::fork`]). Programs are resolved first, so a typo starts nothing; the error is
-    /// one line naming the host. A start that fails after it forked some ranks (a later fork
-    /// refused, no descriptors left for a PMI socket) kills them with their process groups
-    /// and reaps them before it returns the error: nothing it started outlives it, and no
-    /// [`NodeEvent::Exited`] follows for them.
+    /// Starts the ranks `me` lists. Programs are resolved first, so a typo starts nothing;
+    /// the error is one line naming the host. The ranks are started by the thread that
+    /// starts them ([`crate::host::spawn`]) while this one serves those started already.
+    /// A start that fails after it started some ranks (a later start refused, no descriptors
+    /// left for a PMI socket) kills them with their process groups and reaps them before it
+    /// returns the error: nothing it started outlives it, and no [`NodeEvent::Exited`]
+    /// follows for them.
     pub async fn start(
         job: &JobPlan,
         me: &HostPlan,
         events: JobTx<NodeEvent>,
         out: iofwd::OutputSender,
-        early: Option<Early>,
     ) -> Result<Node, String> {
         let host = me.host.clone();
         let ctx = new_ctx(job, me, &events);
-        let mut early = match early {
-            Some(e) => e,
-            None => {
-                let programs = resolve_programs(job, me, &host)?;
-                let offer = job.pmix.then(|| offer_pmix(job, me)).transpose()?;
-                let port = if job.pmi_port {
-                    Some(listen_pmi_port(&ctx, job, &host)?)
-                } else {
-                    None
-                };
-                fork_host(job, me, programs, offer, port)?
+        let programs = resolve_programs(job, me, &host)?;
+        let mut offer = job.pmix.then(|| offer_pmix(job, me)).transpose()?;
+        let port = if job.pmi_port {
+            Some(listen_pmi_port(&ctx, job, &host)?)
+        } else {
+            None
+        };
+        let l = Launching {
+            job,
+            me,
+            host: &host,
+            programs,
+            pmix_env: offer
+                .as_mut()
+                .map(|o| std::mem::take(&mut o.env))
+                .unwrap_or_default(),
+            port,
+            vader: private_vader_dir(job, me, &host)?,
+            cpus: crate::host::bind::allowed_cpus().len().max(1),
+        };
+        let mut starts = Starts::new(Some(std::time::Duration::from_millis(job.kill_grace_ms)));
+        let queued = match l.queue_all(&mut starts) {
+            Ok(q) => q,
+            Err(e) => {
+                starts.abandon().await;
+                return Err(e);
             }
         };
-        serve_pmix(&ctx, job, early.pmix.take(), job.pmix_now)?;
-        let ranks = std::mem::take(&mut early.ranks);
-        let programs = std::mem::take(&mut early.programs);
+        if let Err(e) = serve_pmix(&ctx, job, offer, job.pmix_now) {
+            starts.abandon().await;
+            return Err(e);
+        }
+        if job.topology_ahead && !queued.is_empty() {
+            crate::host::topology::make_ahead();
+        }
         let (ended, ended_rx) = watch::channel(false);
-        let mut node = Node::new(ctx.clone(), me, ended, early.vader.take());
+        let mut node = Node::new(ctx.clone(), me, ended, l.vader);
         let s = Serving {
             job,
             host: &host,
             ctx: &ctx,
             events: &events,
             out: &out,
-            programs,
+            programs: l.programs,
             ended_rx,
         };
         // The ranks watched so far; their ends are awaited only once all are watched.
         let mut watched: Vec<Watched> = Vec::new();
-        if let Err(e) = node.take_over(&s, ranks, &mut watched).await {
+        if let Err(e) = node.take_over(&s, queued, &mut starts, &mut watched).await {
+            starts.abandon().await;
             abandon(watched);
             return Err(e);
         }
@@ -776,29 +689,34 @@ impl Node {
     }
 
     /// Adopts the singleton when it is a rank of this host, then serves and watches each
-    /// rank forked (`ranks`), each into `watched`. On an error the ranks not watched yet are
-    /// killed and reaped here.
+    /// rank `queued` as `starts` hands it over, each into `watched`.
     async fn take_over(
         &mut self,
         s: &Serving<'_>,
-        ranks: Vec<Unwatched>,
+        queued: Vec<Queued>,
+        starts: &mut Starts,
         watched: &mut Vec<Watched>,
     ) -> Result<(), String> {
         if let (Some(a), true) = (&s.job.adopt, self.ranks.contains(&0)) {
-            if let Err(e) = self.adopt_singleton(s, a, 0).await {
-                ranks.into_iter().for_each(Unwatched::abandon);
-                return Err(e);
-            }
+            self.adopt_singleton(s, a, 0).await?;
         }
-        let mut ranks = ranks.into_iter();
-        while let Some(u) = ranks.next() {
-            match self.watch_rank(s, u) {
-                Ok(w) => watched.push(w),
-                Err(e) => {
-                    ranks.for_each(Unwatched::abandon);
-                    return Err(e);
+        for q in queued {
+            let program = || s.job.apps[q.app].program_text();
+            let child = match starts.next().await {
+                Some(Ok(child)) => child,
+                Some(Err(e)) => return Err(start_error(q.rank, &program(), s.host, e)),
+                None => {
+                    let e = std::io::Error::other("the thread that starts the ranks is gone");
+                    return Err(start_error(q.rank, &program(), s.host, e));
                 }
-            }
+            };
+            let u = Unwatched {
+                rank: q.rank,
+                app: q.app,
+                child,
+                pmi: q.pmi,
+            };
+            watched.push(self.watch_rank(s, u)?);
         }
         Ok(())
     }
@@ -846,11 +764,10 @@ impl Node {
             pmi,
         } = u;
         let pid = child.pid();
-        let child = child.watch().map_err(|e| {
-            // watch killed and reaped it.
-            crate::host::keeper::reaped(pid);
-            start_error(r, &s.job.apps[app].program_text(), s.host, e)
-        })?;
+        // A rank that cannot be watched is killed and reaped by `watch`.
+        let child = child
+            .watch()
+            .map_err(|e| start_error(r, &s.job.apps[app].program_text(), s.host, e))?;
         debug!(rank = r, pid, "started");
         self.procs
             .push((r, pid, s.programs[&app].clone().into_os_string()));
@@ -936,40 +853,6 @@ mod tests {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
         assert_eq!(got, want);
-    }
-
-    #[test]
-    fn ranks_not_taken_over_are_killed_and_reaped_when_dropped() {
-        let launch = Launch {
-            program: "/bin/sleep".into(),
-            argv0: "sleep".into(),
-            args: vec!["100".into()],
-            env: Vec::new(),
-            wdir: "/".into(),
-            pmi_fd: None,
-            stdin: false,
-            cpus: None,
-            pty: false,
-            merge_stderr: false,
-        };
-        let child = proc::fork(launch).unwrap();
-        let pid = child.pid() as libc::pid_t;
-        let early = Early {
-            programs: HashMap::new(),
-            vader: None,
-            ranks: vec![Unwatched {
-                rank: 0,
-                app: 0,
-                child,
-                pmi: None,
-            }],
-            pmix: None,
-        };
-        drop(early);
-        // SAFETY: waitpid with WNOHANG takes plain numbers and a null status.
-        let r = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
-        let e = std::io::Error::last_os_error().raw_os_error();
-        assert_eq!((r, e), (-1, Some(libc::ECHILD)), "reaped, not running");
     }
 
     #[test]

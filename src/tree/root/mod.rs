@@ -8,9 +8,8 @@
 //!
 //! On one host it is the whole tree: no agent process, no TCP.
 //!
-//! It runs on a single-threaded tokio runtime: one thread owns every engine (no locks), and
-//! every rank is forked from that thread, so `PR_SET_PDEATHSIG` ties the ranks' lives to
-//! kauri's.
+//! It runs on a single-threaded tokio runtime: one thread owns every engine (no locks); the
+//! ranks of its host are started by a thread of their own (`crate::host::spawn`).
 
 mod cluster;
 mod end;

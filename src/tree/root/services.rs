@@ -389,7 +389,6 @@ impl Root {
             &self.wires,
             self.clock,
             None,
-            None,
         )
         .await;
         match started {

@@ -1,39 +1,27 @@
 //! Starting a job: the root's own node and its child agents; the run's first job.
 
 use super::*;
-use crate::host::node::Early;
 use crate::plan::build::Plan;
 use crate::tree::shape::LaunchCost;
 
-/// Raises the soft limit of open files to the hard limit; returns the soft limit now in force
-/// (0 when it cannot be read).
-pub(super) fn raise_fd_limit() -> u64 {
+/// Raises the soft limit of open files to the hard limit.
+pub(super) fn raise_fd_limit() {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit/setrlimit read and write the struct we pass.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 0;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                return raised.rlim_cur;
-            }
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
         }
     }
-    lim.rlim_cur
 }
 
 /// Starts job `idx`'s agents and, if it has ranks here, its local ranks. The error is a start
 /// failure on this host (the agents report theirs later, one `NodeStarted` each). `prof`: this
-/// host's startup profile, for the job the user started when it records one. `early`: its
-/// ranks here, forked before the runtime ([`Early::fork`]).
+/// host's startup profile, for the job the user started when it records one.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn start_job(
     idx: usize,
@@ -44,7 +32,6 @@ pub(super) async fn start_job(
     wires: &Wires,
     clock: Clock,
     prof: Option<HostProfile>,
-    early: Option<Result<Early, String>>,
 ) -> Result<JobRun, (String, Option<JobRun>)> {
     let ranks = rank_hosts(plan.size, local.iter().chain(&remote));
     let key = tree::new_key().map_err(|e| (format!("cannot make a job key: {e}"), None))?;
@@ -64,7 +51,7 @@ pub(super) async fn start_job(
     )
     .await
     .map_err(|e| (e, None))?;
-    let (node, error) = start_node(idx, &plan, local.as_ref(), wires, early).await;
+    let (node, error) = start_node(idx, &plan, local.as_ref(), wires).await;
     let here = local
         .as_ref()
         .map_or(cluster.me.as_str(), |hp| hp.host.as_str());
@@ -108,25 +95,19 @@ fn rank_hosts<'a>(size: usize, hosts: impl Iterator<Item = &'a HostPlan>) -> Vec
     ranks
 }
 
-/// Starts job `idx`'s ranks on this host, when it has some (`local`), or takes over those
-/// forked already (`early`): the node, or why it could not start.
+/// Starts job `idx`'s ranks on this host, when it has some (`local`): the node, or why it
+/// could not start.
 async fn start_node(
     idx: usize,
     plan: &JobPlan,
     local: Option<&HostPlan>,
     wires: &Wires,
-    early: Option<Result<Early, String>>,
 ) -> (Option<Node>, Option<String>) {
     let Some(hp) = local else {
         return (None, None);
     };
-    let early = match early {
-        Some(Ok(e)) => Some(e),
-        Some(Err(e)) => return (None, Some(crate::host::proc::fd_cause(e))),
-        None => None,
-    };
     let events = JobTx::new(idx, wires.node.clone());
-    match Node::start(plan, hp, events, wires.out.clone(), early).await {
+    match Node::start(plan, hp, events, wires.out.clone()).await {
         Ok(n) => (Some(n), None),
         Err(e) => (None, Some(crate::host::proc::fd_cause(e))),
     }
@@ -155,7 +136,7 @@ struct Ends {
     svc_tx: mpsc::UnboundedSender<(Asker, ServiceReply)>,
     own_status: mpsc::UnboundedSender<(usize, HostStatus)>,
     /// Where `kauri --status` asks arrive; the socket itself is bound by [`Root::start`]
-    /// once this host's ranks are forked (the bind makes an inode: not before the first
+    /// once this host's ranks are started (the bind makes an inode: not before the first
     /// rank's start).
     status_asks: mpsc::UnboundedSender<crate::tree::status::Ask>,
     status_socket: Option<crate::tree::status::Listener>,
@@ -184,53 +165,28 @@ struct Parts {
     ends: Ends,
 }
 
-/// What the root does before its runtime exists: the plan, checked, and the first job's
-/// ranks here, forked when that is all the job is ([`prepare_run`]).
+/// What the root does before its runtime exists: the plan, checked ([`prepare_run`]).
 pub struct Prepared {
     clock: Clock,
     me: String,
     plan: Plan,
     iface_ip: Option<std::net::IpAddr>,
     files: Files,
-    /// The first job's ranks here, forked ([`Early::fork`]).
-    early: Option<EarlyStart>,
 }
 
-/// The first job's ranks here, forked before the runtime ([`Early::fork`]), with when their
-/// forks began and ended on the run's clock.
-struct EarlyStart {
-    ranks: Result<Early, String>,
-    began: u64,
-    ended: u64,
-}
-
-/// Plans the run and checks what it needs ([`prepare`]), then, when the first job runs on
-/// this host alone and its ranks need nothing of the runtime, forks them: their start
-/// overlaps the rest of kauri's own (its runtime, its channels, its signals), which
-/// otherwise came first. `Err`: kauri's exit status, its line printed.
+/// Raises the limit of open files, plans the run and checks what it needs ([`prepare`]),
+/// before the runtime is built. `Err`: kauri's exit status, its line printed.
 pub fn prepare_run(spec: &JobSpec) -> Result<Prepared, i32> {
     let clock = Clock::start();
     let me = local_host();
-    let fd_limit = raise_fd_limit();
+    raise_fd_limit();
     let (plan, iface_ip, files) = prepare(spec, &me)?;
-    let early = match (&plan.local, plan.remote.is_empty()) {
-        (Some(hp), true) => {
-            let began = clock.now();
-            Early::fork(&plan.job, hp, fd_limit).map(|ranks| EarlyStart {
-                ranks,
-                began,
-                ended: clock.now(),
-            })
-        }
-        _ => None,
-    };
     Ok(Prepared {
         clock,
         me,
         plan,
         iface_ip,
         files,
-        early,
     })
 }
 
@@ -380,8 +336,7 @@ fn watch_signals() -> Vec<(i32, tokio::signal::unix::Signal)> {
 }
 
 impl Root {
-    /// Starts the printer, the first job's agents and its ranks here (or takes over those
-    /// forked already), and the stdin reader, for the run `prepared` planned; returns the
+    /// Starts the printer, the first job's agents and its ranks here, and the stdin reader, for the run `prepared` planned; returns the
     /// root and where its events will come from, or kauri's exit status when nothing could
     /// start.
     pub(super) async fn start(spec: &JobSpec, prepared: Prepared) -> Result<(Root, Inbox), i32> {
@@ -391,7 +346,6 @@ impl Root {
             plan: p,
             iface_ip,
             files,
-            early,
         } = prepared;
         let (mut ends, receivers) = open_channels(files);
         let cost = measure_cost(&p);
@@ -400,8 +354,7 @@ impl Root {
             cluster.ip = ip;
         }
         let names = names_of(spec);
-        let (first, start_error) =
-            start_first(spec, &p, &me, &cluster, &ends.wires, clock, early).await?;
+        let (first, start_error) = start_first(spec, &p, &me, &cluster, &ends.wires, clock).await?;
         // `kauri --status` from another shell, and this host's answers with stacks.
         ends.status_socket = crate::tree::status::Listener::start(ends.status_asks.clone())
             .map_err(|e| info!("no status socket: {e}"))
@@ -520,8 +473,8 @@ impl Root {
     }
 }
 
-/// Starts the job the user started (its ranks here forked already when `early` has them),
-/// with this host's startup profile when it is recorded and the fork's time in it. `Err`:
+/// Starts the job the user started, with this host's startup profile when it is recorded
+/// and the start of its ranks here in it. `Err`:
 /// kauri's exit status when nothing could start; the error besides the job when its ranks
 /// here could not.
 async fn start_first(
@@ -531,18 +484,12 @@ async fn start_first(
     cluster: &Cluster,
     wires: &Wires,
     clock: Clock,
-    early: Option<EarlyStart>,
 ) -> Result<(JobRun, Option<String>), i32> {
     let prof = spec.profile.map(|_| HostProfile {
         ranks: p.local.as_ref().map_or(0, |h| h.ranks.len() as u32),
         ..HostProfile::new(0, me)
     });
-    let mut fork_start = clock.now();
-    let mut forked_at = None;
-    let early = early.map(|e| {
-        (fork_start, forked_at) = (e.began, Some(e.ended));
-        e.ranks
-    });
+    let fork_start = clock.now();
     let started = start_job(
         0,
         cluster,
@@ -552,10 +499,9 @@ async fn start_first(
         wires,
         clock,
         prof,
-        early,
     )
     .await;
-    let forked = forked_at.unwrap_or_else(|| clock.now());
+    let forked = clock.now();
     let (mut first, start_error) = match started {
         Ok(j) => (j, None),
         Err((e, Some(j))) => (j, Some(e)),

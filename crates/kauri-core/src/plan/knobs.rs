@@ -15,7 +15,6 @@ pub const SECONDS_VARS: &[&str] = &[
     "KAURI_HEARTBEAT",
     "KAURI_HEARTBEAT_TIMEOUT",
     "KAURI_TEARDOWN_WAIT",
-    "KAURI_KEEPER_ALONE_AFTER",
 ];
 
 /// A time in seconds as a user writes it (`2`, `0.5`), from 0 to [`SECS_MAX`]; `None` for

@@ -370,10 +370,6 @@ const ENVIRONMENT: &[Item] = &[
         help: "grace between SIGTERM and SIGKILL at teardown (default 3)",
     },
     Item {
-        label: "KAURI_KEEPER_ALONE_AFTER=SECS",
-        help: "how long the keeper shares kauri's memory before it becomes a\nprocess of its own (default 1)",
-    },
-    Item {
         label: "KAURI_TEARDOWN_WAIT=SECS",
         help: "after the kill, how long to wait for silent agents (default 5)",
     },
