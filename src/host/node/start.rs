@@ -15,7 +15,7 @@ use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, RankPlan};
 use crate::proto::pmi::{ConnId, Engine, JobInfo};
 use crate::proto::pmix::{self, Upcall};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -460,7 +460,19 @@ struct Launching<'a> {
     vader: Option<ShmDir>,
     /// How many CPUs this process may run on.
     cpus: usize,
+    /// Each local rank's CPUs (`-bind-to`), by local id.
+    cpus_of: Vec<Vec<usize>>,
+    /// The ranks to start, in order (a singleton to adopt is not), and how many are queued.
+    todo: Vec<&'a RankPlan>,
+    next: usize,
 }
+
+/// How many ranks are queued for the thread that starts them at once: one, so each rank's
+/// PMI socket, pipes and start come in turn, as a fork of each did, and a host short of
+/// descriptors fails at the rank that could not start, with the line that says so. (Two,
+/// making the next rank's socket while the thread starts one, failed at that socket
+/// instead.)
+const QUEUED_AHEAD: usize = 1;
 
 /// A rank queued for its start, with kauri's end of its PMI socket pair.
 struct Queued {
@@ -479,23 +491,30 @@ struct Unwatched {
 }
 
 impl Launching<'_> {
-    /// Reports the bindings and queues each rank of this host in turn (but a singleton to
-    /// adopt) on `starts`, the thread that starts them: the ranks queued, in order.
-    fn queue_all(&self, starts: &mut Starts) -> Result<Vec<Queued>, String> {
-        let nlocal = self.me.ranks.len();
-        let cpus_of = rank_cpus(self.job, nlocal, self.host)?;
+    /// Reports the bindings of this host's ranks (computed then: [`rank_cpus`]).
+    fn report_bindings(&self) {
         if self.job.report_bindings {
-            for line in binding_report(self.me, &cpus_of) {
+            for line in binding_report(self.me, &self.cpus_of) {
                 say!("{line}");
             }
         }
-        let mut queued = Vec::new();
-        for rp in &self.me.ranks {
-            if !adopting(self.job, rp.rank) {
-                queued.push(self.queue_rank(starts, rp, cpus_of.get(rp.local_id))?);
-            }
+    }
+
+    /// Queues the next ranks on `starts`, the thread that starts them, into `queued`, until
+    /// [`QUEUED_AHEAD`] are queued or none is left.
+    fn queue_ahead(
+        &mut self,
+        starts: &mut Starts,
+        queued: &mut VecDeque<Queued>,
+    ) -> Result<(), String> {
+        while queued.len() < QUEUED_AHEAD {
+            let Some(&rp) = self.todo.get(self.next) else {
+                return Ok(());
+            };
+            self.next += 1;
+            queued.push_back(self.queue_rank(starts, rp, self.cpus_of.get(rp.local_id))?);
         }
-        Ok(queued)
+        Ok(())
     }
 
     /// Queues rank `rp` (bound to `cpus`) with its PMI socket and environment. (Whatever
@@ -588,14 +607,20 @@ struct Serving<'a> {
     ctx: &'a Rc<Ctx>,
     events: &'a JobTx<NodeEvent>,
     out: &'a iofwd::OutputSender,
-    /// The resolved programs, by segment.
-    programs: HashMap<usize, PathBuf>,
     /// Tells the output forwarders the ranks' ends were handled ([`Node::drain`]).
     ended_rx: watch::Receiver<bool>,
 }
 
 /// A rank watched by [`Node::start`]: rank, pid, and its end to watch.
 type Watched = (usize, u32, proc::ExitWatch);
+
+/// A host's ranks being started: what is left to queue, the thread's queue, and the ranks
+/// queued on it, in order.
+struct Start<'l, 'a> {
+    l: &'l mut Launching<'a>,
+    starts: &'l mut Starts,
+    queued: VecDeque<Queued>,
+}
 
 impl Node {
     /// Starts the ranks `me` lists. Programs are resolved first, so a typo starts nothing;
@@ -620,7 +645,7 @@ impl Node {
         } else {
             None
         };
-        let l = Launching {
+        let mut l = Launching {
             job,
             me,
             host: &host,
@@ -632,40 +657,45 @@ impl Node {
             port,
             vader: private_vader_dir(job, me, &host)?,
             cpus: crate::host::bind::allowed_cpus().len().max(1),
+            cpus_of: rank_cpus(job, me.ranks.len(), &host)?,
+            todo: me.ranks.iter().filter(|r| !adopting(job, r.rank)).collect(),
+            next: 0,
         };
+        l.report_bindings();
         let mut starts = Starts::new(Some(std::time::Duration::from_millis(job.kill_grace_ms)));
-        let queued = match l.queue_all(&mut starts) {
-            Ok(q) => q,
-            Err(e) => {
-                starts.abandon().await;
-                return Err(e);
-            }
-        };
-        if let Err(e) = serve_pmix(&ctx, job, offer, job.pmix_now) {
+        // The first ranks are queued before the PMIx server starts: its start overlaps theirs.
+        let mut queued = VecDeque::new();
+        let ahead = l.queue_ahead(&mut starts, &mut queued);
+        if let Err(e) = ahead.and_then(|()| serve_pmix(&ctx, job, offer, job.pmix_now)) {
             starts.abandon().await;
             return Err(e);
         }
-        if job.topology_ahead && !queued.is_empty() {
+        if job.topology_ahead && !l.todo.is_empty() {
             crate::host::topology::make_ahead();
         }
         let (ended, ended_rx) = watch::channel(false);
-        let mut node = Node::new(ctx.clone(), me, ended, l.vader);
+        let mut node = Node::new(ctx.clone(), me, ended, None);
         let s = Serving {
             job,
             host: &host,
             ctx: &ctx,
             events: &events,
             out: &out,
-            programs: l.programs,
             ended_rx,
         };
         // The ranks watched so far; their ends are awaited only once all are watched.
         let mut watched: Vec<Watched> = Vec::new();
-        if let Err(e) = node.take_over(&s, queued, &mut starts, &mut watched).await {
+        let mut start = Start {
+            l: &mut l,
+            starts: &mut starts,
+            queued,
+        };
+        if let Err(e) = node.take_over(&s, &mut start, &mut watched).await {
             starts.abandon().await;
             abandon(watched);
             return Err(e);
         }
+        node._vader = l.vader.take();
         node.watch_ends(&ctx, &events, watched);
         super::watch_singletons(ctx.clone(), node.running.clone(), node.ended.subscribe());
         Ok(node)
@@ -688,21 +718,24 @@ impl Node {
         }
     }
 
-    /// Adopts the singleton when it is a rank of this host, then serves and watches each
-    /// rank `queued` as `starts` hands it over, each into `watched`.
+    /// Starts the ranks in turn ([`QUEUED_AHEAD`]) on the thread that starts them; then adopts the singleton when it is a rank of this host; then serves and
+    /// watches each rank started, each into `watched`. (Served only once all are started, as
+    /// a fork of each in turn did: a host short of descriptors fails at the start of the rank
+    /// that could not start, not at serving a rank started before it.)
     async fn take_over(
         &mut self,
         s: &Serving<'_>,
-        queued: Vec<Queued>,
-        starts: &mut Starts,
+        start: &mut Start<'_, '_>,
         watched: &mut Vec<Watched>,
     ) -> Result<(), String> {
-        if let (Some(a), true) = (&s.job.adopt, self.ranks.contains(&0)) {
-            self.adopt_singleton(s, a, 0).await?;
-        }
-        for q in queued {
+        let mut started = Vec::new();
+        loop {
+            start.l.queue_ahead(start.starts, &mut start.queued)?;
+            let Some(q) = start.queued.pop_front() else {
+                break;
+            };
             let program = || s.job.apps[q.app].program_text();
-            let child = match starts.next().await {
+            let child = match start.starts.next().await {
                 Some(Ok(child)) => child,
                 Some(Err(e)) => return Err(start_error(q.rank, &program(), s.host, e)),
                 None => {
@@ -710,13 +743,20 @@ impl Node {
                     return Err(start_error(q.rank, &program(), s.host, e));
                 }
             };
+            let exe = start.l.programs[&q.app].clone();
             let u = Unwatched {
                 rank: q.rank,
                 app: q.app,
                 child,
                 pmi: q.pmi,
             };
-            watched.push(self.watch_rank(s, u)?);
+            started.push((u, exe));
+        }
+        if let (Some(a), true) = (&s.job.adopt, self.ranks.contains(&0)) {
+            self.adopt_singleton(s, a, 0).await?;
+        }
+        for (u, exe) in started {
+            watched.push(self.watch_rank(s, u, exe)?);
         }
         Ok(())
     }
@@ -756,7 +796,12 @@ impl Node {
     }
 
     /// Serves rank `u`'s PMI, forwards its output, and registers its end to be watched.
-    fn watch_rank(&mut self, s: &Serving<'_>, u: Unwatched) -> Result<Watched, String> {
+    fn watch_rank(
+        &mut self,
+        s: &Serving<'_>,
+        u: Unwatched,
+        exe: PathBuf,
+    ) -> Result<Watched, String> {
         let Unwatched {
             rank: r,
             app,
@@ -769,8 +814,7 @@ impl Node {
             .watch()
             .map_err(|e| start_error(r, &s.job.apps[app].program_text(), s.host, e))?;
         debug!(rank = r, pid, "started");
-        self.procs
-            .push((r, pid, s.programs[&app].clone().into_os_string()));
+        self.procs.push((r, pid, exe.into_os_string()));
         self.pids.push(pid);
         self.running.borrow_mut().insert(r, pid);
         if let Some(sock) = pmi {
