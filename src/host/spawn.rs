@@ -134,7 +134,13 @@ impl Drop for Starts {
     }
 }
 
-/// The spawner thread's queue, started at the first use.
+/// Starts the thread that starts the ranks now, if it is not running yet, rather than at
+/// the first rank.
+pub fn ready() {
+    let _ = queue();
+}
+
+/// The spawner thread's queue, started at the first use ([`ready`]).
 fn queue() -> io::Result<&'static std_mpsc::Sender<Request>> {
     static QUEUE: OnceLock<Result<std_mpsc::Sender<Request>, String>> = OnceLock::new();
     QUEUE

@@ -175,12 +175,19 @@ pub struct Prepared {
 }
 
 /// Raises the limit of open files, plans the run and checks what it needs ([`prepare`]),
-/// before the runtime is built. `Err`: kauri's exit status, its line printed.
+/// before the runtime is built; when the first job has ranks here, starts the keeper of this
+/// host's ranks and the thread that starts them, so that their own starts overlap kauri's
+/// (the runtime, the channels, the signals) rather than come after it. `Err`: kauri's exit
+/// status, its line printed.
 pub fn prepare_run(spec: &JobSpec) -> Result<Prepared, i32> {
     let clock = Clock::start();
     let me = local_host();
     raise_fd_limit();
     let (plan, iface_ip, files) = prepare(spec, &me)?;
+    if plan.local.is_some() {
+        crate::host::keeper::ensure(Duration::from_millis(plan.job.kill_grace_ms));
+        crate::host::spawn::ready();
+    }
     Ok(Prepared {
         clock,
         me,
