@@ -14,10 +14,11 @@
 //!
 //! How it starts: `/proc/self/exe --keeper TOKEN GRACE_MS` (this very binary, even if its
 //! file was replaced since), an ordinary child, started before the process's first rank, so
-//! no rank runs without it: by kauri before its runtime is built when its first job has
-//! ranks on its host (the keeper's own start then overlaps kauri's), else by the thread that
-//! starts the ranks ([`crate::host::spawn`]) before the first. A rank has no death signal (`posix_spawn` cannot give one): the keeper is what ends
-//! the ranks themselves too if their starter dies.
+//! no rank runs without it, by the thread that starts the ranks ([`crate::host::spawn`]):
+//! as soon as kauri has its plan when its first job has ranks on its host (the keeper's own
+//! start then overlaps kauri's), else before the first rank. A rank has no death signal
+//! (`posix_spawn` cannot give one): the keeper is what ends the ranks themselves too if
+//! their starter dies.
 //!
 //! The starter writes `+PID` for each rank it starts and `-PID` when it reaped it; at a clean
 //! end it kills the keeper (`SIGKILL`) once its last sweep is done ([`dismiss`]) and reaps it
@@ -89,8 +90,8 @@ pub fn env() -> (String, String) {
 /// `SIGTERM` and its `SIGKILL`, and tells it the ranks [`started`] before it. Best effort: a
 /// keeper that cannot be started is one warning, and the job runs as before without it.
 ///
-/// Called by the thread that starts the ranks, before the first ([`crate::host::spawn`]),
-/// and by kauri itself before its runtime is built when its first job has ranks here.
+/// Called by the thread that starts the ranks ([`crate::host::spawn`]) before the first,
+/// or, when kauri's first job has ranks on its host, as soon as kauri has its plan.
 pub fn ensure(grace: Duration) {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
     let State::NotYet(early) = &mut *k else {

@@ -135,9 +135,12 @@ impl Drop for Starts {
 }
 
 /// Starts the thread that starts the ranks now, if it is not running yet, rather than at
-/// the first rank.
-pub fn ready() {
-    let _ = queue();
+/// the first rank, and has it start this process's keeper with `grace` for its ranks
+/// ([`crate::host::keeper::ensure`]): the caller does not wait for the keeper's start.
+pub fn ready(grace: Duration) {
+    if let Ok(queue) = queue() {
+        let _ = queue.send(Request::Keeper(grace));
+    }
 }
 
 /// The spawner thread's queue, started at the first use ([`ready`]).

@@ -175,9 +175,9 @@ pub struct Prepared {
 }
 
 /// Raises the limit of open files, plans the run and checks what it needs ([`prepare`]),
-/// before the runtime is built; when the first job has ranks here, starts the keeper of this
-/// host's ranks and the thread that starts them, so that their own starts overlap kauri's
-/// (the runtime, the channels, the signals) rather than come after it. `Err`: kauri's exit
+/// before the runtime is built; when the first job has ranks here, starts the thread that
+/// starts them, and has it start the keeper of this host's ranks, so that the keeper's start
+/// overlaps kauri's own (the runtime, the channels, the signals) rather than the ranks'. `Err`: kauri's exit
 /// status, its line printed.
 pub fn prepare_run(spec: &JobSpec) -> Result<Prepared, i32> {
     let clock = Clock::start();
@@ -185,8 +185,7 @@ pub fn prepare_run(spec: &JobSpec) -> Result<Prepared, i32> {
     raise_fd_limit();
     let (plan, iface_ip, files) = prepare(spec, &me)?;
     if plan.local.is_some() {
-        crate::host::keeper::ensure(Duration::from_millis(plan.job.kill_grace_ms));
-        crate::host::spawn::ready();
+        crate::host::spawn::ready(Duration::from_millis(plan.job.kill_grace_ms));
     }
     Ok(Prepared {
         clock,
