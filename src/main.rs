@@ -115,7 +115,7 @@ fn main() -> ExitCode {
         // Agents log at the same level.
         std::env::set_var("KAURI_LOG", if spec.verbose > 1 { "debug" } else { "info" });
     }
-    // The plan, and the ranks of a job on this host alone already forked: their start
+    // The plan, and, when the job has ranks here, the keeper's start already under way: it
     // overlaps the runtime's.
     let prepared = match kauri::tree::root::prepare_run(&spec) {
         Ok(p) => p,
