@@ -1,11 +1,12 @@
-//! Starting ranks: one thread of this process, `kauri-ranks`, starts every rank with the C
-//! library's `posix_spawn`, so that the event loop, which serves the ranks already started,
-//! never waits for a start.
+//! Starting ranks: [`THREADS`] threads of this process, `kauri-ranks-N`, start every rank with
+//! the C library's `posix_spawn`, so that the event loop, which serves the ranks already
+//! started, never waits for a start; the ranks come back to it in the order it queued them.
 //!
 //! `posix_spawn` (glibc) starts the child with `clone(CLONE_VM | CLONE_VFORK)` on a stack of
 //! its own: no page table of kauri is copied, and nothing kauri writes afterwards is copied
 //! on write; the calling thread waits until the child has called `execve` (or failed to),
-//! which is why the call is made here and not on the event loop. In the child, before the
+//! which is why the call is made here and not on the event loop, and on two threads: while
+//! one waits for a child's `execve`, the other starts the next. In the child, before the
 //! `execve`, it does what [`Launch`] asks through its attributes and file actions:
 //!
 //! * a process group of its own (`POSIX_SPAWN_SETPGROUP`), in kauri's session, as mpirun's
@@ -20,12 +21,12 @@
 //!   (a `dup2` onto itself clears close-on-exec), its working directory
 //!   (`posix_spawn_file_actions_addchdir_np`).
 //!
-//! What `posix_spawn` cannot do in the child is done around it, on this thread: the CPUs a
-//! rank is bound to are this thread's while it starts the rank (a child inherits the
+//! What `posix_spawn` cannot do in the child is done around it, on the thread that starts it: the CPUs a
+//! rank is bound to are that thread's while it starts the rank (a child inherits the
 //! affinity of the thread that starts it, and has it from its first instruction: setting it
 //! on the pid afterwards would miss the threads the rank may have started by then). The
 //! death signal (`PR_SET_PDEATHSIG`) cannot be given: what ends a rank if kauri dies is its
-//! keeper ([`crate::host::keeper`]), started on this thread before the process's first rank.
+//! keeper ([`crate::host::keeper`]), started by one of these threads before the process's first rank.
 //!
 //! A start that fails in the child (its `execve`, its directory, its binding) gives the user
 //! what a failed `execve` gives under a shell: one line on the rank's stderr and an exit
@@ -36,41 +37,50 @@
 use crate::host::proc::{self, Forked, Launch};
 use rustix::process::Pid;
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc as std_mpsc, Arc, OnceLock};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// The ranks of one host's start, queued for the spawner thread in order ([`Starts::start`])
-/// and handed back in the same order ([`Starts::next`]). Dropped, it stops what is not
-/// started yet; a rank started but not taken is killed and reaped ([`Forked`]'s drop).
+/// How many threads start ranks (`kauri-ranks-0`, `kauri-ranks-1`): `posix_spawn` returns
+/// only once its child has called `execve`, so one thread would start ranks strictly one after
+/// another; two let one child `exec` on one CPU while the next is being started on the other.
+pub const THREADS: usize = 2;
+
+/// The ranks of one host's start, queued for the spawner threads in order ([`Starts::start`])
+/// and handed back in the same order ([`Starts::next`]), whichever thread started each.
+/// Dropped, it stops what is not started yet; a rank started but not taken is killed and
+/// reaped ([`Forked`]'s drop).
 pub struct Starts {
     batch: Arc<Batch>,
-    rx: mpsc::UnboundedReceiver<io::Result<Forked>>,
-    /// Sent to the thread, and handed back so far.
+    rx: mpsc::UnboundedReceiver<(usize, io::Result<Forked>)>,
+    /// Those that came back before an earlier one, by their number in the queue.
+    early: BTreeMap<usize, io::Result<Forked>>,
+    /// Sent to the threads, and handed back so far.
     sent: usize,
     taken: usize,
     /// The keeper's grace ([`crate::host::keeper::ensure`]), told with the first rank.
     grace: Option<Duration>,
 }
 
-/// What the spawner thread shares with one [`Starts`].
+/// What the spawner threads share with one [`Starts`].
 struct Batch {
-    tx: mpsc::UnboundedSender<io::Result<Forked>>,
+    tx: mpsc::UnboundedSender<(usize, io::Result<Forked>)>,
     /// Set when the starts are given up: what is still queued is not started.
     stopped: AtomicBool,
 }
 
-/// What the spawner thread is asked to do.
+/// What a spawner thread is asked to do.
 enum Request {
     /// Start this process's keeper, if it has none, with this grace.
     Keeper(Duration),
-    /// Start a rank and send the result back.
-    Start(Box<Launch>, Arc<Batch>),
+    /// Start a rank and send the result back, with its number in its batch.
+    Start(Box<Launch>, Arc<Batch>, usize),
 }
 
 impl Starts {
@@ -84,13 +94,14 @@ impl Starts {
                 stopped: AtomicBool::new(false),
             }),
             rx,
+            early: BTreeMap::new(),
             sent: 0,
             taken: 0,
             grace: keeper,
         }
     }
 
-    /// Queues `l` for the spawner thread and returns at once.
+    /// Queues `l` for the spawner threads and returns at once.
     pub fn start(&mut self, l: Launch) -> io::Result<()> {
         let queue = queue()?;
         let gone = || io::Error::other("the thread that starts the ranks is gone");
@@ -98,10 +109,15 @@ impl Starts {
             queue.send(Request::Keeper(grace)).map_err(|_| gone())?;
         }
         queue
-            .send(Request::Start(Box::new(l), self.batch.clone()))
+            .send(Request::Start(Box::new(l), self.batch.clone(), self.sent))
             .map_err(|_| gone())?;
         self.sent += 1;
         Ok(())
+    }
+
+    /// How many were queued and not handed back yet.
+    pub fn pending(&self) -> usize {
+        self.sent - self.taken
     }
 
     /// The next rank queued, started (or why it could not be); `None` once every one queued
@@ -110,12 +126,24 @@ impl Starts {
         if self.taken == self.sent {
             return None;
         }
+        let n = self.taken;
         self.taken += 1;
-        Some(
-            self.rx.recv().await.unwrap_or_else(|| {
-                Err(io::Error::other("the thread that starts the ranks is gone"))
-            }),
-        )
+        loop {
+            if let Some(r) = self.early.remove(&n) {
+                return Some(r);
+            }
+            match self.rx.recv().await {
+                Some((i, r)) if i == n => return Some(r),
+                Some((i, r)) => {
+                    self.early.insert(i, r);
+                }
+                None => {
+                    return Some(Err(io::Error::other(
+                        "the thread that starts the ranks is gone",
+                    )))
+                }
+            }
+        }
     }
 
     /// Gives up the starts: what is queued is not started, and every rank started is killed
@@ -134,8 +162,8 @@ impl Drop for Starts {
     }
 }
 
-/// Starts the thread that starts the ranks now, if it is not running yet, rather than at
-/// the first rank, and has it start this process's keeper with `grace` for its ranks
+/// Starts the threads that start the ranks now, if they are not running yet, rather than
+/// at the first rank, and has one start this process's keeper with `grace` for its ranks
 /// ([`crate::host::keeper::ensure`]): the caller does not wait for the keeper's start.
 pub fn ready(grace: Duration) {
     if let Ok(queue) = queue() {
@@ -143,43 +171,62 @@ pub fn ready(grace: Duration) {
     }
 }
 
-/// The spawner thread's queue, started at the first use ([`ready`]).
+/// The spawner threads' queue, started at the first use ([`ready`]).
 fn queue() -> io::Result<&'static std_mpsc::Sender<Request>> {
     static QUEUE: OnceLock<Result<std_mpsc::Sender<Request>, String>> = OnceLock::new();
     QUEUE
         .get_or_init(|| {
             let (tx, rx) = std_mpsc::channel::<Request>();
-            std::thread::Builder::new()
-                .name("kauri-ranks".into())
-                .spawn(move || serve(rx))
-                .map(|_| tx)
-                .map_err(|e| format!("cannot make the thread that starts the ranks: {e}"))
+            let rx = Arc::new(Mutex::new(rx));
+            let mut made = 0;
+            for i in 0..THREADS {
+                let rx = rx.clone();
+                let t = std::thread::Builder::new()
+                    .name(format!("kauri-ranks-{i}"))
+                    .spawn(move || serve(&rx));
+                match t {
+                    Ok(_) => made += 1,
+                    // One thread is enough to start every rank, only slower.
+                    Err(e) if made == 0 => {
+                        return Err(format!("cannot make the thread that starts the ranks: {e}"))
+                    }
+                    Err(_) => break,
+                }
+            }
+            Ok(tx)
         })
         .as_ref()
         .map_err(|e| io::Error::other(e.clone()))
 }
 
-/// The spawner thread: serves the requests in order, for the life of the process.
-fn serve(rx: std_mpsc::Receiver<Request>) {
+/// A spawner thread: takes the requests in order, for the life of the process. The keeper is
+/// started while the queue is held, so that no rank queued after it starts before it.
+fn serve(rx: &Mutex<std_mpsc::Receiver<Request>>) {
     let mut affinity = Affinity::of_this_thread();
-    for request in rx {
-        match request {
-            Request::Keeper(grace) => {
-                affinity.restore();
-                crate::host::keeper::ensure(grace);
-            }
-            Request::Start(l, batch) => {
-                let result = if batch.stopped.load(Ordering::Relaxed) {
-                    Err(io::Error::other("not started: the start was given up"))
-                } else {
-                    start(*l, &mut affinity)
-                };
-                if let Ok(f) = &result {
-                    crate::host::keeper::started(f.pid());
+    loop {
+        let request = {
+            let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+            match rx.recv() {
+                Ok(Request::Keeper(grace)) => {
+                    affinity.restore();
+                    crate::host::keeper::ensure(grace);
+                    continue;
                 }
-                // A rank nobody takes any more is dropped: killed and reaped.
-                let _ = batch.tx.send(result);
+                Ok(request) => request,
+                Err(_) => return,
             }
+        };
+        if let Request::Start(l, batch, n) = request {
+            let result = if batch.stopped.load(Ordering::Relaxed) {
+                Err(io::Error::other("not started: the start was given up"))
+            } else {
+                start(*l, &mut affinity)
+            };
+            if let Ok(f) = &result {
+                crate::host::keeper::started(f.pid());
+            }
+            // A rank nobody takes any more is dropped: killed and reaped.
+            let _ = batch.tx.send((n, result));
         }
     }
 }
@@ -481,6 +528,23 @@ mod tests {
             pty: false,
             merge_stderr: false,
         }
+    }
+
+    /// Starts handed back by the threads out of order are taken in the order they were
+    /// queued.
+    #[tokio::test]
+    async fn starts_come_back_in_the_order_they_were_queued() {
+        let mut starts = Starts::new(None);
+        starts.sent = 4;
+        for n in [2, 0, 3, 1] {
+            let e = io::Error::other(format!("start {n}"));
+            starts.batch.tx.send((n, Err(e))).unwrap();
+        }
+        let mut got = Vec::new();
+        while let Some(r) = starts.next().await {
+            got.push(r.err().map(|e| e.to_string()).unwrap_or_default());
+        }
+        assert_eq!(got, ["start 0", "start 1", "start 2", "start 3"]);
     }
 
     #[test]

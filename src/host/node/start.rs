@@ -423,15 +423,6 @@ fn rank_environment(
         .collect()
 }
 
-/// Makes a rank's PMI socket pair (`PMI_FD`): kauri's end, and the rank's end it inherits.
-fn socket_pair(host: &str) -> Result<(UnixStream, OwnedFd), String> {
-    let (a, b) = UnixStream::pair().map_err(|e| {
-        proc::note_fd_error(&e);
-        format!("cannot create a PMI socket on {host}: {e}")
-    })?;
-    Ok((a, b.into()))
-}
-
 /// Serves rank `r`'s PMI on kauri's end of its socket pair.
 fn serve_rank_pmi(ctx: &Rc<Ctx>, r: usize, sock: UnixStream) {
     let conn = r as ConnId;
@@ -467,12 +458,20 @@ struct Launching<'a> {
     next: usize,
 }
 
-/// How many ranks are queued for the thread that starts them at once: one, so each rank's
-/// PMI socket, pipes and start come in turn, as a fork of each did, and a host short of
-/// descriptors fails at the rank that could not start, with the line that says so. (Two,
-/// making the next rank's socket while the thread starts one, failed at that socket
-/// instead.)
-const QUEUED_AHEAD: usize = 1;
+/// How many ranks are queued for the threads that start them at once: one per thread
+/// ([`crate::host::spawn::THREADS`]), so that one rank `exec`s while the next starts. A
+/// rank's PMI socket is made when it is queued: one that cannot be made while others are
+/// being started is made again once they are ([`Launching::queue_ahead`]), so a host short of
+/// descriptors fails at the rank that could not start, with the line that says so, as when
+/// each rank started in turn.
+const QUEUED_AHEAD: usize = crate::host::spawn::THREADS;
+
+/// Why a rank was not queued: its PMI socket pair could not be made, or the line that says
+/// why it cannot start.
+enum NotQueued {
+    Socket(std::io::Error),
+    Start(String),
+}
 
 /// A rank queued for its start, with kauri's end of its PMI socket pair.
 struct Queued {
@@ -500,8 +499,10 @@ impl Launching<'_> {
         }
     }
 
-    /// Queues the next ranks on `starts`, the thread that starts them, into `queued`, until
-    /// [`QUEUED_AHEAD`] are queued or none is left.
+    /// Queues the next ranks on `starts`, the threads that start them, into `queued`, until
+    /// [`QUEUED_AHEAD`] are queued or none is left. A PMI socket that cannot be made while
+    /// ranks are queued is tried again once they are started (their ends of their pipes and
+    /// sockets are then closed here).
     fn queue_ahead(
         &mut self,
         starts: &mut Starts,
@@ -511,8 +512,16 @@ impl Launching<'_> {
             let Some(&rp) = self.todo.get(self.next) else {
                 return Ok(());
             };
+            match self.queue_rank(starts, rp, self.cpus_of.get(rp.local_id)) {
+                Ok(q) => queued.push_back(q),
+                Err(NotQueued::Socket(_)) if !queued.is_empty() => return Ok(()),
+                Err(NotQueued::Socket(e)) => {
+                    proc::note_fd_error(&e);
+                    return Err(format!("cannot create a PMI socket on {}: {e}", self.host));
+                }
+                Err(NotQueued::Start(e)) => return Err(e),
+            }
             self.next += 1;
-            queued.push_back(self.queue_rank(starts, rp, self.cpus_of.get(rp.local_id))?);
         }
         Ok(())
     }
@@ -525,7 +534,7 @@ impl Launching<'_> {
         starts: &mut Starts,
         rp: &RankPlan,
         cpus: Option<&Vec<usize>>,
-    ) -> Result<Queued, String> {
+    ) -> Result<Queued, NotQueued> {
         let r = rp.rank;
         let a = &self.job.apps[rp.app];
         let mut pair = None;
@@ -533,7 +542,8 @@ impl Launching<'_> {
             _ if !self.job.serves_pmi() => None,
             Some(addr) => Some(PmiSocket::Port(addr)),
             None => {
-                let (ours, theirs) = socket_pair(self.host)?;
+                let (ours, theirs) = UnixStream::pair().map_err(NotQueued::Socket)?;
+                let theirs = OwnedFd::from(theirs);
                 let fd = theirs.as_raw_fd();
                 pair = Some((ours, theirs));
                 Some(PmiSocket::Fd(fd))
@@ -557,7 +567,7 @@ impl Launching<'_> {
         };
         starts
             .start(launch)
-            .map_err(|e| start_error(r, &a.program_text(), self.host, e))?;
+            .map_err(|e| NotQueued::Start(start_error(r, &a.program_text(), self.host, e)))?;
         Ok(Queued {
             rank: r,
             app: rp.app,
