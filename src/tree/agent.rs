@@ -40,9 +40,58 @@ pub struct AgentArgs {
     pub pmi_trace: bool,
 }
 
+/// Why an agent stops before its part of the job is done; the line it prints after
+/// `kauri agent on HOST: `.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// Stdin cannot be read for the job key.
+    #[error("cannot read the job key: {0}")]
+    ReadKey(#[source] std::io::Error),
+    /// No job key given.
+    #[error("no job key on stdin or in the environment")]
+    NoKey,
+    /// The parent cannot be reached.
+    #[error("cannot connect to its parent {parent}: {source}")]
+    Connect {
+        /// The parent's address.
+        parent: String,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The connection has no local address.
+    #[error("{0}")]
+    LocalAddr(#[source] std::io::Error),
+    /// The parent did not open the handshake.
+    #[error("its parent did not send the handshake")]
+    NoChallenge,
+    /// The agent's hello cannot be sent.
+    #[error("handshake: {0}")]
+    Handshake(#[source] std::io::Error),
+    /// The parent closed the link after the hello (a wrong key).
+    #[error("its parent refused it")]
+    Refused,
+    /// The parent sent something else than the job.
+    #[error("its parent did not send the job")]
+    NoJob,
+    /// The parent is gone; the agent killed its ranks.
+    #[error("{0}; killed its ranks")]
+    ParentGone(ParentGone),
+}
+
+/// How an agent's parent was lost.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum ParentGone {
+    /// Nothing came from it for this long.
+    #[error("its parent was silent for {} s", .0.as_secs_f64())]
+    Silent(Duration),
+    /// Its link ended.
+    #[error("its parent disappeared")]
+    Disappeared,
+}
+
 /// The job key: from the environment (removed at once, so ranks never see it) or from the
 /// first line of stdin.
-fn take_key() -> Result<String, String> {
+fn take_key() -> Result<String, AgentError> {
     if let Ok(k) = std::env::var(crate::launch::KEY_VAR) {
         std::env::remove_var(crate::launch::KEY_VAR);
         return Ok(k);
@@ -51,10 +100,10 @@ fn take_key() -> Result<String, String> {
     std::io::stdin()
         .lock()
         .read_line(&mut line)
-        .map_err(|e| format!("cannot read the job key: {e}"))?;
+        .map_err(AgentError::ReadKey)?;
     let k = line.trim().to_string();
     if k.is_empty() {
-        return Err("no job key on stdin or in the environment".into());
+        return Err(AgentError::NoKey);
     }
     Ok(k)
 }
@@ -80,7 +129,7 @@ pub async fn run(args: AgentArgs) -> i32 {
     }
 }
 
-async fn serve(args: AgentArgs, key: String) -> Result<(), String> {
+async fn serve(args: AgentArgs, key: String) -> Result<(), AgentError> {
     let Some((mut agent, mut inbox)) = Agent::join(&args, key).await? else {
         // The job ended before this agent connected: nothing to start.
         return Ok(());
@@ -105,7 +154,7 @@ enum AgentEvent {
     /// Its child links.
     Child(HubEvent),
     /// A message from its parent, or why the parent is gone.
-    Down(Result<(Down, Bytes), String>),
+    Down(Result<(Down, Bytes), ParentGone>),
     /// The teardown's grace is over.
     KillTimer,
 }
@@ -115,7 +164,7 @@ enum AgentEvent {
 struct AgentInbox {
     node: events::Receiver<NodeEvent>,
     hub: events::Receiver<HubEvent>,
-    down: mpsc::UnboundedReceiver<Result<(Down, Bytes), String>>,
+    down: mpsc::UnboundedReceiver<Result<(Down, Bytes), ParentGone>>,
     _keep: (events::Sender<NodeEvent>, events::Sender<HubEvent>),
 }
 
@@ -126,7 +175,7 @@ impl AgentInbox {
             Some((_, ev)) = self.node.recv() => AgentEvent::Node(ev),
             Some((_, ev)) = self.hub.recv() => AgentEvent::Child(ev),
             down = self.down.recv() => AgentEvent::Down(
-                down.unwrap_or_else(|| Err("its parent disappeared".into())),
+                down.unwrap_or_else(|| Err(ParentGone::Disappeared)),
             ),
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => AgentEvent::KillTimer,
         }
@@ -169,17 +218,20 @@ struct Joined {
 
 /// Connects to the parent and proves the job key: the link and this agent's part of the job,
 /// or `None` when the parent says the job has ended already.
-async fn handshake(args: &AgentArgs, key: &str) -> Result<Option<Joined>, String> {
+async fn handshake(args: &AgentArgs, key: &str) -> Result<Option<Joined>, AgentError> {
     let sock = TcpStream::connect(&args.parent)
         .await
-        .map_err(|e| format!("cannot connect to its parent {}: {e}", args.parent))?;
+        .map_err(|source| AgentError::Connect {
+            parent: args.parent.clone(),
+            source,
+        })?;
     let _ = sock.set_nodelay(true);
-    let my_ip = sock.local_addr().map_err(|e| e.to_string())?.ip();
+    let my_ip = sock.local_addr().map_err(AgentError::LocalAddr)?.ip();
     let (mut rd, mut wr) = sock.into_split();
     let id = args.id.unwrap_or(u32::MAX);
     let nonce = match tree::recv_limited::<_, Down>(&mut rd, tree::HANDSHAKE_FRAME_MAX).await {
         Ok(Some(Down::Challenge { nonce })) => nonce,
-        _ => return Err("its parent did not send the handshake".into()),
+        _ => return Err(AgentError::NoChallenge),
     };
     // The agent's clock starts at its handshake: its parent moves the profile onto its
     // own clock by the moment the handshake arrived.
@@ -191,7 +243,7 @@ async fn handshake(args: &AgentArgs, key: &str) -> Result<Option<Joined>, String
     };
     tree::send(&mut wr, &hello)
         .await
-        .map_err(|e| format!("handshake: {e}"))?;
+        .map_err(AgentError::Handshake)?;
     let part = match tree::recv::<_, Down>(&mut rd).await {
         Ok(Some(Down::Spec {
             id,
@@ -207,8 +259,8 @@ async fn handshake(args: &AgentArgs, key: &str) -> Result<Option<Joined>, String
             launch,
         },
         Ok(Some(Down::Teardown | Down::Kill)) => return Ok(None),
-        Ok(None) => return Err("its parent refused it".into()),
-        _ => return Err("its parent did not send the job".into()),
+        Ok(None) => return Err(AgentError::Refused),
+        _ => return Err(AgentError::NoJob),
     };
     Ok(Some(Joined {
         rd,
@@ -300,11 +352,11 @@ async fn start_ranks(
 fn listen_to_parent(
     mut rd: OwnedReadHalf,
     silence: Option<Duration>,
-) -> mpsc::UnboundedReceiver<Result<(Down, Bytes), String>> {
+) -> mpsc::UnboundedReceiver<Result<(Down, Bytes), ParentGone>> {
     if let Some(s) = silence {
         tree::link::keepalive(rd.as_ref(), s, tree::link::End::Child);
     }
-    let (down_tx, down_rx) = mpsc::unbounded_channel::<Result<(Down, Bytes), String>>();
+    let (down_tx, down_rx) = mpsc::unbounded_channel::<Result<(Down, Bytes), ParentGone>>();
     tokio::task::spawn_local(async move {
         let mut frames = tree::FrameReader::default();
         loop {
@@ -313,8 +365,7 @@ fn listen_to_parent(
                 Some(s) => match tokio::time::timeout(s, read).await {
                     Ok(r) => r,
                     Err(_) => {
-                        let why = format!("its parent was silent for {} s", s.as_secs_f64());
-                        let _ = down_tx.send(Err(why));
+                        let _ = down_tx.send(Err(ParentGone::Silent(s)));
                         break;
                     }
                 },
@@ -327,7 +378,7 @@ fn listen_to_parent(
                     }
                 }
                 _ => {
-                    let _ = down_tx.send(Err("its parent disappeared".into()));
+                    let _ = down_tx.send(Err(ParentGone::Disappeared));
                     break;
                 }
             }
@@ -356,7 +407,10 @@ struct Agent {
 impl Agent {
     /// Connects to the parent, proves the job key, takes its part of the job, and starts its
     /// children and its ranks. `None` when the parent says the job has ended already.
-    async fn join(args: &AgentArgs, key: String) -> Result<Option<(Agent, AgentInbox)>, String> {
+    async fn join(
+        args: &AgentArgs,
+        key: String,
+    ) -> Result<Option<(Agent, AgentInbox)>, AgentError> {
         let Some(joined) = handshake(args, &key).await? else {
             return Ok(None);
         };
@@ -474,13 +528,13 @@ impl Agent {
     }
 
     /// A message from the parent, or why it is gone, which ends the agent.
-    fn on_down(&mut self, down: Result<(Down, Bytes), String>) -> Result<(), String> {
+    fn on_down(&mut self, down: Result<(Down, Bytes), ParentGone>) -> Result<(), AgentError> {
         let (msg, frame) = match down {
             Ok(m) => m,
             Err(why) => {
                 // Nobody can use this part of the job any more.
                 self.branch.kill();
-                return Err(format!("{why}; killed its ranks"));
+                return Err(AgentError::ParentGone(why));
             }
         };
         if msg == Down::Teardown {
@@ -542,5 +596,52 @@ impl Agent {
         drop((branch, up));
         let _ = writer.await;
         debug!(%host, "agent leaving");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every error's line is the one the agent printed when it was built as text.
+    #[test]
+    fn every_line_is_the_old_one() {
+        let io = || std::io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        let refused = "Connection refused (os error 111)";
+        for (e, line) in [
+            (
+                AgentError::ReadKey(io()),
+                format!("cannot read the job key: {refused}"),
+            ),
+            (
+                AgentError::NoKey,
+                "no job key on stdin or in the environment".into(),
+            ),
+            (
+                AgentError::Connect {
+                    parent: "10.0.0.1:7000".into(),
+                    source: io(),
+                },
+                format!("cannot connect to its parent 10.0.0.1:7000: {refused}"),
+            ),
+            (AgentError::LocalAddr(io()), refused.into()),
+            (
+                AgentError::NoChallenge,
+                "its parent did not send the handshake".into(),
+            ),
+            (AgentError::Handshake(io()), format!("handshake: {refused}")),
+            (AgentError::Refused, "its parent refused it".into()),
+            (AgentError::NoJob, "its parent did not send the job".into()),
+            (
+                AgentError::ParentGone(ParentGone::Silent(Duration::from_millis(2500))),
+                "its parent was silent for 2.5 s; killed its ranks".into(),
+            ),
+            (
+                AgentError::ParentGone(ParentGone::Disappeared),
+                "its parent disappeared; killed its ranks".into(),
+            ),
+        ] {
+            assert_eq!(e.to_string(), line);
+        }
     }
 }

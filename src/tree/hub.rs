@@ -182,7 +182,7 @@ impl Children {
         ip: IpAddr,
         events: JobTx<HubEvent>,
         out: crate::host::iofwd::OutputSender,
-    ) -> Result<Children, String> {
+    ) -> Result<Children, ListenError> {
         let mut c = Children::none();
         if subtrees.is_empty() {
             return Ok(c);
@@ -193,8 +193,11 @@ impl Children {
         c.open_links(&subtrees);
         let listener =
             crate::os::ports::listen_async(IpAddr::from([0u8, 0, 0, 0]), job.port_range.as_ref())
-                .map_err(|e| format!("cannot listen for agents: {e}"))?;
-        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+                .map_err(ListenError::Listen)?;
+        let port = listener
+            .local_addr()
+            .map_err(ListenError::LocalAddr)?
+            .port();
         let parent = SocketAddr::new(ip, port).to_string();
         info!(%parent, children = subtrees.len(), "listening for agents");
         let ctx = Ctx {
@@ -588,6 +591,17 @@ async fn check_hello(
         return refused("wrong job key".into());
     }
     Ok((id, host))
+}
+
+/// Why a host cannot take connections from the agents it launches.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// No listening socket (a port of `MPIEXEC_PORT_RANGE`, or any).
+    #[error("cannot listen for agents: {0}")]
+    Listen(#[source] std::io::Error),
+    /// The socket has no address.
+    #[error("{0}")]
+    LocalAddr(#[source] std::io::Error),
 }
 
 /// The id of the agent that said hello as `id` from `host`. A Slurm agent knows its host,
@@ -1070,6 +1084,18 @@ mod tests {
             vec![vec![1], vec![2], vec![3]]
         );
         assert_eq!(ssh[1][0].host, t[1].plan.host);
+    }
+
+    /// The listening errors' lines are the ones the host printed when they were text.
+    #[test]
+    fn listen_errors_say_what_they_said() {
+        let io = || std::io::Error::from_raw_os_error(libc::EADDRINUSE);
+        let busy = "Address already in use (os error 98)";
+        assert_eq!(
+            ListenError::Listen(io()).to_string(),
+            format!("cannot listen for agents: {busy}")
+        );
+        assert_eq!(ListenError::LocalAddr(io()).to_string(), busy);
     }
 
     /// An agent that gave its id is taken at its word; a Slurm agent is found by its host,

@@ -68,6 +68,22 @@ pub struct Ask {
     pub reply: oneshot::Sender<Vec<String>>,
 }
 
+/// Why a job has no status socket.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The sockets' directory is not a private directory of this user.
+    #[error(transparent)]
+    Dir(#[from] crate::proto::pmix::PrivateDirError),
+    /// The socket cannot be bound.
+    #[error("cannot listen on {}: {source}", path.display())]
+    Listen {
+        /// The socket's path.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+}
+
 /// A job's status socket; dropping it closes and removes the socket.
 pub struct Listener {
     path: PathBuf,
@@ -80,7 +96,7 @@ pub struct Listener {
 impl Listener {
     /// Listens on this process's socket in [`socket_dir`] and sends every request to `asks`.
     /// Must run inside a `LocalSet`.
-    pub fn start(asks: mpsc::UnboundedSender<Ask>) -> Result<Listener, String> {
+    pub fn start(asks: mpsc::UnboundedSender<Ask>) -> Result<Listener, StatusError> {
         let dir = socket_dir();
         let path = dir.join(format!("{}.sock", std::process::id()));
         // Another kauri may remove the directory when it leaves (it does once it is empty):
@@ -93,7 +109,7 @@ impl Listener {
             match tokio::net::UnixListener::bind(&path) {
                 Ok(l) => break l,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => tries += 1,
-                Err(e) => return Err(format!("cannot listen on {}: {e}", path.display())),
+                Err(source) => return Err(StatusError::Listen { path, source }),
             }
         };
         // The directory keeps others out already; the socket's own mode says so too.

@@ -1,7 +1,7 @@
 //! `kauri pmi --method libpmi2`: Slurm's `libpmi2.so.0`, loaded at run time with `dlopen`.
 
 use super::log::Log;
-use super::Session;
+use super::{Session, SessionError};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
 /// `libpmi2`: Slurm's PMI-2 client library, loaded with `dlopen`.
@@ -63,7 +63,7 @@ const SYMBOLS: [&str; 8] = [
 
 /// Every symbol of [`SYMBOLS`] in `handle`, in that order, or an error naming the first that
 /// is missing.
-fn lookup_all(handle: *mut c_void, library: &str) -> Result<[*mut c_void; 8], String> {
+fn lookup_all(handle: *mut c_void, library: &str) -> Result<[*mut c_void; 8], SessionError> {
     let mut found = [std::ptr::null_mut(); 8];
     for (slot, name) in found.iter_mut().zip(SYMBOLS) {
         *slot = symbol(handle, library, name)?;
@@ -72,12 +72,19 @@ fn lookup_all(handle: *mut c_void, library: &str) -> Result<[*mut c_void; 8], St
 }
 
 /// `dlsym(handle, name)`, or an error naming what is missing.
-fn symbol(handle: *mut c_void, library: &str, name: &str) -> Result<*mut c_void, String> {
-    let c = CString::new(name).map_err(|_| format!("bad symbol name {name}"))?;
+fn symbol(
+    handle: *mut c_void,
+    library: &str,
+    name: &'static str,
+) -> Result<*mut c_void, SessionError> {
+    let c = CString::new(name).map_err(|_| SessionError::BadSymbol(name))?;
     // SAFETY: handle is a live dlopen handle and c a NUL-terminated string.
     let p = unsafe { libc::dlsym(handle, c.as_ptr()) };
     if p.is_null() {
-        Err(format!("{library} has no {name}: not a PMI-2 library"))
+        Err(SessionError::MissingSymbol {
+            library: library.to_string(),
+            symbol: name,
+        })
     } else {
         Ok(p)
     }
@@ -95,6 +102,11 @@ fn dl_error() -> String {
     }
 }
 
+/// The error of `pmi2.h` call `call` (`PMI2_KVS_Put KEY`) that returned `rc`.
+fn pmi2_failed(call: String, rc: c_int) -> SessionError {
+    SessionError::Pmi2 { call, rc }
+}
+
 /// A C string from a buffer the library filled (up to its first NUL).
 fn from_buf(buf: &[c_char]) -> String {
     let bytes: Vec<u8> = buf
@@ -106,18 +118,21 @@ fn from_buf(buf: &[c_char]) -> String {
 }
 
 /// `s` as a C string, or an error naming it as `what` when it holds a NUL byte.
-fn c_arg(what: &str, s: &str) -> Result<CString, String> {
-    CString::new(s).map_err(|_| format!("{what} {s:?} holds a NUL byte"))
+fn c_arg(what: &'static str, s: &str) -> Result<CString, SessionError> {
+    CString::new(s).map_err(|_| SessionError::Nul {
+        what,
+        value: s.to_string(),
+    })
 }
 
 impl Libpmi2 {
-    pub(super) fn open(library: &str, log: &Log) -> Result<Libpmi2, String> {
+    pub(super) fn open(library: &str, log: &Log) -> Result<Libpmi2, SessionError> {
         if ["PMI_FD", "PMI_PORT"]
             .iter()
             .all(|v| std::env::var(v).map_or(true, |x| x.is_empty()))
         {
             // Without them, the library runs as a singleton and "succeeds" alone.
-            return Err("libpmi2: neither PMI_FD nor PMI_PORT is set: no PMI-2 server to talk to (the library would run as a singleton)".into());
+            return Err(SessionError::NoLibpmi2Server);
         }
         let (handle, f) = Libpmi2::load(library, log)?;
         let (mut spawned, mut size, mut rank, mut appnum) = (0, 0, 0, 0);
@@ -129,9 +144,7 @@ impl Libpmi2 {
             &format!("{rc} (spawned {spawned}, size {size}, rank {rank}, appnum {appnum})"),
         );
         if rc != 0 {
-            return Err(format!(
-                "PMI2_Init failed: {rc} (is PMI_FD set by a PMI-2 server?)"
-            ));
+            return Err(SessionError::Pmi2Init(rc));
         }
         let mut buf = vec![0 as c_char; PMI2_JOBID_LEN];
         // SAFETY: buf holds PMI2_JOBID_LEN chars, the length passed.
@@ -139,7 +152,7 @@ impl Libpmi2 {
         let jobid = from_buf(&buf);
         log.call("PMI2_Job_GetId()", &format!("{rc} ({jobid:?})"));
         if rc != 0 {
-            return Err(format!("PMI2_Job_GetId failed: {rc}"));
+            return Err(pmi2_failed("PMI2_Job_GetId".into(), rc));
         }
         Ok(Libpmi2 {
             f,
@@ -152,7 +165,7 @@ impl Libpmi2 {
     }
 
     /// `dlopen`s `library` and finds the functions of `pmi2.h` in it.
-    fn load(library: &str, log: &Log) -> Result<(*mut c_void, Pmi2Fns), String> {
+    fn load(library: &str, log: &Log) -> Result<(*mut c_void, Pmi2Fns), SessionError> {
         let path = c_arg("--library", library)?;
         // SAFETY: path is NUL-terminated; loading runs the library's constructors, which is
         // what a program linked to it does too.
@@ -160,9 +173,10 @@ impl Libpmi2 {
         if handle.is_null() {
             let e = dl_error();
             log.call(&format!("dlopen({library})"), &e);
-            return Err(format!(
-                "cannot load {library}: {e} (Debian: apt install libpmi2-0; or --library PATH)"
-            ));
+            return Err(SessionError::Load {
+                library: library.to_string(),
+                why: e,
+            });
         }
         log.call(&format!("dlopen({library})"), "ok");
         let [init, finalize, abort, job_getid, kvs_put, kvs_fence, kvs_get, getjobattr] =
@@ -197,7 +211,7 @@ impl Session for Libpmi2 {
         // The buffer's size includes the NUL.
         Some(PMI2_MAX_VALLEN - 1)
     }
-    fn put(&mut self, key: &str, value: &str) -> Result<(), String> {
+    fn put(&mut self, key: &str, value: &str) -> Result<(), SessionError> {
         let (k, v) = (c_arg("key", key)?, c_arg("value", value)?);
         // SAFETY: two NUL-terminated strings that outlive the call.
         let rc = unsafe { (self.f.kvs_put)(k.as_ptr(), v.as_ptr()) };
@@ -205,21 +219,21 @@ impl Session for Libpmi2 {
             .call(&format!("PMI2_KVS_Put({key}, {value:?})"), &rc.to_string());
         match rc {
             0 => Ok(()),
-            rc => Err(format!("PMI2_KVS_Put {key} failed: {rc}")),
+            rc => Err(pmi2_failed(format!("PMI2_KVS_Put {key}"), rc)),
         }
     }
-    fn fence(&mut self) -> Result<(), String> {
+    fn fence(&mut self) -> Result<(), SessionError> {
         // SAFETY: no arguments.
         let rc = unsafe { (self.f.kvs_fence)() };
         self.log.call("PMI2_KVS_Fence()", &rc.to_string());
         match rc {
             0 => Ok(()),
-            rc => Err(format!("PMI2_KVS_Fence failed: {rc}")),
+            rc => Err(pmi2_failed("PMI2_KVS_Fence".into(), rc)),
         }
     }
-    fn get(&mut self, owner: i64, key: &str) -> Result<Option<String>, String> {
+    fn get(&mut self, owner: i64, key: &str) -> Result<Option<String>, SessionError> {
         let k = c_arg("key", key)?;
-        let src = c_int::try_from(owner).map_err(|_| format!("bad rank {owner}"))?;
+        let src = c_int::try_from(owner).map_err(|_| SessionError::BadRank(owner))?;
         let mut buf = vec![0 as c_char; PMI2_MAX_VALLEN + 1];
         let mut len: c_int = 0;
         // SAFETY: NUL-terminated job id and key; buf holds PMI2_MAX_VALLEN + 1 chars and the
@@ -242,10 +256,13 @@ impl Session for Libpmi2 {
         match rc {
             0 => Ok(Some(v)),
             // Slurm's library returns an error for a key nobody put.
-            rc => Err(format!("PMI2_KVS_Get {key} from rank {owner} failed: {rc}")),
+            rc => Err(pmi2_failed(
+                format!("PMI2_KVS_Get {key} from rank {owner}"),
+                rc,
+            )),
         }
     }
-    fn lookup(&mut self, key: &str) -> Result<Option<String>, String> {
+    fn lookup(&mut self, key: &str) -> Result<Option<String>, SessionError> {
         let k = c_arg("key", key)?;
         let mut buf = vec![0 as c_char; PMI2_MAX_VALLEN + 1];
         let mut found: c_int = 0;
@@ -269,16 +286,20 @@ impl Session for Libpmi2 {
         match self.get(-1, key) {
             Ok(v) => Ok(v.filter(|v| !v.is_empty())),
             Err(_) if rc == 0 => Ok(None),
-            Err(e) => Err(format!("PMI2_Info_GetJobAttr {key} failed: {rc}; {e}")),
+            Err(e) => Err(SessionError::Pmi2JobAttr {
+                key: key.to_string(),
+                rc,
+                get: Box::new(e),
+            }),
         }
     }
-    fn finalize(self: Box<Self>) -> Result<(), String> {
+    fn finalize(self: Box<Self>) -> Result<(), SessionError> {
         // SAFETY: no arguments.
         let rc = unsafe { (self.f.finalize)() };
         self.log.call("PMI2_Finalize()", &rc.to_string());
         match rc {
             0 => Ok(()),
-            rc => Err(format!("PMI2_Finalize failed: {rc}")),
+            rc => Err(pmi2_failed("PMI2_Finalize".into(), rc)),
         }
     }
     fn abort(self: Box<Self>, _code: i32, msg: &str) {
@@ -299,6 +320,8 @@ mod tests {
         let e = Libpmi2::load("/nonexistent/libpmi2.so.0", &Log::new(false))
             .err()
             .expect("loaded a library that does not exist");
+        assert!(matches!(&e, SessionError::Load { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.starts_with("cannot load /nonexistent/libpmi2.so.0"),
             "{e}"
@@ -306,6 +329,16 @@ mod tests {
         let e = Libpmi2::load("libc.so.6", &Log::new(false))
             .err()
             .expect("libc is not a PMI-2 library");
-        assert!(e.contains("has no PMI2_Init"), "{e}");
+        assert!(
+            matches!(
+                &e,
+                SessionError::MissingSymbol {
+                    symbol: "PMI2_Init",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("has no PMI2_Init"), "{e}");
     }
 }

@@ -12,11 +12,13 @@
 //! It owns no state but the process's: nothing here may touch a server's internals, only what
 //! a rank program sees (its environment and its PMI connection).
 
+mod error;
 mod libpmi2;
 mod log;
 mod pmix;
 mod wire;
 
+pub use error::{PmiError, PmiUsageError, SessionError};
 use libpmi2::Libpmi2;
 use log::Log;
 use pmi_wire::Version;
@@ -111,13 +113,16 @@ pub enum Parsed {
 /// The default `--library`.
 pub const LIBPMI2: &str = "libpmi2.so.0";
 
-fn number(opt: &str, v: Option<&String>) -> Result<usize, String> {
-    let v = v.ok_or(format!("{opt} needs a value"))?;
-    v.parse().map_err(|_| format!("{opt} {v:?}: not a number"))
+fn number(opt: &str, v: Option<&String>) -> Result<usize, PmiUsageError> {
+    let v = v.ok_or_else(|| PmiUsageError::NeedsValue(opt.to_string()))?;
+    v.parse().map_err(|_| PmiUsageError::NotANumber {
+        option: opt.to_string(),
+        value: v.clone(),
+    })
 }
 
 /// Parses the arguments after `kauri pmi`.
-pub fn parse(args: &[String]) -> Result<Parsed, String> {
+pub fn parse(args: &[String]) -> Result<Parsed, PmiUsageError> {
     let mut method = Method::Auto;
     let mut library = LIBPMI2.to_string();
     let (mut verbose, mut timing) = (false, false);
@@ -131,13 +136,13 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         // The options are kauri-pmi(1)'s (`crate::cli::doc::KAURI_PMI`): a name the page does not
         // list is unknown here too, so `-h` and the parser cannot drift apart.
         if name.starts_with('-') && crate::cli::doc::KAURI_PMI.find(name).is_none() {
-            return Err(format!("unknown option {name}"));
+            return Err(PmiUsageError::UnknownOption(name.to_string()));
         }
-        let value = |it: &mut std::slice::Iter<String>| -> Result<String, String> {
+        let value = |it: &mut std::slice::Iter<String>| -> Result<String, PmiUsageError> {
             inline
                 .clone()
                 .or_else(|| it.next().cloned())
-                .ok_or(format!("{name} needs a value"))
+                .ok_or_else(|| PmiUsageError::NeedsValue(name.to_string()))
         };
         match name {
             "-h" | "--help" => return Ok(Parsed::Help),
@@ -150,11 +155,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                     "pmi2" => Method::Pmi2,
                     "libpmi2" => Method::Libpmi2,
                     "pmix" => Method::Pmix,
-                    m => {
-                        return Err(format!(
-                            "--method {m:?}: use auto, pmi1, pmi2, libpmi2 or pmix"
-                        ))
-                    }
+                    m => return Err(PmiUsageError::BadMethod(m.to_string())),
                 }
             }
             "--library" => library = value(&mut it)?,
@@ -169,21 +170,23 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
                     if name == "--size" {
                         *size = n;
                     } else if n == 0 {
-                        return Err("--count 0: put at least one key".into());
+                        return Err(PmiUsageError::ZeroCount);
                     } else {
                         *count = n;
                     }
                 }
             }
             "get" if op.is_none() => {
-                let key = it.next().ok_or("get needs a KEY")?;
+                let key = it.next().ok_or(PmiUsageError::NoKey)?;
                 op = Some(Op::Get { key: key.clone() });
             }
-            other if other.starts_with('-') => return Err(format!("unknown option {other}")),
-            other => return Err(format!("unexpected {other:?}")),
+            other if other.starts_with('-') => {
+                return Err(PmiUsageError::UnknownOption(other.to_string()))
+            }
+            other => return Err(PmiUsageError::Unexpected(other.to_string())),
         }
     }
-    let op = op.ok_or("name a subcommand: barrier, exchange or get KEY")?;
+    let op = op.ok_or(PmiUsageError::NoSubcommand)?;
     Ok(Parsed::Run(Options {
         method,
         library,
@@ -209,8 +212,7 @@ pub fn run(args: &[String]) -> u8 {
     let log = Log::new(opts.verbose);
     match go(&opts, &log) {
         Ok(()) => 0,
-        // Already said (a failure inside the session).
-        Err(e) if e.is_empty() => 1,
+        Err(PmiError::Said) => 1,
         Err(e) => {
             say!("kauri pmi: {}{e}", log.who());
             1
@@ -247,12 +249,12 @@ fn timed<T>(slot: &mut Duration, f: impl FnOnce() -> T) -> T {
 }
 
 /// Runs the subcommand. A failure inside the session is written at once and comes back as
-/// an empty error; any other failure is the error's text.
-fn go(opts: &Options, log: &Log) -> Result<(), String> {
+/// [`PmiError::Said`]; any other failure is for the caller to say.
+fn go(opts: &Options, log: &Log) -> Result<(), PmiError> {
     let method = opts
         .method
         .resolve(|v| std::env::var(v).ok())
-        .ok_or("no PMI server in the environment (none of PMIX_NAMESPACE, PMI_FD, PMI_PORT): run under a launcher (kauri, mpiexec.hydra, srun --mpi=pmi2|pmix), or name a --method")?;
+        .ok_or(PmiError::NoServer)?;
     let mut t = Times::default();
     let mut s = timed(&mut t.init, || open(method, opts, log))?;
     log.set_rank(s.rank());
@@ -263,7 +265,7 @@ fn go(opts: &Options, log: &Log) -> Result<(), String> {
         Ok(summary) => summary,
         Err(e) => {
             give_up(s, rank, &e, fenced);
-            return Err(String::new());
+            return Err(PmiError::Said);
         }
     };
     timed(&mut t.finalize, || s.finalize())?;
@@ -287,7 +289,7 @@ fn walk(
     method: Method,
     t: &mut Times,
     fenced: &mut bool,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, PmiError> {
     match op {
         Op::Barrier => {
             timed(&mut t.fence, || s.fence())?;
@@ -299,7 +301,8 @@ fn walk(
             exchange(s, *bytes, *count, t, fenced).map(Some)
         }
         Op::Get { key } => {
-            let v = timed(&mut t.get, || s.lookup(key))?.ok_or(format!("{key}: not found"))?;
+            let v = timed(&mut t.get, || s.lookup(key))?
+                .ok_or_else(|| PmiError::NotFound(key.clone()))?;
             show!("{v}");
             Ok(None)
         }
@@ -307,12 +310,9 @@ fn walk(
 }
 
 /// Refuses a `--size` over the longest value `method` carries (`max`, if it has a limit).
-fn check_size(bytes: usize, max: Option<usize>, method: Method) -> Result<(), String> {
+fn check_size(bytes: usize, max: Option<usize>, method: Method) -> Result<(), PmiError> {
     match max {
-        Some(max) if bytes > max => Err(format!(
-            "--size {bytes}: more than the {max} bytes a value may have with {}",
-            method.name()
-        )),
+        Some(max) if bytes > max => Err(PmiError::TooBig { bytes, max, method }),
         _ => Ok(()),
     }
 }
@@ -325,9 +325,9 @@ fn exchange(
     count: usize,
     t: &mut Times,
     fenced: &mut bool,
-) -> Result<String, String> {
+) -> Result<String, PmiError> {
     let (rank, size) = (s.rank(), s.size());
-    timed(&mut t.put, || -> Result<(), String> {
+    timed(&mut t.put, || -> Result<(), SessionError> {
         for i in 0..count {
             s.put(&key(rank, i), &value(rank, i, bytes))?;
         }
@@ -344,7 +344,7 @@ fn exchange(
 }
 
 /// Reads every rank's `count` values of `bytes` bytes and checks each is what that rank put.
-fn read_back(s: &mut dyn Session, size: i64, bytes: usize, count: usize) -> Result<(), String> {
+fn read_back(s: &mut dyn Session, size: i64, bytes: usize, count: usize) -> Result<(), PmiError> {
     for r in 0..size {
         for i in 0..count {
             let k = key(r, i);
@@ -355,23 +355,22 @@ fn read_back(s: &mut dyn Session, size: i64, bytes: usize, count: usize) -> Resu
 }
 
 /// Checks what a get of key `k` from rank `r` returned (`got`) against what it put (`want`).
-fn check_read(k: &str, r: i64, got: Option<String>, want: &str) -> Result<(), String> {
+fn check_read(k: &str, r: i64, got: Option<String>, want: &str) -> Result<(), PmiError> {
     match got {
-        None => Err(format!("get {k}: not found")),
-        Some(v) if v != want => Err(format!(
-            "get {k}: the value differs from what rank {r} put: {} bytes {:?}, expected {} bytes {:?}",
-            v.len(),
-            clip(&v),
-            want.len(),
-            clip(want)
-        )),
+        None => Err(PmiError::GetNotFound(k.to_string())),
+        Some(v) if v != want => Err(PmiError::Differs {
+            key: k.to_string(),
+            rank: r,
+            got: v,
+            want: want.to_string(),
+        }),
         Some(_) => Ok(()),
     }
 }
 
 /// Says what failed, then ends the session: cleanly when nobody waits for this rank any
 /// more (`fenced`), else with an abort.
-fn give_up(s: Box<dyn Session>, rank: i64, e: &str, fenced: bool) {
+fn give_up(s: Box<dyn Session>, rank: i64, e: &PmiError, fenced: bool) {
     // Say what failed first: the abort may end this process.
     let line = format!("kauri pmi: rank {rank}: {e}");
     say!("{line}");
@@ -469,21 +468,21 @@ trait Session {
     /// The longest value a put may carry, if the method has a limit.
     fn max_value(&self) -> Option<usize>;
     /// Puts a pair for the next fence.
-    fn put(&mut self, key: &str, value: &str) -> Result<(), String>;
+    fn put(&mut self, key: &str, value: &str) -> Result<(), SessionError>;
     /// The job-wide fence (a PMIx commit and fence).
-    fn fence(&mut self) -> Result<(), String>;
+    fn fence(&mut self) -> Result<(), SessionError>;
     /// Reads the pair `owner` put.
-    fn get(&mut self, owner: i64, key: &str) -> Result<Option<String>, String>;
+    fn get(&mut self, owner: i64, key: &str) -> Result<Option<String>, SessionError>;
     /// Reads a job attribute or key (`kauri pmi get`).
-    fn lookup(&mut self, key: &str) -> Result<Option<String>, String>;
+    fn lookup(&mut self, key: &str) -> Result<Option<String>, SessionError>;
     /// Ends the session.
-    fn finalize(self: Box<Self>) -> Result<(), String>;
+    fn finalize(self: Box<Self>) -> Result<(), SessionError>;
     /// Asks the server to end the job (best effort: the caller exits 1 anyway).
     fn abort(self: Box<Self>, code: i32, msg: &str);
 }
 
 /// Opens a session through `method` (`auto` already resolved; as PMI-1 if not).
-fn open(method: Method, opts: &Options, log: &Log) -> Result<Box<dyn Session>, String> {
+fn open(method: Method, opts: &Options, log: &Log) -> Result<Box<dyn Session>, SessionError> {
     Ok(match method {
         Method::Pmi1 | Method::Auto => Box::new(Wire::open(Version::V1, log)?),
         Method::Pmi2 => Box::new(Wire::open(Version::V2, log)?),
@@ -598,21 +597,30 @@ mod tests {
 
     #[test]
     fn reads_back_are_checked_and_sizes_bounded() {
-        assert_eq!(check_read("k", 2, Some("abc".into()), "abc"), Ok(()));
-        assert_eq!(
-            check_read("k", 2, None, "abc"),
-            Err("get k: not found".into())
-        );
+        assert!(check_read("k", 2, Some("abc".into()), "abc").is_ok());
+        let e = check_read("k", 2, None, "abc").unwrap_err();
+        assert!(matches!(&e, PmiError::GetNotFound(k) if k == "k"), "{e:?}");
+        assert_eq!(e.to_string(), "get k: not found");
         let e = check_read("k", 2, Some("abd".into()), "abc").unwrap_err();
+        assert!(matches!(&e, PmiError::Differs { rank: 2, .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            "get k: the value differs from what rank 2 put: 3 bytes \"abd\", expected 3 bytes \"abc\""
+        );
+        let long = "x".repeat(50);
+        let e = check_read("k", 1, Some(long.clone() + "y"), &long).unwrap_err();
         assert!(
-            e.starts_with("get k: the value differs from what rank 2 put: 3 bytes"),
+            e.to_string().ends_with(&format!(
+                "51 bytes \"{x}...\", expected 50 bytes \"{x}...\"",
+                x = "x".repeat(40)
+            )),
             "{e}"
         );
-        assert_eq!(check_size(1023, Some(1023), Method::Pmi2), Ok(()));
-        assert_eq!(check_size(1 << 20, None, Method::Pmix), Ok(()));
+        assert!(check_size(1023, Some(1023), Method::Pmi2).is_ok());
+        assert!(check_size(1 << 20, None, Method::Pmix).is_ok());
         let e = check_size(1024, Some(1023), Method::Libpmi2).unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             "--size 1024: more than the 1023 bytes a value may have with libpmi2"
         );
     }
@@ -717,20 +725,26 @@ mod tests {
             std::env::remove_var(v);
         }
         let e = go(&opts(Method::Auto), &Log::new(false)).unwrap_err();
+        assert!(matches!(e, PmiError::NoServer), "{e:?}");
+        let e = e.to_string();
         assert!(e.starts_with("no PMI server"), "{e}");
         assert!(!e.contains('\n'));
         let e = go(&opts(Method::Libpmi2), &Log::new(false)).unwrap_err();
-        assert!(e.contains("neither PMI_FD nor PMI_PORT"), "{e}");
+        assert!(
+            matches!(e, PmiError::Session(SessionError::NoLibpmi2Server)),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("neither PMI_FD nor PMI_PORT"), "{e}");
         std::env::set_var("PMI_RANK", "0");
         std::env::set_var("PMI_SIZE", "1");
         std::env::set_var("PMI_FD", fake_pmi1(false).to_string());
         go(&opts(Method::Auto), &Log::new(false)).expect("a good exchange failed");
         std::env::set_var("PMI_FD", fake_pmi1(true).to_string());
-        // The failure was written (and the abort sent) inside: an empty error.
-        assert_eq!(
+        // The failure was written (and the abort sent) inside: said already.
+        assert!(matches!(
             go(&opts(Method::Pmi1), &Log::new(false)),
-            Err(String::new())
-        );
+            Err(PmiError::Said)
+        ));
         std::env::set_var("PMI_FD", fake_pmi1(false).to_string());
         let get = Options {
             op: Op::Get {
@@ -738,7 +752,7 @@ mod tests {
             },
             ..opts(Method::Pmi1)
         };
-        assert_eq!(go(&get, &Log::new(false)), Err(String::new()));
+        assert!(matches!(go(&get, &Log::new(false)), Err(PmiError::Said)));
         for v in ["PMI_FD", "PMI_RANK", "PMI_SIZE"] {
             std::env::remove_var(v);
         }

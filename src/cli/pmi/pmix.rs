@@ -1,8 +1,9 @@
 //! `kauri pmi --method pmix`: the OpenPMIx client library kauri links for its server.
 
 use super::log::Log;
-use super::Session;
+use super::{Session, SessionError};
 use crate::proto::pmix::ffi::PmixClient;
+use crate::proto::pmix::PmixError;
 
 /// `pmix`: the OpenPMIx client library.
 pub(super) struct Pmix {
@@ -12,20 +13,20 @@ pub(super) struct Pmix {
 }
 
 impl Pmix {
-    pub(super) fn open(log: &Log) -> Result<Pmix, String> {
+    pub(super) fn open(log: &Log) -> Result<Pmix, SessionError> {
         let c = PmixClient::init();
         match &c {
             Ok(c) => log.call(
                 "PMIx_Init",
                 &format!("PMIX_SUCCESS, namespace {} rank {}", c.nspace(), c.rank()),
             ),
-            Err(e) => log.call("PMIx_Init", e),
+            Err(e) => log.call("PMIx_Init", &e.to_string()),
         }
         let mut c = c.map_err(|e| {
             if std::env::var_os("PMIX_NAMESPACE").is_none() {
-                format!("{e} (PMIX_NAMESPACE is not set: no PMIx server started this process)")
+                SessionError::PmixUnnamed(e)
             } else {
-                e
+                SessionError::Pmix(e)
             }
         })?;
         log.set_rank(c.rank().into());
@@ -34,7 +35,7 @@ impl Pmix {
             "PMIx_Get(WILDCARD, pmix.job.size)",
             &match &size {
                 Ok(n) => n.to_string(),
-                Err(e) => e.clone(),
+                Err(e) => e.to_string(),
             },
         );
         Ok(Pmix {
@@ -44,10 +45,14 @@ impl Pmix {
         })
     }
 
-    fn logged<T: std::fmt::Debug>(&self, call: String, r: Result<T, String>) -> Result<T, String> {
+    fn logged<T: std::fmt::Debug>(
+        &self,
+        call: String,
+        r: Result<T, PmixError>,
+    ) -> Result<T, PmixError> {
         match &r {
             Ok(v) => self.log.call(&call, &format!("PMIX_SUCCESS {v:?}")),
-            Err(e) => self.log.call(&call, e),
+            Err(e) => self.log.call(&call, &e.to_string()),
         }
         r
     }
@@ -63,42 +68,50 @@ impl Session for Pmix {
     fn max_value(&self) -> Option<usize> {
         None
     }
-    fn put(&mut self, key: &str, value: &str) -> Result<(), String> {
+    fn put(&mut self, key: &str, value: &str) -> Result<(), SessionError> {
         let r = self.c.put(key, value);
-        self.logged(format!("PMIx_Put(GLOBAL, {key}, {value:?})"), r)
+        Ok(self.logged(format!("PMIx_Put(GLOBAL, {key}, {value:?})"), r)?)
     }
-    fn fence(&mut self) -> Result<(), String> {
+    fn fence(&mut self) -> Result<(), SessionError> {
         let r = self.c.commit();
         self.logged("PMIx_Commit()".into(), r)?;
         let r = self.c.fence(true);
-        self.logged("PMIx_Fence(WILDCARD, COLLECT_DATA)".into(), r)
+        Ok(self.logged("PMIx_Fence(WILDCARD, COLLECT_DATA)".into(), r)?)
     }
-    fn get(&mut self, owner: i64, key: &str) -> Result<Option<String>, String> {
-        let rank = u32::try_from(owner).map_err(|_| format!("bad rank {owner}"))?;
+    fn get(&mut self, owner: i64, key: &str) -> Result<Option<String>, SessionError> {
+        let rank = u32::try_from(owner).map_err(|_| SessionError::BadRank(owner))?;
         let r = self.c.get(Some(rank), key);
         self.logged(format!("PMIx_Get(rank {rank}, {key})"), r)
-            .map_err(|e| format!("get {key} of rank {rank}: {e}"))
+            .map_err(|source| SessionError::PmixGet {
+                call: format!("get {key} of rank {rank}"),
+                source,
+            })
     }
-    fn lookup(&mut self, key: &str) -> Result<Option<String>, String> {
+    fn lookup(&mut self, key: &str) -> Result<Option<String>, SessionError> {
         let r = self.c.get(None, key);
         self.logged(format!("PMIx_Get(WILDCARD, {key})"), r)
-            .map_err(|e| format!("get {key}: {e}"))
+            .map_err(|source| SessionError::PmixGet {
+                call: format!("get {key}"),
+                source,
+            })
     }
-    fn finalize(self: Box<Self>) -> Result<(), String> {
+    fn finalize(self: Box<Self>) -> Result<(), SessionError> {
         let log = self.log.clone();
         let r = self.c.finalize();
         log.call(
             "PMIx_Finalize()",
-            r.as_ref().map_or_else(|e| e.as_str(), |_| "PMIX_SUCCESS"),
+            &r.as_ref()
+                .map_or_else(ToString::to_string, |_| "PMIX_SUCCESS".into()),
         );
-        r
+        Ok(r?)
     }
     fn abort(self: Box<Self>, code: i32, msg: &str) {
         let log = self.log.clone();
         let r = self.c.abort(code, msg);
         log.call(
             &format!("PMIx_Abort({code}, {msg:?})"),
-            r.as_ref().map_or_else(|e| e.as_str(), |_| "PMIX_SUCCESS"),
+            &r.as_ref()
+                .map_or_else(ToString::to_string, |_| "PMIX_SUCCESS".into()),
         );
     }
 }

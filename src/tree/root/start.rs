@@ -50,7 +50,7 @@ pub(super) async fn start_job(
         wires.out.clone(),
     )
     .await
-    .map_err(|e| (e, None))?;
+    .map_err(|e| (e.to_string(), None))?;
     let (node, error) = start_node(idx, &plan, local.as_ref(), wires).await;
     let here = local
         .as_ref()

@@ -21,6 +21,7 @@
 //! `native` security takes the uid and gid the client states in its handshake (it reads no
 //! credential from a TCP socket), whoever connects.
 
+use super::PmixError;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 
@@ -55,17 +56,14 @@ struct Door {
 static DOOR: Mutex<Option<Door>> = Mutex::new(None);
 
 /// Opens this process's door on loopback (a port of `range`, when given), once: its port.
-pub fn open(range: Option<&kauri_core::plan::port_range::PortRange>) -> Result<u16, String> {
-    let mut door = DOOR.lock().map_err(|_| "PMIx state poisoned".to_string())?;
+pub fn open(range: Option<&kauri_core::plan::port_range::PortRange>) -> Result<u16, PmixError> {
+    let mut door = DOOR.lock().map_err(|_| PmixError::Poisoned)?;
     if let Some(d) = door.as_ref() {
         return Ok(d.port);
     }
     let l = kauri_os::ports::listen(std::net::Ipv4Addr::LOCALHOST.into(), range)
-        .map_err(|e| format!("cannot listen for PMIx clients on loopback: {e}"))?;
-    let port = l
-        .local_addr()
-        .map_err(|e| format!("cannot listen for PMIx clients on loopback: {e}"))?
-        .port();
+        .map_err(PmixError::Door)?;
+    let port = l.local_addr().map_err(PmixError::Door)?.port();
     *door = Some(Door {
         port,
         listener: Some(l),
@@ -147,7 +145,7 @@ pub fn upstream(library: &[(String, String)]) -> Option<SocketAddr> {
 /// to the server library, which `start` starts (or finds running) and whose address it gives.
 /// A client that comes while the library cannot start is closed (its `PMIx_Init` fails), with
 /// `start`'s line said once. Nothing to do when the door was never opened.
-pub fn serve(start: fn() -> Result<SocketAddr, String>) {
+pub fn serve(start: fn() -> Result<SocketAddr, PmixError>) {
     let listener = match DOOR.lock() {
         Ok(mut d) => d.as_mut().and_then(|d| d.listener.take()),
         Err(_) => None,

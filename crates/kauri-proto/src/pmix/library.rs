@@ -152,35 +152,93 @@ fn is_program(f: &Path) -> bool {
 /// not be writable by others at all, sticky or not: the library finds libraries of its own
 /// there (`$ORIGIN`), and anyone who could add a file to it could add one of those. Else why
 /// not (`it is owned by uid 65534, not by root or uid 0 who runs kauri`).
-pub fn trusted(path: &Path) -> Result<PathBuf, String> {
+pub fn trusted(path: &Path) -> Result<PathBuf, Untrusted> {
     use std::os::unix::fs::MetadataExt;
-    let file = path
-        .canonicalize()
-        .map_err(|e| format!("cannot resolve it: {e}"))?;
+    let file = path.canonicalize().map_err(Untrusted::Resolve)?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     let owner_ok = |uid: u32| uid == 0 || uid == me;
     for (i, p) in file.ancestors().enumerate() {
-        let m = std::fs::metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        let m = std::fs::metadata(p).map_err(|source| Untrusted::Read {
+            path: p.to_path_buf(),
+            source,
+        })?;
         let what = match i {
-            0 => "it".to_string(),
-            _ => format!("its directory {}", p.display()),
+            0 => Part::File,
+            _ => Part::Directory(p.to_path_buf()),
         };
         if !owner_ok(m.uid()) {
-            return Err(format!(
-                "{what} is owned by uid {}, not by root or uid {me} who runs kauri",
-                m.uid()
-            ));
+            let uid = m.uid();
+            return Err(Untrusted::Owner { what, uid, me });
         }
         let sticky_root = i > 1 && m.uid() == 0 && m.mode() & 0o1000 != 0;
         if m.mode() & 0o002 != 0 && !sticky_root {
-            return Err(format!("{what} is writable by others"));
+            return Err(Untrusted::OthersWrite { what });
         }
         if m.mode() & 0o020 != 0 && !sticky_root {
-            return Err(format!("{what} is writable by its group (gid {})", m.gid()));
+            return Err(Untrusted::GroupWrite { what, gid: m.gid() });
         }
     }
     Ok(file)
+}
+
+/// Why kauri does not load a library file into itself ([`trusted`]); the line names the part
+/// of its path that is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Untrusted {
+    /// The path does not resolve to a file.
+    #[error("cannot resolve it: {0}")]
+    Resolve(#[source] std::io::Error),
+    /// The file or one of its directories cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// What could not be read.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// It belongs to someone else than root and the user who runs kauri.
+    #[error("{what} is owned by uid {uid}, not by root or uid {me} who runs kauri")]
+    Owner {
+        /// The file or the directory.
+        what: Part,
+        /// Its owner.
+        uid: u32,
+        /// The user who runs kauri.
+        me: u32,
+    },
+    /// Others may write it.
+    #[error("{what} is writable by others")]
+    OthersWrite {
+        /// The file or the directory.
+        what: Part,
+    },
+    /// Its group may write it.
+    #[error("{what} is writable by its group (gid {gid})")]
+    GroupWrite {
+        /// The file or the directory.
+        what: Part,
+        /// The group.
+        gid: u32,
+    },
+}
+
+/// The part of a library's path that [`Untrusted`] speaks of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    /// The file itself (`it`).
+    File,
+    /// One of the directories above it (`its directory /opt/lib`).
+    Directory(PathBuf),
+}
+
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Part::File => f.write_str("it"),
+            Part::Directory(d) => write!(f, "its directory {}", d.display()),
+        }
+    }
 }
 
 /// The prefix of the Open MPI installation a `libpmix` found by [`for_program`] belongs to:
@@ -303,7 +361,7 @@ mod tests {
         let sticky_tmp = std::fs::metadata(std::env::temp_dir())
             .is_ok_and(|m| m.permissions().mode() & 0o1000 != 0);
         if sticky_tmp {
-            assert_eq!(trusted(&file), Ok(file.canonicalize().unwrap()));
+            assert_eq!(trusted(&file).unwrap(), file.canonicalize().unwrap());
         }
         let lib_c = lib.canonicalize().unwrap();
         for (m, why) in [
@@ -321,19 +379,24 @@ mod tests {
             ),
         ] {
             mode(&lib, m);
-            let e = trusted(&file).unwrap_err();
+            let e = trusted(&file).unwrap_err().to_string();
             assert!(e.starts_with(&why), "{m:o}: {e}");
         }
         mode(&lib, 0o755);
         mode(&file, 0o666);
-        assert_eq!(trusted(&file), Err("it is writable by others".to_string()));
+        let e = trusted(&file).unwrap_err();
+        assert!(
+            matches!(&e, Untrusted::OthersWrite { what: Part::File }),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), "it is writable by others");
         mode(&file, 0o644);
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 && sticky_tmp {
             std::os::unix::fs::chown(&file, Some(65534), None).unwrap();
             assert_eq!(
-                trusted(&file),
-                Err("it is owned by uid 65534, not by root or uid 0 who runs kauri".to_string())
+                trusted(&file).unwrap_err().to_string(),
+                "it is owned by uid 65534, not by root or uid 0 who runs kauri"
             );
         }
         let _ = std::fs::remove_dir_all(&root);

@@ -16,11 +16,13 @@
 
 pub mod control;
 pub mod door;
+mod error;
 pub mod ffi;
 pub use kauri_core::proto::pmix::jobid;
 pub mod library;
 pub mod names;
 
+pub use error::{NotPrivate, PmixError, PrivateDirError};
 pub use ffi::{
     CollectiveReply, GroupOp, GroupReply, LookupReply, ModexReply, OpReply, SpawnApp, SpawnReply,
     Status, Upcall, Val,
@@ -109,8 +111,8 @@ pub struct Places {
 /// job it offers PMIx) and made when its server starts ([`make_places`]): a job whose ranks
 /// never use PMIx leaves nothing on disk. Everything the library and the ranks put there is
 /// removed by [`shutdown`].
-pub fn places(kvsname: &str, node: usize) -> Result<Places, String> {
-    let mut dirs = DIRS.lock().map_err(|_| "PMIx state poisoned".to_string())?;
+pub fn places(kvsname: &str, node: usize) -> Result<Places, PmixError> {
+    let mut dirs = DIRS.lock().map_err(|_| PmixError::Poisoned)?;
     let d = dirs.get_or_insert_with(|| {
         let job = job_tmpdir(kvsname);
         Dirs {
@@ -127,8 +129,8 @@ pub fn places(kvsname: &str, node: usize) -> Result<Places, String> {
 }
 
 /// Makes this process's PMIx directories ([`places`]), once.
-fn make_places() -> Result<(), String> {
-    let mut dirs = DIRS.lock().map_err(|_| "PMIx state poisoned".to_string())?;
+fn make_places() -> Result<(), PmixError> {
+    let mut dirs = DIRS.lock().map_err(|_| PmixError::Poisoned)?;
     let Some(d) = dirs.as_mut().filter(|d| !d.made) else {
         return Ok(());
     };
@@ -182,7 +184,7 @@ pub fn offer(
     job: &JobPlan,
     me: &HostPlan,
     tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
-) -> Result<std::collections::HashMap<usize, Vec<(String, String)>>, String> {
+) -> Result<std::collections::HashMap<usize, Vec<(String, String)>>, PmixError> {
     let places = places(&job.kvsname, me.node)?;
     let tmpdir = places.tmpdir.to_string_lossy().into_owned();
     if let Ok(mut s) = SERVER.lock() {
@@ -196,10 +198,7 @@ pub fn offer(
     let mut env = std::collections::HashMap::new();
     let Some(release) = release.filter(|_| !ffi::running()) else {
         // The library's own variables: it runs already, or kauri cannot make them.
-        SERVER
-            .lock()
-            .map_err(|_| "PMIx state poisoned".to_string())?
-            .run()?;
+        SERVER.lock().map_err(|_| PmixError::Poisoned)?.run()?;
         register_here(job, me, &tmpdir, tx)?;
         for r in &me.ranks {
             env.insert(r.rank, ffi::setup_fork(&job.kvsname, r.rank as u32)?);
@@ -227,7 +226,7 @@ pub fn offer(
     };
     SERVER
         .lock()
-        .map_err(|_| "PMIx state poisoned".to_string())?
+        .map_err(|_| PmixError::Poisoned)?
         .waiting
         .push(waiting);
     Ok(env)
@@ -240,11 +239,9 @@ fn register_here(
     me: &HostPlan,
     tmpdir: &str,
     tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
-) -> Result<(), String> {
-    create_private_dir(Path::new(&nsdir(tmpdir, &job.kvsname)))
-        .map_err(|e| format!("cannot make the job's PMIx directory: {e}"))?;
-    register(&JobInfo::new(job, me, tmpdir), tx)
-        .map_err(|e| format!("cannot register the job with the PMIx server: {e}"))
+) -> Result<(), PmixError> {
+    create_private_dir(Path::new(&nsdir(tmpdir, &job.kvsname))).map_err(PmixError::JobDir)?;
+    register(&JobInfo::new(job, me, tmpdir), tx).map_err(|e| PmixError::Register(Box::new(e)))
 }
 
 /// The release of the library a client behind the door would be served by, when kauri can
@@ -266,38 +263,43 @@ fn door_release() -> Option<String> {
 /// Starts this process's server library, unless it runs, and registers every job waiting
 /// for it: the library's own address (where the door carries its clients). An error says
 /// what failed, on which host.
-pub fn start_now() -> Result<std::net::SocketAddr, String> {
-    let mut s = SERVER
-        .lock()
-        .map_err(|_| "PMIx state poisoned".to_string())?;
+pub fn start_now() -> Result<std::net::SocketAddr, PmixError> {
+    let mut s = SERVER.lock().map_err(|_| PmixError::Poisoned)?;
     s.run()?;
-    s.upstream
-        .ok_or_else(|| "the PMIx server gave its clients no address".to_string())
+    s.upstream.ok_or(PmixError::NoAddress)
 }
 
 impl Server {
     /// Starts the library unless it runs, and registers the waiting jobs.
-    fn run(&mut self) -> Result<(), String> {
+    fn run(&mut self) -> Result<(), PmixError> {
         let Some(start) = self.start.clone() else {
-            return Err("no job was offered PMIx here".into());
+            return Err(PmixError::NotOffered);
         };
         let host = &start.host;
+        let on = |e: PmixError| (host.clone(), Box::new(e));
         if !ffi::running() {
-            make_places().map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
             let init = |port| ffi::init(&start.tmpdir, host, port);
-            match &start.range {
-                Some(r) => kauri_os::ports::with_free_port(r, |port| init(Some(port)))
-                    .unwrap_or_else(|e| Err(e.to_string())),
-                None => init(None),
-            }
-            .map_err(|e| format!("cannot start the PMIx server on {host}: {e}"))?;
+            make_places()
+                .and_then(|()| match &start.range {
+                    Some(r) => kauri_os::ports::with_free_port(r, |port| init(Some(port)))
+                        .unwrap_or_else(|e| Err(e.into())),
+                    None => init(None),
+                })
+                .map_err(|e| {
+                    let (host, source) = on(e);
+                    PmixError::Start { host, source }
+                })?;
         }
         for w in std::mem::take(&mut self.waiting) {
-            register_here(&w.job, &w.me, &start.tmpdir, w.tx)
-                .map_err(|e| format!("{e} on {host}"))?;
+            register_here(&w.job, &w.me, &start.tmpdir, w.tx).map_err(|e| {
+                let (host, source) = on(e);
+                PmixError::RegisterOn { host, source }
+            })?;
             let (rank, ours) = &w.first;
-            let library = ffi::setup_fork(&w.job.kvsname, *rank)
-                .map_err(|e| format!("PMIx server on {host}: {e}"))?;
+            let library = ffi::setup_fork(&w.job.kvsname, *rank).map_err(|e| {
+                let (host, source) = on(e);
+                PmixError::On { host, source }
+            })?;
             let differ = door::differences(ours, &library);
             if !differ.is_empty() {
                 say!(
@@ -323,7 +325,7 @@ impl Server {
 /// The path is predictable: something already there that is not a private directory of this
 /// user (see [`create_private_dir`]) is an error, not a directory to share the job's memory
 /// through.
-pub fn shm_dir(kvsname: &str, node: usize) -> Result<Option<PathBuf>, String> {
+pub fn shm_dir(kvsname: &str, node: usize) -> Result<Option<PathBuf>, PrivateDirError> {
     shm_dir_in(&shm_root(), kvsname, node)
 }
 
@@ -346,7 +348,7 @@ fn shm_leaf(kvsname: &str, node: usize) -> String {
 }
 
 /// [`shm_dir`] under `root`.
-fn shm_dir_in(root: &Path, kvsname: &str, node: usize) -> Result<Option<PathBuf>, String> {
+fn shm_dir_in(root: &Path, kvsname: &str, node: usize) -> Result<Option<PathBuf>, PrivateDirError> {
     if !root.is_dir() {
         return Ok(None);
     }
@@ -368,39 +370,44 @@ fn shm_dir_in(root: &Path, kvsname: &str, node: usize) -> Result<Option<PathBuf>
 /// Anything else at the path (a directory open to others or owned by another user, a link)
 /// was planted, and using it would hand the job's files to whoever did: an error that says
 /// what is wrong.
-pub fn create_private_dir(p: &Path) -> Result<(), String> {
+pub fn create_private_dir(p: &Path) -> Result<(), PrivateDirError> {
     use std::os::unix::fs::DirBuilderExt;
     // mkdir(2) creates no file through a symbolic link at the last component: it fails.
     match std::fs::DirBuilder::new().mode(0o700).create(p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => check_private_dir(p),
-        Err(e) => Err(format!("cannot create {}: {e}", p.display())),
+        Err(source) => Err(PrivateDirError::Create {
+            path: p.to_path_buf(),
+            source,
+        }),
     }
 }
 
 /// Checks that `p`, which is there, is a private directory of this user (see
 /// [`create_private_dir`]): else an error that says what is wrong.
-pub fn check_private_dir(p: &Path) -> Result<(), String> {
+pub fn check_private_dir(p: &Path) -> Result<(), PrivateDirError> {
     use std::os::unix::fs::MetadataExt;
-    let m =
-        std::fs::symlink_metadata(p).map_err(|e| format!("cannot inspect {}: {e}", p.display()))?;
+    let m = std::fs::symlink_metadata(p).map_err(|source| PrivateDirError::Inspect {
+        path: p.to_path_buf(),
+        source,
+    })?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     let why = if m.file_type().is_symlink() {
-        "it is a symbolic link".to_string()
+        NotPrivate::Symlink
     } else if !m.is_dir() {
-        "it is not a directory".to_string()
+        NotPrivate::NotDirectory
     } else if m.uid() != me {
-        format!("it is owned by uid {}", m.uid())
+        NotPrivate::Owner(m.uid())
     } else if m.mode() & 0o777 != 0o700 {
-        format!("its mode is {:o}, not 700", m.mode() & 0o777)
+        NotPrivate::Mode(m.mode() & 0o777)
     } else {
         return Ok(());
     };
-    Err(format!(
-        "{} exists and is not a private directory of this user ({why}); refusing to use it",
-        p.display()
-    ))
+    Err(PrivateDirError::NotPrivate {
+        path: p.to_path_buf(),
+        why,
+    })
 }
 
 /// Finalizes the server (if this process started one) and removes its files; the job's
@@ -683,7 +690,7 @@ fn proc_entries(
 pub fn register(
     job: &JobInfo,
     tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
-) -> Result<(), String> {
+) -> Result<(), PmixError> {
     ffi::route(&job.nspace, tx);
     let done = ffi::register_nspace(&job.nspace, job.local.len(), &job.info).and_then(|()| {
         job.local
@@ -829,11 +836,29 @@ mod tests {
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = create_private_dir(&open).expect_err("a directory open to all is refused");
-        assert!(e.contains("mode is 777"), "{e}");
+        assert!(
+            matches!(
+                &e,
+                PrivateDirError::NotPrivate {
+                    why: NotPrivate::Mode(0o777),
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let link = base.join("link");
         symlink(&fresh, &link).unwrap();
         let e = create_private_dir(&link).expect_err("a symlink is refused");
-        assert!(e.contains("symbolic link"), "{e}");
+        assert!(
+            matches!(
+                &e,
+                PrivateDirError::NotPrivate {
+                    why: NotPrivate::Symlink,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let dangling = base.join("dangling");
         symlink(base.join("target"), &dangling).unwrap();
         assert!(create_private_dir(&dangling).is_err());
@@ -847,7 +872,16 @@ mod tests {
             create_private_dir(&theirs).unwrap();
             std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
             let e = create_private_dir(&theirs).expect_err("another user's directory is refused");
-            assert!(e.contains("owned by uid 65534"), "{e}");
+            assert!(
+                matches!(
+                    &e,
+                    PrivateDirError::NotPrivate {
+                        why: NotPrivate::Owner(65534),
+                        ..
+                    }
+                ),
+                "{e}"
+            );
         }
         // Under a root where the shared-memory directory was planted: the host's start fails.
         let root = base.join("shm");
@@ -856,8 +890,8 @@ mod tests {
         assert_eq!(mode(&made), 0o700);
         std::fs::set_permissions(&made, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = shm_dir_in(&root, "kauri_1_x", 3).expect_err("a planted one is an error");
-        assert!(e.contains("not a private directory"), "{e}");
-        assert_eq!(shm_dir_in(&base.join("none"), "kauri_1_x", 3), Ok(None));
+        assert!(e.to_string().contains("not a private directory"), "{e}");
+        assert!(shm_dir_in(&base.join("none"), "kauri_1_x", 3).is_ok_and(|d| d.is_none()));
         std::fs::remove_dir_all(&base).unwrap();
     }
 

@@ -3,6 +3,7 @@
 use super::loader::*;
 use super::types::*;
 use super::values::*;
+use crate::pmix::PmixError;
 use std::ffi::{c_char, CStr};
 use std::ptr;
 
@@ -18,18 +19,23 @@ pub struct PmixClient {
     lib: &'static Lib,
 }
 
-fn client_check(what: &str, rc: Status) -> Result<(), String> {
+/// `Ok` for `PMIX_SUCCESS`, else [`PmixError::ClientCall`] of `call` with the status's name.
+fn client_check(call: &'static str, rc: Status) -> Result<(), PmixError> {
     if rc == PMIX_SUCCESS {
         Ok(())
     } else {
-        Err(format!("{what} failed: {} ({rc})", error_string(rc)))
+        Err(PmixError::ClientCall {
+            call,
+            status: rc,
+            name: error_string(rc),
+        })
     }
 }
 
 impl PmixClient {
     /// `PMIx_Init`: connects to the PMIx server named by the environment (`PMIX_SERVER_URI*`,
     /// `PMIX_NAMESPACE`, `PMIX_RANK`).
-    pub fn init() -> Result<PmixClient, String> {
+    pub fn init() -> Result<PmixClient, PmixError> {
         let l = lib()?;
         let mut me = proc_t("", 0);
         // SAFETY: `me` is a valid pmix_proc_t the library fills in; no info array.
@@ -57,7 +63,7 @@ impl PmixClient {
     }
 
     /// `PMIx_Put` of a string in the global scope.
-    pub fn put(&mut self, key: &str, value: &str) -> Result<(), String> {
+    pub fn put(&mut self, key: &str, value: &str) -> Result<(), PmixError> {
         let k = c_string(key);
         let v = c_string(value);
         let mut val = pmix_value_t {
@@ -73,14 +79,14 @@ impl PmixClient {
     }
 
     /// `PMIx_Commit`: hands the puts so far to the server.
-    pub fn commit(&mut self) -> Result<(), String> {
+    pub fn commit(&mut self) -> Result<(), PmixError> {
         // SAFETY: no arguments.
         client_check("PMIx_Commit", unsafe { (self.lib.client_commit)() })
     }
 
     /// `PMIx_Fence` over the whole namespace; with `collect`, `PMIX_COLLECT_DATA`: the
     /// committed data travels with the fence (otherwise a get fetches it from its owner).
-    pub fn fence(&mut self, collect: bool) -> Result<(), String> {
+    pub fn fence(&mut self, collect: bool) -> Result<(), PmixError> {
         let all = proc_t(&self.nspace, PMIX_RANK_WILDCARD);
         let info = raw_info("pmix.collect", PMIX_BOOL, pmix_value_data { flag: collect });
         // SAFETY: one valid proc and one valid info, both outliving the blocking call.
@@ -90,7 +96,7 @@ impl PmixClient {
 
     /// `PMIx_Get` of `key` as `rank` of this namespace put it (`None`: the namespace itself,
     /// for job keys such as `pmix.job.size`), as text; `Ok(None)` when not found.
-    pub fn get(&mut self, rank: Option<u32>, key: &str) -> Result<Option<String>, String> {
+    pub fn get(&mut self, rank: Option<u32>, key: &str) -> Result<Option<String>, PmixError> {
         let who = proc_t(&self.nspace, rank.unwrap_or(PMIX_RANK_WILDCARD));
         let k = c_string(key);
         let mut out: *mut pmix_value_t = ptr::null_mut();
@@ -102,7 +108,7 @@ impl PmixClient {
         }
         client_check("PMIx_Get", rc)?;
         if out.is_null() {
-            return Err("PMIx_Get succeeded without a value".into());
+            return Err(PmixError::NoValue);
         }
         // SAFETY: `out` is the library's value, valid until released.
         let text = unsafe { value_text(&*out) };
@@ -115,16 +121,15 @@ impl PmixClient {
     }
 
     /// The size of this namespace (`pmix.job.size`).
-    pub fn size(&mut self) -> Result<u32, String> {
+    pub fn size(&mut self) -> Result<u32, PmixError> {
         let v = self
             .get(None, "pmix.job.size")?
-            .ok_or("PMIx_Get pmix.job.size: not found")?;
-        v.parse()
-            .map_err(|_| format!("PMIx_Get pmix.job.size: not a number: {v}"))
+            .ok_or(PmixError::NoJobSize)?;
+        v.parse().map_err(|_| PmixError::BadJobSize(v))
     }
 
     /// `PMIx_Abort` of the whole namespace with `code`.
-    pub fn abort(self, code: i32, msg: &str) -> Result<(), String> {
+    pub fn abort(self, code: i32, msg: &str) -> Result<(), PmixError> {
         let m = c_string(msg);
         // SAFETY: NUL-terminated message; no procs means the caller's whole namespace.
         let rc = unsafe { (self.lib.client_abort)(code, m.as_ptr(), ptr::null_mut(), 0) };
@@ -132,7 +137,7 @@ impl PmixClient {
     }
 
     /// `PMIx_Finalize`.
-    pub fn finalize(self) -> Result<(), String> {
+    pub fn finalize(self) -> Result<(), PmixError> {
         // SAFETY: no info array.
         client_check("PMIx_Finalize", unsafe {
             (self.lib.client_finalize)(ptr::null(), 0)

@@ -2,8 +2,10 @@
 //! points Kauri calls.
 
 use super::types::*;
+use crate::pmix::library::Untrusted;
+use crate::pmix::PmixError;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 // ---------------------------------------------------------------------------------------------
 // The library itself, loaded at run time (`dlopen`), so that each run can be served by the
@@ -26,14 +28,14 @@ macro_rules! pmix_entry_points {
             ///
             /// # Safety
             /// `handle` is a live handle from `dlopen`, never closed.
-            unsafe fn bind(handle: *mut c_void, path: String) -> Result<Lib, String> {
+            unsafe fn bind(handle: *mut c_void, path: String) -> Result<Lib, LibraryError> {
                 Ok(Lib {
                     $( $field: {
                         let name = concat!($sym, "\0");
                         // SAFETY: handle is live; name is NUL-terminated.
                         let p = unsafe { libc::dlsym(handle, name.as_ptr().cast()) };
                         if p.is_null() {
-                            return Err(format!("{path}: it has no {}", $sym));
+                            return Err(LibraryError::MissingSymbol { path, symbol: $sym });
                         }
                         // SAFETY: the symbol is the library's function of this C signature
                         // (pmix_server.h, pmix.h; the same from 4.0 to 5.0).
@@ -94,15 +96,15 @@ const SYSTEM_LIBRARY: &str = "libpmix.so.2";
 /// The file this process should load, set by [`choose_library`] before the first use.
 static CHOSEN: Mutex<Option<String>> = Mutex::new(None);
 /// The library, loaded at first use.
-static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
+static LIB: OnceLock<Result<Lib, Arc<NoLibrary>>> = OnceLock::new();
 
 /// Chooses the OpenPMIx library file this process loads at its first PMIx call (`None`: the
 /// system's). [`LIBRARY_VAR`] in the environment wins. Has no effect once the library is
 /// loaded: then says which one is.
-pub fn choose_library(path: Option<&str>) -> Result<(), String> {
+pub fn choose_library(path: Option<&str>) -> Result<(), PmixError> {
     if let Some(Ok(l)) = LIB.get() {
         if path.is_some_and(|p| p != l.path) {
-            return Err(format!("the PMIx library {} is already loaded", l.path));
+            return Err(PmixError::AlreadyLoaded(l.path.clone()));
         }
         return Ok(());
     }
@@ -121,13 +123,69 @@ pub fn loaded_library() -> Option<String> {
 }
 
 /// The library, loaded on first use.
-pub(super) fn lib() -> Result<&'static Lib, String> {
-    LIB.get_or_init(load).as_ref().map_err(Clone::clone)
+pub(super) fn lib() -> Result<&'static Lib, PmixError> {
+    LIB.get_or_init(load)
+        .as_ref()
+        .map_err(|e| PmixError::NoLibrary(e.clone()))
+}
+
+/// Why one library file cannot serve: `dlopen` failed, or an entry point is missing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LibraryError {
+    /// The name holds a NUL byte.
+    #[error("{0:?}: a NUL in the name")]
+    NulInName(String),
+    /// `dlopen` failed without a message.
+    #[error("{0}: cannot be loaded")]
+    CannotLoad(String),
+    /// `dlopen` failed: the dynamic loader's message (`dlerror`).
+    #[error("{0}")]
+    Loader(String),
+    /// The library lacks an entry point kauri calls.
+    #[error("{path}: it has no {symbol}")]
+    MissingSymbol {
+        /// The file.
+        path: String,
+        /// The entry point's C name.
+        symbol: &'static str,
+    },
+}
+
+/// Why one candidate library was not taken ([`NoLibrary`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// The chosen file is not one kauri may load into itself.
+    #[error("not loading {path}: {why}")]
+    Untrusted {
+        /// The file.
+        path: String,
+        /// Why not.
+        why: Untrusted,
+    },
+    /// The file cannot be loaded, or lacks an entry point.
+    #[error("cannot use the PMIx library {0}")]
+    Unusable(LibraryError),
+}
+
+/// No OpenPMIx library could be loaded: each candidate's refusal, in the order tried.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no OpenPMIx library could be loaded ({}); install libpmix2 or set {LIBRARY_VAR}",
+    joined(.0)
+)]
+pub struct NoLibrary(pub Vec<Refused>);
+
+/// The refusals `r` as one clause: `; ` between them.
+fn joined(r: &[Refused]) -> String {
+    r.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// `dlopen` of `path`, or the loader's message.
-fn open(path: &str) -> Result<*mut c_void, String> {
-    let c = CString::new(path).map_err(|_| format!("{path:?}: a NUL in the name"))?;
+fn open(path: &str) -> Result<*mut c_void, LibraryError> {
+    let c = CString::new(path).map_err(|_| LibraryError::NulInName(path.to_string()))?;
     // SAFETY: c is NUL-terminated. RTLD_GLOBAL: OpenPMIx 4's components (Debian's
     // pmix2/lib/pmix/*.so) resolve the library's symbols from the global scope.
     let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
@@ -137,17 +195,17 @@ fn open(path: &str) -> Result<*mut c_void, String> {
     // SAFETY: dlerror returns the last error of this thread, a static string or NULL.
     let e = unsafe { libc::dlerror() };
     Err(if e.is_null() {
-        format!("{path}: cannot be loaded")
+        LibraryError::CannotLoad(path.to_string())
     } else {
         // SAFETY: non-NULL, NUL-terminated, valid until the next dl call of this thread.
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+        LibraryError::Loader(unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned())
     })
 }
 
 /// Loads the library: [`LIBRARY_VAR`]'s file (the user's own choice, loaded as named), else
 /// the one [`choose_library`] chose when kauri may load it ([`crate::pmix::library::trusted`]:
 /// on another host than the one that chose it, the file is another), then the system's.
-fn load() -> Result<Lib, String> {
+fn load() -> Result<Lib, Arc<NoLibrary>> {
     let mut errors = Vec::new();
     let wanted = match std::env::var(LIBRARY_VAR).ok().filter(|v| !v.is_empty()) {
         Some(v) => Some(v),
@@ -155,7 +213,7 @@ fn load() -> Result<Lib, String> {
             match crate::pmix::library::trusted(std::path::Path::new(&c)) {
                 Ok(f) => Some(f.to_string_lossy().into_owned()),
                 Err(why) => {
-                    errors.push(format!("not loading {c}: {why}"));
+                    errors.push(Refused::Untrusted { path: c, why });
                     None
                 }
             }
@@ -173,19 +231,16 @@ fn load() -> Result<Lib, String> {
             Ok(h) => match unsafe { Lib::bind(h, path.clone()) } {
                 Ok(l) => {
                     if !errors.is_empty() {
-                        say!("kauri: {}; serving with {path}", errors.join("; "));
+                        say!("kauri: {}; serving with {path}", joined(&errors));
                     }
                     return Ok(l);
                 }
-                Err(e) => errors.push(format!("cannot use the PMIx library {e}")),
+                Err(e) => errors.push(Refused::Unusable(e)),
             },
-            Err(e) => errors.push(format!("cannot use the PMIx library {e}")),
+            Err(e) => errors.push(Refused::Unusable(e)),
         }
     }
-    Err(format!(
-        "no OpenPMIx library could be loaded ({}); install libpmix2 or set {LIBRARY_VAR}",
-        errors.join("; ")
-    ))
+    Err(Arc::new(NoLibrary(errors)))
 }
 
 /// The file this process loads its library from (or will, at its first PMIx call), found the
@@ -327,11 +382,16 @@ pub fn error_string(status: Status) -> String {
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
-pub(super) fn check(what: &str, rc: Status) -> Result<(), String> {
+/// `Ok` for a status of success, else [`PmixError::Call`] of `call` with the status's name.
+pub(super) fn check(call: &'static str, rc: Status) -> Result<(), PmixError> {
     if rc == PMIX_SUCCESS || rc == PMIX_OPERATION_SUCCEEDED {
         Ok(())
     } else {
-        Err(format!("{what}: {} ({rc})", error_string(rc)))
+        Err(PmixError::Call {
+            call,
+            status: rc,
+            name: error_string(rc),
+        })
     }
 }
 

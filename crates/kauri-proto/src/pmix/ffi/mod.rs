@@ -33,7 +33,7 @@ mod values;
 pub use client::PmixClient;
 pub use loader::{
     choose_library, error_string, library_file, library_version, loaded_library, release_of,
-    LIBRARY_VAR,
+    LibraryError, NoLibrary, Refused, LIBRARY_VAR,
 };
 pub use replies::{
     group_results, CollectiveReply, GroupOp, GroupReply, LookupReply, ModexReply, OpReply,

@@ -6,6 +6,7 @@ use super::trampolines::*;
 use super::types::*;
 use super::unsupported::*;
 use super::values::*;
+use crate::pmix::PmixError;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,13 +48,13 @@ pub const PORT_VAR: &str = "PMIX_MCA_ptl_base_ipv4_port";
 /// `tmpdir`, the host called `host`, listening on loopback at `port` (else where the library
 /// chooses, or where the user's `PMIX_MCA_ptl_base_ipv4_port` says). Later calls return at
 /// once.
-pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), String> {
-    let mut done = INITIALIZED.lock().map_err(|_| "PMIx state poisoned")?;
+pub fn init(tmpdir: &str, host: &str, port: Option<u16>) -> Result<(), PmixError> {
+    let mut done = INITIALIZED.lock().map_err(|_| PmixError::Poisoned)?;
     if *done {
         return Ok(());
     }
     if FINALIZED.load(Ordering::SeqCst) {
-        return Err("the PMIx server was already finalized".into());
+        return Err(PmixError::Finalized);
     }
     let l = lib()?;
     let version = library_version();
@@ -241,16 +242,16 @@ unsafe extern "C" fn op_done(status: Status, cbdata: *mut c_void) {
 
 /// Runs a non-blocking library call with `op_done` as its callback and waits for it.
 fn wait_op(
-    what: &str,
+    what: &'static str,
     call: impl FnOnce(pmix_op_cbfunc_t, *mut c_void) -> Status,
-) -> Result<(), String> {
+) -> Result<(), PmixError> {
     let (tx, rx) = std_mpsc::sync_channel::<Status>(1);
     let data = Box::into_raw(Box::new(tx)).cast::<c_void>();
     let rc = call(Some(op_done), data);
     if rc == PMIX_SUCCESS {
         let st = rx
             .recv_timeout(std::time::Duration::from_secs(60))
-            .map_err(|_| format!("{what}: the library never completed"))?;
+            .map_err(|_| PmixError::NeverCompleted(what))?;
         return check(what, st);
     }
     // No callback will come: take the sender back.
@@ -260,7 +261,11 @@ fn wait_op(
 }
 
 /// Registers namespace `nspace` with `nlocal` local clients and its job information.
-pub fn register_nspace(nspace: &str, nlocal: usize, info: &[(String, Val)]) -> Result<(), String> {
+pub fn register_nspace(
+    nspace: &str,
+    nlocal: usize,
+    info: &[(String, Val)],
+) -> Result<(), PmixError> {
     let l = lib()?;
     let mut arr = InfoArray::new(info);
     let ns = nspace_buf(nspace);
@@ -297,7 +302,7 @@ pub fn deregister_nspace(nspace: &str) {
 }
 
 /// Registers a local client: rank `rank` of `nspace`, run as this process's user.
-pub fn register_client(nspace: &str, rank: u32) -> Result<(), String> {
+pub fn register_client(nspace: &str, rank: u32) -> Result<(), PmixError> {
     let l = lib()?;
     let p = proc_t(nspace, rank);
     // SAFETY: getuid/getgid cannot fail.
@@ -310,7 +315,7 @@ pub fn register_client(nspace: &str, rank: u32) -> Result<(), String> {
 
 /// The environment a local client needs to reach this server (`PMIX_NAMESPACE`,
 /// `PMIX_RANK`, `PMIX_SERVER_URI*`, …).
-pub fn setup_fork(nspace: &str, rank: u32) -> Result<Vec<(String, String)>, String> {
+pub fn setup_fork(nspace: &str, rank: u32) -> Result<Vec<(String, String)>, PmixError> {
     let l = lib()?;
     let p = proc_t(nspace, rank);
     let mut env: *mut *mut c_char = ptr::null_mut();
@@ -363,9 +368,9 @@ unsafe extern "C" fn dmodex_done(
 
 /// Asks the local library for the data rank `rank` of `nspace` (a local client) posted;
 /// `done` gets it, on the library's thread, once it is there.
-pub fn dmodex_request(nspace: &str, rank: u32, done: DmodexDone) -> Result<(), String> {
+pub fn dmodex_request(nspace: &str, rank: u32, done: DmodexDone) -> Result<(), PmixError> {
     if !running() {
-        return Err("the PMIx server is not running".into());
+        return Err(PmixError::NotRunning);
     }
     let l = lib()?;
     let p = proc_t(nspace, rank);
@@ -398,9 +403,9 @@ pub fn notify_failure(
     rank: u32,
     status: Status,
     exit_code: Option<i32>,
-) -> Result<(), String> {
+) -> Result<(), PmixError> {
     if !running() {
-        return Err("the PMIx server is not running".into());
+        return Err(PmixError::NotRunning);
     }
     let l = lib()?;
     let source = proc_t(nspace, rank);
