@@ -115,11 +115,6 @@ impl Starts {
         Ok(())
     }
 
-    /// How many were queued and not handed back yet.
-    pub fn pending(&self) -> usize {
-        self.sent - self.taken
-    }
-
     /// The next rank queued, started (or why it could not be); `None` once every one queued
     /// was handed back.
     pub async fn next(&mut self) -> Option<io::Result<Forked>> {

@@ -456,15 +456,29 @@ struct Launching<'a> {
     /// The ranks to start, in order (a singleton to adopt is not), and how many are queued.
     todo: Vec<&'a RankPlan>,
     next: usize,
+    /// How many are queued at once ([`queue_depth`]).
+    ahead: usize,
 }
 
-/// How many ranks are queued for the threads that start them at once: one per thread
-/// ([`crate::host::spawn::THREADS`]), so that one rank `exec`s while the next starts. A
-/// rank's PMI socket is made when it is queued: one that cannot be made while others are
-/// being started is made again once they are ([`Launching::queue_ahead`]), so a host short of
-/// descriptors fails at the rank that could not start, with the line that says so, as when
-/// each rank started in turn.
-const QUEUED_AHEAD: usize = crate::host::spawn::THREADS;
+/// How many ranks are queued for the threads that start them at once, when descriptors are
+/// plenty ([`queue_depth`]): four per thread ([`crate::host::spawn::THREADS`]), so that a
+/// thread never waits for this one to queue its next rank.
+const QUEUED_AHEAD: usize = 4 * crate::host::spawn::THREADS;
+
+/// How many of a host's `ranks` are queued at once: [`QUEUED_AHEAD`] when this process may
+/// open far more descriptors than the ranks will hold (four each once started: PMI socket,
+/// stdout, stderr, pidfd; a queued rank holds more until it starts), else one, so that each
+/// rank's socket, pipes and start come in turn and a host short of descriptors fails at the
+/// rank that could not start, with the line that says so, not at another rank's socket or
+/// at the keeper's pipe. A PMI socket that cannot be made while others are queued is made
+/// again once they are started ([`Launching::queue_ahead`]).
+/// `limit` is this process's (soft) limit of open descriptors, `None` for none.
+fn queue_depth(ranks: usize, limit: Option<u64>) -> usize {
+    match limit {
+        Some(n) if n < 8 * ranks as u64 + 256 => 1,
+        _ => QUEUED_AHEAD,
+    }
+}
 
 /// Why a rank was not queued: its PMI socket pair could not be made, or the line that says
 /// why it cannot start.
@@ -500,7 +514,7 @@ impl Launching<'_> {
     }
 
     /// Queues the next ranks on `starts`, the threads that start them, into `queued`, until
-    /// [`QUEUED_AHEAD`] are queued or none is left. A PMI socket that cannot be made while
+    /// `self.ahead` are queued ([`queue_depth`]) or none is left. A PMI socket that cannot be made while
     /// ranks are queued is tried again once they are started (their ends of their pipes and
     /// sockets are then closed here).
     fn queue_ahead(
@@ -508,7 +522,7 @@ impl Launching<'_> {
         starts: &mut Starts,
         queued: &mut VecDeque<Queued>,
     ) -> Result<(), String> {
-        while queued.len() < QUEUED_AHEAD {
+        while queued.len() < self.ahead {
             let Some(&rp) = self.todo.get(self.next) else {
                 return Ok(());
             };
@@ -670,6 +684,10 @@ impl Node {
             cpus_of: rank_cpus(job, me.ranks.len(), &host)?,
             todo: me.ranks.iter().filter(|r| !adopting(job, r.rank)).collect(),
             next: 0,
+            ahead: queue_depth(
+                me.ranks.len(),
+                rustix::process::getrlimit(rustix::process::Resource::Nofile).current,
+            ),
         };
         l.report_bindings();
         let mut starts = Starts::new(Some(std::time::Duration::from_millis(job.kill_grace_ms)));
@@ -883,6 +901,19 @@ impl Node {
 mod tests {
     use super::*;
     use crate::plan::RankPlan;
+
+    /// Ranks are queued several at once only when descriptors are plenty; near the limit (as
+    /// under `ulimit -n 64` with 40 ranks, tests/bounds.rs) they start one at a time.
+    #[test]
+    fn ranks_are_queued_ahead_only_with_descriptors_to_spare() {
+        assert_eq!(queue_depth(40, Some(64)), 1);
+        assert_eq!(queue_depth(8, Some(24)), 1);
+        assert_eq!(queue_depth(1024, Some(1024)), 1);
+        assert_eq!(queue_depth(1024, Some(1 << 20)), QUEUED_AHEAD);
+        assert_eq!(queue_depth(64, Some(1024)), QUEUED_AHEAD);
+        assert_eq!(queue_depth(1 << 20, None), QUEUED_AHEAD);
+        const { assert!(QUEUED_AHEAD > 1) };
+    }
 
     #[test]
     fn a_rank_environment_replaces_an_inherited_keeper_mark() {
