@@ -44,7 +44,7 @@ pub extern crate kauri_os as os;
 pub use os::console;
 pub use os::{say, show};
 pub mod cli;
-pub mod host;
+pub use kauri_host as host;
 pub use kauri_launch as launch;
 pub use kauri_plan as plan;
 pub use kauri_proto as proto;
