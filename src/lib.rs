@@ -7,8 +7,6 @@
 //! Cargo keeps the crates apart; `tests/layers.rs` checks the folders' order:
 //!
 //! ```text
-//!  host      one host's ranks: the Node (rank start-up, the PMI connection, PMIx upcalls),
-//!            processes, the keeper, output, forwarding, binding, MPIR
 //!  tree      the tree of agents: messages (core), shape (core), fence gathers (core),
 //!            policy (core), the Branch, links, the hub, the agent, the root, the status
 //!            socket
@@ -16,6 +14,8 @@
 //!
 //! and below every folder, crates of their own:
 //!
+//!  host      (kauri-host) one host's ranks: the Node (rank start-up, the PMI connection,
+//!            PMIx upcalls), processes, the keeper, output, forwarding, binding, MPIR
 //!  plan      (kauri-plan) what a job is and how it is placed: JobSpec and its words, the
 //!            plan sent down the tree, each rank's variables (the core's), the run's hosts,
 //!            the plan's construction, spawn planning
@@ -44,7 +44,7 @@ pub extern crate kauri_os as os;
 pub use os::console;
 pub use os::{say, show};
 pub mod cli;
-pub mod host;
+pub use kauri_host as host;
 pub use kauri_launch as launch;
 pub use kauri_plan as plan;
 pub use kauri_proto as proto;

@@ -333,7 +333,7 @@ fn kauri_tree(ctx: &Ctx) -> Tree {
     for &pid in &ours {
         let argv = proc_argv(pid);
         if keepers.contains(&pid) || argv.get(1).map(String::as_str) == Some("--keeper") {
-            // A keeper (src/host/keeper.rs): neither the front end nor an agent.
+            // A keeper (crates/kauri-host/src/keeper.rs): neither the front end nor an agent.
             continue;
         }
         if argv.get(1).map(String::as_str) == Some("agent") {

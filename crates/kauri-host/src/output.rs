@@ -10,8 +10,8 @@
 //! patterns and routes are plain data; only [`Files`] does I/O, and the forwarding itself
 //! lives in `iofwd`.
 
-use crate::os::clock::unix_ms;
-pub use crate::plan::output::{Origin, OutputOptions, OutputPlan, Pattern};
+pub use kauri_core::plan::output::{Origin, OutputOptions, OutputPlan, Pattern};
+use kauri_os::clock::unix_ms;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
@@ -325,7 +325,7 @@ mod tests {
 
     #[test]
     fn bad_patterns_say_why() {
-        use crate::plan::output::PatternError;
+        use kauri_core::plan::output::PatternError;
         assert!(matches!(
             Pattern::parse("out.%x"),
             Err(PatternError::UnknownSpecifier { spec: 'x', .. })

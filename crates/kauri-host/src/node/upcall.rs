@@ -2,13 +2,13 @@
 //! and the front end's answers go back to the library's callbacks.
 
 use super::{Ctx, Node, NodeEvent, PmixState, PMIX_REQUEST};
-use crate::host::events::JobTx;
-use crate::plan::rank_env::{VADER_DIR_VAR, YIELD_VAR};
-use crate::proto::pmi::Output;
-use crate::proto::pmix::{
+use crate::events::JobTx;
+use kauri_core::plan::rank_env::{VADER_DIR_VAR, YIELD_VAR};
+use kauri_proto::pmi::Output;
+use kauri_proto::pmix::{
     self, CollectiveReply, LookupReply, ModexReply, OpReply, SpawnReply, Upcall,
 };
-use crate::proto::service::{Service, ServiceReply, Wait};
+use kauri_proto::service::{Service, ServiceReply, Wait};
 use pmix::ffi::{PMIX_ERR_BAD_PARAM, PMIX_ERR_NOT_SUPPORTED};
 use pmix::names::{lookup_wait, publish_items};
 use std::rc::{Rc, Weak};
@@ -46,7 +46,7 @@ fn spawn_service(
     rank: u32,
     apps: Vec<pmix::SpawnApp>,
     job_info: &[(String, String)],
-) -> crate::proto::service::Service {
+) -> kauri_proto::service::Service {
     // Job-level directives (Open MPI sends npernode and map_by so) hold for every command
     // that does not say otherwise.
     let job_wide: Vec<(String, String)> = job_info
@@ -93,10 +93,10 @@ fn spawn_service(
             }
         })
         .collect();
-    crate::proto::service::Service::Spawn {
+    kauri_proto::service::Service::Spawn {
         commands,
         preput: Default::default(),
-        pmix: Some(crate::proto::service::PmixSpawn { env, parent: rank }),
+        pmix: Some(kauri_proto::service::PmixSpawn { env, parent: rank }),
     }
 }
 
@@ -500,7 +500,7 @@ impl PmixState {
             self.plans_asked.insert(id, cid);
             let _ = events.send(NodeEvent::Engine(Output::Request {
                 id,
-                service: crate::proto::service::Service::JobOf { nspace },
+                service: kauri_proto::service::Service::JobOf { nspace },
             }));
         }
         None
@@ -641,8 +641,8 @@ impl PmixState {
 
 impl Node {
     /// The front end's answer to one of the PMIx server's requests.
-    pub(super) fn pmix_service_reply(&self, id: u64, reply: crate::proto::service::ServiceReply) {
-        use crate::proto::service::ServiceReply;
+    pub(super) fn pmix_service_reply(&self, id: u64, reply: kauri_proto::service::ServiceReply) {
+        use kauri_proto::service::ServiceReply;
         let mut st = self.ctx.pmix.borrow_mut();
         let Some(p) = st.as_mut() else { return };
         if let Some((queries, r)) = p.queries.remove(&id) {

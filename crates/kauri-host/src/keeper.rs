@@ -3,7 +3,7 @@
 //! by `SIGKILL`.
 //!
 //! Why a process apart: kauri's own teardown (the `SIGTERM`, the grace, the `SIGKILL` of the
-//! ranks' process groups, the subreaper's sweep of escaped daemons, [`crate::host::proc`]) runs in
+//! ranks' process groups, the subreaper's sweep of escaped daemons, [`crate::proc`]) runs in
 //! kauri, and dies with it; what the ranks started would go to init and run on (Hydra
 //! leaves nothing). Something that outlives the starter must end them. The keeper is that
 //! survivor: one per process that starts ranks, started once (before the first rank of the
@@ -13,8 +13,10 @@
 //! descriptor it inherited, so `kauri … | cat` still sees its end.
 //!
 //! How it starts: `/proc/self/exe --keeper TOKEN GRACE_MS` (this very binary, even if its
-//! file was replaced since), an ordinary child, started before the process's first rank, so
-//! no rank runs without it, by the thread that starts the ranks ([`crate::host::spawn`]):
+//! file was replaced since: the `kauri` binary, whose `main` hands [`SUBCOMMAND`] to [`run`];
+//! a program that starts ranks through this crate must do the same), an ordinary child,
+//! started before the process's first rank, so no rank runs without it, by the thread that
+//! starts the ranks ([`crate::spawn`]):
 //! as soon as kauri has its plan when its first job has ranks on its host (the keeper's own
 //! start then overlaps kauri's), else before the first rank. A rank has no death signal
 //! (`posix_spawn` cannot give one): the keeper is what ends the ranks themselves too if
@@ -90,7 +92,7 @@ pub fn env() -> (String, String) {
 /// `SIGTERM` and its `SIGKILL`, and tells it the ranks [`started`] before it. Best effort: a
 /// keeper that cannot be started is one warning, and the job runs as before without it.
 ///
-/// Called by the thread that starts the ranks ([`crate::host::spawn`]) before the first,
+/// Called by the thread that starts the ranks ([`crate::spawn`]) before the first,
 /// or, when kauri's first job has ranks on its host, as soon as kauri has its plan.
 pub fn ensure(grace: Duration) {
     let mut k = KEEPER.lock().unwrap_or_else(|e| e.into_inner());
@@ -104,7 +106,7 @@ pub fn ensure(grace: Duration) {
             // in a pipe), and one that does not fit is dropped.
             let _ = rustix::fs::fcntl_getfl(&pipe)
                 .and_then(|fl| rustix::fs::fcntl_setfl(&pipe, fl | rustix::fs::OFlags::NONBLOCK));
-            crate::host::proc::not_a_rank(pid);
+            crate::proc::not_a_rank(pid);
             for pid in early {
                 let _ = pipe.write_all(format!("+{pid}\n").as_bytes());
             }
@@ -186,7 +188,7 @@ pub fn dismiss() {
     match std::mem::replace(&mut *k, State::Gone) {
         State::Running(pipe, pid) => {
             // Killed before the pipe closes: it never sees an end-of-file without `done`.
-            crate::host::proc::signal_pid(pid, libc::SIGKILL);
+            crate::proc::signal_pid(pid, libc::SIGKILL);
             *k = State::Dismissed(pipe, pid);
         }
         other => *k = other,
@@ -201,7 +203,7 @@ pub fn release() {
     let (pipe, pid) = match std::mem::replace(&mut *k, State::Gone) {
         State::Running(pipe, pid) => {
             // Killed before the pipe closes: it never sees an end-of-file without `done`.
-            crate::host::proc::signal_pid(pid, libc::SIGKILL);
+            crate::proc::signal_pid(pid, libc::SIGKILL);
             (pipe, pid)
         }
         State::Dismissed(pipe, pid) => (pipe, pid),
@@ -211,7 +213,7 @@ pub fn release() {
         let wait = || rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
         while matches!(wait(), Err(rustix::io::Errno::INTR)) {}
     }
-    crate::host::proc::not_a_rank(0);
+    crate::proc::not_a_rank(0);
     drop(pipe);
 }
 
@@ -293,8 +295,8 @@ fn end_the_run(token: &str, ranks: &[u32], grace: Duration) {
     }
     for &pid in &left {
         // A stopped process gets SIGCONT to see its SIGTERM.
-        crate::host::proc::signal_pid(pid, libc::SIGTERM);
-        crate::host::proc::signal_pid(pid, libc::SIGCONT);
+        crate::proc::signal_pid(pid, libc::SIGTERM);
+        crate::proc::signal_pid(pid, libc::SIGCONT);
     }
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
@@ -311,7 +313,7 @@ fn end_the_run(token: &str, ranks: &[u32], grace: Duration) {
             return;
         }
         for pid in left {
-            crate::host::proc::signal_pid(pid, libc::SIGKILL);
+            crate::proc::signal_pid(pid, libc::SIGKILL);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -333,7 +335,7 @@ fn run_processes(needle: &str, ranks: &[u32]) -> Vec<u32> {
         if pid == me || e.metadata().map_or(true, |m| m.uid() != uid) {
             continue;
         }
-        let Some(st) = crate::host::proc::Stat::read(pid) else {
+        let Some(st) = crate::proc::Stat::read(pid) else {
             continue;
         };
         if st.state == 'Z' {

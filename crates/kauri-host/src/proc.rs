@@ -3,8 +3,8 @@
 //!
 //! Every rank leads its own process group in kauri's session (as mpirun's ranks do), so a
 //! signal reaches the rank and whatever it started; if the process that started it dies
-//! without its teardown, the keeper ends it ([`crate::host::keeper`]). The start itself is
-//! [`crate::host::spawn`]'s. Nothing here knows about PMI messages or jobs.
+//! without its teardown, the keeper ends it ([`crate::keeper`]). The start itself is
+//! [`crate::spawn`]'s. Nothing here knows about PMI messages or jobs.
 
 use rustix::process::{
     kill_process, kill_process_group, pidfd_open, waitpid, Pid, PidfdFlags, Signal, WaitOptions,
@@ -73,7 +73,7 @@ pub struct Launch {
     pub pmi_fd: Option<OwnedFd>,
     /// Give the rank a pipe as stdin (rank 0); otherwise `/dev/null`.
     pub stdin: bool,
-    /// Bind the rank to these CPUs (from its start: [`crate::host::spawn`]); `None`: inherit.
+    /// Bind the rank to these CPUs (from its start: [`crate::spawn`]); `None`: inherit.
     pub cpus: Option<CpuSet>,
     /// Give the rank a pseudo-terminal as stdout instead of a pipe ([`open_pty`]).
     pub pty: bool,
@@ -259,7 +259,7 @@ fn kill_and_reap(pid: Pid) {
     let _ = waitpid(Some(pid), WaitOptions::empty());
 }
 
-/// A rank started ([`crate::host::spawn`]), its descriptors not yet registered with the
+/// A rank started ([`crate::spawn`]), its descriptors not yet registered with the
 /// runtime's poller. Dropped without [`Forked::watch`], the rank is killed with its process
 /// group and reaped: a start given up leaves nothing.
 #[derive(Debug)]
@@ -355,7 +355,7 @@ impl Forked {
             }),
             Err(e) => {
                 kill_and_reap(pid);
-                crate::host::keeper::reaped(pid.as_raw_pid() as u32);
+                crate::keeper::reaped(pid.as_raw_pid() as u32);
                 Err(e)
             }
         }
@@ -369,7 +369,7 @@ impl Drop for Forked {
         if let Some(s) = self.0.take() {
             let _ = kill_process_group(s.pid, Signal::KILL);
             kill_and_reap(s.pid);
-            crate::host::keeper::reaped(s.pid.as_raw_pid() as u32);
+            crate::keeper::reaped(s.pid.as_raw_pid() as u32);
         }
     }
 }
@@ -432,7 +432,7 @@ fn has_children() -> bool {
     false
 }
 
-/// A child of this process that is no rank's descendant (the keeper, [`crate::host::keeper`]); 0
+/// A child of this process that is no rank's descendant (the keeper, [`crate::keeper`]); 0
 /// when none.
 static NOT_A_RANK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -451,7 +451,7 @@ pub fn signal_pid(pid: u32, sig: i32) {
 
 /// Sends `sig` to the process group `pgid` (a rank's, whose pid it is); a group that is gone
 /// is not an error. A rank leads its group from before its `execve`, and its start returns
-/// after that ([`crate::host::spawn`]), so the group is there from the start.
+/// after that ([`crate::spawn`]), so the group is there from the start.
 pub fn signal_group(pgid: u32, sig: i32) {
     if let (Some(pgid), Some(sig)) = (Pid::from_raw(pgid as i32), Signal::from_named_raw(sig)) {
         let _ = kill_process_group(pgid, sig);
@@ -471,7 +471,7 @@ pub fn become_subreaper() {
 static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Kills (`SIGKILL`) every process still in one of `pgids` and in our session (every rank
-/// leads a process group in it, see [`crate::host::spawn`]) or in a session the group's leader leads: what ranks
+/// leads a process group in it, see [`crate::spawn`]) or in a session the group's leader leads: what ranks
 /// left behind; and every child of ours (see [`become_subreaper`]) in a session of its own,
 /// which is a process a rank started that escaped with `setsid`. Scans `/proc`, so only
 /// groups that still have members are touched. Killed children of ours are reaped, so none
@@ -612,7 +612,7 @@ mod tests {
     /// A rank signalled as soon as its start returns gets the signal, with its group.
     #[tokio::test]
     async fn a_rank_signalled_right_after_its_start_gets_the_signal() {
-        let mut starts = crate::host::spawn::Starts::new(None);
+        let mut starts = crate::spawn::Starts::new(None);
         for _ in 0..20 {
             starts.start(sh("exec sleep 30".into(), vec![])).unwrap();
         }
@@ -630,7 +630,7 @@ mod tests {
     /// argument and environment) and exits with its own code.
     #[tokio::test]
     async fn children_started_together_each_run_their_own_plan() {
-        let mut starts = crate::host::spawn::Starts::new(None);
+        let mut starts = crate::spawn::Starts::new(None);
         for i in 0..64 {
             let env = vec![("X".into(), (i * 2).to_string().into())];
             starts.start(sh(format!("exit $((X + {i}))"), env)).unwrap();
@@ -649,12 +649,12 @@ mod tests {
 
     #[test]
     fn foreign_wiring_is_recognised() {
-        assert!(crate::plan::rank_env::is_foreign_wiring("PMI_FD"));
-        assert!(crate::plan::rank_env::is_foreign_wiring("PMIX_RANK"));
-        assert!(crate::plan::rank_env::is_foreign_wiring(
+        assert!(kauri_core::plan::rank_env::is_foreign_wiring("PMI_FD"));
+        assert!(kauri_core::plan::rank_env::is_foreign_wiring("PMIX_RANK"));
+        assert!(kauri_core::plan::rank_env::is_foreign_wiring(
             "OMPI_COMM_WORLD_RANK"
         ));
-        assert!(!crate::plan::rank_env::is_foreign_wiring("PMI_DEBUG"));
-        assert!(!crate::plan::rank_env::is_foreign_wiring("PATH"));
+        assert!(!kauri_core::plan::rank_env::is_foreign_wiring("PMI_DEBUG"));
+        assert!(!kauri_core::plan::rank_env::is_foreign_wiring("PATH"));
     }
 }

@@ -5,24 +5,24 @@
 //! * Open MPI 4.1 forks an `orted` in `MPI_Init`, to be its own process manager: a child of
 //!   the rank named `orted` while it runs ([`singleton_running`]). The daemon outlives the
 //!   rank by a moment: when the rank ends, the kernel hands it (alive or a zombie) to kauri,
-//!   the subreaper of its ranks' descendants ([`crate::host::proc::become_subreaper`]), so a
+//!   the subreaper of its ranks' descendants ([`crate::proc::become_subreaper`]), so a
 //!   child of kauri's named `orted` at a rank's end is the same trace ([`singleton_ended`]).
 //! * Open MPI 5 forks no daemon. Its singleton's namespace is `singleton.<host>.<pid>`, and
 //!   it makes its job's session directory in its temporary directory,
 //!   `ompi.<host>.<uid>/jf.0/<job id>`, the job id made from that namespace as Open MPI makes
-//!   every job id ([`crate::proto::pmix::jobid::ompi5_job_id`]), and leaves it there. So the
+//!   every job id ([`kauri_proto::pmix::jobid::ompi5_job_id`]), and leaves it there. So the
 //!   directory of a rank's pid, made or changed since the rank's job started, is that rank's
 //!   trace, while it runs and after. (One left by an earlier singleton is not: the job id
 //!   keeps 16 bits of a hash of the pid, so a stale directory matches other pids too.)
 //!
 //! While the ranks run, their host looks for these traces from time to time, so that such a
 //! job ends at once; at a rank's end the host looks once more, and the front end names the
-//! flag that would help ([`crate::tree::policy::never_wired`]).
+//! flag that would help ([`kauri_core::tree::policy::never_wired`]).
 //!
 //! This module reads `/proc` and the temporary directory only; it knows nothing of jobs or of
 //! the tree.
 
-use crate::proto::pmix::jobid::ompi5_job_id;
+use kauri_proto::pmix::jobid::ompi5_job_id;
 use std::time::{Duration, SystemTime};
 
 /// How many ranks that never spoke PMI or PMIx a host looks at before it stops looking (a

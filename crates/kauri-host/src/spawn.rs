@@ -26,7 +26,7 @@
 //! affinity of the thread that starts it, and has it from its first instruction: setting it
 //! on the pid afterwards would miss the threads the rank may have started by then). The
 //! death signal (`PR_SET_PDEATHSIG`) cannot be given: what ends a rank if kauri dies is its
-//! keeper ([`crate::host::keeper`]), started by one of these threads before the process's first rank.
+//! keeper ([`crate::keeper`]), started by one of these threads before the process's first rank.
 //!
 //! A start that fails in the child (its `execve`, its directory, its binding) gives the user
 //! what a failed `execve` gives under a shell: one line on the rank's stderr and an exit
@@ -34,7 +34,7 @@
 //! printing the line) in the rank's place, so that the job sees a rank that ran and failed.
 //! A start that fails before there is a child (no process, no descriptor) is an error.
 
-use crate::host::proc::{self, Forked, Launch};
+use crate::proc::{self, Forked, Launch};
 use rustix::process::Pid;
 use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 use std::collections::BTreeMap;
@@ -64,7 +64,7 @@ pub struct Starts {
     /// Sent to the threads, and handed back so far.
     sent: usize,
     taken: usize,
-    /// The keeper's grace ([`crate::host::keeper::ensure`]), told with the first rank.
+    /// The keeper's grace ([`crate::keeper::ensure`]), told with the first rank.
     grace: Option<Duration>,
 }
 
@@ -159,7 +159,7 @@ impl Drop for Starts {
 
 /// Starts the threads that start the ranks now, if they are not running yet, rather than
 /// at the first rank, and has one start this process's keeper with `grace` for its ranks
-/// ([`crate::host::keeper::ensure`]): the caller does not wait for the keeper's start.
+/// ([`crate::keeper::ensure`]): the caller does not wait for the keeper's start.
 pub fn ready(grace: Duration) {
     if let Ok(queue) = queue() {
         let _ = queue.send(Request::Keeper(grace));
@@ -204,7 +204,7 @@ fn serve(rx: &Mutex<std_mpsc::Receiver<Request>>) {
             match rx.recv() {
                 Ok(Request::Keeper(grace)) => {
                     affinity.restore();
-                    crate::host::keeper::ensure(grace);
+                    crate::keeper::ensure(grace);
                     continue;
                 }
                 Ok(request) => request,
@@ -218,7 +218,7 @@ fn serve(rx: &Mutex<std_mpsc::Receiver<Request>>) {
                 start(*l, &mut affinity)
             };
             if let Ok(f) = &result {
-                crate::host::keeper::started(f.pid());
+                crate::keeper::started(f.pid());
             }
             // A rank nobody takes any more is dropped: killed and reaped.
             let _ = batch.tx.send((n, result));
@@ -672,12 +672,12 @@ mod tests {
     /// on its own CPUs for the next, unbound, rank.
     #[tokio::test]
     async fn a_bound_rank_has_its_cpus_and_the_next_unbound_one_has_all() {
-        let allowed = crate::host::bind::allowed_cpus();
+        let allowed = crate::bind::allowed_cpus();
         let last = *allowed.last().unwrap();
-        let all = crate::host::bind::cpu_list(&allowed);
+        let all = crate::bind::cpu_list(&allowed);
         let probe = "grep Cpus_allowed_list /proc/self/status | cut -f2 >&2";
         let bound = Launch {
-            cpus: Some(crate::host::bind::cpu_set(&[last])),
+            cpus: Some(crate::bind::cpu_set(&[last])),
             ..launch("/bin/sh", &["-c", probe])
         };
         let (_, err) = run(bound).await;

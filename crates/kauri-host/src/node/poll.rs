@@ -12,8 +12,8 @@
 
 use super::conn::{start_writer, ConnIo, RankSock};
 use super::Ctx;
-use crate::proto::pmi::{ConnId, Framing};
 use bytes::BytesMut;
+use kauri_proto::pmi::{ConnId, Framing};
 use std::cell::{Cell, RefCell};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
@@ -290,24 +290,48 @@ fn read_requests(ctx: &Ctx, r: &mut Reading) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::events::JobTx;
+    use crate::events::JobTx;
+    use kauri_core::plan::{AppPlan, HostPlan, JobPlan, RankPlan};
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     use tokio::net::UnixStream;
 
-    /// A job of three ranks on this host, and its events' receiving end.
-    fn job() -> (
-        Rc<Ctx>,
-        crate::host::events::Receiver<super::super::NodeEvent>,
-    ) {
-        let args: Vec<String> = ["-n", "3", "--pmi=pmi1", "true"].map(String::from).to_vec();
-        let crate::cli::Command::Run(spec) = crate::cli::parse(&args).unwrap() else {
-            panic!("not a run");
+    /// A job of three ranks on this host (`-n 3 --pmi=pmi1 true`: one segment, every rank
+    /// here), and its events' receiving end. Written out rather than parsed and planned: the
+    /// command line's parser is the `kauri` crate's, above this one; the PMI engine reads the
+    /// job's name, size, segments, process mapping and which ranks are here.
+    fn job() -> (Rc<Ctx>, crate::events::Receiver<super::super::NodeEvent>) {
+        let ranks = (0..3)
+            .map(|rank| RankPlan {
+                rank,
+                app: 0,
+                local_id: rank,
+            })
+            .collect();
+        let job = JobPlan {
+            kvsname: "kvs_poll_0".into(),
+            size: 3,
+            universe_size: 3,
+            appnum: vec![0; 3],
+            process_mapping: "(vector,(0,1,3))".into(),
+            apps: vec![AppPlan {
+                program: "true".into(),
+                args: Vec::new(),
+                env: Vec::new(),
+                wdir: "/".into(),
+            }],
+            hosts: vec!["localhost".into()],
+            rank_node: vec![0; 3],
+            ..JobPlan::default()
         };
-        let p = crate::plan::build::plan(&spec, "localhost").unwrap();
-        let (tx, rx) = crate::host::events::channel();
-        let me = p.local.as_ref().unwrap();
+        let me = HostPlan {
+            host: "localhost".into(),
+            node: 0,
+            index: 0,
+            ranks,
+        };
+        let (tx, rx) = crate::events::channel();
         (
-            super::super::start::new_ctx(&p.job, me, &JobTx::new(0, tx)),
+            super::super::start::new_ctx(&job, &me, &JobTx::new(0, tx)),
             rx,
         )
     }

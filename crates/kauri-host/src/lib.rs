@@ -2,7 +2,14 @@
 //! PMIx upcalls and reports their ends; the processes themselves ([`proc`], [`spawn`],
 //! [`keeper`]), their output ([`iofwd`], [`output`]), binding ([`bind`]), the hardware
 //! topology handed to them ([`topology`]), and the debugger interface ([`mpir`]).
-//! The root and every agent run one `Node` for their host.
+//! The root and every agent run one `Node` for their host. The crate uses only the crates
+//! below it (the core, `kauri-os`, `kauri-proto`, `pmi-wire`); the `kauri` crate re-exports it
+//! as `kauri::host`.
+
+#![warn(missing_docs)]
+
+#[macro_use]
+extern crate kauri_os;
 
 pub mod bind;
 pub mod events;

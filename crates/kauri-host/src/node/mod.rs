@@ -5,8 +5,8 @@
 //! A `Node` decides nothing about the job: fence completion, failures and teardown are the
 //! caller's ([`NodeEvent`] tells it what happened; [`Node::fence_done`], [`Node::signal`] act).
 //!
-//! A PMIx job ([`JobPlan::pmix`](crate::plan::JobPlan::pmix)) has no PMI sockets: its ranks reach this process's PMIx
-//! server ([`crate::proto::pmix`]) with the environment the library makes for them, and the
+//! A PMIx job ([`JobPlan::pmix`](kauri_core::plan::JobPlan::pmix)) has no PMI sockets: its ranks reach this process's PMIx
+//! server ([`kauri_proto::pmix`]) with the environment the library makes for them, and the
 //! library's upcalls (connect, finalize, abort, fence, direct modex) come back here on a
 //! channel and become the same [`NodeEvent`]s as the PMI engine's outputs; its publish, lookup
 //! and unpublish become the same name requests as PMI's (one per name, answered through
@@ -15,15 +15,15 @@
 //! Here: the `Node`, its events and what it does once started; the start of the ranks in
 //! `start`, the PMI connections in `conn`, the PMIx upcalls and their answers in `upcall`.
 
-use crate::host::events::JobTx;
-use crate::host::proc;
-use crate::proto::kvs::{Delta, Packed};
-use crate::proto::pmi::{ConnId, Engine, Output};
-use crate::proto::pmix::{self, CollectiveReply, ModexReply, OpReply, SpawnReply, Upcall};
-use crate::proto::rank::RankEnd;
-use crate::proto::service::ServiceReply;
-use crate::tree::msg::RankStatus;
+use crate::events::JobTx;
+use crate::proc;
 use bytes::Bytes;
+use kauri_core::tree::msg::RankStatus;
+use kauri_proto::kvs::{Delta, Packed};
+use kauri_proto::pmi::{ConnId, Engine, Output};
+use kauri_proto::pmix::{self, CollectiveReply, ModexReply, OpReply, SpawnReply, Upcall};
+use kauri_proto::rank::RankEnd;
+use kauri_proto::service::ServiceReply;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -54,7 +54,7 @@ pub enum NodeEvent {
     /// `Initialized`, `Finalized` (for a PMIx job: the same, from the PMIx server).
     Engine(Output),
     /// A running rank that never spoke PMI or PMIx shows an Open MPI singleton's trace
-    /// ([`crate::host::ompi::singleton_running`]).
+    /// ([`crate::ompi::singleton_running`]).
     Singleton {
         /// The rank.
         rank: usize,
@@ -173,7 +173,7 @@ struct Ctx {
     pmix: RefCell<Option<PmixState>>,
     upcalls: RefCell<Option<mpsc::UnboundedReceiver<Upcall>>>,
     /// Ends of ranks that never spoke PMI or PMIx looked at for an Open MPI singleton's
-    /// traces ([`crate::host::ompi`]).
+    /// traces ([`crate::ompi`]).
     alone_checks: Cell<u32>,
     /// When this host's ranks of the job last asked something of kauri: a PMI request or a
     /// PMIx upcall (`None` while none has).
@@ -181,7 +181,7 @@ struct Ctx {
     /// This context, for the tasks it starts itself ([`Output::HungUp`]'s wait).
     me: std::rc::Weak<Ctx>,
     /// When the job's part here began, before its ranks were forked: an Open MPI singleton's
-    /// trace older than this is another process's ([`crate::host::ompi`]).
+    /// trace older than this is another process's ([`crate::ompi`]).
     started: std::time::SystemTime,
 }
 
@@ -207,8 +207,8 @@ impl Ctx {
 const ALONE_LOOKS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
 
 /// Watches this host's running ranks that have not spoken PMI or PMIx for an Open MPI
-/// singleton's trace ([`crate::host::ompi::singleton_running`]), at most
-/// [`crate::host::ompi::CHECKS_MAX`] ranks each time, at [`ALONE_LOOKS`]: the first found is
+/// singleton's trace ([`crate::ompi::singleton_running`]), at most
+/// [`crate::ompi::CHECKS_MAX`] ranks each time, at [`ALONE_LOOKS`]: the first found is
 /// reported ([`NodeEvent::Singleton`]), and the front end ends the job. It ends with the node
 /// (`ended`).
 fn watch_singletons(
@@ -235,10 +235,10 @@ fn watch_singletons(
                 return;
             }
             quiet.sort_unstable();
-            quiet.truncate(crate::host::ompi::CHECKS_MAX as usize);
+            quiet.truncate(crate::ompi::CHECKS_MAX as usize);
             let alone = quiet
                 .iter()
-                .find(|(_, pid)| crate::host::ompi::singleton_running(*pid, c.started));
+                .find(|(_, pid)| crate::ompi::singleton_running(*pid, c.started));
             if let Some((rank, _)) = alone {
                 let _ = c.events.send(NodeEvent::Singleton { rank: *rank });
                 return;
@@ -287,10 +287,10 @@ fn rank_ended(
     };
     // A rank that never spoke PMI or PMIx may have been an Open MPI singleton: a few such
     // ends are looked at, until one is found (one says enough).
-    let ran_alone = !initialized && c.alone_checks.get() < crate::host::ompi::CHECKS_MAX && {
-        let found = crate::host::ompi::singleton_ended(pid, c.started);
+    let ran_alone = !initialized && c.alone_checks.get() < crate::ompi::CHECKS_MAX && {
+        let found = crate::ompi::singleton_ended(pid, c.started);
         c.alone_checks.set(if found {
-            crate::host::ompi::CHECKS_MAX
+            crate::ompi::CHECKS_MAX
         } else {
             c.alone_checks.get() + 1
         });
@@ -321,7 +321,7 @@ fn abandon(forked: Vec<(usize, u32, proc::ExitWatch)>) {
     }
     for (rank, pid, exit) in forked {
         let status = exit.wait_blocking();
-        crate::host::keeper::reaped(pid);
+        crate::keeper::reaped(pid);
         debug!(rank, pid, ?status, "killed: the start failed");
     }
 }
@@ -357,8 +357,8 @@ impl Drop for ShmDir {
     }
 }
 
-/// What a tree node ([`crate::tree::branch::Branch`]) needs of its host's ranks: a [`Node`]
-/// in kauri; the benchmarks' simulator and the branch's tests have their own.
+/// What a tree node (the `kauri` crate's `tree::branch::Branch`) needs of its host's ranks: a
+/// [`Node`] in kauri; the benchmarks' simulator and the branch's tests have their own.
 pub trait Host {
     /// How many ranks this host runs.
     fn ranks(&self) -> usize;
@@ -368,7 +368,7 @@ pub trait Host {
     fn has_rank(&self, rank: usize) -> bool;
     /// Fence `epoch` is complete everywhere: commit `delta`, which the root checked, with
     /// the root's word on whether its keys are the last fence's
-    /// ([`crate::proto::kvs::Kvs::commit_checked`]); release the ranks.
+    /// ([`kauri_proto::kvs::Kvs::commit_checked`]); release the ranks.
     fn fence_done(&self, epoch: u64, delta: &Packed, same_keys: bool);
     /// PMIx fence `epoch` is complete everywhere: every host's blob.
     fn pmix_fence_done(&self, epoch: u64, data: Bytes);
@@ -593,7 +593,7 @@ impl Host for Node {
     /// milliseconds ago the ranks here last asked something of kauri (a PMI request or a PMIx
     /// upcall).
     fn status(&self) -> (Vec<RankStatus>, Option<u64>) {
-        use crate::proto::pmi::RankPmi;
+        use kauri_proto::pmi::RankPmi;
         let running = self.running.borrow();
         let pmix = self.ctx.pmix.borrow();
         let engine = self.ctx.engine.borrow().status();
@@ -651,7 +651,7 @@ impl Host for Node {
 
     /// After every rank ended: kills what they left in their process groups, then forwards
     /// the rest of their output (see
-    /// [`iofwd::forward_lines`](crate::host::iofwd::forward_lines)).
+    /// [`iofwd::forward_lines`](crate::iofwd::forward_lines)).
     async fn drain(self) {
         self.drain_with(proc::kill_leftovers, pmix::deregister)
             .await;

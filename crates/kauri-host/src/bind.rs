@@ -14,7 +14,7 @@
 //! larger than the mapping object is the one that holds it. More ranks than places wrap
 //! around, and the host says so once.
 
-pub use crate::plan::binding::{Binding, Kind};
+pub use kauri_core::plan::binding::{Binding, Kind};
 use rustix::thread::CpuSet;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -48,9 +48,9 @@ pub fn parse_cpu_list(s: &str) -> Option<Vec<usize>> {
 }
 
 /// Writes CPUs as a list with ranges (`0-3,8`), as the kernel writes them (the same runs as
-/// [`crate::plan::rank_ranges`]).
+/// [`kauri_core::plan::rank_ranges`]).
 pub fn cpu_list(cpus: &[usize]) -> String {
-    crate::plan::rank_ranges(cpus)
+    kauri_core::plan::rank_ranges(cpus)
 }
 
 fn read(p: &Path) -> Option<String> {

@@ -3,8 +3,8 @@
 //! reading side is [`super::poll`].)
 
 use super::{Ctx, NodeEvent};
-use crate::proto::pmi::{ConnId, Output};
 use bytes::{Buf, Bytes, BytesMut};
+use kauri_proto::pmi::{ConnId, Output};
 use std::cell::{Cell, RefCell};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -287,7 +287,7 @@ impl Ctx {
     fn after_hangup(&self, rank: usize) {
         let me = self.me.clone();
         tokio::task::spawn_local(async move {
-            tokio::time::sleep(crate::proto::pmi::HANGUP_GRACE).await;
+            tokio::time::sleep(kauri_proto::pmi::HANGUP_GRACE).await;
             if let Some(ctx) = me.upgrade() {
                 ctx.engine.borrow_mut().rank_hung_up(rank);
                 ctx.dispatch();
@@ -403,7 +403,7 @@ pub(super) async fn accept_pmi(c: Rc<Ctx>, l: tokio::net::TcpListener) {
         // Any local user can reach a loopback port and claim a rank's PMI_ID:
         // only the job's own user is served.
         let (owner, port) = match s.local_addr() {
-            Ok(local) => (crate::os::peer::uid(peer, local), local.port()),
+            Ok(local) => (kauri_os::peer::uid(peer, local), local.port()),
             Err(_) => (None, 0),
         };
         if owner != Some(me) {

@@ -47,7 +47,7 @@ pub fn xml_file() -> Option<String> {
 
 /// Starts making the topology XML in a thread of its own, unless it is made or being made:
 /// a later [`xml_file`] waits for that thread's result instead of making it again. For a job
-/// whose ranks will ask (`crate::plan::JobPlan::topology_ahead`), so that the file is made
+/// whose ranks will ask (`kauri_core::plan::JobPlan::topology_ahead`), so that the file is made
 /// while they load their libraries rather than while they wait in `MPI_Init`.
 pub fn make_ahead() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -143,7 +143,7 @@ fn open() -> Result<Hwloc, String> {
 /// This machine's topology as hwloc 2 XML, I/O objects included.
 fn discover() -> Result<Vec<u8>, String> {
     // hwloc reads its variables (`getenv`) as it loads: not while the environment changes.
-    let _env = crate::os::env::lock();
+    let _env = kauri_os::env::lock();
     let l = open()?;
     // SAFETY: takes nothing.
     let v = unsafe { (l.api_version)() };
@@ -189,7 +189,7 @@ mod tests {
     fn the_file_is_made_ahead_holds_the_topology_and_is_made_once() {
         assert!(XML.get().is_none(), "made before this test asked");
         // While the environment is being changed (the lock held), hwloc does not read it.
-        let env = crate::os::env::lock();
+        let env = kauri_os::env::lock();
         make_ahead();
         make_ahead();
         std::thread::sleep(std::time::Duration::from_secs(2));

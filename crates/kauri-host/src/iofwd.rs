@@ -1,6 +1,6 @@
 //! Output forwarding: rank stdout/stderr to kauri's, whole lines at a time, labelled and routed
 //! as the output options say (`-l`, `-prepend-pattern`, `-outfile-pattern`, `-output-from`: see
-//! [`crate::host::output`]); and kauri's stdin to rank 0.
+//! [`crate::output`]); and kauri's stdin to rank 0.
 //!
 //! Each rank stream is read by its own task, cut after its last newline, and the complete
 //! lines of each read go as one message to a single writer task per destination, so lines of
@@ -14,14 +14,14 @@
 //! read, its pipe fills and the rank blocks in `write`, and kauri's memory stays bounded
 //! whatever the lines' length. The front end and every agent hold one queue each.
 
-use crate::host::output::Route;
+use crate::output::Route;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
-pub use crate::tree::msg::Stream;
+pub use kauri_core::tree::msg::Stream;
 
 /// Where queued output goes: one of kauri's streams, or the output file a pattern named for
 /// the rank that wrote it (`-outfile-pattern`, `-errfile-pattern`), by its name.
@@ -277,7 +277,7 @@ pub fn reads_nothing(fd: std::os::fd::RawFd) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host::output::{OutputPlan, Pattern};
+    use crate::output::{OutputPlan, Pattern};
 
     #[test]
     fn only_dev_null_or_a_closed_descriptor_reads_nothing() {

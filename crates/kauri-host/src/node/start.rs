@@ -4,16 +4,16 @@
 use super::conn::{accept_pmi, RankSock};
 use super::poll::serve_conn;
 use super::{abandon, rank_ended, Ctx, Node, NodeEvent, PmixState, ShmDir, PMIX_REQUESTS};
-use crate::host::events::JobTx;
-use crate::host::iofwd;
-use crate::host::iofwd::Stream;
-use crate::host::output::Route;
-use crate::host::proc::{self, Launch};
-use crate::host::spawn::Starts;
-use crate::plan::rank_env::{rank_env, HostFacts, PmiSocket, RankSeat, VADER_DIR_VAR};
-use crate::plan::{Adopt, AppPlan, HostPlan, JobPlan, RankPlan};
-use crate::proto::pmi::{ConnId, Engine, JobInfo};
-use crate::proto::pmix::{self, Upcall};
+use crate::events::JobTx;
+use crate::iofwd;
+use crate::iofwd::Stream;
+use crate::output::Route;
+use crate::proc::{self, Launch};
+use crate::spawn::Starts;
+use kauri_core::plan::rank_env::{rank_env, HostFacts, PmiSocket, RankSeat, VADER_DIR_VAR};
+use kauri_core::plan::{Adopt, AppPlan, HostPlan, JobPlan, RankPlan};
+use kauri_proto::pmi::{ConnId, Engine, JobInfo};
+use kauri_proto::pmix::{self, Upcall};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
@@ -210,7 +210,7 @@ fn rank_pmix_env(
         // (ess=pmi, no binding); PMIX_NAMESPACE then selects its PMIx component.
         e.push((
             "FLUX_JOB_ID".into(),
-            crate::plan::job::flux_job_id(&job.kvsname).to_string(),
+            kauri_core::plan::job::flux_job_id(&job.kvsname).to_string(),
         ));
     }
     if let (Some(shm), false) = (&places.shm, has(VADER_DIR_VAR)) {
@@ -267,7 +267,7 @@ fn resolve_programs(
                 wdir.display()
             ));
         }
-        let p = crate::os::program::resolve(&a.program, a.var("PATH"), &wdir)
+        let p = kauri_os::program::resolve(&a.program, a.var("PATH"), &wdir)
             .map_err(|e| format!("{e} (on {host})"))?;
         programs.insert(r.app, p);
     }
@@ -291,8 +291,8 @@ fn job_info(job: &JobPlan, me: &HostPlan) -> JobInfo {
 /// The state this host's ranks share, with the job's PMI engine (its pre-put pairs in).
 pub(super) fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -> Rc<Ctx> {
     let mut engine = Engine::new(job_info(job, me));
-    engine.set_trace(crate::proto::trace_enabled());
-    engine.set_topology(crate::host::topology::xml_file);
+    engine.set_trace(kauri_proto::trace_enabled());
+    engine.set_topology(crate::topology::xml_file);
     for (k, v) in &job.preput {
         engine.preput(k.clone(), v.clone());
     }
@@ -316,7 +316,7 @@ pub(super) fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -
 /// Listens for the ranks' PMI connections on a loopback port (`-pmi-port`) and serves them;
 /// returns the address the ranks are given.
 fn listen_pmi_port(ctx: &Rc<Ctx>, job: &JobPlan, host: &str) -> Result<String, String> {
-    let l = crate::os::ports::listen_async(
+    let l = kauri_os::ports::listen_async(
         std::net::Ipv4Addr::LOCALHOST.into(),
         job.port_range.as_ref(),
     )
@@ -372,7 +372,7 @@ fn rank_cpus(job: &JobPlan, nlocal: usize, host: &str) -> Result<Vec<Vec<usize>>
         return Ok(Vec::new());
     };
     let what = format!("-bind-to {}", b.kind.name());
-    let topo = crate::host::bind::Topology::read(&crate::host::bind::allowed_cpus())
+    let topo = crate::bind::Topology::read(&crate::bind::allowed_cpus())
         .map_err(|e| format!("{what}: cannot read the topology of {host}: {e}"))?;
     let (sets, wrapped) = topo.place(b, nlocal);
     if wrapped {
@@ -395,7 +395,7 @@ fn binding_report(me: &HostPlan, cpus_of: &[Vec<usize>]) -> Vec<String> {
         .map(|rp| {
             let cpus = cpus_of.get(rp.local_id).map_or_else(
                 || "not bound".to_string(),
-                |c| format!("bound to CPUs {}", crate::host::bind::cpu_list(c)),
+                |c| format!("bound to CPUs {}", crate::bind::cpu_list(c)),
             );
             format!("kauri: rank {} on {host}: {cpus}", rp.rank)
         })
@@ -412,7 +412,7 @@ fn rank_environment(
 ) -> Vec<(OsString, OsString)> {
     app_env
         .iter()
-        .filter(|(k, _)| k != crate::host::keeper::VAR)
+        .filter(|(k, _)| k != crate::keeper::VAR)
         .cloned()
         .chain(
             kauri
@@ -461,9 +461,9 @@ struct Launching<'a> {
 }
 
 /// How many ranks are queued for the threads that start them at once, when descriptors are
-/// plenty ([`queue_depth`]): four per thread ([`crate::host::spawn::THREADS`]), so that a
+/// plenty ([`queue_depth`]): four per thread ([`crate::spawn::THREADS`]), so that a
 /// thread never waits for this one to queue its next rank.
-const QUEUED_AHEAD: usize = 4 * crate::host::spawn::THREADS;
+const QUEUED_AHEAD: usize = 4 * crate::spawn::THREADS;
 
 /// How many of a host's `ranks` are queued at once: [`QUEUED_AHEAD`] when this process may
 /// open far more descriptors than the ranks will hold (four each once started: PMI socket,
@@ -575,7 +575,7 @@ impl Launching<'_> {
             // Only the job the user started reads kauri's stdin; a spawned job's
             // ranks read end-of-file at once, as under Hydra.
             stdin: r == 0 && self.job.spawner.is_none(),
-            cpus: cpus.map(|c| crate::host::bind::cpu_set(c)),
+            cpus: cpus.map(|c| crate::bind::cpu_set(c)),
             pty: self.job.output.options.terminal,
             merge_stderr: self.job.output.options.merge_stderr,
         };
@@ -613,7 +613,7 @@ impl Launching<'_> {
         rank_environment(
             &a.env,
             rank_env(self.job, a, &seat, &facts),
-            crate::host::keeper::env(),
+            crate::keeper::env(),
         )
     }
 }
@@ -649,7 +649,7 @@ struct Start<'l, 'a> {
 impl Node {
     /// Starts the ranks `me` lists. Programs are resolved first, so a typo starts nothing;
     /// the error is one line naming the host. The ranks are started by the thread that
-    /// starts them ([`crate::host::spawn`]) while this one serves those started already.
+    /// starts them ([`crate::spawn`]) while this one serves those started already.
     /// A start that fails after it started some ranks (a later start refused, no descriptors
     /// left for a PMI socket) kills them with their process groups and reaps them before it
     /// returns the error: nothing it started outlives it, and no [`NodeEvent::Exited`]
@@ -680,7 +680,7 @@ impl Node {
                 .unwrap_or_default(),
             port,
             vader: private_vader_dir(job, me, &host)?,
-            cpus: crate::host::bind::allowed_cpus().len().max(1),
+            cpus: crate::bind::allowed_cpus().len().max(1),
             cpus_of: rank_cpus(job, me.ranks.len(), &host)?,
             todo: me.ranks.iter().filter(|r| !adopting(job, r.rank)).collect(),
             next: 0,
@@ -699,7 +699,7 @@ impl Node {
             return Err(e);
         }
         if job.topology_ahead && !l.todo.is_empty() {
-            crate::host::topology::make_ahead();
+            crate::topology::make_ahead();
         }
         let (ended, ended_rx) = watch::channel(false);
         let mut node = Node::new(ctx.clone(), me, ended, None);
@@ -889,7 +889,7 @@ impl Node {
             let running = self.running.clone();
             tokio::task::spawn_local(async move {
                 let status = exit.wait().await;
-                crate::host::keeper::reaped(pid);
+                crate::keeper::reaped(pid);
                 debug!(rank = r, ?status, "exited");
                 rank_ended(&c, &ev, &running, r, pid, |_| status);
             });
@@ -900,7 +900,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::RankPlan;
+    use kauri_core::plan::RankPlan;
 
     /// Ranks are queued several at once only when descriptors are plenty; near the limit (as
     /// under `ulimit -n 64` with 40 ranks, tests/bounds.rs) they start one at a time.
@@ -919,11 +919,11 @@ mod tests {
     fn a_rank_environment_replaces_an_inherited_keeper_mark() {
         let app = vec![
             ("PATH".into(), "/bin".into()),
-            (crate::host::keeper::VAR.into(), "outer".into()),
+            (crate::keeper::VAR.into(), "outer".into()),
             ("A".into(), "1".into()),
         ];
         let kauri = vec![("PMI_RANK".to_string(), "3".to_string())];
-        let keeper = (crate::host::keeper::VAR.to_string(), "mine".to_string());
+        let keeper = (crate::keeper::VAR.to_string(), "mine".to_string());
         let got: Vec<(String, String)> = rank_environment(&app, kauri, keeper)
             .into_iter()
             .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
@@ -932,7 +932,7 @@ mod tests {
             ("PATH", "/bin"),
             ("A", "1"),
             ("PMI_RANK", "3"),
-            (crate::host::keeper::VAR, "mine"),
+            (crate::keeper::VAR, "mine"),
         ]
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -958,7 +958,7 @@ mod tests {
             [
                 format!(
                     "kauri: rank 4 on h1: bound to CPUs {}",
-                    crate::host::bind::cpu_list(&[0, 1, 2])
+                    crate::bind::cpu_list(&[0, 1, 2])
                 ),
                 "kauri: rank 5 on h1: not bound".to_string(),
             ]
