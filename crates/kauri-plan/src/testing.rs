@@ -1,7 +1,7 @@
 //! The jobs the unit tests plan, built as the command line builds them: the parser is the
 //! `kauri` crate's, above this one, so each test says which options its job has.
 
-use kauri_core::plan::job::{AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice};
+use kauri_core::plan::job::{AppSpec, HostSpec, JobSpec, PmiChoice};
 
 /// The job of a command line that gives only its programs: each segment is `(ranks, "program
 /// args")`, every option at the default the command line gives it.
@@ -20,38 +20,7 @@ pub fn job(segments: &[(usize, &str)]) -> JobSpec {
         .collect();
     JobSpec {
         apps,
-        hosts: Vec::new(),
-        ppn: None,
-        genv: Vec::new(),
-        env_policy: EnvPolicy::All,
-        wdir: None,
-        label: false,
-        output: Default::default(),
-        pmi_port: false,
-        launcher: None,
-        auto_cleanup: true,
-        fault_tolerant: false,
-        universe_size: None,
-        nameserver: None,
-        timeout: None,
-        verbose: 0,
-        map_by_node: false,
-        mapping_asked: false,
-        binding: None,
-        report_bindings: false,
-        iface: None,
-        tree_width: None,
-        cost_tree: false,
-        launcher_exec: None,
-        ml_env: false,
-        timeout_stacks: false,
-        singleton: None,
-        pmi: PmiChoice::Auto,
-        profile: None,
-        port_range: None,
-        display_map: false,
-        print_exit_codes: false,
-        warnings: Vec::new(),
+        ..JobSpec::default()
     }
 }
 

@@ -131,6 +131,49 @@ pub struct JobSpec {
     pub warnings: Vec<String>,
 }
 
+impl Default for JobSpec {
+    /// What a command line says with no option and no program: the defaults every option
+    /// starts from (`kauri` inherits the whole environment, cleans up after itself and
+    /// picks the wire-up protocol from the program).
+    fn default() -> JobSpec {
+        JobSpec {
+            apps: Vec::new(),
+            hosts: Vec::new(),
+            ppn: None,
+            genv: Vec::new(),
+            env_policy: EnvPolicy::All,
+            wdir: None,
+            label: false,
+            output: Default::default(),
+            pmi_port: false,
+            launcher: None,
+            auto_cleanup: true,
+            fault_tolerant: false,
+            universe_size: None,
+            nameserver: None,
+            timeout: None,
+            verbose: 0,
+            map_by_node: false,
+            mapping_asked: false,
+            binding: None,
+            report_bindings: false,
+            iface: None,
+            tree_width: None,
+            cost_tree: false,
+            launcher_exec: None,
+            ml_env: false,
+            timeout_stacks: false,
+            singleton: None,
+            pmi: PmiChoice::Auto,
+            profile: None,
+            port_range: None,
+            display_map: false,
+            print_exit_codes: false,
+            warnings: Vec::new(),
+        }
+    }
+}
+
 /// A singleton: an MPI program started without a launcher that now needs one. Its PMI-1
 /// client listens on `port` and runs `mpiexec -pmi_args PORT INTERFACE KEY PID`; the
 /// launcher connects back and speaks the `singinit` exchange.
