@@ -82,6 +82,26 @@ pub struct Launch {
     pub merge_stderr: bool,
 }
 
+#[cfg(test)]
+impl Launch {
+    /// `program` with `args` and nothing else, for the tests: no environment, in `/`, no
+    /// PMI socket, `/dev/null` for stdin, unbound, pipes for stdout and stderr.
+    pub(crate) fn plain(program: &str, args: &[&str]) -> Launch {
+        Launch {
+            program: program.into(),
+            argv0: program.into(),
+            args: args.iter().map(OsString::from).collect(),
+            env: vec![],
+            wdir: "/".into(),
+            pmi_fd: None,
+            stdin: false,
+            cpus: None,
+            pty: false,
+            merge_stderr: false,
+        }
+    }
+}
+
 /// A started rank: its pid, the parent's ends of its stdio pipes, and a way to await its end.
 #[derive(Debug)]
 pub struct Child {
@@ -596,16 +616,8 @@ mod tests {
 
     fn sh(script: String, env: Vec<(OsString, OsString)>) -> Launch {
         Launch {
-            program: "/bin/sh".into(),
-            argv0: "sh".into(),
-            args: vec!["-c".into(), script.into()],
             env,
-            wdir: "/".into(),
-            pmi_fd: None,
-            stdin: false,
-            cpus: None,
-            pty: false,
-            merge_stderr: false,
+            ..Launch::plain("/bin/sh", &["-c", &script])
         }
     }
 

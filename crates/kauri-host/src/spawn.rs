@@ -508,21 +508,10 @@ impl Drop for Attr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::{OsStr, OsString};
+    use std::ffi::OsString;
 
     fn launch(program: &str, args: &[&str]) -> Launch {
-        Launch {
-            program: program.into(),
-            argv0: OsStr::new(program).to_owned(),
-            args: args.iter().map(OsString::from).collect(),
-            env: vec![],
-            wdir: "/".into(),
-            pmi_fd: None,
-            stdin: false,
-            cpus: None,
-            pty: false,
-            merge_stderr: false,
-        }
+        Launch::plain(program, args)
     }
 
     /// Starts handed back by the threads out of order are taken in the order they were
