@@ -48,4 +48,4 @@ pub use kauri_host as host;
 pub use kauri_launch as launch;
 pub use kauri_plan as plan;
 pub use kauri_proto as proto;
-pub mod tree;
+pub use kauri_tree as tree;
