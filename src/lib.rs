@@ -1,19 +1,17 @@
 //! Kauri: a process manager for parallel programs, a drop-in for `mpiexec.hydra`.
 //!
-//! The folders are the architecture (`docs/design.md` walks a request through them), listed
-//! here from the bottom up; a module uses only its own folder, those before it in this list,
-//! and the crates below them all, the core among them (the `kauri_core` crate, with no I/O;
-//! its `tree` modules are re-exported in the folder of the same name, marked *core* below).
-//! Cargo keeps the crates apart; `tests/layers.rs` checks the folders' order:
+//! This crate is the command line: its one folder, `cli`, holds the command lines, their pages
+//! and the client commands (kvs, pmi, --status), and the `kauri` binary (`main.rs`) picks the
+//! role. Everything else is in crates below it, each re-exported under its layer's name and
+//! listed here from the top down; each uses only those after it in this list, and cargo
+//! refuses an import the other way (`docs/design.md` walks a request through them;
+//! `tests/layers.rs` checks what cargo cannot: the core does no I/O, and no launcher is named
+//! outside the launchers' crate):
 //!
 //! ```text
-//!  tree      the tree of agents: messages (core), shape (core), fence gathers (core),
-//!            policy (core), the Branch, links, the hub, the agent, the root, the status
-//!            socket
-//!  cli       the command lines, their pages, and the client commands (kvs, pmi, --status)
-//!
-//! and below every folder, crates of their own:
-//!
+//!  tree      (kauri-tree) the tree of agents: messages (core), shape (core), fence gathers
+//!            (core), policy (core), the Branch, links, the hub, the agent, the root, the
+//!            status socket
 //!  host      (kauri-host) one host's ranks: the Node (rank start-up, the PMI connection,
 //!            PMIx upcalls), processes, the keeper, output, forwarding, binding, MPIR
 //!  plan      (kauri-plan) what a job is and how it is placed: JobSpec and its words, the
@@ -48,4 +46,4 @@ pub use kauri_host as host;
 pub use kauri_launch as launch;
 pub use kauri_plan as plan;
 pub use kauri_proto as proto;
-pub mod tree;
+pub use kauri_tree as tree;

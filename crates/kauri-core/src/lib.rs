@@ -13,8 +13,8 @@
 //!           lines for refused connections, and the policy on a rank's end and kauri's status
 //! ```
 //!
-//! The `kauri` crate re-exports each of these modules in the folder of the same name, beside
-//! the I/O that uses it.
+//! The crate of each layer re-exports its modules (`kauri-proto`, `kauri-launch`, `kauri-plan`,
+//! `kauri-tree`), beside the I/O that uses them.
 
 #![warn(missing_docs)]
 

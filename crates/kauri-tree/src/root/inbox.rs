@@ -229,7 +229,7 @@ fn run_of(
     let mut run = Vec::with_capacity(WRITE_RUN + next.len());
     run.extend_from_slice(&first);
     run.extend_from_slice(&next);
-    crate::host::iofwd::join_queued(&mut run, dest, out, held, WRITE_RUN);
+    kauri_host::iofwd::join_queued(&mut run, dest, out, held, WRITE_RUN);
     run.into()
 }
 

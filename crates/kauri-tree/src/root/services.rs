@@ -113,7 +113,7 @@ impl Root {
         if j != 0 || !all_in {
             return;
         }
-        crate::host::mpir::publish(std::mem::take(&mut job.procs));
+        kauri_host::mpir::publish(std::mem::take(&mut job.procs));
     }
 
     /// The job whose namespace (kvsname) is `nspace`.
@@ -133,7 +133,7 @@ impl Root {
         nspace: &str,
     ) {
         let Some(k) = self.job_named(nspace) else {
-            let none = crate::proto::pmix::ffi::PMIX_ERR_NOT_FOUND;
+            let none = kauri_proto::pmix::ffi::PMIX_ERR_NOT_FOUND;
             if let Some(job) = self.live_mut(j) {
                 job.branch.dmodex_data(from, req, none, Vec::new());
             }
@@ -141,7 +141,7 @@ impl Root {
         };
         let Some(job) = self.live_mut(k) else {
             // An ended job's data went with it, as under Hydra.
-            let none = crate::proto::pmix::ffi::PMIX_ERR_NOT_FOUND;
+            let none = kauri_proto::pmix::ffi::PMIX_ERR_NOT_FOUND;
             if let Some(job) = self.live_mut(j) {
                 job.branch.dmodex_data(from, req, none, Vec::new());
             }
@@ -173,7 +173,7 @@ impl Root {
         data: Vec<u8>,
         context_id: bool,
     ) {
-        let wild = crate::proto::pmix::ffi::PMIX_RANK_WILDCARD;
+        let wild = kauri_proto::pmix::ffi::PMIX_RANK_WILDCARD;
         if !self.collectives.contains_key(&sig) {
             let mut c = Collective::default();
             for (ns, r) in procs {
@@ -212,10 +212,10 @@ impl Root {
         }
         let c = self.collectives.remove(&sig).expect("made above");
         let status = match &c.failed {
-            None => crate::proto::pmix::ffi::PMIX_SUCCESS,
+            None => kauri_proto::pmix::ffi::PMIX_SUCCESS,
             Some(why) => {
                 say!("kauri: a PMIx collective cannot complete: {why}");
-                crate::proto::pmix::ffi::PMIX_ERR_NOT_FOUND
+                kauri_proto::pmix::ffi::PMIX_ERR_NOT_FOUND
             }
         };
         let id = (c.context_id && c.failed.is_none()).then(|| {
@@ -318,7 +318,7 @@ impl Root {
                 .job_named(ns)
                 .ok_or(format!("no job of this run is named {ns}"))?;
             let size = self.jobs[k].size();
-            let ranks: Vec<usize> = if *r == crate::proto::pmix::ffi::PMIX_RANK_WILDCARD {
+            let ranks: Vec<usize> = if *r == kauri_proto::pmix::ffi::PMIX_RANK_WILDCARD {
                 (0..size).collect()
             } else if (*r as usize) < size {
                 vec![*r as usize]
@@ -363,7 +363,7 @@ impl Root {
         asker: Asker,
         commands: &[SpawnCommand],
         preput: Delta,
-        pmix: Option<crate::proto::service::PmixSpawn>,
+        pmix: Option<kauri_proto::service::PmixSpawn>,
     ) {
         if self.ending.is_some() {
             let reply = ServiceReply::Spawn(Err("the run is ending".into()));

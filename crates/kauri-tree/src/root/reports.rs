@@ -279,7 +279,7 @@ impl Root {
         let who = rank.map_or("a process".to_string(), |r| who(j, r));
         let line = abort_line(&who, code, message);
         say!("kauri: {line}");
-        crate::host::mpir::aborting(&line);
+        kauri_host::mpir::aborting(&line);
         self.teardown(Ending::Abort(code));
     }
 
@@ -427,7 +427,7 @@ impl Root {
                 .extend(
                     procs
                         .into_iter()
-                        .map(|(rank, pid, exe)| crate::host::mpir::Proc {
+                        .map(|(rank, pid, exe)| kauri_host::mpir::Proc {
                             rank,
                             host: host.clone(),
                             executable: exe,

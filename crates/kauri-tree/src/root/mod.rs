@@ -9,7 +9,7 @@
 //! On one host it is the whole tree: no agent process, no TCP.
 //!
 //! It runs on a single-threaded tokio runtime: one thread owns every engine (no locks); the
-//! ranks of its host are started by a thread of their own (`crate::host::spawn`).
+//! ranks of its host are started by a thread of their own (`kauri_host::spawn`).
 
 mod cluster;
 mod end;
@@ -20,33 +20,33 @@ mod services;
 mod start;
 mod status;
 
-use crate::plan::build::{env_secs, launch_cost, omp_threads_set, plan};
-use crate::plan::spawn::{plan_spawn, Cluster};
 use cluster::who;
 use inbox::{print_output, read_stdin, StdinCredit};
+use kauri_plan::build::{env_secs, launch_cost, omp_threads_set, plan};
+use kauri_plan::spawn::{plan_spawn, Cluster};
 use start::start_job;
 pub use start::{prepare_run, Prepared};
 
-use crate::host::events::{self, JobTx};
-use crate::host::iofwd::{Dest, Stream};
-use crate::host::node::{Host, Node, NodeEvent};
-use crate::host::output::Files;
-use crate::host::proc;
-use crate::os::clock::Clock;
-use crate::os::hostname::local_host;
-use crate::plan::job::{JobSpec, Wiring};
-use crate::plan::{HostPlan, JobPlan};
-use crate::proto::kvs::Delta;
-use crate::proto::nameserver::Waiting;
-use crate::proto::pmix::Failure;
-use crate::proto::rank::RankEnd;
-use crate::proto::service::{Refused, Service, ServiceReply, SpawnDone, Wait};
-use crate::tree::branch::{Branch, Links, Out};
-use crate::tree::hub::{Children, HubEvent};
-use crate::tree::policy::{self, Ending, ExitVerdict};
-use crate::tree::profile::{HostProfile, JobProfile, ProfileFormat, RootFence};
-use crate::tree::{self, HostStatus, Report, Up};
+use crate::branch::{Branch, Links, Out};
+use crate::hub::{Children, HubEvent};
+use crate::policy::{self, Ending, ExitVerdict};
+use crate::profile::{HostProfile, JobProfile, ProfileFormat, RootFence};
+use crate::{self as tree, HostStatus, Report, Up};
 use bytes::Bytes;
+use kauri_host::events::{self, JobTx};
+use kauri_host::iofwd::{Dest, Stream};
+use kauri_host::node::{Host, Node, NodeEvent};
+use kauri_host::output::Files;
+use kauri_host::proc;
+use kauri_os::clock::Clock;
+use kauri_os::hostname::local_host;
+use kauri_plan::job::{JobSpec, Wiring};
+use kauri_plan::{HostPlan, JobPlan};
+use kauri_proto::kvs::Delta;
+use kauri_proto::nameserver::Waiting;
+use kauri_proto::pmix::Failure;
+use kauri_proto::rank::RankEnd;
+use kauri_proto::service::{Refused, Service, ServiceReply, SpawnDone, Wait};
 use pmi_wire::SpawnCommand;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -55,7 +55,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-pub use crate::tree::policy::STATUS_LAUNCHER;
+pub use crate::policy::STATUS_LAUNCHER;
 
 /// What the front end knows of a rank.
 #[derive(Debug, Clone, Default)]
@@ -113,7 +113,7 @@ struct JobRun {
     discarded: bool,
     /// Its ranks started so far, for the debugger's process table (the first job's; taken
     /// when the table is filled).
-    procs: Vec<crate::host::mpir::Proc>,
+    procs: Vec<kauri_host::mpir::Proc>,
     /// Its ranks that died while it went on (`-disable-auto-cleanup`), in order: the value of
     /// `PMI_dead_processes` on every host.
     dead: Vec<usize>,
@@ -202,13 +202,13 @@ enum Asked {
 struct Wires {
     node: mpsc::UnboundedSender<(usize, NodeEvent)>,
     hub: mpsc::UnboundedSender<(usize, HubEvent)>,
-    out: crate::host::iofwd::OutputSender,
+    out: kauri_host::iofwd::OutputSender,
 }
 
 /// The run's name service: a table of its own, or a shared `kauri nameserver`.
 enum Names {
-    Own(crate::proto::nameserver::Table),
-    Server(crate::proto::nameserver::Client),
+    Own(kauri_proto::nameserver::Table),
+    Server(kauri_proto::nameserver::Client),
 }
 
 /// Runs a job `prepared` planned (and may have started: [`prepare_run`], called before the
@@ -250,7 +250,7 @@ enum Event {
     /// The hosts had their time to say where their ranks are.
     StatusDue,
     /// `kauri --status` from another shell.
-    StatusAsk(crate::tree::status::Ask),
+    StatusAsk(crate::status::Ask),
     /// The progress line is due (`-v`).
     Progress,
     /// Job `j`'s ranks here, with their stacks taken.
@@ -283,7 +283,7 @@ struct Inbox {
     signals: Vec<(i32, tokio::signal::unix::Signal)>,
     deadline: Option<Instant>,
     /// Requests from `kauri --status`.
-    asks: mpsc::UnboundedReceiver<crate::tree::status::Ask>,
+    asks: mpsc::UnboundedReceiver<crate::status::Ask>,
     /// This host's own answers with stacks, once taken.
     own: mpsc::UnboundedReceiver<(usize, HostStatus)>,
 }
@@ -365,10 +365,10 @@ struct Root {
     /// How much stdin may still be read for the first job's rank 0 on another host.
     stdin_credit: StdinCredit,
     /// The socket `kauri --status` asks through (none when it could not be made).
-    _status_socket: Option<crate::tree::status::Listener>,
+    _status_socket: Option<crate::status::Listener>,
     /// `MASTER_PORT`'s reservation (`-ml-env`): no other kauri job takes the port while this
     /// run lives.
-    _master_port: Option<crate::os::ports::Reservation>,
+    _master_port: Option<kauri_os::ports::Reservation>,
     /// The command line, for `kauri --status`.
     command: String,
     auto_cleanup: bool,
@@ -381,9 +381,9 @@ struct Root {
     /// The startup profile's format and every fence the root completed, when it is recorded.
     profile: Option<(ProfileFormat, Vec<RootFence>)>,
     /// The first job's start so far, for the progress lines (`-v`).
-    progress: Option<crate::tree::progress::Progress>,
-    /// How surely the first job uses an MPI ([`crate::plan::build::wiring`]).
-    mpi: crate::plan::job::MpiSign,
+    progress: Option<crate::progress::Progress>,
+    /// How surely the first job uses an MPI ([`kauri_plan::build::wiring`]).
+    mpi: kauri_plan::job::MpiSign,
     /// A rank ran as an Open MPI singleton and ended the run, with its own line: the end's
     /// report adds none ([`policy::never_wired`]).
     singleton_seen: bool,
@@ -496,7 +496,7 @@ impl Root {
         // before its `Done`; this host's comes with the drain).
         let plan = &job.plan;
         let files: Vec<std::sync::Arc<str>> =
-            crate::host::output::files_of_job(&plan.output, plan.size, |r| {
+            kauri_host::output::files_of_job(&plan.output, plan.size, |r| {
                 let n = plan.rank_node[r];
                 (n, plan.hosts[n as usize].as_str())
             })
@@ -512,8 +512,8 @@ impl Root {
                     node.release().await;
                 }
                 for path in files {
-                    let close = crate::host::iofwd::Dest {
-                        stream: crate::host::iofwd::Stream::Stdout,
+                    let close = kauri_host::iofwd::Dest {
+                        stream: kauri_host::iofwd::Stream::Stdout,
                         file: Some(path),
                         close: true,
                     };

@@ -12,7 +12,7 @@ struct Summary {
     /// The servers the first job was offered.
     offered: Wiring,
     /// How surely the first job uses an MPI.
-    mpi: crate::plan::job::MpiSign,
+    mpi: kauri_plan::job::MpiSign,
     /// A rank was seen running as a singleton, and said so.
     singleton_seen: bool,
     /// `-print-all-exitcodes`.
@@ -104,7 +104,7 @@ fn exit_code_lines(ranks: &[(usize, RankState)]) -> Vec<String> {
         .map(|(h, rs, codes)| {
             format!(
                 "kauri: exit codes on {h} (ranks {}): {}",
-                crate::plan::rank_ranges(&rs),
+                kauri_plan::rank_ranges(&rs),
                 codes.join(",")
             )
         })
@@ -122,13 +122,13 @@ impl Root {
         // this process's children: they said `Done` and are leaving (each kills and reaps its
         // keeper first); kauri returns once they have, so nothing of the run outlives it.
         if self.cluster.launch.kind.waits_for_launchers_at_end() {
-            crate::tree::hub::launchers_ended(Duration::from_secs(10)).await;
+            crate::hub::launchers_ended(Duration::from_secs(10)).await;
         }
         // The ranks of a lost agent started by `-launcher fork` are adopted by this process
         // (the subreaper): killed and reaped here, or nobody would. With no agent ever
         // started, each job's node has swept what its ranks left (a second look through
         // `/proc` was a tenth of a one-rank run's end).
-        let adopted = if crate::tree::hub::agents_launched() {
+        let adopted = if crate::hub::agents_launched() {
             proc::kill_leftovers(&[])
         } else {
             0
@@ -138,7 +138,7 @@ impl Root {
         }
         // The last sweep is done: the keeper of this host's ranks has nothing left to keep,
         // and its exit overlaps the rest of the end (reaped as kauri leaves).
-        crate::host::keeper::dismiss();
+        kauri_host::keeper::dismiss();
         let summary = self.summary();
         let printer = self.printer.take();
         // Every sender of output goes with the jobs and the wires; the printer then empties
@@ -224,12 +224,12 @@ fn report(s: Summary, end_us: u64) -> i32 {
     // With no flag, a rank that failed has its own line (a program that ended before it
     // could start its MPI, such as `python3 -c 'import mpi4py'` without mpi4py): no word
     // of singletons. A flag's hint is kept: singletons that fail their checks need it.
-    let quiet = worst != 0 && s.offered == crate::plan::job::Wiring::Both;
+    let quiet = worst != 0 && s.offered == kauri_plan::job::Wiring::Both;
     if let Some(first) = s.ranks.first().filter(|_| !s.singleton_seen && !quiet) {
         let spoke = first.iter().filter(|(_, s)| s.initialized()).count();
         let traces = first.iter().any(|(_, s)| s.ran_alone());
         let mpi = if traces {
-            s.mpi.max(crate::plan::job::MpiSign::Named)
+            s.mpi.max(kauri_plan::job::MpiSign::Named)
         } else {
             s.mpi
         };
@@ -245,7 +245,7 @@ fn report(s: Summary, end_us: u64) -> i32 {
         hosts.extend(below);
         let profile = JobProfile::build(s.size, s.tree, hosts, &fences, end_us);
         match format {
-            ProfileFormat::Text => crate::console::err(&profile.text()),
+            ProfileFormat::Text => kauri_os::console::err(&profile.text()),
             ProfileFormat::Json => say!("{}", profile.json()),
             ProfileFormat::Trace => {
                 let file = format!("kauri-{}.trace.json", std::process::id());

@@ -7,16 +7,16 @@
 //! stdin, signals and teardown down. It exits when its ranks and its children are done, or at
 //! once, killing its ranks, when its parent disappears.
 
-use crate::host::events::{self, JobTx};
-use crate::host::iofwd::Stream;
-use crate::host::node::{Host, Node, NodeEvent};
-use crate::os::clock::Clock;
-use crate::plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
-use crate::tree::branch::{Branch, Out};
-use crate::tree::hub::{Children, HubEvent};
-use crate::tree::profile::HostProfile;
-use crate::tree::{self, Down, Link, Report, Up};
+use crate::branch::{Branch, Out};
+use crate::hub::{Children, HubEvent};
+use crate::profile::HostProfile;
+use crate::{self as tree, Down, Link, Report, Up};
 use bytes::Bytes;
+use kauri_host::events::{self, JobTx};
+use kauri_host::iofwd::Stream;
+use kauri_host::node::{Host, Node, NodeEvent};
+use kauri_os::clock::Clock;
+use kauri_plan::{HostPlan, JobPlan, LaunchPlan, Subtree};
 use std::io::BufRead;
 use std::net::IpAddr;
 use std::time::Duration;
@@ -92,8 +92,8 @@ pub enum ParentGone {
 /// The job key: from the environment (removed at once, so ranks never see it) or from the
 /// first line of stdin.
 fn take_key() -> Result<String, AgentError> {
-    if let Ok(k) = std::env::var(crate::launch::KEY_VAR) {
-        std::env::remove_var(crate::launch::KEY_VAR);
+    if let Ok(k) = std::env::var(kauri_launch::KEY_VAR) {
+        std::env::remove_var(kauri_launch::KEY_VAR);
         return Ok(k);
     }
     let mut line = String::new();
@@ -123,7 +123,7 @@ pub async fn run(args: AgentArgs) -> i32 {
             say!("kauri agent on {}: {e}", args.host);
             // No teardown ran (its parent is gone, most likely): what the ranks left is the
             // keeper's to end.
-            crate::host::keeper::hand_over();
+            kauri_host::keeper::hand_over();
             1
         }
     }
@@ -275,7 +275,7 @@ async fn handshake(args: &AgentArgs, key: &str) -> Result<Option<Joined>, AgentE
 /// where it has one (else `my_ip`, the address its parent reached it at).
 fn children_address(job: &JobPlan, children: &[Subtree], my_ip: IpAddr) -> IpAddr {
     if let (Some(i), false) = (&job.iface, children.is_empty()) {
-        match crate::os::iface::address(i) {
+        match kauri_os::iface::address(i) {
             Ok(ip) => return ip,
             Err(e) => debug!("-iface {i}: {e}; the children connect to {my_ip}"),
         }
@@ -314,7 +314,7 @@ async fn start_ranks(
     job: &JobPlan,
     me: &HostPlan,
     events: JobTx<NodeEvent>,
-    out: crate::host::iofwd::OutputSender,
+    out: kauri_host::iofwd::OutputSender,
     clock: Clock,
 ) -> Ranks {
     let host = &me.host;
@@ -341,7 +341,7 @@ async fn start_ranks(
         },
         Err(e) => Ranks {
             node: None,
-            error: Some(crate::host::proc::fd_cause(e)),
+            error: Some(kauri_host::proc::fd_cause(e)),
             fork: None,
         },
     }
@@ -434,7 +434,7 @@ impl Agent {
 
         // The link up: control messages first, the ranks' output in runs.
         let (up, queue) = tree::link();
-        let (out_tx, out_rx) = crate::host::iofwd::output_queue();
+        let (out_tx, out_rx) = kauri_host::iofwd::output_queue();
         let writer = tokio::task::spawn_local(queue.write(wr, None, Some(out_rx)));
         // Beating from now on: starting the children and the ranks may take a while.
         let heartbeat =
@@ -552,7 +552,7 @@ impl Agent {
                 tokio::task::spawn_local(async move {
                     let mut all = Vec::with_capacity(mine.len());
                     for h in mine {
-                        all.push(crate::tree::status::add_stacks(h).await);
+                        all.push(crate::status::add_stacks(h).await);
                     }
                     up.send(&Up::Status(all));
                 });
@@ -577,9 +577,9 @@ impl Agent {
         debug!(%host, "agent drained");
         // Its ranks are reaped and swept: the keeper is killed now, its exit overlapping the
         // rest of the end (reaped as the agent leaves).
-        crate::host::keeper::dismiss();
+        kauri_host::keeper::dismiss();
         // Before Done: a fork-launched agent dies with its parent, which may leave right after.
-        crate::proto::pmix::shutdown();
+        kauri_proto::pmix::shutdown();
         if let Some((p, mut below)) = self.branch.take_profile() {
             let mut all = vec![p];
             all.append(&mut below);

@@ -1,8 +1,8 @@
-//! The progress lines at `-v` ([`crate::tree::progress`]): what the root hears of the first
+//! The progress lines at `-v` ([`crate::progress`]): what the root hears of the first
 //! job's start, counted, and the lines printed on its stderr.
 
 use super::*;
-use crate::tree::progress::Progress;
+use crate::progress::Progress;
 
 impl Root {
     /// Tells the progress `f` (when the run shows it) what happened now, and prints the lines

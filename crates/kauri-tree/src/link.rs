@@ -10,7 +10,7 @@
 //!
 //! An agent's link to its parent also carries its ranks' output ([`Queue::write`]'s
 //! `output`): whole lines from an output queue bounded in lines and in bytes
-//! ([`crate::host::iofwd::output_queue`]), so a parent that reads slowly slows the ranks' pipes
+//! ([`kauri_host::iofwd::output_queue`]), so a parent that reads slowly slows the ranks' pipes
 //! rather than filling memory. Control frames go first; output goes in runs of
 //! up to 64 KiB per stream; the last frame ([`Link::finish`], the agent's `Done`) goes after
 //! every line still queued.
@@ -20,8 +20,8 @@
 
 use super::frame::encode;
 use super::msg::Up;
-use crate::host::iofwd::Dest;
 use bytes::Bytes;
+use kauri_host::iofwd::Dest;
 use serde::Serialize;
 use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -264,7 +264,7 @@ fn output_run(
     let mut data = Vec::with_capacity(bytes.len().max(OUTPUT_RUN.min(4 * bytes.len())));
     data.extend_from_slice(&bytes);
     if let Some(out) = output {
-        crate::host::iofwd::join_queued(&mut data, &dest, out, held, OUTPUT_RUN);
+        kauri_host::iofwd::join_queued(&mut data, &dest, out, held, OUTPUT_RUN);
     }
     let msg = Up::Output {
         stream: dest.stream,
@@ -278,8 +278,8 @@ fn output_run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::frame::recv;
-    use crate::tree::msg::Down;
+    use crate::frame::recv;
+    use crate::msg::Down;
 
     /// Everything `write` put on the wire, decoded.
     async fn written(
@@ -316,7 +316,7 @@ mod tests {
 
     #[tokio::test]
     async fn output_is_batched_per_destination_and_the_last_frame_goes_after_it() {
-        use crate::host::iofwd::Stream;
+        use kauri_host::iofwd::Stream;
         let (link, queue) = link();
         let (out_tx, out_rx) = mpsc::channel(16);
         let file = |f: &str| Dest {

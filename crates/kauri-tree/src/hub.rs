@@ -13,15 +13,15 @@
 //! link ends before it said `Done` is reported as [`HubEvent::Lost`], with one line saying
 //! what and where.
 
-use crate::host::events::JobTx;
-use crate::host::iofwd::Stream;
-use crate::launch::{self, Batching, LauncherKind, Target};
-use crate::plan::{JobPlan, LaunchPlan, Subtree};
-use crate::tree::branch::Links;
-use crate::tree::progress::Step;
-pub use crate::tree::refusals::{Refusal, Refusals, REFUSALS_INTERVAL, REFUSALS_SHOWN};
-use crate::tree::{self, Down, Launching, Link, Queue, Up};
+use crate::branch::Links;
+use crate::progress::Step;
+pub use crate::refusals::{Refusal, Refusals, REFUSALS_INTERVAL, REFUSALS_SHOWN};
+use crate::{self as tree, Down, Launching, Link, Queue, Up};
 use bytes::Bytes;
+use kauri_host::events::JobTx;
+use kauri_host::iofwd::Stream;
+use kauri_launch::{self as launch, Batching, LauncherKind, Target};
+use kauri_plan::{JobPlan, LaunchPlan, Subtree};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -181,7 +181,7 @@ impl Children {
         key: String,
         ip: IpAddr,
         events: JobTx<HubEvent>,
-        out: crate::host::iofwd::OutputSender,
+        out: kauri_host::iofwd::OutputSender,
     ) -> Result<Children, ListenError> {
         let mut c = Children::none();
         if subtrees.is_empty() {
@@ -192,7 +192,7 @@ impl Children {
         c.order = broadcast_order(&subtrees);
         c.open_links(&subtrees);
         let listener =
-            crate::os::ports::listen_async(IpAddr::from([0u8, 0, 0, 0]), job.port_range.as_ref())
+            kauri_os::ports::listen_async(IpAddr::from([0u8, 0, 0, 0]), job.port_range.as_ref())
                 .map_err(ListenError::Listen)?;
         let port = listener
             .local_addr()
@@ -289,7 +289,7 @@ impl Links for Children {
         self.subtrees
             .iter()
             .find(|t| t.id == id)
-            .map(crate::plan::Subtree::ranks)
+            .map(kauri_plan::Subtree::ranks)
             .unwrap_or_default()
     }
 
@@ -409,7 +409,7 @@ pub fn broadcast_order(subtrees: &[Subtree]) -> Vec<u32> {
 struct Ctx {
     shared: Rc<Shared>,
     events: JobTx<HubEvent>,
-    out: crate::host::iofwd::OutputSender,
+    out: kauri_host::iofwd::OutputSender,
     key: String,
     plan: LaunchPlan,
     /// Say each launch and connection ([`HubEvent::Progress`]).
@@ -546,7 +546,7 @@ async fn serve_child(
         return;
     };
     if !shared.done.borrow().contains(&id) {
-        let reason = crate::host::proc::fd_cause(why);
+        let reason = kauri_host::proc::fd_cause(why);
         let _ = events.send(HubEvent::Lost { id, reason });
     }
 }
@@ -563,7 +563,7 @@ async fn check_hello(
     let nonce = match tree::nonce() {
         Ok(n) => n,
         Err(e) => {
-            crate::host::proc::note_fd_error(&e);
+            kauri_host::proc::note_fd_error(&e);
             debug!("no nonce for a connection from {addr}: {e}");
             return Err(None);
         }
@@ -641,7 +641,7 @@ async fn relay_up(
     host: &str,
     silence: Option<Duration>,
     events: &JobTx<HubEvent>,
-    out: &crate::host::iofwd::OutputSender,
+    out: &kauri_host::iofwd::OutputSender,
 ) -> Option<String> {
     let mut why = format!("agent on {host} died");
     loop {
@@ -661,7 +661,7 @@ async fn relay_up(
         match next {
             Ok(Some(Up::Heartbeat)) => {}
             Ok(Some(Up::Output { stream, file, data })) => {
-                let dest = crate::host::iofwd::Dest {
+                let dest = kauri_host::iofwd::Dest {
                     stream,
                     file: file.map(Into::into),
                     close: false,
@@ -728,7 +728,7 @@ async fn launch_batch(
         };
         let started = match launch::start(launch).await {
             Ok(s) => s,
-            Err(e) if crate::host::proc::note_fd_error(&e) => {
+            Err(e) if kauri_host::proc::note_fd_error(&e) => {
                 return lose(format!("cannot start an agent on {what}"))
             }
             Err(e) => {
@@ -813,7 +813,7 @@ fn batch_connected(shared: &Shared, batch: &[Target]) -> bool {
 
 /// Reports each agent of `batch` that has not connected as lost, for `reason`.
 fn lose_unconnected(ctx: &Ctx, batch: &[Target], reason: String) {
-    let reason = crate::host::proc::fd_cause(reason);
+    let reason = kauri_host::proc::fd_cause(reason);
     for t in batch {
         if !ctx.shared.connected.borrow().contains(&t.id) {
             let _ = ctx.events.send(HubEvent::Lost {
@@ -918,7 +918,7 @@ impl LauncherExit<'_> {
 async fn kill_launcher(child: &mut tokio::process::Child) {
     // The launcher leads its own process group: take all of it.
     if let Some(pid) = child.id() {
-        crate::host::proc::signal_group(pid, libc::SIGKILL);
+        kauri_host::proc::signal_group(pid, libc::SIGKILL);
     }
     let _ = child.start_kill();
     let _ = child.wait().await;
@@ -995,8 +995,8 @@ where
             Ok(x) => return x,
             Err(e) => {
                 // Out of descriptors: said once, as the cause, by whatever fails because of
-                // it (crate::host::proc::fd_cause); the retries are not news.
-                let fds = crate::host::proc::note_fd_error(&e);
+                // it (kauri_host::proc::fd_cause); the retries are not news.
+                let fds = kauri_host::proc::note_fd_error(&e);
                 if wait == Duration::from_millis(10) && !fds {
                     warn!("cannot accept a connection: {e}; retrying");
                 } else if wait == Duration::from_millis(10) {
@@ -1059,14 +1059,14 @@ mod tests {
     /// Seven hosts under a root of width 3: children 1, 2 and 3, on h0, h1 and h2.
     fn three_children() -> Vec<Subtree> {
         let hosts = (0..7)
-            .map(|i| crate::plan::HostPlan {
+            .map(|i| kauri_plan::HostPlan {
                 host: format!("h{i}"),
                 node: i,
                 index: i,
                 ranks: Vec::new(),
             })
             .collect();
-        crate::tree::build(hosts, 3)
+        crate::build(hosts, 3)
     }
 
     #[test]

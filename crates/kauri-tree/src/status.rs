@@ -11,7 +11,7 @@
 //! [`CLIENTS_MAX`] connections are served at once, and each has a deadline to send its
 //! request and one to take its answer.
 
-use crate::tree::msg::{HostStatus, RankStatus};
+use crate::msg::{HostStatus, RankStatus};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
@@ -73,7 +73,7 @@ pub struct Ask {
 pub enum StatusError {
     /// The sockets' directory is not a private directory of this user.
     #[error(transparent)]
-    Dir(#[from] crate::proto::pmix::PrivateDirError),
+    Dir(#[from] kauri_proto::pmix::PrivateDirError),
     /// The socket cannot be bound.
     #[error("cannot listen on {}: {source}", path.display())]
     Listen {
@@ -103,7 +103,7 @@ impl Listener {
         // then make it again.
         let mut tries = 0;
         let listener = loop {
-            crate::proto::pmix::create_private_dir(&dir)?;
+            kauri_proto::pmix::create_private_dir(&dir)?;
             // A socket left by an earlier process that had this pid (the directory is ours).
             let _ = std::fs::remove_file(&path);
             match tokio::net::UnixListener::bind(&path) {
@@ -232,7 +232,7 @@ async fn answer(conn: tokio::net::UnixStream, asks: mpsc::UnboundedSender<Ask>) 
 /// Whether a rank is stuck enough for its stack to tell something: it runs and has not
 /// finalized.
 fn stuck(r: &RankStatus) -> bool {
-    use crate::proto::pmi::RankPmi;
+    use kauri_proto::pmi::RankPmi;
     r.pid.is_some() && !matches!(r.pmi, RankPmi::Finalized | RankPmi::Exited)
 }
 

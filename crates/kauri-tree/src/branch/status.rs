@@ -3,13 +3,13 @@
 //! for theirs.
 
 use super::{Branch, Host, Links};
-use crate::tree::{Down, HostStatus};
+use crate::{Down, HostStatus};
 
 impl<H: Host, L: Links> Branch<H, L> {
     /// Asks the children that are up where their ranks are (their answers come up as
     /// `Up::Status`) and says where this host's are, and which children are still being
     /// launched; `stacks`: the children add their stuck ranks' stacks (this host's are the
-    /// caller's to add, see [`crate::tree::status::add_stacks`]).
+    /// caller's to add, see [`crate::status::add_stacks`]).
     pub fn ask_status(&mut self, stacks: bool) -> HostStatus {
         let launching = self.kids.launching();
         if launching.is_empty() {
@@ -29,7 +29,7 @@ impl<H: Host, L: Links> Branch<H, L> {
         let epoch = self.gather.epoch();
         let in_fence = ranks
             .iter()
-            .any(|r| r.pmi == crate::proto::pmi::RankPmi::InFence(epoch));
+            .any(|r| r.pmi == kauri_proto::pmi::RankPmi::InFence(epoch));
         let fence = (in_fence || self.gather.under_way()).then(|| {
             let waits: Vec<String> = self
                 .kids

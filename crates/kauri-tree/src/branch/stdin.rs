@@ -3,14 +3,14 @@
 //! child whose subtree runs it.
 
 use super::{Branch, Host, Links};
-use crate::tree::{Down, Up};
+use crate::{Down, Up};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 impl<H: Host, L: Links> Branch<H, L> {
     /// Says on `up` how much of rank 0's stdin was written into its pipe here
     /// (`Up::StdinTaken`): an agent's link to its parent.
-    pub fn tell_stdin_taken(&mut self, up: crate::tree::Link) {
+    pub fn tell_stdin_taken(&mut self, up: crate::Link) {
         self.stdin_taken = Some(up);
     }
 

@@ -12,7 +12,7 @@ pub(super) fn status_lines(got: &[(usize, HostStatus)], jobs: &[Vec<RankState>])
     let mut seen: Vec<Vec<bool>> = jobs.iter().map(|r| vec![false; r.len()]).collect();
     let mut rest: std::collections::BTreeMap<String, usize> = Default::default();
     let mut listed = 0;
-    let mut rows: Vec<(usize, &str, &crate::tree::msg::RankStatus)> = got
+    let mut rows: Vec<(usize, &str, &crate::msg::RankStatus)> = got
         .iter()
         .flat_map(|(j, h)| h.ranks.iter().map(move |r| (*j, h.host.as_str(), r)))
         .collect();
@@ -147,7 +147,7 @@ pub(super) fn orphan_lines(
     lineage: &[Option<Lineage>],
     names: &[&str],
 ) -> Vec<String> {
-    use crate::proto::pmi::RankPmi;
+    use kauri_proto::pmi::RankPmi;
     let mut lines = Vec::new();
     for (j, l) in lineage.iter().enumerate() {
         let Some(l) = l.as_ref().filter(|l| l.spawner_ended) else {
@@ -215,7 +215,7 @@ impl Root {
             if stacks {
                 let tx = self.own_status.clone();
                 tokio::task::spawn_local(async move {
-                    let _ = tx.send((j, crate::tree::status::add_stacks(mine).await));
+                    let _ = tx.send((j, crate::status::add_stacks(mine).await));
                 });
             } else {
                 round.got.push((j, mine));
@@ -260,7 +260,7 @@ impl Root {
                 + r.got
                     .iter()
                     .flat_map(|(_, h)| &h.launching)
-                    .map(crate::tree::Launching::hosts)
+                    .map(crate::Launching::hosts)
                     .sum::<usize>()
         };
         if self.status.as_ref().is_some_and(|r| told(r) >= r.want) {
@@ -331,7 +331,7 @@ impl Root {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::Launching;
+    use crate::Launching;
 
     fn on(host: &str) -> RankState {
         RankState {

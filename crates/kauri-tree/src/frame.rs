@@ -220,13 +220,13 @@ impl Body for BytesMut {
 
 /// Decodes one whole frame (length and body) that is already in memory, and hands it back
 /// for passing on. The key-value data in it (a fence's merged delta) is not copied out: the
-/// message's [`crate::proto::kvs::Packed`] shares the frame's buffer.
+/// message's [`kauri_proto::kvs::Packed`] shares the frame's buffer.
 pub fn decode_frame<M: for<'de> Deserialize<'de>>(frame: Bytes) -> io::Result<(M, Bytes)> {
     let bad = |e: String| io::Error::new(io::ErrorKind::InvalidData, e);
     let body = frame
         .get(4..)
         .ok_or_else(|| bad("a frame without its length".into()))?;
-    let m = crate::proto::kvs::from_frame(&frame, || bincode::deserialize(body))
+    let m = kauri_proto::kvs::from_frame(&frame, || bincode::deserialize(body))
         .map_err(|e| bad(e.to_string()))?;
     Ok((m, frame))
 }
@@ -234,7 +234,7 @@ pub fn decode_frame<M: for<'de> Deserialize<'de>>(frame: Bytes) -> io::Result<(M
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::msg::Up;
+    use crate::msg::Up;
 
     fn hello(host_len: usize) -> Up {
         Up::Hello {
@@ -314,7 +314,7 @@ mod tests {
         rt.block_on(async {
             let msg = Up::Fence {
                 epoch: 3,
-                delta: crate::proto::kvs::Packed::from_pairs([("k", "v")]),
+                delta: kauri_proto::kvs::Packed::from_pairs([("k", "v")]),
             };
             let mut buf = Vec::new();
             send(&mut buf, &msg).await.unwrap();
@@ -334,8 +334,8 @@ mod tests {
 
     #[test]
     fn a_decoded_delta_shares_the_frame() {
-        use crate::proto::kvs::{Kvs, Packed};
-        use crate::tree::msg::Down;
+        use crate::msg::Down;
+        use kauri_proto::kvs::{Kvs, Packed};
         let msg = Down::FenceDone {
             epoch: 1,
             delta: Packed::from_pairs([("key", "value")]),
@@ -361,7 +361,7 @@ mod tests {
 
     #[test]
     fn decoded_pmix_blobs_share_the_frame() {
-        use crate::tree::msg::{Down, Up};
+        use crate::msg::{Down, Up};
         let blobs = Bytes::from_static(b"every host's blob");
         let within = |frame: &Bytes, data: &Bytes| {
             let (f, p) = (frame.as_ptr() as usize, data.as_ptr() as usize);

@@ -1,8 +1,8 @@
 //! Starting a job: the root's own node and its child agents; the run's first job.
 
 use super::*;
-use crate::plan::build::Plan;
-use crate::tree::shape::LaunchCost;
+use crate::shape::LaunchCost;
+use kauri_plan::build::Plan;
 
 /// Raises the soft limit of open files to the hard limit.
 pub(super) fn raise_fd_limit() {
@@ -109,7 +109,7 @@ async fn start_node(
     let events = JobTx::new(idx, wires.node.clone());
     match Node::start(plan, hp, events, wires.out.clone()).await {
         Ok(n) => (Some(n), None),
-        Err(e) => (None, Some(crate::host::proc::fd_cause(e))),
+        Err(e) => (None, Some(kauri_host::proc::fd_cause(e))),
     }
 }
 
@@ -118,10 +118,10 @@ async fn start_node(
 fn mpir_procs(
     host: &str,
     procs: &[(usize, u32, std::ffi::OsString)],
-) -> Vec<crate::host::mpir::Proc> {
+) -> Vec<kauri_host::mpir::Proc> {
     procs
         .iter()
-        .map(|(rank, pid, exe)| crate::host::mpir::Proc {
+        .map(|(rank, pid, exe)| kauri_host::mpir::Proc {
             rank: *rank,
             host: host.to_string(),
             executable: exe.clone(),
@@ -138,8 +138,8 @@ struct Ends {
     /// Where `kauri --status` asks arrive; the socket itself is bound by [`Root::start`]
     /// once this host's ranks are started (the bind makes an inode: not before the first
     /// rank's start).
-    status_asks: mpsc::UnboundedSender<crate::tree::status::Ask>,
-    status_socket: Option<crate::tree::status::Listener>,
+    status_asks: mpsc::UnboundedSender<crate::status::Ask>,
+    status_socket: Option<crate::status::Listener>,
     printer: (
         tokio::task::JoinHandle<bool>,
         tokio::sync::oneshot::Sender<()>,
@@ -152,7 +152,7 @@ struct Receivers {
     hub: events::Receiver<HubEvent>,
     replies: mpsc::UnboundedReceiver<(Asker, ServiceReply)>,
     closed: mpsc::UnboundedReceiver<Ending>,
-    asks: mpsc::UnboundedReceiver<crate::tree::status::Ask>,
+    asks: mpsc::UnboundedReceiver<crate::status::Ask>,
     own: mpsc::UnboundedReceiver<(usize, HostStatus)>,
 }
 
@@ -185,7 +185,7 @@ pub fn prepare_run(spec: &JobSpec) -> Result<Prepared, i32> {
     raise_fd_limit();
     let (plan, iface_ip, files) = prepare(spec, &me)?;
     if plan.local.is_some() {
-        crate::host::spawn::ready(Duration::from_millis(plan.job.kill_grace_ms));
+        kauri_host::spawn::ready(Duration::from_millis(plan.job.kill_grace_ms));
     }
     Ok(Prepared {
         clock,
@@ -205,13 +205,13 @@ fn prepare(spec: &JobSpec, me: &str) -> Result<(Plan, Option<std::net::IpAddr>, 
     })?;
     let iface_ip = match &spec.iface {
         None => None,
-        Some(i) => Some(crate::os::iface::address(i).map_err(|e| {
+        Some(i) => Some(kauri_os::iface::address(i).map_err(|e| {
             say!("kauri: -iface {i}: {e}");
             STATUS_LAUNCHER
         })?),
     };
     if spec.display_map {
-        for line in crate::plan::rank_map(&p.job.hosts, &p.job.rank_node) {
+        for line in kauri_plan::rank_map(&p.job.hosts, &p.job.rank_node) {
             say!("{line}");
         }
     }
@@ -222,7 +222,7 @@ fn prepare(spec: &JobSpec, me: &str) -> Result<(Plan, Option<std::net::IpAddr>, 
     // The output files the patterns name, created before anything starts: a directory
     // that does not exist fails the run here, with one line.
     let job = &p.job;
-    let paths = crate::host::output::files_of_job(&job.output, job.size, |r| {
+    let paths = kauri_host::output::files_of_job(&job.output, job.size, |r| {
         let n = job.rank_node[r];
         (n, job.hosts[n as usize].as_str())
     });
@@ -237,7 +237,7 @@ fn prepare(spec: &JobSpec, me: &str) -> Result<(Plan, Option<std::net::IpAddr>, 
 /// channels: the root's ends and the inbox's.
 fn open_channels(files: Files) -> (Ends, Receivers) {
     // Output: everything the ranks and agents write, printed whole line by whole line.
-    let (out_tx, out_rx) = crate::host::iofwd::output_queue();
+    let (out_tx, out_rx) = kauri_host::iofwd::output_queue();
     let (closed_tx, closed_rx) = mpsc::unbounded_channel::<Ending>();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     // `kauri --status` from another shell, and this host's answers with stacks.
@@ -306,10 +306,10 @@ fn names_of(spec: &JobSpec) -> Names {
         std::env::var("HYDRA_NAMESERVER").ok(),
     );
     match address {
-        Some(a) => Names::Server(crate::proto::nameserver::Client::new(
-            crate::proto::nameserver::address(&a),
+        Some(a) => Names::Server(kauri_proto::nameserver::Client::new(
+            kauri_proto::nameserver::address(&a),
         )),
-        None => Names::Own(crate::proto::nameserver::Table::default()),
+        None => Names::Own(kauri_proto::nameserver::Table::default()),
     }
 }
 
@@ -362,7 +362,7 @@ impl Root {
         let names = names_of(spec);
         let (first, start_error) = start_first(spec, &p, &me, &cluster, &ends.wires, clock).await?;
         // `kauri --status` from another shell, and this host's answers with stacks.
-        ends.status_socket = crate::tree::status::Listener::start(ends.status_asks.clone())
+        ends.status_socket = crate::status::Listener::start(ends.status_asks.clone())
             .map_err(|e| info!("no status socket: {e}"))
             .ok();
         let parts = Parts {
@@ -398,7 +398,7 @@ impl Root {
         let tree = tree_words(cluster.cost, p.width);
         let progress = p.job.progress.then(|| {
             let subtrees = &first.branch.kids().subtrees;
-            crate::tree::progress::Progress::new(clock.origin(), p.job.size, subtrees)
+            crate::progress::Progress::new(clock.origin(), p.job.size, subtrees)
         });
         Root {
             jobs: vec![Job::Live(Box::new(first))],
@@ -453,10 +453,10 @@ impl Root {
         // Nothing to read (`/dev/null`, as under a batch system): rank 0 reads end-of-file
         // at once, and no reader thread is started.
         let (stdin_tx, stdin_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
-        let empty = crate::host::iofwd::reads_nothing(0);
+        let empty = kauri_host::iofwd::reads_nothing(0);
         if let Some(pipe) = self.first().branch.take_stdin() {
             if !empty {
-                tokio::task::spawn_local(crate::host::iofwd::pump(tokio::io::stdin(), pipe));
+                tokio::task::spawn_local(kauri_host::iofwd::pump(tokio::io::stdin(), pipe));
             }
         } else if self.first().branch.kids().child_with_rank(0).is_some() {
             if empty {
@@ -525,7 +525,7 @@ async fn start_first(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::RankPlan;
+    use kauri_plan::RankPlan;
 
     fn host(name: &str, ranks: &[usize]) -> HostPlan {
         HostPlan {
@@ -581,7 +581,7 @@ mod tests {
         let procs = mpir_procs("h", &[(3, 77, "/bin/x".into())]);
         assert_eq!(
             procs,
-            [crate::host::mpir::Proc {
+            [kauri_host::mpir::Proc {
                 rank: 3,
                 host: "h".into(),
                 executable: "/bin/x".into(),

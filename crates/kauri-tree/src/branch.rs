@@ -16,17 +16,17 @@
 //! import of the tree); the benchmarks' simulator drives the same branch over virtual ranks
 //! and loopback links, so its numbers describe this code.
 
-pub use crate::host::node::Host;
-use crate::host::node::{Node, NodeEvent};
-use crate::os::clock::Clock;
-use crate::proto::kvs::{Delta, FenceKeys, Packed};
-use crate::proto::pmi::Output;
-use crate::proto::service::ServiceReply;
-use crate::tree::hub::{Children, Gather, HubEvent};
-use crate::tree::profile::HostProfile;
-use crate::tree::progress::Step;
-use crate::tree::{Down, Launching, Report, Up};
+use crate::hub::{Children, Gather, HubEvent};
+use crate::profile::HostProfile;
+use crate::progress::Step;
+use crate::{Down, Launching, Report, Up};
 use bytes::Bytes;
+pub use kauri_host::node::Host;
+use kauri_host::node::{Node, NodeEvent};
+use kauri_os::clock::Clock;
+use kauri_proto::kvs::{Delta, FenceKeys, Packed};
+use kauri_proto::pmi::Output;
+use kauri_proto::service::ServiceReply;
 use std::time::Instant;
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
@@ -43,7 +43,7 @@ pub enum Out {
     Up(Up),
     /// Connections that did not hold the job key were refused: a line for the user, without
     /// the `kauri: ` prefix (the first few name each connection, then summaries: see
-    /// [`crate::tree::hub::Refusals`]).
+    /// [`crate::hub::Refusals`]).
     Refused {
         /// The line.
         line: String,
@@ -112,7 +112,7 @@ pub struct Branch<H = Node, L = Children> {
     stdin: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
     /// Where the writer of rank 0's stdin says what it wrote (`Up::StdinTaken`): an agent's
     /// link to its parent, so the front end reads stdin no faster than rank 0 takes it.
-    stdin_taken: Option<crate::tree::Link>,
+    stdin_taken: Option<crate::Link>,
     /// Report only the first local rank's `Initialized` (an agent's uplink needs no more).
     init_once: bool,
     told_initialized: bool,
@@ -446,12 +446,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             } => {
                 let (l, c) = self.kids.timings(id);
                 let clock = self.clock;
-                crate::tree::profile::adopt(
-                    &mut v,
-                    id,
-                    l.map(|t| clock.at(t)),
-                    c.map(|t| clock.at(t)),
-                );
+                crate::profile::adopt(&mut v, id, l.map(|t| clock.at(t)), c.map(|t| clock.at(t)));
                 self.below.extend(v);
                 None
             }
@@ -480,10 +475,7 @@ impl<H: Host, L: Links> Branch<H, L> {
     /// Why `gather`'s fence under way here can never complete: every rank of this host has
     /// ended without entering it (`None` inside), or child `Some(id)`, which has not
     /// contributed, is finished or lost. `None` while it still can.
-    fn why_stuck<T: crate::tree::hub::Contribution>(
-        &self,
-        gather: &Gather<T>,
-    ) -> Option<Option<u32>> {
+    fn why_stuck<T: crate::hub::Contribution>(&self, gather: &Gather<T>) -> Option<Option<u32>> {
         if self.ending || !gather.under_way() {
             return None;
         }
@@ -724,7 +716,7 @@ impl<H: Host, L: Links> Branch<H, L> {
             None => Some(Out::Up(Up::DmodexData {
                 to: from,
                 req,
-                status: crate::proto::pmix::ffi::PMIX_ERR_NOT_FOUND,
+                status: kauri_proto::pmix::ffi::PMIX_ERR_NOT_FOUND,
                 data: Vec::new(),
             })),
         }
@@ -853,8 +845,8 @@ impl<H: Host, L: Links> Branch<H, L> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::rank::RankEnd;
-    use crate::tree::RankStatus;
+    use crate::RankStatus;
+    use kauri_proto::rank::RankEnd;
     use std::cell::RefCell;
     use std::rc::Rc;
 
@@ -987,7 +979,7 @@ mod tests {
             ranks: vec![3],
             exit_code: Some(137),
         };
-        let frame = crate::tree::encode(&msg).expect("encodes");
+        let frame = crate::encode(&msg).expect("encodes");
         assert_eq!(b.on_down(msg.clone(), frame), None);
         assert!(b.teardown());
         assert_eq!(
@@ -1008,7 +1000,7 @@ mod tests {
         let log: Log = Rc::default();
         let mut b = branch(&log);
         let msg = Down::DeadProcesses { ranks: vec![3, 1] };
-        let frame = crate::tree::encode(&msg).expect("encodes");
+        let frame = crate::encode(&msg).expect("encodes");
         assert_eq!(b.on_down(msg.clone(), frame), None);
         b.dead_processes(vec![3, 1, 2], None);
         assert_eq!(

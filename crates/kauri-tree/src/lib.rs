@@ -20,6 +20,17 @@
 //! and `agent` (a child's side); this module owns what is said on links, how it is framed,
 //! checked and queued. What the links carry is `plan`'s job plan and `service`'s
 //! requests; neither of those modules may import this one.
+//!
+//! Above the links, the tree's I/O: each host's [`branch::Branch`], the [`hub`] that accepts a
+//! parent's children, the [`agent`] a launcher starts on each host, the [`root`] that runs a
+//! job from the front end, and the [`status`] socket. The crate uses only the crates below it
+//! (the core, `kauri-os`, `kauri-launch`, `kauri-proto`, `kauri-plan`, `kauri-host`,
+//! `pmi-wire`); the `kauri` crate re-exports it as `kauri::tree`.
+
+#![warn(missing_docs)]
+
+#[macro_use]
+extern crate kauri_os;
 
 pub use kauri_core::tree::{gather, msg, policy, profile, progress, refusals, shape};
 
