@@ -1,6 +1,6 @@
 //! What goes wrong on a host: starting its ranks ([`NodeError`], with a singleton's
-//! `singinit` in [`SingletonError`]), reading its topology ([`TopologyError`]) and writing
-//! the output files ([`OutputError`]). Each error's line is the one kauri prints; whether a
+//! `singinit` in [`SingletonError`]), reading its topology ([`TopologyError`]), making the
+//! ranks' topology XML ([`HwlocError`]) and writing the output files ([`OutputError`]). Each error's line is the one kauri prints; whether a
 //! failure comes of running out of file descriptors is a matter of its `io::Error`'s kind
 //! ([`NodeError::out_of_fds`]), never of its text.
 
@@ -196,6 +196,38 @@ pub enum TopologyError {
     NoCpu,
 }
 
+/// Why this host's topology XML for the ranks could not be made ([`crate::topology`]); the
+/// reason is logged, and the ranks probe the machine themselves.
+#[derive(Debug, thiserror::Error)]
+pub enum HwlocError {
+    /// The library (its file name) cannot be loaded.
+    #[error("{0} cannot be loaded")]
+    NotLoaded(String),
+    /// The library (its file name) lacks an entry point (its name).
+    #[error("{library} has no {symbol}")]
+    NoSymbol {
+        /// The library's file name.
+        library: String,
+        /// The entry point.
+        symbol: String,
+    },
+    /// The library is not of hwloc 2's API (the version it reports).
+    #[error("hwloc API {0:#x}, not 2.x")]
+    Api(u32),
+    /// A call of the library failed (the call).
+    #[error("{0} failed")]
+    Call(&'static str),
+    /// The anonymous file could not be made.
+    #[error("memfd_create: {0}")]
+    MemFd(#[source] io::Error),
+    /// The anonymous file's descriptor could not be duplicated.
+    #[error(transparent)]
+    Dup(io::Error),
+    /// The XML could not be written into the anonymous file.
+    #[error("writing the XML: {0}")]
+    Write(#[source] io::Error),
+}
+
 /// Why an output file (`-outfile-pattern`, `-errfile-pattern`) cannot be written
 /// ([`crate::output::Files`]).
 #[derive(Debug, thiserror::Error)]
@@ -381,6 +413,36 @@ mod tests {
 
     #[test]
     fn each_topology_and_output_error_prints_its_line() {
+        assert_eq!(
+            HwlocError::NoSymbol {
+                library: "libhwloc.so.15".into(),
+                symbol: "hwloc_topology_load".into()
+            }
+            .to_string(),
+            "libhwloc.so.15 has no hwloc_topology_load"
+        );
+        assert_eq!(
+            HwlocError::NotLoaded("libhwloc.so.15".into()).to_string(),
+            "libhwloc.so.15 cannot be loaded"
+        );
+        assert_eq!(
+            HwlocError::Api(0x10b00).to_string(),
+            "hwloc API 0x10b00, not 2.x"
+        );
+        assert_eq!(
+            HwlocError::Call("hwloc_topology_init").to_string(),
+            "hwloc_topology_init failed"
+        );
+        let denied = || io::Error::from_raw_os_error(libc::EACCES);
+        assert_eq!(
+            HwlocError::MemFd(denied()).to_string(),
+            format!("memfd_create: {}", denied())
+        );
+        assert_eq!(HwlocError::Dup(denied()).to_string(), denied().to_string());
+        assert_eq!(
+            HwlocError::Write(denied()).to_string(),
+            format!("writing the XML: {}", denied())
+        );
         assert_eq!(
             TopologyError::Unreadable("/sys/devices/system/cpu/online".into()).to_string(),
             "cannot read /sys/devices/system/cpu/online"
