@@ -3,27 +3,49 @@
 
 use crate::tree::agent::AgentArgs;
 
+/// A mistake on `kauri agent`'s command line (exit status 2); each prints the line after
+/// `kauri agent: `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentUsageError {
+    /// An argument the `kauri-agent` page does not list.
+    #[error("unknown agent argument {0}")]
+    Unknown(String),
+    /// An argument without its value.
+    #[error("{0} needs a value")]
+    NeedsValue(String),
+    /// `--id` with something else than a number.
+    #[error("bad --id")]
+    BadId,
+    /// A required argument is missing (`--parent`, `--id`, `--host`).
+    #[error("{0} is required")]
+    Required(&'static str),
+}
+
 /// Parses `--parent ADDR (--id N --host NAME | --slurm) [--pmi-trace]`.
-pub fn parse(args: &[String]) -> Result<AgentArgs, String> {
+pub fn parse(args: &[String]) -> Result<AgentArgs, AgentUsageError> {
     let (mut parent, mut id, mut host, mut slurm) = (None, None, None, false);
     let mut pmi_trace = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         // The page's table is the one list of arguments (`kauri --help-man kauri-agent`).
         if super::doc::KAURI_AGENT.find(a).is_none() {
-            return Err(format!("unknown agent argument {a}"));
+            return Err(AgentUsageError::Unknown(a.clone()));
         }
-        let mut val = || it.next().cloned().ok_or(format!("{a} needs a value"));
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| AgentUsageError::NeedsValue(a.clone()))
+        };
         match a.as_str() {
             "--parent" => parent = Some(val()?),
-            "--id" => id = Some(val()?.parse::<u32>().map_err(|_| "bad --id".to_string())?),
+            "--id" => id = Some(val()?.parse::<u32>().map_err(|_| AgentUsageError::BadId)?),
             "--host" => host = Some(val()?),
             "--slurm" => slurm = true,
             "--pmi-trace" => pmi_trace = true,
-            other => return Err(format!("unknown agent argument {other}")),
+            other => return Err(AgentUsageError::Unknown(other.to_string())),
         }
     }
-    let parent = parent.ok_or("--parent is required")?;
+    let parent = parent.ok_or(AgentUsageError::Required("--parent"))?;
     if slurm {
         let host =
             std::env::var("SLURMD_NODENAME").unwrap_or_else(|_| crate::os::hostname::local_host());
@@ -36,8 +58,8 @@ pub fn parse(args: &[String]) -> Result<AgentArgs, String> {
     }
     Ok(AgentArgs {
         parent,
-        id: Some(id.ok_or("--id is required")?),
-        host: host.ok_or("--host is required")?,
+        id: Some(id.ok_or(AgentUsageError::Required("--id"))?),
+        host: host.ok_or(AgentUsageError::Required("--host"))?,
         pmi_trace,
     })
 }
@@ -54,7 +76,7 @@ mod tests {
                 let mut a = vec![name.to_string()];
                 a.extend((0..o.arg.words()).map(|_| "1".to_string()));
                 if let Err(e) = parse(&a) {
-                    assert!(!e.contains("unknown"), "{a:?}: {e}");
+                    assert!(!matches!(e, AgentUsageError::Unknown(_)), "{a:?}: {e}");
                 }
             }
         }
@@ -72,6 +94,22 @@ mod tests {
             })
         );
         let bad = vec!["--nope".to_string()];
-        assert!(parse(&bad).unwrap_err().contains("unknown"));
+        assert_eq!(parse(&bad), Err(AgentUsageError::Unknown("--nope".into())));
+    }
+
+    /// Each mistake prints the line `kauri agent` printed when its errors were text.
+    #[test]
+    fn each_usage_error_prints_its_line() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for (a, line) in [
+            (&["--nope"][..], "unknown agent argument --nope"),
+            (&["--parent"][..], "--parent needs a value"),
+            (&["--id", "x"][..], "bad --id"),
+            (&["--id", "1"][..], "--parent is required"),
+            (&["--parent", "h:1", "--host", "n"][..], "--id is required"),
+            (&["--parent", "h:1", "--id", "1"][..], "--host is required"),
+        ] {
+            assert_eq!(parse(&args(a)).unwrap_err().to_string(), line, "{a:?}");
+        }
     }
 }

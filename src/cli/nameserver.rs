@@ -66,10 +66,28 @@ enum Invocation {
     Help,
 }
 
+/// A mistake on `kauri nameserver`'s command line (exit status 2); each prints the line
+/// after `kauri nameserver: `.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum NameserverUsageError {
+    /// An option the `kauri-nameserver` page does not list (without its dashes).
+    #[error("unknown argument {0} (try -help)")]
+    Unknown(String),
+    /// `-port` without a port number.
+    #[error("-port needs a port number")]
+    NeedsPort,
+    /// `-bind` without an address.
+    #[error("-bind needs an address")]
+    NeedsAddress,
+    /// `-key` without a secret.
+    #[error("-key needs a secret")]
+    NeedsSecret,
+}
+
 /// Parses `[-port P] [-bind ADDR] [-key SECRET] [-help]` (any number of dashes, `-name=value`
 /// too); `key` is the secret from the environment, which `-key` overrides. A name is known
 /// through the `kauri-nameserver` page's table only.
-fn parse_args(args: &[String], key: Option<String>) -> Result<Invocation, String> {
+fn parse_args(args: &[String], key: Option<String>) -> Result<Invocation, NameserverUsageError> {
     let (mut port, mut bind, mut key) = (DEFAULT_PORT, "0.0.0.0".to_string(), key);
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -79,24 +97,24 @@ fn parse_args(args: &[String], key: Option<String>) -> Result<Invocation, String
             None => (a, None),
         };
         if super::doc::KAURI_NAMESERVER.find(name).is_none() {
-            return Err(format!("unknown argument {a} (try -help)"));
+            return Err(NameserverUsageError::Unknown(a.to_string()));
         }
         let mut value = || inline.clone().or_else(|| it.next().cloned());
         match name {
             "port" | "p" => match value().and_then(|v| v.parse().ok()) {
                 Some(p) => port = p,
-                None => return Err("-port needs a port number".into()),
+                None => return Err(NameserverUsageError::NeedsPort),
             },
             "bind" => match value() {
                 Some(b) => bind = b,
-                None => return Err("-bind needs an address".into()),
+                None => return Err(NameserverUsageError::NeedsAddress),
             },
             "key" => match value().filter(|k| !k.is_empty()) {
                 Some(k) => key = Some(k),
-                None => return Err("-key needs a secret".into()),
+                None => return Err(NameserverUsageError::NeedsSecret),
             },
             "h" | "help" => return Ok(Invocation::Help),
-            _ => return Err(format!("unknown argument {a} (try -help)")),
+            _ => return Err(NameserverUsageError::Unknown(a.to_string())),
         }
     }
     Ok(Invocation::Serve { port, bind, key })
@@ -118,13 +136,14 @@ mod tests {
                 let mut a = vec![name.to_string()];
                 a.extend((0..o.arg.words()).map(|_| "1".to_string()));
                 if let Err(e) = parse_args(&a, None) {
-                    assert!(!e.contains("unknown"), "{a:?}: {e}");
+                    assert!(!matches!(e, NameserverUsageError::Unknown(_)), "{a:?}: {e}");
                 }
             }
         }
-        assert!(parse_args(&args(&["-nope"]), None)
-            .unwrap_err()
-            .contains("unknown argument nope"));
+        assert_eq!(
+            parse_args(&args(&["-nope"]), None),
+            Err(NameserverUsageError::Unknown("nope".into()))
+        );
         assert_eq!(
             parse_args(&args(&["--port=7", "-bind", "::1"]), Some("k".into())),
             Ok(Invocation::Serve {
@@ -134,9 +153,24 @@ mod tests {
             })
         );
         assert_eq!(parse_args(&args(&["-h"]), None), Ok(Invocation::Help));
-        assert!(parse_args(&args(&["-key"]), None)
-            .unwrap_err()
-            .contains("needs a secret"));
+        assert_eq!(
+            parse_args(&args(&["-key"]), None),
+            Err(NameserverUsageError::NeedsSecret)
+        );
+    }
+
+    /// Each mistake prints the line `kauri nameserver` printed when its errors were text.
+    #[test]
+    fn each_usage_error_prints_its_line() {
+        for (a, line) in [
+            (&["--nope=1"][..], "unknown argument nope=1 (try -help)"),
+            (&["-port", "x"][..], "-port needs a port number"),
+            (&["-bind"][..], "-bind needs an address"),
+            (&["-key="][..], "-key needs a secret"),
+        ] {
+            let e = parse_args(&args(a), None).unwrap_err();
+            assert_eq!(e.to_string(), line, "{a:?}");
+        }
     }
 
     /// With no argument the server listens on every IPv4 address, on port 6392, for any

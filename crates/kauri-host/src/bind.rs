@@ -14,6 +14,7 @@
 //! larger than the mapping object is the one that holds it. More ranks than places wrap
 //! around, and the host says so once.
 
+use crate::error::TopologyError;
 pub use kauri_core::plan::binding::{Binding, Kind};
 use rustix::thread::CpuSet;
 use std::collections::BTreeMap;
@@ -60,22 +61,22 @@ fn read(p: &Path) -> Option<String> {
 impl Topology {
     /// Reads this host's topology from `/sys`, limited to `allowed` (this process's
     /// affinity).
-    pub fn read(allowed: &[usize]) -> Result<Topology, String> {
+    pub fn read(allowed: &[usize]) -> Result<Topology, TopologyError> {
         Topology::read_from(Path::new("/sys/devices/system"), allowed)
     }
 
     /// [`Topology::read`] from a `sys/devices/system` tree at `root`.
-    pub fn read_from(root: &Path, allowed: &[usize]) -> Result<Topology, String> {
+    pub fn read_from(root: &Path, allowed: &[usize]) -> Result<Topology, TopologyError> {
         let cpu_dir = root.join("cpu");
         let online = read(&cpu_dir.join("online"))
             .and_then(|s| parse_cpu_list(&s))
-            .ok_or_else(|| format!("cannot read {}", cpu_dir.join("online").display()))?;
+            .ok_or_else(|| TopologyError::Unreadable(cpu_dir.join("online")))?;
         let cpus: Vec<usize> = online
             .into_iter()
             .filter(|c| allowed.is_empty() || allowed.contains(c))
             .collect();
         if cpus.is_empty() {
-            return Err("no CPU is both online and allowed".into());
+            return Err(TopologyError::NoCpu);
         }
         // Each kind: a key per CPU; CPUs with the same key are one object.
         let mut keys: BTreeMap<Kind, BTreeMap<String, Vec<usize>>> = BTreeMap::new();

@@ -10,6 +10,7 @@
 //! patterns and routes are plain data; only [`Files`] does I/O, and the forwarding itself
 //! lives in `iofwd`.
 
+use crate::error::OutputError;
 pub use kauri_core::plan::output::{Origin, OutputOptions, OutputPlan, Pattern};
 use kauri_os::clock::unix_ms;
 use std::collections::{HashMap, HashSet};
@@ -228,11 +229,14 @@ fn blocking(f: &std::fs::File) -> std::io::Result<()> {
 
 impl Files {
     /// Creates the files `paths` names, each with the option that named it for the error.
-    pub fn create(paths: &[(String, &str)]) -> Result<Files, String> {
+    pub fn create(paths: &[(String, &str)]) -> Result<Files, OutputError> {
         let mut files = Files::default();
         for (path, option) in paths {
-            let f = open_for_user(path, true)
-                .map_err(|e| format!("{option}: cannot create {path}: {e}"))?;
+            let f = open_for_user(path, true).map_err(|source| OutputError::Create {
+                option: option.to_string(),
+                path: path.clone(),
+                source,
+            })?;
             files
                 .open
                 .insert(path.as_str().into(), Some(tokio::fs::File::from_std(f)));
@@ -242,7 +246,7 @@ impl Files {
 
     /// Appends `data` to the file `path`, opening it first if it is not open yet. An error is
     /// one line for the user, told once per file: the file's later lines are dropped.
-    pub async fn write(&mut self, path: &Arc<str>, data: &[u8]) -> Result<(), String> {
+    pub async fn write(&mut self, path: &Arc<str>, data: &[u8]) -> Result<(), OutputError> {
         if !self.open.contains_key(path) {
             let p = path.to_string();
             let truncate = !self.closed.contains(path);
@@ -255,7 +259,10 @@ impl Files {
                     .insert(path.clone(), Some(tokio::fs::File::from_std(f))),
                 Err(e) => {
                     self.open.insert(path.clone(), None);
-                    return Err(format!("cannot create output file {path}: {e}"));
+                    return Err(OutputError::Open {
+                        path: path.to_string(),
+                        source: e,
+                    });
                 }
             };
         }
@@ -266,9 +273,12 @@ impl Files {
             Ok(()) => f.flush().await,
             Err(e) => Err(e),
         };
-        written.map_err(|e| {
+        written.map_err(|source| {
             self.open.insert(path.clone(), None);
-            format!("cannot write output file {path}: {e}")
+            OutputError::Write {
+                path: path.to_string(),
+                source,
+            }
         })
     }
 

@@ -19,16 +19,31 @@ use std::process::ExitStatus;
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
-/// Set once this process has been refused a file descriptor (`EMFILE`, `ENFILE`).
+/// Set once this process has been refused a file descriptor (`EMFILE`, `ENFILE`). The fact is
+/// the process's, not one failure's: what fails after it (a link to an agent that drops, an
+/// agent's launch, a host's ranks) is most likely a consequence, reported by a layer that
+/// never saw the `io::Error` that said so, and [`fd_cause`] names the cause first on that
+/// layer's line. It is set only from an error's kind ([`is_out_of_fds`]).
 static OUT_OF_FDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Records `e` if it says this process (`EMFILE`) or the system (`ENFILE`) is out of file
-/// descriptors; true when it does. Everything that fails after that is most likely a
+/// True when `e` says this process (`EMFILE`) or the system (`ENFILE`) is out of file
+/// descriptors.
+pub fn is_out_of_fds(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Records that this process ran out of file descriptors ([`OUT_OF_FDS`]).
+pub fn note_out_of_fds() {
+    OUT_OF_FDS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Records `e` if it says this process or the system is out of file descriptors
+/// ([`is_out_of_fds`]); true when it does. Everything that fails after that is most likely a
 /// consequence, and [`fd_cause`] says so first.
 pub fn note_fd_error(e: &io::Error) -> bool {
-    let out = matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+    let out = is_out_of_fds(e);
     if out {
-        OUT_OF_FDS.store(true, std::sync::atomic::Ordering::Relaxed);
+        note_out_of_fds();
     }
     out
 }
@@ -47,12 +62,13 @@ pub fn fd_exhaustion() -> Option<String> {
     )
 }
 
-/// `what`, led by the cause when this process ran out of file descriptors: one line that
-/// names the limit first and the failure it caused after.
-pub fn fd_cause(what: String) -> String {
+/// The line for failure `what`, led by the cause when this process ran out of file
+/// descriptors: one line that names the limit first and the failure it caused after. The
+/// cause is named here alone (no error's own line carries it), so it is said once.
+pub fn fd_cause(what: impl std::fmt::Display) -> String {
     match fd_exhaustion() {
-        Some(cause) if !what.starts_with("out of file descriptors") => format!("{cause}: {what}"),
-        _ => what,
+        Some(cause) => format!("{cause}: {what}"),
+        None => what.to_string(),
     }
 }
 

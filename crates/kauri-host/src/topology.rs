@@ -15,6 +15,7 @@
 //! host without the library, or whose discovery fails, answers "unavailable", and the ranks
 //! probe as before.
 
+use crate::error::HwlocError;
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -67,18 +68,17 @@ pub fn make_ahead() {
 }
 
 /// Discovers the topology and writes it into an anonymous file.
-fn make() -> Result<Xml, String> {
+fn make() -> Result<Xml, HwlocError> {
     let xml = discover()?;
     // SAFETY: the name is NUL-terminated; the call takes no other pointer.
     let fd = unsafe { libc::memfd_create(c"kauri-hwloc-topology".as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
-        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+        return Err(HwlocError::MemFd(std::io::Error::last_os_error()));
     }
     // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
     let file = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut f = std::fs::File::from(file.try_clone().map_err(|e| e.to_string())?);
-    f.write_all(&xml)
-        .map_err(|e| format!("writing the XML: {e}"))?;
+    let mut f = std::fs::File::from(file.try_clone().map_err(HwlocError::Dup)?);
+    f.write_all(&xml).map_err(HwlocError::Write)?;
     let path = format!("/proc/{}/fd/{}", std::process::id(), file.as_raw_fd());
     Ok(Xml { _file: file, path })
 }
@@ -105,25 +105,26 @@ const KEEP_ALL: c_int = 0;
 /// # Safety
 /// `handle` is a live `dlopen` handle, and `T` is a function pointer type matching the
 /// symbol's C declaration.
-unsafe fn sym<T: Copy>(handle: *mut c_void, name: &CStr) -> Result<T, String> {
+unsafe fn sym<T: Copy>(handle: *mut c_void, name: &CStr) -> Result<T, HwlocError> {
     // SAFETY: handle is live (the caller's promise) and name NUL-terminated.
     let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
     if p.is_null() {
-        return Err(format!(
-            "{} has no {}",
-            LIBRARY.to_string_lossy(),
-            name.to_string_lossy()
-        ));
+        return Err(HwlocError::NoSymbol {
+            library: LIBRARY.to_string_lossy().into_owned(),
+            symbol: name.to_string_lossy().into_owned(),
+        });
     }
     // SAFETY: T is a function pointer type (the caller's promise), the size of a pointer.
     Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
 }
 
-fn open() -> Result<Hwloc, String> {
+fn open() -> Result<Hwloc, HwlocError> {
     // SAFETY: LIBRARY is NUL-terminated. RTLD_LOCAL: its symbols are ours alone.
     let h = unsafe { libc::dlopen(LIBRARY.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if h.is_null() {
-        return Err(format!("{} cannot be loaded", LIBRARY.to_string_lossy()));
+        return Err(HwlocError::NotLoaded(
+            LIBRARY.to_string_lossy().into_owned(),
+        ));
     }
     // SAFETY: h is live (never closed: the library stays for the process's life), and each
     // type below is the declaration of hwloc 2's `hwloc.h`.
@@ -141,23 +142,23 @@ fn open() -> Result<Hwloc, String> {
 }
 
 /// This machine's topology as hwloc 2 XML, I/O objects included.
-fn discover() -> Result<Vec<u8>, String> {
+fn discover() -> Result<Vec<u8>, HwlocError> {
     // hwloc reads its variables (`getenv`) as it loads: not while the environment changes.
     let _env = kauri_os::env::lock();
     let l = open()?;
     // SAFETY: takes nothing.
     let v = unsafe { (l.api_version)() };
     if v >> 16 != 2 {
-        return Err(format!("hwloc API {v:#x}, not 2.x"));
+        return Err(HwlocError::Api(v));
     }
     let mut t: Topology = std::ptr::null_mut();
     // SAFETY: t is a valid place for the new topology.
     if unsafe { (l.init)(&mut t) } != 0 || t.is_null() {
-        return Err("hwloc_topology_init failed".into());
+        return Err(HwlocError::Call("hwloc_topology_init"));
     }
     // SAFETY: t is a live topology from init, destroyed exactly once below whatever happens.
     unsafe {
-        let mut r = Err("hwloc_topology_load failed".to_string());
+        let mut r = Err(HwlocError::Call("hwloc_topology_load"));
         (l.set_io_types_filter)(t, KEEP_ALL);
         if (l.load)(t) == 0 {
             let mut buf: *mut c_char = std::ptr::null_mut();
@@ -169,7 +170,7 @@ fn discover() -> Result<Vec<u8>, String> {
                 (l.free_xmlbuffer)(t, buf);
                 Ok(xml)
             } else {
-                Err("hwloc_topology_export_xmlbuffer failed".into())
+                Err(HwlocError::Call("hwloc_topology_export_xmlbuffer"))
             };
         }
         (l.destroy)(t);

@@ -330,7 +330,9 @@ async fn start_ranks(
     let fork_start = clock.now();
     let node = match port_taken {
         Some(e) => Err(e),
-        None => Node::start(job, me, events, out).await,
+        None => Node::start(job, me, events, out)
+            .await
+            .map_err(|e| e.to_string()),
     };
     let forked = clock.now();
     match node {

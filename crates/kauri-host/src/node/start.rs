@@ -4,6 +4,7 @@
 use super::conn::{accept_pmi, RankSock};
 use super::poll::serve_conn;
 use super::{abandon, rank_ended, Ctx, Node, NodeEvent, PmixState, ShmDir, PMIX_REQUESTS};
+use crate::error::{NodeError, SingletonError, TopologyError};
 use crate::events::JobTx;
 use crate::iofwd;
 use crate::iofwd::Stream;
@@ -36,38 +37,31 @@ const SINGINIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60)
 /// program answers `singinit` with its PMI version, kauri answers `singinit_info` with the
 /// job's kvsname and no stdio forwarding (the program keeps its own stdio). The program then
 /// speaks PMI-1 on the same connection, starting with `init`.
-async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, String> {
+async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, SingletonError> {
+    let pid = a.pid;
+    let io = |source| SingletonError::Io { pid, source };
     let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(&a.addr).await.map_err(|e| {
-            format!(
-                "cannot connect to the singleton (pid {}) at {}: {e}",
-                a.pid, a.addr
-            )
-        })?;
+        let mut s = tokio::net::TcpStream::connect(&a.addr)
+            .await
+            .map_err(|source| SingletonError::Connect {
+                pid,
+                addr: a.addr.clone(),
+                source,
+            })?;
         let _ = s.set_nodelay(true);
         s.write_all(b"cmd=singinit pmi_version=1 pmi_subversion=1 stdio=no authtype=none\n")
             .await
-            .map_err(|e| format!("singleton (pid {}): {e}", a.pid))?;
+            .map_err(io)?;
         // One line, read byte by byte: the program sends nothing more until it has our answer.
         let mut line = Vec::new();
         loop {
             let mut b = [0u8; 1];
             match s.read(&mut b).await {
-                Ok(0) => {
-                    return Err(format!(
-                        "the singleton (pid {}) closed the connection during singinit",
-                        a.pid
-                    ))
-                }
+                Ok(0) => return Err(SingletonError::Closed { pid }),
                 Ok(_) if b[0] == b'\n' => break,
                 Ok(_) if line.len() < 1024 => line.push(b[0]),
-                Ok(_) => {
-                    return Err(format!(
-                        "the singleton (pid {}) sent an over-long singinit line",
-                        a.pid
-                    ))
-                }
-                Err(e) => return Err(format!("singleton (pid {}): {e}", a.pid)),
+                Ok(_) => return Err(SingletonError::LongLine { pid }),
+                Err(e) => return Err(io(e)),
             }
         }
         let line = String::from_utf8_lossy(&line).into_owned();
@@ -76,16 +70,13 @@ async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, Str
                 .find_map(|t| t.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
         };
         if field("cmd") != Some("singinit") {
-            return Err(format!(
-                "the singleton (pid {}) answered {line:?}, not cmd=singinit",
-                a.pid
-            ));
+            return Err(SingletonError::NotSinginit { pid, line });
         }
         if let Some(auth) = field("authtype").filter(|&t| t != "none") {
-            return Err(format!(
-                "the singleton (pid {}) asks for authentication {auth:?}; kauri offers none",
-                a.pid
-            ));
+            return Err(SingletonError::Authentication {
+                pid,
+                auth: auth.to_string(),
+            });
         }
         let versionok = if field("pmi_version").is_none_or(|v| v == "1") {
             "yes"
@@ -97,23 +88,17 @@ async fn singinit(a: &Adopt, kvsname: &str) -> Result<tokio::net::TcpStream, Str
                 .as_bytes(),
         )
         .await
-        .map_err(|e| format!("singleton (pid {}): {e}", a.pid))?;
+        .map_err(io)?;
         if versionok == "no" {
-            return Err(format!(
-                "the singleton (pid {}) speaks {line:?}; kauri serves singletons PMI-1",
-                a.pid
-            ));
+            return Err(SingletonError::Version { pid, line });
         }
         Ok(s)
     };
     tokio::time::timeout(SINGINIT_TIMEOUT, exchange)
         .await
-        .map_err(|_| {
-            format!(
-                "the singleton (pid {}) did not complete singinit within {} s",
-                a.pid,
-                SINGINIT_TIMEOUT.as_secs()
-            )
+        .map_err(|_| SingletonError::Timeout {
+            pid,
+            secs: SINGINIT_TIMEOUT.as_secs(),
         })?
 }
 
@@ -156,14 +141,17 @@ pub(super) struct PmixOffer {
 
 /// Offers the job PMIx on this host ([`pmix::offer`]: the server library starts later, when
 /// a client knocks, or when [`Node::start`] starts it for a job of Open MPI).
-fn offer_pmix(job: &JobPlan, me: &HostPlan) -> Result<PmixOffer, String> {
-    let host = &me.host;
+fn offer_pmix(job: &JobPlan, me: &HostPlan) -> Result<PmixOffer, NodeError> {
+    let on = |source| NodeError::PmixOffer {
+        host: me.host.clone(),
+        source,
+    };
     if let Err(e) = pmix::ffi::choose_library(job.pmix_library.as_deref()) {
         tracing::warn!(job = %job.kvsname, "{e}: the job is served by it");
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    let given = pmix::offer(job, me, tx.clone()).map_err(|e| format!("{e} (on {host})"))?;
-    let places = pmix::places(&job.kvsname, me.node).map_err(|e| format!("{e} (on {host})"))?;
+    let given = pmix::offer(job, me, tx.clone()).map_err(on)?;
+    let places = pmix::places(&job.kvsname, me.node).map_err(on)?;
     let mut env = HashMap::new();
     for r in &me.ranks {
         let given = given.get(&r.rank).cloned().unwrap_or_default();
@@ -179,7 +167,7 @@ fn serve_pmix(
     job: &JobPlan,
     offer: Option<PmixOffer>,
     now: bool,
-) -> Result<(), String> {
+) -> Result<(), NodeError> {
     let Some(o) = offer else {
         return Ok(());
     };
@@ -250,7 +238,7 @@ fn resolve_programs(
     job: &JobPlan,
     me: &HostPlan,
     host: &str,
-) -> Result<HashMap<usize, PathBuf>, String> {
+) -> Result<HashMap<usize, PathBuf>, NodeError> {
     let mut programs: HashMap<usize, PathBuf> = HashMap::new();
     for r in &me.ranks {
         if programs.contains_key(&r.app) || adopting(job, r.rank) {
@@ -259,16 +247,20 @@ fn resolve_programs(
         let a = job
             .apps
             .get(r.app)
-            .ok_or_else(|| format!("rank {} names a segment that does not exist", r.rank))?;
+            .ok_or(NodeError::NoSegment { rank: r.rank })?;
         let wdir = PathBuf::from(&a.wdir);
         if !wdir.is_dir() {
-            return Err(format!(
-                "working directory {} does not exist on {host}",
-                wdir.display()
-            ));
+            return Err(NodeError::NoWorkingDir {
+                wdir,
+                host: host.to_string(),
+            });
         }
-        let p = kauri_os::program::resolve(&a.program, a.var("PATH"), &wdir)
-            .map_err(|e| format!("{e} (on {host})"))?;
+        let p = kauri_os::program::resolve(&a.program, a.var("PATH"), &wdir).map_err(|source| {
+            NodeError::Program {
+                host: host.to_string(),
+                source,
+            }
+        })?;
         programs.insert(r.app, p);
     }
     Ok(programs)
@@ -315,12 +307,15 @@ pub(super) fn new_ctx(job: &JobPlan, me: &HostPlan, events: &JobTx<NodeEvent>) -
 
 /// Listens for the ranks' PMI connections on a loopback port (`-pmi-port`) and serves them;
 /// returns the address the ranks are given.
-fn listen_pmi_port(ctx: &Rc<Ctx>, job: &JobPlan, host: &str) -> Result<String, String> {
+fn listen_pmi_port(ctx: &Rc<Ctx>, job: &JobPlan, host: &str) -> Result<String, NodeError> {
     let l = kauri_os::ports::listen_async(
         std::net::Ipv4Addr::LOCALHOST.into(),
         job.port_range.as_ref(),
     )
-    .map_err(|e| format!("cannot listen for PMI on loopback on {host}: {e}"))?;
+    .map_err(|source| NodeError::PmiPort {
+        host: host.to_string(),
+        source,
+    })?;
     let addr = l.local_addr().map(|a| a.to_string()).unwrap_or_default();
     tokio::task::spawn_local(accept_pmi(ctx.clone(), l));
     Ok(addr)
@@ -335,7 +330,11 @@ fn vader_wanted(job: &JobPlan, a: &AppPlan) -> bool {
 
 /// Open MPI's private shared-memory directory on this host, when a rank here wants one
 /// ([`vader_wanted`]).
-fn private_vader_dir(job: &JobPlan, me: &HostPlan, host: &str) -> Result<Option<ShmDir>, String> {
+fn private_vader_dir(
+    job: &JobPlan,
+    me: &HostPlan,
+    host: &str,
+) -> Result<Option<ShmDir>, NodeError> {
     if me
         .ranks
         .iter()
@@ -343,7 +342,10 @@ fn private_vader_dir(job: &JobPlan, me: &HostPlan, host: &str) -> Result<Option<
     {
         pmix::shm_dir(&job.kvsname, me.node)
             .map(|d| d.map(ShmDir))
-            .map_err(|e| format!("{e} (on {host})"))
+            .map_err(|source| NodeError::ShmDir {
+                host: host.to_string(),
+                source,
+            })
     } else {
         Ok(None)
     }
@@ -367,19 +369,24 @@ fn oversubscribed(job: &JobPlan, nlocal: usize, cores: usize) -> bool {
 }
 
 /// Each local rank's CPUs (`-bind-to`), by local id; empty when the job binds nothing.
-fn rank_cpus(job: &JobPlan, nlocal: usize, host: &str) -> Result<Vec<Vec<usize>>, String> {
+fn rank_cpus(job: &JobPlan, nlocal: usize, host: &str) -> Result<Vec<Vec<usize>>, NodeError> {
     let Some(b) = &job.binding else {
         return Ok(Vec::new());
     };
-    let what = format!("-bind-to {}", b.kind.name());
-    let topo = crate::bind::Topology::read(&crate::bind::allowed_cpus())
-        .map_err(|e| format!("{what}: cannot read the topology of {host}: {e}"))?;
+    let topo = crate::bind::Topology::read(&crate::bind::allowed_cpus()).map_err(
+        |source: TopologyError| NodeError::Topology {
+            binding: b.kind.name(),
+            host: host.to_string(),
+            source,
+        },
+    )?;
     let (sets, wrapped) = topo.place(b, nlocal);
     if wrapped {
         let places = topo.objects(b.kind).len() / b.count.max(1);
         say!(
-            "kauri: {what}: {nlocal} ranks on {host} and {} place(s) for them: \
+            "kauri: -bind-to {}: {nlocal} ranks on {host} and {} place(s) for them: \
              ranks share them, in turn",
+            b.kind.name(),
             places.max(1)
         );
     }
@@ -484,7 +491,7 @@ fn queue_depth(ranks: usize, limit: Option<u64>) -> usize {
 /// why it cannot start.
 enum NotQueued {
     Socket(std::io::Error),
-    Start(String),
+    Start(NodeError),
 }
 
 /// A rank queued for its start, with kauri's end of its PMI socket pair.
@@ -521,7 +528,7 @@ impl Launching<'_> {
         &mut self,
         starts: &mut Starts,
         queued: &mut VecDeque<Queued>,
-    ) -> Result<(), String> {
+    ) -> Result<(), NodeError> {
         while queued.len() < self.ahead {
             let Some(&rp) = self.todo.get(self.next) else {
                 return Ok(());
@@ -529,9 +536,11 @@ impl Launching<'_> {
             match self.queue_rank(starts, rp, self.cpus_of.get(rp.local_id)) {
                 Ok(q) => queued.push_back(q),
                 Err(NotQueued::Socket(_)) if !queued.is_empty() => return Ok(()),
-                Err(NotQueued::Socket(e)) => {
-                    proc::note_fd_error(&e);
-                    return Err(format!("cannot create a PMI socket on {}: {e}", self.host));
+                Err(NotQueued::Socket(source)) => {
+                    return Err(NodeError::PmiSocket {
+                        host: self.host.to_string(),
+                        source,
+                    })
                 }
                 Err(NotQueued::Start(e)) => return Err(e),
             }
@@ -618,10 +627,14 @@ impl Launching<'_> {
     }
 }
 
-/// "cannot start rank R (PROGRAM) on HOST: E", with a descriptor shortage noted.
-fn start_error(r: usize, program: &str, host: &str, e: std::io::Error) -> String {
-    proc::note_fd_error(&e);
-    format!("cannot start rank {r} ({program}) on {host}: {e}")
+/// Rank `r` (of `program`) could not start on `host`, for `e`.
+fn start_error(r: usize, program: &str, host: &str, e: std::io::Error) -> NodeError {
+    NodeError::StartRank {
+        rank: r,
+        program: program.to_string(),
+        host: host.to_string(),
+        source: e,
+    }
 }
 
 /// What serving and watching the ranks of a host shares, once they are started.
@@ -653,13 +666,28 @@ impl Node {
     /// A start that fails after it started some ranks (a later start refused, no descriptors
     /// left for a PMI socket) kills them with their process groups and reaps them before it
     /// returns the error: nothing it started outlives it, and no [`NodeEvent::Exited`]
-    /// follows for them.
+    /// follows for them. A failure that comes of running out of file descriptors is
+    /// recorded as this process's ([`proc::note_out_of_fds`]).
     pub async fn start(
         job: &JobPlan,
         me: &HostPlan,
         events: JobTx<NodeEvent>,
         out: iofwd::OutputSender,
-    ) -> Result<Node, String> {
+    ) -> Result<Node, NodeError> {
+        let started = Node::start_ranks(job, me, events, out).await;
+        if started.as_ref().is_err_and(NodeError::out_of_fds) {
+            proc::note_out_of_fds();
+        }
+        started
+    }
+
+    /// [`Node::start`], but for noting a shortage of descriptors.
+    async fn start_ranks(
+        job: &JobPlan,
+        me: &HostPlan,
+        events: JobTx<NodeEvent>,
+        out: iofwd::OutputSender,
+    ) -> Result<Node, NodeError> {
         let host = me.host.clone();
         let ctx = new_ctx(job, me, &events);
         let programs = resolve_programs(job, me, &host)?;
@@ -755,7 +783,7 @@ impl Node {
         s: &Serving<'_>,
         start: &mut Start<'_, '_>,
         watched: &mut Vec<Watched>,
-    ) -> Result<(), String> {
+    ) -> Result<(), NodeError> {
         let mut started = Vec::new();
         loop {
             start.l.queue_ahead(start.starts, &mut start.queued)?;
@@ -796,12 +824,12 @@ impl Node {
         s: &Serving<'_>,
         a: &Adopt,
         r: usize,
-    ) -> Result<(), String> {
+    ) -> Result<(), NodeError> {
         let stream = singinit(a, &s.job.kvsname).await?;
         let stream = stream
             .into_std()
             .and_then(|s| RankSock::new(s.into()))
-            .map_err(|e| format!("cannot serve the singleton's PMI: {e}"))?;
+            .map_err(NodeError::SingletonPmi)?;
         let conn = r as ConnId;
         s.ctx.engine.borrow_mut().connect(conn, Some(r));
         serve_conn(s.ctx, conn, stream);
@@ -829,7 +857,7 @@ impl Node {
         s: &Serving<'_>,
         u: Unwatched,
         exe: PathBuf,
-    ) -> Result<Watched, String> {
+    ) -> Result<Watched, NodeError> {
         let Unwatched {
             rank: r,
             app,

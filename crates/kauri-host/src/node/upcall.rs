@@ -687,13 +687,13 @@ impl Node {
             return;
         };
         let registered = match reply {
-            ServiceReply::Job(Ok(plan)) => {
-                pmix::register_foreign(&plan, p.upcall_tx.clone()).map(|mine| {
+            ServiceReply::Job(Ok(plan)) => pmix::register_foreign(&plan, p.upcall_tx.clone())
+                .map(|mine| {
                     if mine {
                         p.foreign.push(plan.kvsname.clone());
                     }
                 })
-            }
+                .map_err(|e| e.to_string()),
             ServiceReply::Job(Err(e)) => Err(e),
             other => Err(format!("answered with {other:?}")),
         };

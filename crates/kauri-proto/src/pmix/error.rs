@@ -102,13 +102,6 @@ pub enum PmixError {
     },
 }
 
-/// The line, for a caller whose errors are still lines of text.
-impl From<PmixError> for String {
-    fn from(e: PmixError) -> String {
-        e.to_string()
-    }
-}
-
 /// Why a directory kauri makes at a predictable path cannot be used
 /// ([`super::create_private_dir`]).
 #[derive(Debug, thiserror::Error)]
@@ -306,7 +299,6 @@ mod tests {
         ];
         for (e, line) in cases {
             assert_eq!(e.to_string(), line, "{e:?}");
-            assert_eq!(String::from(e), line);
         }
         for (why, line) in [
             (NotPrivate::Symlink, "it is a symbolic link"),

@@ -713,7 +713,7 @@ pub fn register(
 pub fn register_foreign(
     job: &JobPlan,
     tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
-) -> Result<bool, String> {
+) -> Result<bool, PmixError> {
     if registered(&job.kvsname) {
         return Ok(false);
     }
