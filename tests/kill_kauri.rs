@@ -115,7 +115,7 @@ struct Proc {
     state: char,
     ppid: u32,
     cmd: String,
-    /// Its name (`/proc/PID/comm`): a keeper's is `kauri-keeper`.
+    /// Its name (`/proc/PID/comm`): a keeper's is `ranks-keeper`.
     comm: String,
 }
 
@@ -461,6 +461,31 @@ fn killed_with_its_keeper_running() {
     assert_eq!(words[1], kauri::host::keeper::SUBCOMMAND, "{keeper:?}");
     assert_eq!(words[3], "3000", "the job's grace: {keeper:?}");
     let seen = seen_with_bare_children(&run, 2);
+    run.kill_kauri();
+    assert_all_gone(&seen, &run.mark, &[], None);
+}
+
+/// `pkill -9 kauri` while the ranks run: every process whose name holds "kauri" gets
+/// `SIGKILL` at once (here only this run's: kauri and its marked processes, so that other
+/// tests' runs are left alone). The keeper must not be among them, or nothing ends the ranks,
+/// which have no death signal: its name does not hold "kauri", and neither does its command
+/// line (`pkill -f`). (Before: the keeper was `ranks-keeper`, and both ranks ran on.)
+#[test]
+fn killed_by_name_the_keeper_survives_and_ends_the_ranks() {
+    let env = [("KAURI_KILL_GRACE", "3")];
+    let mut run = Run::start("by-name", &["-n", "2"], BARE_CHILD, &env);
+    run.reach(&ups(2));
+    let keeper = keeper_of(&run).expect("a keeper");
+    assert!(!keeper.comm.contains("kauri"), "{keeper:?}");
+    assert!(!keeper.cmd.contains("kauri"), "{keeper:?}");
+    let seen = seen_with_bare_children(&run, 2);
+    for p in marked(&run.mark, &[]) {
+        if p.comm.contains("kauri") {
+            let _ = Command::new("kill")
+                .args(["-9", &p.pid.to_string()])
+                .status();
+        }
+    }
     run.kill_kauri();
     assert_all_gone(&seen, &run.mark, &[], None);
 }

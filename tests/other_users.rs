@@ -587,7 +587,7 @@ fn the_keeper_ends_no_process_of_another_user() {
         std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
             let pid: u32 = e.file_name().to_str()?.parse().ok()?;
             let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
-            (comm.trim_end() == "kauri-keeper" && stat(pid)?.1 == kauri_pid).then_some(pid)
+            (comm.trim_end() == "ranks-keeper" && stat(pid)?.1 == kauri_pid).then_some(pid)
         })
     };
     let (nobody, rank, keeper) = loop {

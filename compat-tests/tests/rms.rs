@@ -167,7 +167,7 @@ fn sge_kauri_killed_leaves_no_rank_or_agent() {
             .filter(|p| p.pid != qrsh_pid && !(p.state == 'Z' && p.ppid == 1))
             .filter(|p| {
                 p.cmdline.contains(&rank)
-                    || ["kauri", "kauri-keeper", "qrsh"].contains(&p.comm.as_str())
+                    || ["kauri", "ranks-keeper", "qrsh"].contains(&p.comm.as_str())
             })
             .collect()
     };
@@ -176,7 +176,7 @@ fn sge_kauri_killed_leaves_no_rank_or_agent() {
         .iter()
         .find(|p| {
             p.comm == "kauri" && !p.cmdline.contains(" agent ") && !p.cmdline.contains("--keeper")
-            // (a keeper is `kauri-keeper`, forked or `kauri --keeper`)
+            // (a keeper is `ranks-keeper`, forked or `kauri --keeper`)
         })
         .unwrap_or_else(|| fail_clean(&ctx, format!("no front end among {before:?}")))
         .clone();
@@ -401,7 +401,7 @@ fn slurm_kauri_killed_leaves_no_rank_agent_or_step() {
             && p.ppid != salloc_pid
             && !(p.state == 'Z' && p.ppid == 1)
             && (p.cmdline.contains(&rank)
-                || ["srun", "kauri", "kauri-keeper"].contains(&p.comm.as_str()))
+                || ["srun", "kauri", "ranks-keeper"].contains(&p.comm.as_str()))
     };
     let marked = || -> Vec<ProcInfo> {
         find_marked(&ctx.marker, &ctx.dir)

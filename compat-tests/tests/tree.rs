@@ -305,7 +305,7 @@ fn assert_failed(o: &Outcome) {
 
 /// kauri processes of this test: the front end and its agents (their executable is the
 /// test's link to kauri), each with its parent in the tree (the nearest kauri ancestor).
-/// Keepers (`kauri-keeper`, forked or `kauri --keeper`, one beside every process that starts
+/// Keepers (`ranks-keeper`, forked or `kauri --keeper`, one beside every process that starts
 /// ranks) are left out.
 #[derive(Debug)]
 struct Tree {
@@ -327,7 +327,7 @@ fn kauri_tree(ctx: &Ctx) -> Tree {
     let mut agents = BTreeMap::new();
     let keepers: BTreeSet<u32> = procs
         .iter()
-        .filter(|p| p.comm == "kauri-keeper")
+        .filter(|p| p.comm == "ranks-keeper")
         .map(|p| p.pid)
         .collect();
     for &pid in &ours {

@@ -7,7 +7,9 @@
 //! kauri, and dies with it; what the ranks started would go to init and run on (Hydra
 //! leaves nothing). Something that outlives the starter must end them. The keeper is that
 //! survivor: one per process that starts ranks, started once (before the first rank of the
-//! process, not per rank), named `kauri-keeper` (its `comm`, what `ps -e` and `top` show),
+//! process, not per rank), named `ranks-keeper` (its `comm`, what `ps -e` and `top` show; like its command line,
+//! `/proc/self/exe --keeper …`, it does not hold "kauri", so a `pkill -9 kauri` meant for kauri
+//! does not also kill the one process that ends the ranks after it),
 //! in a process group of its own (a `^C` or a hang-up to the terminal's group does not reach it, and it ignores
 //! both anyway), with a pipe on its stdin and `/dev/null` on the rest; it closes every other
 //! descriptor it inherited, so `kauri … | cat` still sees its end.
@@ -56,7 +58,7 @@ pub const VAR: &str = "KAURI_KEEPER";
 pub const SUBCOMMAND: &str = "--keeper";
 
 /// A keeper's process name (`/proc/PID/comm`), however it was started.
-pub const NAME: &str = "kauri-keeper";
+pub const NAME: &str = "ranks-keeper";
 
 /// The keeper of this process, once started.
 enum State {
@@ -250,7 +252,7 @@ fn keep(token: &str, grace: Duration) -> i32 {
     // SAFETY: prctl, sigprocmask, signal and close_range take plain numbers, a
     // NUL-terminated name and an empty set; this process has one thread.
     unsafe {
-        libc::prctl(libc::PR_SET_NAME, c"kauri-keeper".as_ptr());
+        libc::prctl(libc::PR_SET_NAME, c"ranks-keeper".as_ptr());
         // Back to the defaults, whatever the starter had.
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
@@ -357,7 +359,7 @@ fn run_processes(needle: &str, ranks: &[u32]) -> Vec<u32> {
 mod tests {
     #[test]
     fn the_name_set_is_the_name_told() {
-        assert_eq!(c"kauri-keeper".to_str(), Ok(super::NAME));
+        assert_eq!(c"ranks-keeper".to_str(), Ok(super::NAME));
         // A process name holds 15 bytes.
         assert!(super::NAME.len() <= 15);
     }
