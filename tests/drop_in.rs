@@ -284,7 +284,7 @@ fn failing_rank_ends_the_job_with_its_status_and_one_line() {
         None,
         &[("KAURI_KILL_GRACE", "1")],
     );
-    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let e = stderr(&o);
     assert!(
         e.contains("rank 1 (pid ") && e.contains("exited with code 3"),
@@ -296,6 +296,32 @@ fn failing_rank_ends_the_job_with_its_status_and_one_line() {
         "only the cause is reported: {e}"
     );
     assert_no_leftovers(marker);
+}
+
+/// A parent that ignores `SIGCHLD` (some CI runners and wrappers do, and an ignored signal
+/// stays ignored across `execve`) would have the kernel reap kauri's children before kauri
+/// reads their statuses: kauri takes `SIGCHLD` back to its default, so the failing rank's
+/// code is still the job's, on one host and through agents.
+#[test]
+fn an_ignored_sigchld_loses_no_rank_status() {
+    use std::os::unix::process::CommandExt;
+    for hosts in [&[][..], &["-launcher", "fork", "-hosts", "a,b"]] {
+        let mut cmd = Command::new(KAURI);
+        cmd.args(hosts)
+            .args(["-n", "2", "sh", "-c", "exit 3"])
+            .env("KAURI_KILL_GRACE", "1");
+        // SAFETY: signal() is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let o = run_under_watchdog(&mut cmd);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{hosts:?}: {e}");
+        assert!(e.contains("exited with code 3"), "{hosts:?}: {e}");
+    }
 }
 
 #[test]
@@ -311,7 +337,7 @@ fn signalled_rank_reports_the_signal() {
         None,
         &[],
     );
-    assert_eq!(o.status.code(), Some(11));
+    assert_eq!(o.status.code(), Some(11), "{}", stderr(&o));
     assert!(stderr(&o).contains("rank 0 (pid "), "{}", stderr(&o));
     assert!(stderr(&o).contains("killed by signal 11 (SIGSEGV)"));
 }
@@ -330,7 +356,7 @@ fn disable_auto_cleanup_keeps_the_others_running() {
         None,
         &[],
     );
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert_eq!(stdout_lines(&o), vec!["survived"]);
 }
 
@@ -342,7 +368,7 @@ fn timeout_kills_everything() {
         None,
         &[("MPIEXEC_TIMEOUT", "2")],
     );
-    assert_eq!(o.status.code(), Some(255));
+    assert_eq!(o.status.code(), Some(255), "{}", stderr(&o));
     assert!(stderr(&o).contains("timed out"));
     assert_no_leftovers(marker);
 }
@@ -419,17 +445,17 @@ fn ranks_share_the_session_of_the_process_that_started_them() {
 #[test]
 fn sigint_is_forwarded_and_ends_the_job() {
     let marker = "kauri-marker-sigint";
-    let mut child = Command::new(KAURI)
+    let child = Command::new(KAURI)
         .args(["-n", "2", "sh", "-c", &format!("sleep 300 # {marker}")])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(500));
     // SAFETY: kill has no memory-safety preconditions.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let st = child.wait().unwrap();
-    assert_eq!(st.code(), Some(130));
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
     assert_no_leftovers(marker);
 }
 
@@ -530,7 +556,7 @@ fn exit_before_pmi_init_while_others_wait_fails_the_job() {
         None,
         &[("KAURI_KILL_GRACE", "1")],
     );
-    assert_eq!(o.status.code(), Some(255));
+    assert_eq!(o.status.code(), Some(255), "{}", stderr(&o));
     // Which check fires first depends on whether rank 0 initialised before rank 1 ended:
     // "... while 1 rank(s) wait in a fence" (its host's engine) or "... while other ranks use
     // PMI" (the front end). Either way one line names rank 1 and says what it did.

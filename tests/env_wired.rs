@@ -225,7 +225,7 @@ fn kvs_errors_are_one_line() {
         .env_remove("PMI_PORT")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
     assert!(
         err(&o).contains("not running as a rank of a kauri job"),
         "{}",
@@ -237,7 +237,7 @@ fn kvs_errors_are_one_line() {
         .args(["kvs", "frobnicate"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(2), "{}", err(&o));
     // A missing key, and a value too long, inside a job.
     let long = "v".repeat(2000);
     let script = format!(

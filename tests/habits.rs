@@ -217,7 +217,7 @@ fn open_mpis_other_outputs() {
         None,
         &[("MPIEXEC_TIMEOUT", "500")],
     );
-    assert_eq!(o.status.code(), Some(255));
+    assert_eq!(o.status.code(), Some(255), "{}", stderr(&o));
     assert!(stderr(&o).contains("timed out after 2 s"), "{}", stderr(&o));
 }
 

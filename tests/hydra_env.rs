@@ -319,7 +319,7 @@ fn hydra_env_none_drops_the_launchers_variables() {
     );
     assert_eq!(lines(&o), vec!["A=a B="]);
     let o = kauri(&["-n", "1", "true"], None, &[("HYDRA_ENV", "some")]);
-    assert_eq!(o.status.code(), Some(255));
+    assert_eq!(o.status.code(), Some(255), "{}", stderr(&o));
     assert_eq!(stderr(&o), "kauri: HYDRA_ENV=\"some\": use all or none\n");
 }
 

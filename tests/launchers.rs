@@ -78,7 +78,7 @@ fn a_launcher_that_keeps_failing_ends_the_job_with_its_words() {
         None,
         &[("KAURI_ADDR", "127.0.0.1")],
     );
-    assert_eq!(o.status.code(), Some(255));
+    assert_eq!(o.status.code(), Some(255), "{}", stderr(&o));
     let e = stderr(&o);
     assert!(
         e.contains(

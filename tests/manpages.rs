@@ -123,6 +123,11 @@ fn an_unknown_page_is_an_error() {
         .args(["--help-man", "nope"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(255));
+    assert_eq!(
+        o.status.code(),
+        Some(255),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("no such page"));
 }

@@ -339,7 +339,7 @@ fn a_directory_that_does_not_exist_fails_with_one_line() {
             &prog,
         ],
     );
-    assert_eq!(o.status.code(), Some(255));
+    assert_eq!(o.status.code(), Some(255), "{}", stderr(&o));
     assert!(o.stdout.is_empty());
     assert_eq!(
         stderr(&o),

@@ -498,7 +498,13 @@ pub fn signal_group(pgid: u32, sig: i32) {
 /// a rank started that outlives it, even one that left the rank's session and group with
 /// `setsid` (a daemon), becomes this process's child instead of init's, so
 /// [`kill_leftovers`] finds it and nothing outlives the job. Best effort.
+///
+/// Also takes `SIGCHLD` back to its default disposition: a parent that ignored it (an
+/// ignored signal stays ignored across `execve`) would have the kernel reap this process's
+/// children at once, and their exit statuses, a failing rank's among them, would be lost.
 pub fn become_subreaper() {
+    // SAFETY: signal() with SIG_DFL installs no handler; it runs before any child exists.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     let done = rustix::process::set_child_subreaper(Some(rustix::process::getpid()));
     SUBREAPER.store(done.is_ok(), std::sync::atomic::Ordering::Relaxed);
 }
