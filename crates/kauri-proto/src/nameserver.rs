@@ -683,19 +683,40 @@ pub fn address(spec: &str) -> String {
 
 type Pending = (Service, oneshot::Sender<ServiceReply>);
 
+/// Why a client got no answer from the name server: each reads after "the name server at
+/// ADDR".
+#[derive(Debug, thiserror::Error)]
+enum ClientError {
+    /// It closed the connection instead of answering `auth`.
+    #[error("closed the connection when given the key")]
+    ClosedAtKey,
+    /// It answered `auth` with a refusal: its reason.
+    #[error("refused the key ({KEY_VAR}): {0}")]
+    KeyRefused(String),
+    /// The connection could not be made.
+    #[error("{0}")]
+    Connect(#[source] std::io::Error),
+    /// The connection was not made within 10 s.
+    #[error("no answer within 10 s")]
+    ConnectTimeout,
+    /// The connection closed before the answer, twice.
+    #[error("the connection closed")]
+    Closed,
+}
+
 /// Presents `key` on a fresh connection; the error says why the server did not take it.
 async fn authenticate(
     r: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
     w: &mut tokio::net::tcp::OwnedWriteHalf,
     key: &str,
-) -> Result<(), String> {
+) -> Result<(), ClientError> {
     let mut got = String::new();
     let sent = w
         .write_all(format!("auth {}\n", encode(key)).as_bytes())
         .await;
     match (sent, r.read_line(&mut got).await) {
         (Ok(()), Ok(n)) if n > 0 => {}
-        _ => return Err("closed the connection when given the key".into()),
+        _ => return Err(ClientError::ClosedAtKey),
     }
     match got
         .trim_end()
@@ -703,9 +724,8 @@ async fn authenticate(
         .unwrap_or((got.trim_end(), ""))
     {
         ("ok", _) => Ok(()),
-        (_, why) => Err(format!(
-            "refused the key ({KEY_VAR}): {}",
-            decode(why).unwrap_or_else(|_| why.to_string())
+        (_, why) => Err(ClientError::KeyRefused(
+            decode(why).unwrap_or_else(|_| why.to_string()),
         )),
     }
 }
@@ -743,9 +763,17 @@ fn request_line(req: &Service) -> Result<String, ServiceReply> {
     })
 }
 
-/// Opens a connection to `addr` (within 10 s), presenting `key` if any. `Ok(Err(line))`: the
-/// server refused the key, and `line` is the answer to give; `Err`: why it could not connect.
-async fn open(addr: &str, key: Option<&str>) -> Result<Result<Conn, String>, String> {
+/// What [`open`] got: a connection, or the server's refusal of the key.
+enum Opened {
+    /// A connection, its key (if any) taken.
+    Conn(Conn),
+    /// The key was refused: the answer line to give the request.
+    KeyRefused(String),
+}
+
+/// Opens a connection to `addr` (within 10 s), presenting `key` if any; `Err`: why it could
+/// not connect.
+async fn open(addr: &str, key: Option<&str>) -> Result<Opened, ClientError> {
     match tokio::time::timeout(Duration::from_secs(10), TcpStream::connect(addr)).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
@@ -754,13 +782,16 @@ async fn open(addr: &str, key: Option<&str>) -> Result<Result<Conn, String>, Str
             if let Some(k) = key {
                 if let Err(e) = authenticate(&mut r, &mut w, k).await {
                     say!("kauri: the name server at {addr} {e}");
-                    return Ok(Err(format!("error {}", encode(&e))));
+                    return Ok(Opened::KeyRefused(format!(
+                        "error {}",
+                        encode(&e.to_string())
+                    )));
                 }
             }
-            Ok(Ok((r, w)))
+            Ok(Opened::Conn((r, w)))
         }
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("no answer within 10 s".into()),
+        Ok(Err(e)) => Err(ClientError::Connect(e)),
+        Err(_) => Err(ClientError::ConnectTimeout),
     }
 }
 
@@ -771,13 +802,12 @@ async fn exchange(
     addr: &str,
     key: Option<&str>,
     line: &str,
-) -> Result<String, String> {
-    let mut last_err = String::new();
+) -> Result<String, ClientError> {
     for _ in 0..2 {
         if conn.is_none() {
             match open(addr, key).await? {
-                Ok(c) => *conn = Some(c),
-                Err(refused) => return Ok(refused),
+                Opened::Conn(c) => *conn = Some(c),
+                Opened::KeyRefused(answer) => return Ok(answer),
             }
         }
         let Some((r, w)) = conn.as_mut() else { break };
@@ -787,10 +817,9 @@ async fn exchange(
         if ok {
             return Ok(got);
         }
-        last_err = "the connection closed".into();
         *conn = None;
     }
-    Err(last_err)
+    Err(ClientError::Closed)
 }
 
 /// What the server at `addr` answered, `a` (a reply line): a port, nothing, or why not.
@@ -910,6 +939,31 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client's failures read as the text they were before they had a type.
+    #[test]
+    fn client_errors_read_as_before() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let line = |e: ClientError| format!("the name server at h:1 is unreachable: {e}");
+        assert_eq!(
+            line(ClientError::Connect(refused)),
+            "the name server at h:1 is unreachable: connection refused"
+        );
+        for (e, text) in [
+            (
+                ClientError::ClosedAtKey,
+                "closed the connection when given the key",
+            ),
+            (
+                ClientError::KeyRefused("wrong key".into()),
+                "refused the key (KAURI_NAMESERVER_KEY): wrong key",
+            ),
+            (ClientError::ConnectTimeout, "no answer within 10 s"),
+            (ClientError::Closed, "the connection closed"),
+        ] {
+            assert_eq!(e.to_string(), text);
+        }
+    }
 
     /// A server with a key wants it first and refuses anything else; once in (or with no
     /// key), `auth` lines are taken and requests go to the table.

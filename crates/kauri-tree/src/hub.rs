@@ -85,9 +85,9 @@ fn log_refusal(
     refusals: &Rc<RefCell<Refusals>>,
     events: &JobTx<HubEvent>,
     addr: SocketAddr,
-    reason: &str,
+    reason: &Refused,
 ) {
-    let r = refusals.borrow_mut().refused(addr, reason);
+    let r = refusals.borrow_mut().refused(addr, &reason.to_string());
     match r {
         Refusal::Show(line) => {
             let _ = events.send(HubEvent::Refused { line });
@@ -444,7 +444,7 @@ fn spawn_accept(
                 // Closed at once: an unauthenticated peer holds no more than
                 // HANDSHAKES_MAX sockets and buffers of this listener.
                 drop(sock);
-                let why = format!("over the handshake limit ({HANDSHAKES_MAX} at once)");
+                let why = Refused::OverTheLimit;
                 log_refusal(&ctx.shared.refusals, &ctx.events, addr, &why);
                 continue;
             };
@@ -490,7 +490,7 @@ async fn serve_child(
         plan,
         progress,
     } = ctx;
-    let refuse = |reason: String| log_refusal(&shared.refusals, &events, addr, &reason);
+    let refuse = |reason: Refused| log_refusal(&shared.refusals, &events, addr, &reason);
     let within = handshake_window(plan.silence());
     let (id, host) = match check_hello(&mut rd, &mut wr, &key, addr, within).await {
         Ok(hello) => hello,
@@ -502,7 +502,7 @@ async fn serve_child(
         Err(reason) => return refuse(reason),
     };
     let Some(subtree) = shared.pending.borrow_mut().remove(&id) else {
-        return refuse(format!("agent {id} is not expected (or already connected)"));
+        return refuse(Refused::NotExpected(id));
     };
     drop(handshake);
     shared.note_connected(id, &subtree.plan.host);
@@ -530,7 +530,7 @@ async fn serve_child(
     });
     let spec = match spec {
         Ok(f) => f,
-        Err(e) => return refuse(format!("cannot encode its part of the job: {e}")),
+        Err(e) => return refuse(Refused::Unencodable(e)),
     };
     // Its Spec first, then whatever was queued for it since its launch, then the rest.
     tokio::task::spawn_local(queue.write(wr, Some(spec), None));
@@ -559,7 +559,7 @@ async fn check_hello(
     key: &str,
     addr: SocketAddr,
     within: Duration,
-) -> Result<(u32, String), Option<String>> {
+) -> Result<(u32, String), Option<Refused>> {
     let nonce = match tree::nonce() {
         Ok(n) => n,
         Err(e) => {
@@ -576,21 +576,50 @@ async fn check_hello(
         tree::recv_limited::<_, Up>(rd, tree::HANDSHAKE_FRAME_MAX),
     )
     .await;
-    let refused = |why: String| Err(Some(why));
+    let refused = |why: Refused| Err(Some(why));
     let (id, host, mac) = match hello {
         Ok(Ok(Some(Up::Hello { id, host, mac }))) => (id, host, mac),
-        Ok(Ok(Some(_))) => return refused("it did not start with the handshake".into()),
-        Ok(Ok(None)) => return refused("it closed the connection during the handshake".into()),
-        Ok(Err(e)) => return refused(format!("unreadable handshake ({e})")),
-        Err(_) => {
-            let secs = within.as_secs_f64();
-            return refused(format!("no handshake within {secs} s"));
-        }
+        Ok(Ok(Some(_))) => return refused(Refused::NoHandshake),
+        Ok(Ok(None)) => return refused(Refused::ClosedInHandshake),
+        Ok(Err(e)) => return refused(Refused::Unreadable(e)),
+        Err(_) => return refused(Refused::Silent(within)),
     };
     if !tree::verify(key, &nonce, id, &mac) {
-        return refused("wrong job key".into());
+        return refused(Refused::WrongKey);
     }
     Ok((id, host))
+}
+
+/// Why a connection to the hub was turned away: the reason its refusal line gives.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    /// [`HANDSHAKES_MAX`] handshakes were under way.
+    #[error("over the handshake limit ({HANDSHAKES_MAX} at once)")]
+    OverTheLimit,
+    /// Its first frame was not a hello.
+    #[error("it did not start with the handshake")]
+    NoHandshake,
+    /// It closed before its hello.
+    #[error("it closed the connection during the handshake")]
+    ClosedInHandshake,
+    /// Its hello could not be read.
+    #[error("unreadable handshake ({0})")]
+    Unreadable(#[source] std::io::Error),
+    /// No hello within the handshake's window.
+    #[error("no handshake within {} s", .0.as_secs_f64())]
+    Silent(Duration),
+    /// Its hello was not signed with the job's key.
+    #[error("wrong job key")]
+    WrongKey,
+    /// A Slurm agent from a host where no agent is expected.
+    #[error("no agent is expected on host {0}")]
+    NoAgentOn(String),
+    /// An id that is not pending (unknown, or connected already).
+    #[error("agent {0} is not expected (or already connected)")]
+    NotExpected(u32),
+    /// Its part of the job does not fit in a frame.
+    #[error("cannot encode its part of the job: {0}")]
+    Unencodable(#[source] std::io::Error),
 }
 
 /// Why a host cannot take connections from the agents it launches.
@@ -607,7 +636,7 @@ pub enum ListenError {
 /// The id of the agent that said hello as `id` from `host`. A Slurm agent knows its host,
 /// not its id (it says `u32::MAX`): it is the expected agent of that host, by its full name
 /// or its first label.
-fn agent_id(pending: &HashMap<u32, Subtree>, id: u32, host: &str) -> Result<u32, String> {
+fn agent_id(pending: &HashMap<u32, Subtree>, id: u32, host: &str) -> Result<u32, Refused> {
     if id != u32::MAX {
         return Ok(id);
     }
@@ -615,7 +644,7 @@ fn agent_id(pending: &HashMap<u32, Subtree>, id: u32, host: &str) -> Result<u32,
         .values()
         .find(|t| t.plan.host == host || host.split('.').next() == Some(&t.plan.host))
         .map(|t| t.id)
-        .ok_or_else(|| format!("no agent is expected on host {host}"))
+        .ok_or_else(|| Refused::NoAgentOn(host.to_string()))
 }
 
 /// The job is ending: child `id`, connected only now, starts nothing and leaves; it counts
@@ -1105,14 +1134,54 @@ mod tests {
         let pending: HashMap<u32, Subtree> =
             three_children().into_iter().map(|t| (t.id, t)).collect();
         let host_of = |id: u32| pending[&id].plan.host.clone();
-        assert_eq!(agent_id(&pending, 7, "anywhere"), Ok(7));
-        assert_eq!(agent_id(&pending, u32::MAX, &host_of(2)), Ok(2));
+        assert_eq!(agent_id(&pending, 7, "anywhere").ok(), Some(7));
+        assert_eq!(agent_id(&pending, u32::MAX, &host_of(2)).ok(), Some(2));
         let long = format!("{}.cluster.example", host_of(3));
-        assert_eq!(agent_id(&pending, u32::MAX, &long), Ok(3));
+        assert_eq!(agent_id(&pending, u32::MAX, &long).ok(), Some(3));
         assert_eq!(
-            agent_id(&pending, u32::MAX, "x.h1"),
+            agent_id(&pending, u32::MAX, "x.h1").map_err(|e| e.to_string()),
             Err("no agent is expected on host x.h1".to_string())
         );
+    }
+
+    /// Each refusal reads as the line it printed when reasons were strings.
+    #[test]
+    fn refusals_read_as_before() {
+        let io = || std::io::Error::other("bad frame");
+        for (r, line) in [
+            (
+                Refused::OverTheLimit,
+                "over the handshake limit (64 at once)",
+            ),
+            (Refused::NoHandshake, "it did not start with the handshake"),
+            (
+                Refused::ClosedInHandshake,
+                "it closed the connection during the handshake",
+            ),
+            (
+                Refused::Unreadable(io()),
+                "unreadable handshake (bad frame)",
+            ),
+            (
+                Refused::Silent(Duration::from_millis(2500)),
+                "no handshake within 2.5 s",
+            ),
+            (Refused::WrongKey, "wrong job key"),
+            (
+                Refused::NoAgentOn("h1".into()),
+                "no agent is expected on host h1",
+            ),
+            (
+                Refused::NotExpected(4),
+                "agent 4 is not expected (or already connected)",
+            ),
+            (
+                Refused::Unencodable(io()),
+                "cannot encode its part of the job: bad frame",
+            ),
+        ] {
+            assert_eq!(r.to_string(), line);
+        }
     }
 
     #[test]

@@ -164,8 +164,22 @@ pub enum Refused {
         /// The name.
         name: String,
     },
-    /// Anything else (a full table, an unreachable name server, a refused key, a refused
-    /// terminate, …): the reason as given.
+    /// A terminate named a namespace that is no job of the run.
+    #[error("no job of this run is named {ns}")]
+    NoJob {
+        /// The namespace.
+        ns: String,
+    },
+    /// A terminate named a rank its job does not have.
+    #[error("{ns} has no rank {rank}")]
+    NoRank {
+        /// The namespace.
+        ns: String,
+        /// The rank.
+        rank: u32,
+    },
+    /// Anything else (a full table, an unreachable name server, a refused key, …): the
+    /// reason as given.
     #[error("{0}")]
     Other(String),
 }
@@ -257,6 +271,17 @@ mod tests {
             (
                 Refused::NotPublished { name: name() },
                 "the name a is not published",
+            ),
+            (
+                Refused::NoJob { ns: "kvs_1".into() },
+                "no job of this run is named kvs_1",
+            ),
+            (
+                Refused::NoRank {
+                    ns: "kvs_1".into(),
+                    rank: 9,
+                },
+                "kvs_1 has no rank 9",
             ),
             (
                 Refused::NobodyLeft { name: name() },

@@ -158,7 +158,7 @@ pub fn result_of(reply: &ServiceReply) -> Result<Option<String>, Status> {
         Refused::Exists { .. } => PMIX_ERR_EXISTS,
         Refused::NotYours { .. } => PMIX_ERR_NO_PERMISSIONS,
         Refused::NotPublished { .. } | Refused::NobodyLeft { .. } => PMIX_ERR_NOT_FOUND,
-        Refused::Other(_) => PMIX_ERROR,
+        Refused::NoJob { .. } | Refused::NoRank { .. } | Refused::Other(_) => PMIX_ERROR,
     };
     match reply {
         ServiceReply::Done(Ok(())) => Ok(None),

@@ -248,7 +248,7 @@ impl Root {
                     message,
                 } => {
                     let reply = self.terminate(&procs, &by, status, &message);
-                    self.answer(asker, ServiceReply::Done(reply.map_err(Refused::Other)));
+                    self.answer(asker, ServiceReply::Done(reply));
                 }
                 Service::Jobs => {
                     let jobs = self
@@ -311,19 +311,22 @@ impl Root {
         by: &str,
         status: i32,
         message: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refused> {
         let mut by_job: Vec<(usize, Vec<usize>)> = Vec::new();
         for (ns, r) in procs {
             let k = self
                 .job_named(ns)
-                .ok_or(format!("no job of this run is named {ns}"))?;
+                .ok_or_else(|| Refused::NoJob { ns: ns.clone() })?;
             let size = self.jobs[k].size();
             let ranks: Vec<usize> = if *r == kauri_proto::pmix::ffi::PMIX_RANK_WILDCARD {
                 (0..size).collect()
             } else if (*r as usize) < size {
                 vec![*r as usize]
             } else {
-                return Err(format!("{ns} has no rank {r}"));
+                return Err(Refused::NoRank {
+                    ns: ns.clone(),
+                    rank: *r,
+                });
             };
             match by_job.iter_mut().find(|(j, _)| *j == k) {
                 Some((_, v)) => v.extend(ranks),
