@@ -50,7 +50,7 @@ fn mpmd_segments_and_labels() {
         None,
         &[],
     );
-    assert!(o.status.success());
+    assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(
         stdout_lines(&o),
         vec!["[0] first", "[1] second", "[2] second"]
@@ -387,7 +387,7 @@ fn background_children_of_ranks_are_cleaned_up() {
         None,
         &[],
     );
-    assert!(o.status.success());
+    assert!(o.status.success(), "{}", stderr(&o));
     assert_no_leftovers(marker);
 }
 
@@ -600,7 +600,7 @@ fn a_slow_reader_of_kauri_output_loses_nothing() {
         .unwrap();
     std::thread::sleep(Duration::from_secs(7));
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
+    assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.bytes().filter(|&b| b == b'x').count(), 400_000);
     assert!(text.lines().all(|l| l.len() <= 99));
