@@ -245,22 +245,29 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
-/// A rank's stdio: the parent's ends and the child's, of its stdout and stderr pipes and
-/// of its stdin (a pipe for rank 0, `/dev/null` otherwise).
-pub(crate) struct Stdio {
-    pub(crate) out_r: OwnedFd,
-    pub(crate) out_w: OwnedFd,
-    pub(crate) err_r: OwnedFd,
-    pub(crate) err_w: OwnedFd,
-    pub(crate) in_r: OwnedFd,
-    pub(crate) in_w: Option<OwnedFd>,
-    /// `out_r` is a pseudo-terminal's master.
-    pub(crate) pty: bool,
+/// kauri's ends of a rank's stdio: the reading ends of its stdout and stderr and, for rank 0,
+/// the writing end of its stdin.
+#[derive(Debug)]
+pub(crate) struct Ends {
+    stdout: OwnedFd,
+    /// `stdout` is a pseudo-terminal's master.
+    pty: bool,
+    stderr: OwnedFd,
+    stdin: Option<OwnedFd>,
 }
 
-/// Makes a rank's stdio pipes, with a pipe for its stdin when `stdin` is set, and a
-/// pseudo-terminal for its stdout when `pty` is.
-pub(crate) fn stdio_pipes(stdin: bool, pty: bool) -> io::Result<Stdio> {
+/// The rank's own ends of its stdio, which it gets as descriptors 0, 1 and 2: closed here
+/// once it started.
+pub(crate) struct ChildEnds {
+    pub(crate) stdin: OwnedFd,
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+}
+
+/// Makes a rank's stdio pipes, with a pipe for its stdin when `stdin` is set (else
+/// `/dev/null`), and a pseudo-terminal for its stdout when `pty` is: kauri's ends and the
+/// rank's.
+pub(crate) fn stdio_pipes(stdin: bool, pty: bool) -> io::Result<(Ends, ChildEnds)> {
     let (out_r, out_w) = if pty { open_pty()? } else { cloexec_pipe()? };
     let (err_r, err_w) = cloexec_pipe()?;
     let (in_r, in_w) = if stdin {
@@ -270,15 +277,18 @@ pub(crate) fn stdio_pipes(stdin: bool, pty: bool) -> io::Result<Stdio> {
         let null = std::fs::File::open("/dev/null")?;
         (OwnedFd::from(null), None)
     };
-    Ok(Stdio {
-        out_r,
-        out_w,
-        err_r,
-        err_w,
-        in_r,
-        in_w,
+    let ends = Ends {
+        stdout: out_r,
         pty,
-    })
+        stderr: err_r,
+        stdin: in_w,
+    };
+    let child = ChildEnds {
+        stdin: in_r,
+        stdout: out_w,
+        stderr: err_w,
+    };
+    Ok((ends, child))
 }
 
 /// A pidfd for child `pid`; a child that cannot be watched is killed and reaped.
@@ -306,36 +316,15 @@ pub struct Forked(Option<Started>);
 struct Started {
     pid: Pid,
     pidfd: OwnedFd,
-    stdout: OwnedFd,
-    /// `stdout` is a pseudo-terminal's master.
-    pty: bool,
-    stderr: OwnedFd,
-    stdin: Option<OwnedFd>,
+    io: Ends,
 }
 
 impl Forked {
-    /// Child `pid`, just started with the child's ends of `io` (closed here): kauri's ends
-    /// and a pidfd for it. A child that cannot be watched is killed and reaped.
-    pub(crate) fn started(pid: Pid, io: Stdio) -> io::Result<Forked> {
-        let Stdio {
-            out_r,
-            out_w,
-            err_r,
-            err_w,
-            in_r,
-            in_w,
-            pty,
-        } = io;
-        drop((out_w, err_w, in_r));
+    /// Child `pid`, just started (the caller closes the rank's ends of its stdio): kauri's
+    /// ends, `io`, and a pidfd for it. A child that cannot be watched is killed and reaped.
+    pub(crate) fn started(pid: Pid, io: Ends) -> io::Result<Forked> {
         let pidfd = pidfd_of(pid)?;
-        Ok(Forked(Some(Started {
-            pid,
-            pidfd,
-            stdout: out_r,
-            pty,
-            stderr: err_r,
-            stdin: in_w,
-        })))
+        Ok(Forked(Some(Started { pid, pidfd, io })))
     }
 
     /// The process id, which is also its process group id.
@@ -352,10 +341,13 @@ impl Forked {
         let Started {
             pid,
             pidfd,
-            stdout,
-            pty,
-            stderr,
-            stdin,
+            io:
+                Ends {
+                    stdout,
+                    pty,
+                    stderr,
+                    stdin,
+                },
         } = s;
         let registered = (|| {
             // SAFETY: `register` needs the descriptor to stay open for as long as the

@@ -264,14 +264,14 @@ const BIND_MSG: &str = "kauri: cannot bind the rank to its CPUs";
 /// CPUs; a start that failed in the child is a stand-in's ([`stand_in`]).
 fn start(l: Launch, affinity: &mut Affinity) -> io::Result<Forked> {
     let exec = ExecArgs::new(&l)?;
-    let io = proc::stdio_pipes(l.stdin, l.pty)?;
+    let (io, child) = proc::stdio_pipes(l.stdin, l.pty)?;
     let fds = ChildFds {
-        stdin: io.in_r.as_raw_fd(),
-        stdout: io.out_w.as_raw_fd(),
+        stdin: child.stdin.as_raw_fd(),
+        stdout: child.stdout.as_raw_fd(),
         stderr: if l.merge_stderr {
-            io.out_w.as_raw_fd()
+            child.stdout.as_raw_fd()
         } else {
-            io.err_w.as_raw_fd()
+            child.stderr.as_raw_fd()
         },
         pmi: l.pmi_fd.as_ref().map(|f| f.as_raw_fd()),
     };
@@ -293,7 +293,8 @@ fn start(l: Launch, affinity: &mut Affinity) -> io::Result<Forked> {
             }
         },
     };
-    drop((l.pmi_fd, fds));
+    // The rank has its ends now: kauri's copies close, so its reads see the rank's end.
+    drop((l.pmi_fd, fds, child));
     let pid = Pid::from_raw(pid).ok_or_else(|| io::Error::other("posix_spawn gave no pid"))?;
     Forked::started(pid, io)
 }
