@@ -531,9 +531,8 @@ fn sweep(pgids: &[u32], escaped_too: bool) -> usize {
         // `become_subreaper`). No child, nothing left; the scan of /proc is skipped.
         return 0;
     }
-    let me = rustix::process::getpid();
-    let sid = rustix::process::getsid(None).map_or(-1, |s| s.as_raw_pid());
-    let me = me.as_raw_pid();
+    let me = rustix::process::getpid().as_raw_pid();
+    let sid = own_session();
     let mut killed = 0;
     let mut reap: Vec<i32> = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -591,6 +590,14 @@ fn sweep(pgids: &[u32], escaped_too: bool) -> usize {
         }
     }
     killed
+}
+
+/// This process's session id. It is 0 when the session's leader is outside this PID
+/// namespace (a container entered with `docker exec`, a CI runner's): not an error, and not
+/// a pid, so it is read with libc (rustix's `getsid` takes 0 for a bug and panics).
+fn own_session() -> i32 {
+    // SAFETY: getsid(0) asks about this process and only answers.
+    unsafe { libc::getsid(0) }
 }
 
 /// The fields of `/proc/PID/stat` the sweeps need.
