@@ -15,6 +15,7 @@ extern crate kauri_os;
 pub mod bind;
 pub mod error;
 pub mod events;
+pub mod gpu;
 pub mod iofwd;
 pub mod keeper;
 pub mod mpir;

@@ -9,6 +9,7 @@
 //! the link messages in `tree::msg` carry them; `node`, `launch` and `pmix` read them.
 
 pub mod binding;
+pub mod gpus;
 pub mod job;
 pub mod knobs;
 pub mod output;
