@@ -40,7 +40,6 @@
 
 use bytes::Bytes;
 use kauri::host::node::NodeEvent;
-use kauri::os::clock::Clock;
 use kauri::plan::{HostPlan, Subtree};
 use kauri::proto::kvs::{Delta, Kvs, Packed};
 use kauri::proto::pmi::Output;
@@ -55,6 +54,10 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+
+/// The `now` the simulated branches are given: they record no startup profile, which is all
+/// a branch reads the time for.
+const NO_PROFILE: u64 = 0;
 
 /// The shape of a simulated job.
 #[derive(Debug, Clone, Copy)]
@@ -288,10 +291,12 @@ impl Host for SimHost {
     fn status(&self) -> (Vec<kauri::tree::RankStatus>, Option<u64>) {
         (Vec::new(), None)
     }
+    type Stdin = ();
     /// No rank 0 process, no stdin.
-    fn take_stdin(&mut self) -> Option<tokio::net::unix::pipe::Sender> {
+    fn take_stdin(&mut self) -> Option<()> {
         None
     }
+    fn write_stdin(&mut self, _data: Option<Vec<u8>>) {}
     /// No output to forward, nothing left behind.
     async fn drain(self) {}
 }
@@ -598,7 +603,7 @@ pub async fn start(s: Shape) -> io::Result<SimTree> {
             host,
             links,
             true,
-            Clock::start(),
+            Instant::now(),
             None,
         );
         let up = up_tx[id as usize].take();
@@ -695,7 +700,7 @@ impl SimNode {
                             }
                         };
                         self.cpu.begin(0.0);
-                        let out = self.branch.on_node(event);
+                        let out = self.branch.on_node(event, NO_PROFILE);
                         self.on_out(out);
                         self.cpu.end();
                     }
@@ -713,7 +718,7 @@ impl SimNode {
                 d = recv(&mut down) => match d {
                     Some((msg, frame, ready)) => {
                         self.cpu.begin(ready);
-                        let out = self.branch.on_down(msg, frame);
+                        let out = self.branch.on_down(msg, frame, NO_PROFILE);
                         self.on_out(out);
                         self.cpu.end();
                     }
@@ -734,7 +739,7 @@ impl SimNode {
                 }
             }
             (None, Up::Fence { epoch, delta }) => {
-                let failed = self.branch.fence_done(epoch, delta);
+                let failed = self.branch.fence_done(epoch, delta, NO_PROFILE);
                 assert!(failed.is_none(), "the simulated delta unpacks: {failed:?}");
             }
             (None, Up::PmixFence { epoch, data }) => self.branch.pmix_fence_done(epoch, data, None),

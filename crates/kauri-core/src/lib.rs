@@ -10,7 +10,8 @@
 //!  plan     what a job is (JobSpec and its words) and the plan sent down the tree, with each
 //!           rank's variables
 //!  tree     the tree's messages, shape, fence gathers, startup profile, progress lines, the
-//!           lines for refused connections, and the policy on a rank's end and kauri's status
+//!           lines for refused connections, the policy on a rank's end and kauri's status, and
+//!           each host's branch (a tree node's decisions, over the Host and Links it drives)
 //! ```
 //!
 //! The crate of each layer re-exports its modules (`kauri-proto`, `kauri-launch`, `kauri-plan`,
@@ -32,10 +33,15 @@ pub mod proto {
     pub mod pmix {
         //! What the PMIx server decides without the library: Open MPI's job ids.
         pub mod jobid;
+
+        /// PMIx's status for data that is nowhere (`PMIX_ERR_NOT_FOUND`): the answer to a
+        /// direct-modex request for a rank that runs on no host.
+        pub const ERR_NOT_FOUND: i32 = -46;
     }
 }
 pub mod tree {
-    //! The tree of agents, as data: its messages, shape, gathers, profile and policy.
+    //! The tree of agents, as data: its messages, shape, gathers, profile, policy and branches.
+    pub mod branch;
     pub mod gather;
     pub mod msg;
     pub mod policy;

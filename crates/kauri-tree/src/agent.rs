@@ -7,7 +7,7 @@
 //! stdin, signals and teardown down. It exits when its ranks and its children are done, or at
 //! once, killing its ranks, when its parent disappears.
 
-use crate::branch::{Branch, Out};
+use crate::branch::{JobBranch, Out};
 use crate::hub::{Children, HubEvent};
 use crate::profile::HostProfile;
 use crate::{self as tree, Down, Link, Report, Up};
@@ -393,7 +393,7 @@ fn listen_to_parent(
 /// timer. Each event is one method; what the branch hands up goes to the parent.
 struct Agent {
     host: String,
-    branch: Branch,
+    branch: JobBranch,
     /// The link to the parent (control messages go before queued output).
     up: Link,
     /// The task writing that link.
@@ -404,6 +404,8 @@ struct Agent {
     kill_at: Option<Instant>,
     /// Between the teardown's SIGTERM and SIGKILL.
     grace: Duration,
+    /// The agent's clock: the branch's `now`.
+    clock: Clock,
 }
 
 impl Agent {
@@ -465,14 +467,21 @@ impl Agent {
         let (node_tx, node_rx) = events::channel();
         let ranks = start_ranks(&job, &me, JobTx::new(0, node_tx.clone()), out_tx, clock).await;
         report(ranks.report(&host));
-        let mut branch = Branch::new(my_id, host.clone(), ranks.node, kids, true, clock, prof);
+        let mut node = ranks.node;
+        if let Some(n) = node.as_mut() {
+            let up = up.clone();
+            n.tell_stdin_taken(move |n| {
+                up.send(&Up::StdinTaken(n));
+            });
+        }
+        let origin = clock.origin();
+        let mut branch = JobBranch::new(my_id, host.clone(), node, kids, true, origin, prof);
         if job.fault_tolerant {
             branch.tolerate_failures();
         }
         if job.progress {
             branch.show_progress();
         }
-        branch.tell_stdin_taken(up.clone());
         if let Some((start, end)) = ranks.fork {
             branch.profile_fork(start, end);
         }
@@ -484,6 +493,7 @@ impl Agent {
             heartbeat,
             kill_at: None,
             grace: Duration::from_millis(job.kill_grace_ms),
+            clock,
         };
         let inbox = AgentInbox {
             node: node_rx,
@@ -512,7 +522,7 @@ impl Agent {
     }
 
     fn on_node(&mut self, ev: NodeEvent) {
-        let out = self.branch.on_node(ev);
+        let out = self.branch.on_node(ev, self.clock.now());
         self.send(out);
         self.send_deferred();
     }
@@ -546,7 +556,7 @@ impl Agent {
             return Ok(());
         }
         let stacks = matches!(msg, Down::Status { stacks: true });
-        let out = self.branch.on_down(msg, frame);
+        let out = self.branch.on_down(msg, frame, self.clock.now());
         match out {
             // The stacks take a while: the answer goes up when they are taken.
             Some(Out::Up(Up::Status(mine))) if stacks => {

@@ -34,34 +34,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, info, warn};
 
 pub use super::gather::{Contribution, Gather};
-
-/// What the children did.
-#[derive(Debug)]
-pub enum HubEvent {
-    /// A message from child `id` (output goes straight to the output channel instead).
-    Up {
-        /// The child.
-        id: u32,
-        /// The message.
-        msg: Up,
-    },
-    /// Child `id` is gone or never came; `reason` is one line for the user.
-    Lost {
-        /// The child.
-        id: u32,
-        /// Why.
-        reason: String,
-    },
-    /// Connections that did not hold the job key were refused: one line for the user
-    /// (without the `kauri: ` prefix), from [`Refusals`].
-    Refused {
-        /// The line.
-        line: String,
-    },
-    /// Children were launched or one connected (only when the job shows its progress,
-    /// `JobPlan::progress`).
-    Progress(Step),
-}
+pub use kauri_core::tree::branch::HubEvent;
 
 /// The least time a new connection has to prove it holds the key; it has as long as a link
 /// may be silent (`KAURI_HEARTBEAT_TIMEOUT`) when that is longer ([`handshake_window`]).

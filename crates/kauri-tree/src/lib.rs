@@ -77,6 +77,8 @@ mod tests {
         ] {
             assert_eq!(signal_name(n), name);
         }
+        assert_eq!(super::policy::SIGTERM, libc::SIGTERM);
+        assert_eq!(super::policy::SIGKILL, libc::SIGKILL);
         assert_eq!(signal_name(64), "signal");
         assert_eq!(
             exit_status(Some(Ending::OutputClosed), 1),

@@ -238,6 +238,25 @@ pub enum Report {
     },
 }
 
+/// A host's part of a PMIx collective that is not its job's own fence (over part of a
+/// namespace, or several: a disconnect, a group): what this host's PMIx server says when every
+/// local participant entered it, and what goes up the tree as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PmixCollective {
+    /// The collective's signature: its participants, sorted, as text.
+    pub sig: String,
+    /// The participants (rank `PMIX_RANK_WILDCARD`: a whole namespace).
+    pub procs: Vec<(String, u32)>,
+    /// The participants that are clients of the sender's server.
+    pub covered: Vec<(String, u32)>,
+    /// The sender's contribution.
+    #[serde(with = "crate::proto::kvs::byte_string")]
+    pub data: Vec<u8>,
+    /// The participants want a context id unique in the run (a group construct's
+    /// `PMIX_GROUP_ASSIGN_CONTEXT_ID`; see [`Down::PmixCollectiveDone`]).
+    pub context_id: bool,
+}
+
 /// Child to parent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Up {
@@ -278,22 +297,9 @@ pub enum Up {
         /// Its namespace when it is another job's (one a local client connected to).
         nspace: Option<String>,
     },
-    /// A host's part of a PMIx collective that is not its job's own fence (over part of a
-    /// namespace, or several: a disconnect), relayed up unchanged: the front end counts the
-    /// participants each server covers.
-    PmixCollective {
-        /// The participants, sorted, as text.
-        sig: String,
-        /// The participants (rank `PMIX_RANK_WILDCARD`: a whole namespace).
-        procs: Vec<(String, u32)>,
-        /// The participants that are clients of the sender's server.
-        covered: Vec<(String, u32)>,
-        /// The sender's contribution.
-        #[serde(with = "crate::proto::kvs::byte_string")]
-        data: Vec<u8>,
-        /// Its participants want a context id (see [`Down::PmixCollectiveDone`]).
-        context_id: bool,
-    },
+    /// A host's part of a PMIx collective that is not its job's own fence, relayed up
+    /// unchanged: the front end counts the participants each server covers.
+    PmixCollective(PmixCollective),
     /// A direct-modex answer for the front end to route down to agent `to`.
     DmodexData {
         /// The agent that asked.

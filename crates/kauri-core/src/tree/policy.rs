@@ -6,6 +6,12 @@
 /// never complete), as Hydra does.
 pub const STATUS_LAUNCHER: i32 = 255;
 
+/// `SIGTERM`'s number: the teardown's first signal to the ranks.
+pub const SIGTERM: i32 = 15;
+
+/// `SIGKILL`'s number: the teardown's last.
+pub const SIGKILL: i32 = 9;
+
 /// Why the job ended early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {

@@ -26,7 +26,6 @@ use kauri_proto::rank::RankEnd;
 use kauri_proto::service::ServiceReply;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitStatus;
@@ -45,74 +44,7 @@ pub use conn::PMI_REPLY_QUEUE_MAX;
 use conn::{Replies, Writer};
 use upcall::NameCall;
 
-/// What happened on this host.
-#[derive(Debug)]
-pub enum NodeEvent {
-    /// A rank ended: its record, which goes up the tree and to the front end as it is.
-    Exited(RankEnd),
-    /// Something from the PMI engine: `FenceReady`, `Abort`, `Failed`, `ProtocolError`,
-    /// `Initialized`, `Finalized` (for a PMIx job: the same, from the PMIx server).
-    Engine(Output),
-    /// A running rank that never spoke PMI or PMIx shows an Open MPI singleton's trace
-    /// ([`crate::ompi::singleton_running`]).
-    Singleton {
-        /// The rank.
-        rank: usize,
-    },
-    /// A rank let its PMI reply queue fill (it does not read its replies): its connection
-    /// was closed.
-    UnreadReplies {
-        /// The rank, when known.
-        rank: Option<usize>,
-        /// The bytes its queue held ([`PMI_REPLY_QUEUE_MAX`]).
-        queued: usize,
-    },
-    /// Every local rank of a PMIx job entered fence `epoch`; `data` is this host's blob.
-    PmixFence {
-        /// The fence (counted per host from 0).
-        epoch: u64,
-        /// The blob.
-        data: bytes::Bytes,
-    },
-    /// A local rank of a PMIx job wants the data of `rank`, which runs on another host;
-    /// answer with [`Node::pmix_dmodex_reply`] and `id`.
-    PmixDmodex {
-        /// The request.
-        id: u64,
-        /// The rank whose data is wanted.
-        rank: usize,
-        /// Its namespace, when it is another job's (one a local client connected to).
-        nspace: Option<String>,
-    },
-    /// Every local participant of a PMIx collective that is not this job's own fence (a
-    /// fence over part of a namespace or several, a disconnect) entered it; answer with
-    /// [`Node::pmix_collective_done`] and `sig`.
-    PmixCollective {
-        /// The collective's signature: its participants, sorted.
-        sig: String,
-        /// The participants (rank [`pmix::ffi::PMIX_RANK_WILDCARD`]: a whole namespace).
-        procs: Vec<(String, u32)>,
-        /// The participants that are clients of this process's server.
-        covered: Vec<(String, u32)>,
-        /// This server's contribution.
-        data: Vec<u8>,
-        /// The participants want a context id unique in the run (a group construct's
-        /// `PMIX_GROUP_ASSIGN_CONTEXT_ID`).
-        context_id: bool,
-    },
-    /// This host's PMIx server answered [`Node::pmix_dmodex_serve`]: the data of one of its
-    /// ranks, for request `req` of agent `to`.
-    DmodexServed {
-        /// The agent that asked.
-        to: u32,
-        /// Its request id.
-        req: u64,
-        /// The PMIx status.
-        status: i32,
-        /// The data.
-        data: Vec<u8>,
-    },
-}
+pub use kauri_core::tree::branch::{Host, NodeEvent};
 
 /// A PMIx job's state on this host.
 struct PmixState {
@@ -337,8 +269,12 @@ pub struct Node {
     pids: Vec<u32>,
     forwarders: Vec<JoinHandle<()>>,
     ended: watch::Sender<bool>,
-    /// Rank 0's stdin, when rank 0 runs here.
+    /// Rank 0's stdin, when rank 0 runs here and neither taken nor written yet.
     pub stdin: Option<pipe::Sender>,
+    /// The writer of rank 0's stdin, once input arrived for it ([`Host::write_stdin`]).
+    stdin_writer: Option<mpsc::UnboundedSender<Option<Vec<u8>>>>,
+    /// Where that writer says how much it wrote ([`Node::tell_stdin_taken`]).
+    stdin_taken: Option<Rc<dyn Fn(u64)>>,
     /// The pid of a singleton served as rank 0: not ours, signalled alone, never swept.
     adopted: Option<u32>,
     ranks: Vec<usize>,
@@ -355,51 +291,6 @@ impl Drop for ShmDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// What a tree node (the `kauri` crate's `tree::branch::Branch`) needs of its host's ranks: a
-/// [`Node`] in kauri; the benchmarks' simulator and the branch's tests have their own.
-pub trait Host {
-    /// How many ranks this host runs.
-    fn ranks(&self) -> usize;
-    /// How many of them are still running.
-    fn running(&self) -> usize;
-    /// True when `rank` runs here.
-    fn has_rank(&self, rank: usize) -> bool;
-    /// Fence `epoch` is complete everywhere: commit `delta`, which the root checked, with
-    /// the root's word on whether its keys are the last fence's
-    /// ([`kauri_proto::kvs::Kvs::commit_checked`]); release the ranks.
-    fn fence_done(&self, epoch: u64, delta: &Packed, same_keys: bool);
-    /// PMIx fence `epoch` is complete everywhere: every host's blob.
-    fn pmix_fence_done(&self, epoch: u64, data: Bytes);
-    /// PMIx collective `sig` is complete (or failed, `status`): every contribution, and the
-    /// context id the run gave it (a group construct that asked for one).
-    fn pmix_collective_done(&self, sig: &str, status: i32, data: Vec<u8>, context_id: Option<u64>);
-    /// Tell the local clients of the job's PMIx server that `ranks` failed with `status`
-    /// (nothing where no PMIx server serves the job).
-    fn pmix_failure(&self, status: i32, ranks: &[usize], exit_code: Option<i32>);
-    /// The job's dead ranks are `ranks`: serve them as `PMI_dead_processes`, then send
-    /// `SIGUSR1` to the local ranks still in PMI.
-    fn dead_processes(&self, ranks: &[usize]);
-    /// Serve local `rank`'s PMIx data to request `req` of agent `to`.
-    fn pmix_dmodex_serve(&self, rank: usize, to: u32, req: u64);
-    /// The answer to this host's direct-modex request `req`.
-    fn pmix_dmodex_reply(&self, req: u64, status: i32, data: Vec<u8>);
-    /// Commit pairs published without a fence.
-    fn publish(&self, delta: Delta);
-    /// The root's answer to this host's request `req`.
-    fn service_reply(&self, req: u64, reply: ServiceReply);
-    /// Send `sig` to every running rank.
-    fn signal(&self, sig: i32);
-    /// Send `sig` to the running ranks among `ranks`.
-    fn signal_ranks(&self, sig: i32, ranks: &[usize]);
-    /// Where each rank is, in rank order, and how many ms ago the ranks here last asked
-    /// something of kauri (`None` while none has).
-    fn status(&self) -> (Vec<RankStatus>, Option<u64>);
-    /// Rank 0's stdin, when rank 0 runs here and it was not taken yet.
-    fn take_stdin(&mut self) -> Option<pipe::Sender>;
-    /// After the last event: forward the rest of the output, kill what the ranks left.
-    fn drain(self) -> impl Future<Output = ()>;
 }
 
 impl Host for Node {
@@ -657,13 +548,64 @@ impl Host for Node {
             .await;
     }
 
+    type Stdin = pipe::Sender;
+
     /// Rank 0's stdin pipe ([`Node::stdin`]), once.
     fn take_stdin(&mut self) -> Option<pipe::Sender> {
         self.stdin.take()
     }
+
+    /// Writes input for rank 0 into its pipe, from a task of its own that the first input
+    /// starts (each chunk written is told to [`Node::tell_stdin_taken`]'s callback).
+    fn write_stdin(&mut self, data: Option<Vec<u8>>) {
+        if self.stdin_writer.is_none() {
+            if let Some(pipe) = self.stdin.take() {
+                self.stdin_writer = Some(stdin_writer(pipe, self.stdin_taken.clone()));
+            }
+        }
+        if let Some(tx) = &self.stdin_writer {
+            let eof = data.is_none();
+            let _ = tx.send(data);
+            if eof {
+                // Dropping the sender too, so the writer ends even if nothing more comes.
+                self.stdin_writer = None;
+            }
+        }
+    }
+}
+
+/// A task that writes rank 0's input into `pipe` in order, telling `taken` each chunk's size
+/// once written, and closes the pipe at the input's end (`None`) or when the sender goes.
+fn stdin_writer(
+    mut pipe: pipe::Sender,
+    taken: Option<Rc<dyn Fn(u64)>>,
+) -> mpsc::UnboundedSender<Option<Vec<u8>>> {
+    use tokio::io::AsyncWriteExt;
+    // Unbounded, but the front end sends no more than its window ahead of what the writer
+    // says it took.
+    let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
+    tokio::task::spawn_local(async move {
+        while let Some(Some(chunk)) = rx.recv().await {
+            if pipe.write_all(&chunk).await.is_err() {
+                break;
+            }
+            if let Some(taken) = &taken {
+                taken(chunk.len() as u64);
+            }
+        }
+        let _ = pipe.shutdown().await;
+    });
+    tx
 }
 
 impl Node {
+    /// Says to `taken` how many bytes of rank 0's stdin were written into its pipe here: an
+    /// agent sends it to its parent (`Up::StdinTaken`), so the front end reads stdin no
+    /// faster than rank 0 takes it.
+    pub fn tell_stdin_taken(&mut self, taken: impl Fn(u64) + 'static) {
+        self.stdin_taken = Some(Rc::new(taken));
+    }
+
     /// [`Node::drain`] for a spawned job that ended while the run goes on: what its ranks
     /// left in their process groups is killed, but children of ours in sessions of their
     /// own are not swept (the run's other ranks are such children); the run's last drain

@@ -767,6 +767,8 @@ impl Node {
             forwarders: Vec::new(),
             ended,
             stdin: None,
+            stdin_writer: None,
+            stdin_taken: None,
             adopted: None,
             ranks: me.ranks.iter().map(|r| r.rank).collect(),
             _vader: vader,

@@ -4,6 +4,7 @@
 use super::{Ctx, Node, NodeEvent, PmixState, PMIX_REQUEST};
 use crate::events::JobTx;
 use kauri_core::plan::rank_env::{VADER_DIR_VAR, YIELD_VAR};
+use kauri_core::tree::msg::PmixCollective;
 use kauri_proto::pmi::Output;
 use kauri_proto::pmix::{
     self, CollectiveReply, LookupReply, ModexReply, OpReply, SpawnReply, Upcall,
@@ -520,13 +521,13 @@ impl PmixState {
             .entry(sig.clone())
             .or_default()
             .push_back(reply);
-        NodeEvent::PmixCollective {
+        NodeEvent::PmixCollective(PmixCollective {
             sig,
             procs,
             covered,
             data,
             context_id: false,
-        }
+        })
     }
 
     /// A group operation over `procs`: a collective of its own.
@@ -547,13 +548,13 @@ impl PmixState {
             .entry(sig.clone())
             .or_default()
             .push_back(CollectiveReply::Group(reply));
-        NodeEvent::PmixCollective {
+        NodeEvent::PmixCollective(PmixCollective {
             sig,
             procs,
             covered,
             data,
             context_id: assign_context_id && op == pmix::GroupOp::Construct,
-        }
+        })
     }
 
     /// Client `rank` connected: it is initialized.

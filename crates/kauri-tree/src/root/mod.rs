@@ -27,7 +27,7 @@ use kauri_plan::spawn::{plan_spawn, Cluster};
 use start::start_job;
 pub use start::{prepare_run, Prepared};
 
-use crate::branch::{Branch, Links, Out};
+use crate::branch::{JobBranch, Links, Out};
 use crate::hub::{Children, HubEvent};
 use crate::policy::{self, Ending, ExitVerdict};
 use crate::profile::{HostProfile, JobProfile, ProfileFormat, RootFence};
@@ -99,7 +99,7 @@ impl RankState {
 struct JobRun {
     plan: JobPlan,
     /// This host's part of the job's tree: its ranks here, its agents, its gathers.
-    branch: Branch,
+    branch: JobBranch,
     ranks: Vec<RankState>,
     /// The index in the job list of the job that spawned this one.
     spawner: Option<usize>,

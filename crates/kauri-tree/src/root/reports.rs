@@ -6,10 +6,11 @@ use super::*;
 impl Root {
     /// An event of job `j`'s ranks on this host.
     pub(super) fn on_node(&mut self, j: usize, ev: NodeEvent) {
+        let now = self.clock.now();
         let Some(job) = self.live_mut(j) else {
             return debug!(j, "an event of a released job's ranks");
         };
-        let out = job.branch.on_node(ev);
+        let out = job.branch.on_node(ev, now);
         self.on_out(j, out);
         self.on_deferred(j);
     }
@@ -49,10 +50,11 @@ impl Root {
         match up {
             Up::Fence { epoch, delta } => {
                 // The whole tree has contributed: release everyone.
+                let now = self.clock.now();
                 if let Some((_, fences)) = self.profile.as_mut().filter(|_| j == 0) {
-                    fences.push(RootFence::new(epoch, self.clock.now(), &delta));
+                    fences.push(RootFence::new(epoch, now, &delta));
                 }
-                let out = branch.fence_done(epoch, delta);
+                let out = branch.fence_done(epoch, delta, now);
                 self.on_out(j, out);
                 if j == 0 {
                     self.note_progress(|p, now| p.fence_done(epoch, now));
@@ -93,13 +95,9 @@ impl Root {
                 status,
                 data,
             } => branch.dmodex_data(to, req, status, data),
-            Up::PmixCollective {
-                sig,
-                procs,
-                covered,
-                data,
-                context_id,
-            } => self.collective(sig, &procs, &covered, data, context_id),
+            Up::PmixCollective(c) => {
+                self.collective(c.sig, &c.procs, &c.covered, c.data, c.context_id)
+            }
             Up::Request { from, req, service } => self.requests.push((
                 Asker {
                     job: j,

@@ -58,7 +58,15 @@ pub(super) async fn start_job(
     let procs = node
         .as_ref()
         .map_or_else(Vec::new, |n| mpir_procs(here, &n.procs));
-    let mut branch = Branch::new(0, cluster.me.clone(), node, kids, false, clock, prof);
+    let mut branch = JobBranch::new(
+        0,
+        cluster.me.clone(),
+        node,
+        kids,
+        false,
+        clock.origin(),
+        prof,
+    );
     if plan.fault_tolerant {
         branch.tolerate_failures();
     }

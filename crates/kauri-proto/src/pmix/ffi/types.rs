@@ -10,7 +10,7 @@ pub const PMIX_SUCCESS: Status = 0;
 /// A generic error.
 pub const PMIX_ERROR: Status = -1;
 /// The data asked for does not exist.
-pub const PMIX_ERR_NOT_FOUND: Status = -46;
+pub const PMIX_ERR_NOT_FOUND: Status = kauri_core::proto::pmix::ERR_NOT_FOUND;
 /// The operation is not supported.
 pub const PMIX_ERR_NOT_SUPPORTED: Status = -47;
 /// `PMIX_ERR_PARTIAL_SUCCESS`: some of what was asked is answered.

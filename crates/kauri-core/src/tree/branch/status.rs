@@ -3,13 +3,14 @@
 //! for theirs.
 
 use super::{Branch, Host, Links};
-use crate::{Down, HostStatus};
+use crate::proto::pmi::RankPmi;
+use crate::tree::msg::{Down, HostStatus};
 
 impl<H: Host, L: Links> Branch<H, L> {
     /// Asks the children that are up where their ranks are (their answers come up as
     /// `Up::Status`) and says where this host's are, and which children are still being
     /// launched; `stacks`: the children add their stuck ranks' stacks (this host's are the
-    /// caller's to add, see [`crate::status::add_stacks`]).
+    /// caller's to add).
     pub fn ask_status(&mut self, stacks: bool) -> HostStatus {
         let launching = self.kids.launching();
         if launching.is_empty() {
@@ -27,9 +28,7 @@ impl<H: Host, L: Links> Branch<H, L> {
         // Ranks in the fence being gathered here (not in one this host has sent up already,
         // whose rest is up to the other hosts).
         let epoch = self.gather.epoch();
-        let in_fence = ranks
-            .iter()
-            .any(|r| r.pmi == kauri_proto::pmi::RankPmi::InFence(epoch));
+        let in_fence = ranks.iter().any(|r| r.pmi == RankPmi::InFence(epoch));
         let fence = (in_fence || self.gather.under_way()).then(|| {
             let waits: Vec<String> = self
                 .kids
