@@ -18,6 +18,7 @@ mod words;
 
 use crate::console::quoted;
 use crate::launch::hydra_env::HydraEnv;
+use crate::plan::gpus::{GpuAsk, GpuBind, PerProc};
 use crate::plan::job::{
     too_many_ranks, AppSpec, EnvPolicy, HostSpec, JobSpec, PmiChoice, RANKS_MAX,
 };
@@ -549,7 +550,18 @@ impl Parser {
         Ok(true)
     }
 
-    /// Where ranks go and what they are bound to: `-map-by`, `-bind-to`, `-report-bindings`.
+    /// The job's GPU options, made when the first is read: each rank's share of its host's
+    /// GPUs (`auto` unless `-gpus-per-proc` says) and which (`closest` unless `-gpu-bind`
+    /// says).
+    fn gpu_ask(&mut self) -> &mut GpuAsk {
+        self.spec.gpus.get_or_insert(GpuAsk {
+            per: PerProc::Auto,
+            bind: GpuBind::Closest,
+        })
+    }
+
+    /// Where ranks go and what they and their GPUs are bound to: `-map-by`, `-bind-to`,
+    /// `-report-bindings`, `-gpus-per-proc`, `-gpu-bind`.
     fn binding_option(&mut self, name: &str, w: &mut Words) -> Result<bool, UsageError> {
         match name {
             "-map-by" => {
@@ -580,6 +592,15 @@ impl Parser {
                 self.spec.binding = crate::plan::binding::Binding::parse(&v).map_err(UsageError)?;
             }
             "-report-bindings" => self.spec.report_bindings = true,
+            "-gpus-per-proc" => {
+                let per = PerProc::parse(&w.value(name)?).map_err(|e| UsageError(e.to_string()))?;
+                self.gpu_ask().per = per;
+            }
+            "-gpu-bind" => {
+                let bind =
+                    GpuBind::parse(&w.value(name)?).map_err(|e| UsageError(e.to_string()))?;
+                self.gpu_ask().bind = bind;
+            }
             _ => return Ok(false),
         }
         Ok(true)

@@ -215,6 +215,15 @@ impl Topology {
     }
 }
 
+/// The directory below which `host`'s `/sys` and `/proc` are read for its CPUs and GPUs: `/`,
+/// or `KAURI_SYSFS_ROOT` (with `%h` the host's name), for tests on fake trees.
+pub fn system_root(host: &str) -> std::path::PathBuf {
+    match std::env::var("KAURI_SYSFS_ROOT") {
+        Ok(dir) if !dir.is_empty() => dir.replace("%h", host).into(),
+        _ => "/".into(),
+    }
+}
+
 /// This process's allowed CPUs (`sched_getaffinity`); empty when unknown.
 pub fn allowed_cpus() -> Vec<usize> {
     match rustix::thread::sched_getaffinity(None) {

@@ -72,6 +72,27 @@ pub enum NodeError {
         /// Why not.
         source: TopologyError,
     },
+    /// The job asks for GPUs and this host has none kauri can find.
+    #[error(
+        "-gpus-per-proc: {host} has no GPU (none under /proc/driver/nvidia, \
+         /sys/class/kfd or /sys/class/drm)"
+    )]
+    NoGpu {
+        /// The host.
+        host: String,
+    },
+    /// `-gpu-bind map:` names a GPU this host does not have.
+    #[error("-gpu-bind map: {host} has no {vendor} GPU {index} (it has {count})")]
+    NoSuchGpu {
+        /// The host.
+        host: String,
+        /// The GPUs' vendor.
+        vendor: &'static str,
+        /// The GPU named.
+        index: usize,
+        /// How many it has.
+        count: usize,
+    },
     /// A rank's PMI socket pair could not be made.
     #[error("cannot create a PMI socket on {host}: {source}")]
     PmiSocket {
@@ -321,6 +342,21 @@ mod tests {
                 },
                 "-bind-to core: cannot read the topology of h1: no CPU is both online and allowed"
                     .into(),
+            ),
+            (
+                NodeError::NoGpu { host: host() },
+                "-gpus-per-proc: h1 has no GPU (none under /proc/driver/nvidia, \
+                 /sys/class/kfd or /sys/class/drm)"
+                    .into(),
+            ),
+            (
+                NodeError::NoSuchGpu {
+                    host: host(),
+                    vendor: "nvidia",
+                    index: 4,
+                    count: 4,
+                },
+                "-gpu-bind map: h1 has no nvidia GPU 4 (it has 4)".into(),
             ),
             (
                 NodeError::PmiSocket {

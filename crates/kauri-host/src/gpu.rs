@@ -15,7 +15,9 @@
 //! them. Everything is read below a root directory (`/` on a host), so tests give a fake
 //! tree.
 
-pub use kauri_core::plan::gpus::{GpuBind, PerProc};
+use crate::error::NodeError;
+pub use kauri_core::plan::gpus::{GpuAsk, GpuBind, PerProc};
+use kauri_core::plan::{AppPlan, JobPlan};
 use std::path::{Path, PathBuf};
 
 /// A GPU's maker, which decides the variable its runtime reads.
@@ -97,9 +99,12 @@ pub fn assign(
     // counts its own GPUs only).
     let vendor = gpus.first()?.vendor;
     let gpus: Vec<&Gpu> = gpus.iter().filter(|g| g.vendor == vendor).collect();
-    let n = match per {
-        PerProc::Count(n) => n.max(1),
-        PerProc::Auto => (gpus.len() / ranks.len().max(1)).max(1),
+    let n = match (per, bind) {
+        (PerProc::Hidden, _) => 0,
+        (PerProc::Count(n), _) => n.max(1),
+        // A map gives each rank one GPU, as Slurm's map_gpu does.
+        (PerProc::Auto, GpuBind::Map(_)) => 1,
+        (PerProc::Auto, _) => (gpus.len() / ranks.len().max(1)).max(1),
     };
     let shared = n * ranks.len() > gpus.len();
     if let GpuBind::Map(map) = bind {
@@ -221,6 +226,133 @@ pub fn report(gpus: &[Gpu], mine: &[usize]) -> String {
         .map(|g| format!("GPU {}:{} ({})", g.vendor.name(), g.index, g.pci))
         .collect();
     named.join(", ")
+}
+
+/// A host's GPUs as its ranks got them ([`place`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// Every GPU is hidden from the ranks (`-gpus-per-proc 0`).
+    pub hidden: bool,
+    /// The GPUs of the vendor used.
+    pub gpus: Vec<Gpu>,
+    /// Each local rank's, by index, by local id.
+    pub of: Vec<Vec<usize>>,
+}
+
+impl Placed {
+    /// The variables that give local rank `local` its GPUs, from a segment `app` of `job`
+    /// (none when its environment chooses GPUs itself: see [`rank_env`]).
+    pub fn rank_env(&self, job: &JobPlan, app: &AppPlan, local: usize) -> Vec<(String, String)> {
+        if self.hidden {
+            // An index no device has hides them all, from CUDA and ROCr alike (Hydra sets
+            // CUDA's alone).
+            return ["CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"]
+                .into_iter()
+                .filter(|v| user_choice(app) != Some(*v))
+                .map(|v| (v.to_string(), "-1".to_string()))
+                .collect();
+        }
+        let Some(first) = self.gpus.first() else {
+            return Vec::new();
+        };
+        let mine = self.of.get(local).map_or(&[][..], Vec::as_slice);
+        // -ml-env: the program takes device LOCAL_RANK.
+        let place_at = job.master.is_some().then_some(local);
+        rank_env(first.vendor, mine, self.gpus.len(), place_at, |k| {
+            app.env.iter().any(|(n, _)| n == k)
+        })
+    }
+
+    /// How `--report-bindings` names local rank `local`'s GPUs, or what chose them instead.
+    pub fn report(&self, app: &AppPlan, local: usize) -> String {
+        match user_choice(app) {
+            Some(var) => format!("GPUs as its {var} says"),
+            None if self.hidden => "no GPU".to_string(),
+            None => report(&self.gpus, self.of.get(local).map_or(&[], Vec::as_slice)),
+        }
+    }
+}
+
+/// The variable by which segment `app`'s environment chooses its GPUs itself, if it does.
+pub fn user_choice(app: &AppPlan) -> Option<&'static str> {
+    [
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+        "ZE_AFFINITY_MASK",
+    ]
+    .into_iter()
+    .find(|v| app.env.iter().any(|(n, _)| n == v))
+}
+
+/// Hands `host`'s GPUs (found below `root`) to its ranks as `ask` says, given each rank's
+/// CPUs (`cpus_of`, by local id; empty when the job binds none) and whether its
+/// environment chooses its GPUs itself (`chooses`, by local id). Under `closest` with no
+/// `-bind-to` (`bound` false), each rank that does not choose is bound to the CPUs next to
+/// its GPUs: its entry of `cpus_of` is set (empty where the kernel does not say where its
+/// GPUs are).
+///
+/// A host without GPUs, or a map that names one it does not have, is an error (the job
+/// asked for GPUs; ranks without would compute on the CPU and look like success). More GPUs
+/// wanted than the host has are shared in turn, and the host says so once.
+pub fn place(
+    ask: &GpuAsk,
+    root: &Path,
+    host: &str,
+    chooses: &[bool],
+    bound: bool,
+    cpus_of: &mut Vec<Vec<usize>>,
+) -> Result<Placed, NodeError> {
+    let nlocal = chooses.len();
+    if ask.per == PerProc::Hidden {
+        return Ok(Placed {
+            hidden: true,
+            gpus: Vec::new(),
+            of: Vec::new(),
+        });
+    }
+    let found = discover(root);
+    let Some(vendor) = found.first().map(|g| g.vendor) else {
+        return Err(NodeError::NoGpu {
+            host: host.to_string(),
+        });
+    };
+    let gpus: Vec<Gpu> = found.into_iter().filter(|g| g.vendor == vendor).collect();
+    if let GpuBind::Map(map) = &ask.bind {
+        if let Some(&index) = map.iter().find(|&&i| i >= gpus.len()) {
+            return Err(NodeError::NoSuchGpu {
+                host: host.to_string(),
+                vendor: vendor.name(),
+                index,
+                count: gpus.len(),
+            });
+        }
+    }
+    cpus_of.resize(nlocal, Vec::new());
+    let (of, shared) = assign(&gpus, cpus_of, ask.per, &ask.bind).unwrap_or_default();
+    if shared {
+        say!(
+            "kauri: -gpus-per-proc: {nlocal} ranks on {host} want more GPUs than its {}: \
+             ranks share them, in turn",
+            gpus.len()
+        );
+    }
+    if ask.bind == GpuBind::Closest && !bound {
+        let allowed = crate::bind::allowed_cpus();
+        for ((cpus, mine), &chooses) in cpus_of.iter_mut().zip(&of).zip(chooses) {
+            if !chooses {
+                *cpus = cpus_near(&gpus, mine, &allowed);
+            }
+        }
+    }
+    if !bound && cpus_of.iter().all(Vec::is_empty) {
+        cpus_of.clear();
+    }
+    Ok(Placed {
+        hidden: false,
+        gpus,
+        of,
+    })
 }
 
 fn read(p: &Path) -> Option<String> {

@@ -816,6 +816,7 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         progress: spec.verbose > 0,
         binding: spec.binding,
         report_bindings: spec.report_bindings,
+        gpus: spec.gpus.clone(),
         iface: spec.iface.clone(),
         port_range: spec.port_range.clone(),
         fault_tolerant: spec.fault_tolerant,

@@ -523,6 +523,7 @@ pub fn spawned_job(
         progress: false,
         binding: None,
         report_bindings: false,
+        gpus: None,
         iface: spawner.iface.clone(),
         port_range: cluster.port_range.clone(),
         fault_tolerant: cluster.fault_tolerant,

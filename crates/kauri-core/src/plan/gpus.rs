@@ -4,22 +4,34 @@
 
 use serde::{Deserialize, Serialize};
 
+/// What a job asks of each host's GPUs: given when `-gpus-per-proc` or `-gpu-bind` is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuAsk {
+    /// How many each rank gets.
+    pub per: PerProc,
+    /// Which.
+    pub bind: GpuBind,
+}
+
 /// How many GPUs each rank gets (`-gpus-per-proc N|auto`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PerProc {
+    /// None: every GPU is hidden from the ranks (`-gpus-per-proc 0`, as Hydra's).
+    Hidden,
     /// This many (at least one).
     Count(usize),
-    /// The host's GPUs divided among its ranks, at least one each.
+    /// The host's GPUs divided among its ranks, at least one each (one under a map).
     Auto,
 }
 
 impl PerProc {
-    /// Reads `-gpus-per-proc`'s value: a positive count or `auto`.
+    /// Reads `-gpus-per-proc`'s value: a count (0: none) or `auto`.
     pub fn parse(v: &str) -> Result<PerProc, GpuOptionError> {
         match v {
             "auto" => Ok(PerProc::Auto),
             n => match n.parse::<usize>() {
-                Ok(n) if n > 0 => Ok(PerProc::Count(n)),
+                Ok(0) => Ok(PerProc::Hidden),
+                Ok(n) => Ok(PerProc::Count(n)),
                 _ => Err(GpuOptionError::PerProc(v.to_string())),
             },
         }
@@ -68,7 +80,7 @@ impl GpuBind {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GpuOptionError {
     /// `-gpus-per-proc` wants a count or `auto`.
-    #[error("-gpus-per-proc: {0:?} is neither a positive count nor auto")]
+    #[error("-gpus-per-proc: {0:?} is neither a count nor auto")]
     PerProc(String),
     /// `-gpu-bind` wants `closest`, `none` or `map:I,J,…`.
     #[error("-gpu-bind: {0:?} is none of closest, none, map:I,J,...")]
@@ -83,11 +95,12 @@ mod tests {
     fn the_options_values() {
         assert_eq!(PerProc::parse("2"), Ok(PerProc::Count(2)));
         assert_eq!(PerProc::parse("auto"), Ok(PerProc::Auto));
-        for bad in ["0", "-1", "two", ""] {
+        assert_eq!(PerProc::parse("0"), Ok(PerProc::Hidden));
+        for bad in ["-1", "two", ""] {
             assert_eq!(
                 PerProc::parse(bad).map_err(|e| e.to_string()),
                 Err(format!(
-                    "-gpus-per-proc: {bad:?} is neither a positive count nor auto"
+                    "-gpus-per-proc: {bad:?} is neither a count nor auto"
                 ))
             );
         }

@@ -100,6 +100,8 @@ pub struct JobSpec {
     pub binding: Option<crate::plan::binding::Binding>,
     /// Print each rank's CPUs as it starts (`-report-bindings`).
     pub report_bindings: bool,
+    /// Give each rank GPUs of its host (`-gpus-per-proc`, `-gpu-bind`).
+    pub gpus: Option<crate::plan::gpus::GpuAsk>,
     /// The network interface to use (`-iface`, `HYDRA_IFACE`): agents connect back to its
     /// address and the ranks' MPI is told its name.
     pub iface: Option<String>,
@@ -157,6 +159,7 @@ impl Default for JobSpec {
             mapping_asked: false,
             binding: None,
             report_bindings: false,
+            gpus: None,
             iface: None,
             tree_width: None,
             cost_tree: false,

@@ -140,6 +140,9 @@ pub struct JobPlan {
     /// Print each rank's CPUs as it starts (`-report-bindings`).
     #[serde(default)]
     pub report_bindings: bool,
+    /// Give each rank GPUs of its host (`-gpus-per-proc`, `-gpu-bind`).
+    #[serde(default)]
+    pub gpus: Option<crate::plan::gpus::GpuAsk>,
     /// The network interface to use (`-iface`): agents with children advertise their address
     /// of it, and the ranks' MPI is told its name.
     #[serde(default)]

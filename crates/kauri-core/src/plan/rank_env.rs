@@ -415,6 +415,7 @@ mod tests {
             profile: false,
             progress: false,
             binding: None,
+            gpus: None,
             report_bindings: false,
             iface: None,
             port_range: None,

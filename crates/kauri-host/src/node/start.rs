@@ -6,6 +6,7 @@ use super::poll::serve_conn;
 use super::{abandon, rank_ended, Ctx, Node, NodeEvent, PmixState, ShmDir, PMIX_REQUESTS};
 use crate::error::{NodeError, SingletonError, TopologyError};
 use crate::events::JobTx;
+use crate::gpu::Placed;
 use crate::iofwd;
 use crate::iofwd::Stream;
 use crate::output::Route;
@@ -373,7 +374,8 @@ fn rank_cpus(job: &JobPlan, nlocal: usize, host: &str) -> Result<Vec<Vec<usize>>
     let Some(b) = &job.binding else {
         return Ok(Vec::new());
     };
-    let topo = crate::bind::Topology::read(&crate::bind::allowed_cpus()).map_err(
+    let root = crate::bind::system_root(host).join("sys/devices/system");
+    let topo = crate::bind::Topology::read_from(&root, &crate::bind::allowed_cpus()).map_err(
         |source: TopologyError| NodeError::Topology {
             binding: b.kind.name(),
             host: host.to_string(),
@@ -393,18 +395,55 @@ fn rank_cpus(job: &JobPlan, nlocal: usize, host: &str) -> Result<Vec<Vec<usize>>
     Ok(sets)
 }
 
+/// Each local rank's CPUs and GPUs: `-bind-to`'s ([`rank_cpus`]), then the GPUs the job
+/// asks for (`-gpus-per-proc`, `-gpu-bind`), which may bind an unbound rank next to them.
+fn rank_places(
+    job: &JobPlan,
+    me: &HostPlan,
+    host: &str,
+) -> Result<(Vec<Vec<usize>>, Option<Placed>), NodeError> {
+    let nlocal = me.ranks.len();
+    let mut cpus_of = rank_cpus(job, nlocal, host)?;
+    let Some(ask) = &job.gpus else {
+        return Ok((cpus_of, None));
+    };
+    let mut chooses = vec![false; nlocal];
+    for rp in &me.ranks {
+        let app = job.apps.get(rp.app);
+        if let Some(c) = chooses.get_mut(rp.local_id) {
+            *c = app.and_then(crate::gpu::user_choice).is_some();
+        }
+    }
+    let root = crate::bind::system_root(host);
+    let bound = job.binding.is_some();
+    let placed = crate::gpu::place(ask, &root, host, &chooses, bound, &mut cpus_of)?;
+    Ok((cpus_of, Some(placed)))
+}
+
 /// The lines of `-report-bindings`: each rank of this host and its CPUs (`cpus_of`, by local
-/// id), in the host's rank order.
-fn binding_report(me: &HostPlan, cpus_of: &[Vec<usize>]) -> Vec<String> {
+/// id) and GPUs, in the host's rank order.
+fn binding_report(
+    job: &JobPlan,
+    me: &HostPlan,
+    cpus_of: &[Vec<usize>],
+    gpus: Option<&Placed>,
+) -> Vec<String> {
     let host = &me.host;
     me.ranks
         .iter()
         .map(|rp| {
-            let cpus = cpus_of.get(rp.local_id).map_or_else(
-                || "not bound".to_string(),
-                |c| format!("bound to CPUs {}", crate::bind::cpu_list(c)),
-            );
-            format!("kauri: rank {} on {host}: {cpus}", rp.rank)
+            let cpus = cpus_of
+                .get(rp.local_id)
+                .filter(|c| !c.is_empty())
+                .map_or_else(
+                    || "not bound".to_string(),
+                    |c| format!("bound to CPUs {}", crate::bind::cpu_list(c)),
+                );
+            let gpus = gpus
+                .zip(job.apps.get(rp.app))
+                .map(|(g, app)| format!("; {}", g.report(app, rp.local_id)))
+                .unwrap_or_default();
+            format!("kauri: rank {} on {host}: {cpus}{gpus}", rp.rank)
         })
         .collect()
 }
@@ -458,8 +497,11 @@ struct Launching<'a> {
     vader: Option<ShmDir>,
     /// How many CPUs this process may run on.
     cpus: usize,
-    /// Each local rank's CPUs (`-bind-to`), by local id.
+    /// Each local rank's CPUs (`-bind-to`, or next to its GPUs), by local id; an empty
+    /// entry is not bound.
     cpus_of: Vec<Vec<usize>>,
+    /// Each local rank's GPUs, when the job asks for them.
+    gpus: Option<Placed>,
     /// The ranks to start, in order (a singleton to adopt is not), and how many are queued.
     todo: Vec<&'a RankPlan>,
     next: usize,
@@ -514,7 +556,7 @@ impl Launching<'_> {
     /// Reports the bindings of this host's ranks (computed then: [`rank_cpus`]).
     fn report_bindings(&self) {
         if self.job.report_bindings {
-            for line in binding_report(self.me, &self.cpus_of) {
+            for line in binding_report(self.job, self.me, &self.cpus_of, self.gpus.as_ref()) {
                 say!("{line}");
             }
         }
@@ -533,7 +575,8 @@ impl Launching<'_> {
             let Some(&rp) = self.todo.get(self.next) else {
                 return Ok(());
             };
-            match self.queue_rank(starts, rp, self.cpus_of.get(rp.local_id)) {
+            let cpus = self.cpus_of.get(rp.local_id).filter(|c| !c.is_empty());
+            match self.queue_rank(starts, rp, cpus) {
                 Ok(q) => queued.push_back(q),
                 Err(NotQueued::Socket(_)) if !queued.is_empty() => return Ok(()),
                 Err(NotQueued::Socket(source)) => {
@@ -619,11 +662,11 @@ impl Launching<'_> {
             oversubscribed: oversubscribed(self.job, self.me.ranks.len(), self.cpus),
             socket,
         };
-        rank_environment(
-            &a.env,
-            rank_env(self.job, a, &seat, &facts),
-            crate::keeper::env(),
-        )
+        let mut kauri = rank_env(self.job, a, &seat, &facts);
+        if let Some(g) = &self.gpus {
+            kauri.extend(g.rank_env(self.job, a, rp.local_id));
+        }
+        rank_environment(&a.env, kauri, crate::keeper::env())
     }
 }
 
@@ -697,6 +740,7 @@ impl Node {
         } else {
             None
         };
+        let (cpus_of, gpus) = rank_places(job, me, &host)?;
         let mut l = Launching {
             job,
             me,
@@ -709,7 +753,8 @@ impl Node {
             port,
             vader: private_vader_dir(job, me, &host)?,
             cpus: crate::bind::allowed_cpus().len().max(1),
-            cpus_of: rank_cpus(job, me.ranks.len(), &host)?,
+            cpus_of,
+            gpus,
             todo: me.ranks.iter().filter(|r| !adopting(job, r.rank)).collect(),
             next: 0,
             ahead: queue_depth(
@@ -983,8 +1028,17 @@ mod tests {
             index: 0,
             ranks: vec![rank(4, 0), rank(5, 1)],
         };
+        let job = JobPlan {
+            apps: vec![kauri_core::plan::AppPlan {
+                program: "true".into(),
+                args: Vec::new(),
+                env: Vec::new(),
+                wdir: "/".into(),
+            }],
+            ..JobPlan::default()
+        };
         assert_eq!(
-            binding_report(&me, &[vec![0, 1, 2]]),
+            binding_report(&job, &me, &[vec![0, 1, 2]], None),
             [
                 format!(
                     "kauri: rank 4 on h1: bound to CPUs {}",
@@ -994,10 +1048,29 @@ mod tests {
             ]
         );
         assert_eq!(
-            binding_report(&me, &[]),
+            binding_report(&job, &me, &[], None),
             [
                 "kauri: rank 4 on h1: not bound",
                 "kauri: rank 5 on h1: not bound"
+            ]
+        );
+        let gpu = |index, pci: &str| crate::gpu::Gpu {
+            vendor: crate::gpu::Vendor::Nvidia,
+            index,
+            pci: pci.into(),
+            numa: None,
+            cpus: Vec::new(),
+        };
+        let placed = Placed {
+            hidden: false,
+            gpus: vec![gpu(0, "0000:3b:00.0"), gpu(1, "0000:88:00.0")],
+            of: vec![vec![1], vec![0]],
+        };
+        assert_eq!(
+            binding_report(&job, &me, &[], Some(&placed)),
+            [
+                "kauri: rank 4 on h1: not bound; GPU nvidia:1 (0000:88:00.0)",
+                "kauri: rank 5 on h1: not bound; GPU nvidia:0 (0000:3b:00.0)"
             ]
         );
     }

@@ -928,6 +928,7 @@ mod tests {
             progress: false,
             binding: None,
             report_bindings: false,
+            gpus: None,
             iface: None,
             port_range: None,
             fault_tolerant: false,

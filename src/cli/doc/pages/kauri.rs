@@ -106,7 +106,31 @@ const GLOBAL: &[Opt] = &[
              default), hwthread, core, l1cache, l2cache, l3cache, socket, numa",
         )
     },
-    flag(&["-report-bindings"], "print each rank's CPUs as it starts"),
+    flag(
+        &["-report-bindings"],
+        "print each rank's CPUs (and GPUs) as it starts",
+    ),
+    with(
+        &["-gpus-per-proc"],
+        "N|auto",
+        "give each rank N of its host's GPUs (auto: the host's GPUs divided\n\
+         among its ranks; 0: hide them all) in the variable its vendor's\n\
+         runtime reads: CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES or\n\
+         ZE_AFFINITY_MASK (never over one the environment sets); a host\n\
+         without GPUs fails",
+    ),
+    Opt {
+        values: Values::Words(&["closest", "none", "map:"]),
+        ..with(
+            &["-gpu-bind"],
+            "closest|none|map:I,J,...",
+            "which GPUs: those nearest the rank's CPUs (the default; with no\n\
+             -bind-to, the rank is then bound to the CPUs next to them), in\n\
+             turn (none), or local rank L gets GPU I,J,...[L] (map:, also\n\
+             Slurm's map_gpu:); alone, it means -gpus-per-proc auto (1 with\n\
+             a map)",
+        )
+    },
     with(
         &["-iface"],
         "NAME",
@@ -382,6 +406,11 @@ const ENVIRONMENT: &[Item] = &[
         help: "a tree link silent this long is lost (default 30; 0: never)",
     },
     Item {
+        label: "KAURI_SYSFS_ROOT=DIR",
+        help: "read each host's CPUs and GPUs below DIR instead of / (%h: the\n\
+               host's name), for tests on fake /sys trees",
+    },
+    Item {
         label: "KAURI_PMIX_LIBRARY=FILE",
         help: "the OpenPMIx library (libpmix.so.2) the PMIx servers load;\n\
                by default the one the job's programs load when it is not\n\
@@ -646,6 +675,28 @@ const HELP_ENV: &[Block] = &[
             Item {
                 label: "MPIR_CVAR_ENABLE_FT",
                 help: "1: MPICH's fault tolerance (MPICH's own ft tests set it)",
+            },
+        ],
+    ),
+    Block::Para(
+        "With -gpus-per-proc or -gpu-bind, each rank's GPUs, unless its environment\n\
+         chooses them itself (sets one of these or HIP_VISIBLE_DEVICES):",
+    ),
+    Block::List(
+        26,
+        &[
+            Item {
+                label: "CUDA_VISIBLE_DEVICES",
+                help: "its NVIDIA GPUs, with CUDA_DEVICE_ORDER=PCI_BUS_ID (under\n\
+                       -ml-env: every GPU, its own at position LOCAL_RANK)",
+            },
+            Item {
+                label: "ROCR_VISIBLE_DEVICES",
+                help: "its AMD GPUs (HIP_VISIBLE_DEVICES is left alone)",
+            },
+            Item {
+                label: "ZE_AFFINITY_MASK",
+                help: "its Intel GPUs",
             },
         ],
     ),
