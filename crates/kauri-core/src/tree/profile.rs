@@ -24,15 +24,21 @@ pub enum ProfileFormat {
     Trace,
 }
 
+/// A `--profile` or `KAURI_PROFILE` value that names no format: the value (trimmed), printed
+/// with the formats there are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("profile format {0:?}: text, json or trace")]
+pub struct ProfileFormatError(pub String);
+
 impl ProfileFormat {
     /// Reads `--profile=VALUE` or `KAURI_PROFILE=VALUE`: `None` means no profile.
-    pub fn parse(v: &str) -> Result<Option<ProfileFormat>, String> {
+    pub fn parse(v: &str) -> Result<Option<ProfileFormat>, ProfileFormatError> {
         match v.trim() {
             "" | "0" | "no" | "off" => Ok(None),
             "1" | "yes" | "on" | "text" => Ok(Some(ProfileFormat::Text)),
             "json" => Ok(Some(ProfileFormat::Json)),
             "trace" => Ok(Some(ProfileFormat::Trace)),
-            other => Err(format!("profile format {other:?}: text, json or trace")),
+            other => Err(ProfileFormatError(other.to_string())),
         }
     }
 }
@@ -515,6 +521,20 @@ mod tests {
         assert_eq!(ProfileFormat::parse("json"), Ok(Some(ProfileFormat::Json)));
         assert_eq!(ProfileFormat::parse("0"), Ok(None));
         assert!(ProfileFormat::parse("xml").is_err());
+    }
+
+    /// An unknown format prints the line kauri printed when the error was text (the value
+    /// trimmed and quoted).
+    #[test]
+    fn an_unknown_format_prints_its_line() {
+        let e = ProfileFormat::parse(" xml\n").unwrap_err();
+        assert_eq!(e, ProfileFormatError("xml".into()));
+        assert_eq!(e.to_string(), "profile format \"xml\": text, json or trace");
+        let e = ProfileFormat::parse("a\"b").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"profile format "a\"b": text, json or trace"#
+        );
     }
 
     #[test]
