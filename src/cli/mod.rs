@@ -589,7 +589,8 @@ impl Parser {
             "-bind-to" | "-binding" => {
                 let v = w.value(name)?;
                 self.bind_given = true;
-                self.spec.binding = crate::plan::binding::Binding::parse(&v).map_err(UsageError)?;
+                self.spec.binding = crate::plan::binding::Binding::parse(&v)
+                    .map_err(|e| UsageError(e.to_string()))?;
             }
             "-report-bindings" => self.spec.report_bindings = true,
             "-gpus-per-proc" => {

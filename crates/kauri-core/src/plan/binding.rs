@@ -64,9 +64,31 @@ pub struct Binding {
     pub map: Option<Kind>,
 }
 
+/// A `-bind-to` value that is not `none`, `KIND` or `KIND:N`; each prints the line naming the
+/// value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindingError {
+    /// `KIND` is no kind of object.
+    #[error(
+        "-bind-to {value}: use none, hwthread, core, l1cache, l2cache, l3cache, socket or numa"
+    )]
+    UnknownKind {
+        /// The whole value.
+        value: String,
+    },
+    /// `N` is not a positive number.
+    #[error("-bind-to {value}: {count} is not a count of objects")]
+    NotACount {
+        /// The whole value.
+        value: String,
+        /// What follows the `:`.
+        count: String,
+    },
+}
+
 impl Binding {
     /// Reads `-bind-to`'s value: `none` is `Ok(None)`; `KIND` or `KIND:N`.
-    pub fn parse(v: &str) -> Result<Option<Binding>, String> {
+    pub fn parse(v: &str) -> Result<Option<Binding>, BindingError> {
         if v == "none" {
             return Ok(None);
         }
@@ -74,23 +96,71 @@ impl Binding {
             Some((k, n)) => (k, Some(n)),
             None => (v, None),
         };
-        let kind = Kind::parse(k).ok_or_else(|| {
-            format!(
-                "-bind-to {v}: use none, hwthread, core, l1cache, l2cache, l3cache, socket or numa"
-            )
+        let kind = Kind::parse(k).ok_or_else(|| BindingError::UnknownKind {
+            value: v.to_string(),
         })?;
         let count = match n {
             None => 1,
-            Some(n) => n
-                .parse()
-                .ok()
-                .filter(|&n: &usize| n > 0)
-                .ok_or_else(|| format!("-bind-to {v}: {n} is not a count of objects"))?,
+            Some(n) => n.parse().ok().filter(|&n: &usize| n > 0).ok_or_else(|| {
+                BindingError::NotACount {
+                    value: v.to_string(),
+                    count: n.to_string(),
+                }
+            })?,
         };
         Ok(Some(Binding {
             kind,
             count,
             map: None,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Binding, BindingError};
+
+    /// Each bad value is its variant, and prints the line kauri printed when the error was
+    /// text.
+    #[test]
+    fn each_binding_error_prints_its_line() {
+        let kinds = "use none, hwthread, core, l1cache, l2cache, l3cache, socket or numa";
+        let cases = [
+            (
+                "board",
+                BindingError::UnknownKind {
+                    value: "board".into(),
+                },
+                format!("-bind-to board: {kinds}"),
+            ),
+            (
+                "board:2",
+                BindingError::UnknownKind {
+                    value: "board:2".into(),
+                },
+                format!("-bind-to board:2: {kinds}"),
+            ),
+            (
+                "core:0",
+                BindingError::NotACount {
+                    value: "core:0".into(),
+                    count: "0".into(),
+                },
+                "-bind-to core:0: 0 is not a count of objects".to_string(),
+            ),
+            (
+                "core:x",
+                BindingError::NotACount {
+                    value: "core:x".into(),
+                    count: "x".into(),
+                },
+                "-bind-to core:x: x is not a count of objects".to_string(),
+            ),
+        ];
+        for (value, error, line) in cases {
+            let e = Binding::parse(value).unwrap_err();
+            assert_eq!(e, error);
+            assert_eq!(e.to_string(), line);
+        }
     }
 }
