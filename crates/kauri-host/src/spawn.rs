@@ -166,9 +166,27 @@ pub fn ready(grace: Duration) {
     }
 }
 
+/// Why the threads that start the ranks could not be made: the first one's failure (with
+/// one, every rank starts, only slower). The queue is made once, so every later start is
+/// refused with the same error, which the returned `io::Error` carries (with its kind).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot make the thread that starts the ranks: {source}")]
+pub struct ThreadsError {
+    /// What the system said.
+    #[source]
+    pub source: io::Error,
+}
+
+impl ThreadsError {
+    /// The error a start is refused with: this one, of its system error's kind.
+    fn refusal(&'static self) -> io::Error {
+        io::Error::new(self.source.kind(), self)
+    }
+}
+
 /// The spawner threads' queue, started at the first use ([`ready`]).
 fn queue() -> io::Result<&'static std_mpsc::Sender<Request>> {
-    static QUEUE: OnceLock<Result<std_mpsc::Sender<Request>, String>> = OnceLock::new();
+    static QUEUE: OnceLock<Result<std_mpsc::Sender<Request>, ThreadsError>> = OnceLock::new();
     QUEUE
         .get_or_init(|| {
             let (tx, rx) = std_mpsc::channel::<Request>();
@@ -182,16 +200,14 @@ fn queue() -> io::Result<&'static std_mpsc::Sender<Request>> {
                 match t {
                     Ok(_) => made += 1,
                     // One thread is enough to start every rank, only slower.
-                    Err(e) if made == 0 => {
-                        return Err(format!("cannot make the thread that starts the ranks: {e}"))
-                    }
+                    Err(source) if made == 0 => return Err(ThreadsError { source }),
                     Err(_) => break,
                 }
             }
             Ok(tx)
         })
         .as_ref()
-        .map_err(|e| io::Error::other(e.clone()))
+        .map_err(ThreadsError::refusal)
 }
 
 /// A spawner thread: takes the requests in order, for the life of the process. The keeper is
@@ -513,6 +529,19 @@ mod tests {
 
     fn launch(program: &str, args: &[&str]) -> Launch {
         Launch::plain(program, args)
+    }
+
+    /// The threads' failure prints the line kauri printed when it was text, and so does the
+    /// refusal every start gets, which keeps the system error's kind.
+    #[test]
+    fn the_threads_failure_prints_its_line() {
+        let source = io::Error::from_raw_os_error(libc::EAGAIN);
+        let line = format!("cannot make the thread that starts the ranks: {source}");
+        let e: &'static ThreadsError = Box::leak(Box::new(ThreadsError { source }));
+        assert_eq!(e.to_string(), line);
+        let refused = e.refusal();
+        assert_eq!(refused.to_string(), line);
+        assert_eq!(refused.kind(), io::ErrorKind::WouldBlock);
     }
 
     /// Starts handed back by the threads out of order are taken in the order they were
