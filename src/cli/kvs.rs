@@ -31,6 +31,29 @@ use std::time::Duration;
 
 const USAGE: &str = "usage: kauri kvs put KEY VALUE | get KEY [--wait] | fence | barrier";
 
+/// Why a `kauri kvs` call failed (exit status 1); each prints the line after `kauri kvs: `.
+#[derive(Debug, thiserror::Error)]
+pub enum KvsError {
+    /// Neither `PMI_FD` nor `PMI_PORT` is set: not started as a rank.
+    #[error("not running as a rank of a kauri job (no PMI_FD or PMI_PORT)")]
+    NotARank,
+    /// The PMI session failed: its connection, the operation or its finalize.
+    #[error(transparent)]
+    Pmi(ClientError),
+    /// `get` without `--wait` found no such key.
+    #[error("{0} not found (--wait waits for it)")]
+    NotFound(String),
+}
+
+impl From<ClientError> for KvsError {
+    fn from(e: ClientError) -> KvsError {
+        match e {
+            ClientError::NoServer => KvsError::NotARank,
+            e => KvsError::Pmi(e),
+        }
+    }
+}
+
 /// Runs `kauri kvs ARGS`; returns the exit status (0, 1 on failure, 2 on bad usage). `-h`
 /// and `--help` print the usage on stdout.
 pub fn run(args: &[String]) -> u8 {
@@ -38,7 +61,7 @@ pub fn run(args: &[String]) -> u8 {
     let result = match words.as_slice() {
         ["put", key, value] => session(|c| c.put_in(PUBLISH_KVS, key, value).map(|_| None)),
         ["get", key] => match session(|c| c.get(key)) {
-            Ok(None) => Err(format!("{key} not found (--wait waits for it)")),
+            Ok(None) => Err(KvsError::NotFound(key.to_string())),
             other => other,
         },
         ["get", key, "--wait"] | ["get", "--wait", key] => wait_for(key),
@@ -88,21 +111,16 @@ fn fresh_pmi_fd() {
 /// One PMI-1 session: connect, `op`, finalize.
 fn session(
     op: impl FnOnce(&mut Client) -> Result<Option<String>, ClientError>,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, KvsError> {
     fresh_pmi_fd();
-    let mut c = Client::from_env(Version::V1).map_err(|e| match e {
-        ClientError::NoServer => {
-            "not running as a rank of a kauri job (no PMI_FD or PMI_PORT)".to_string()
-        }
-        e => e.to_string(),
-    })?;
-    let out = op(&mut c).map_err(|e| e.to_string())?;
-    c.finalize().map_err(|e| e.to_string())?;
+    let mut c = Client::from_env(Version::V1)?;
+    let out = op(&mut c).map_err(KvsError::Pmi)?;
+    c.finalize().map_err(KvsError::Pmi)?;
     Ok(out)
 }
 
 /// Reads `key` until it is there, backing off from 20 ms to 1 s between tries.
-fn wait_for(key: &str) -> Result<Option<String>, String> {
+fn wait_for(key: &str) -> Result<Option<String>, KvsError> {
     let mut pause = Duration::from_millis(20);
     loop {
         if let Some(v) = session(|c| c.get(key))? {
@@ -110,5 +128,41 @@ fn wait_for(key: &str) -> Result<Option<String>, String> {
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ClientError, KvsError};
+
+    /// Each failure prints the line `kauri kvs` printed when its errors were text: a PMI
+    /// failure its own line, a missing server the line about ranks.
+    #[test]
+    fn each_kvs_error_prints_its_line() {
+        let cases = [
+            (
+                KvsError::from(ClientError::NoServer),
+                "not running as a rank of a kauri job (no PMI_FD or PMI_PORT)".to_string(),
+            ),
+            (
+                KvsError::from(ClientError::Closed),
+                "PMI server closed the connection".to_string(),
+            ),
+            (
+                KvsError::Pmi(ClientError::NoServer),
+                "no PMI server: neither PMI_FD nor PMI_PORT is set".to_string(),
+            ),
+            (
+                KvsError::NotFound("k1".into()),
+                "k1 not found (--wait waits for it)".to_string(),
+            ),
+        ];
+        for (e, line) in cases {
+            assert_eq!(e.to_string(), line, "{e:?}");
+        }
+        assert!(matches!(
+            KvsError::from(ClientError::NoServer),
+            KvsError::NotARank
+        ));
     }
 }
