@@ -15,14 +15,26 @@ const SUBCOMMANDS: [&str; 7] = [
     "pmi",
 ];
 
-/// The words after a subcommand as text: one line naming the first that is not UTF-8.
-fn utf8_words(sub: &str, words: &[OsString]) -> Result<Vec<String>, String> {
+/// A word after a subcommand that is not UTF-8 (exit status 2): one line naming the
+/// subcommand and the word (its invalid bytes as U+FFFD).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("kauri {sub}: {word:?} is not UTF-8 text")]
+struct NotUtf8 {
+    /// The subcommand.
+    sub: String,
+    /// The word, lossily.
+    word: String,
+}
+
+/// The words after a subcommand as text, or the first that is not UTF-8.
+fn utf8_words(sub: &str, words: &[OsString]) -> Result<Vec<String>, NotUtf8> {
     words
         .iter()
         .map(|w| {
-            w.clone()
-                .into_string()
-                .map_err(|w| format!("kauri {sub}: {:?} is not UTF-8 text", w.to_string_lossy()))
+            w.clone().into_string().map_err(|w| NotUtf8 {
+                sub: sub.to_string(),
+                word: w.to_string_lossy().into_owned(),
+            })
         })
         .collect()
 }
@@ -186,4 +198,33 @@ fn run_agent(args: &[String]) -> ExitCode {
     logging(0);
     kauri::host::proc::become_subreaper();
     run_local(kauri::tree::agent::run(a))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{utf8_words, NotUtf8};
+    use std::ffi::OsString;
+    use std::os::unix::ffi::OsStringExt;
+
+    /// A word that is not UTF-8 prints the line kauri printed when the error was text.
+    #[test]
+    fn a_word_not_utf8_prints_its_line() {
+        let words = [
+            OsString::from("get"),
+            OsString::from_vec(b"caf\xe9\"s".to_vec()),
+        ];
+        let e = utf8_words("kvs", &words).unwrap_err();
+        assert_eq!(
+            e,
+            NotUtf8 {
+                sub: "kvs".into(),
+                word: "caf\u{fffd}\"s".into(),
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "kauri kvs: \"caf\u{fffd}\\\"s\" is not UTF-8 text"
+        );
+        assert_eq!(utf8_words("kvs", &words[..1]), Ok(vec!["get".to_string()]));
+    }
 }
