@@ -44,7 +44,7 @@
 //! `LINE_MAX × (NAMES_MAX + 2 × CLIENTS_MAX)`, 150 MiB with the defaults; one client's share
 //! is at most `LINE_MAX × (NAMES_PER_CLIENT_MAX + 2)`, 8 MiB.
 
-use crate::service::{Publisher, Refused, Service, ServiceReply, Wait};
+use crate::service::{NoPlan, Publisher, Refused, Service, ServiceReply, Wait};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -309,7 +309,7 @@ impl Table {
                 None => Err(Refused::NotPublished { name: name.clone() }),
             }),
             Service::Spawn { .. } => ServiceReply::Spawn(Err("not a name request".into())),
-            Service::JobOf { .. } => ServiceReply::Job(Err("not a name request".into())),
+            Service::JobOf { .. } => ServiceReply::Job(Err(NoPlan::NotANameRequest)),
             Service::Terminate { .. } => {
                 ServiceReply::Done(Err(Refused::Other("not a name request".into())))
             }
@@ -753,7 +753,7 @@ fn request_line(req: &Service) -> Result<String, ServiceReply> {
         Service::Spawn { .. } => {
             return Err(ServiceReply::Spawn(Err("not a name request".into())));
         }
-        Service::JobOf { .. } => return Err(ServiceReply::Job(Err("not a name request".into()))),
+        Service::JobOf { .. } => return Err(ServiceReply::Job(Err(NoPlan::NotANameRequest))),
         Service::Terminate { .. } => {
             return Err(ServiceReply::Done(Err(Refused::Other(
                 "not a name request".into(),

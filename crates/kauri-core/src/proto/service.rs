@@ -127,9 +127,23 @@ pub enum ServiceReply {
     /// A lookup's outcome: the port.
     Found(Result<String, Refused>),
     /// The plan of a job ([`Service::JobOf`]).
-    Job(Result<Box<crate::plan::JobPlan>, String>),
+    Job(Result<Box<crate::plan::JobPlan>, NoPlan>),
     /// The jobs of the run ([`Service::Jobs`]): namespace and size, in the order they started.
     Jobs(Vec<(String, usize)>),
+}
+
+/// Why a job's plan was not given ([`Service::JobOf`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum NoPlan {
+    /// No job of the run that is still running has that namespace.
+    #[error("no running job of this run is named {nspace}")]
+    NoJob {
+        /// The namespace asked for.
+        nspace: String,
+    },
+    /// The name server was asked: it serves names, not jobs.
+    #[error("not a name request")]
+    NotANameRequest,
 }
 
 /// Why the front end (or the name server) refused a publish, an unpublish, a lookup or a
@@ -236,7 +250,18 @@ pub struct SpawnDone {
 
 #[cfg(test)]
 mod tests {
-    use super::{Publisher, Refused};
+    use super::{NoPlan, Publisher, Refused};
+
+    /// Each reason a plan was not given prints the line kauri gave when it was text.
+    #[test]
+    fn each_missing_plan_prints_its_line() {
+        let nspace = "kvs_2".to_string();
+        assert_eq!(
+            NoPlan::NoJob { nspace }.to_string(),
+            "no running job of this run is named kvs_2"
+        );
+        assert_eq!(NoPlan::NotANameRequest.to_string(), "not a name request");
+    }
 
     /// Each refusal prints the reason kauri gave when refusals were text.
     #[test]

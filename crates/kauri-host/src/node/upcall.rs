@@ -695,7 +695,7 @@ impl Node {
                     }
                 })
                 .map_err(|e| e.to_string()),
-            ServiceReply::Job(Err(e)) => Err(e),
+            ServiceReply::Job(Err(e)) => Err(e.to_string()),
             other => Err(format!("answered with {other:?}")),
         };
         let Some(c) = p.connects.get_mut(&cid) else {

@@ -2,6 +2,7 @@
 //! name table or `kauri nameserver`), cross-job direct modex and PMIx collectives.
 
 use super::*;
+use kauri_proto::service::NoPlan;
 
 impl Root {
     /// Sends an answer to whoever asked.
@@ -263,7 +264,7 @@ impl Root {
                         .job_named(&nspace)
                         .and_then(|k| self.jobs[k].live())
                         .map(|j| Box::new(j.plan.clone()))
-                        .ok_or(format!("no running job of this run is named {nspace}"));
+                        .ok_or(NoPlan::NoJob { nspace });
                     self.answer(asker, ServiceReply::Job(plan));
                 }
                 s => match &mut self.names {
