@@ -150,6 +150,13 @@ fn run(
     (by_rank.into_values().collect(), err)
 }
 
+/// `kauri` arguments for ranks on simulated `hosts` (`-launcher fork`), then `more`.
+fn fork<'a>(hosts: &'a str, n: &'a str, more: &[&'a str]) -> Vec<&'a str> {
+    let mut a = vec!["-hosts", hosts, "-launcher", "fork", "-n", n];
+    a.extend(more);
+    a
+}
+
 /// The machine lets the test bind to CPUs 0 and 1 (the fake hosts' CPUs); else it says why
 /// it skips.
 fn can_bind() -> bool {
@@ -210,8 +217,7 @@ fn one_gpu_per_rank_on_its_own_socket_for_every_vendor() {
             "core",
         ];
         // One host (this machine's name is not known to the test: the host list names it).
-        let mut one = vec!["-hosts", "vm:8", "-launcher", "fork", "-n", "8"];
-        one.extend(args);
+        let one = fork("vm:8", "8", &args);
         let (seen, err) = run(&root, &one, maker.var(), "KAURI_LOCAL_RANK", &[]);
         let layout = BTreeMap::from([("vm".to_string(), [4, 4])]);
         assert_eq!(seen.len(), 8, "{maker:?}: {err}");
@@ -224,8 +230,7 @@ fn one_gpu_per_rank_on_its_own_socket_for_every_vendor() {
         }
         // Two simulated hosts, the second with its GPUs on socket 0 only.
         host(&d.join("b"), maker, [4, 0]);
-        let mut two = vec!["-hosts", "vm:4,b:4", "-launcher", "fork", "-n", "8"];
-        two.extend(args);
+        let two = fork("vm:4,b:4", "8", &args);
         let (seen, err) = run(&root, &two, maker.var(), "", &[]);
         assert_eq!(seen.len(), 8, "{maker:?}: {err}");
         let layout = BTreeMap::from([("vm".to_string(), [4, 4]), ("b".to_string(), [4, 0])]);
@@ -243,16 +248,7 @@ fn unbound_ranks_are_bound_next_to_their_gpus() {
     let d = fresh("unbound");
     host(&d.join("vm"), Maker::Nvidia, [4, 4]);
     let root = d.join("%h").display().to_string();
-    let args = [
-        "-hosts",
-        "vm:8",
-        "-launcher",
-        "fork",
-        "-n",
-        "8",
-        "-gpus-per-proc",
-        "1",
-    ];
+    let args = fork("vm:8", "8", &["-gpus-per-proc", "1"]);
     let (seen, err) = run(&root, &args, "CUDA_VISIBLE_DEVICES", "", &[]);
     for (r, s) in seen.iter().enumerate() {
         // In turn, each next to its own.
@@ -260,16 +256,7 @@ fn unbound_ranks_are_bound_next_to_their_gpus() {
         assert_eq!(s.cpus, [r / 4], "rank {r}: {seen:?}");
     }
     // `none`: in turn, and not bound.
-    let none = [
-        "-hosts",
-        "vm:2",
-        "-launcher",
-        "fork",
-        "-n",
-        "2",
-        "-gpu-bind",
-        "none",
-    ];
+    let none = fork("vm:2", "2", &["-gpu-bind", "none"]);
     let (seen, err) = run(&root, &none, "CUDA_VISIBLE_DEVICES", "", &[]);
     assert_eq!(
         seen[0].gpus.as_deref(),
@@ -286,20 +273,21 @@ fn maps_auto_and_the_ml_environment() {
     let d = fresh("maps");
     host(&d.join("vm"), Maker::Amd, [4, 4]);
     let root = d.join("%h").display().to_string();
-    let on = |n: &'static str| vec!["-hosts", "vm:8", "-launcher", "fork", "-n", n];
-    let mut map = on("3");
-    map.extend(["-gpu-bind", "map_gpu:6,2"]);
+    let map = fork("vm:8", "3", &["-gpu-bind", "map_gpu:6,2"]);
     let (seen, _) = run(&root, &map, "ROCR_VISIBLE_DEVICES", "", &[]);
     let got: Vec<_> = seen.iter().map(|s| s.gpus.clone().unwrap()).collect();
     assert_eq!(got, ["6", "2", "6"], "local rank L gets map[L mod 2]");
-    let mut two = on("2");
-    two.extend(["-gpus-per-proc", "2", "-gpu-bind", "map:7,6,5,4"]);
+    let two = fork(
+        "vm:8",
+        "2",
+        &["-gpus-per-proc", "2", "-gpu-bind", "map:7,6,5,4"],
+    );
     let (seen, _) = run(&root, &two, "ROCR_VISIBLE_DEVICES", "", &[]);
     let got: Vec<_> = seen.iter().map(|s| s.gpus.clone().unwrap()).collect();
     assert_eq!(got, ["7,6", "5,4"]);
     // -ml-env: every GPU visible, the rank's own at LOCAL_RANK.
-    let mut ml = on("4");
-    ml.extend(["-ml-env", "-gpus-per-proc", "1", "-gpu-bind", "map:5,1,6,2"]);
+    let ml_args = ["-ml-env", "-gpus-per-proc", "1", "-gpu-bind", "map:5,1,6,2"];
+    let ml = fork("vm:8", "4", &ml_args);
     let (seen, err) = run(&root, &ml, "ROCR_VISIBLE_DEVICES", "LOCAL_RANK", &[]);
     for (want, s) in [5, 1, 6, 2].iter().zip(&seen) {
         let list: Vec<usize> = s
@@ -321,17 +309,7 @@ fn the_users_own_variable_wins() {
     let d = fresh("user");
     host(&d.join("vm"), Maker::Nvidia, [4, 4]);
     let root = d.join("%h").display().to_string();
-    let args = [
-        "-hosts",
-        "vm:2",
-        "-launcher",
-        "fork",
-        "-n",
-        "2",
-        "-gpus-per-proc",
-        "1",
-        "-report-bindings",
-    ];
+    let args = fork("vm:2", "2", &["-gpus-per-proc", "1", "-report-bindings"]);
     let (seen, err) = run(
         &root,
         &args,
@@ -351,19 +329,11 @@ fn the_users_own_variable_wins() {
         err.contains("kauri: rank 0 on vm: not bound; GPUs as its CUDA_VISIBLE_DEVICES says"),
         "{err}"
     );
-    let genv = [
-        "-hosts",
+    let genv = fork(
         "vm:1",
-        "-launcher",
-        "fork",
-        "-n",
         "1",
-        "-gpus-per-proc",
-        "1",
-        "-genv",
-        "CUDA_VISIBLE_DEVICES",
-        "7",
-    ];
+        &["-gpus-per-proc", "1", "-genv", "CUDA_VISIBLE_DEVICES", "7"],
+    );
     let (seen, _) = run(&root, &genv, "CUDA_VISIBLE_DEVICES", "", &[]);
     assert_eq!(seen[0].gpus.as_deref(), Some("7"));
     std::fs::remove_dir_all(&d).unwrap();
@@ -383,21 +353,11 @@ fn the_bad_cases_each_say_one_line() {
         assert!(err.contains(line), "kauri {args:?} says {line:?}: {err}");
     };
     fails(
-        &["-hosts", "vm:1,b:1", "-launcher", "fork", "-n", "2", "-gpus-per-proc", "1", "true"],
+        &fork("vm:1,b:1", "2", &["-gpus-per-proc", "1", "true"]),
         "kauri: -gpus-per-proc: b has no GPU (none under /proc/driver/nvidia, /sys/class/kfd or /sys/class/drm)",
     );
     fails(
-        &[
-            "-hosts",
-            "vm:1",
-            "-launcher",
-            "fork",
-            "-n",
-            "1",
-            "-gpu-bind",
-            "map:8",
-            "true",
-        ],
+        &fork("vm:1", "1", &["-gpu-bind", "map:8", "true"]),
         "kauri: -gpu-bind map: vm has no nvidia GPU 8 (it has 8)",
     );
     fails(
@@ -409,17 +369,11 @@ fn the_bad_cases_each_say_one_line() {
         "-gpu-bind: \"nearest\" is none of closest, none, map:I,J,...",
     );
     // 0, as Hydra's: every GPU hidden, on a host with or without GPUs.
-    let zero = [
-        "-hosts",
+    let zero = fork(
         "vm:1,b:1",
-        "-launcher",
-        "fork",
-        "-n",
         "2",
-        "-gpus-per-proc",
-        "0",
-        "-report-bindings",
-    ];
+        &["-gpus-per-proc", "0", "-report-bindings"],
+    );
     let (seen, err) = run(
         &root,
         &zero,
@@ -437,16 +391,7 @@ fn the_bad_cases_each_say_one_line() {
         "{err}"
     );
     // More ranks than GPUs: shared in turn, said once.
-    let args = [
-        "-hosts",
-        "vm:10",
-        "-launcher",
-        "fork",
-        "-n",
-        "10",
-        "-gpus-per-proc",
-        "1",
-    ];
+    let args = fork("vm:10", "10", &["-gpus-per-proc", "1"]);
     let (seen, err) = run(&root, &args, "CUDA_VISIBLE_DEVICES", "", &[]);
     let got: Vec<_> = seen.iter().map(|s| s.gpus.clone().unwrap()).collect();
     assert_eq!(got, ["0", "1", "2", "3", "4", "5", "6", "7", "0", "1"]);
@@ -455,17 +400,7 @@ fn the_bad_cases_each_say_one_line() {
     // A GPU gone between two jobs: the next job sees the host as it is then.
     std::fs::remove_dir_all(d.join("vm/sys/bus/pci/devices/0000:80:00.0")).unwrap();
     fails(
-        &[
-            "-hosts",
-            "vm:1",
-            "-launcher",
-            "fork",
-            "-n",
-            "1",
-            "-gpu-bind",
-            "map:7",
-            "true",
-        ],
+        &fork("vm:1", "1", &["-gpu-bind", "map:7", "true"]),
         "kauri: -gpu-bind map: vm has no nvidia GPU 7 (it has 7)",
     );
     std::fs::remove_dir_all(&d).unwrap();
