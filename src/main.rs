@@ -123,6 +123,11 @@ fn main() -> ExitCode {
     logging(spec.verbose);
     // What ranks start and leave behind, even with setsid, comes back to kauri to be ended.
     kauri::host::proc::become_subreaper();
+    if spec.max_restarts > 0 && spec.attempt.is_none() {
+        // Each attempt runs as a kauri of its own; this one supervises them.
+        let status = kauri::cli::restarts::supervise(&args, spec.max_restarts);
+        return ExitCode::from(status.clamp(0, 255) as u8);
+    }
     if spec.verbose > 0 {
         // Agents log at the same level.
         std::env::set_var("KAURI_LOG", if spec.verbose > 1 { "debug" } else { "info" });

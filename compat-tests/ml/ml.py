@@ -51,7 +51,10 @@ VENV = os.path.join(CACHE, "venvs", "ml")
 PROGRAMS = os.path.join(HERE, "programs")
 NP = 4
 TIMEOUT = 300
-FRAMEWORKS = {"torch": "torch_allreduce.py", "jax": "jax_allgather.py"}
+FRAMEWORKS = {"torch": "torch_allreduce.py", "jax": "jax_allgather.py",
+              "torch-restart": "torch_restart.py"}
+# Restarts (torchrun --max-restarts / kauri -max-restarts): on one host only.
+RESTARTS = 2
 # torchrun's variables whose values are per job, not per seat: set under both launchers.
 PER_JOB = {"MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"}
 # Values that differ by design: variable -> (torchrun's, kauri's).
@@ -63,11 +66,17 @@ def cells():
     launchers see the same machine load."""
     out = []
     for fw in FRAMEWORKS:
-        for hosts in (1, 2):
+        for hosts in hosts_of(fw):
             for launcher in ("reference", "kauri"):
                 out.append({"fw": fw, "hosts": hosts, "launcher": launcher,
                             "name": "%s-%dh-%s" % (fw, hosts, launcher)})
     return out
+
+
+def hosts_of(fw):
+    """The host counts a framework's cells run on: the restart cell on one host (torchrun's
+    restarts across several need a rendezvous backend of their own)."""
+    return (1,) if fw == "torch-restart" else (1, 2)
 
 
 def free_port():
@@ -82,10 +91,15 @@ def commands(cell, kauri):
     """The processes a cell starts: a list of argv lists, all started at once."""
     py = os.path.join(VENV, "bin", "python3")
     prog = os.path.join(PROGRAMS, FRAMEWORKS[cell["fw"]])
+    restarts = ["-max-restarts", str(RESTARTS)] if cell["fw"] == "torch-restart" else []
     if cell["launcher"] == "kauri":
         hosts = ["-launcher", "fork", "-hosts", "a,b"] if cell["hosts"] == 2 else []
-        return [[kauri, "-ml-env"] + hosts + ["-n", str(NP), py, prog]]
+        return [[kauri, "-ml-env"] + restarts + hosts + ["-n", str(NP), py, prog]]
     port = free_port()
+    if cell["fw"] == "torch-restart":
+        torchrun = os.path.join(VENV, "bin", "torchrun")
+        return [[torchrun, "--nproc-per-node", str(NP), "--max-restarts", str(RESTARTS),
+                 "--master-addr", "127.0.0.1", "--master-port", str(port), prog]]
     if cell["fw"] == "torch":
         torchrun = os.path.join(VENV, "bin", "torchrun")
         if cell["hosts"] == 1:
@@ -120,6 +134,8 @@ def run_cell(cell, kauri, out):
     marker = "%s-%d-%d" % (cell["name"], os.getpid(), time.time_ns())
     reports = os.path.join(out, "reports", cell["name"])
     shutil.rmtree(reports, ignore_errors=True)
+    if os.path.exists(reports + ".ckpt"):
+        os.remove(reports + ".ckpt")
     os.makedirs(reports)
     env = dict(os.environ, KAURI_ML_CELL=marker, ML_REPORT_DIR=reports)
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS"):
@@ -218,7 +234,7 @@ def compare(results):
     by = {(r["fw"], r["hosts"], r["launcher"]): r for r in results}
     lines, regressions = [], []
     for fw in FRAMEWORKS:
-        for hosts in (1, 2):
+        for hosts in hosts_of(fw):
             ref, k = by.get((fw, hosts, "reference")), by.get((fw, hosts, "kauri"))
             if k is None:
                 continue
@@ -230,7 +246,7 @@ def compare(results):
                     regressions.append(what)
                 else:
                     verdict = "both failed (reference: %s)" % ref["detail"]
-            elif ref is not None and ref["result"] == "pass" and fw == "torch":
+            elif ref is not None and ref["result"] == "pass" and fw.startswith("torch"):
                 diffs = env_differences(ref["envs"], k["envs"])
                 if diffs:
                     verdict = "REGRESSION: torchrun variables differ: " + "; ".join(diffs[:6])
@@ -275,7 +291,8 @@ def selftest():
     assert reg == [], reg
     _, reg = compare([r("torch", 2, "reference", "pass", ref), r("torch", 2, "kauri", "pass", {})])
     assert reg == ["torch on 2 hosts"], reg
-    assert len(cells()) == 8 and len(commands(cells()[0], "k")) == 1
+    assert len(cells()) == 10 and len(commands(cells()[0], "k")) == 1
+    assert "-max-restarts" in commands(dict(fw="torch-restart", hosts=1, launcher="kauri"), "k")[0]
     assert len(commands(dict(fw="torch", hosts=2, launcher="reference"), "k")) == 2
     assert len(commands(dict(fw="jax", hosts=1, launcher="reference"), "k")) == NP
     print("ml.py selftest: ok")

@@ -34,6 +34,7 @@ const MPI_PROGRAMS: &[&str] = &[
     "sleeper",
     "cleared_env",
     "singleton",
+    "restart",
 ];
 /// Programs compiled with `cc … -lpmi2` (Slurm's PMI-2 client).
 const PMI2_PROGRAMS: &[&str] = &["libpmi2_check"];

@@ -224,6 +224,43 @@ fn ring_n4() {
     ctx.assert_no_leftovers();
 }
 
+/// `-max-restarts 2` with MPICH (kauri only: Hydra restarts nothing): rank 1 aborts in the
+/// first attempt, the job is started again, resumes from its checkpoint and finishes; the
+/// restart is one line naming the abort, and the job ends 0.
+#[test]
+fn restart_after_an_abort_n3() {
+    let ctx = Ctx::new("restart_n3");
+    let prog = ctx.prog("restart");
+    let ckpt = ctx.script("ckpt", "");
+    std::fs::remove_file(&ckpt).unwrap();
+    let o = ctx
+        .job(
+            Launcher::Kauri,
+            &["-max-restarts", "2", "-n", "3", &prog, &ckpt],
+        )
+        .run();
+    eprintln!("=== kauri\n{o}");
+    o.assert_success();
+    assert_lines(
+        &o,
+        (0..3)
+            .map(|r| format!("restart: rank {r} of 3: restart 1 total 30"))
+            .collect(),
+    );
+    let restarts: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.contains("restart 1 of 2"))
+        .collect();
+    assert_eq!(restarts.len(), 1, "{o}");
+    assert!(restarts[0].starts_with("kauri: restart 1 of 2: "), "{o}");
+    assert!(
+        restarts[0].contains("rank 1"),
+        "names the rank that aborted: {o}"
+    );
+    ctx.assert_no_leftovers();
+}
+
 /// `-iface lo` (and `HYDRA_IFACE=lo`): MPICH's ch3 TCP transport is told the interface by
 /// name, as Hydra tells it, and a ring of 4 runs over it under both launchers; an interface
 /// that does not exist fails the run with one line under kauri (Hydra fails too).

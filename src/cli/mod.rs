@@ -13,6 +13,7 @@ pub mod info;
 pub mod kvs;
 pub mod nameserver;
 pub mod pmi;
+pub mod restarts;
 pub mod status;
 mod words;
 
@@ -256,6 +257,17 @@ impl Parser {
             self.spec.iface = std::env::var("HYDRA_IFACE")
                 .ok()
                 .filter(|v| !v.trim().is_empty());
+        }
+        // One attempt of a job that restarts, run by the kauri that supervises them.
+        if let Ok(v) = std::env::var(crate::plan::job::Attempt::VAR) {
+            let attempt = crate::plan::job::Attempt::from_var(&v).ok_or_else(|| {
+                UsageError(format!(
+                    "{}={}: not an attempt kauri described",
+                    crate::plan::job::Attempt::VAR,
+                    quoted(&v)
+                ))
+            })?;
+            self.spec.attempt = Some(attempt);
         }
         Ok(())
     }
@@ -705,6 +717,12 @@ impl Parser {
                 self.profile_given = true;
             }
             "-ml-env" => self.spec.ml_env = true,
+            "-max-restarts" | "-max_restarts" => {
+                let v = w.value(name)?;
+                self.spec.max_restarts = v.trim().parse().map_err(|_| {
+                    UsageError(format!("{name} {}: not a count of restarts", quoted(&v)))
+                })?;
+            }
             "-timeout-stacks" | "-get-stack-traces" => self.spec.timeout_stacks = true,
             "-disable-auto-cleanup" => self.spec.auto_cleanup = false,
             "-auto-cleanup" => {

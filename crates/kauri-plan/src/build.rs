@@ -228,6 +228,7 @@ pub fn segment_env(spec: &JobSpec, app: usize) -> Vec<(OsString, OsString)> {
             Some(k) => {
                 !kauri_core::plan::rank_env::is_foreign_wiring(k)
                     && !k.starts_with("KAURI_JOB_KEY")
+                    && k != kauri_core::plan::job::Attempt::VAR
                     && match policy {
                         EnvPolicy::All => {
                             !(in_slurm_job && kauri_launch::allocation::is_slurm_task_var(k))
@@ -383,6 +384,22 @@ pub fn output_options(spec: &JobSpec) -> OutputOptions {
 /// Why a job cannot be planned: each prints the one line kauri gives for it.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
+    /// A restart leaves out the hosts an earlier attempt lost, and the others cannot hold
+    /// the job.
+    #[error(
+        "restart {restart}: without {}, the hosts have {slots} slot(s) for {size} ranks: the run ends",
+        lost.join(",")
+    )]
+    LostHostsNeeded {
+        /// The restart.
+        restart: u32,
+        /// The hosts lost.
+        lost: Vec<String>,
+        /// The slots of the others.
+        slots: usize,
+        /// The job's size.
+        size: usize,
+    },
     /// `-launcher` names no launcher.
     #[error(transparent)]
     UnknownLauncher(#[from] kauri_launch::kind::UnknownLauncher),
@@ -434,7 +451,10 @@ fn plural(size: usize) -> &'static str {
 /// Plans the job the user started: from `spec` to everything decided before anything
 /// starts, on the host named `me`.
 pub fn plan(spec: &JobSpec, me: &str) -> Result<Plan, PlanError> {
-    let (launcher, entries) = choose_hosts(spec, me)?;
+    let (launcher, mut entries) = choose_hosts(spec, me)?;
+    if let Some(a) = spec.attempt.as_ref().filter(|a| !a.without.is_empty()) {
+        entries = without_lost(a, entries, spec.size())?;
+    }
     let self_os = std::env::current_exe().map_or_else(|_| "kauri".into(), PathBuf::into_os_string);
     let (kind, exec) = kauri_launch::program_for(
         launcher.unwrap_or_default(),
@@ -553,6 +573,30 @@ fn choose_hosts(
         hosts = a.hosts;
     }
     Ok((launcher, hosts))
+}
+
+/// The host entries of an attempt without the hosts an earlier one lost, when the others
+/// have slots for the job's `size` ranks (every segment gave its `-n`; else the slots left
+/// decide the size).
+fn without_lost(
+    a: &kauri_core::plan::job::Attempt,
+    entries: Vec<HostSpec>,
+    size: usize,
+) -> Result<Vec<HostSpec>, PlanError> {
+    let kept: Vec<HostSpec> = entries
+        .into_iter()
+        .filter(|h| !a.without.contains(&h.name))
+        .collect();
+    let slots: usize = kept.iter().map(|h| h.slots).sum();
+    if kept.is_empty() || slots < size {
+        return Err(PlanError::LostHostsNeeded {
+            restart: a.restart,
+            lost: a.without.clone(),
+            slots,
+            size,
+        });
+    }
+    Ok(kept)
 }
 
 /// The processes of a segment without `-n`: `ppn` on every host (at least one), else the
@@ -817,6 +861,11 @@ fn job_plan(spec: &JobSpec, p: JobParts<'_>) -> JobPlan {
         binding: spec.binding,
         report_bindings: spec.report_bindings,
         gpus: spec.gpus.clone(),
+        restart: spec.attempt.as_ref().map(|a| kauri_core::plan::Restart {
+            count: a.restart,
+            max: a.max_restarts,
+            run_id: a.run_id.clone(),
+        }),
         iface: spec.iface.clone(),
         port_range: spec.port_range.clone(),
         fault_tolerant: spec.fault_tolerant,

@@ -524,6 +524,7 @@ pub fn spawned_job(
         binding: None,
         report_bindings: false,
         gpus: None,
+        restart: None,
         iface: spawner.iface.clone(),
         port_range: cluster.port_range.clone(),
         fault_tolerant: cluster.fault_tolerant,

@@ -131,6 +131,113 @@ pub struct JobSpec {
     /// Lines the command line earned that do not stop the job (`-x NAME` of a variable kauri
     /// does not have), printed before it starts.
     pub warnings: Vec<String>,
+    /// Start the whole job again when it fails, at most this many times (`-max-restarts`).
+    pub max_restarts: u32,
+    /// This run is one attempt of a job that restarts: kauri runs each attempt as a child
+    /// of its own and tells it which in its environment ([`Attempt::VAR`]).
+    pub attempt: Option<Attempt>,
+}
+
+/// One attempt of a job that restarts (`-max-restarts`), as the kauri that supervises the
+/// attempts describes it to the kauri that runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Attempt {
+    /// How many restarts came before this attempt (0: the first attempt).
+    pub restart: u32,
+    /// How many are allowed.
+    pub max_restarts: u32,
+    /// The run's id, the same in every attempt (`TORCHELASTIC_RUN_ID`).
+    pub run_id: String,
+    /// Hosts lost in an earlier attempt, left out of this one.
+    pub without: Vec<String>,
+    /// Where this attempt writes how it ended, for the supervisor ([`AttemptEnd`]).
+    pub report: Option<String>,
+}
+
+impl Attempt {
+    /// The variable that carries an attempt to the kauri that runs it (never to its ranks):
+    /// `RESTART/MAX RUN_ID HOST,...|- REPORT|-`, space-separated (the report's path last, so
+    /// that it may hold spaces).
+    pub const VAR: &'static str = "KAURI_ATTEMPT";
+
+    /// The variable's value.
+    pub fn to_var(&self) -> String {
+        let without = if self.without.is_empty() {
+            "-".to_string()
+        } else {
+            self.without.join(",")
+        };
+        format!(
+            "{}/{} {} {without} {}",
+            self.restart,
+            self.max_restarts,
+            self.run_id,
+            self.report.as_deref().unwrap_or("-"),
+        )
+    }
+
+    /// Reads the variable's value; `None` for one kauri did not write.
+    pub fn from_var(v: &str) -> Option<Attempt> {
+        let mut w = v.splitn(4, ' ');
+        let (restart, max) = w.next()?.split_once('/')?;
+        let run_id = w.next()?.to_string();
+        let without = w
+            .next()?
+            .split(',')
+            .filter(|h| !h.is_empty() && *h != "-")
+            .map(str::to_string)
+            .collect();
+        let report = w.next().filter(|r| *r != "-").map(str::to_string);
+        Some(Attempt {
+            restart: restart.parse().ok()?,
+            max_restarts: max.parse().ok()?,
+            run_id,
+            without,
+            report,
+        })
+    }
+}
+
+/// How an attempt ended, as it tells its supervisor: whether a restart may help, the line
+/// naming what failed, and the hosts it lost.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AttemptEnd {
+    /// The job failed (a rank's failure or abort, a lost host): a restart may help. Not
+    /// when it succeeded, was interrupted, timed out or could not start.
+    pub failed: bool,
+    /// What failed, in one line without `kauri: `.
+    pub why: String,
+    /// The hosts lost.
+    pub lost: Vec<String>,
+}
+
+impl AttemptEnd {
+    /// As the report file holds it: `failed` or `other`, the line, then one lost host a line.
+    pub fn to_text(&self) -> String {
+        let mut t = format!(
+            "{}\n{}\n",
+            if self.failed { "failed" } else { "other" },
+            self.why.replace('\n', " ")
+        );
+        for h in &self.lost {
+            t.push_str(h);
+            t.push('\n');
+        }
+        t
+    }
+
+    /// Reads a report file's text.
+    pub fn from_text(t: &str) -> AttemptEnd {
+        let mut lines = t.lines();
+        AttemptEnd {
+            failed: lines.next() == Some("failed"),
+            why: lines.next().unwrap_or("").to_string(),
+            lost: lines
+                .filter(|l| !l.is_empty())
+                .map(str::to_string)
+                .collect(),
+        }
+    }
 }
 
 impl Default for JobSpec {
@@ -173,6 +280,8 @@ impl Default for JobSpec {
             display_map: false,
             print_exit_codes: false,
             warnings: Vec::new(),
+            max_restarts: 0,
+            attempt: None,
         }
     }
 }
@@ -529,6 +638,44 @@ pub fn flux_job_id(kvsname: &str) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An attempt reaches the kauri that runs it as it left its supervisor, a report path
+    /// with spaces included; a value kauri did not write is refused.
+    #[test]
+    fn an_attempt_crosses_its_variable_whole() {
+        let a = Attempt {
+            restart: 1,
+            max_restarts: 3,
+            run_id: "kauri-42".into(),
+            without: vec!["b".into(), "c".into()],
+            report: Some("/tmp/my dir/kauri-attempt-42-1".into()),
+        };
+        assert_eq!(Attempt::from_var(&a.to_var()), Some(a.clone()));
+        let first = Attempt {
+            without: Vec::new(),
+            report: None,
+            ..a
+        };
+        assert_eq!(first.to_var(), "1/3 kauri-42 - -");
+        assert_eq!(Attempt::from_var(&first.to_var()), Some(first));
+        for bad in ["", "1", "x/3 r - -", "1/3"] {
+            assert_eq!(Attempt::from_var(bad), None, "{bad:?}");
+        }
+    }
+
+    /// An attempt's end crosses its file whole; an empty file (an attempt that never got to
+    /// write it) is no failure to restart.
+    #[test]
+    fn an_attempts_end_crosses_its_file_whole() {
+        let end = AttemptEnd {
+            failed: true,
+            why: "rank 1 on a exited with code 3".into(),
+            lost: vec!["b".into()],
+        };
+        assert_eq!(AttemptEnd::from_text(&end.to_text()), end);
+        assert_eq!(AttemptEnd::from_text(""), AttemptEnd::default());
+        assert!(!AttemptEnd::from_text("other\nx\n").failed);
+    }
 
     fn cyclic(size: usize, nodes: usize) -> Placement {
         Placement {

@@ -143,6 +143,10 @@ pub struct JobPlan {
     /// Give each rank GPUs of its host (`-gpus-per-proc`, `-gpu-bind`).
     #[serde(default)]
     pub gpus: Option<crate::plan::gpus::GpuAsk>,
+    /// The job restarts when it fails (`-max-restarts`): this attempt's restart count, the
+    /// most allowed and the run's id, as the ranks are told.
+    #[serde(default)]
+    pub restart: Option<Restart>,
     /// The network interface to use (`-iface`): agents with children advertise their address
     /// of it, and the ranks' MPI is told its name.
     #[serde(default)]
@@ -161,6 +165,18 @@ pub struct JobPlan {
     /// simulated hosts (`-launcher fork`) share this machine: their agents make it when asked.
     #[serde(default)]
     pub topology_ahead: bool,
+}
+
+/// Which attempt of a job that restarts this is, as its ranks are told
+/// (`KAURI_RESTART_COUNT`, torchrun's `TORCHELASTIC_*`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restart {
+    /// Restarts before this attempt.
+    pub count: u32,
+    /// Restarts allowed.
+    pub max: u32,
+    /// The run's id, the same in every attempt.
+    pub run_id: String,
 }
 
 impl JobPlan {

@@ -244,6 +244,13 @@ fn kauri_vars(job: &JobPlan, seat: &RankSeat<'_>) -> Vec<(String, String)> {
         var("KAURI_HOSTS", job.hosts.join(",")),
         var("KAURI_JOBID", job.kvsname.clone()),
     ]
+    .into_iter()
+    .chain(
+        job.restart
+            .as_ref()
+            .map(|r| var("KAURI_RESTART_COUNT", r.count.to_string())),
+    )
+    .collect()
 }
 
 /// Where the rank's MPI listens and connects, unless the user said: Hydra's compatibility
@@ -297,6 +304,11 @@ struct MlSeat<'a> {
 fn torchrun_vars(ml: &MlSeat<'_>) -> Vec<(String, String)> {
     let (job, seat) = (ml.job, ml.seat);
     let (hosts, world) = (job.hosts.len().to_string(), job.size.to_string());
+    // torchrun's run id stays the same across restarts, and so does kauri's.
+    let (restarts, run_id) = match &job.restart {
+        Some(r) => ((r.count, r.max), r.run_id.clone()),
+        None => ((0, 0), job.kvsname.clone()),
+    };
     let mut env = vec![
         var("RANK", seat.rank.to_string()),
         var("GROUP_RANK", seat.node.to_string()),
@@ -309,9 +321,9 @@ fn torchrun_vars(ml: &MlSeat<'_>) -> Vec<(String, String)> {
         var("ROLE_WORLD_SIZE", world),
         var("MASTER_ADDR", ml.addr),
         var("MASTER_PORT", ml.port.to_string()),
-        var("TORCHELASTIC_RESTART_COUNT", "0"),
-        var("TORCHELASTIC_MAX_RESTARTS", "0"),
-        var("TORCHELASTIC_RUN_ID", job.kvsname.clone()),
+        var("TORCHELASTIC_RESTART_COUNT", restarts.0.to_string()),
+        var("TORCHELASTIC_MAX_RESTARTS", restarts.1.to_string()),
+        var("TORCHELASTIC_RUN_ID", run_id),
         var("TORCHELASTIC_USE_AGENT_STORE", "False"),
         var("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
     ];
@@ -416,6 +428,7 @@ mod tests {
             progress: false,
             binding: None,
             gpus: None,
+            restart: None,
             report_bindings: false,
             iface: None,
             port_range: None,

@@ -260,6 +260,9 @@ pub struct JobProfile {
     pub phases: Vec<Phase>,
     /// Every host's own record.
     pub per_host: Vec<HostProfile>,
+    /// Which attempt of a job that restarts (`-max-restarts`) this is: its restart count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restart: Option<u32>,
 }
 
 fn ms(us: u64) -> f64 {
@@ -370,6 +373,7 @@ impl JobProfile {
             tree,
             phases,
             per_host: hosts,
+            restart: None,
         }
     }
 
@@ -469,8 +473,12 @@ impl JobProfile {
 
     /// The table.
     pub fn text(&self) -> String {
+        let restart = self
+            .restart
+            .map(|r| format!(", restart {r}"))
+            .unwrap_or_default();
         let mut s = format!(
-            "kauri profile: {} ranks on {} hosts, tree {}; ms since kauri started\n",
+            "kauri profile: {} ranks on {} hosts, tree {}{restart}; ms since kauri started\n",
             self.ranks, self.hosts, self.tree
         );
         s.push_str(&format!(

@@ -929,6 +929,7 @@ mod tests {
             binding: None,
             report_bindings: false,
             gpus: None,
+            restart: None,
             iface: None,
             port_range: None,
             fault_tolerant: false,

@@ -25,6 +25,8 @@ struct Summary {
     fences: Option<(ProfileFormat, Vec<RootFence>)>,
     /// The hosts' profiles: this host's, those below.
     profile: Option<(HostProfile, Vec<HostProfile>)>,
+    /// This attempt's restart count, when the job restarts.
+    restart: Option<u32>,
     tree: String,
     clock: Clock,
 }
@@ -141,6 +143,8 @@ impl Root {
         kauri_host::keeper::dismiss();
         let summary = self.summary();
         let printer = self.printer.take();
+        let attempt = self.attempt.take();
+        let singleton = self.singleton_seen;
         // Every sender of output goes with the jobs and the wires; the printer then empties
         // its queue and ends.
         drop(self);
@@ -154,7 +158,23 @@ impl Root {
         let end_us = summary.clock.now();
         let worst = report(summary, end_us);
         debug!(worst, "job ended");
-        policy::exit_status(ending, worst)
+        let status = policy::exit_status(ending, worst);
+        if let Some((a, report)) = attempt.and_then(|a| a.report.clone().map(|r| (a, r))) {
+            // A job that failed may do better started again; one that was interrupted, timed
+            // out, lost its output or ran as singletons will not.
+            let failed = matches!(ending, Some(Ending::Failed | Ending::Abort(_))) && !singleton;
+            let end = kauri_plan::job::AttemptEnd {
+                failed: failed || (ending.is_none() && status != 0),
+                why: a
+                    .why
+                    .unwrap_or_else(|| format!("the job ended with status {status}")),
+                lost: a.lost,
+            };
+            if let Err(e) = std::fs::write(&report, end.to_text()) {
+                say!("kauri: cannot write the attempt's report {report}: {e}");
+            }
+        }
+        status
     }
 
     /// Forwards every job's last output and waits for the drains: the released jobs', then
@@ -202,6 +222,7 @@ impl Root {
             ending: self.ending.or(lost_fails.then_some(Ending::Failed)),
             fences: self.profile.take(),
             profile,
+            restart: self.attempt.as_ref().map(|a| a.restart.0),
             tree: self.tree.clone(),
             clock: self.clock,
         }
@@ -243,7 +264,8 @@ fn report(s: Summary, end_us: u64) -> i32 {
     if let (Some((format, fences)), Some((here, below))) = (s.fences, s.profile) {
         let mut hosts = vec![here];
         hosts.extend(below);
-        let profile = JobProfile::build(s.size, s.tree, hosts, &fences, end_us);
+        let mut profile = JobProfile::build(s.size, s.tree, hosts, &fences, end_us);
+        profile.restart = s.restart;
         match format {
             ProfileFormat::Text => kauri_os::console::err(&profile.text()),
             ProfileFormat::Json => say!("{}", profile.json()),

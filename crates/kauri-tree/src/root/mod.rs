@@ -198,6 +198,18 @@ enum Asked {
     Client(tokio::sync::oneshot::Sender<Vec<String>>),
 }
 
+/// What an attempt of a job that restarts tells the kauri that supervises it.
+struct AttemptLog {
+    /// Restarts before this attempt, and allowed.
+    restart: (u32, u32),
+    /// The report file.
+    report: Option<String>,
+    /// The first failure's line.
+    why: Option<String>,
+    /// The hosts lost.
+    lost: Vec<String>,
+}
+
 /// The channels every job's events flow into, each event tagged with its job.
 struct Wires {
     node: mpsc::UnboundedSender<(usize, NodeEvent)>,
@@ -356,6 +368,9 @@ struct Root {
     gave_up: bool,
     /// A host was lost and the job went on without it (`-disable-auto-cleanup`).
     lost: bool,
+    /// This run is one attempt of a job that restarts: where it says how it ended
+    /// ([`kauri_plan::job::AttemptEnd`]), what failed first, and the hosts it lost.
+    attempt: Option<AttemptLog>,
     /// The hang diagnosis under way: the hosts' answers so far.
     status: Option<StatusRound>,
     /// Where this host's answers with stacks go, once taken.

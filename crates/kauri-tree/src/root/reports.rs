@@ -205,6 +205,10 @@ impl Root {
             self.auto_cleanup,
             others_in_pmi(&job.ranks, end.rank),
         );
+        let why = (verdict == ExitVerdict::Failed).then(|| {
+            let host = job.ranks.get(end.rank).map_or("", |s| s.host.as_str());
+            format!("{} on {host} {}", who(j, end.rank), how_it_ended(end))
+        });
         // The other ranks hear of an abnormal end first (with -disable-auto-cleanup,
         // instead of the teardown).
         if abnormal_end(end.code, verdict) && !in_teardown && self.ending.is_none() {
@@ -213,6 +217,9 @@ impl Root {
                 signal: end.signal,
             };
             self.pmix_failure(j, failure, vec![end.rank]);
+        }
+        if let Some(line) = why {
+            self.failed_because(&line);
         }
         // As Hydra: a rank that leaves PMI without finalize has died, and the job goes
         // on without it; the survivors are told.
@@ -235,8 +242,20 @@ impl Root {
             ExitVerdict::LeftPmi(what) => {
                 let line = left_pmi_line(&job.who(j, rank), &job.ranks[rank].host, what);
                 say!("kauri: {line}");
+                self.failed_because(&line);
                 self.teardown(Ending::Failed);
             }
+        }
+    }
+
+    /// The job fails for what `line` says (the first such, before the job was ending, is
+    /// what an attempt of a job that restarts tells its supervisor).
+    fn failed_because(&mut self, line: &str) {
+        if self.ending.is_some() {
+            return;
+        }
+        if let Some(a) = self.attempt.as_mut().filter(|a| a.why.is_none()) {
+            a.why = Some(line.to_string());
         }
     }
 
@@ -263,6 +282,7 @@ impl Root {
         };
         let line = left_pmi_line(&job.who(j, g), &s.host, what);
         say!("kauri: {line}");
+        self.failed_because(&line);
         let left = Failure::Ended {
             code: Some(0),
             signal: None,
@@ -277,6 +297,7 @@ impl Root {
         let who = rank.map_or("a process".to_string(), |r| who(j, r));
         let line = abort_line(&who, code, message);
         say!("kauri: {line}");
+        self.failed_because(&line);
         kauri_host::mpir::aborting(&line);
         self.teardown(Ending::Abort(code));
     }
@@ -298,6 +319,7 @@ impl Root {
         }
         let line = left_pmi_line(&job.who(j, rank), &job.ranks[rank].host, HUNG_UP);
         say!("kauri: {line}");
+        self.failed_because(&line);
         let left = Failure::Ended {
             code: Some(0),
             signal: None,
@@ -336,6 +358,7 @@ impl Root {
         if self.ending.is_none() {
             say!("kauri: {reason}; ending the job");
         }
+        self.failed_because(reason);
         self.teardown(Ending::Failed);
     }
 
@@ -355,6 +378,13 @@ impl Root {
         if job.answer.is_none() && !discarded && self.ending.is_none() {
             self.drop_lost_ranks(j, ranks);
         }
+        let first = !discarded && self.ending.is_none();
+        if let Some(a) = self.attempt.as_mut().filter(|_| first) {
+            if !a.lost.iter().any(|h| h == host) {
+                a.lost.push(host.to_string());
+            }
+        }
+        self.failed_because(&reason);
         let spawning = self.jobs[j].live().is_some_and(|job| job.answer.is_some());
         let after = after_lost(AfterLostFacts {
             spawning,
@@ -575,6 +605,16 @@ impl Root {
             j.branch.teardown();
         }
         self.kill_at = Some(Instant::now() + self.grace);
+    }
+}
+
+/// How a failed rank ended, for the line of a restart: `exited with code 3`, `was killed by
+/// signal 9 (SIGKILL)`.
+fn how_it_ended(end: &RankEnd) -> String {
+    match (end.signal, end.code) {
+        (Some(s), _) => format!("was killed by signal {s} ({})", policy::signal_name(s)),
+        (None, Some(c)) => format!("exited with code {c}"),
+        (None, None) => "ended".to_string(),
     }
 }
 

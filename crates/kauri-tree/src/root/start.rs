@@ -446,6 +446,12 @@ impl Root {
             progress,
             mpi: p.mpi,
             singleton_seen: false,
+            attempt: spec.attempt.as_ref().map(|a| AttemptLog {
+                restart: (a.restart, a.max_restarts),
+                report: a.report.clone(),
+                why: None,
+                lost: Vec::new(),
+            }),
             print_exit_codes: spec.print_exit_codes,
             _master_port: p.master_port,
             tree,

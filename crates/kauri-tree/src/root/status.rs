@@ -288,10 +288,15 @@ impl Root {
             &self.jobs.iter().map(Job::kvsname).collect::<Vec<_>>(),
         ));
         let timeout = round.for_whom.iter().any(|w| matches!(w, Asked::Timeout));
+        let restart = self
+            .attempt
+            .as_ref()
+            .map(|a| format!(" (restart {} of {})", a.restart.0, a.restart.1))
+            .unwrap_or_default();
         let heading = if timeout {
-            "where the ranks were:"
+            format!("where the ranks were{restart}:")
         } else {
-            "where the ranks are:"
+            format!("where the ranks are{restart}:")
         };
         let mut printed = false;
         let mut timed_out = false;

@@ -244,6 +244,18 @@ const GLOBAL: &[Opt] = &[
              exit status when the others finish",
         )
     },
+    Opt {
+        aliases: &["-max_restarts"],
+        ..with(
+            &["-max-restarts"],
+            "N",
+            "when the job fails (a process fails or aborts, a host is lost),\n\
+             end it and start it all again, at most N times (torchrun's\n\
+             --max-restarts), without the lost hosts when the others hold it;\n\
+             each attempt gets a new key-value store and KAURI_RESTART_COUNT\n\
+             (TORCHELASTIC_RESTART_COUNT with -ml-env)",
+        )
+    },
     flag(
         &["-auto-cleanup"],
         "end the job when one process fails (the default)",
@@ -542,6 +554,10 @@ const HELP_ENV: &[Block] = &[
                 help: "the job's id (also its PMI kvsname)",
             },
             Item {
+                label: "KAURI_RESTART_COUNT",
+                help: "with -max-restarts: restarts before this attempt (0 in the first)",
+            },
+            Item {
                 label: "KAURI_KEEPER",
                 help: "a mark of the kauri (or agent) that started it: if that process dies\n\
                        without its teardown, even by SIGKILL, its keeper ends every process\n\
@@ -614,15 +630,17 @@ const HELP_ENV: &[Block] = &[
             },
             Item {
                 label: "TORCHELASTIC_RUN_ID",
-                help: "the rendezvous' run id: the job's id, KAURI_JOBID",
+                help: "the rendezvous' run id: the job's id, KAURI_JOBID (with\n\
+                       -max-restarts, one id for every attempt)",
             },
             Item {
                 label: "TORCHELASTIC_RESTART_COUNT",
-                help: "restarts so far: 0 (kauri restarts no worker)",
+                help: "restarts so far: 0, then 1, 2, ... with -max-restarts (each\n\
+                       restart starts every rank again)",
             },
             Item {
                 label: "TORCHELASTIC_MAX_RESTARTS",
-                help: "restarts allowed: 0",
+                help: "restarts allowed: -max-restarts's N (0 without it)",
             },
             Item {
                 label: "TORCHELASTIC_USE_AGENT_STORE",
