@@ -3,20 +3,14 @@
 rank thinks it is, and the torchrun contract RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK
 that code grouping ranks by node relies on. Prints one `OK torch rank R of N` line; with
 ML_REPORT_DIR set, also writes it, after an `ENV name=value ...` line with the torchrun
-variables (ml.py compares them across launchers), to ML_REPORT_DIR/rank.R.
+variables (ml.py compares them across launchers), to ML_REPORT_DIR/rank.R (ml_report.py).
 Unmodified under torchrun and under `kauri -ml-env`."""
 
 import datetime
 import os
 import torch
 import torch.distributed as dist
-
-TORCHRUN_VARS = [
-    "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-    "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS",
-]
+from ml_report import report
 
 
 def main():
@@ -39,18 +33,7 @@ def main():
     dist.destroy_process_group()
     ok = ("OK torch rank %d of %d (group %d of %d, local %d of %d)"
           % (rank, world, group, groups, local, local_world))
-    print(ok, flush=True)
-    report("ENV " + " ".join("%s=%s" % (k, env.get(k, "<unset>")) for k in TORCHRUN_VARS)
-           + "\n" + ok + "\n", rank)
-
-
-def report(text, rank):
-    """Writes `text` to ML_REPORT_DIR/rank.R when the harness names a directory: the ranks'
-    shared standard output may interleave their lines (it did under torchrun)."""
-    d = os.environ.get("ML_REPORT_DIR")
-    if d:
-        with open(os.path.join(d, "rank.%d" % rank), "w") as f:
-            f.write(text)
+    report(rank, ok)
 
 
 main()

@@ -12,14 +12,9 @@ import json
 import os
 import torch
 import torch.distributed as dist
+from ml_report import report
 
 STEPS = 5
-TORCHRUN_VARS = [
-    "RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-    "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-    "TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS",
-]
 
 
 def main():
@@ -48,12 +43,7 @@ def main():
     dist.barrier()
     dist.destroy_process_group()
     ok = "OK torch rank %d of %d (resumed at restart %d)" % (rank, world, restart)
-    print(ok, flush=True)
-    d = env.get("ML_REPORT_DIR")
-    if d:
-        with open(os.path.join(d, "rank.%d" % rank), "w") as f:
-            f.write("ENV " + " ".join("%s=%s" % (k, env.get(k, "<unset>")) for k in TORCHRUN_VARS)
-                    + "\n" + ok + "\n")
+    report(rank, ok)
 
 
 main()
