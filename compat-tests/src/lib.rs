@@ -190,20 +190,33 @@ pub(crate) fn run_root() -> &'static PathBuf {
     })
 }
 
-/// Removes `kauri-compat-<pid>` directories of earlier runs whose process is gone.
+/// Removes `kauri-compat-<pid>` directories of earlier runs whose process is gone and which
+/// nothing changed for [`STALE_AFTER`]. The age matters: a run in another PID namespace
+/// (a container, `unshare --pid`) sharing this `/tmp` has a pid that means nothing here, and
+/// removing its directory failed that run's tests.
 fn remove_stale_run_dirs(base: &Path) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(pid) = name.strip_prefix("kauri-compat-") {
-            if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
-                let _ = std::fs::remove_dir_all(e.path());
-            }
+        let Some(pid) = name.strip_prefix("kauri-compat-") else {
+            continue;
+        };
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_AFTER);
+        if old && pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(e.path());
         }
     }
 }
+
+/// How long a run's directory must be untouched before another run removes it.
+const STALE_AFTER: Duration = Duration::from_secs(12 * 3600);
 
 /// Runs the build command `cmd`, failing the test with its output when it fails.
 pub fn build_or_panic(cmd: &mut Command) {
