@@ -181,8 +181,7 @@ pub fn rank_env(
     has: impl Fn(&str) -> bool,
 ) -> Vec<(String, String)> {
     let var = vendor.variable();
-    let chooses = [var, "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"];
-    if chooses.iter().any(|v| has(v)) || mine.is_empty() {
+    if CHOOSING.iter().any(|v| has(v)) || mine.is_empty() {
         return Vec::new();
     }
     let list: Vec<usize> = match place_at {
@@ -273,16 +272,20 @@ impl Placed {
     }
 }
 
+/// The variables by which an environment chooses its GPUs itself: any one of them set, kauri
+/// sets none ([`rank_env`], [`user_choice`]).
+const CHOOSING: [&str; 4] = [
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+    "ZE_AFFINITY_MASK",
+];
+
 /// The variable by which segment `app`'s environment chooses its GPUs itself, if it does.
 pub fn user_choice(app: &AppPlan) -> Option<&'static str> {
-    [
-        "CUDA_VISIBLE_DEVICES",
-        "HIP_VISIBLE_DEVICES",
-        "ROCR_VISIBLE_DEVICES",
-        "ZE_AFFINITY_MASK",
-    ]
-    .into_iter()
-    .find(|v| app.env.iter().any(|(n, _)| n == v))
+    CHOOSING
+        .into_iter()
+        .find(|v| app.env.iter().any(|(n, _)| n == v))
 }
 
 /// Hands `host`'s GPUs (found below `root`) to its ranks as `ask` says, given each rank's
