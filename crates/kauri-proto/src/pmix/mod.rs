@@ -156,6 +156,8 @@ struct Start {
 struct Waiting {
     job: JobPlan,
     me: HostPlan,
+    /// Each local rank's CPUs, by local id (see [`JobInfo::new`]).
+    cpus_of: Vec<Vec<usize>>,
     tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
     /// What kauri gave its first local rank, to compare with the library's own.
     first: (u32, Vec<(String, String)>),
@@ -174,8 +176,8 @@ static SERVER: Mutex<Server> = Mutex::new(Server {
     upstream: None,
 });
 
-/// Offers job `job` PMIx on host `me` (its upcalls to `tx`): each local rank's PMIx
-/// variables. With OpenPMIx 4 or 5 the library need not run: the ranks are given the door
+/// Offers job `job` PMIx on host `me` (its upcalls to `tx`; `cpus_of[l]`: the CPUs local
+/// rank `l` is bound to, none when unbound): each local rank's PMIx variables. With OpenPMIx 4 or 5 the library need not run: the ranks are given the door
 /// ([`door`]), and the job is registered when the library starts ([`start_now`]: at the
 /// first client's knock, or when the host asks). With another release, or `PMIX_MCA_*`
 /// settings of the user's that change what a client is given, the library starts now and
@@ -183,6 +185,7 @@ static SERVER: Mutex<Server> = Mutex::new(Server {
 pub fn offer(
     job: &JobPlan,
     me: &HostPlan,
+    cpus_of: &[Vec<usize>],
     tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
 ) -> Result<std::collections::HashMap<usize, Vec<(String, String)>>, PmixError> {
     let places = places(&job.kvsname, me.node)?;
@@ -199,7 +202,7 @@ pub fn offer(
     let Some(release) = release.filter(|_| !ffi::running()) else {
         // The library's own variables: it runs already, or kauri cannot make them.
         SERVER.lock().map_err(|_| PmixError::Poisoned)?.run()?;
-        register_here(job, me, &tmpdir, tx)?;
+        register_here(job, me, &tmpdir, cpus_of, tx)?;
         for r in &me.ranks {
             env.insert(r.rank, ffi::setup_fork(&job.kvsname, r.rank as u32)?);
         }
@@ -221,6 +224,7 @@ pub fn offer(
     let waiting = Waiting {
         job: job.clone(),
         me: me.clone(),
+        cpus_of: cpus_of.to_vec(),
         tx,
         first: (first as u32, env.get(&first).cloned().unwrap_or_default()),
     };
@@ -233,15 +237,17 @@ pub fn offer(
 }
 
 /// Makes job `job`'s directory in the server's directory `tmpdir` and registers the job and its
-/// clients on host `me` with the running library, its upcalls to `tx`.
+/// clients on host `me` (bound to `cpus_of`) with the running library, its upcalls to `tx`.
 fn register_here(
     job: &JobPlan,
     me: &HostPlan,
     tmpdir: &str,
+    cpus_of: &[Vec<usize>],
     tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
 ) -> Result<(), PmixError> {
     create_private_dir(Path::new(&nsdir(tmpdir, &job.kvsname))).map_err(PmixError::JobDir)?;
-    register(&JobInfo::new(job, me, tmpdir), tx).map_err(|e| PmixError::Register(Box::new(e)))
+    let info = JobInfo::new(job, me, tmpdir, cpus_of);
+    register(&info, tx).map_err(|e| PmixError::Register(Box::new(e)))
 }
 
 /// The release of the library a client behind the door would be served by, when kauri can
@@ -291,7 +297,7 @@ impl Server {
                 })?;
         }
         for w in std::mem::take(&mut self.waiting) {
-            register_here(&w.job, &w.me, &start.tmpdir, w.tx).map_err(|e| {
+            register_here(&w.job, &w.me, &start.tmpdir, &w.cpus_of, w.tx).map_err(|e| {
                 let (host, source) = on(e);
                 PmixError::RegisterOn { host, source }
             })?;
@@ -462,7 +468,7 @@ impl JobInfo {
             index: usize::MAX,
             ranks: Vec::new(),
         };
-        let mut j = JobInfo::new(job, &none, "");
+        let mut j = JobInfo::new(job, &none, "", &[]);
         const THIS_HOST: [&str; 8] = [
             "pmix.hname",
             "pmix.nodeid",
@@ -480,8 +486,9 @@ impl JobInfo {
     /// The job information of `job` as host `me` registers it: session, job, per-app,
     /// per-node and per-process entries, in the keys and types of OpenPMIx 4 (what PRRTE
     /// and Slurm's `mpi/pmix` register, and what Open MPI 4.1's `ext3x` reads).
-    /// `tmpdir` is this host's tmp directory for the job.
-    pub fn new(job: &JobPlan, me: &HostPlan, tmpdir: &str) -> JobInfo {
+    /// `tmpdir` is this host's tmp directory for the job; `cpus_of[l]` the CPUs local rank
+    /// `l` is bound to (none: unbound), given as its `PMIX_CPUSET` as PRRTE gives it.
+    pub fn new(job: &JobPlan, me: &HostPlan, tmpdir: &str, cpus_of: &[Vec<usize>]) -> JobInfo {
         let on_node = ranks_by_node(job);
         let apps = Apps::of(job);
         let local: Vec<u32> = me.ranks.iter().map(|r| r.rank as u32).collect();
@@ -492,7 +499,7 @@ impl JobInfo {
         }
         info.extend(apps.entries());
         info.extend(node_entries(job, me, &on_node));
-        info.extend(proc_entries(job, me, &on_node, &apps));
+        info.extend(proc_entries(job, me, &on_node, &apps, cpus_of));
         JobInfo {
             nspace: job.kvsname.clone(),
             info,
@@ -641,18 +648,22 @@ fn node_entries(job: &JobPlan, me: &HostPlan, on_node: &[Vec<u32>]) -> Vec<(Stri
     info
 }
 
-/// One `pmix.pdata` per rank of `job`: its app, node and local rank.
+/// One `pmix.pdata` per rank of `job`: its app, node and local rank, and for a local rank
+/// bound to CPUs (`cpus_of`, by local id) its `pmix.cpuset` (a list with ranges, `0-3,8`),
+/// for an unbound one a NULL `pmix.locstr`.
 fn proc_entries(
     job: &JobPlan,
     me: &HostPlan,
     on_node: &[Vec<u32>],
     apps: &Apps,
+    cpus_of: &[Vec<usize>],
 ) -> Vec<(String, Val)> {
     let local_ids: std::collections::HashMap<u32, u16> = me
         .ranks
         .iter()
         .map(|r| (r.rank as u32, r.local_id as u16))
         .collect();
+    let cpus = |lr: u16| cpus_of.get(usize::from(lr)).filter(|c| !c.is_empty());
     let node_of = |r: usize| job.rank_node.get(r).copied().unwrap_or(0);
     let mut info = Vec::new();
     for r in 0..job.size {
@@ -680,9 +691,54 @@ fn proc_entries(
             p.push(kv("pmix.lrank", Val::U16(lr)));
             p.push(kv("pmix.nrank", Val::U16(lr)));
         }
+        if let Some(&lr) = local_ids.get(&rank) {
+            // An unbound local rank has no locality, which PRRTE says with a NULL string;
+            // a bound one's is found by the library (`with_locality`).
+            p.push(match cpus(lr) {
+                Some(c) => kv("pmix.cpuset", Val::Str(kauri_core::plan::rank_ranges(c))),
+                None => kv("pmix.locstr", Val::NoStr),
+            });
+        }
         info.push(kv("pmix.pdata", Val::Infos(p)));
     }
     info
+}
+
+/// `info` with, for each rank it gives a `pmix.cpuset`, where the library finds that rank:
+/// its `pmix.locstr` and its `pmix.dev.dist` ([`ffi::locate`]), as PRRTE registers them.
+/// Open MPI computes a peer's locality from them (which ranks share a socket, a NUMA node, a
+/// cache: `MPI_Comm_split_type`, its collectives' choices), and Open MPI 5 chooses its NICs
+/// by the distances. Ranks bound alike are located once. A rank the library cannot locate
+/// is registered without them, and the agent's log says why.
+fn with_locality(info: &[(String, Val)]) -> Vec<(String, Val)> {
+    let mut known: std::collections::HashMap<String, Option<ffi::Located>> =
+        std::collections::HashMap::new();
+    let mut out = info.to_vec();
+    for (k, v) in &mut out {
+        let Val::Infos(p) = v else { continue };
+        if k != "pmix.pdata" {
+            continue;
+        }
+        let Some(cpus) = p.iter().find_map(|(k, v)| match v {
+            Val::Str(c) if k == "pmix.cpuset" => Some(c.clone()),
+            _ => None,
+        }) else {
+            continue;
+        };
+        let found = known.entry(cpus.clone()).or_insert_with(|| {
+            ffi::locate(&cpus)
+                .map_err(|e| tracing::warn!("the ranks bound to CPUs {cpus} are not located: {e}"))
+                .ok()
+        });
+        if let Some(at) = found {
+            let locality = at.locality.clone().map_or(Val::NoStr, Val::Str);
+            p.push(kv("pmix.locstr", locality));
+            if !at.distances.is_empty() {
+                p.push(kv("pmix.dev.dist", Val::Distances(at.distances.clone())));
+            }
+        }
+    }
+    out
 }
 
 /// Registers a job's namespace and its local clients with this process's server, and sends
@@ -692,7 +748,8 @@ pub fn register(
     tx: tokio::sync::mpsc::UnboundedSender<Upcall>,
 ) -> Result<(), PmixError> {
     ffi::route(&job.nspace, tx);
-    let done = ffi::register_nspace(&job.nspace, job.local.len(), &job.info).and_then(|()| {
+    let info = with_locality(&job.info);
+    let done = ffi::register_nspace(&job.nspace, job.local.len(), &info).and_then(|()| {
         job.local
             .iter()
             .try_for_each(|&r| ffi::register_client(&job.nspace, r))
@@ -988,7 +1045,8 @@ mod tests {
                 },
             ],
         };
-        let j = JobInfo::new(&job, &me, "/tmp/x");
+        // Local rank 0 (rank 1) bound to CPUs 0 to 2, local rank 1 (rank 3) unbound.
+        let j = JobInfo::new(&job, &me, "/tmp/x", &[vec![0, 1, 2], vec![]]);
         assert_eq!(j.local, vec![1, 3]);
         assert_eq!(get(&j.info, "pmix.lpeers"), [&Val::Str("1,3".into())]);
         assert_eq!(get(&j.info, "pmix.lldr"), [&Val::Rank(1)]);
@@ -1007,6 +1065,18 @@ mod tests {
         assert!(r2.contains(&kv("pmix.lrank", Val::U16(1))));
         assert!(r2.contains(&kv("pmix.hname", Val::Str("n1".into()))));
         assert_eq!(get(&j.info, "pmix.node.arr").len(), 2);
+        // Where a rank is, for this host's ranks only: a bound one's CPUs, an unbound one's
+        // NULL locality; nothing for another host's (rank 2).
+        let (Val::Infos(r1), Val::Infos(r3)) = (pdata[1], pdata[3]) else {
+            panic!("pdata is an array")
+        };
+        assert!(r1.contains(&kv("pmix.cpuset", Val::Str("0-2".into()))));
+        assert!(!r1.iter().any(|(k, _)| k == "pmix.locstr"));
+        assert!(r3.contains(&kv("pmix.locstr", Val::NoStr)));
+        assert!(!r3.iter().any(|(k, _)| k == "pmix.cpuset"));
+        assert!(!r2
+            .iter()
+            .any(|(k, _)| k == "pmix.cpuset" || k == "pmix.locstr"));
     }
 
     #[test]
@@ -1021,7 +1091,7 @@ mod tests {
             index: 0,
             ranks: vec![],
         };
-        let j = JobInfo::new(&job, &me, "/tmp");
+        let j = JobInfo::new(&job, &me, "/tmp", &[]);
         assert_eq!(get(&j.info, "pmix.pdata").len(), 3);
     }
 

@@ -78,6 +78,12 @@ pmix_entry_points! {
     client_get = "PMIx_Get":
         fn(*const pmix_proc_t, *const c_char, *const pmix_info_t, usize, *mut *mut pmix_value_t) -> Status;
     value_destruct = "PMIx_Value_destruct": fn(*mut pmix_value_t);
+    parse_cpuset = "PMIx_Parse_cpuset_string": fn(*const c_char, *mut pmix_cpuset_t) -> Status;
+    cpuset_destruct = "PMIx_Cpuset_destruct": fn(*mut pmix_cpuset_t);
+    locality_string = "PMIx_server_generate_locality_string":
+        fn(*const pmix_cpuset_t, *mut *mut c_char) -> Status;
+    compute_distances = "PMIx_Compute_distances":
+        fn(*mut c_void, *mut pmix_cpuset_t, *mut pmix_info_t, usize, *mut *mut pmix_device_distance_t, *mut usize) -> Status;
 }
 
 impl std::fmt::Debug for Lib {

@@ -14,7 +14,7 @@
 //! progress thread itself, so that is allowed).
 //!
 //! By concern: `types` (the C side), `loader` (the library and its symbol table), `values`
-//! (Rust values to and from `pmix_info_t`), `upcall` (the requests and their routing),
+//! (Rust values to and from `pmix_info_t`), `locality` (where a bound rank is), `upcall` (the requests and their routing),
 //! `replies` (their answers), `trampolines` and `unsupported` (the server module's upcalls),
 //! `server` (the calls into the server library), `client` (the client side).
 
@@ -22,6 +22,7 @@
 
 mod client;
 mod loader;
+mod locality;
 mod replies;
 mod server;
 mod trampolines;
@@ -35,6 +36,7 @@ pub use loader::{
     choose_library, error_string, library_file, library_version, loaded_library, release_of,
     LibraryError, NoLibrary, Refused, LIBRARY_VAR,
 };
+pub use locality::{locate, Distance, Located};
 pub use replies::{
     group_results, CollectiveReply, GroupOp, GroupReply, LookupReply, ModexReply, OpReply,
     QueryReply, SpawnReply, GROUP_ASSIGN_CONTEXT_ID, GROUP_CONTEXT_ID, GROUP_ENDPT_DATA,

@@ -33,6 +33,9 @@ fn rust_layouts() {
     assert_eq!(size_of::<pmix_pdata_t>(), 808);
     assert_eq!(offset_of!(pmix_pdata_t, key), 260);
     assert_eq!(offset_of!(pmix_pdata_t, value), 776);
+    assert_eq!(size_of::<pmix_device_distance_t>(), 32);
+    assert_eq!(offset_of!(pmix_device_distance_t, maxdist), 26);
+    assert_eq!(size_of::<pmix_cpuset_t>(), 16);
 }
 
 /// Compiles a probe against the installed headers and compares its numbers with ours.
@@ -78,6 +81,7 @@ int main(void) {
   printf("\n%zu %zu %zu %zu\n", sizeof(pmix_pdata_t), offsetof(pmix_pdata_t, proc), offsetof(pmix_pdata_t, key), offsetof(pmix_pdata_t, value));
   printf("%d %d %d %d %d %u\n", PMIX_ERR_EXISTS, PMIX_ERR_TYPE_MISMATCH, PMIX_ERR_NO_PERMISSIONS, PMIX_ERR_TIMEOUT, PMIX_ERR_BAD_PARAM, PMIX_RANK_UNDEF);
   printf("%d %d %d %d %d %d %d %d %d %d %d %d\n", PMIX_SIZE, PMIX_INT, PMIX_INT8, PMIX_INT16, PMIX_INT32, PMIX_INT64, PMIX_UINT, PMIX_UINT8, PMIX_UINT64, PMIX_PERSIST, PMIX_DATA_RANGE, (int)sizeof(pmix_data_range_t) + 100 * (int)sizeof(pmix_iof_channel_t) + 10000 * (int)sizeof(pmix_alloc_directive_t) + 1000000 * (int)sizeof(pmix_fabric_operation_t));
+  printf("%zu %zu %zu %d %d %llu\n", sizeof(pmix_device_distance_t), offsetof(pmix_device_distance_t, maxdist), sizeof(pmix_cpuset_t), PMIX_DEVICE_DIST, PMIX_DEVTYPE, (unsigned long long)(PMIX_DEVTYPE_GPU | PMIX_DEVTYPE_NETWORK | PMIX_DEVTYPE_OPENFABRICS));
   printf("%zu %zu %zu %zu %zu %d %d %d\n", sizeof(pmix_app_t), offsetof(pmix_app_t, maxprocs), offsetof(pmix_app_t, ninfo), offsetof(pmix_server_module_t, spawn), offsetof(pmix_server_module_t, disconnect), PMIX_INT, PMIX_ERR_BAD_PARAM, PMIX_ERR_JOB_FAILED_TO_LAUNCH);
   return 0;
 }
@@ -135,7 +139,7 @@ int main(void) {
     let want = format!(
         "{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {}\n{} {} {} {} {} {} {} {}\n{} {}\n\
              {slots}\n{} {} {} {}\n{} {} {} {} {} {}\n{} {} {} {} {} {} {} {} {} {} {} {widths}\n\
-             {} {} {} {} {} {} {} {}\n",
+             {} {} {} {} {} {}\n{} {} {} {} {} {} {} {}\n",
         size_of::<pmix_value_t>(),
         align_of::<pmix_value_t>(),
         offset_of!(pmix_value_t, data),
@@ -183,6 +187,12 @@ int main(void) {
         PMIX_UINT64,
         PMIX_PERSIST,
         PMIX_DATA_RANGE,
+        size_of::<pmix_device_distance_t>(),
+        offset_of!(pmix_device_distance_t, maxdist),
+        size_of::<pmix_cpuset_t>(),
+        PMIX_DEVICE_DIST,
+        PMIX_DEVTYPE,
+        PMIX_DEVTYPES_NEAR,
         size_of::<pmix_app_t>(),
         offset_of!(pmix_app_t, maxprocs),
         offset_of!(pmix_app_t, ninfo),
@@ -441,4 +451,36 @@ fn the_server_shares_the_topology() {
         "{items:?}"
     );
     assert!(items.contains(&("pmix.hname".to_string(), Val::Str("h".into()))));
+}
+
+/// A rank's distances go to the library as a `PMIX_DATA_ARRAY` of `PMIX_DEVICE_DIST`, and an
+/// unbound rank's locality as a `PMIX_STRING` with no string.
+#[test]
+fn distances_and_a_null_string_as_the_library_reads_them() {
+    let d = super::Distance {
+        uuid: "ipv4://52:54:00:12:34:56".into(),
+        osname: "eth0".into(),
+        kind: 0x04,
+        min: 9,
+        max: 13,
+    };
+    let a = InfoArray::new(&[
+        ("pmix.dev.dist".into(), Val::Distances(vec![d])),
+        ("pmix.locstr".into(), Val::NoStr),
+    ]);
+    // SAFETY: the array was built by InfoArray::new and lives across the reads.
+    unsafe {
+        assert_eq!(a.infos[0].value.type_, PMIX_DATA_ARRAY);
+        let arr = &*a.infos[0].value.data.darray;
+        assert_eq!((arr.type_, arr.size), (PMIX_DEVICE_DIST, 1));
+        let e = &*arr.array.cast::<pmix_device_distance_t>();
+        assert_eq!(CStr::from_ptr(e.osname).to_str().unwrap(), "eth0");
+        assert_eq!(
+            CStr::from_ptr(e.uuid).to_str().unwrap(),
+            "ipv4://52:54:00:12:34:56"
+        );
+        assert_eq!((e.type_, e.mindist, e.maxdist), (0x04, 9, 13));
+        assert_eq!(a.infos[1].value.type_, PMIX_STRING);
+        assert!(a.infos[1].value.data.string.is_null());
+    }
 }

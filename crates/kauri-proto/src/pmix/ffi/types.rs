@@ -54,6 +54,11 @@ pub(super) const PMIX_BYTE_OBJECT: u16 = 27;
 pub(super) const PMIX_DATA_ARRAY: u16 = 39;
 pub(super) const PMIX_PROC_RANK: u16 = 40;
 pub(super) const PMIX_PROC: u16 = 22;
+pub(super) const PMIX_DEVICE_DIST: u16 = 54;
+pub(super) const PMIX_DEVTYPE: u16 = 57;
+/// `PMIX_DEVTYPE_GPU`, `_NETWORK` and `_OPENFABRICS`: the devices whose distances a rank
+/// is told (PRRTE's default `prte_pmix_generate_distances`: "fabric,gpu,network").
+pub(super) const PMIX_DEVTYPES_NEAR: u64 = 0x02 | 0x04 | 0x08;
 
 pub(super) const NSLEN: usize = 256;
 pub(super) const KEYLEN: usize = 512;
@@ -64,6 +69,23 @@ pub(super) const KEYLEN: usize = 512;
 pub struct pmix_proc_t {
     pub(super) nspace: [c_char; NSLEN],
     pub(super) rank: u32,
+}
+
+/// `pmix_cpuset_t`: a binding, as the library keeps it (`source` "hwloc", an hwloc bitmap).
+#[repr(C)]
+pub(super) struct pmix_cpuset_t {
+    pub(super) source: *mut c_char,
+    pub(super) bitmap: *mut c_void,
+}
+
+/// `pmix_device_distance_t`: how far a device is from a binding.
+#[repr(C)]
+pub(super) struct pmix_device_distance_t {
+    pub(super) uuid: *mut c_char,
+    pub(super) osname: *mut c_char,
+    pub(super) type_: u64,
+    pub(super) mindist: u16,
+    pub(super) maxdist: u16,
 }
 
 /// `pmix_data_array_t`.

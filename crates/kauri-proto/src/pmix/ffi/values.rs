@@ -1,6 +1,7 @@
 //! Values across the border: Rust values into `pmix_info_t` arrays ([`InfoArray`]), and
 //! what the library passes in (procs, strings, infos) back into Rust values.
 
+use super::locality::Distance;
 use super::types::*;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::ptr;
@@ -10,6 +11,9 @@ use std::ptr;
 pub enum Val {
     /// `PMIX_STRING`.
     Str(String),
+    /// `PMIX_STRING` with no string (NULL): a value that says "none", as an unbound rank's
+    /// `PMIX_LOCALITY_STRING` does, where a missing key would say "not known".
+    NoStr,
     /// `PMIX_UINT32`.
     U32(u32),
     /// `PMIX_UINT16`.
@@ -28,6 +32,8 @@ pub enum Val {
     Bytes(Vec<u8>),
     /// `PMIX_DATA_ARRAY` of `PMIX_PROC`: processes, by namespace and rank.
     Procs(Vec<(String, u32)>),
+    /// `PMIX_DATA_ARRAY` of `PMIX_DEVICE_DIST`: a rank's distances to devices.
+    Distances(Vec<Distance>),
 }
 
 /// A `pmix_info_t` array built from Rust values, with everything it points to. It must
@@ -43,6 +49,7 @@ pub(super) struct InfoArray {
     #[allow(clippy::vec_box)]
     _procs: Vec<Box<pmix_proc_t>>,
     _proc_arrays: Vec<Vec<pmix_proc_t>>,
+    _dist_arrays: Vec<Vec<pmix_device_distance_t>>,
 }
 
 impl Drop for InfoArray {
@@ -88,6 +95,7 @@ impl InfoArray {
             _nested: Vec::new(),
             _procs: Vec::new(),
             _proc_arrays: Vec::new(),
+            _dist_arrays: Vec::new(),
         };
         for (k, v) in items {
             let mut info = pmix_info_t {
@@ -117,6 +125,12 @@ impl InfoArray {
                 self._strings.push(c);
                 (PMIX_STRING, pmix_value_data { string: p })
             }
+            Val::NoStr => (
+                PMIX_STRING,
+                pmix_value_data {
+                    string: ptr::null_mut(),
+                },
+            ),
             Val::U32(x) => (PMIX_UINT32, pmix_value_data { uint32: *x }),
             Val::U16(x) => (PMIX_UINT16, pmix_value_data { uint16: *x }),
             Val::Rank(x) => (PMIX_PROC_RANK, pmix_value_data { uint32: *x }),
@@ -166,6 +180,29 @@ impl InfoArray {
                 let p: *mut pmix_data_array_t = &mut *arr;
                 self._arrays.push(arr);
                 self._proc_arrays.push(procs);
+                (PMIX_DATA_ARRAY, pmix_value_data { darray: p })
+            }
+            Val::Distances(list) => {
+                let mut dists = Vec::with_capacity(list.len());
+                for d in list {
+                    let (uuid, osname) = (c_string(&d.uuid), c_string(&d.osname));
+                    dists.push(pmix_device_distance_t {
+                        uuid: uuid.as_ptr() as *mut c_char,
+                        osname: osname.as_ptr() as *mut c_char,
+                        type_: d.kind,
+                        mindist: d.min,
+                        maxdist: d.max,
+                    });
+                    self._strings.extend([uuid, osname]);
+                }
+                let mut arr = Box::new(pmix_data_array_t {
+                    type_: PMIX_DEVICE_DIST,
+                    size: dists.len(),
+                    array: dists.as_mut_ptr().cast(),
+                });
+                let p: *mut pmix_data_array_t = &mut *arr;
+                self._arrays.push(arr);
+                self._dist_arrays.push(dists);
                 (PMIX_DATA_ARRAY, pmix_value_data { darray: p })
             }
         }
