@@ -130,7 +130,11 @@ SUBSETS = {
         ("ch3-pmi1", "manual", 1),
         ("ch3-pmi2", "init", 1),
         ("ch3-pmi2", "spawn", 2),
-    ] + [(m, d, 1) for m in MPICHS for d in ("ft", "ft@2hosts")],
+    # Debian's ch4:ucx library has no fault tolerance: of its 22 `ft` tests only `abort`
+    # passes, under both launchers, and the two ch3 builds run `abort` too; the rest fail
+    # under both (`senddead` and `recvdead` hang to their 10 s limit). About 90 s of CI that
+    # prove nothing the ch3 rows do not: the full subset runs them.
+    ] + [(m, d, 1) for m in MPICHS if m != "debian" for d in ("ft", "ft@2hosts")],
     "full": [
         ("debian", "*", 1),
         ("debian", "basic", 1),
@@ -1403,8 +1407,10 @@ def cmd_selftest(_a):
     assert list_name("ci", "ft@2hosts") == "testlist.kauri-ci-2hosts"
     assert list_name(None, "ft@2hosts") == "testlist.kauri-dirs-2hosts"
     for m in MPICHS:
-        assert expand("ci", ["ft", "ft@2hosts"], m) == [(m, "ft", 1), (m, "ft@2hosts", 1)]
+        if m != "debian":
+            assert expand("ci", ["ft", "ft@2hosts"], m) == [(m, "ft", 1), (m, "ft@2hosts", 1)]
         assert {(m, "ft", 1), (m, "ft@2hosts", 1)} <= set(SUBSETS["full"])
+    assert not {g for g in SUBSETS["ci"] if g[0] == "debian" and g[1].startswith("ft")}
     assert expand(None, ["ft@2hosts"], "ch3-pmi1") == [("ch3-pmi1", "ft@2hosts", 1)]
     one, two = dict(row("pass", "2", "2"), dir="ft"), dict(row("fail", "2", "2"), dir="ft@2hosts")
     assert [c[5] for c in compare([one, dict(two, result="pass")], [one, two])] == [False, True]
