@@ -14,9 +14,10 @@
 //! progress thread itself, so that is allowed).
 //!
 //! By concern: `types` (the C side), `loader` (the library and its symbol table), `values`
-//! (Rust values to and from `pmix_info_t`), `locality` (where a bound rank is), `upcall` (the requests and their routing),
-//! `replies` (their answers), `trampolines` and `unsupported` (the server module's upcalls),
-//! `server` (the calls into the server library), `client` (the client side).
+//! (Rust values to and from `pmix_info_t`), `locality` (where a bound rank is), `upcall`
+//! (the requests and their routing), `replies` (their answers), `trampolines` and
+//! `unsupported` (the server module's upcalls), `server` (the calls into the server
+//! library), `client` (the client side).
 
 #![allow(non_camel_case_types)]
 
