@@ -163,9 +163,12 @@ CI_EXCLUDE = {
 # under either launcher: re-running it cost 80 s of each CI run). Such a test that fails is run
 # again at once, up to FLAKY_RERUNS times (under either launcher, in either host layout), and
 # its row is the last run's: it counts as failed only when every run fails. Its first_error
-# says when the row comes from a later run. With a failure rate of 1 in 12 (kauri's, below)
-# three failures in a row come about once in 1,700 runs of the test.
-FLAKY_RERUNS = 2
+# says when the row comes from a later run. Two re-runs were not enough: a CI run failed on
+# three timeouts in a row (kauri, ch3-pmi1, two hosts), and the rate measured again the next
+# day was 1 in 6 under kauri and under Hydra alike. With 1 in 5, six failures in a row come
+# about once in 15,000 runs of the test; a test kauri broke still fails every run, and costs
+# at most 6 x its 10 s.
+FLAKY_RERUNS = 5
 KNOWN_FLAKY = {
     # Rank 2 exits right after MPI_Comm_dup; the others then call MPIX_Comm_agree. MPICH's
     # agreement sometimes waits for ever (to the 10 s timeLimit) or fails the dup with
@@ -173,10 +176,11 @@ KNOWN_FLAKY = {
     # machine, 2026-11-26 (suite runs, then agree_shrink alone 30 times per cell), failed
     # runs: kauri 16 of 190 (ch3-pmi1 1 host 1/16 + 3/30, 2 hosts 0/16 + 3/30; ch3-pmi2
     # 3/19 + 2/30, 0/19 + 4/30); Hydra with ch3-pmi1 24 of 92 (4/16 + 9/30, 3/16 + 8/30: the
-    # same two ways, and a survivor killed by SIGHUP). docs/compat.md, "Fault tolerance".
+    # same two ways, and a survivor killed by SIGHUP). 2026-12-06, ch3-pmi1 on two hosts, 40
+    # runs each: kauri 7 (2 timeouts, 5 Comm_dup), Hydra 9. docs/compat.md, "Fault tolerance".
     ("ft", "agree_shrink", "4"): (("ch3-pmi1", "ch3-pmi2"),
                                   "MPIX_Comm_agree after a death: hangs or fails the dup, "
-                                  "about 1 run in 12 under kauri, 1 in 4 under Hydra"),
+                                  "about 1 run in 6 to 12 under kauri, 1 in 4 under Hydra"),
 }
 
 # manual/: (test, N) per subset. N single-rank jobs.
