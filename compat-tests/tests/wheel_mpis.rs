@@ -287,8 +287,9 @@ fn openmpi5_error_reports_reach_the_user() {
 }
 
 /// Open MPI 5's spawns one after another, with glibc checking kauri's heap (and the
-/// ranks'): mpi4py's `Spawn_multiple` tests, 4 times over in one job of 2 ranks (about 105
-/// jobs), on one host and on two simulated hosts. Each spawned job's children exit while the
+/// ranks'): mpi4py's `Spawn_multiple` tests, `repeats` times over in one job of 2 ranks
+/// (about 105 jobs at 4), 4 times on one host and twice on two simulated hosts (about 150 s
+/// and 75 s on the 2-core machine). Each spawned job's children exit while the
 /// next spawn's children connect to kauri's PMIx server.
 ///
 /// Two defects were seen here. kauri deregistered a spawned job's namespace from the library
@@ -301,7 +302,7 @@ fn openmpi5_error_reports_reach_the_user() {
 /// the first job's with `@N`, as PRRTE's are).
 ///
 /// A hang ends on kauri's own `MPIEXEC_TIMEOUT`, with its table of where every rank was.
-fn openmpi5_spawns_in_a_row(hosts: &[&str]) {
+fn openmpi5_spawns_in_a_row(hosts: &[&str], repeats: usize) {
     let Some(v) = wheel_venv("openmpi5") else {
         return;
     };
@@ -326,7 +327,8 @@ fn openmpi5_spawns_in_a_row(hosts: &[&str]) {
         std::env::var("PATH").unwrap_or_default()
     );
     let mut args = hosts.to_vec();
-    args.extend(["-n", "2", &python, &prog, &suite, "4"]);
+    let repeats = repeats.to_string();
+    args.extend(["-n", "2", &python, &prog, &suite, &repeats]);
     let mut job = ctx
         .job(Launcher::Kauri, &args)
         .program(ctx.kauri())
@@ -349,12 +351,12 @@ fn openmpi5_spawns_in_a_row(hosts: &[&str]) {
 
 #[test]
 fn openmpi5_spawns_in_a_row_leave_the_server_sound() {
-    openmpi5_spawns_in_a_row(&[]);
+    openmpi5_spawns_in_a_row(&[], 4);
 }
 
 #[test]
 fn openmpi5_spawns_in_a_row_on_two_simulated_hosts() {
-    openmpi5_spawns_in_a_row(&["-launcher", "fork", "-hosts", "a,b"]);
+    openmpi5_spawns_in_a_row(&["-launcher", "fork", "-hosts", "a,b"], 2);
 }
 
 /// `KAURI_PMIX_LIBRARY` naming a file that is not there: kauri says so and serves with the
