@@ -1331,23 +1331,24 @@ def compare_markdown(cmp, hmeta=None, kmeta=None):
     out.append("")
     out.append("### Run under kauri alone (%d): %d pass" % (
         len(alone), sum(1 for c in alone if c[4] == "pass")))
-    if alone:
-        out.append("")
-        out.append("| MPICH | dir | test | np | kauri | s | kauri's first error |")
-        out.append("|---|---|---|---|---|---:|---|")
-        for (m, d, t, np, _args), _h, k, _, kres, _ in alone:
-            out.append("| %s |" % " | ".join(md(x) for x in (
-                m, d, t, np, kres, k["seconds"], k["first_error"])))
+    md_table(out, "| MPICH | dir | test | np | kauri | s | kauri's first error |",
+             "|---|---|---|---|---|---:|---|",
+             [(m, d, t, np, kres, k["seconds"], k["first_error"])
+              for (m, d, t, np, _args), _h, k, _, kres, _ in alone])
     out.append("")
     out.append("### Pass under kauri, fail under Hydra (%d)" % len(better))
-    if better:
-        out.append("")
-        out.append("| MPICH | dir | test | np | args | Hydra's first error |")
-        out.append("|---|---|---|---|---|---|")
-        for (m, d, t, np, args), h, k, _, _, _ in better:
-            out.append("| %s |" % " | ".join(md(x) for x in (
-                m, d, t, np, args, h["first_error"] if h else "missing")))
+    md_table(out, "| MPICH | dir | test | np | args | Hydra's first error |",
+             "|---|---|---|---|---|---|",
+             [(m, d, t, np, args, h["first_error"] if h else "missing")
+              for (m, d, t, np, args), h, _k, _, _, _ in better])
     return "\n".join(out) + "\n"
+
+
+def md_table(out, header, align, rows):
+    """Appends to `out` a blank line and a table of `rows` (tuples of cells, escaped here)
+    under `header` and `align`; nothing when there is no row."""
+    if rows:
+        out += ["", header, align] + ["| %s |" % " | ".join(md(x) for x in r) for r in rows]
 
 
 def per_test_markdown(cmp):
