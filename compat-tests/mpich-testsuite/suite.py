@@ -1289,7 +1289,7 @@ def compare_markdown(cmp, hmeta=None, kmeta=None):
         s[2] += hres == "pass"
         s[3] += kres == "pass"
         s[4] += reg
-        s[5] += hres != "pass" and kres != "pass" and not skipped
+        s[5] += hres not in ("pass", "not run") and kres != "pass" and not skipped
         s[6] += float(h["seconds"] or 0) if h else 0
         s[7] += float(k["seconds"] or 0) if k else 0
     out.append("| MPICH | directory | tests | skipped | Hydra pass | kauri pass | Hydra only "
@@ -1314,7 +1314,7 @@ def compare_markdown(cmp, hmeta=None, kmeta=None):
                 "not run under kauri" if not k else
                 k["first_error"] if kres != "pass-nospawn" else
                 "passed without spawning (Hydra started %s processes)" % h["procs"])))
-    both = [c for c in cmp if c[3] != "pass" and c[4] != "pass" and
+    both = [c for c in cmp if c[3] not in ("pass", "not run") and c[4] != "pass" and
             not (c[3] == "skip" and c[4] == "skip")]
     out.append("")
     out.append("### Fail under both (%d)" % len(both))
@@ -1432,6 +1432,7 @@ def cmd_selftest(_a):
     assert not verdict(None, row("fail", "1", "1"))[2]
     text = compare_markdown(compare([], [single]))
     assert "kauri alone), fail under kauri (1)" in text and "Run under kauri alone (1): 0 pass" in text
+    assert "### Fail under both (0)" in text  # not run under Hydra: not a failure there
     old_rows = [{"mpich": "m", "dir": "a", "test": "x"}, {"mpich": "m", "dir": "b", "test": "y"},
                 {"mpich": "n", "dir": "a", "test": "z"}]
     merged = merge_rows(old_rows, [{"mpich": "m", "dir": "a", "test": "w"}], "m", {"a"})
